@@ -1,0 +1,3 @@
+from ticket_dispatcher.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""The one whitelist of what a policy may say (SPEC §4.3, §4.4, N§5.4).
+
+The validator, the evaluator and ``GET /dispatch/options`` all read this module, so a field or
+operator exists everywhere or nowhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class FieldKind(StrEnum):
+    STRING = "string"
+    COLLECTION = "collection"
+    TIME = "time"
+
+
+FIELDS: dict[str, FieldKind] = {
+    "issue.project_key": FieldKind.STRING,
+    "issue.environment": FieldKind.STRING,
+    "issue.reporter_email": FieldKind.STRING,
+    "issue.summary": FieldKind.STRING,
+    "issue.primary_component": FieldKind.STRING,
+    "issue.priority": FieldKind.STRING,
+    "issue.status": FieldKind.STRING,
+    "issue.custom_fields.severity": FieldKind.STRING,
+    "issue.components": FieldKind.COLLECTION,
+    "issue.component": FieldKind.COLLECTION,  # alias of issue.components (M§6)
+    "issue.labels": FieldKind.COLLECTION,
+    "issue.created_at": FieldKind.TIME,
+    "now": FieldKind.TIME,
+}
+
+_TEXT_OPERATORS = (
+    "eq", "ne", "in", "not_in", "contains", "not_contains", "regex", "exists", "not_exists",
+)
+OPERATORS: dict[FieldKind, tuple[str, ...]] = {
+    FieldKind.STRING: _TEXT_OPERATORS,
+    FieldKind.COLLECTION: _TEXT_OPERATORS,
+    FieldKind.TIME: ("before", "after", "time_window", "exists"),
+}
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+class ActionType(StrEnum):
+    ASSIGN = "assign"
+    ASSIGN_L2 = "assign_l2"
+    TRIAGE = "triage"
+    SEND_ASSIGNMENT_NOTIFICATION = "send_assignment_notification"
+    MARK_ASSIGNMENT_MESSAGE_URGENT = "mark_assignment_message_urgent"
+    PAGE_ASSIGNMENT = "page_assignment"
+    ESCALATE_ASSIGNMENT_TO_LEADER = "escalate_assignment_to_leader"
+
+
+NOTIFICATION_ACTION_TYPES = frozenset({
+    ActionType.SEND_ASSIGNMENT_NOTIFICATION,
+    ActionType.MARK_ASSIGNMENT_MESSAGE_URGENT,
+    ActionType.PAGE_ASSIGNMENT,
+    ActionType.ESCALATE_ASSIGNMENT_TO_LEADER,
+})
+
+
+class ReceiverType(StrEnum):
+    USER = "user"
+    USERS = "users"
+    GROUP = "group"
+    ONCALL_TEAM = "oncall_team"
+
+
+class Strategy(StrEnum):
+    FIRST = "first"
+    ROUND_ROBIN = "round_robin"
+
+
+class OnSuccess(StrEnum):
+    CONTINUE = "continue"
+    TERMINATE = "terminate"
+
+
+@dataclass(frozen=True)
+class NotificationRole:
+    """One reserved source with the role and pending-marker label it must be paired with (N§5.4)."""
+
+    source: str
+    role: str
+    label: str
+
+
+NOTIFICATION_ROLES: tuple[NotificationRole, ...] = (
+    NotificationRole("jira_assignment_assignee", "assignee", "notify-assignee"),
+    NotificationRole("jira_assignment_l2_assignee", "l2_assignee", "notify-l2-assignee"),
+)
+RESERVED_SOURCES = frozenset(role.source for role in NOTIFICATION_ROLES)
+
+# Rule 2 of an assignment-notification policy may test only these fields, with ``in`` (N§5.4).
+URGENCY_FIELDS = ("issue.priority", "issue.custom_fields.severity")
+
+
+def options() -> dict:
+    """What ``GET /dispatch/options`` answers: the whole whitelist, nothing else."""
+    return {
+        "fields": [{"name": name, "kind": kind.value} for name, kind in FIELDS.items()],
+        "operators": {kind.value: list(ops) for kind, ops in OPERATORS.items()},
+        "weekdays": list(WEEKDAYS),
+        "action_types": [t.value for t in ActionType],
+        "receiver_types": [t.value for t in ReceiverType],
+        "strategies": [s.value for s in Strategy],
+        "transitions": [t.value for t in OnSuccess],
+        "reserved_sources": [
+            {"source": r.source, "role": r.role, "label": r.label} for r in NOTIFICATION_ROLES
+        ],
+    }

@@ -1,0 +1,47 @@
+"""Time parsing and formatting shared by the API, the store and the domain."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``"500ms"``, ``"5s"``, ``"5m"``, ``"1h"`` or ``"1d"``; raise ValueError otherwise."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected a duration string like '5s', got {type(text).__name__}")
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration like '500ms', '5s', '5m' or '1h'")
+    number, unit = match.groups()
+    return timedelta(seconds=float(number) * _UNIT_SECONDS[unit])
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp with an offset (``Z`` or ``+08:00``) into an aware datetime."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected an RFC 3339 time string, got {type(text).__name__}")
+    try:
+        value = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an RFC 3339 time") from None
+    if value.tzinfo is None:
+        raise ValueError(f"{text!r} has no UTC offset; RFC 3339 times need 'Z' or '+HH:MM'")
+    return value
+
+
+def to_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("naive datetimes are not accepted; attach a zone")
+    return value.astimezone(UTC)
+
+
+def format_time(value: datetime | None) -> str | None:
+    """RFC 3339 in UTC with ``Z`` and millisecond precision, as every API answer carries."""
+    if value is None:
+        return None
+    utc = to_utc(value)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"

@@ -1,0 +1,52 @@
+"""The one error hierarchy of the service.
+
+Every layer raises these; the HTTP layer maps each class to one status code and the CLI to one
+exit code, so a user error never surfaces as a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input, located by a JSON path (``rules[1].then[0].type``)."""
+
+    path: str
+    message: str
+    # ``shape`` problems (missing/unknown key, wrong JSON type) make a body unreadable;
+    # ``rule`` problems make a readable policy unfit to run.
+    kind: str = "rule"
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "message": self.message}
+
+
+class DispatcherError(Exception):
+    """Base of every expected error. ``message`` is safe to show to a user."""
+
+    def __init__(self, message: str, problems: list[Problem] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.problems = list(problems or [])
+
+
+class InvalidInput(DispatcherError):
+    """The request or file cannot be read as what it claims to be (HTTP 400, exit 2)."""
+
+
+class NotFound(DispatcherError):
+    """The named thing does not exist (HTTP 404)."""
+
+
+class Conflict(DispatcherError):
+    """The thing exists but its state forbids the move (HTTP 409)."""
+
+
+class PolicyInvalid(DispatcherError):
+    """A well-formed policy that validation rejects (HTTP 422, exit 1)."""
+
+
+class ConfigError(DispatcherError):
+    """A configuration key is unknown or its value is bad; the message names the key."""
