@@ -1,0 +1,3 @@
+"""The Falcon WSGI API (SPEC §10)."""
+
+API_BASE = "/api/v1/ticketmanager"

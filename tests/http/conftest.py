@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pytest
+from falcon import testing
+
+from ticket_dispatcher.actors.clock import ManualClock
+from ticket_dispatcher.config import load_config
+from ticket_dispatcher.http.app import Services, create_app
+
+KEYS = {"operator": "op-secret-key", "viewer": "view-secret-key", "automation": "auto-secret-key"}
+BASE = "/api/v1/ticketmanager"
+# Routes outside the API base (SPEC §10); everything else is relative to BASE.
+ROOT_PATHS = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/api/", "/sandbox/")
+
+
+class Api:
+    """A test client that speaks to the real app as one role."""
+
+    def __init__(self, client: testing.TestClient, services: Services):
+        self.client = client
+        self.services = services
+        self.role = "operator"
+
+    def _headers(self, headers: dict | None) -> dict:
+        merged = {"X-API-KEY": KEYS[self.role]} if self.role else {}
+        merged.update(headers or {})
+        return merged
+
+    def request(self, method: str, path: str, *, json=None, body=None, headers=None,
+                params=None) -> testing.Result:
+        url = path if path.startswith(ROOT_PATHS) else BASE + path
+        return self.client.simulate_request(method, url, json=json, body=body, params=params,
+                                            headers=self._headers(headers))
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, **kw):
+        return self.request("POST", path, **kw)
+
+    def put(self, path, **kw):
+        return self.request("PUT", path, **kw)
+
+    def delete(self, path, **kw):
+        return self.request("DELETE", path, **kw)
+
+    def as_role(self, role: str | None) -> Api:
+        other = Api(self.client, self.services)
+        other.role = role
+        return other
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def services(sqlite_store, clock) -> Services:
+    keys = ",".join(f"{role}-key:{role}:{key}" for role, key in KEYS.items())
+    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": keys})
+    return Services(store=sqlite_store, config=config, clock=clock)
+
+
+@pytest.fixture
+def api(services) -> Api:
+    return Api(testing.TestClient(create_app(services)), services)

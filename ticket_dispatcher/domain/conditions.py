@@ -1,0 +1,487 @@
+"""Rule conditions: compile operator JSON into a typed tree, then evaluate it (SPEC §4.3, M§6).
+
+``compile_condition`` is the only place that reads condition JSON. It reports every problem at
+once (the validator relies on that) and compiles regexes, zones and times exactly once, so
+``evaluate`` cannot meet an expression error the validator could have prevented.
+
+Semantics settled here (SPEC §4.3 leaves them to us):
+- A field is *missing* when it is ``None`` or an empty collection. ``""`` is a present string,
+  except ``issue.reporter_email``, which is missing when the reporter is ``None`` or Jira hides
+  the email (an empty email names nobody).
+- Every text operator on a collection is applied per element and any-matches (M§6), ``contains``
+  included: ``issue.labels contains "db"`` is true for the label ``"db-outage"``. Membership is
+  ``eq`` / ``in``. ``ne``, ``not_in`` and ``not_contains`` negate the positive any-match.
+- ``time_window`` is half-open ``[start, end)`` in local wall-clock time of its zone, so it follows
+  DST changes; ``end`` may be ``"24:00"`` to reach midnight.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ticket_dispatcher.domain.catalog import FIELDS, OPERATORS, WEEKDAYS, FieldKind
+from ticket_dispatcher.domain.model import Issue
+from ticket_dispatcher.domain.timeutil import format_time, parse_rfc3339
+from ticket_dispatcher.errors import DispatcherError, Problem
+
+
+class ConditionError(DispatcherError):
+    """A condition reached evaluation with a defect the validator should have caught."""
+
+
+# --- the typed tree -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Always:
+    pass
+
+
+@dataclass(frozen=True)
+class All:
+    children: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class Any:
+    children: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    child: Condition
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    zone: ZoneInfo
+    weekdays: frozenset[int]  # 0 = Monday, as datetime.weekday()
+    start_minute: int  # minutes after local midnight, inclusive
+    end_minute: int  # exclusive; 1440 for "24:00"
+
+    def describe(self) -> str:
+        days = ",".join(day for i, day in enumerate(WEEKDAYS) if i in self.weekdays)
+        return f"{days} {_hhmm(self.start_minute)}-{_hhmm(self.end_minute)} {self.zone.key}"
+
+
+@dataclass(frozen=True)
+class Leaf:
+    field: str
+    operator: str
+    value: str | None = None
+    values: tuple[str, ...] = ()
+    ignore_case: bool = False
+    pattern: re.Pattern[str] | None = None  # regex, compiled once
+    moment: datetime | None = None  # before / after
+    window: TimeWindow | None = None  # time_window
+
+
+Condition = Always | All | Any | Not | Leaf
+
+_COMPOSITE_KEYS = ("always", "all", "any", "not")
+_LEAF_KEYS = frozenset({"field", "operator", "value", "values", "ignore_case", "time_window"})
+_VALUE_OPERATORS = frozenset({"eq", "ne", "contains", "not_contains", "regex"})
+_VALUES_OPERATORS = frozenset({"in", "not_in"})
+_TIME_OPERATORS = frozenset({"before", "after"})
+_PRESENCE_OPERATORS = frozenset({"exists", "not_exists"})
+_NEGATIONS = {"ne": "eq", "not_in": "in", "not_contains": "contains"}
+_WINDOW_KEYS = ("timezone", "weekdays", "start", "end")
+_HHMM = re.compile(r"^(\d{2}):(\d{2})$")
+
+
+# --- compile --------------------------------------------------------------------------------
+
+
+def compile_condition(
+    raw: typing.Any, path: str = "when"
+) -> tuple[Condition | None, list[Problem]]:
+    """Turn condition JSON into a tree; the tree is ``None`` whenever any problem was found."""
+    problems: list[Problem] = []
+    condition = _compile_node(raw, path, problems)
+    return (None if problems else condition), problems
+
+
+def _shape(problems: list[Problem], path: str, message: str) -> None:
+    problems.append(Problem(path, message, "shape"))
+
+
+def _rule(problems: list[Problem], path: str, message: str) -> None:
+    problems.append(Problem(path, message, "rule"))
+
+
+def _compile_node(raw: typing.Any, path: str, problems: list[Problem]) -> Condition | None:
+    if not isinstance(raw, dict):
+        _shape(problems, path, "a condition must be a JSON object")
+        return None
+    composite = [key for key in _COMPOSITE_KEYS if key in raw]
+    if composite and len(raw) == 1:
+        return _compile_composite(composite[0], raw[composite[0]], path, problems)
+    if not composite and ("field" in raw or "operator" in raw):
+        return _compile_leaf(raw, path, problems)
+    _shape(problems, path, "a condition must be exactly one of always, all, any, not, "
+                           "or a leaf with field and operator")
+    return None
+
+
+def _compile_composite(
+    key: str, body: typing.Any, path: str, problems: list[Problem]
+) -> Condition | None:
+    sub = f"{path}.{key}"
+    if key == "always":
+        if not isinstance(body, bool):
+            _shape(problems, sub, "always must be true")
+        elif body is not True:
+            _rule(problems, sub, "always must be true; to never match, remove the rule")
+        return Always()
+    if key == "not":
+        child = _compile_node(body, sub, problems)
+        return Not(child) if child is not None else None
+    if not isinstance(body, list):
+        _shape(problems, sub, f"{key} must be a list of conditions")
+        return None
+    if not body:
+        _rule(problems, sub, f"{key} needs at least one condition; "
+                             'use {"always": true} for a rule that always matches')
+        return None
+    children = [_compile_node(item, f"{sub}[{i}]", problems) for i, item in enumerate(body)]
+    if any(child is None for child in children):
+        return None
+    return (All if key == "all" else Any)(tuple(children))
+
+
+def _compile_leaf(raw: dict, path: str, problems: list[Problem]) -> Leaf | None:
+    before = len(problems)
+    for key in raw:
+        if key not in _LEAF_KEYS:
+            _shape(problems, f"{path}.{key}", "unknown key")
+    field = _required_string(raw, "field", path, problems)
+    operator = _required_string(raw, "operator", path, problems)
+    ignore_case = raw.get("ignore_case", False)
+    if not isinstance(ignore_case, bool):
+        _shape(problems, f"{path}.ignore_case", "ignore_case must be true or false")
+        ignore_case = False
+    if field is not None and field not in FIELDS:
+        _rule(problems, f"{path}.field", f"unknown field {field!r}; see GET /dispatch/options")
+        field = None
+    if field is not None and operator is not None:
+        allowed = OPERATORS[FIELDS[field]]
+        if operator not in allowed:
+            _rule(problems, f"{path}.operator", f"operator {operator!r} is not allowed on "
+                  f"{field} ({FIELDS[field].value}); allowed: {', '.join(allowed)}")
+            operator = None
+    if field is None or operator is None:
+        return None
+    if ignore_case and operator not in _VALUE_OPERATORS | _VALUES_OPERATORS:
+        _rule(problems, f"{path}.ignore_case", f"ignore_case does not apply to {operator}")
+    leaf = _compile_operands(raw, Leaf(field, operator, ignore_case=ignore_case), path, problems)
+    return leaf if len(problems) == before else None
+
+
+def _required_string(raw: dict, key: str, path: str, problems: list[Problem]) -> str | None:
+    if key not in raw:
+        _shape(problems, f"{path}.{key}", "missing key")
+        return None
+    if not isinstance(raw[key], str):
+        _shape(problems, f"{path}.{key}", f"{key} must be a string")
+        return None
+    return raw[key]
+
+
+def _compile_operands(raw: dict, leaf: Leaf, path: str, problems: list[Problem]) -> Leaf | None:
+    """Check that exactly the operands the operator needs are present, and compile them."""
+    operator = leaf.operator
+    needs = {
+        "value": operator in _VALUE_OPERATORS | _TIME_OPERATORS,
+        "values": operator in _VALUES_OPERATORS,
+        "time_window": operator == "time_window",
+    }
+    for key, needed in needs.items():
+        if key in raw and not needed:
+            _rule(problems, f"{path}.{key}", f"{operator} does not take {key}")
+        elif needed and key not in raw:
+            _rule(problems, f"{path}.{key}", f"{operator} needs {key}")
+    if operator in _VALUES_OPERATORS:
+        values = _compile_values(raw.get("values"), f"{path}.values", problems)
+        return replace(leaf, values=values) if values else None
+    if operator in _PRESENCE_OPERATORS:
+        return leaf
+    if operator == "time_window":
+        window = _compile_window(raw.get("time_window"), f"{path}.time_window", problems)
+        return replace(leaf, window=window) if window else None
+    value = raw.get("value")
+    if not isinstance(value, str):
+        if "value" in raw:
+            _shape(problems, f"{path}.value", "value must be a string")
+        return None
+    return _compile_value(replace(leaf, value=value), f"{path}.value", problems)
+
+
+def _compile_values(raw: typing.Any, path: str, problems: list[Problem]) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        _shape(problems, path, "values must be a list of strings")
+        return ()
+    if not raw:
+        _rule(problems, path, "values must not be empty")
+    return tuple(raw)
+
+
+def _compile_value(leaf: Leaf, path: str, problems: list[Problem]) -> Leaf | None:
+    assert leaf.value is not None
+    if leaf.operator == "regex":
+        flags = re.IGNORECASE if leaf.ignore_case else 0
+        try:
+            return replace(leaf, pattern=re.compile(leaf.value, flags))
+        except re.error as exc:
+            _rule(problems, path, f"invalid regular expression: {exc}")
+            return None
+    if leaf.operator in _TIME_OPERATORS:
+        try:
+            return replace(leaf, moment=parse_rfc3339(leaf.value))
+        except ValueError as exc:
+            _rule(problems, path, str(exc))
+            return None
+    return leaf
+
+
+def _compile_window(raw: typing.Any, path: str, problems: list[Problem]) -> TimeWindow | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        _shape(problems, path, "time_window must be an object")
+        return None
+    before = len(problems)
+    for key in raw:
+        if key not in _WINDOW_KEYS:
+            _shape(problems, f"{path}.{key}", "unknown key")
+    for key in _WINDOW_KEYS:
+        if key not in raw:
+            _shape(problems, f"{path}.{key}", "missing key")
+    zone = _compile_zone(raw.get("timezone"), f"{path}.timezone", problems)
+    weekdays = _compile_weekdays(raw.get("weekdays"), f"{path}.weekdays", problems)
+    start = _compile_hhmm(raw.get("start"), f"{path}.start", problems, allow_24=False)
+    end = _compile_hhmm(raw.get("end"), f"{path}.end", problems, allow_24=True)
+    if start is not None and end is not None and start >= end:
+        _rule(problems, f"{path}.end", "end must be later than start (windows do not wrap "
+                                       "midnight; use two windows under any)")
+    if len(problems) > before or zone is None or weekdays is None:
+        return None
+    return TimeWindow(zone, weekdays, start, end)
+
+
+def _compile_zone(raw: typing.Any, path: str, problems: list[Problem]) -> ZoneInfo | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        _shape(problems, path, "timezone must be a string")
+        return None
+    try:
+        return ZoneInfo(raw)
+    except (ZoneInfoNotFoundError, ValueError):
+        _rule(problems, path, f"unknown IANA time zone {raw!r}")
+        return None
+
+
+def _compile_weekdays(
+    raw: typing.Any, path: str, problems: list[Problem]
+) -> frozenset[int] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(day, str) for day in raw):
+        _shape(problems, path, "weekdays must be a list of strings")
+        return None
+    if not raw:
+        _rule(problems, path, "weekdays must not be empty")
+    unknown = [day for day in raw if day not in WEEKDAYS]
+    if unknown:
+        _rule(problems, path, f"unknown weekdays {unknown}; use {', '.join(WEEKDAYS)}")
+    if len(set(raw)) != len(raw):
+        _rule(problems, path, "weekdays must not repeat")
+    return frozenset(WEEKDAYS.index(day) for day in raw if day in WEEKDAYS)
+
+
+def _compile_hhmm(
+    raw: typing.Any, path: str, problems: list[Problem], *, allow_24: bool
+) -> int | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        _shape(problems, path, "must be a string like 09:00")
+        return None
+    match = _HHMM.match(raw)
+    minutes = int(match[1]) * 60 + int(match[2]) if match else -1
+    valid = match and int(match[2]) < 60 and (minutes < 1440 or (allow_24 and minutes == 1440))
+    if not valid:
+        limit = "00:00..24:00" if allow_24 else "00:00..23:59"
+        _rule(problems, path, f"{raw!r} is not a time HH:MM in {limit}")
+        return None
+    return minutes
+
+
+def _hhmm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+# --- evaluate -------------------------------------------------------------------------------
+
+
+def evaluate(
+    condition: Condition | dict, issue: Issue, now: datetime
+) -> tuple[bool, str]:
+    """Evaluate against the issue snapshot at business time ``now`` → (matched, reason)."""
+    if isinstance(condition, dict):
+        compiled, problems = compile_condition(condition)
+        if compiled is None:
+            raise ConditionError("condition is invalid", problems)
+        condition = compiled
+    if now.tzinfo is None:
+        raise ConditionError("business time must be timezone-aware")
+    return _evaluate(condition, issue, now)
+
+
+def _evaluate(condition: Condition, issue: Issue, now: datetime) -> tuple[bool, str]:
+    if isinstance(condition, Always):
+        return True, "always"
+    if isinstance(condition, Not):
+        matched, reason = _evaluate(condition.child, issue, now)
+        return not matched, f"not ({reason})"
+    if isinstance(condition, All | Any):
+        return _evaluate_composite(condition, issue, now)
+    if isinstance(condition, Leaf):
+        return _evaluate_leaf(condition, issue, now)
+    raise ConditionError(f"not a condition: {condition!r}")
+
+
+def _evaluate_composite(condition: All | Any, issue: Issue, now: datetime) -> tuple[bool, str]:
+    # Every child is evaluated (they are pure and cheap) so the reason names each deciding one.
+    results = [_evaluate(child, issue, now) for child in condition.children]
+    if isinstance(condition, All):
+        matched = all(ok for ok, _ in results)
+        shown = results if matched else [r for r in results if not r[0]]
+        label = "all" if matched else "all failed on"
+    else:
+        matched = any(ok for ok, _ in results)
+        shown = [r for r in results if r[0]] if matched else results
+        label = "any matched" if matched else "any: none of"
+    return matched, f"{label} [{'; '.join(reason for _, reason in shown)}]"
+
+
+def field_value(field: str, issue: Issue, now: datetime) -> typing.Any:
+    """The value of a catalog field; ``None`` or ``()`` when missing (SPEC §4.3)."""
+    getter = _FIELD_GETTERS.get(field)
+    if getter is None:
+        raise ConditionError(f"unknown field {field!r}")
+    return getter(issue, now)
+
+
+def _reporter_email(issue: Issue, now: datetime) -> str | None:
+    return issue.reporter.email if issue.reporter and issue.reporter.email else None
+
+
+_FIELD_GETTERS: dict[str, Callable[[Issue, datetime], typing.Any]] = {
+    "issue.project_key": lambda issue, now: issue.project_key,
+    "issue.environment": lambda issue, now: issue.environment,
+    "issue.reporter_email": _reporter_email,
+    "issue.summary": lambda issue, now: issue.summary,
+    "issue.primary_component": lambda issue, now: (issue.components or (None,))[0],
+    "issue.priority": lambda issue, now: issue.priority,
+    "issue.status": lambda issue, now: issue.status,
+    "issue.custom_fields.severity": lambda issue, now: issue.severity,
+    "issue.components": lambda issue, now: tuple(issue.components),
+    "issue.component": lambda issue, now: tuple(issue.components),  # alias (M§6)
+    "issue.labels": lambda issue, now: tuple(issue.labels),
+    "issue.created_at": lambda issue, now: issue.created_at,
+    "now": lambda issue, now: now,
+}
+
+
+def _evaluate_leaf(leaf: Leaf, issue: Issue, now: datetime) -> tuple[bool, str]:
+    actual = field_value(leaf.field, issue, now)
+    missing = actual is None or actual == ()
+    if leaf.operator in _PRESENCE_OPERATORS:
+        exists = not missing
+        shown = f"{leaf.field} exists" if exists else f"{leaf.field} is missing"
+        return exists == (leaf.operator == "exists"), shown
+    negated = leaf.operator in _NEGATIONS
+    if missing:
+        # Positive operators are false on a missing field, their negations true (SPEC §4.3).
+        suffix = f", so {leaf.operator} holds" if negated else ""
+        return negated, f"{leaf.field} is missing{suffix}"
+    if FIELDS[leaf.field] is FieldKind.TIME:
+        return _evaluate_time(leaf, actual)
+    positive = _NEGATIONS.get(leaf.operator, leaf.operator)
+    elements = actual if isinstance(actual, tuple) else (actual,)
+    hit = any(_text_test(positive, leaf, element) for element in elements)
+    matched = hit != negated
+    return matched, _text_reason(leaf, actual, matched)
+
+
+def _fold(text: str, leaf: Leaf) -> str:
+    return text.casefold() if leaf.ignore_case else text
+
+
+def _text_test(operator: str, leaf: Leaf, element: str) -> bool:
+    if operator == "regex":
+        assert leaf.pattern is not None  # compiled (with IGNORECASE) by compile_condition
+        return leaf.pattern.search(element) is not None
+    actual = _fold(element, leaf)
+    if operator == "eq":
+        return actual == _fold(leaf.value or "", leaf)
+    if operator == "in":
+        return actual in {_fold(value, leaf) for value in leaf.values}
+    if operator == "contains":
+        return _fold(leaf.value or "", leaf) in actual
+    raise ConditionError(f"unknown operator {operator!r}")
+
+
+_PHRASES = {  # operator → (phrase when it holds, phrase when it does not)
+    "eq": ("==", "!="), "ne": ("!=", "=="), "in": ("in", "not in"), "not_in": ("not in", "in"),
+    "contains": ("contains", "does not contain"),
+    "not_contains": ("does not contain", "contains"),
+    "regex": ("matches", "does not match"),
+    "before": ("is before", "is not before"), "after": ("is after", "is not after"),
+    "time_window": ("is within", "is outside"),
+}
+
+
+def _text_reason(leaf: Leaf, actual: typing.Any, matched: bool) -> str:
+    phrase = _PHRASES[leaf.operator][0 if matched else 1]
+    if leaf.operator in _VALUES_OPERATORS:
+        operand = _json(list(leaf.values))
+    elif leaf.operator == "regex":
+        operand = f"/{leaf.value}/"
+    else:
+        operand = _json(leaf.value)
+    shown = _json(list(actual) if isinstance(actual, tuple) else actual)
+    case = " (ignoring case)" if leaf.ignore_case else ""
+    return f"{leaf.field} {shown} {phrase} {operand}{case}"
+
+
+def _json(value: typing.Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _evaluate_time(leaf: Leaf, actual: datetime) -> tuple[bool, str]:
+    if leaf.operator == "time_window":
+        assert leaf.window is not None
+        local = actual.astimezone(leaf.window.zone)
+        minute = local.hour * 60 + local.minute  # whole-minute bounds make flooring exact
+        matched = (
+            local.weekday() in leaf.window.weekdays
+            and leaf.window.start_minute <= minute < leaf.window.end_minute
+        )
+        shown = f"{format_time(actual)} ({local.strftime('%a %H:%M').lower()} local)"
+        operand = leaf.window.describe()
+    else:
+        assert leaf.moment is not None
+        matched = actual < leaf.moment if leaf.operator == "before" else actual > leaf.moment
+        shown, operand = format_time(actual), format_time(leaf.moment)
+    phrase = _PHRASES[leaf.operator][0 if matched else 1]
+    return matched, f"{leaf.field} {shown} {phrase} {operand}"

@@ -1,0 +1,79 @@
+"""Which active policies a trigger fans out to, and the live lock each one takes (SPEC §5, N§3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ticket_dispatcher.domain.catalog import NOTIFICATION_ACTION_TYPES, RESERVED_SOURCES
+from ticket_dispatcher.domain.model import Issue, Policy, PolicySpec, PolicyStatus
+
+
+def policy_matches(policy: Policy, source: str, issue: Issue) -> bool:
+    """SPEC §4.2 matching: status, switch, project, labels, then the ``source_in`` rule."""
+    trigger = policy.trigger
+    if policy.status is not PolicyStatus.ACTIVE or not trigger.enable:
+        return False
+    if trigger.project_key_in and issue.project_key not in trigger.project_key_in:
+        return False
+    if not set(trigger.issue_label_all) <= set(issue.labels):
+        return False
+    return source_admitted(trigger.source_in, source)
+
+
+def source_admitted(source_in: Iterable[str], source: str) -> bool:
+    """Non-empty ``source_in`` lists exact sources; empty is a wildcard for ordinary sources
+    only — a reserved source reaches just the policies that name it (N§3.3 rules 1–4)."""
+    listed = tuple(source_in)
+    if listed:
+        return source in listed
+    return source not in RESERVED_SOURCES
+
+
+def match_policies(policies: Iterable[Policy], source: str, issue: Issue) -> list[Policy]:
+    """The matching policies in ascending id order, the order executions are created in."""
+    return sorted(
+        (policy for policy in policies if policy_matches(policy, source, issue)),
+        key=lambda policy: policy.id,
+    )
+
+
+def lock_key(policy: Policy, issue_key: str) -> str:
+    """The live mutual-exclusion key (SPEC §5.3): per policy, or per family for notification
+    policies so a replacement cannot run a second workflow for the same role (N§3.4)."""
+    if is_notification_policy(policy):
+        return f"{issue_key}#family:{policy.family_id}"
+    return f"{issue_key}#policy:{policy.id}"
+
+
+def is_notification_policy(policy: Policy | PolicySpec | Mapping[str, Any]) -> bool:
+    """True when any action is an assignment-notification action or ``source_in`` names a
+    reserved source (SPEC §6). Accepts raw policy JSON too, read defensively for the validator."""
+    if isinstance(policy, Policy | PolicySpec):
+        sources: Any = policy.trigger.source_in
+        actions: Iterable[Any] = (action for rule in policy.rules for action in rule.then)
+    else:
+        trigger = policy.get("trigger") if isinstance(policy, Mapping) else None
+        sources = trigger.get("source_in") if isinstance(trigger, Mapping) else None
+        actions = _raw_actions(policy)
+    if isinstance(sources, list | tuple) and any(_is_reserved(s) for s in sources):
+        return True
+    return any(
+        isinstance(action, Mapping) and is_notification_action_type(action.get("type"))
+        for action in actions
+    )
+
+
+def _is_reserved(source: Any) -> bool:
+    return isinstance(source, str) and source in RESERVED_SOURCES
+
+
+def is_notification_action_type(action_type: Any) -> bool:
+    return isinstance(action_type, str) and action_type in NOTIFICATION_ACTION_TYPES
+
+
+def _raw_actions(raw: Any) -> Iterable[Any]:
+    rules = raw.get("rules") if isinstance(raw, Mapping) else None
+    for rule in rules if isinstance(rules, list) else ():
+        then = rule.get("then") if isinstance(rule, Mapping) else None
+        yield from then if isinstance(then, list) else ()

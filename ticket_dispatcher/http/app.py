@@ -1,0 +1,69 @@
+"""The Falcon app factory: routes, middleware and error handling (SPEC §10)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import falcon
+
+from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.config import Config
+from ticket_dispatcher.http import API_BASE, errors
+from ticket_dispatcher.http.auth import ApiKeyAuth
+from ticket_dispatcher.http.contexts import ContextItem
+from ticket_dispatcher.http.engineers import EngineerCollection, EngineerItem
+from ticket_dispatcher.http.health import Liveness, Options, Readiness
+from ticket_dispatcher.http.openapi import OpenApiDocument
+from ticket_dispatcher.http.policies import (
+    PolicyActivation,
+    PolicyCollection,
+    PolicyDeactivation,
+    PolicyItem,
+    PolicyReplacements,
+    PolicyValidation,
+)
+from ticket_dispatcher.store import Store
+
+
+@dataclass
+class Services:
+    """What the resources need, handed to each at construction (no globals)."""
+
+    store: Store
+    config: Config
+    clock: Clock
+    recovered: Callable[[], bool] = field(default=lambda: True)
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.config.http.max_body_bytes
+
+
+def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
+    app = falcon.App(
+        middleware=[ApiKeyAuth(services.config.auth, enabled=auth_enabled)],
+        cors_enable=False,
+    )
+    app.req_options.strip_url_path_trailing_slash = True
+    errors.install(app)
+
+    app.add_route("/healthz", Liveness())
+    app.add_route("/readyz", Readiness(services))
+    app.add_route("/openapi.json", OpenApiDocument())
+
+    api = API_BASE
+    app.add_route(f"{api}/dispatch/options", Options())
+    app.add_route(f"{api}/dispatch/policies", PolicyCollection(services))
+    app.add_route(f"{api}/dispatch/policies/validate", PolicyValidation(services))
+    app.add_route(f"{api}/dispatch/policies/{{policy_id:int}}", PolicyItem(services))
+    app.add_route(f"{api}/dispatch/policies/{{policy_id:int}}/activate",
+                  PolicyActivation(services))
+    app.add_route(f"{api}/dispatch/policies/{{policy_id:int}}/deactivate",
+                  PolicyDeactivation(services))
+    app.add_route(f"{api}/dispatch/policies/{{policy_id:int}}/replacements",
+                  PolicyReplacements(services))
+    app.add_route(f"{api}/dispatch/contexts/{{issue_key}}", ContextItem(services))
+    app.add_route(f"{api}/engineers", EngineerCollection(services))
+    app.add_route(f"{api}/engineers/{{email}}", EngineerItem(services))
+    return app

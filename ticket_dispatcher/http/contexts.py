@@ -1,0 +1,33 @@
+"""Dispatch context endpoints (SPEC §4.7, §10, N§7.2)."""
+
+from __future__ import annotations
+
+import re
+
+import falcon
+
+from ticket_dispatcher.errors import InvalidInput, Problem
+from ticket_dispatcher.http.auth import OPERATOR, VIEWER
+
+ISSUE_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,12}$")
+
+
+def checked_issue_key(text: str, path: str = "issue_key") -> str:
+    if not isinstance(text, str) or not ISSUE_KEY.match(text):
+        raise InvalidInput(f"{path} must be a Jira issue key like TCID-12345",
+                           [Problem(path, "must be a Jira issue key like TCID-12345")])
+    return text
+
+
+class ContextItem:
+    roles = {"GET": VIEWER, "DELETE": OPERATOR}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_get(self, req, resp, issue_key: str) -> None:
+        resp.media = self._services.store.contexts.get(checked_issue_key(issue_key)).to_json()
+
+    def on_delete(self, req, resp, issue_key: str) -> None:
+        self._services.store.contexts.delete(checked_issue_key(issue_key))
+        resp.status = falcon.HTTP_204

@@ -1,0 +1,91 @@
+"""One error shape for every failure (SPEC §10).
+
+``{"code", "title", "description", "errors"}``; domain errors map to one status each, falcon's own
+errors (404 route, 405, 415 …) are reshaped, and anything unexpected becomes a logged 500 with no
+detail, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import falcon
+
+from ticket_dispatcher.errors import (
+    Conflict,
+    DispatcherError,
+    InvalidInput,
+    NotFound,
+    PolicyInvalid,
+)
+
+log = logging.getLogger(__name__)
+
+_STATUS_CODES = {
+    400: "validation_failed",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    411: "length_required",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "policy_invalid",
+    429: "rate_limited",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+_DOMAIN_STATUS = (
+    (InvalidInput, falcon.HTTP_400),
+    (NotFound, falcon.HTTP_404),
+    (Conflict, falcon.HTTP_409),
+    (PolicyInvalid, falcon.HTTP_422),
+)
+
+
+class ApiError(falcon.HTTPError):
+    """A falcon error that carries our list of problems."""
+
+    def __init__(self, status: str, description: str, problems=(), headers=None):
+        super().__init__(status, title=status.split(" ", 1)[1], description=description,
+                         headers=headers)
+        self.problems = [p.to_json() for p in problems]
+
+
+def _body(status_code: int, title: str, description: str | None, errors: list) -> dict:
+    return {
+        "code": _STATUS_CODES.get(status_code, "error"),
+        "title": title,
+        "description": description or "",
+        "errors": errors,
+    }
+
+
+def serialize_error(req: falcon.Request, resp: falcon.Response, exc: falcon.HTTPError) -> None:
+    resp.content_type = falcon.MEDIA_JSON
+    resp.media = _body(
+        exc.status_code, exc.title or "", exc.description, getattr(exc, "problems", [])
+    )
+
+
+def handle_dispatcher_error(req, resp, exc: DispatcherError, params) -> None:
+    for cls, status in _DOMAIN_STATUS:
+        if isinstance(exc, cls):
+            raise ApiError(status, exc.message, exc.problems)
+    raise ApiError(falcon.HTTP_400, exc.message, exc.problems)
+
+
+def handle_unexpected(req, resp, exc: Exception, params) -> None:
+    if isinstance(exc, falcon.HTTPError):  # falcon's own, already shaped by serialize_error
+        raise exc
+    log.exception("unhandled error in %s %s", req.method, req.path)
+    raise ApiError(falcon.HTTP_500, "the server failed; the error has been logged")
+
+
+def install(app: falcon.App) -> None:
+    # Falcon consults handlers most-specific first, so order of registration does not matter.
+    app.add_error_handler(Exception, handle_unexpected)
+    app.add_error_handler(DispatcherError, handle_dispatcher_error)
+    app.set_error_serializer(serialize_error)

@@ -1,0 +1,120 @@
+"""Policy endpoints: list, draft CRUD, lifecycle moves and validation (SPEC §4.2, §6, §10)."""
+
+from __future__ import annotations
+
+import falcon
+
+from ticket_dispatcher.domain import validation
+from ticket_dispatcher.domain.model import Policy, PolicyStatus
+from ticket_dispatcher.errors import PolicyInvalid
+from ticket_dispatcher.http import API_BASE
+from ticket_dispatcher.http.auth import OPERATOR, VIEWER
+from ticket_dispatcher.http.binding import page, paging, query_choice, read_json
+
+
+def _status(text: str) -> PolicyStatus:
+    return PolicyStatus(text)
+
+
+def _must_be_valid(policy: Policy) -> None:
+    problems = validation.validate_policy(policy.spec.to_json())
+    if problems:
+        raise PolicyInvalid(f"policy {policy.id} is not valid; fix it in a replacement", problems)
+
+
+class PolicyCollection:
+    roles = {"GET": VIEWER, "POST": OPERATOR}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        limit, offset = paging(req)
+        status = query_choice(req, "status", _status, "one of " + ", ".join(PolicyStatus))
+        items, total = self._services.store.policies.list(
+            status=status, family_id=req.get_param("family_id"), limit=limit, offset=offset
+        )
+        resp.media = page(items, total)
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        spec = validation.parse_policy_spec(read_json(req, self._services.max_body_bytes))
+        policy = self._services.store.policies.create(spec, now=self._services.clock.now())
+        _created(req, resp, policy)
+
+
+class PolicyItem:
+    roles = {"GET": VIEWER, "PUT": OPERATOR, "DELETE": OPERATOR}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_get(self, req, resp, policy_id: int) -> None:
+        resp.media = self._services.store.policies.get(policy_id).to_json()
+
+    def on_put(self, req, resp, policy_id: int) -> None:
+        spec = validation.parse_policy_spec(read_json(req, self._services.max_body_bytes))
+        policy = self._services.store.policies.update_draft(
+            policy_id, spec, now=self._services.clock.now()
+        )
+        resp.media = policy.to_json()
+
+    def on_delete(self, req, resp, policy_id: int) -> None:
+        self._services.store.policies.delete_draft(policy_id)
+        resp.status = falcon.HTTP_204
+
+
+class PolicyActivation:
+    roles = {"POST": OPERATOR}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_post(self, req, resp, policy_id: int) -> None:
+        policy = self._services.store.policies.activate(
+            policy_id, now=self._services.clock.now(), validate=_must_be_valid
+        )
+        resp.media = policy.to_json()
+
+
+class PolicyDeactivation:
+    roles = {"POST": OPERATOR}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_post(self, req, resp, policy_id: int) -> None:
+        policy = self._services.store.policies.deactivate(
+            policy_id, now=self._services.clock.now()
+        )
+        resp.media = policy.to_json()
+
+
+class PolicyReplacements:
+    roles = {"POST": OPERATOR}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_post(self, req, resp, policy_id: int) -> None:
+        spec = validation.parse_policy_spec(read_json(req, self._services.max_body_bytes))
+        policy = self._services.store.policies.create_replacement(
+            policy_id, spec, now=self._services.clock.now()
+        )
+        _created(req, resp, policy)
+
+
+class PolicyValidation:
+    roles = {"POST": VIEWER}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_post(self, req, resp) -> None:
+        problems = validation.validate_policy(read_json(req, self._services.max_body_bytes))
+        resp.media = {"valid": not problems, "errors": [p.to_json() for p in problems]}
+
+
+def _created(req: falcon.Request, resp: falcon.Response, policy: Policy) -> None:
+    resp.status = falcon.HTTP_201
+    resp.location = f"{API_BASE}/dispatch/policies/{policy.id}"
+    resp.media = policy.to_json()

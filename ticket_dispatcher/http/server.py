@@ -1,0 +1,88 @@
+"""``ticket-dispatcher serve``: migrate, start, serve with waitress, stop cleanly (SPEC §3, §13)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from types import FrameType
+
+import waitress
+
+from ticket_dispatcher.actors.clock import Clock, SystemClock
+from ticket_dispatcher.config import Config
+from ticket_dispatcher.errors import ConfigError
+from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.logging import configure_logging
+from ticket_dispatcher.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Service:
+    """The whole running service: store, app and HTTP server, started and stopped in order."""
+
+    def __init__(self, config: Config, *, host: str | None = None, port: int | None = None,
+                 sandbox: bool = False, insecure_no_auth: bool = False,
+                 clock: Clock | None = None):
+        self.config = config
+        self.auth_enabled = _auth_enabled(config, sandbox=sandbox,
+                                          insecure_no_auth=insecure_no_auth)
+        self.store = Store.open(config.database_url)
+        applied = self.store.migrate()
+        if applied:
+            log.info("database migrated", extra={"reason": f"applied {applied}"})
+        services = Services(store=self.store, config=config, clock=clock or SystemClock())
+        self.app = create_app(services, auth_enabled=self.auth_enabled)
+        self.server = waitress.create_server(
+            self.app,
+            host=host or config.http.host,
+            port=config.http.port if port is None else port,
+            threads=config.http.threads,
+            ident="ticket-dispatcher",
+        )
+
+    @property
+    def port(self) -> int:
+        return self.server.effective_port
+
+    def run(self) -> None:
+        """Serve until SIGTERM/SIGINT (raised as SystemExit inside waitress's loop)."""
+        log.info(f"serving on http://{self.server.effective_host}:{self.port}")
+        self.server.run()
+
+    def close(self) -> None:
+        self.server.close()
+        self.store.close()
+
+
+def _auth_enabled(config: Config, *, sandbox: bool, insecure_no_auth: bool) -> bool:
+    if config.auth.api_keys:
+        return True
+    if not (sandbox or insecure_no_auth):
+        raise ConfigError(
+            "no API keys are configured ([[auth.api_keys]] or TICKET_DISPATCHER_AUTH_API_KEYS); "
+            "refusing to start without authentication (use --sandbox or --insecure-no-auth "
+            "for a local run)"
+        )
+    log.warning("AUTHENTICATION IS OFF: every request is treated as an operator. "
+                "Never run like this where anyone else can reach the port.")
+    return False
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def serve(config: Config, *, host: str | None = None, port: int | None = None,
+          sandbox: bool = False, insecure_no_auth: bool = False) -> int:
+    configure_logging(secrets=config.secrets())
+    service = Service(config, host=host, port=port, sandbox=sandbox,
+                      insecure_no_auth=insecure_no_auth)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        service.run()
+    finally:
+        log.info("shutting down")
+        service.close()
+    return 0
