@@ -163,18 +163,22 @@ def _is_http_url(value: str) -> bool:
 
 
 def _database_url() -> _Kind:
-    kind = _text(
+    # Secret: a PostgreSQL URL may carry the password.
+    return _text(
         secret=True,
         check=_is_database_url,
         expected="a URL starting with sqlite:///, postgresql:// or postgres://",
     )
-    return kind
 
 
 def _http_url() -> _Kind:
     kind = _text(check=_is_http_url, expected="an http:// or https:// URL, or empty")
     # A URL may embed credentials (https://user:pass@host), so it is never echoed.
     return _Kind(kind.expected, kind.from_toml, kind.from_env, echo=False)
+
+
+def _field_id() -> _Kind:
+    return _text(check=bool, expected='a Jira field id like "customfield_10053"')
 
 
 def _log_level() -> _Kind:
@@ -222,7 +226,7 @@ class ApiKey:
 
 @dataclass(frozen=True)
 class HttpConfig:
-    host: str = _setting("127.0.0.1", _text())
+    host: str = _setting("127.0.0.1", _text(check=bool, expected="a non-empty string"))
     port: int = _setting(8080, _integer(1, 65535))
     threads: int = _setting(8, _integer(1))
     max_body_bytes: int = _setting(1_048_576, _integer(1))  # triggers are always capped at 64 KiB
@@ -246,8 +250,8 @@ class JiraConfig:
     base_url: str = _setting("", _http_url())
     email: str = _setting("", _text())
     api_token: str = _setting("", _text(secret=True))
-    l2_field_id: str = _setting("customfield_10053", _text())
-    severity_field_id: str = _setting("customfield_10076", _text())
+    l2_field_id: str = _setting("customfield_10053", _field_id())
+    severity_field_id: str = _setting("customfield_10076", _field_id())
     auto_assign_label: str = _setting("auto-dispatch", _text())
 
 
@@ -458,12 +462,15 @@ def _collect_env(environ: Mapping[str, str], raw: _Raw) -> None:
         elif name in names:
             raw.values[names[name]] = _Source(environ[name], name, True)
         else:
-            raw.problem(name, "unknown setting" + _suggest(name, [*names, _API_KEYS_ENV]))
+            known = [*names, _API_KEYS_ENV]
+            raw.problem(name, "unknown setting" + _suggest(name, known, prefix=ENV_PREFIX))
 
 
-def _suggest(name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
+def _suggest(name: str, known: Iterable[str], prefix: str = "") -> str:
+    # Compare without the shared prefix, or every variable looks alike.
+    tails = [k.removeprefix(prefix) for k in known]
+    close = difflib.get_close_matches(name.removeprefix(prefix), tails, n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 def _build(raw: _Raw) -> Config:
@@ -488,7 +495,7 @@ def _parse_values(section: str, cls: type, raw: _Raw) -> dict[str, Any]:
             parse = kind.from_env if source.from_env else kind.from_toml
             values[key] = parse(source.value)
         except _Invalid as exc:
-            shown = f", got {_shown(source.value)}" if kind.echo and not kind.secret else ""
+            shown = f", got {_shown(source.value)}" if kind.echo else ""
             raw.problem(source.name, f"expected {exc}{shown}")
     return values
 

@@ -50,3 +50,13 @@ class PolicyInvalid(DispatcherError):
 
 class ConfigError(DispatcherError):
     """A configuration key is unknown or its value is bad; the message names the key."""
+
+
+class IntegrationError(DispatcherError):
+    """An external service (Jira, Lark, Oncall, Core) failed; ``status`` is its HTTP status or
+    None for a timeout or connection failure. The message never carries a secret."""
+
+    def __init__(self, message: str, status: int | None = None, service: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.service = service

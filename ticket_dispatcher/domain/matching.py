@@ -56,7 +56,7 @@ def is_notification_policy(policy: Policy | PolicySpec | Mapping[str, Any]) -> b
         trigger = policy.get("trigger") if isinstance(policy, Mapping) else None
         sources = trigger.get("source_in") if isinstance(trigger, Mapping) else None
         actions = _raw_actions(policy)
-    if isinstance(sources, list | tuple) and any(_is_reserved(s) for s in sources):
+    if isinstance(sources, list | tuple) and any(is_reserved_source(s) for s in sources):
         return True
     return any(
         isinstance(action, Mapping) and is_notification_action_type(action.get("type"))
@@ -64,7 +64,8 @@ def is_notification_policy(policy: Policy | PolicySpec | Mapping[str, Any]) -> b
     )
 
 
-def _is_reserved(source: Any) -> bool:
+def is_reserved_source(source: Any) -> bool:
+    """One of ``jira_assignment_assignee`` / ``jira_assignment_l2_assignee`` (N§3.3)."""
     return isinstance(source, str) and source in RESERVED_SOURCES
 
 

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import falcon
 
 from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.http import API_BASE, errors
+from ticket_dispatcher.http.admin import ActorStatus, ExecutionCancel
 from ticket_dispatcher.http.auth import ApiKeyAuth
 from ticket_dispatcher.http.contexts import ContextItem
+from ticket_dispatcher.http.dispatch import (
+    ExecutionCollection,
+    ExecutionItem,
+    TriggerCollection,
+    TriggerItem,
+)
 from ticket_dispatcher.http.engineers import EngineerCollection, EngineerItem
+from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.health import Liveness, Options, Readiness
 from ticket_dispatcher.http.openapi import OpenApiDocument
 from ticket_dispatcher.http.policies import (
@@ -33,11 +42,23 @@ class Services:
     store: Store
     config: Config
     clock: Clock
-    recovered: Callable[[], bool] = field(default=lambda: True)
+    runtime: Runtime | None = None
+    recovered: Callable[[], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.recovered is None:
+            runtime = self.runtime
+            self.recovered = (lambda: runtime.recovered) if runtime else (lambda: True)
 
     @property
     def max_body_bytes(self) -> int:
         return self.config.http.max_body_bytes
+
+    def running(self) -> Runtime:
+        """The actor runtime, or a 503 when this app was built without one."""
+        if self.runtime is None:
+            raise ApiError(falcon.HTTP_503, "the actor runtime is not running")
+        return self.runtime
 
 
 def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
@@ -54,6 +75,13 @@ def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
 
     api = API_BASE
     app.add_route(f"{api}/dispatch/options", Options())
+    app.add_route(f"{api}/dispatch/triggers", TriggerCollection(services))
+    app.add_route(f"{api}/admin/actors", ActorStatus(services))
+    app.add_route(f"{api}/admin/executions/{{execution_id:int}}/cancel",
+                  ExecutionCancel(services))
+    app.add_route(f"{api}/dispatch/triggers/{{trigger_id:int}}", TriggerItem(services))
+    app.add_route(f"{api}/dispatch/executions", ExecutionCollection(services))
+    app.add_route(f"{api}/dispatch/executions/{{execution_id:int}}", ExecutionItem(services))
     app.add_route(f"{api}/dispatch/policies", PolicyCollection(services))
     app.add_route(f"{api}/dispatch/policies/validate", PolicyValidation(services))
     app.add_route(f"{api}/dispatch/policies/{{policy_id:int}}", PolicyItem(services))

@@ -105,6 +105,30 @@ def _paths() -> dict:
                           params=[_path_param("issue_key")],
                           errors=("400", "401", "403", "404", "409")),
         },
+        f"{API_BASE}/dispatch/triggers": {"post": _op(
+            "Post a trigger: persisted pending, processed asynchronously",
+            _json(_ref("Trigger"), "Accepted; Location names the trigger"), status="202",
+            body="TriggerBody",
+            errors=("400", "401", "403", "409", "413", "415", "429", "503"))},
+        f"{API_BASE}/dispatch/triggers/{{trigger_id}}": {"get": _op(
+            "Read a trigger", _json(_ref("Trigger")),
+            params=[_path_param("trigger_id", "integer")], errors=("401", "403", "404"))},
+        f"{API_BASE}/dispatch/executions": {"get": _op(
+            "List executions (newest first)", _json(_page_of("Execution")), params=[
+                _query("issue_key"), _query("status", description="created | executing | "
+                                                               "succeeded | failed"),
+                _query("mode", description="live | dry_run"), _query("policy_id", "integer"),
+                _query("trigger_id", "integer"), *_PAGING])},
+        f"{API_BASE}/dispatch/executions/{{execution_id}}": {"get": _op(
+            "Read an execution with its rule and action snapshots", _json(_ref("Execution")),
+            params=[_path_param("execution_id", "integer")], errors=("401", "403", "404"))},
+        f"{API_BASE}/admin/actors": {"get": _op(
+            "The live actor system: supervisor, pool, running executions, parked, trigger "
+            "actors, clients", _json({"type": "object"}), errors=("401", "403", "503"))},
+        f"{API_BASE}/admin/executions/{{execution_id}}/cancel": {"post": _op(
+            "Cancel a non-terminal execution (202 when its running actor stops at its next "
+            "step)", _json(_ref("Execution")), params=[_path_param("execution_id", "integer")],
+            errors=("401", "403", "404", "409", "503"))},
         f"{API_BASE}/engineers": {"get": _op(
             "List engineers", _json(_page_of("Engineer")),
             params=[_query("dispatch_enabled", "boolean"), *_PAGING])},
@@ -154,6 +178,36 @@ _SCHEMAS = {
         "rules": {"type": "array", "items": {"allOf": [_ref("RuleBody"), {
             "type": "object", "properties": {"id": {"type": "integer"}}}]}},
         "created_at": _TIME, "updated_at": _TIME, "activated_at": _TIME}},
+    "TriggerBody": {"type": "object", "additionalProperties": False,
+                    "required": ["source", "input"], "properties": {
+                        "source": {"type": "string"},
+                        "input": {"type": "object", "required": ["issue_key"], "properties": {
+                            "issue_key": {"type": "string"}}},
+                        "policy_id": {"type": "integer", "nullable": True},
+                        "dryrun": {"type": "object", "nullable": True, "properties": {
+                            "overwrite_data": {"type": "object", "properties": {
+                                "now": {"type": "string", "format": "date-time"}}}}}}},
+    "Trigger": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "source": {"type": "string"},
+        "input": {"type": "object"}, "policy_id": {"type": "integer", "nullable": True},
+        "dryrun": {"type": "object", "nullable": True},
+        "status": {"type": "string", "enum": ["pending", "processing", "completed", "failed"]},
+        "available_at": _TIME, "output": {"type": "object", "properties": {
+            "execution_ids": {"type": "array", "items": {"type": "integer"}}}},
+        "failure_reason": {"type": "string"},
+        "created_at": _TIME, "updated_at": _TIME, "completed_at": _TIME}},
+    "Execution": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "trigger_id": {"type": "integer"},
+        "issue_key": {"type": "string"}, "mode": {"type": "string", "enum": ["live", "dry_run"]},
+        "policy_id": {"type": "integer"}, "policy_family_id": {"type": "string"},
+        "policy_version": {"type": "integer"},
+        "status": {"type": "string",
+                   "enum": ["created", "executing", "succeeded", "failed"]},
+        "failure_code": {"type": "string"}, "failure_reason": {"type": "string"},
+        "overwrite_data": {"type": "object", "nullable": True},
+        "business_now": _TIME, "wake_at": _TIME, "created_at": _TIME, "updated_at": _TIME,
+        "completed_at": _TIME,
+        "rule_executions": {"type": "array", "items": {"type": "object"}}}},
     "EngineerBody": {"type": "object", "additionalProperties": False,
                      "required": ["dispatch_enabled"], "properties": {
                          "dispatch_enabled": {"type": "boolean"},

@@ -75,7 +75,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 def serve(config: Config, *, host: str | None = None, port: int | None = None,
           sandbox: bool = False, insecure_no_auth: bool = False) -> int:
-    configure_logging(secrets=config.secrets())
+    configure_logging(level=config.log_level, secrets=config.secrets())
     service = Service(config, host=host, port=port, sandbox=sandbox,
                       insecure_no_auth=insecure_no_auth)
     signal.signal(signal.SIGTERM, _stop)

@@ -1,0 +1,82 @@
+"""The store: peewee models, one repository per aggregate, migrations (SPEC §9).
+
+``Store.open(url)`` builds the database for a ``database_url`` and binds the models to it;
+it neither connects nor migrates. Repositories open this thread's connection per unit of work
+(see ``database.py``), so one ``Store`` is shared by every waitress worker and actor thread.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import peewee
+
+from ticket_dispatcher.store import migrations
+from ticket_dispatcher.store.contexts import ContextRepository
+from ticket_dispatcher.store.database import (
+    bind,
+    close_database,
+    is_postgres,
+    lock_rows,
+    open_database,
+    unit_of_work,
+    write_lock,
+)
+from ticket_dispatcher.store.engineers import EngineerRepository
+from ticket_dispatcher.store.executions import ExecutionRepository
+from ticket_dispatcher.store.policies import PolicyRepository
+from ticket_dispatcher.store.triggers import TriggerRepository
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ContextRepository",
+    "EngineerRepository",
+    "ExecutionRepository",
+    "PolicyRepository",
+    "Store",
+    "TriggerRepository",
+    "is_postgres",
+    "lock_rows",
+    "open_database",
+    "unit_of_work",
+    "write_lock",
+]
+
+
+class Store:
+    def __init__(self, db: peewee.Database):
+        # The models reach the database through the proxy; bind it here so a Store built
+        # from any database is always the one its repositories query.
+        bind(db)
+        self.db = db
+        self.policies = PolicyRepository(db)
+        self.engineers = EngineerRepository(db)
+        self.contexts = ContextRepository(db)
+        self.triggers = TriggerRepository(db)
+        self.executions = ExecutionRepository(db)
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """The store for ``url`` (``ConfigError`` when unusable); does not migrate."""
+        return cls(open_database(url))
+
+    def migrate(self) -> list[int]:
+        """Apply missing schema migrations; the versions applied now."""
+        return migrations.migrate(self.db)
+
+    def schema_version(self) -> int:
+        return migrations.current_version(self.db)
+
+    def ping(self) -> bool:
+        """A cheap ``SELECT 1`` for readiness (SPEC §10): True when the database answers."""
+        try:
+            with unit_of_work(self.db):
+                self.db.execute_sql("SELECT 1").fetchone()
+        except Exception as exc:  # readiness reports, it never raises
+            logger.warning("database ping failed: %s", type(exc).__name__)
+            return False
+        return True
+
+    def close(self) -> None:
+        close_database(self.db)

@@ -1,0 +1,108 @@
+"""Fixtures shared by the whole suite: a migrated store on each engine, and a query counter.
+
+PostgreSQL runs only when TICKET_DISPATCHER_TEST_DATABASE_URL is set (SPEC §14). Each test gets
+a fresh schema, selected through the connection's search_path and dropped afterwards, so
+parallel runs against one database never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from urllib.parse import quote
+
+import peewee
+import pytest
+
+from ticket_dispatcher.store import Store
+
+PG_URL_ENV = "TICKET_DISPATCHER_TEST_DATABASE_URL"
+
+
+def _sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'ticket-dispatcher.db'}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL URL whose connections use a private, throw-away schema."""
+    base = os.environ.get(PG_URL_ENV)
+    if not base:
+        pytest.skip(f"{PG_URL_ENV} is not set")
+    import psycopg2
+
+    schema = f"td_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(base)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute(f'CREATE SCHEMA "{schema}"')
+        separator = "&" if "?" in base else "?"
+        yield f"{base}{separator}options={quote(f'-c search_path={schema}')}"
+        with admin.cursor() as cursor:
+            cursor.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    finally:
+        admin.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path) -> str:
+    """The URL of an empty database, once per engine."""
+    if request.param == "sqlite":
+        return _sqlite_url(tmp_path)
+    return request.getfixturevalue("postgres_url")
+
+
+def _migrated(url: str) -> Store:
+    store = Store.open(url)
+    store.migrate()
+    return store
+
+
+@pytest.fixture
+def store(db_url) -> Iterator[Store]:
+    """A migrated store on each engine."""
+    store = _migrated(db_url)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path) -> Iterator[Store]:
+    """A migrated SQLite store, for tests that need only one engine."""
+    store = _migrated(_sqlite_url(tmp_path))
+    yield store
+    store.close()
+
+
+class QueryCounter:
+    """Records the SQL statements a block sends (peewee query hooks), from every thread.
+
+    BEGIN/COMMIT/ROLLBACK and connection pragmas are not statements of the block's own and
+    are not counted; savepoints are.
+    """
+
+    def __init__(self, db: peewee.Database):
+        self.db = db
+        self.statements: list[str] = []
+
+    def _record(self, event) -> None:
+        self.statements.append(event.sql)
+
+    @property
+    def count(self) -> int:
+        return len(self.statements)
+
+    def __enter__(self) -> QueryCounter:
+        self.db.query_hooks.append(self._record)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.db.query_hooks.remove(self._record)
+
+
+@pytest.fixture
+def query_counter(store) -> Callable[[], QueryCounter]:
+    """``with query_counter() as queries: ...`` then ``queries.count``."""
+    return lambda: QueryCounter(store.db)

@@ -1,0 +1,540 @@
+"""The policy validator (SPEC §6, N§5.4): each rule accepted and rejected, every problem at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ticket_dispatcher.domain.catalog import OnSuccess
+from ticket_dispatcher.domain.validation import (
+    parse_policy_spec,
+    shape_problems,
+    validate_policy,
+)
+from ticket_dispatcher.errors import InvalidInput
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "ops" / "examples" / "policies"
+FAMILIES = ("priority-assignee.json", "priority-l2.json", "severity-assignee.json")
+
+
+def example(name: str) -> dict:
+    return json.loads((EXAMPLES / name).read_text())
+
+
+def ordinary() -> dict:
+    return example("assign-tcid.json")
+
+
+def severity() -> dict:
+    return example("severity-assignee.json")
+
+
+def paths(problems) -> list[tuple[str, str]]:
+    return [(problem.path, problem.kind) for problem in problems]
+
+
+def page(**changes) -> dict:
+    config = {"attempt": 1, "ack_pending_statuses": ["Todo"], "ack_timeout": "5m",
+              "poll_interval": "5s"}
+    config.update(changes)
+    return {"type": "page_assignment", "page_assignment": config}
+
+
+def with_action(action: dict) -> dict:
+    """The ordinary policy with its first rule's action replaced."""
+    body = ordinary()
+    body["rules"][0]["then"] = [action]
+    return body
+
+
+def in_urgent_rule(action: dict) -> dict:
+    """The severity family with the urgent rule's actions replaced by one action."""
+    body = severity()
+    body["rules"][1]["then"] = [action]
+    return body
+
+
+# --- accepted -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [*FAMILIES, "assign-tcid.json"])
+def test_example_policies_are_valid_exactly_as_written(name):
+    assert validate_policy(example(name)) == []
+
+
+def test_the_severity_family_is_the_seed_template_verbatim():
+    body = severity()
+    assert body["trigger"] == {
+        "enable": True, "source_in": ["jira_assignment_assignee"],
+        "project_key_in": ["TCID", "ST", "APID", "JPID", "EMID", "NAID", "TCB"],
+        "issue_label_all": ["notify-assignee"]}
+    assert [a["type"] for a in body["rules"][1]["then"]] == [
+        "mark_assignment_message_urgent", "page_assignment", "page_assignment",
+        "page_assignment", "escalate_assignment_to_leader"]
+
+
+def test_priority_families_follow_the_replacement_table():
+    assignee, l2 = example("priority-assignee.json"), example("priority-l2.json")
+    for body, source, role, label, statuses in (
+        (assignee, "jira_assignment_assignee", "assignee", "notify-assignee",
+         ["Todo", "ESCALATE TO L3"]),
+        (l2, "jira_assignment_l2_assignee", "l2_assignee", "notify-l2-assignee", ["Todo"]),
+    ):
+        assert body["trigger"]["source_in"] == [source]
+        assert body["trigger"]["project_key_in"] == ["TCOC", "GTOC", "TCT"]
+        assert body["rules"][0]["then"][0]["send_assignment_notification"] == {
+            "role": role, "label": label}
+        assert body["rules"][1]["when"] == {
+            "field": "issue.priority", "operator": "in", "values": ["P0", "P1"]}
+        pages = [a for a in body["rules"][1]["then"] if a["type"] == "page_assignment"]
+        assert [p["page_assignment"]["ack_pending_statuses"] for p in pages] == [statuses] * 3
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"name": "minimal", "rules": [{"name": "r", "priority": 0, "when": {"always": True},
+                                        "then": [{"type": "assign", "assign": {
+                                            "receiver": {"type": "user", "user": "a@x.io"},
+                                            "strategy": "first"}}]}]},
+        with_action({"type": "assign_l2", "assign_l2": {
+            "receiver": {"type": "group", "group": "l2-sre"}, "strategy": "first"}}),
+        with_action({"type": "triage", "triage": {"labels_add": ["x"], "labels_remove": ["y"]}}),
+        with_action({"type": "triage", "triage": {"priority": "P2", "components": [],
+                                                  "fields": {"customfield_1": {"value": "a"}}}}),
+    ],
+)
+def test_ordinary_bodies_accepted(body):
+    assert validate_policy(body) == []
+
+
+def test_ordinary_policy_lists_ordinary_sources_freely():
+    body = ordinary()
+    body["trigger"]["source_in"] = ["jira", "manual", "jira_assignment"]
+    assert validate_policy(body) == []
+
+
+def test_equal_rule_priorities_are_fine_in_ordinary_policies():
+    body = ordinary()
+    body["rules"][1]["priority"] = body["rules"][0]["priority"]
+    assert validate_policy(body) == []
+
+
+def test_notification_actions_without_config_accept_absent_null_or_empty():
+    body = severity()
+    body["rules"][1]["then"][0] = {"type": "mark_assignment_message_urgent",
+                                   "mark_assignment_message_urgent": {}}
+    body["rules"][1]["then"][4] = {"type": "escalate_assignment_to_leader",
+                                   "escalate_assignment_to_leader": None}
+    assert validate_policy(body) == []
+
+
+def test_each_page_action_is_checked_on_its_own():
+    # N§5.4 stands over N§9/N§13.2: attempts need not be 1/2/3, ACK settings need not agree.
+    body = severity()
+    body["rules"][1]["then"] = [page(attempt=7), page(attempt=2, ack_pending_statuses=["A", "B"],
+                                                       ack_timeout="1m", poll_interval="1m")]
+    assert validate_policy(body) == []
+
+
+def test_urgent_rule_may_hold_any_notification_actions_in_any_order():
+    body = severity()
+    body["rules"][1]["then"] = [{"type": "escalate_assignment_to_leader"}, page()]
+    body["rules"][1]["transition"] = {"on_success": "continue"}
+    assert validate_policy(body) == []
+
+
+def test_notification_rule_order_comes_from_priority_not_list_position():
+    body = severity()
+    body["rules"].reverse()
+    assert validate_policy(body) == []
+
+
+# --- rejected: shapes and generic rules -----------------------------------------------------
+
+
+def mutate(change):
+    def build() -> dict:
+        body = ordinary()
+        change(body)
+        return body
+    return build
+
+
+def rule0(body: dict) -> dict:
+    return body["rules"][0]
+
+
+def action0(body: dict) -> dict:
+    return body["rules"][0]["then"][0]
+
+
+def assign0(body: dict) -> dict:
+    return body["rules"][0]["then"][0]["assign"]
+
+
+ORDINARY_REJECTIONS = [
+    (mutate(lambda b: b.pop("name")), "name", "shape"),
+    (mutate(lambda b: b.update(name=5)), "name", "shape"),
+    (mutate(lambda b: b.update(name="  ")), "name", "rule"),
+    (mutate(lambda b: b.update(description=["x"])), "description", "shape"),
+    (mutate(lambda b: b.update(urgent=["P0"])), "urgent", "shape"),
+    (mutate(lambda b: b.update(trigger=[])), "trigger", "shape"),
+    (mutate(lambda b: b["trigger"].update(enable="yes")), "trigger.enable", "shape"),
+    (mutate(lambda b: b["trigger"].update(source_in="jira")), "trigger.source_in", "shape"),
+    (mutate(lambda b: b["trigger"].update(project_key_in=[1])), "trigger.project_key_in", "shape"),
+    (mutate(lambda b: b["trigger"].update(issue_label_all=[""])),
+     "trigger.issue_label_all[0]", "rule"),
+    (mutate(lambda b: b["trigger"].update(label_any=["x"])), "trigger.label_any", "shape"),
+    (mutate(lambda b: b.pop("rules")), "rules", "shape"),
+    (mutate(lambda b: b.update(rules={})), "rules", "shape"),
+    (mutate(lambda b: b.update(rules=[])), "rules", "rule"),
+    (mutate(lambda b: b["rules"].append("rule")), "rules[2]", "shape"),
+    (mutate(lambda b: rule0(b).pop("name")), "rules[0].name", "shape"),
+    (mutate(lambda b: rule0(b).update(name="")), "rules[0].name", "rule"),
+    (mutate(lambda b: rule0(b).pop("priority")), "rules[0].priority", "shape"),
+    (mutate(lambda b: rule0(b).update(priority="10")), "rules[0].priority", "shape"),
+    (mutate(lambda b: rule0(b).update(priority=True)), "rules[0].priority", "shape"),
+    (mutate(lambda b: rule0(b).pop("when")), "rules[0].when", "shape"),
+    (mutate(lambda b: rule0(b).update(when={"always": False})), "rules[0].when.always", "rule"),
+    (mutate(lambda b: rule0(b)["when"]["all"][0].update(field="issue.team")),
+     "rules[0].when.all[0].field", "rule"),
+    (mutate(lambda b: rule0(b).pop("then")), "rules[0].then", "shape"),
+    (mutate(lambda b: rule0(b).update(then={})), "rules[0].then", "shape"),
+    (mutate(lambda b: rule0(b).update(then=[])), "rules[0].then", "rule"),
+    (mutate(lambda b: rule0(b).update(transition="terminate")), "rules[0].transition", "shape"),
+    (mutate(lambda b: rule0(b)["transition"].update(on_success="stop")),
+     "rules[0].transition.on_success", "shape"),
+    (mutate(lambda b: rule0(b)["transition"].update(on_failure="stop")),
+     "rules[0].transition.on_failure", "shape"),
+    (mutate(lambda b: rule0(b).update(enabled=True)), "rules[0].enabled", "shape"),
+    # actions
+    (lambda: with_action("assign"), "rules[0].then[0]", "shape"),
+    (lambda: with_action({"assign": {}}), "rules[0].then[0].type", "shape"),
+    (lambda: with_action({"type": 3}), "rules[0].then[0].type", "shape"),
+    (lambda: with_action({"type": "close"}), "rules[0].then[0].type", "rule"),
+    (lambda: with_action({"type": "assign"}), "rules[0].then[0].assign", "shape"),
+    (lambda: with_action({"type": "assign", "assign": []}), "rules[0].then[0].assign", "shape"),
+    (mutate(lambda b: action0(b).update(triage={})), "rules[0].then[0].triage", "shape"),
+    (mutate(lambda b: assign0(b).pop("strategy")), "rules[0].then[0].assign.strategy", "shape"),
+    (mutate(lambda b: assign0(b).update(strategy="random")),
+     "rules[0].then[0].assign.strategy", "rule"),
+    (mutate(lambda b: assign0(b).update(strategy=1)), "rules[0].then[0].assign.strategy", "shape"),
+    (mutate(lambda b: assign0(b).update(fallback="x")),
+     "rules[0].then[0].assign.fallback", "shape"),
+    (mutate(lambda b: assign0(b).pop("receiver")), "rules[0].then[0].assign.receiver", "shape"),
+    (mutate(lambda b: assign0(b).update(receiver={"type": "team", "team": "x"})),
+     "rules[0].then[0].assign.receiver.type", "rule"),
+    (mutate(lambda b: assign0(b).update(receiver={"oncall_team": "x"})),
+     "rules[0].then[0].assign.receiver.type", "shape"),
+    (mutate(lambda b: assign0(b).update(receiver={"type": "oncall_team"})),
+     "rules[0].then[0].assign.receiver.oncall_team", "shape"),
+    (mutate(lambda b: assign0(b).update(receiver={"type": "oncall_team", "oncall_team": ""})),
+     "rules[0].then[0].assign.receiver.oncall_team", "rule"),
+    (mutate(lambda b: assign0(b).update(receiver={"type": "group", "group": "g", "user": "a@b"})),
+     "rules[0].then[0].assign.receiver.user", "shape"),
+    (mutate(lambda b: assign0(b).update(receiver={"type": "user", "user": "alice"})),
+     "rules[0].then[0].assign.receiver.user", "rule"),
+    (mutate(lambda b: assign0(b).update(receiver={"type": "user", "user": ["a@b.c"]})),
+     "rules[0].then[0].assign.receiver.user", "shape"),
+    (mutate(lambda b: assign0(b).update(receiver={"type": "users", "users": []})),
+     "rules[0].then[0].assign.receiver.users", "rule"),
+    (mutate(lambda b: assign0(b).update(receiver={"type": "users", "users": ["a@b.c", "bob"]})),
+     "rules[0].then[0].assign.receiver.users[1]", "rule"),
+    (mutate(lambda b: assign0(b).update(receiver={"type": "users", "users": "a@b.c"})),
+     "rules[0].then[0].assign.receiver.users", "shape"),
+    (lambda: with_action({"type": "triage", "triage": {}}), "rules[0].then[0].triage", "rule"),
+    (lambda: with_action({"type": "triage", "triage": {"labels_add": ["a", "b"],
+                                                       "labels_remove": ["b"]}}),
+     "rules[0].then[0].triage.labels_remove", "rule"),
+    (lambda: with_action({"type": "triage", "triage": {"components": "db"}}),
+     "rules[0].then[0].triage.components", "shape"),
+    (lambda: with_action({"type": "triage", "triage": {"fields": []}}),
+     "rules[0].then[0].triage.fields", "shape"),
+    (lambda: with_action({"type": "triage", "triage": {"priority": ""}}),
+     "rules[0].then[0].triage.priority", "rule"),
+]
+
+
+def test_triage_with_only_unknown_keys_reports_both_facts():
+    body = with_action({"type": "triage", "triage": {"assignee": "a@b.c"}})
+    assert paths(validate_policy(body)) == [
+        ("rules[0].then[0].triage.assignee", "shape"), ("rules[0].then[0].triage", "rule")]
+
+
+@pytest.mark.parametrize(("build", "path", "kind"), ORDINARY_REJECTIONS)
+def test_ordinary_policy_rejection(build, path, kind):
+    assert paths(validate_policy(build())) == [(path, kind)]
+
+
+@pytest.mark.parametrize("raw", [None, [], "policy", 3])
+def test_body_must_be_an_object(raw):
+    assert paths(validate_policy(raw)) == [("", "shape")]
+
+
+@pytest.mark.parametrize(
+    "key", ["id", "family_id", "version", "status", "created_at", "updated_at", "activated_at"]
+)
+def test_server_assigned_policy_keys_are_rejected(key):
+    body = ordinary()
+    body[key] = "x"
+    problems = validate_policy(body)
+    assert paths(problems) == [(key, "shape")]
+    assert problems[0].message == "is assigned by the server"
+
+
+def test_server_assigned_rule_id_is_rejected():
+    body = ordinary()
+    body["rules"][1]["id"] = 11
+    problems = validate_policy(body)
+    assert paths(problems) == [("rules[1].id", "shape")]
+    assert problems[0].message == "is assigned by the server"
+
+
+# --- page_assignment (SPEC §4.4, N§5.4) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "kind"),
+    [
+        ({"attempt": 0}, "attempt", "rule"),
+        ({"attempt": -1}, "attempt", "rule"),
+        ({"attempt": True}, "attempt", "shape"),
+        ({"attempt": "1"}, "attempt", "shape"),
+        ({"ack_pending_statuses": []}, "ack_pending_statuses", "rule"),
+        ({"ack_pending_statuses": ["Todo", "Todo"]}, "ack_pending_statuses", "rule"),
+        ({"ack_pending_statuses": "Todo"}, "ack_pending_statuses", "shape"),
+        ({"ack_timeout": "5 minutes"}, "ack_timeout", "rule"),
+        ({"ack_timeout": "0s"}, "ack_timeout", "rule"),
+        ({"ack_timeout": 300}, "ack_timeout", "shape"),
+        ({"poll_interval": "0ms"}, "poll_interval", "rule"),
+        ({"poll_interval": "6m"}, "poll_interval", "rule"),
+    ],
+)
+def test_page_assignment_config_rejection(changes, key, kind):
+    problems = validate_policy(in_urgent_rule(page(**changes)))
+    assert paths(problems) == [(f"rules[1].then[0].page_assignment.{key}", kind)]
+
+
+def test_page_assignment_needs_every_key():
+    action = page()
+    del action["page_assignment"]["poll_interval"]
+    assert paths(validate_policy(in_urgent_rule(action))) == [
+        ("rules[1].then[0].page_assignment.poll_interval", "shape")]
+
+
+def test_poll_interval_may_equal_ack_timeout():
+    assert validate_policy(in_urgent_rule(page(ack_timeout="5s", poll_interval="5s"))) == []
+
+
+# --- keys N§5.4 forbids are unknown keys ----------------------------------------------------
+
+
+def test_terminal_statuses_is_rejected():
+    action = page()
+    action["page_assignment"]["terminal_statuses"] = ["Done"]
+    problems = validate_policy(in_urgent_rule(action))
+    assert paths(problems) == [("rules[1].then[0].page_assignment.terminal_statuses", "shape")]
+    assert problems[0].message == "unknown key"
+
+
+def test_max_hops_is_rejected():
+    action = {"type": "escalate_assignment_to_leader",
+              "escalate_assignment_to_leader": {"max_hops": 2}}
+    problems = validate_policy(in_urgent_rule(action))
+    assert paths(problems) == [
+        ("rules[1].then[0].escalate_assignment_to_leader.max_hops", "shape")]
+
+
+@pytest.mark.parametrize(
+    ("action", "path"),
+    [
+        ({"type": "mark_assignment_message_urgent", "urgent_values": ["S1"]},
+         "rules[1].then[0].urgent_values"),
+        ({"type": "mark_assignment_message_urgent",
+          "mark_assignment_message_urgent": {"urgent_priorities": ["P0", "P1"]}},
+         "rules[1].then[0].mark_assignment_message_urgent.urgent_priorities"),
+        ({**page(), "urgency": ["P0"]}, "rules[1].then[0].urgency"),
+    ],
+)
+def test_action_level_urgency_lists_are_rejected(action, path):
+    assert paths(validate_policy(in_urgent_rule(action))) == [(path, "shape")]
+
+
+def test_retry_labels_are_rejected():
+    body = severity()
+    body["rules"][0]["then"][0]["send_assignment_notification"]["retry_labels"] = [
+        "notify-assignee-once", "notify-assignee-twice"]
+    assert paths(validate_policy(body)) == [
+        ("rules[0].then[0].send_assignment_notification.retry_labels", "shape")]
+
+
+# --- assignment-notification families (SPEC §6, N§5.4) --------------------------------------
+
+
+def fam(change):
+    def build() -> dict:
+        body = severity()
+        change(body)
+        return body
+    return build
+
+
+def send_config(body: dict) -> dict:
+    return body["rules"][0]["then"][0]["send_assignment_notification"]
+
+
+MARK_URGENT = {"type": "mark_assignment_message_urgent"}
+SEND = {"type": "send_assignment_notification",
+        "send_assignment_notification": {"role": "assignee", "label": "notify-assignee"}}
+ASSIGN = {"type": "assign", "assign": {"receiver": {"type": "user", "user": "a@b.c"},
+                                       "strategy": "first"}}
+
+FAMILY_REJECTIONS = [
+    (fam(lambda b: b["trigger"].update(source_in=[])), ["trigger.source_in"]),
+    (fam(lambda b: b["trigger"].pop("source_in")), ["trigger.source_in"]),
+    (fam(lambda b: b["trigger"].update(source_in=["jira_assignment_assignee", "jira"])),
+     ["trigger.source_in"]),
+    (fam(lambda b: b["trigger"].update(
+        source_in=["jira_assignment_assignee", "jira_assignment_l2_assignee"])),
+     ["trigger.source_in"]),
+    (fam(lambda b: b["trigger"].update(source_in=["jira"])), ["trigger.source_in"]),
+    # the role triple: source, role and label must belong together
+    (fam(lambda b: b["trigger"].update(source_in=["jira_assignment_l2_assignee"])),
+     ["trigger.issue_label_all", "trigger.issue_label_all",
+      "rules[0].then[0].send_assignment_notification.role",
+      "rules[0].then[0].send_assignment_notification.label"]),
+    (fam(lambda b: send_config(b).update(role="l2_assignee")),
+     ["rules[0].then[0].send_assignment_notification.role"]),
+    (fam(lambda b: send_config(b).update(label="notify-l2-assignee")),
+     ["rules[0].then[0].send_assignment_notification.label"]),
+    (fam(lambda b: b["trigger"].update(issue_label_all=[])), ["trigger.issue_label_all"]),
+    (fam(lambda b: b["trigger"].update(issue_label_all=["notify-assignee", "notify-l2-assignee"])),
+     ["trigger.issue_label_all"]),
+    (fam(lambda b: b["trigger"].update(project_key_in=[])), ["trigger.project_key_in"]),
+    (fam(lambda b: b["trigger"].pop("project_key_in")), ["trigger.project_key_in"]),
+    # exactly two rules, in a fixed order
+    (fam(lambda b: b["rules"].pop()), ["rules"]),
+    (fam(lambda b: b["rules"].append({**b["rules"][1], "priority": 30})), ["rules"]),
+    (fam(lambda b: b["rules"][1].update(priority=10)), ["rules[1].priority"]),
+    # rule 1
+    (fam(lambda b: b["rules"][0].update(when={"not": {"always": True}})), ["rules[0].when"]),
+    (fam(lambda b: b["rules"][0]["then"].append(MARK_URGENT)), ["rules[0].then"]),
+    (fam(lambda b: b["rules"][0].update(then=[MARK_URGENT])), ["rules[0].then"]),
+    (fam(lambda b: b["rules"][0].update(transition={"on_success": "terminate"})),
+     ["rules[0].transition.on_success"]),
+    (fam(lambda b: b["rules"][0].pop("transition")), ["rules[0].transition.on_success"]),
+    # rule 2
+    (fam(lambda b: b["rules"][1]["when"].update(operator="eq", value="S1", values=None)
+         or b["rules"][1]["when"].pop("values")), ["rules[1].when"]),
+    (fam(lambda b: b["rules"][1]["when"].update(field="issue.status")), ["rules[1].when"]),
+    (fam(lambda b: b["rules"][1]["when"].update(values=[])), ["rules[1].when.values"]),
+    (fam(lambda b: b["rules"][1].update(when={"all": [b["rules"][1]["when"]]})),
+     ["rules[1].when"]),
+    (fam(lambda b: b["rules"][1].update(when={"always": True})), ["rules[1].when"]),
+    (fam(lambda b: b["rules"][1]["then"].append(SEND)), ["rules[1].then[5].type"]),
+    # ordinary actions stay out of notification policies
+    (fam(lambda b: b["rules"][1]["then"].insert(0, ASSIGN)), ["rules[1].then[0].type"]),
+    (fam(lambda b: b["rules"][0]["then"].append(ASSIGN)),
+     ["rules[0].then[1].type", "rules[0].then"]),
+]
+
+
+@pytest.mark.parametrize(("build", "expected"), FAMILY_REJECTIONS)
+def test_notification_family_rejection(build, expected):
+    problems = validate_policy(build())
+    assert [p.path for p in problems] == expected, problems
+    assert {p.kind for p in problems} == {"rule"}
+
+
+def test_urgent_rule_running_first_is_rejected():
+    body = severity()
+    body["rules"][1]["priority"] = 5  # the urgent rule would now run before the card
+    assert [p.path for p in validate_policy(body)] == [
+        "rules[1].when", "rules[1].then", "rules[1].transition.on_success", "rules[0].when",
+        "rules[0].then[0].type"]
+
+
+def test_notification_action_in_ordinary_policy_is_rejected():
+    body = ordinary()
+    body["rules"][1]["then"].append(page())
+    problems = validate_policy(body)
+    assert paths(problems) == [("rules[1].then[1].type", "rule")]
+    assert "reserved source" in problems[0].message
+
+
+def test_notification_only_policy_without_reserved_source_gets_the_family_checks():
+    body = severity()
+    body["trigger"]["source_in"] = []
+    body["rules"][0]["transition"]["on_success"] = "terminate"
+    assert [p.path for p in validate_policy(body)] == [
+        "trigger.source_in", "rules[0].transition.on_success"]
+
+
+def test_reserved_source_in_ordinary_policy_is_rejected():
+    body = ordinary()
+    body["trigger"]["source_in"] = ["jira", "jira_assignment_l2_assignee"]
+    problems = validate_policy(body)
+    assert paths(problems) == [("trigger.source_in[1]", "rule")]
+    assert "assignment-notification" in problems[0].message
+
+
+# --- every problem at once ------------------------------------------------------------------
+
+
+def test_all_problems_are_returned_at_once_with_paths():
+    body = ordinary()
+    body["id"] = 3  # 1: server-assigned
+    body["trigger"]["enable"] = "yes"  # 2: wrong type
+    body["rules"][0]["when"]["all"][1]["time_window"]["timezone"] = "Asia/Nowhere"  # 3
+    body["rules"][1]["then"][0]["assign"]["strategy"] = "random"  # 4
+    body["rules"][1]["transition"]["on_success"] = "stop"  # 5
+    assert paths(validate_policy(body)) == [
+        ("id", "shape"),
+        ("trigger.enable", "shape"),
+        ("rules[0].when.all[1].time_window.timezone", "rule"),
+        ("rules[1].then[0].assign.strategy", "rule"),
+        ("rules[1].transition.on_success", "shape"),
+    ]
+
+
+def test_shape_problems_keeps_only_shape_problems():
+    body = ordinary()
+    body["rules"][0]["name"] = ""  # rule
+    body["rules"][0]["colour"] = "red"  # shape
+    assert paths(validate_policy(body)) == [("rules[0].colour", "shape"), ("rules[0].name", "rule")]
+    assert paths(shape_problems(body)) == [("rules[0].colour", "shape")]
+
+
+# --- parse_policy_spec ----------------------------------------------------------------------
+
+
+def test_parse_policy_spec_builds_the_typed_spec():
+    spec = parse_policy_spec(severity())
+    assert spec.name == "Assignment Notification - Severity Assignee"
+    assert spec.trigger.source_in == ("jira_assignment_assignee",)
+    assert [r.on_success for r in spec.rules] == [OnSuccess.CONTINUE, OnSuccess.TERMINATE]
+    assert spec.rules[1].when["field"] == "issue.custom_fields.severity"
+
+
+def test_parse_policy_spec_defaults_transition_to_terminate():
+    body = ordinary()
+    del body["rules"][0]["transition"]
+    assert parse_policy_spec(body).rules[0].on_success == OnSuccess.TERMINATE
+
+
+def test_parse_policy_spec_accepts_a_draft_with_rule_problems():
+    body = ordinary()
+    body["rules"][0]["then"][0]["assign"]["strategy"] = "random"
+    assert parse_policy_spec(body).rules[0].then[0]["assign"]["strategy"] == "random"
+
+
+def test_parse_policy_spec_refuses_shape_problems():
+    body = ordinary()
+    body["status"] = "active"
+    with pytest.raises(InvalidInput) as caught:
+        parse_policy_spec(body)
+    assert caught.value.message == "policy body is malformed"
+    assert paths(caught.value.problems) == [("status", "shape")]

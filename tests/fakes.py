@@ -1,0 +1,101 @@
+"""Plain fakes for the ports: test-only actions and an in-memory checkpoint store."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+
+from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
+from ticket_dispatcher.domain.execution import Execution, FailureCode, RuleExecution
+from ticket_dispatcher.domain.model import Issue
+
+
+def issue(**overrides) -> Issue:
+    values = dict(key="TCID-1", project_key="TCID", summary="Payment page is down",
+                  priority="P1", status="Todo", labels=("auto-dispatch",),
+                  components=("payments",),
+                  created_at=datetime(2026, 11, 30, 0, 0, tzinfo=UTC))
+    values.update(overrides)
+    return Issue(**values)
+
+
+class RecordingAction:
+    """A test-only action type: records each plan and execute, then answers ``result``."""
+
+    def __init__(self, type_: str = "test_noop", result: str = "continue",
+                 fail_in: str = "", park_for: float = 0, crash_in: str = ""):
+        self.type = type_
+        self.result = result
+        self.fail_in = fail_in
+        self.park_for = park_for
+        self.crash_in = crash_in
+        self.calls: list[tuple[str, int]] = []
+
+    def build_context(self, issue, dispatch_context, config) -> dict:
+        return {"issue_key": issue.key}
+
+    def plan(self, run: ActionRun) -> None:
+        self.calls.append(("plan", run.execution.id))
+        run.context["planned"] = True
+        if self.crash_in == "plan":
+            raise RuntimeError("boom in plan")
+        if self.fail_in == "plan":
+            raise ActionError("nobody to assign", FailureCode.NO_CANDIDATES)
+
+    def execute(self, run: ActionRun) -> ActionResult:
+        self.calls.append(("execute", run.execution.id))
+        if self.crash_in == "execute":
+            raise RuntimeError("boom in execute")
+        if self.fail_in == "execute":
+            raise ActionError("jira said no")
+        if self.park_for:
+            deadline = run.context.get("deadline")
+            if deadline is None:
+                deadline = (run.now + timedelta(seconds=self.park_for)).isoformat()
+                run.context["deadline"] = deadline
+            if run.now < datetime.fromisoformat(deadline):
+                return ActionResult.park(datetime.fromisoformat(deadline))
+        run.context["executed"] = True
+        return {"continue": ActionResult.proceed(),
+                "terminate": ActionResult.terminate()}[self.result]
+
+
+class MemoryCheckpoints:
+    """Keeps every saved state, so tests can assert what was persisted and when."""
+
+    def __init__(self):
+        self.saved: list[Execution] = []
+
+    def save(self, execution: Execution, rules: list[RuleExecution]) -> None:
+        self.saved.append(copy.deepcopy(execution))
+
+    @property
+    def last(self) -> Execution:
+        return self.saved[-1]
+
+
+class FakeJira:
+    """The Jira port in memory: issues by key, scripted failures, a count of loads."""
+
+    def __init__(self, *issues: Issue):
+        self.issues: dict[str, Issue] = {i.key: i for i in issues}
+        self.failures: dict[str, int] = {}  # key -> how many loads still fail
+        self.loads: list[str] = []
+
+    def put(self, the_issue: Issue) -> Issue:
+        self.issues[the_issue.key] = the_issue
+        return the_issue
+
+    def fail_next(self, key: str, times: int = 1) -> None:
+        self.failures[key] = times
+
+    def load_issue(self, key: str) -> Issue:
+        from ticket_dispatcher.errors import IntegrationError
+
+        self.loads.append(key)
+        if self.failures.get(key, 0) > 0:
+            self.failures[key] -= 1
+            raise IntegrationError(f"jira answered 503 for {key}", status=503, service="jira")
+        if key not in self.issues:
+            raise IntegrationError(f"issue {key} does not exist", status=404, service="jira")
+        return self.issues[key]

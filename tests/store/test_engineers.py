@@ -1,0 +1,155 @@
+"""Engineer repository (SPEC §4.8, M§7): put semantics and single-statement dispatch state."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ticket_dispatcher.errors import NotFound
+
+T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
+
+
+def test_put_creates_with_lower_cased_email_and_empty_defaults(store):
+    engineer, created = store.engineers.put("Alice@Example.COM", dispatch_enabled=True, now=T0)
+
+    assert created is True
+    assert engineer == store.engineers.get("alice@example.com")
+    assert (engineer.email, engineer.display_name, engineer.jira_account_id) == (
+        "alice@example.com", "", "")
+    assert engineer.last_dispatched_at is None and engineer.created_at == T0
+
+
+def test_put_update_keeps_values_given_as_none(store):
+    store.engineers.put("a@x.com", dispatch_enabled=True, display_name="Alice",
+                        jira_account_id="acc-1", now=T0)
+
+    engineer, created = store.engineers.put("A@X.com", dispatch_enabled=False,
+                                            now=T0 + timedelta(1))
+    renamed, _ = store.engineers.put("a@x.com", dispatch_enabled=False, display_name="Al",
+                                     jira_account_id="", now=T0)
+
+    assert created is False
+    assert (engineer.display_name, engineer.jira_account_id, engineer.dispatch_enabled) == (
+        "Alice", "acc-1", False)
+    assert engineer.created_at == T0 and engineer.updated_at == T0 + timedelta(1)
+    assert (renamed.display_name, renamed.jira_account_id) == ("Al", "")
+    assert store.engineers.get("a@x.com") == renamed
+
+
+def test_delete_removes_and_missing_is_not_found(store):
+    store.engineers.put("a@x.com", dispatch_enabled=True, now=T0)
+
+    store.engineers.delete("A@x.com")
+
+    with pytest.raises(NotFound):
+        store.engineers.get("a@x.com")
+    with pytest.raises(NotFound, match="engineer a@x.com not found"):
+        store.engineers.delete("a@x.com")
+
+
+def test_list_filters_by_switch_and_emails_and_pages_by_email(store):
+    for email, enabled in [("c@x.com", True), ("a@x.com", False), ("b@x.com", True)]:
+        store.engineers.put(email, dispatch_enabled=enabled, now=T0)
+
+    everything, total = store.engineers.list()
+    enabled, _ = store.engineers.list(dispatch_enabled=True)
+    chosen, chosen_total = store.engineers.list(email_in=["C@x.com", "a@x.com", "zz@x.com"])
+    page, page_total = store.engineers.list(limit=1, offset=1)
+
+    assert ([e.email for e in everything], total) == (["a@x.com", "b@x.com", "c@x.com"], 3)
+    assert [e.email for e in enabled] == ["b@x.com", "c@x.com"]
+    assert ([e.email for e in chosen], chosen_total) == (["a@x.com", "c@x.com"], 2)
+    assert ([e.email for e in page], page_total) == (["b@x.com"], 3)
+    assert store.engineers.list(email_in=[]) == ([], 0)
+
+
+def test_enabled_by_email_returns_only_dispatch_enabled_engineers_in_one_query(
+    store, query_counter
+):
+    store.engineers.put("a@x.com", dispatch_enabled=True, now=T0)
+    store.engineers.put("b@x.com", dispatch_enabled=False, now=T0)
+
+    with query_counter() as queries:
+        found = store.engineers.enabled_by_email(["B@x.com", "A@x.com", "nobody@x.com"])
+
+    assert [e.email for e in found] == ["a@x.com"]
+    assert queries.count == 1
+    assert store.engineers.enabled_by_email([]) == []
+
+
+def test_dispatch_state_is_one_update_statement(store, query_counter):
+    store.engineers.put("a@x.com", dispatch_enabled=True, display_name="Alice", now=T0)
+    dispatched = T0 + timedelta(minutes=5)
+
+    with query_counter() as queries:
+        updated = store.engineers.update_dispatch_state(
+            "A@x.com", dispatched_at=dispatched, issue_key="TCID-1", now=dispatched)
+
+    assert updated is True
+    assert len(queries.statements) == 1 and queries.statements[0].startswith("UPDATE")
+    engineer = store.engineers.get("a@x.com")
+    assert (engineer.last_dispatched_at, engineer.last_dispatched_issue) == (dispatched, "TCID-1")
+    assert engineer.display_name == "Alice"
+
+
+def test_dispatch_state_of_a_missing_engineer_reports_false(store):
+    assert store.engineers.update_dispatch_state(
+        "ghost@x.com", dispatched_at=T0, issue_key="TCID-1", now=T0) is False
+    assert store.engineers.set_jira_account_id("ghost@x.com", "acc", T0) is False
+
+
+def test_jira_account_cache_is_one_update_of_its_column(store, query_counter):
+    store.engineers.put("a@x.com", dispatch_enabled=True, display_name="Alice", now=T0)
+
+    with query_counter() as queries:
+        assert store.engineers.set_jira_account_id("a@x.com", "acc-9", T0) is True
+
+    assert queries.count == 1
+    engineer = store.engineers.get("a@x.com")
+    assert (engineer.jira_account_id, engineer.display_name) == ("acc-9", "Alice")
+
+
+def test_concurrent_writers_of_different_columns_lose_nothing(store):
+    store.engineers.put("a@x.com", dispatch_enabled=True, now=T0)
+    rounds = 15
+    barrier = threading.Barrier(3)
+    errors = []
+
+    def dispatch():
+        for i in range(rounds):
+            store.engineers.update_dispatch_state(
+                "a@x.com", dispatched_at=T0 + timedelta(minutes=i), issue_key=f"TCID-{i}",
+                now=T0)
+
+    def cache_account():
+        for i in range(rounds):
+            store.engineers.set_jira_account_id("a@x.com", f"acc-{i}", T0)
+
+    def rename():
+        for i in range(rounds):
+            store.engineers.put("a@x.com", dispatch_enabled=True, display_name=f"Alice {i}",
+                                now=T0)
+
+    def run(work):
+        barrier.wait()
+        try:
+            work()
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in (dispatch, cache_account, rename)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    last = rounds - 1
+    engineer = store.engineers.get("a@x.com")
+    assert errors == []
+    assert engineer.last_dispatched_issue == f"TCID-{last}"
+    assert engineer.last_dispatched_at == T0 + timedelta(minutes=last)
+    assert engineer.jira_account_id == f"acc-{last}"
+    assert engineer.display_name == f"Alice {last}"

@@ -1,0 +1,435 @@
+"""The ``ticket-dispatcher`` command line (SPEC §13): exit codes, output, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.factories import EXAMPLES, policy_body
+from ticket_dispatcher import __version__
+from ticket_dispatcher.cli import main
+from ticket_dispatcher.config import Config
+from ticket_dispatcher.domain.model import Issue
+from ticket_dispatcher.errors import ConfigError
+
+SECRET = "jira-api-token-never-printed"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch):
+    """Only the test's own settings: a developer's TICKET_DISPATCHER_* must not leak in."""
+    for name in list(os.environ):
+        if name.startswith("TICKET_DISPATCHER_") and not name.startswith("TICKET_DISPATCHER_TEST_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def write_json(tmp_path):
+    def write(name: str, value) -> str:
+        path = tmp_path / name
+        path.write_text(value if isinstance(value, str) else json.dumps(value))
+        return str(path)
+
+    return write
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(err: str) -> None:
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def jira_issue(priority: str = "P1") -> dict:
+    """A ``GET /rest/api/2/issue/{key}`` answer (SPEC §11)."""
+    return {
+        "key": "TCID-12345",
+        "fields": {
+            "summary": "database is down",
+            "project": {"key": "TCID"},
+            "environment": None,
+            "reporter": {"accountId": "r-1", "accountType": "atlassian",
+                         "emailAddress": "Reporter@Example.com", "displayName": "R",
+                         "active": True},
+            "assignee": None,
+            "created": "2021-01-17T12:34:00.000+0000",
+            "components": [{"name": "db"}],
+            "labels": ["auto-dispatch"],
+            "priority": {"name": priority},
+            "status": {"name": "Open"},
+            "customfield_10053": None,
+            "customfield_10076": {"value": "S1"},
+        },
+    }
+
+
+def snapshot_issue(priority: str = "P3") -> dict:
+    """The issue snapshot of SPEC §4.1."""
+    return Issue(
+        key="TCID-7", project_key="TCID", priority=priority, status="Open",
+        created_at=datetime(2026, 11, 30, tzinfo=UTC),
+    ).to_json()
+
+
+# --- version and config ------------------------------------------------------------------------
+
+
+def test_version_prints_the_package_version(capsys):
+    assert run(capsys, "version") == (0, f"ticket-dispatcher {__version__}\n", "")
+
+
+def test_config_show_prints_the_effective_configuration_masked(capsys, tmp_path, monkeypatch):
+    path = tmp_path / "td.toml"
+    path.write_text(f'[jira]\napi_token = "{SECRET}"\n[http]\nport = 9000\n')
+    monkeypatch.setenv("TICKET_DISPATCHER_AUTH_API_KEYS", f"jira:automation:{SECRET}-key")
+
+    code, out, err = run(capsys, "config", "show", "--config", str(path))
+
+    assert (code, err) == (0, "")
+    shown = json.loads(out)
+    assert SECRET not in out
+    assert shown["http"]["port"] == 9000
+    assert shown["jira"]["api_token"] == "***"
+    assert shown["auth"]["api_keys"] == [
+        {"name": "jira", "role": "automation", "key_sha256": "***"}
+    ]
+    assert shown["trigger_defer_interval"] == "5s"
+
+
+def test_config_option_may_come_before_the_command(capsys, tmp_path):
+    path = tmp_path / "td.toml"
+    path.write_text("execution_slots = 2\n")
+
+    code, out, _ = run(capsys, "--config", str(path), "config", "show")
+
+    assert (code, json.loads(out)["execution_slots"]) == (0, 2)
+
+
+def test_config_path_from_the_environment(capsys, tmp_path, monkeypatch):
+    path = tmp_path / "td.toml"
+    path.write_text("execution_slots = 3\n")
+    monkeypatch.setenv("TICKET_DISPATCHER_CONFIG", str(path))
+
+    code, out, _ = run(capsys, "config", "show")
+
+    assert (code, json.loads(out)["execution_slots"]) == (0, 3)
+
+
+def test_bad_configuration_is_one_line_naming_the_key(capsys, monkeypatch):
+    monkeypatch.setenv("TICKET_DISPATCHER_HTTP_PORT", "abc")
+    monkeypatch.setenv("TICKET_DISPATCHER_JIRA_API_TOKEN", SECRET)
+
+    code, out, err = run(capsys, "config", "show")
+
+    assert (code, out) == (2, "")
+    assert_one_line_error(err)
+    assert "TICKET_DISPATCHER_HTTP_PORT: expected an integer between 1 and 65535" in err
+    assert SECRET not in err
+
+
+def test_missing_config_file_is_a_usage_error(capsys, tmp_path):
+    code, _, err = run(capsys, "config", "show", "--config", str(tmp_path / "absent.toml"))
+
+    assert code == 2
+    assert_one_line_error(err)
+    assert "absent.toml" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["frobnicate"], ["serve", "--port", "70000"], ["policy", "test", "p.json"], ["config", "x"]],
+)
+def test_bad_arguments_are_one_line_and_exit_2(capsys, argv):
+    code, out, err = run(capsys, *argv)
+
+    assert (code, out) == (2, "")
+    assert_one_line_error(err)
+
+
+def test_group_without_a_subcommand_shows_its_help_and_exits_2(capsys):
+    code, _, err = run(capsys, "policy")
+
+    assert code == 2
+    assert "validate" in err and "test" in err
+
+
+# --- policy validate ---------------------------------------------------------------------------
+
+
+def test_policy_validate_accepts_a_valid_policy(capsys, write_json):
+    assert run(capsys, "policy", "validate", write_json("p.json", policy_body())) == (
+        0, "valid\n", ""
+    )
+
+
+@pytest.mark.parametrize("name", ["assign-tcid", "severity-assignee", "priority-l2"])
+def test_policy_validate_accepts_the_shipped_examples(capsys, name):
+    code, out, _ = run(capsys, "policy", "validate", str(EXAMPLES / "policies" / f"{name}.json"))
+
+    assert (code, out) == (0, "valid\n")
+
+
+def test_policy_validate_prints_every_problem_with_its_path(capsys, write_json):
+    body = policy_body()
+    body["rules"][0]["when"] = {"field": "issue.priority", "operator": "regex", "value": "("}
+    body["rules"][0]["then"][0]["assign"]["strategy"] = "random"
+
+    code, out, err = run(capsys, "policy", "validate", write_json("p.json", body))
+
+    assert code == 1
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert any(line.startswith("rules[0].when.value: ") for line in lines)
+    assert any(line.startswith("rules[0].then[0].assign.strategy: ") for line in lines)
+    assert "2 problems" in err
+
+
+@pytest.mark.parametrize("content", [None, "{not json", "\udcff"])
+def test_policy_validate_unreadable_file_exits_2(capsys, tmp_path, content):
+    path = tmp_path / "p.json"
+    if content == "\udcff":
+        path.write_bytes(b"\xff\xfe{")
+    elif content is not None:
+        path.write_text(content)
+
+    code, out, err = run(capsys, "policy", "validate", str(path))
+
+    assert (code, out) == (2, "")
+    assert_one_line_error(err)
+    assert "p.json" in err
+
+
+# --- policy test -------------------------------------------------------------------------------
+
+ASSIGN_TCID = str(EXAMPLES / "policies" / "assign-tcid.json")
+TUESDAY_11_SHANGHAI = "2026-12-01T03:00:00Z"
+TUESDAY_21_SHANGHAI = "2026-12-01T13:00:00Z"
+
+
+def test_policy_test_explains_rules_for_a_jira_issue(capsys, write_json):
+    issue = write_json("issue.json", jira_issue("P1"))
+
+    code, out, err = run(
+        capsys, "policy", "test", ASSIGN_TCID, "--issue", issue, "--now", TUESDAY_11_SHANGHAI
+    )
+
+    assert (code, err) == (0, "")
+    assert "TCID-12345" in out
+    assert "rule 'business hours' (priority 10): matched" in out
+    assert '"oncall_team": "sre"' in out  # the action that would run
+    assert "rule 'everything else' (priority 20): not_evaluated" in out
+    assert "alice@example.com" not in out  # that rule's action would not run
+
+
+def test_policy_test_reads_a_snapshot_and_prints_json(capsys, write_json):
+    issue = write_json("issue.json", snapshot_issue("P1"))
+
+    code, out, _ = run(
+        capsys, "policy", "test", ASSIGN_TCID, "--issue", issue,
+        "--now", TUESDAY_21_SHANGHAI, "--json",
+    )
+
+    report = json.loads(out)
+    assert code == 0
+    assert (report["issue_key"], report["now"]) == ("TCID-7", "2026-12-01T13:00:00.000Z")
+    assert [(r["name"], r["outcome"]) for r in report["rules"]] == [
+        ("business hours", "not_matched"),  # 21:00 in Shanghai is outside the window
+        ("everything else", "matched"),
+    ]
+    assert report["rules"][0]["reason"]
+    assert report["rules"][1]["actions"][0]["type"] == "assign"
+    assert report["warnings"] == []
+
+
+def test_policy_test_uses_the_configured_severity_field(capsys, write_json, tmp_path):
+    raw = jira_issue()
+    raw["fields"]["customfield_20000"] = raw["fields"].pop("customfield_10076")
+    config = tmp_path / "td.toml"
+    config.write_text('[jira]\nseverity_field_id = "customfield_20000"\n')
+    policy = policy_body()
+    policy["rules"][0]["when"] = {
+        "field": "issue.custom_fields.severity", "operator": "eq", "value": "S1"
+    }
+
+    code, out, _ = run(
+        capsys, "policy", "test", write_json("p.json", policy),
+        "--issue", write_json("issue.json", raw), "--config", str(config), "--json",
+    )
+
+    assert code == 0
+    assert json.loads(out)["rules"][0]["outcome"] == "matched"
+
+
+def test_policy_test_reports_validation_problems_as_warnings(capsys, write_json):
+    policy = policy_body()
+    policy["rules"][0]["then"][0]["assign"]["strategy"] = "random"
+
+    code, out, _ = run(
+        capsys, "policy", "test", write_json("p.json", policy),
+        "--issue", write_json("issue.json", snapshot_issue("P0")), "--now", TUESDAY_11_SHANGHAI,
+    )
+
+    assert code == 0
+    assert "warnings" in out
+    assert "rules[0].then[0].assign.strategy" in out
+    assert "rule 'urgent' (priority 10): matched" in out
+
+
+def test_policy_test_with_a_malformed_policy_exits_1(capsys, write_json):
+    code, out, err = run(
+        capsys, "policy", "test", write_json("p.json", {"name": 3, "rules": []}),
+        "--issue", write_json("issue.json", snapshot_issue()),
+    )
+
+    assert code == 1
+    assert "name: " in out
+    assert_one_line_error(err)
+
+
+@pytest.mark.parametrize("now", ["yesterday", "2026-12-01T03:00:00"])
+def test_policy_test_bad_now_exits_2(capsys, write_json, now):
+    code, out, err = run(
+        capsys, "policy", "test", ASSIGN_TCID,
+        "--issue", write_json("issue.json", snapshot_issue()), "--now", now,
+    )
+
+    assert (code, out) == (2, "")
+    assert_one_line_error(err)
+    assert "--now" in err
+
+
+@pytest.mark.parametrize("issue", [{"fields": {}}, [], {"key": "X-1"}, "not json"])
+def test_policy_test_bad_issue_file_exits_2(capsys, write_json, issue):
+    code, out, err = run(
+        capsys, "policy", "test", ASSIGN_TCID, "--issue", write_json("issue.json", issue)
+    )
+
+    assert (code, out) == (2, "")
+    assert_one_line_error(err)
+    assert "issue.json" in err
+
+
+def test_policy_test_defaults_now_to_the_current_time(capsys, write_json):
+    before = datetime.now(UTC)
+
+    code, out, _ = run(
+        capsys, "policy", "test", ASSIGN_TCID,
+        "--issue", write_json("issue.json", snapshot_issue()), "--json",
+    )
+
+    now = datetime.fromisoformat(json.loads(out)["now"])
+    assert code == 0
+    assert (now - before).total_seconds() > -1 and (now - before).total_seconds() < 60
+
+
+# --- serve and migrate -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_server(monkeypatch):
+    """Stands in for ``ticket_dispatcher.http.server``: records the call instead of serving."""
+    calls: list[tuple[Config, dict]] = []
+    module = types.ModuleType("ticket_dispatcher.http.server")
+
+    def serve(config, **options):
+        calls.append((config, options))
+        if module.error is not None:
+            raise module.error
+        return 0
+
+    module.serve = serve
+    module.error = None
+    monkeypatch.setitem(sys.modules, "ticket_dispatcher.http.server", module)
+    module.calls = calls
+    return module
+
+
+def test_serve_passes_the_configuration_and_options(capsys, fake_server, monkeypatch):
+    monkeypatch.setenv("TICKET_DISPATCHER_EXECUTION_SLOTS", "4")
+
+    code = main(["serve", "--host", "0.0.0.0", "--port", "9999", "--sandbox"])
+
+    ((config, options),) = fake_server.calls
+    assert code == 0
+    assert config.execution_slots == 4
+    assert options == {
+        "host": "0.0.0.0", "port": 9999, "sandbox": True, "insecure_no_auth": False
+    }
+
+
+def test_serve_defaults_leave_host_and_port_to_the_configuration(capsys, fake_server):
+    assert main(["serve", "--insecure-no-auth"]) == 0
+
+    ((_, options),) = fake_server.calls
+    assert options == {"host": None, "port": None, "sandbox": False, "insecure_no_auth": True}
+
+
+def test_serve_refusing_to_start_is_one_line_not_a_traceback(capsys, fake_server):
+    fake_server.error = ConfigError("no API keys are configured; refusing to start")
+
+    code, _, err = run(capsys, "serve")
+
+    assert code == 2
+    assert_one_line_error(err)
+    assert "no API keys are configured" in err
+
+
+def test_migrate_applies_then_reports_up_to_date(capsys, tmp_path, monkeypatch):
+    from ticket_dispatcher.store.migrations import latest_version
+
+    monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", f"sqlite:///{tmp_path / 'td.db'}")
+    latest = latest_version()
+
+    first = run(capsys, "migrate")
+    second = run(capsys, "migrate")
+
+    assert first[0] == 0
+    assert first[1].startswith(f"schema at version {latest}, applied [1")
+    assert second == (0, f"schema up to date at version {latest}\n", "")
+
+
+# --- the module entry point --------------------------------------------------------------------
+
+
+def test_python_dash_m_runs_the_cli():
+    result = subprocess.run(
+        [sys.executable, "-m", "ticket_dispatcher", "version"],
+        capture_output=True, text=True, cwd=ROOT, timeout=30, check=False,
+    )
+
+    assert (result.returncode, result.stdout) == (0, f"ticket-dispatcher {__version__}\n")
+
+
+def test_sqlite_database_in_a_missing_directory_is_a_config_error(capsys, monkeypatch):
+    monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", "sqlite:////nonexistent-dir/td.db")
+
+    code, out, err = run(capsys, "migrate")
+
+    assert (code, out) == (2, "")
+    assert_one_line_error(err)
+    assert "database_url" in err and "does not exist" in err
+
+
+def test_unreachable_postgres_is_one_line_without_the_password(capsys, monkeypatch):
+    pytest.importorskip("psycopg2")
+    url = f"postgresql://dispatcher:{SECRET}@127.0.0.1:1/td?connect_timeout=1"
+    monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", url)
+
+    code, out, err = run(capsys, "migrate")
+
+    assert (code, out) == (1, "")
+    assert_one_line_error(err)
+    assert "postgresql://dispatcher:***@127.0.0.1:1/td" in err
+    assert SECRET not in err

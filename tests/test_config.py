@@ -1,0 +1,482 @@
+"""Configuration file, environment overrides, API keys and roles (SPEC §10, §13)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+
+import pytest
+
+from ticket_dispatcher.config import (
+    ApiKey,
+    AuthConfig,
+    Config,
+    Role,
+    allowed,
+    authenticate,
+    format_duration,
+    load_config,
+    masked,
+    role_allows,
+)
+from ticket_dispatcher.errors import ConfigError
+
+SECRET = "s3cr3t-value-never-shown"
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def write_toml(tmp_path):
+    def write(text: str) -> str:
+        path = tmp_path / "ticket-dispatcher.toml"
+        path.write_text(text)
+        return str(path)
+
+    return write
+
+
+def config_error(path: str | None = None, environ: dict | None = None) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ=environ or {})
+    return caught.value.message
+
+
+# --- defaults and the file ---------------------------------------------------------------------
+
+
+def test_defaults_without_file_or_environment():
+    config = load_config(None, environ={})
+
+    assert config == Config()
+    assert config.database_url == "sqlite:///ticket-dispatcher.db"
+    assert config.execution_slots == 10
+    assert config.trigger_actors == 4
+    assert config.client_pool_size == 4
+    assert config.trigger_defer_interval == timedelta(seconds=5)
+    assert config.trigger_poll_interval == timedelta(seconds=5)
+    assert config.execution_load_retries == 5
+    assert config.actor_restarts == 3
+    assert (config.http.host, config.http.port, config.http.threads) == ("127.0.0.1", 8080, 8)
+    assert config.http.max_body_bytes == 1_048_576
+    assert (config.http.trigger_rate, config.http.trigger_burst) == (20.0, 100)
+    assert config.auth.metrics_public is True
+    assert config.auth.api_keys == ()
+    assert config.notifications.enabled is False
+    assert config.jira.l2_field_id == "customfield_10053"
+    assert config.jira.severity_field_id == "customfield_10076"
+    assert config.jira.auto_assign_label == "auto-dispatch"
+    assert config.lark.base_url == "https://open.feishu.cn"
+    assert config.integrations.connect_timeout == timedelta(seconds=3)
+    assert config.integrations.read_timeout == timedelta(seconds=10)
+    assert config.log_level == "INFO"
+
+
+def test_toml_file_sets_every_kind_of_value(write_toml):
+    path = write_toml(
+        f"""
+        database_url = "postgresql://dispatcher@db:5432/tickets"
+        execution_slots = 3
+        trigger_defer_interval = "500ms"
+        trigger_poll_interval = "2m"
+
+        [http]
+        port = 9000
+        trigger_rate = 2.5
+
+        [auth]
+        metrics_public = false
+        [[auth.api_keys]]
+        name = "jira-automation"
+        role = "automation"
+        key_sha256 = "{sha256("auto-key").upper()}"
+        [[auth.api_keys]]
+        name = "ops"
+        role = "operator"
+        key = "ops-key"
+
+        [notifications]
+        enabled = true
+
+        [jira]
+        base_url = "https://example.atlassian.net"
+        api_token = "{SECRET}"
+        """
+    )
+
+    config = load_config(path, environ={})
+
+    assert config.database_url == "postgresql://dispatcher@db:5432/tickets"
+    assert config.execution_slots == 3
+    assert config.trigger_defer_interval == timedelta(milliseconds=500)
+    assert config.trigger_poll_interval == timedelta(minutes=2)
+    assert (config.http.port, config.http.trigger_rate) == (9000, 2.5)
+    assert config.http.host == "127.0.0.1"
+    assert config.auth.metrics_public is False
+    assert config.auth.api_keys == (
+        ApiKey("jira-automation", Role.AUTOMATION, sha256("auto-key")),
+        ApiKey("ops", Role.OPERATOR, sha256("ops-key")),
+    )
+    assert config.notifications.enabled is True
+    assert config.jira.base_url == "https://example.atlassian.net"
+    assert config.jira.api_token == SECRET
+
+
+def test_config_path_comes_from_the_environment_when_not_given(write_toml):
+    path = write_toml("execution_slots = 7\n")
+
+    config = load_config(None, environ={"TICKET_DISPATCHER_CONFIG": path})
+
+    assert config.execution_slots == 7
+
+
+def test_missing_config_file_is_a_config_error(tmp_path):
+    message = config_error(str(tmp_path / "absent.toml"))
+
+    assert "absent.toml" in message and "cannot read" in message
+
+
+def test_malformed_toml_is_a_config_error(write_toml):
+    assert "not valid TOML" in config_error(write_toml("http = [\n"))
+
+
+# --- environment overrides ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "read", "expected"),
+    [
+        ("TICKET_DISPATCHER_DATABASE_URL", "sqlite:///tmp/x.db", lambda c: c.database_url,
+         "sqlite:///tmp/x.db"),
+        ("TICKET_DISPATCHER_EXECUTION_SLOTS", "12", lambda c: c.execution_slots, 12),
+        ("TICKET_DISPATCHER_TRIGGER_DEFER_INTERVAL", "250ms", lambda c: c.trigger_defer_interval,
+         timedelta(milliseconds=250)),
+        ("TICKET_DISPATCHER_HTTP_PORT", "9090", lambda c: c.http.port, 9090),
+        ("TICKET_DISPATCHER_HTTP_TRIGGER_RATE", "0.5", lambda c: c.http.trigger_rate, 0.5),
+        ("TICKET_DISPATCHER_AUTH_METRICS_PUBLIC", "no", lambda c: c.auth.metrics_public, False),
+        ("TICKET_DISPATCHER_NOTIFICATIONS_ENABLED", "1", lambda c: c.notifications.enabled, True),
+        ("TICKET_DISPATCHER_NOTIFICATIONS_ENABLED", "TRUE", lambda c: c.notifications.enabled,
+         True),
+        ("TICKET_DISPATCHER_JIRA_API_TOKEN", SECRET, lambda c: c.jira.api_token, SECRET),
+        ("TICKET_DISPATCHER_LARK_APP_ID", "cli_a1", lambda c: c.lark.app_id, "cli_a1"),
+        ("TICKET_DISPATCHER_CORE_BASE_URL", "http://core:8000", lambda c: c.core.base_url,
+         "http://core:8000"),
+        ("TICKET_DISPATCHER_INTEGRATIONS_READ_TIMEOUT", "30s",
+         lambda c: c.integrations.read_timeout, timedelta(seconds=30)),
+        ("TICKET_DISPATCHER_LOG_LEVEL", "debug", lambda c: c.log_level, "DEBUG"),
+    ],
+)
+def test_environment_overrides_a_key(name, text, read, expected):
+    assert read(load_config(None, environ={name: text})) == expected
+
+
+def test_environment_wins_over_the_file(write_toml):
+    path = write_toml("[http]\nport = 9000\nthreads = 2\n")
+
+    config = load_config(path, environ={"TICKET_DISPATCHER_HTTP_PORT": "9001"})
+
+    assert (config.http.port, config.http.threads) == (9001, 2)
+
+
+def test_api_keys_from_the_environment_are_added_to_the_file_keys(write_toml):
+    path = write_toml(
+        f'[[auth.api_keys]]\nname = "file"\nrole = "viewer"\nkey_sha256 = "{sha256("f")}"\n'
+    )
+    environ = {"TICKET_DISPATCHER_AUTH_API_KEYS": "jira:automation:k1, ops:operator:a:b:c"}
+
+    keys = load_config(path, environ=environ).auth.api_keys
+
+    assert keys == (
+        ApiKey("file", Role.VIEWER, sha256("f")),
+        ApiKey("jira", Role.AUTOMATION, sha256("k1")),
+        ApiKey("ops", Role.OPERATOR, sha256("a:b:c")),  # a key may contain ':'
+    )
+
+
+def test_plain_keys_are_not_kept_in_memory():
+    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": f"x:viewer:{SECRET}"})
+
+    assert SECRET not in repr(config)
+    assert SECRET not in repr(config.auth.api_keys[0].__dict__)
+
+
+def test_config_and_test_variables_are_not_settings():
+    environ = {
+        "TICKET_DISPATCHER_CONFIG": "",
+        "TICKET_DISPATCHER_TEST_DATABASE_URL": "postgresql://postgres@127.0.0.1/test",
+        "UNRELATED": "1",
+    }
+
+    assert load_config(None, environ=environ) == Config()
+
+
+# --- bad values --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ('[http]\nport = "abc"', 'http.port: expected an integer between 1 and 65535, got "abc"'),
+        ("[http]\nport = 70000", "http.port: expected an integer between 1 and 65535, got 70000"),
+        ("[http]\nport = true", "http.port: expected an integer"),
+        ("execution_slots = 0", "execution_slots: expected an integer >= 1, got 0"),
+        ("execution_slots = -3", "execution_slots: expected an integer >= 1"),
+        ("actor_restarts = 1.5", "actor_restarts: expected an integer >= 0"),
+        ('trigger_poll_interval = "soon"', "trigger_poll_interval: expected a positive duration"),
+        ("trigger_poll_interval = 5", "trigger_poll_interval: expected a positive duration"),
+        ('trigger_defer_interval = "0s"', "trigger_defer_interval: expected a positive duration"),
+        ("[http]\ntrigger_rate = -1", "http.trigger_rate: expected a number >= 0"),
+        ("[http]\ntrigger_burst = 0", "http.trigger_burst: must be at least 1"),
+        ('[auth]\nmetrics_public = "yes"', "auth.metrics_public: expected true or false"),
+        ('database_url = "mysql://db/x"', "database_url: expected a URL starting with sqlite:///"),
+        ('[jira]\nbase_url = "ftp://jira"', "jira.base_url: expected an http:// or https:// URL"),
+        ("[jira]\nemail = 3", "jira.email: expected a string, got 3"),
+        ('[jira]\nl2_field_id = ""', 'jira.l2_field_id: expected a Jira field id'),
+        ('[http]\nhost = ""', 'http.host: expected a non-empty string, got ""'),
+        ('log_level = "LOUD"', "log_level: expected one of DEBUG, INFO"),
+        ("http = 3", "http: expected a table"),
+        ('[[auth.api_keys]]\nname = "a"\nrole = "admin"\nkey = "k"',
+         'auth.api_keys[0].role: expected one of automation, viewer, operator, got "admin"'),
+        ('[[auth.api_keys]]\nname = "a"\nrole = "viewer"',
+         "auth.api_keys[0]: expected exactly one of key or key_sha256"),
+        (f'[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey = "k"\nkey_sha256 = "{"0" * 64}"',
+         "auth.api_keys[0]: expected exactly one of key or key_sha256"),
+        ('[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey_sha256 = "abc"',
+         "auth.api_keys[0].key_sha256: expected 64 hexadecimal characters"),
+        (f'[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey_sha256 = "{"g" * 64}"',
+         "auth.api_keys[0].key_sha256: expected 64 hexadecimal characters"),
+        ('[[auth.api_keys]]\nrole = "viewer"\nkey = "k"',
+         "auth.api_keys[0].name: expected a non-empty string"),
+        ('[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey = "k"\n'
+         '[[auth.api_keys]]\nname = "a"\nrole = "operator"\nkey = "k2"',
+         'auth.api_keys: duplicate key name "a"'),
+        ('[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey = "k"\n'
+         '[[auth.api_keys]]\nname = "b"\nrole = "operator"\nkey = "k"',
+         'auth.api_keys: keys "a" and "b" are the same key'),
+    ],
+)
+def test_bad_file_value_names_the_key(write_toml, toml, expected):
+    assert expected in config_error(write_toml(toml))
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("TICKET_DISPATCHER_HTTP_PORT", "abc",
+         'TICKET_DISPATCHER_HTTP_PORT: expected an integer between 1 and 65535, got "abc"'),
+        ("TICKET_DISPATCHER_EXECUTION_SLOTS", "-1", "TICKET_DISPATCHER_EXECUTION_SLOTS: expected"),
+        ("TICKET_DISPATCHER_HTTP_TRIGGER_RATE", "fast",
+         "TICKET_DISPATCHER_HTTP_TRIGGER_RATE: expected a number"),
+        ("TICKET_DISPATCHER_HTTP_TRIGGER_RATE", "nan",
+         "TICKET_DISPATCHER_HTTP_TRIGGER_RATE: expected a number"),
+        ("TICKET_DISPATCHER_NOTIFICATIONS_ENABLED", "maybe",
+         "TICKET_DISPATCHER_NOTIFICATIONS_ENABLED: expected true or false"),
+        ("TICKET_DISPATCHER_TRIGGER_POLL_INTERVAL", "5 parsecs",
+         "TICKET_DISPATCHER_TRIGGER_POLL_INTERVAL: expected a positive duration"),
+        ("TICKET_DISPATCHER_AUTH_API_KEYS", "just-a-key",
+         "TICKET_DISPATCHER_AUTH_API_KEYS entry 1: expected name:role:key"),
+        ("TICKET_DISPATCHER_AUTH_API_KEYS", "a:viewer:k,b:root:k2",
+         "TICKET_DISPATCHER_AUTH_API_KEYS entry 2: expected a role among"),
+    ],
+)
+def test_bad_environment_value_names_the_variable(name, text, expected):
+    assert expected in config_error(environ={name: text})
+
+
+def test_unknown_file_key_and_section_are_errors(write_toml):
+    message = config_error(write_toml("[http]\nprot = 1\n[jiraa]\nbase_url = ''\n"))
+
+    assert "http.prot: unknown key (did you mean port?)" in message
+    assert "jiraa: unknown key (did you mean jira?)" in message
+
+
+def test_unknown_key_in_an_api_key_entry_is_an_error(write_toml):
+    path = write_toml('[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey = "k"\nscope = "x"\n')
+
+    assert "auth.api_keys[0].scope: unknown key" in config_error(path)
+
+
+def test_unknown_environment_variable_is_an_error():
+    message = config_error(environ={"TICKET_DISPATCHER_HTTP_PROT": "1"})
+
+    assert message.startswith("TICKET_DISPATCHER_HTTP_PROT: unknown setting")
+    assert "TICKET_DISPATCHER_HTTP_PORT" in message
+
+
+def test_every_problem_is_reported_at_once():
+    error_environ = {"TICKET_DISPATCHER_HTTP_PORT": "0", "TICKET_DISPATCHER_HTTP_THREADS": "x"}
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, environ=error_environ)
+
+    assert [p.path for p in caught.value.problems] == [
+        "TICKET_DISPATCHER_HTTP_PORT",
+        "TICKET_DISPATCHER_HTTP_THREADS",
+    ]
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"TICKET_DISPATCHER_ORACLE": SECRET},  # an unknown variable: its value is not shown
+        {"TICKET_DISPATCHER_DATABASE_URL": f"mysql://u:{SECRET}@db/x"},
+        {"TICKET_DISPATCHER_JIRA_BASE_URL": f"ftp://u:{SECRET}@jira"},
+        {"TICKET_DISPATCHER_AUTH_API_KEYS": f"name:{SECRET}"},
+        {"TICKET_DISPATCHER_AUTH_API_KEYS": f"name:{SECRET}:rest"},
+        {"TICKET_DISPATCHER_JIRA_API_TOKEN": SECRET, "TICKET_DISPATCHER_HTTP_PORT": "x"},
+    ],
+)
+def test_secret_values_never_appear_in_error_messages(environ):
+    message = config_error(environ=environ)
+
+    assert SECRET not in message
+
+
+def test_secret_file_values_never_appear_in_error_messages(write_toml):
+    path = write_toml(
+        f'[jira]\napi_token = ["{SECRET}"]\n[lark]\napp_secret = {{x = "{SECRET}"}}\n'
+        f'[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey = "{SECRET}"\nkey_sha256 = "x"\n'
+        f'[[auth.api_keys]]\nname = "b"\nrole = "viewer"\nkey_sha256 = "{SECRET}"\n'
+    )
+
+    message = config_error(path)
+
+    assert "jira.api_token: expected a string" in message
+    assert "lark.app_secret: expected a string" in message
+    assert SECRET not in message
+
+
+# --- masking and secrets -----------------------------------------------------------------------
+
+
+def loaded_with_secrets() -> Config:
+    return load_config(
+        None,
+        environ={
+            "TICKET_DISPATCHER_DATABASE_URL": f"postgresql://dispatcher:{SECRET}1@db:5432/x",
+            "TICKET_DISPATCHER_JIRA_API_TOKEN": f"{SECRET}2",
+            "TICKET_DISPATCHER_LARK_APP_SECRET": f"{SECRET}3",
+            "TICKET_DISPATCHER_ONCALL_TOKEN": f"{SECRET}4",
+            "TICKET_DISPATCHER_AUTH_API_KEYS": f"jira:automation:{SECRET}5",
+        },
+    )
+
+
+def test_masked_config_replaces_every_secret():
+    shown = masked(loaded_with_secrets())
+
+    text = json.dumps(shown)
+    assert SECRET not in text
+    assert sha256(f"{SECRET}5") not in text
+    assert shown["database_url"] == "postgresql://dispatcher:***@db:5432/x"
+    assert shown["jira"]["api_token"] == "***"
+    assert shown["lark"]["app_secret"] == "***"
+    assert shown["oncall"]["token"] == "***"
+    assert shown["core"]["token"] == ""  # empty stays empty: nothing is configured
+    assert shown["auth"]["api_keys"] == [
+        {"name": "jira", "role": "automation", "key_sha256": "***"}
+    ]
+
+
+def test_masked_config_is_plain_json_with_durations_as_text():
+    shown = masked(Config())
+
+    assert json.loads(json.dumps(shown)) == shown
+    assert shown["trigger_defer_interval"] == "5s"
+    assert shown["integrations"]["read_timeout"] == "10s"
+    assert shown["http"]["port"] == 8080
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(milliseconds=500), "500ms"),
+        (timedelta(seconds=5), "5s"),
+        (timedelta(seconds=90), "90s"),
+        (timedelta(minutes=5), "5m"),
+        (timedelta(hours=2), "2h"),
+    ],
+)
+def test_format_duration_is_the_shortest_exact_form(value, text):
+    assert format_duration(value) == text
+
+
+def test_secrets_lists_every_configured_secret():
+    assert loaded_with_secrets().secrets() == sorted(f"{SECRET}{n}" for n in range(1, 5))
+    assert Config().secrets() == []
+
+
+# --- authentication and roles ------------------------------------------------------------------
+
+
+def auth_with_keys() -> AuthConfig:
+    environ = {"TICKET_DISPATCHER_AUTH_API_KEYS": "jira:automation:plain-key"}
+    path_keys = (ApiKey("ops", Role.OPERATOR, sha256("hashed-key")),)
+    return AuthConfig(api_keys=path_keys + load_config(None, environ=environ).auth.api_keys)
+
+
+def test_authenticate_accepts_a_key_configured_as_sha256():
+    assert authenticate(auth_with_keys(), "hashed-key") == ApiKey(
+        "ops", Role.OPERATOR, sha256("hashed-key")
+    )
+
+
+def test_authenticate_accepts_a_plain_key_from_the_environment():
+    key = authenticate(auth_with_keys(), "plain-key")
+
+    assert key is not None and (key.name, key.role) == ("jira", Role.AUTOMATION)
+
+
+@pytest.mark.parametrize("presented", ["", "plain-key ", "PLAIN-KEY", sha256("plain-key"), "x"])
+def test_authenticate_rejects_anything_else(presented):
+    assert authenticate(auth_with_keys(), presented) is None
+
+
+def test_authenticate_compares_against_every_key(monkeypatch):
+    import ticket_dispatcher.config as config_module
+
+    compared = []
+    real = config_module.hmac.compare_digest
+
+    def spy(a, b):
+        compared.append(b)
+        return real(a, b)
+
+    monkeypatch.setattr(config_module.hmac, "compare_digest", spy)
+
+    assert authenticate(auth_with_keys(), "hashed-key") is not None  # matches the first key
+    assert len(compared) == 2  # ... and still compared against the second
+
+
+def test_authenticate_with_no_keys_configured_accepts_nothing():
+    assert authenticate(AuthConfig(), "anything") is None
+
+
+@pytest.mark.parametrize(
+    ("have", "need", "expected"),
+    [
+        (Role.OPERATOR, Role.OPERATOR, True),
+        (Role.OPERATOR, Role.VIEWER, True),
+        (Role.OPERATOR, Role.AUTOMATION, False),
+        (Role.VIEWER, Role.VIEWER, True),
+        (Role.VIEWER, Role.OPERATOR, False),
+        (Role.VIEWER, Role.AUTOMATION, False),
+        (Role.AUTOMATION, Role.AUTOMATION, True),
+        (Role.AUTOMATION, Role.VIEWER, False),
+        (Role.AUTOMATION, Role.OPERATOR, False),
+    ],
+)
+def test_role_allows_operator_over_viewer_only(have, need, expected):
+    assert role_allows(have, need) is expected
+
+
+def test_endpoint_roles_follow_spec_table():
+    post_trigger = {Role.AUTOMATION, Role.OPERATOR}
+    get_trigger = {Role.AUTOMATION, Role.VIEWER}
+
+    assert [allowed(role, post_trigger) for role in Role] == [True, False, True]
+    assert [allowed(role, get_trigger) for role in Role] == [True, True, True]
+    assert not allowed(Role.VIEWER, {Role.OPERATOR})
+    assert not allowed(Role.OPERATOR, set())

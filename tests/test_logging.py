@@ -1,0 +1,162 @@
+"""Structured JSON logs with redaction (SPEC §12, N§12)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from datetime import UTC, datetime
+
+import pytest
+
+from ticket_dispatcher.domain.timeutil import parse_rfc3339
+from ticket_dispatcher.logging import CONTEXT_KEYS, Redactor, bind, configure_logging, get_logger
+
+SECRET = "lark-app-secret-7f3a"
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logger():
+    """configure_logging changes the root logger; put it back for the other tests."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.fixture
+def log_lines():
+    """Configure logging into a buffer; yield a function returning the parsed lines."""
+    stream = io.StringIO()
+    configure_logging("DEBUG", secrets=[SECRET], stream=stream)
+    return lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_each_record_is_one_json_line_with_ts_level_logger_msg(log_lines):
+    get_logger("ticket_dispatcher.test").info("trigger %s accepted", 42)
+    get_logger("ticket_dispatcher.test").warning("second\nline")
+
+    first, second = log_lines()
+    assert first["level"] == "INFO"
+    assert first["logger"] == "ticket_dispatcher.test"
+    assert first["msg"] == "trigger 42 accepted"
+    assert first["ts"].endswith("Z")
+    assert abs(parse_rfc3339(first["ts"]) - datetime.now(UTC)).total_seconds() < 60
+    assert second["msg"] == "second\nline"  # the newline is escaped, still one line
+
+
+def test_context_keys_from_extra_are_kept(log_lines):
+    deadline = datetime(2026, 11, 30, 1, 5, tzinfo=UTC)
+    context = {
+        "issue_key": "TCID-12345", "trigger_id": 42, "execution_id": 7, "policy_id": 3,
+        "source": "jira_assignment_assignee", "role": "assignee",
+        "target_account_id": "5b10ac8d82e05b22cc7d4ef5", "attempt": 2, "deadline": deadline,
+        "reason": "ack timeout", "escalation_from": "acc-1", "escalation_to": "acc-2",
+    }
+
+    get_logger("t").info("page sent", extra=context)
+
+    (line,) = log_lines()
+    assert [key for key in line if key in CONTEXT_KEYS] == list(CONTEXT_KEYS)
+    assert line["deadline"] == "2026-11-30T01:05:00.000Z"
+    assert {key: line[key] for key in context if key != "deadline"} == {
+        key: value for key, value in context.items() if key != "deadline"
+    }
+
+
+def test_other_extra_keys_are_kept_too(log_lines):
+    get_logger("t").info("call", extra={"client": "jira", "latency_ms": 12.5})
+
+    (line,) = log_lines()
+    assert (line["client"], line["latency_ms"]) == ("jira", 12.5)
+
+
+def test_level_filters_records():
+    stream = io.StringIO()
+    configure_logging("warning", stream=stream)
+
+    get_logger("t").info("hidden")
+    get_logger("t").error("shown")
+
+    assert [json.loads(line)["msg"] for line in stream.getvalue().splitlines()] == ["shown"]
+
+
+def test_configuring_again_replaces_the_handler():
+    first = configure_logging(stream=io.StringIO())
+    second = configure_logging(stream=io.StringIO())
+
+    assert first not in logging.getLogger().handlers
+    assert second in logging.getLogger().handlers
+
+
+def test_configured_secret_is_redacted_from_msg_extra_and_exception(log_lines):
+    try:
+        raise RuntimeError(f"token refresh failed for {SECRET}")
+    except RuntimeError:
+        get_logger("t").exception(
+            "lark said %s", SECRET, extra={"reason": f"secret={SECRET}", "body": {"s": SECRET}}
+        )
+
+    (line,) = log_lines()
+    assert SECRET not in json.dumps(line)
+    assert line["msg"] == "lark said ***"
+    assert line["body"] == {"s": "***"}
+    assert "RuntimeError: token refresh failed for ***" in line["exc"]
+
+
+@pytest.mark.parametrize(
+    "phone",
+    ["+8613812345678", "+86 138 1234 5678", "+1-415-555-0100", "+44 20 7946 0958", "13812345678"],
+)
+def test_phone_numbers_are_redacted(log_lines, phone):
+    try:
+        raise ValueError(f"no such number {phone}")
+    except ValueError:
+        get_logger("t").exception(f"paging {phone}", extra={"reason": f"call to {phone} failed"})
+
+    (line,) = log_lines()
+    assert phone not in json.dumps(line)
+    assert line["msg"] == "paging ***"
+    assert line["reason"] == "call to *** failed"
+    assert "no such number ***" in line["exc"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Authorization: Bearer t-abc.def", "Authorization: ***"),
+        ("Authorization: Basic Ym90OnRva2Vu", "Authorization: ***"),
+        ("headers={'Authorization': 'Bearer t-abc'}", "headers={'Authorization': '***'}"),
+        ("sent Bearer t-abcdef to lark", "sent Bearer *** to lark"),
+        ("X-API-KEY: op-secret-key", "X-API-KEY: ***"),
+        ('{"tenant_access_token":"t-g104","expire":7200}',
+         '{"tenant_access_token":"***","expire":7200}'),
+        ("app_secret=abc&app_id=cli_1", "app_secret=***&app_id=cli_1"),
+        ("postgresql://dispatcher:pw@db:5432/x", "postgresql://dispatcher:***@db:5432/x"),
+    ],
+)
+def test_credentials_are_redacted_by_shape(text, expected):
+    assert Redactor().text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "created 2021-01-17T12:34:00.000+0000 at +08:00",
+        "execution 7 of trigger 42 on TCID-12345 attempt 2",
+        "token bucket refilled: 20 tokens",
+        "open_id ou_7d8a6e6df7621556ce0d21922b676706ccs",
+    ],
+)
+def test_ordinary_text_is_left_alone(text):
+    assert Redactor().text(text) == text
+
+
+def test_bound_logger_adds_context_and_keeps_call_extra(log_lines):
+    log = bind(bind(get_logger("t"), issue_key="TCID-1"), execution_id=7)
+
+    log.info("step", extra={"attempt": 1})
+
+    (line,) = log_lines()
+    assert (line["issue_key"], line["execution_id"], line["attempt"]) == ("TCID-1", 7, 1)

@@ -1,0 +1,28 @@
+"""What the actors are built from: handed down at start-up, never looked up globally."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ticket_dispatcher.actors.activity import Activity
+from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.actors.scheduler import Scheduler
+from ticket_dispatcher.config import Config
+from ticket_dispatcher.domain.actions.base import ActionRegistry
+from ticket_dispatcher.domain.behavior import Behavior
+from ticket_dispatcher.store import Store
+
+
+@dataclass
+class RuntimeDeps:
+    config: Config
+    store: Store
+    clock: Clock
+    registry: ActionRegistry
+    ports: Any  # integrations: ``ports.jira.load_issue(key) -> Issue`` and the action clients
+    scheduler: Scheduler
+    activity: Activity
+
+    def behavior(self) -> Behavior:
+        return Behavior(self.registry, self.store.executions, self.clock.now, ports=self.ports)

@@ -1,0 +1,138 @@
+"""ExecutionActor: drives one execution from its checkpoint to a terminal state or a park.
+
+One actor per *running* execution (SPEC §3). Each behavior step is its own message, so a cancel
+told meanwhile is seen before the next step. Everything it reports goes up to the pool as a
+``tell``; a crash is caught here and reported, never left to kill the actor silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+import pykka
+
+from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.messages import Cancel, Crashed, Finished, Parked, Progress, Step
+from ticket_dispatcher.domain.behavior import StepKind
+from ticket_dispatcher.domain.execution import (
+    ActionStatus,
+    Execution,
+    ExecutionStatus,
+    FailureCode,
+    RuleOutcome,
+)
+from ticket_dispatcher.domain.model import Issue
+from ticket_dispatcher.errors import Conflict, DispatcherError, NotFound
+from ticket_dispatcher.store.database import unit_of_work
+
+log = logging.getLogger(__name__)
+
+LOAD_BACKOFF_START = timedelta(seconds=5)
+LOAD_BACKOFF_MAX = timedelta(minutes=5)
+
+
+def load_backoff(attempt: int) -> timedelta:
+    """5 s doubling up to 5 min (SPEC §7)."""
+    return min(LOAD_BACKOFF_START * (2 ** max(attempt - 1, 0)), LOAD_BACKOFF_MAX)
+
+
+class ExecutionActor(pykka.ThreadingActor):
+    def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef):
+        super().__init__()
+        self.execution_id = execution_id
+        self._deps = deps
+        self._pool = pool
+        self._behavior = deps.behavior()
+        self._execution: Execution | None = None
+        self._issue: Issue | None = None
+        self._cancel_reason: str | None = None
+
+    def on_start(self) -> None:
+        self.actor_ref.tell(Step())
+
+    def on_receive(self, message):
+        if isinstance(message, Cancel):
+            self._cancel_reason = message.reason
+        elif isinstance(message, Step):
+            self._guarded(self._step)
+
+    def _guarded(self, work) -> None:
+        try:
+            with unit_of_work(self._deps.store.db):
+                work()
+        except Exception as exc:  # report up, then stop: the supervisor decides on a restart
+            log.exception("execution actor crashed", extra={"execution_id": self.execution_id})
+            self._report(Crashed(self.execution_id, f"{type(exc).__name__}: {exc}"))
+
+    def _report(self, message) -> None:
+        self._pool.tell(message)
+        self.stop()
+
+    def _step(self) -> None:
+        if self._execution is None and not self._load():
+            return
+        execution = self._execution
+        if self._cancel_reason is not None:
+            self._behavior.abort(execution, FailureCode.CANCELLED, self._cancel_reason)
+            return self._report(Finished(self.execution_id))
+        try:
+            step = self._behavior.step(execution, self._issue)
+        except Conflict:  # already terminal in the store (cancelled elsewhere)
+            return self._report(Finished(self.execution_id))
+        if step.kind is StepKind.ADVANCED:
+            self._pool.tell(Progress(self.execution_id, *_position(execution)))
+            self.actor_ref.tell(Step())
+        elif step.kind is StepKind.PARKED:
+            self._report(Parked(self.execution_id, step.wake_at))
+        else:
+            self._report(Finished(self.execution_id))
+
+    def _load(self) -> bool:
+        """Reload the checkpoint, the live issue and the policy (M§4.1 RunExecution)."""
+        store = self._deps.store
+        execution = store.executions.get(self.execution_id)
+        if execution.status.terminal:
+            self._report(Finished(self.execution_id))
+            return False
+        try:
+            store.policies.get(execution.policy_id)
+        except NotFound as exc:
+            return self._load_failed(execution, FailureCode.POLICY_LOAD_FAILED, exc.message)
+        try:
+            self._issue = self._deps.ports.jira.load_issue(execution.issue_key)
+        except DispatcherError as exc:
+            return self._load_failed(execution, FailureCode.ISSUE_LOAD_FAILED, exc.message)
+        if execution.load_attempts:
+            store.executions.reset_load_attempts(execution.id)
+        self._execution = execution
+        return True
+
+    def _load_failed(self, execution: Execution, code: FailureCode, reason: str) -> bool:
+        attempts = self._deps.store.executions.record_load_failure(execution.id)
+        retries = self._deps.config.execution_load_retries
+        if attempts > retries:
+            self._behavior.abort(execution, code, f"{reason} (after {retries} retries)")
+            self._report(Finished(self.execution_id))
+            return False
+        wake_at: datetime = self._deps.clock.now() + load_backoff(attempts)
+        log.warning("execution load failed; retrying", extra={
+            "execution_id": execution.id, "issue_key": execution.issue_key, "reason": reason,
+            "attempt": attempts, "deadline": wake_at.isoformat()})
+        execution.wake_at = wake_at
+        self._deps.store.executions.save(execution, [])
+        self._report(Parked(self.execution_id, wake_at))
+        return False
+
+
+def _position(execution: Execution) -> tuple[str, str]:
+    """The rule and action the execution is at, for the admin view."""
+    if execution.status is ExecutionStatus.CREATED:
+        return "", ""
+    for rule in execution.rule_executions:
+        if rule.outcome is RuleOutcome.NOT_EVALUATED:
+            return rule.name, ""
+        for action in rule.action_executions:
+            if action.status in (ActionStatus.PENDING, ActionStatus.EXECUTING):
+                return rule.name, f"{action.index}:{action.type}"
+    return "", ""

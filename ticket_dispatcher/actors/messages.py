@@ -1,0 +1,111 @@
+"""The messages actors exchange. Requests flow down with ``ask``; reports flow up with ``tell``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ticket_dispatcher.domain.execution import Execution, Trigger
+
+
+# -- to the trigger actors (tell) ------------------------------------------------------------
+@dataclass(frozen=True)
+class ProcessTrigger:
+    trigger_id: int
+    recovering: bool = False  # boot recovery may take over a trigger left ``processing``
+
+
+# -- to the execution pool ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Enqueue:  # tell
+    execution_id: int
+
+
+@dataclass(frozen=True)
+class CreateExecutions:  # ask, from a trigger actor; answers a CreationResult
+    trigger: Trigger
+    executions: list[Execution]
+    explicit: bool  # the trigger named its policy
+    reserved_label: str | None = None  # the role label of a reserved-source trigger (N§3.4)
+    issue_labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreationResult:
+    execution_ids: list[int] = field(default_factory=list)
+    outcome: str = "completed"  # completed | failed | deferred
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CancelExecution:  # ask, from the admin API; answers "applied" | "signalled"
+    execution_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PoolStatus:  # ask; answers a dict for GET /admin/actors
+    pass
+
+
+@dataclass(frozen=True)
+class Wake:  # tell, from a scheduler timer
+    execution_id: int
+
+
+# -- from an execution actor to the pool (tell) ----------------------------------------------
+@dataclass(frozen=True)
+class Progress:
+    execution_id: int
+    rule: str
+    action: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    execution_id: int
+
+
+@dataclass(frozen=True)
+class Parked:
+    execution_id: int
+    wake_at: datetime
+
+
+@dataclass(frozen=True)
+class Crashed:
+    execution_id: int
+    error: str
+
+
+# -- to an execution actor (tell) ------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    pass
+
+
+@dataclass(frozen=True)
+class Cancel:
+    reason: str
+
+
+# -- to the supervisor (tell) ----------------------------------------------------------------
+@dataclass(frozen=True)
+class ChildCrashed:
+    execution_id: int
+    error: str
+
+
+@dataclass(frozen=True)
+class Boot:  # ask, from the runtime: start children and recover; raises when recovery fails
+    pass
+
+
+@dataclass(frozen=True)
+class Shutdown:  # ask, from the runtime: stop children in reverse order
+    pass
+
+
+@dataclass(frozen=True)
+class PollTriggers:  # tell, from the poll timer
+    pass

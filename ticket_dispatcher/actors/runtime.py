@@ -1,0 +1,120 @@
+"""The actor system as one object: what ``serve``, the HTTP layer and the harness talk to."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pykka
+
+from ticket_dispatcher.actors.activity import Activity
+from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.messages import Boot, CancelExecution, PoolStatus, Shutdown
+from ticket_dispatcher.actors.scheduler import Scheduler
+from ticket_dispatcher.actors.supervisor import Supervisor
+from ticket_dispatcher.actors.trigger import TriggerRouter
+from ticket_dispatcher.config import Config
+from ticket_dispatcher.domain.actions.base import ActionRegistry
+from ticket_dispatcher.domain.execution import Trigger
+from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.store import Store
+from ticket_dispatcher.store.database import unit_of_work
+
+log = logging.getLogger(__name__)
+
+ASK_TIMEOUT = 30  # seconds an HTTP request waits on an actor before giving up
+
+
+class UnconfiguredJira:
+    """The Jira port when no integration is configured: every load fails clearly."""
+
+    def load_issue(self, issue_key: str):
+        raise IntegrationError("jira is not configured", service="jira")
+
+
+class Ports:
+    """The integrations handed to triggers and actions; tests pass fakes with the same shape."""
+
+    def __init__(self, jira: Any = None, lark: Any = None, oncall: Any = None, core: Any = None,
+                 **more: Any):
+        self.jira = jira or UnconfiguredJira()
+        self.lark = lark
+        self.oncall = oncall
+        self.core = core
+        for name, value in more.items():
+            setattr(self, name, value)
+
+
+class Runtime:
+    def __init__(self, config: Config, store: Store, clock: Clock, *, ports: Any = None,
+                 registry: ActionRegistry | None = None):
+        self.activity = Activity()
+        self.scheduler = Scheduler(clock)
+        self.deps = RuntimeDeps(config=config, store=store, clock=clock,
+                                registry=registry or ActionRegistry(), ports=ports or Ports(),
+                                scheduler=self.scheduler, activity=self.activity)
+        self._supervisor: pykka.ActorRef | None = None
+        self._pool: pykka.ActorRef | None = None
+        self._triggers: TriggerRouter | None = None
+        self.recovered = False
+
+    def start(self) -> None:
+        """Start every actor and run boot recovery; raises if recovery cannot be read."""
+        self._supervisor = Supervisor.start(self.deps)
+        try:
+            self._pool, self._triggers = self._supervisor.ask(Boot(), timeout=ASK_TIMEOUT)
+        except Exception:
+            self.stop()
+            raise
+        self.recovered = True
+
+    def stop(self, timeout: float = 30) -> None:
+        """Stop in reverse order. Nothing is marked failed; running work resumes at next boot."""
+        if self._supervisor is None:
+            return
+        supervisor, self._supervisor = self._supervisor, None
+        try:
+            supervisor.ask(Shutdown(), timeout=timeout)
+        finally:
+            supervisor.stop()
+        self.recovered = False
+
+    def accept_trigger(self, source: str, issue_key: str, *, policy_id: int | None = None,
+                       dryrun: dict | None = None) -> Trigger:
+        """Persist a ``pending`` trigger in one short transaction and hand it to the trigger
+        actors without waiting for them (SPEC §3, §5.1)."""
+        store, now = self.deps.store, self.deps.clock.now()
+        with unit_of_work(store.db):
+            trigger = store.triggers.create(source, issue_key, policy_id=policy_id,
+                                            dryrun=dryrun, now=now)
+        self._triggers.submit(trigger.id)
+        return trigger
+
+    def cancel(self, execution_id: int, reason: str) -> str:
+        """"applied" when it was not running, "signalled" when its actor stops at its next step."""
+        return self._pool.ask(CancelExecution(execution_id, reason), timeout=ASK_TIMEOUT)
+
+    def wait_idle(self, timeout: float = 10) -> bool:
+        return self.activity.wait_idle(timeout)
+
+    def status(self) -> dict:
+        timers, next_timer = self.scheduler.pending()
+        pool = self._pool.ask(PoolStatus(), timeout=ASK_TIMEOUT)
+        return {
+            "supervisor": {"alive": self._supervisor.is_alive(), "recovered": self.recovered,
+                           "in_flight": self.activity.in_flight},
+            "scheduler": {"timers": timers, "next_at": next_timer and next_timer.isoformat()},
+            "pool": {k: v for k, v in pool.items() if k != "running"},
+            "executions": pool["running"],
+            "trigger_actors": self._triggers.status(),
+            "clients": self._client_status(),
+        }
+
+    def _client_status(self) -> dict:
+        clients = {}
+        for name in ("jira", "lark", "oncall", "core"):
+            port = getattr(self.deps.ports, name, None)
+            stats = getattr(port, "stats", None)
+            clients[name] = stats() if callable(stats) else {"configured": port is not None}
+        return clients

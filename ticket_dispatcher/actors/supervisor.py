@@ -1,0 +1,118 @@
+"""Supervisor: ordered start-up, boot recovery, the trigger poll, restarts, ordered shutdown.
+
+Start-up order (SPEC §3, M§11): scheduler → execution pool → trigger actors → boot recovery of
+executions (creation order; parked ones at their ``wake_at``) and of pending/processing
+triggers → the periodic trigger poll. Shutdown stops the same children in reverse. A crashed
+execution is re-enqueued from its checkpoint at most ``actor_restarts`` times, then failed with
+``internal_error``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pykka
+
+from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.messages import (
+    Boot,
+    ChildCrashed,
+    Enqueue,
+    Parked,
+    PollTriggers,
+    Shutdown,
+)
+from ticket_dispatcher.actors.pool import ExecutionPool
+from ticket_dispatcher.actors.trigger import TriggerRouter
+from ticket_dispatcher.domain.execution import FailureCode
+from ticket_dispatcher.store.database import unit_of_work
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor(pykka.ThreadingActor):
+    def __init__(self, deps: RuntimeDeps):
+        super().__init__()
+        self._deps = deps
+        self.pool: pykka.ActorRef | None = None
+        self.triggers: TriggerRouter | None = None
+
+    def on_receive(self, message):
+        if isinstance(message, Boot):
+            return self._boot()  # an ask: a failure propagates to the caller
+        if isinstance(message, Shutdown):
+            return self._shutdown()
+        try:
+            with unit_of_work(self._deps.store.db):
+                if isinstance(message, ChildCrashed):
+                    self._restart(message)
+                elif isinstance(message, PollTriggers):
+                    self._poll()
+        except Exception:
+            log.exception("supervisor failed on %s", type(message).__name__)
+        finally:
+            if isinstance(message, PollTriggers):
+                self._deps.activity.end()
+
+    def _boot(self) -> tuple[pykka.ActorRef, TriggerRouter]:
+        deps = self._deps
+        deps.scheduler.start()
+        self.pool = ExecutionPool.start(deps, self.actor_ref)
+        self.triggers = TriggerRouter(deps, self.pool, deps.config.trigger_actors)
+        with unit_of_work(deps.store.db):
+            executions = deps.store.executions.recoverable()  # raises: the start fails
+            triggers = deps.store.triggers.recoverable()
+        now = deps.clock.now()
+        for execution_id, wake_at in executions:
+            if wake_at is not None and wake_at > now:
+                self.pool.tell(Parked(execution_id, wake_at))
+            else:
+                deps.activity.begin()
+                self.pool.tell(Enqueue(execution_id))
+        for trigger_id in triggers:
+            self.triggers.submit(trigger_id, recovering=True)
+        log.info("boot recovery done", extra={
+            "reason": f"{len(executions)} executions, {len(triggers)} triggers"})
+        self._schedule_poll()
+        return self.pool, self.triggers
+
+    def _schedule_poll(self) -> None:
+        deps, ref = self._deps, self.actor_ref
+
+        def poll() -> None:
+            deps.activity.begin()
+            ref.tell(PollTriggers())
+
+        deps.scheduler.call_at(deps.clock.now() + deps.config.trigger_poll_interval, poll,
+                               label="trigger-poll")
+
+    def _poll(self) -> None:
+        """Pick up pending triggers whose ``available_at`` has come (deferred ones included)."""
+        try:
+            for trigger_id in self._deps.store.triggers.due(self._deps.clock.now()):
+                self.triggers.submit(trigger_id)
+        finally:
+            self._schedule_poll()
+
+    def _restart(self, crash: ChildCrashed) -> None:
+        deps = self._deps
+        restarts = deps.store.executions.record_restart(crash.execution_id)
+        if restarts <= deps.config.actor_restarts:
+            log.warning("restarting crashed execution from its checkpoint", extra={
+                "execution_id": crash.execution_id, "attempt": restarts, "reason": crash.error})
+            self.pool.tell(Enqueue(crash.execution_id))  # takes over the crashed run's activity
+            return
+        try:
+            execution = deps.store.executions.get(crash.execution_id)
+            if not execution.status.terminal:
+                deps.behavior().abort(execution, FailureCode.INTERNAL_ERROR,
+                                      f"crashed {restarts} times; last error: {crash.error}")
+        finally:
+            deps.activity.end()
+
+    def _shutdown(self) -> None:
+        if self.triggers is not None:
+            self.triggers.stop()
+        if self.pool is not None:
+            self.pool.stop()
+        self._deps.scheduler.stop()

@@ -1,0 +1,350 @@
+"""``ticket-dispatcher`` command line (SPEC §13).
+
+Exit codes: 0 success; 1 an invalid policy (``policy validate``, ``policy test``) or a database
+that cannot be reached or migrated (``migrate``, ``serve``); 2 a usage error, an unreadable file,
+a bad configuration or any other user error. Each is one line on stderr, never a traceback.
+
+The store and the HTTP server are imported inside their commands, so ``version``, ``config show``
+and the offline ``policy`` commands load neither peewee nor waitress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from ticket_dispatcher import __version__
+from ticket_dispatcher.config import Config, load_config, masked
+from ticket_dispatcher.domain.explain import explain_policy
+from ticket_dispatcher.domain.issues import issue_from_any
+from ticket_dispatcher.domain.model import PolicySpec
+from ticket_dispatcher.domain.timeutil import format_time, parse_rfc3339
+from ticket_dispatcher.domain.validation import parse_policy_spec, validate_policy
+from ticket_dispatcher.errors import DispatcherError, InvalidInput, Problem
+
+PROG = "ticket-dispatcher"
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_FAILURE = 1  # the service could not do its work (database unreachable, ...)
+
+
+class UsageError(Exception):
+    """Bad arguments or an unreadable file: one line on stderr, exit 2."""
+
+
+class DatabaseFailure(Exception):
+    """The database could not be reached or migrated: one line on stderr, exit 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line and raise instead of exiting the process."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not hasattr(args, "run"):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        return args.run(args)
+    except SystemExit as exc:  # --help and --version-like exits of argparse
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    except UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except DatabaseFailure as exc:
+        return _fail(str(exc), EXIT_FAILURE)
+    except DispatcherError as exc:
+        return _fail(exc.message, EXIT_USAGE)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: {message}" if not message.startswith(PROG) else message, file=sys.stderr)
+    return code
+
+
+# --- the parser --------------------------------------------------------------------------------
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        metavar="PATH",
+        default=argparse.SUPPRESS,  # so `--config` before or after the command both count
+        help="TOML configuration file (default: $TICKET_DISPATCHER_CONFIG, else built-in)",
+    )
+    parser = _Parser(prog=PROG, parents=[common], description="Routes Jira tickets to engineers.")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+
+    _add(commands, common, "version", "print the version", _run_version)
+    _add_serve(commands, common)
+    _add(commands, common, "migrate", "create or upgrade the database schema", _run_migrate)
+
+    config = _add(commands, common, "config", "configuration commands", _show_help)
+    config_commands = config.add_subparsers(metavar="COMMAND", parser_class=_Parser)
+    _add(config_commands, common, "show", "effective configuration, secrets masked", _run_show)
+
+    policy = _add(commands, common, "policy", "offline policy commands", _show_help)
+    policy_commands = policy.add_subparsers(metavar="COMMAND", parser_class=_Parser)
+    validate = _add(policy_commands, common, "validate", "validate a policy file", _run_validate)
+    validate.add_argument("file", metavar="FILE", help="policy JSON")
+    _add_policy_test(policy_commands, common)
+    return parser
+
+
+def _add(commands: Any, common: argparse.ArgumentParser, name: str, help_text: str, run: Any):
+    command = commands.add_parser(name, parents=[common], help=help_text, description=help_text)
+    command.set_defaults(run=run, parser=command)
+    return command
+
+
+def _show_help(args: argparse.Namespace) -> int:
+    """``ticket-dispatcher policy`` without a sub-command: its help, as a usage error."""
+    args.parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _add_serve(commands: Any, common: argparse.ArgumentParser) -> None:
+    serve = _add(commands, common, "serve", "migrate, recover and serve the API", _run_serve)
+    serve.add_argument("--host", help="listen address (default: http.host)")
+    serve.add_argument("--port", type=_port, help="listen port (default: http.port)")
+    serve.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="mount the in-memory Jira/Lark/Oncall/Core fakes and load ops/examples/",
+    )
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without API keys (local use only)",
+    )
+
+
+def _add_policy_test(commands: Any, common: argparse.ArgumentParser) -> None:
+    test = _add(commands, common, "test", "explain a policy against an issue", _run_policy_test)
+    test.add_argument("file", metavar="FILE", help="policy JSON")
+    test.add_argument(
+        "--issue",
+        required=True,
+        metavar="ISSUE.json",
+        help="a Jira issue (GET /rest/api/2/issue/{key}) or an issue snapshot (SPEC §4.1)",
+    )
+    test.add_argument("--now", metavar="RFC3339", help="business time (default: now, UTC)")
+    test.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not between 1 and 65535")
+    return port
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(getattr(args, "config", None))
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"cannot read {what} {path}: not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        # The decoder's message names a position, never the content.
+        raise UsageError(f"{what} {path} is not valid JSON: {exc}") from None
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+def _run_version(args: argparse.Namespace) -> int:
+    print(f"{PROG} {__version__}")
+    return EXIT_OK
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    print(json.dumps(masked(_config(args)), indent=2))
+    return EXIT_OK
+
+
+def _run_migrate(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.store import Store
+    from ticket_dispatcher.store.migrations import current_version
+
+    config = _config(args)
+    with _database_errors(config):
+        store = Store.open(config.database_url)
+        try:
+            applied = store.migrate()
+            version = current_version(store.db)
+        finally:
+            store.close()
+    if applied:
+        print(f"schema at version {version}, applied {applied}")
+    else:
+        print(f"schema up to date at version {version}")
+    return EXIT_OK
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.http.server import serve
+
+    config = _config(args)
+    with _database_errors(config):
+        return serve(
+            config,
+            host=args.host,
+            port=args.port,
+            sandbox=args.sandbox,
+            insecure_no_auth=args.insecure_no_auth,
+        )
+
+
+@contextmanager
+def _database_errors(config: Config) -> Iterator[None]:
+    """An unreachable or unusable database is one line, not a driver traceback (SPEC §13)."""
+    import peewee
+
+    from ticket_dispatcher.logging import Redactor
+
+    try:
+        yield
+    except peewee.PeeweeException as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        detail = Redactor(config.secrets()).text(first_line)
+        url = masked(config)["database_url"]
+        raise DatabaseFailure(f"database {url}: {detail}") from None
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    problems = validate_policy(_read_json(args.file, "policy file"))
+    if not problems:
+        print("valid")
+        return EXIT_OK
+    for problem in problems:
+        print(_problem_line(problem))
+    print(f"{args.file}: {_count(len(problems), 'problem')}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def _problem_line(problem: Problem) -> str:
+    return f"{problem.path}: {problem.message}" if problem.path else problem.message
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _run_policy_test(args: argparse.Namespace) -> int:
+    now = _parse_now(args.now)
+    config = _config(args)
+    raw_policy = _read_json(args.file, "policy file")
+    raw_issue = _read_json(args.issue, "issue file")
+    try:
+        spec = parse_policy_spec(raw_policy)
+    except InvalidInput as exc:
+        # A policy that cannot even be read as one is an invalid policy (exit 1), like validate.
+        for problem in exc.problems or [Problem("", exc.message)]:
+            print(_problem_line(problem))
+        print(f"{args.file}: not a readable policy", file=sys.stderr)
+        return EXIT_INVALID
+    warnings = validate_policy(raw_policy)
+    try:
+        issue = issue_from_any(
+            raw_issue,
+            l2_field_id=config.jira.l2_field_id,
+            severity_field_id=config.jira.severity_field_id,
+        )
+    except InvalidInput as exc:
+        raise UsageError(f"issue file {args.issue}: {exc.message}") from None
+    try:
+        reports = explain_policy(spec, issue, now)
+    except DispatcherError as exc:
+        # A condition defect (bad regex, zone, ...) the validator also reported (SPEC §4.3).
+        for problem in warnings:
+            print(_problem_line(problem))
+        print(f"{args.file}: cannot evaluate the policy: {exc.message}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.json:
+        print(json.dumps(_report_json(spec, issue.key, now, warnings, reports), indent=2))
+    else:
+        print(_report_text(spec, issue.key, now, warnings, reports))
+    return EXIT_OK
+
+
+def _parse_now(text: str | None) -> datetime:
+    if text is None:
+        return datetime.now(UTC)  # the CLI is the edge: no Clock to inject offline
+    try:
+        return parse_rfc3339(text)
+    except ValueError as exc:
+        raise UsageError(f"--now: {exc}") from None
+
+
+def _rule_json(report: Any) -> dict:
+    return {
+        "name": report.name,
+        "priority": report.priority,
+        "outcome": str(report.outcome),
+        "reason": report.reason,
+        "actions": list(report.actions),
+    }
+
+
+def _report_json(
+    spec: PolicySpec, issue_key: str, now: datetime, warnings: list[Problem], reports: list
+) -> dict:
+    return {
+        "policy": spec.name,
+        "issue_key": issue_key,
+        "now": format_time(now),
+        "warnings": [problem.to_json() for problem in warnings],
+        "rules": [_rule_json(report) for report in reports],
+    }
+
+
+def _report_text(
+    spec: PolicySpec, issue_key: str, now: datetime, warnings: list[Problem], reports: list
+) -> str:
+    lines = [f"policy {spec.name!r} on {issue_key} at {format_time(now)}"]
+    if warnings:
+        lines.append(f"warnings ({_count(len(warnings), 'problem')}; it could not be activated):")
+        lines += [f"  {_problem_line(problem)}" for problem in warnings]
+    for report in reports:
+        rule = _rule_json(report)
+        lines.append(f"rule {rule['name']!r} (priority {rule['priority']}): {rule['outcome']}")
+        if rule["reason"]:
+            lines.append(f"  reason: {rule['reason']}")
+        for action in rule["actions"]:
+            lines.append(f"  would run: {_action_text(action)}")
+    if not reports:
+        lines.append("the policy has no rules")
+    return "\n".join(lines)
+
+
+def _action_text(action: dict) -> str:
+    kind = action.get("type", "?")
+    config = action.get(kind) if isinstance(kind, str) else None
+    if config in (None, {}):
+        return str(kind)
+    return f"{kind} {json.dumps(config, ensure_ascii=False, sort_keys=True)}"

@@ -1,0 +1,1 @@
+"""Action executors: one module per action family (SPEC §4.4, §8)."""

@@ -1,0 +1,93 @@
+"""The action executor contract (M§8, N§6.1) and the registry that finds one by type.
+
+An executor is a plain object: ``build_context`` snapshots what the action starts from at
+execution creation, ``plan`` fills the context in place (no external writes), ``execute`` does the
+side effect and answers a result. Expected business outcomes are results and context fields; only
+a technical error raises ``ActionError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from ticket_dispatcher.domain.execution import Execution, FailureCode
+from ticket_dispatcher.domain.model import DispatchContext, Issue
+
+
+class ResultKind(StrEnum):
+    CONTINUE = "continue"
+    TERMINATE = "terminate"
+    PARK = "park"
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    kind: ResultKind
+    until: datetime | None = None  # for PARK: when to look again (an absolute time)
+
+    @classmethod
+    def proceed(cls) -> ActionResult:
+        return cls(ResultKind.CONTINUE)
+
+    @classmethod
+    def terminate(cls) -> ActionResult:
+        return cls(ResultKind.TERMINATE)
+
+    @classmethod
+    def park(cls, until: datetime) -> ActionResult:
+        return cls(ResultKind.PARK, until)
+
+
+class ActionError(Exception):
+    """A technical failure of plan or execute; fails the action and the execution."""
+
+    def __init__(self, message: str, code: FailureCode | None = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@dataclass
+class ActionRun:
+    """Everything one plan/execute call sees. ``context`` is the action's own, mutated in place."""
+
+    execution: Execution
+    issue: Issue
+    config: dict
+    context: dict
+    now: datetime  # business time: frozen for dry-runs, the clock for live runs
+    ports: Any = None  # the integration clients and repositories the action may use
+    extra: dict = field(default_factory=dict)
+
+
+class ActionExecutor(Protocol):
+    type: str
+
+    def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
+                      config: dict) -> dict: ...
+
+    def plan(self, run: ActionRun) -> None: ...
+
+    def execute(self, run: ActionRun) -> ActionResult: ...
+
+
+class ActionRegistry:
+    """Finds an executor by action type; the product registry holds only the real ones."""
+
+    def __init__(self, executors: Iterable[ActionExecutor] = ()):
+        self._executors: dict[str, ActionExecutor] = {}
+        for executor in executors:
+            self.register(executor)
+
+    def register(self, executor: ActionExecutor) -> None:
+        self._executors[executor.type] = executor
+
+    def get(self, action_type: str) -> ActionExecutor | None:
+        return self._executors.get(action_type)
+
+    def types(self) -> list[str]:
+        return sorted(self._executors)

@@ -1,0 +1,213 @@
+"""The execution state machine (SPEC §7, M§5, N§6.1).
+
+``Behavior.step`` advances an execution by one checkpoint — a status move, one rule evaluation or
+one action's plan/execute — and persists it through the ``Checkpoints`` port before returning, so
+a crash between any two steps resumes from the last saved state. No transaction is held across an
+action's external calls (M§10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from ticket_dispatcher.domain.actions.base import ActionError, ActionRegistry, ActionRun, ResultKind
+from ticket_dispatcher.domain.catalog import OnSuccess
+from ticket_dispatcher.domain.conditions import ConditionError, evaluate
+from ticket_dispatcher.domain.execution import (
+    ActionExecution,
+    ActionStatus,
+    Execution,
+    ExecutionStatus,
+    FailureCode,
+    RuleExecution,
+    RuleOutcome,
+)
+from ticket_dispatcher.domain.model import Issue
+from ticket_dispatcher.domain.timeutil import format_time
+
+
+class Checkpoints(Protocol):
+    def save(self, execution: Execution, rules: list[RuleExecution]) -> None:
+        """Persist the execution row and these rule executions in one short transaction.
+
+        Raises ``errors.Conflict`` when the execution is already terminal in the store (for
+        example cancelled), so the caller stops driving it.
+        """
+
+
+class StepKind(StrEnum):
+    ADVANCED = "advanced"  # saved one stage; call step again
+    PARKED = "parked"  # waiting until ``wake_at``; release the slot
+    FINISHED = "finished"  # terminal
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: StepKind
+    wake_at: datetime | None = None
+
+
+ADVANCED = Step(StepKind.ADVANCED)
+FINISHED = Step(StepKind.FINISHED)
+
+
+class Behavior:
+    def __init__(self, registry: ActionRegistry, checkpoints: Checkpoints,
+                 now: Callable[[], datetime], ports: Any = None):
+        self._registry = registry
+        self._checkpoints = checkpoints
+        self._now = now  # the runtime's Clock.now; domain/ imports nothing from actors/
+        self._ports = ports
+
+    def step(self, execution: Execution, issue: Issue) -> Step:
+        if execution.status.terminal:
+            return FINISHED
+        if execution.status is ExecutionStatus.CREATED:
+            execution.status = ExecutionStatus.EXECUTING
+            self._save(execution, [])
+            return ADVANCED
+        for rule in execution.rule_executions:
+            if rule.outcome is RuleOutcome.NOT_EVALUATED:
+                return self._evaluate(execution, rule, issue)
+            if rule.outcome is RuleOutcome.NOT_MATCHED:
+                continue
+            action = _next_action(rule)
+            if action is not None:
+                return self._run_action(execution, rule, action, issue)
+            if rule.on_success is OnSuccess.TERMINATE:
+                break
+        return self._finish(execution)
+
+    def abort(self, execution: Execution, code: FailureCode, reason: str) -> None:
+        """End from outside the behavior: an operator cancel (SPEC §7), a load that kept
+        failing, or a runtime that kept crashing. Unfinished actions are skipped."""
+        for rule in execution.rule_executions:
+            for action in rule.action_executions:
+                if action.status is ActionStatus.EXECUTING:
+                    action.status = ActionStatus.SKIPPED
+                    action.error = f"{code.value} while executing"
+                    action.finished_at = self._now()
+        self._fail(execution, code, reason)
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def _evaluate(self, execution: Execution, rule: RuleExecution, issue: Issue) -> Step:
+        try:
+            matched, reason = evaluate(rule.when, issue, self.business_now(execution))
+        except ConditionError as exc:
+            return self._fail(execution, FailureCode.CONDITION_ERROR,
+                              f"rule {rule.name!r}: {exc}")
+        rule.outcome = RuleOutcome.MATCHED if matched else RuleOutcome.NOT_MATCHED
+        rule.evaluation = {"matched": matched, "reason": reason,
+                           "evaluated_at": format_time(self._now())}
+        if not matched:  # its actions will never run
+            _skip_pending([rule])
+        self._save(execution, [rule])
+        return ADVANCED
+
+    def _run_action(self, execution: Execution, rule: RuleExecution, action: ActionExecution,
+                    issue: Issue) -> Step:
+        if action.status is ActionStatus.PENDING:
+            action.status = ActionStatus.EXECUTING
+            action.started_at = self._now()
+            self._save(execution, [rule])
+        executor = self._registry.get(action.type)
+        if executor is None:
+            return self._fail_action(execution, rule, action, FailureCode.PLAN_FAILED,
+                                     f"no executor for action type {action.type!r}")
+        run = ActionRun(execution=execution, issue=issue, config=action.config,
+                        context=action.context, now=self.business_now(execution),
+                        ports=self._ports)
+        if action.planned_at is None:
+            try:
+                executor.plan(run)
+            except ActionError as exc:
+                return self._fail_action(execution, rule, action,
+                                         exc.code or FailureCode.PLAN_FAILED, exc.message)
+            action.planned_at = self._now()
+            self._save(execution, [rule])
+        if execution.dry_run:  # dry-run plans only (M§4.2)
+            return self._complete_action(execution, rule, action, ResultKind.CONTINUE)
+        try:
+            result = executor.execute(run)
+        except ActionError as exc:
+            return self._fail_action(execution, rule, action,
+                                     exc.code or FailureCode.EXECUTE_FAILED, exc.message)
+        if result.kind is ResultKind.PARK:
+            execution.wake_at = result.until
+            self._save(execution, [rule])
+            return Step(StepKind.PARKED, result.until)
+        return self._complete_action(execution, rule, action, result.kind)
+
+    def _complete_action(self, execution: Execution, rule: RuleExecution,
+                         action: ActionExecution, kind: ResultKind) -> Step:
+        action.status = ActionStatus.SUCCEEDED
+        action.result = kind.value
+        action.finished_at = self._now()
+        execution.wake_at = None
+        if kind is ResultKind.TERMINATE:
+            return self._finish(execution)
+        self._save(execution, [rule])
+        return ADVANCED
+
+    def _fail_action(self, execution: Execution, rule: RuleExecution, action: ActionExecution,
+                     code: FailureCode, message: str) -> Step:
+        action.status = ActionStatus.FAILED
+        action.error = message
+        action.finished_at = self._now()
+        return self._fail(execution, code, f"rule {rule.name!r} action {action.index} "
+                                           f"({action.type}): {message}")
+
+    def _finish(self, execution: Execution) -> Step:
+        execution.status = ExecutionStatus.SUCCEEDED
+        return self._close(execution)
+
+    def _fail(self, execution: Execution, code: FailureCode, reason: str) -> Step:
+        execution.status = ExecutionStatus.FAILED
+        execution.failure_code = code.value
+        execution.failure_reason = reason
+        return self._close(execution)
+
+    def _close(self, execution: Execution) -> Step:
+        """Terminal: skip what never ran (M§5.2); unvisited rules stay ``not_evaluated``."""
+        _skip_pending(execution.rule_executions)
+        execution.completed_at = self._now()
+        execution.wake_at = None
+        execution.live_lock_key = None
+        self._save(execution, execution.rule_executions)
+        return FINISHED
+
+    def business_now(self, execution: Execution) -> datetime:
+        """A dry-run's frozen time (SPEC §5.6), else the clock."""
+        if execution.dry_run and execution.business_now is not None:
+            return execution.business_now
+        return self._now()
+
+    def _save(self, execution: Execution, rules: list[RuleExecution]) -> None:
+        execution.updated_at = self._now()
+        self._checkpoints.save(execution, rules)
+
+
+def _next_action(rule: RuleExecution) -> ActionExecution | None:
+    """The action to run now: one left ``executing`` by a park or a restart, else the next
+    pending one (M§5.2: re-run in place, never a duplicate record)."""
+    for action in rule.action_executions:
+        if action.status in (ActionStatus.EXECUTING, ActionStatus.PENDING):
+            return action
+    return None
+
+
+def _pending(rules: list[RuleExecution]) -> Iterator[ActionExecution]:
+    for rule in rules:
+        for action in rule.action_executions:
+            if action.status is ActionStatus.PENDING:
+                yield action
+
+
+def _skip_pending(rules: list[RuleExecution]) -> None:
+    for action in _pending(rules):
+        action.status = ActionStatus.SKIPPED

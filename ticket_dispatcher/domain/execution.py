@@ -1,0 +1,236 @@
+"""Triggers and executions: the durable records of a dispatch (SPEC §4.5, §4.6).
+
+An ``Execution`` is an aggregate: its rule executions and their action executions are pre-built
+at creation with each rule's condition and each action's config frozen (M§5.2, N§8.1), and the
+behavior (``domain.behavior``) advances it one checkpoint at a time.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from ticket_dispatcher.domain.catalog import OnSuccess
+from ticket_dispatcher.domain.model import Policy
+from ticket_dispatcher.domain.timeutil import format_time
+
+
+class TriggerStatus(StrEnum):
+    PENDING = "pending"
+    PROCESSING = "processing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class ExecutionMode(StrEnum):
+    LIVE = "live"
+    DRY_RUN = "dry_run"
+
+
+class ExecutionStatus(StrEnum):
+    CREATED = "created"
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED)
+
+
+class RuleOutcome(StrEnum):
+    NOT_EVALUATED = "not_evaluated"
+    MATCHED = "matched"
+    NOT_MATCHED = "not_matched"
+
+
+class ActionStatus(StrEnum):
+    PENDING = "pending"
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class FailureCode(StrEnum):
+    """The fixed, documented set of execution failure codes (SPEC §4.6)."""
+
+    ISSUE_LOAD_FAILED = "issue_load_failed"  # the issue could not be loaded (after retries)
+    POLICY_LOAD_FAILED = "policy_load_failed"  # the policy is gone (after retries)
+    CONDITION_ERROR = "condition_error"  # a frozen condition cannot be evaluated
+    NO_CANDIDATES = "no_candidates"  # a receiver resolved to nobody eligible
+    PLAN_FAILED = "plan_failed"  # an action's plan raised a technical error
+    EXECUTE_FAILED = "execute_failed"  # an action's execute raised a technical error
+    CANCELLED = "cancelled"  # an operator cancelled the execution
+    INTERNAL_ERROR = "internal_error"  # the runtime crashed on it more than actor_restarts times
+
+
+@dataclass
+class Trigger:
+    id: int
+    source: str
+    issue_key: str
+    policy_id: int | None = None
+    dryrun: dict | None = None  # {"overwrite_data": {"now": RFC3339?}}
+    status: TriggerStatus = TriggerStatus.PENDING
+    available_at: datetime | None = None
+    execution_ids: list[int] = field(default_factory=list)
+    failure_reason: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def mode(self) -> ExecutionMode:
+        return ExecutionMode.DRY_RUN if self.dryrun is not None else ExecutionMode.LIVE
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "input": {"issue_key": self.issue_key},
+            "policy_id": self.policy_id,
+            "dryrun": self.dryrun,
+            "status": self.status.value,
+            "available_at": format_time(self.available_at),
+            "output": {"execution_ids": list(self.execution_ids)},
+            "failure_reason": self.failure_reason,
+            "created_at": format_time(self.created_at),
+            "updated_at": format_time(self.updated_at),
+            "completed_at": format_time(self.completed_at),
+        }
+
+
+@dataclass
+class ActionExecution:
+    index: int
+    type: str
+    action: dict  # the frozen action config, {"type": T, T: {...}}
+    status: ActionStatus = ActionStatus.PENDING
+    context: dict = field(default_factory=dict)
+    result: str = ""
+    error: str = ""
+    started_at: datetime | None = None
+    planned_at: datetime | None = None  # set once plan has run; a resumed action skips plan
+    finished_at: datetime | None = None
+
+    @property
+    def config(self) -> dict:
+        return self.action.get(self.type) or {}
+
+    def to_json(self) -> dict:
+        return {
+            "index": self.index,
+            "type": self.type,
+            "status": self.status.value,
+            "action": self.action,
+            "context": self.context,
+            "result": self.result,
+            "error": self.error,
+            "started_at": format_time(self.started_at),
+            "planned_at": format_time(self.planned_at),
+            "finished_at": format_time(self.finished_at),
+        }
+
+
+@dataclass
+class RuleExecution:
+    sequence: int
+    rule_id: int
+    name: str
+    priority: int
+    when: dict
+    on_success: OnSuccess
+    action_executions: list[ActionExecution]
+    outcome: RuleOutcome = RuleOutcome.NOT_EVALUATED
+    evaluation: dict | None = None  # {"matched", "reason", "evaluated_at"}
+
+    def to_json(self) -> dict:
+        return {
+            "sequence": self.sequence,
+            "rule_id": self.rule_id,
+            "name": self.name,
+            "priority": self.priority,
+            "when": self.when,
+            "transition": {"on_success": self.on_success.value},
+            "outcome": self.outcome.value,
+            "evaluation": self.evaluation,
+            "action_executions": [a.to_json() for a in self.action_executions],
+        }
+
+
+@dataclass
+class Execution:
+    id: int
+    trigger_id: int
+    issue_key: str
+    mode: ExecutionMode
+    policy_id: int
+    policy_family_id: str
+    policy_version: int
+    rule_executions: list[RuleExecution]
+    status: ExecutionStatus = ExecutionStatus.CREATED
+    failure_code: str = ""
+    failure_reason: str = ""
+    overwrite_data: dict | None = None
+    business_now: datetime | None = None  # the business time of a dry-run; live: creation
+    wake_at: datetime | None = None
+    live_lock_key: str | None = None
+    restart_count: int = 0  # runtime crashes survived (SPEC §3 actor_restarts)
+    load_attempts: int = 0  # failed issue/policy loads in a row (SPEC §7 backoff)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def dry_run(self) -> bool:
+        return self.mode is ExecutionMode.DRY_RUN
+
+    def copy(self) -> Execution:
+        return copy.deepcopy(self)
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "trigger_id": self.trigger_id,
+            "issue_key": self.issue_key,
+            "mode": self.mode.value,
+            "policy_id": self.policy_id,
+            "policy_family_id": self.policy_family_id,
+            "policy_version": self.policy_version,
+            "status": self.status.value,
+            "failure_code": self.failure_code,
+            "failure_reason": self.failure_reason,
+            "overwrite_data": self.overwrite_data,
+            "business_now": format_time(self.business_now),
+            "wake_at": format_time(self.wake_at),
+            "created_at": format_time(self.created_at),
+            "updated_at": format_time(self.updated_at),
+            "completed_at": format_time(self.completed_at),
+            "rule_executions": [r.to_json() for r in self.rule_executions],
+        }
+
+
+def build_rule_executions(policy: Policy, contexts: list[list[dict[str, Any]]] | None = None,
+                          ) -> list[RuleExecution]:
+    """Pre-build every rule and action execution in ``(priority, id)`` order (M§5.2).
+
+    ``contexts[i][j]`` is the initial context of action j of the i-th ordered rule (built by the
+    action's executor from the issue and dispatch context); configs are deep-copied so a later
+    replacement never changes this execution.
+    """
+    rules = []
+    for sequence, rule in enumerate(policy.ordered_rules):
+        actions = []
+        for index, action in enumerate(rule.then):
+            initial = contexts[sequence][index] if contexts else {}
+            actions.append(ActionExecution(index=index, type=str(action.get("type", "")),
+                                           action=copy.deepcopy(action),
+                                           context=copy.deepcopy(initial)))
+        rules.append(RuleExecution(sequence=sequence, rule_id=rule.id, name=rule.name,
+                                   priority=rule.priority, when=copy.deepcopy(rule.when),
+                                   on_success=rule.on_success, action_executions=actions))
+    return rules

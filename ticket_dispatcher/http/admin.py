@@ -1,0 +1,32 @@
+"""Operator endpoints: the live actor system and execution cancel (SPEC §7, §10)."""
+
+from __future__ import annotations
+
+import falcon
+
+from ticket_dispatcher.http.auth import OPERATOR, VIEWER
+
+
+class ActorStatus:
+    roles = {"GET": VIEWER}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_get(self, req, resp) -> None:
+        resp.media = self._services.running().status()
+
+
+class ExecutionCancel:
+    roles = {"POST": OPERATOR}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_post(self, req, resp, execution_id: int) -> None:
+        who = req.context.api_key_name or "an operator"
+        outcome = self._services.running().cancel(execution_id, f"cancelled by {who}")
+        # "applied": it was queued or parked and is failed now; "signalled": its running actor
+        # stops at its next step (the answer shows the state at this moment).
+        resp.status = falcon.HTTP_200 if outcome == "applied" else falcon.HTTP_202
+        resp.media = self._services.store.executions.get(execution_id).to_json()

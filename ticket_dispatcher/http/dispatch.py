@@ -1,0 +1,156 @@
+"""Trigger intake and the execution read API (SPEC §5, §10)."""
+
+from __future__ import annotations
+
+import re
+
+import falcon
+
+from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus
+from ticket_dispatcher.domain.fanout import reserved_role
+from ticket_dispatcher.domain.matching import lock_key
+from ticket_dispatcher.domain.timeutil import parse_rfc3339
+from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem
+from ticket_dispatcher.http import API_BASE
+from ticket_dispatcher.http.auth import AUTOMATION, AUTOMATION_READ, VIEWER
+from ticket_dispatcher.http.binding import (
+    bind_object,
+    page,
+    paging,
+    query_choice,
+    query_int,
+    read_json,
+)
+from ticket_dispatcher.http.contexts import checked_issue_key
+from ticket_dispatcher.http.errors import ApiError
+from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
+
+TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB (SPEC §13)
+_SOURCE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+
+
+def _bind_trigger(raw) -> tuple[str, str, int | None, dict | None]:
+    body = bind_object(raw, required={"source": str, "input": dict},
+                       optional={"policy_id": int, "dryrun": dict})
+    problems: list[Problem] = []
+    if not _SOURCE.match(body["source"]):
+        problems.append(Problem("source", "must be a lower-case source name like "
+                                          "jira_automation"))
+    trigger_input = bind_object(body["input"], required={"issue_key": str}, optional={},
+                                path="input")
+    try:
+        issue_key = checked_issue_key(trigger_input["issue_key"], "input.issue_key")
+    except InvalidInput as exc:
+        problems.extend(exc.problems)
+        issue_key = ""
+    dryrun = body.get("dryrun")
+    if dryrun is not None:
+        dryrun = _bind_dryrun(dryrun, problems)
+    policy_id = body.get("policy_id")
+    if policy_id is not None and policy_id <= 0:
+        problems.append(Problem("policy_id", "must be a positive policy id"))
+    if policy_id is not None and reserved_role(body["source"]):
+        problems.append(Problem("policy_id", "a reserved source is routed by policy matching; "
+                                             "it cannot name a policy (N§3.2)"))
+    if problems:
+        raise InvalidInput("the trigger is not valid", problems)
+    return body["source"], issue_key, policy_id, dryrun
+
+
+def _bind_dryrun(raw: dict, problems: list[Problem]) -> dict:
+    dryrun = bind_object(raw, required={}, optional={"overwrite_data": dict}, path="dryrun")
+    overwrite = dryrun.get("overwrite_data") or {}
+    bind_object(overwrite, required={}, optional={"now": str}, path="dryrun.overwrite_data")
+    if overwrite.get("now") is not None:
+        try:
+            parse_rfc3339(overwrite["now"])
+        except ValueError as exc:
+            problems.append(Problem("dryrun.overwrite_data.now", str(exc)))
+    return {"overwrite_data": overwrite} if overwrite else {"overwrite_data": {}}
+
+
+class TriggerCollection:
+    roles = {"POST": AUTOMATION}
+
+    def __init__(self, services):
+        self._services = services
+        rate = services.config.http.trigger_rate
+        self._buckets = TokenBuckets(rate, services.config.http.trigger_burst,
+                                     services.clock.now)
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        wait = self._buckets.take(req.context.api_key_name or req.remote_addr or "")
+        if wait:
+            raise ApiError(falcon.HTTP_429, "too many triggers from this key; slow down",
+                           headers={"Retry-After": retry_after_header(wait)})
+        limit = min(TRIGGER_BODY_LIMIT, self._services.max_body_bytes)
+        source, issue_key, policy_id, dryrun = _bind_trigger(read_json(req, limit))
+        if policy_id is not None:
+            self._check_explicit_policy(policy_id, issue_key, live=dryrun is None)
+        trigger = self._services.running().accept_trigger(source, issue_key, policy_id=policy_id,
+                                                        dryrun=dryrun)
+        resp.status = falcon.HTTP_202
+        resp.location = f"{API_BASE}/dispatch/triggers/{trigger.id}"
+        resp.media = trigger.to_json()
+
+    def _check_explicit_policy(self, policy_id: int, issue_key: str, live: bool) -> None:
+        store = self._services.store
+        try:
+            policy = store.policies.get(policy_id)
+        except NotFound:
+            raise InvalidInput(f"policy {policy_id} does not exist",
+                               [Problem("policy_id", "no such policy")]) from None
+        if live and store.executions.busy_lock_keys([lock_key(policy, issue_key)]):
+            raise Conflict(f"policy {policy_id} already has a live execution for {issue_key}")
+
+
+class TriggerItem:
+    roles = {"GET": AUTOMATION_READ}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_get(self, req, resp, trigger_id: int) -> None:
+        resp.media = self._services.store.triggers.get(trigger_id).to_json()
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
+class ExecutionCollection:
+    roles = {"GET": VIEWER}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_get(self, req, resp) -> None:
+        limit, offset = paging(req)
+        issue_key = req.get_param("issue_key")
+        items, total = self._services.store.executions.list(
+            issue_key=checked_issue_key(issue_key) if issue_key else None,
+            status=query_choice(req, "status", ExecutionStatus,
+                                "one of " + ", ".join(ExecutionStatus)),
+            mode=query_choice(req, "mode", ExecutionMode, "live or dry_run"),
+            policy_id=query_choice(req, "policy_id", _positive, "a positive integer"),
+            trigger_id=query_choice(req, "trigger_id", _positive, "a positive integer"),
+            limit=limit, offset=offset,
+        )
+        resp.media = page(items, total)
+
+
+class ExecutionItem:
+    roles = {"GET": VIEWER}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_get(self, req, resp, execution_id: int) -> None:
+        resp.media = self._services.store.executions.get(execution_id).to_json()
+
+
+__all__ = ["TriggerCollection", "TriggerItem", "ExecutionCollection", "ExecutionItem",
+           "query_int"]

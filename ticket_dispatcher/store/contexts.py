@@ -1,0 +1,107 @@
+"""Dispatch contexts: per-issue memory, including the one-hop escalation slots (N§7.2).
+
+The notification state is changed one role slot at a time under a row lock, so the assignee
+and L2 workflows of one issue never overwrite each other and no version column is needed.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from datetime import datetime
+
+import peewee
+
+from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES
+from ticket_dispatcher.domain.model import DispatchContext
+from ticket_dispatcher.domain.timeutil import to_utc
+from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.models import ContextRow
+
+_ROLES = frozenset(role.role for role in NOTIFICATION_ROLES)
+
+SlotMutation = Callable[[dict | None], dict | None]
+
+
+class ContextRepository:
+    def __init__(self, db: peewee.Database):
+        self.db = db
+
+    def get(self, issue_key: str) -> DispatchContext:
+        with unit_of_work(self.db):
+            row = ContextRow.get_or_none(ContextRow.issue_key == issue_key)
+        if row is None:
+            raise NotFound(f"dispatch context {issue_key} not found")
+        return _context(row)
+
+    def ensure_default(self, issue_key: str, now: datetime) -> bool:
+        """Create the empty context unless it exists; one statement. True when created."""
+        with unit_of_work(self.db):
+            return self._insert_default(issue_key, to_utc(now))
+
+    def delete(self, issue_key: str) -> None:
+        """Refused while a role slot holds an escalation intent or marker (N§7.2)."""
+        with write_lock(self.db):
+            row = self._lock(issue_key)
+            if row is None:
+                raise NotFound(f"dispatch context {issue_key} not found")
+            if _context(row).holds_notification_state:
+                raise Conflict(
+                    f"dispatch context {issue_key} holds an assignment-notification intent or "
+                    "marker; it can be deleted once both role slots are clear"
+                )
+            ContextRow.delete().where(ContextRow.issue_key == issue_key).execute()
+
+    def update_notification_slot(
+        self, issue_key: str, role: str, mutate: SlotMutation, now: datetime
+    ) -> DispatchContext:
+        """Apply ``mutate`` to one role's slot (a deep copy; ``None`` when empty) and store its
+        result, creating the context first when missing (N§7.2). Other slots and columns are
+        untouched. Never call it around an external call: it holds a row lock."""
+        if role not in _ROLES:
+            raise ValueError(f"unknown notification role {role!r}")
+        now = to_utc(now)
+        with write_lock(self.db):
+            self._insert_default(issue_key, now)
+            row = self._lock(issue_key)
+            state = dict(row.assignment_notification_state_json or {})
+            state[role] = mutate(copy.deepcopy(state.get(role)))
+            ContextRow.update(assignment_notification_state_json=state, updated_at=now).where(
+                ContextRow.issue_key == issue_key
+            ).execute()
+            row.assignment_notification_state_json = state
+            row.updated_at = now
+            return _context(row)
+
+    def _insert_default(self, issue_key: str, now: datetime) -> bool:
+        inserted = (
+            ContextRow.insert(
+                issue_key=issue_key,
+                assignee="",
+                assignee_l2="",
+                assignment_notification_state_json={},
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict(conflict_target=[ContextRow.issue_key], action="NOTHING")
+            .as_rowcount()
+            .execute()
+        )
+        return inserted == 1
+
+    def _lock(self, issue_key: str) -> ContextRow | None:
+        query = ContextRow.select().where(ContextRow.issue_key == issue_key)
+        return lock_rows(query, self.db).get_or_none()
+
+
+def _context(row: ContextRow) -> DispatchContext:
+    return DispatchContext(
+        issue_key=row.issue_key,
+        assignee=row.assignee,
+        assignee_l2=row.assignee_l2,
+        # A NULL from before migration 2 is the empty state (N§7.2, no backfill).
+        assignment_notification_state=row.assignment_notification_state_json or {},
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

@@ -1,0 +1,170 @@
+"""Engineers: who may receive tickets and when each last did (SPEC §4.8, M§7).
+
+Every write is one statement naming its columns: concurrent assigns, operator edits and the
+Jira account cache never overwrite each other's columns (M§7: no read-modify-write).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import peewee
+
+from ticket_dispatcher.domain.model import Engineer
+from ticket_dispatcher.domain.timeutil import to_utc
+from ticket_dispatcher.errors import InvalidInput, NotFound
+from ticket_dispatcher.store.database import unit_of_work, write_lock
+from ticket_dispatcher.store.models import EngineerRow
+
+
+def normalize_email(email: str) -> str:
+    """Engineers are keyed by lower-case email (SPEC §4.8)."""
+    normalized = (email or "").strip().lower()
+    if not normalized:
+        raise InvalidInput("engineer email must not be empty")
+    return normalized
+
+
+class EngineerRepository:
+    def __init__(self, db: peewee.Database):
+        self.db = db
+
+    def list(
+        self,
+        limit: int = 50,
+        offset: int = 0,
+        dispatch_enabled: bool | None = None,
+        email_in: Iterable[str] | None = None,
+    ) -> tuple[list[Engineer], int]:
+        """One page ordered by email and the total (M§7 ``EmailIn``/``DispatchEnabledIs``)."""
+        query = EngineerRow.select()
+        if dispatch_enabled is not None:
+            query = query.where(EngineerRow.dispatch_enabled == dispatch_enabled)
+        if email_in is not None:
+            emails = sorted({normalize_email(email) for email in email_in})
+            if not emails:
+                return [], 0
+            query = query.where(EngineerRow.email.in_(emails))
+        with unit_of_work(self.db):
+            rows = list(query.order_by(EngineerRow.email).limit(limit).offset(offset))
+            if len(rows) < limit and (rows or offset == 0):
+                total = offset + len(rows)  # a short page is the last one: no COUNT needed
+            else:
+                total = query.count()
+        return [_engineer(row) for row in rows], total
+
+    def get(self, email: str) -> Engineer:
+        email = normalize_email(email)
+        with unit_of_work(self.db):
+            row = EngineerRow.get_or_none(EngineerRow.email == email)
+        if row is None:
+            raise NotFound(f"engineer {email} not found")
+        return _engineer(row)
+
+    def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]:
+        """The dispatch-enabled engineers among ``emails``, ordered by email; one query.
+        Callers restore their configured order (M§7)."""
+        wanted = sorted({normalize_email(email) for email in emails})
+        if not wanted:
+            return []
+        query = (
+            EngineerRow.select()
+            .where(EngineerRow.email.in_(wanted) & (EngineerRow.dispatch_enabled == True))  # noqa: E712
+            .order_by(EngineerRow.email)
+        )
+        with unit_of_work(self.db):
+            return [_engineer(row) for row in query]
+
+    def put(
+        self,
+        email: str,
+        *,
+        dispatch_enabled: bool,
+        display_name: str | None = None,
+        jira_account_id: str | None = None,
+        now: datetime,
+    ) -> tuple[Engineer, bool]:
+        """Create or update; ``None`` keeps the current value (``""`` on create). Returns the
+        engineer and whether it was created."""
+        email = normalize_email(email)
+        now = to_utc(now)
+        with write_lock(self.db):
+            created = (
+                EngineerRow.insert(
+                    email=email,
+                    display_name=display_name or "",
+                    jira_account_id=jira_account_id or "",
+                    dispatch_enabled=dispatch_enabled,
+                    last_dispatched_issue="",
+                    created_at=now,
+                    updated_at=now,
+                )
+                .on_conflict(conflict_target=[EngineerRow.email], action="NOTHING")
+                .as_rowcount()
+                .execute()
+                == 1
+            )
+            if created:
+                return Engineer(
+                    email=email,
+                    display_name=display_name or "",
+                    jira_account_id=jira_account_id or "",
+                    dispatch_enabled=dispatch_enabled,
+                    created_at=now,
+                    updated_at=now,
+                ), True
+            changes: dict = {EngineerRow.dispatch_enabled: dispatch_enabled,
+                             EngineerRow.updated_at: now}
+            if display_name is not None:
+                changes[EngineerRow.display_name] = display_name
+            if jira_account_id is not None:
+                changes[EngineerRow.jira_account_id] = jira_account_id
+            updated = (
+                EngineerRow.update(changes)
+                .where(EngineerRow.email == email)
+                .returning(EngineerRow)
+                .execute()
+            )
+            return _engineer(next(iter(updated))), False
+
+    def delete(self, email: str) -> None:
+        email = normalize_email(email)
+        with unit_of_work(self.db):
+            deleted = EngineerRow.delete().where(EngineerRow.email == email).execute()
+        if not deleted:
+            raise NotFound(f"engineer {email} not found")
+
+    def update_dispatch_state(
+        self, email: str, *, dispatched_at: datetime, issue_key: str, now: datetime
+    ) -> bool:
+        """Record a successful assignment: one UPDATE of the dispatch columns (M§7).
+        False when the engineer no longer exists."""
+        query = EngineerRow.update(
+            last_dispatched_at=to_utc(dispatched_at),
+            last_dispatched_issue=issue_key,
+            updated_at=to_utc(now),
+        ).where(EngineerRow.email == normalize_email(email))
+        with unit_of_work(self.db):
+            return query.execute() == 1
+
+    def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
+        """Cache the Jira account of an engineer: one UPDATE of that column (SPEC §8.1)."""
+        query = EngineerRow.update(jira_account_id=account_id, updated_at=to_utc(now)).where(
+            EngineerRow.email == normalize_email(email)
+        )
+        with unit_of_work(self.db):
+            return query.execute() == 1
+
+
+def _engineer(row: EngineerRow) -> Engineer:
+    return Engineer(
+        email=row.email,
+        display_name=row.display_name,
+        jira_account_id=row.jira_account_id,
+        dispatch_enabled=bool(row.dispatch_enabled),
+        last_dispatched_at=row.last_dispatched_at,
+        last_dispatched_issue=row.last_dispatched_issue,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

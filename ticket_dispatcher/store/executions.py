@@ -1,0 +1,238 @@
+"""Executions with their pre-built rule and action executions (SPEC §4.6, §9, M§9).
+
+An execution is stored as one ``dispatch_executions`` row plus one ``dispatch_rule_executions``
+row per rule, each carrying its ordered action executions as JSON. Creation writes the whole
+aggregate, the missing default context and the trigger output in one short transaction (M§10);
+``save`` is the behavior's checkpoint port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import peewee
+
+from ticket_dispatcher.domain.catalog import OnSuccess
+from ticket_dispatcher.domain.execution import (
+    ActionExecution,
+    ActionStatus,
+    Execution,
+    ExecutionMode,
+    ExecutionStatus,
+    RuleExecution,
+    RuleOutcome,
+    TriggerStatus,
+)
+from ticket_dispatcher.domain.timeutil import parse_rfc3339, to_utc
+from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.store.database import unit_of_work, write_lock
+from ticket_dispatcher.store.models import (
+    ContextRow,
+    ExecutionRow,
+    RuleExecutionRow,
+    TriggerRow,
+)
+
+_RUNNING = (ExecutionStatus.CREATED.value, ExecutionStatus.EXECUTING.value)
+
+
+class ExecutionRepository:
+    def __init__(self, db: peewee.Database):
+        self.db = db
+
+    # -- creation ---------------------------------------------------------------------------
+
+    def busy_lock_keys(self, keys: Iterable[str]) -> set[str]:
+        """The lock keys held by a live execution that is ``created`` or ``executing``."""
+        keys = [key for key in keys if key]
+        if not keys:
+            return set()
+        with unit_of_work(self.db):
+            query = ExecutionRow.select(ExecutionRow.live_lock_key).where(
+                ExecutionRow.live_lock_key.in_(keys))
+            return {row.live_lock_key for row in query}
+
+    def create(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
+               ensure_context: bool, now: datetime) -> list[int]:
+        """Insert the executions (in order) with every rule execution, the default context when
+        asked and missing, and complete the trigger with their IDs — all or nothing.
+
+        Raises ``Conflict`` when a live lock key is already held (nothing is written).
+        """
+        now = to_utc(now)
+        try:
+            with write_lock(self.db):
+                ids = [self._insert(execution) for execution in executions]
+                if ensure_context:
+                    (ContextRow.insert(issue_key=issue_key, assignee="", assignee_l2="",
+                                       assignment_notification_state_json={},
+                                       created_at=now, updated_at=now)
+                     .on_conflict_ignore().execute())
+                (TriggerRow.update(status=TriggerStatus.COMPLETED.value,
+                                   output_json={"execution_ids": ids}, failure_reason="",
+                                   updated_at=now, completed_at=now)
+                 .where(TriggerRow.id == trigger_id).execute())
+        except peewee.IntegrityError:
+            raise Conflict(f"a live execution for {issue_key} already holds the lock") from None
+        for execution, execution_id in zip(executions, ids, strict=True):
+            execution.id = execution_id
+        return ids
+
+    def _insert(self, execution: Execution) -> int:
+        row = ExecutionRow.create(
+            trigger=execution.trigger_id, issue_key=execution.issue_key,
+            mode=execution.mode.value, policy_id=execution.policy_id,
+            policy_family_id=execution.policy_family_id,
+            policy_version=execution.policy_version, status=execution.status.value,
+            failure_code=execution.failure_code, failure_reason=execution.failure_reason,
+            overwrite_data_json=execution.overwrite_data, business_now=execution.business_now,
+            wake_at=execution.wake_at, live_lock_key=execution.live_lock_key,
+            restart_count=0, load_attempts=0,
+            created_at=execution.created_at, updated_at=execution.updated_at,
+        )
+        if execution.rule_executions:
+            RuleExecutionRow.insert_many(
+                [_rule_columns(row.id, rule) for rule in execution.rule_executions]
+            ).execute()
+        return row.id
+
+    # -- the behavior's checkpoints -------------------------------------------------------------
+
+    def save(self, execution: Execution, rules: list[RuleExecution]) -> None:
+        """Persist the execution row and these rules in one short transaction.
+
+        The row is only updated while it is still running, so a concurrent cancel is never
+        overwritten; ``Conflict`` tells the caller the execution ended elsewhere.
+        """
+        with write_lock(self.db):
+            updated = (ExecutionRow.update(
+                status=execution.status.value, failure_code=execution.failure_code,
+                failure_reason=execution.failure_reason, wake_at=execution.wake_at,
+                live_lock_key=execution.live_lock_key, updated_at=execution.updated_at,
+                completed_at=execution.completed_at)
+                .where((ExecutionRow.id == execution.id) & ExecutionRow.status.in_(_RUNNING))
+                .execute())
+            if not updated:
+                raise Conflict(f"execution {execution.id} is no longer running")
+            for rule in rules:
+                (RuleExecutionRow.update(
+                    outcome=rule.outcome.value, evaluation_json=rule.evaluation,
+                    action_executions_json=[a.to_json() for a in rule.action_executions])
+                 .where((RuleExecutionRow.execution == execution.id)
+                        & (RuleExecutionRow.sequence == rule.sequence))
+                 .execute())
+
+    def record_restart(self, execution_id: int) -> int:
+        """Count one more runtime crash; the new count."""
+        return self._increment(execution_id, ExecutionRow.restart_count)
+
+    def record_load_failure(self, execution_id: int) -> int:
+        return self._increment(execution_id, ExecutionRow.load_attempts)
+
+    def reset_load_attempts(self, execution_id: int) -> None:
+        with unit_of_work(self.db):
+            ExecutionRow.update(load_attempts=0).where(ExecutionRow.id == execution_id).execute()
+
+    def _increment(self, execution_id: int, column: peewee.Field) -> int:
+        with write_lock(self.db):
+            (ExecutionRow.update({column: column + 1})
+             .where(ExecutionRow.id == execution_id).execute())
+            row = ExecutionRow.select(column).where(ExecutionRow.id == execution_id).get()
+            return getattr(row, column.name)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, execution_id: int) -> Execution:
+        with unit_of_work(self.db):
+            row = ExecutionRow.get_or_none(ExecutionRow.id == execution_id)
+            if row is None:
+                raise NotFound(f"execution {execution_id} not found")
+            return self._with_rules([row])[0]
+
+    def list(self, *, issue_key: str | None = None, status: ExecutionStatus | None = None,
+             mode: ExecutionMode | None = None, policy_id: int | None = None,
+             trigger_id: int | None = None, limit: int = 50, offset: int = 0,
+             ) -> tuple[list[Execution], int]:
+        """Newest first, with rule executions attached in one more query (≤ 3 queries)."""
+        query = ExecutionRow.select()
+        for column, value in ((ExecutionRow.issue_key, issue_key),
+                              (ExecutionRow.status, status and status.value),
+                              (ExecutionRow.mode, mode and mode.value),
+                              (ExecutionRow.policy_id, policy_id),
+                              (ExecutionRow.trigger, trigger_id)):
+            if value is not None:
+                query = query.where(column == value)
+        with unit_of_work(self.db):
+            rows = list(query.order_by(ExecutionRow.id.desc()).limit(limit).offset(offset))
+            if len(rows) < limit and (rows or offset == 0):
+                total = offset + len(rows)
+            else:
+                total = query.count()
+            return self._with_rules(rows), total
+
+    def recoverable(self) -> list[tuple[int, datetime | None]]:
+        """Every created/executing execution, dry-runs included, in creation order (M§11)."""
+        with unit_of_work(self.db):
+            query = (ExecutionRow.select(ExecutionRow.id, ExecutionRow.wake_at)
+                     .where(ExecutionRow.status.in_(_RUNNING)).order_by(ExecutionRow.id))
+            return [(row.id, row.wake_at) for row in query]
+
+    def _with_rules(self, rows: list[ExecutionRow]) -> list[Execution]:
+        if not rows:
+            return []
+        by_execution: dict[int, list[RuleExecution]] = {row.id: [] for row in rows}
+        query = (RuleExecutionRow.select()
+                 .where(RuleExecutionRow.execution.in_(list(by_execution)))
+                 .order_by(RuleExecutionRow.execution, RuleExecutionRow.sequence))
+        for rule_row in query:
+            by_execution[rule_row.execution_id].append(_rule_from_row(rule_row))
+        return [_execution_from_row(row, by_execution[row.id]) for row in rows]
+
+
+def _rule_columns(execution_id: int, rule: RuleExecution) -> dict:
+    return {
+        "execution": execution_id, "sequence": rule.sequence, "rule_id": rule.rule_id,
+        "name": rule.name, "priority": rule.priority, "when_json": rule.when,
+        "transition_json": {"on_success": rule.on_success.value},
+        "outcome": rule.outcome.value, "evaluation_json": rule.evaluation,
+        "action_executions_json": [a.to_json() for a in rule.action_executions],
+    }
+
+
+def _time(value: str | None) -> datetime | None:
+    return parse_rfc3339(value) if value else None
+
+
+def _action_from_json(raw: dict) -> ActionExecution:
+    return ActionExecution(
+        index=raw["index"], type=raw["type"], action=raw["action"],
+        status=ActionStatus(raw["status"]), context=raw.get("context") or {},
+        result=raw.get("result", ""), error=raw.get("error", ""),
+        started_at=_time(raw.get("started_at")), planned_at=_time(raw.get("planned_at")),
+        finished_at=_time(raw.get("finished_at")),
+    )
+
+
+def _rule_from_row(row: RuleExecutionRow) -> RuleExecution:
+    return RuleExecution(
+        sequence=row.sequence, rule_id=row.rule_id, name=row.name, priority=row.priority,
+        when=row.when_json, on_success=OnSuccess(row.transition_json["on_success"]),
+        action_executions=[_action_from_json(a) for a in row.action_executions_json],
+        outcome=RuleOutcome(row.outcome), evaluation=row.evaluation_json,
+    )
+
+
+def _execution_from_row(row: ExecutionRow, rules: list[RuleExecution]) -> Execution:
+    return Execution(
+        id=row.id, trigger_id=row.trigger_id, issue_key=row.issue_key,
+        mode=ExecutionMode(row.mode), policy_id=row.policy_id,
+        policy_family_id=row.policy_family_id, policy_version=row.policy_version,
+        rule_executions=rules, status=ExecutionStatus(row.status),
+        failure_code=row.failure_code, failure_reason=row.failure_reason,
+        overwrite_data=row.overwrite_data_json, business_now=row.business_now,
+        wake_at=row.wake_at, live_lock_key=row.live_lock_key, restart_count=row.restart_count,
+        load_attempts=row.load_attempts, created_at=row.created_at, updated_at=row.updated_at,
+        completed_at=row.completed_at,
+    )
+

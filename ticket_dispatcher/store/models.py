@@ -1,0 +1,198 @@
+"""Peewee models of every table (SPEC §9, M§9, N§8.1).
+
+The schema itself is owned by ``migrations.py`` (explicit SQL, so an applied migration never
+changes when this file does); these models only describe the columns for queries. Field names
+are the column names. All models reach the database through ``database_proxy``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import peewee
+
+from ticket_dispatcher.store.database import database_proxy
+
+_SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+
+class UTCDateTimeField(peewee.FieldDatabaseHook, peewee.Field):
+    """Aware datetimes in, aware UTC datetimes out; stored as naive UTC (SPEC §9).
+
+    Naive datetimes are rejected: every time comes from the injected clock, which is aware.
+    On SQLite the value is text with a fixed six-digit fraction, so text order is time order.
+    """
+
+    field_type = "DATETIME"
+
+    def _db_hook(self, database: peewee.Database | None) -> None:
+        self._as_text = isinstance(database, peewee.SqliteDatabase)
+
+    def db_value(self, value):
+        if value is None or isinstance(value, peewee.Node):
+            return value
+        if not isinstance(value, datetime):
+            raise TypeError(f"{self.name}: expected a datetime, got {type(value).__name__}")
+        if value.tzinfo is None:
+            raise ValueError(f"{self.name}: naive datetime; pass an aware UTC time")
+        naive = value.astimezone(UTC).replace(tzinfo=None)
+        return naive.strftime(_SQLITE_TIME_FORMAT) if self._as_text else naive
+
+    def python_value(self, value):
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class BaseModel(peewee.Model):
+    class Meta:
+        database = database_proxy
+        legacy_table_names = False
+
+
+class PolicyRow(BaseModel):
+    id = peewee.AutoField()
+    family_id = peewee.CharField(max_length=20)
+    version = peewee.IntegerField()
+    status = peewee.CharField(max_length=16)
+    name = peewee.TextField()
+    description = peewee.TextField(default="")
+    trigger_json = peewee.JSONField()
+    created_at = UTCDateTimeField()
+    updated_at = UTCDateTimeField()
+    activated_at = UTCDateTimeField(null=True)
+
+    class Meta:
+        table_name = "dispatch_policies"
+
+
+class RuleRow(BaseModel):
+    id = peewee.AutoField()
+    policy = peewee.ForeignKeyField(
+        PolicyRow, column_name="policy_id", backref="rule_rows", on_delete="CASCADE"
+    )
+    name = peewee.TextField()
+    priority = peewee.IntegerField()
+    condition_json = peewee.JSONField()
+    actions_json = peewee.JSONField()
+    transition_json = peewee.JSONField()
+
+    class Meta:
+        table_name = "dispatch_rules"
+
+
+class TriggerRow(BaseModel):
+    id = peewee.AutoField()
+    source = peewee.TextField()
+    issue_key = peewee.TextField()
+    input_json = peewee.JSONField()
+    policy_id = peewee.BigIntegerField(null=True)  # an explicit policy (M§4.2); no FK: history
+    dryrun_json = peewee.JSONField(null=True)
+    status = peewee.CharField(max_length=16)
+    available_at = UTCDateTimeField()
+    output_json = peewee.JSONField()
+    failure_reason = peewee.TextField(default="")
+    created_at = UTCDateTimeField()
+    updated_at = UTCDateTimeField()
+    completed_at = UTCDateTimeField(null=True)
+
+    class Meta:
+        table_name = "dispatch_triggers"
+
+
+class ExecutionRow(BaseModel):
+    id = peewee.AutoField()
+    trigger = peewee.ForeignKeyField(TriggerRow, column_name="trigger_id", backref="executions")
+    issue_key = peewee.TextField()
+    mode = peewee.CharField(max_length=16)  # live | dry_run
+    policy_id = peewee.BigIntegerField()
+    policy_family_id = peewee.CharField(max_length=20)
+    policy_version = peewee.IntegerField()
+    status = peewee.CharField(max_length=16)
+    failure_code = peewee.CharField(max_length=64, default="")
+    failure_reason = peewee.TextField(default="")
+    overwrite_data_json = peewee.JSONField(null=True)
+    business_now = UTCDateTimeField(null=True)  # frozen for dry-runs (SPEC §5.6)
+    wake_at = UTCDateTimeField(null=True)
+    # Set while a live execution is created/executing, cleared in the UPDATE that makes it
+    # terminal; UNIQUE, and a CHECK refuses it on dry-runs and terminal rows (SPEC §9).
+    live_lock_key = peewee.TextField(null=True)
+    restart_count = peewee.IntegerField(default=0)  # actor crashes survived (SPEC §3)
+    load_attempts = peewee.IntegerField(default=0)  # failed issue/policy loads in a row (§7)
+    created_at = UTCDateTimeField()
+    updated_at = UTCDateTimeField()
+    completed_at = UTCDateTimeField(null=True)
+
+    class Meta:
+        table_name = "dispatch_executions"
+
+
+class RuleExecutionRow(BaseModel):
+    id = peewee.AutoField()
+    execution = peewee.ForeignKeyField(
+        ExecutionRow, column_name="execution_id", backref="rule_executions", on_delete="CASCADE"
+    )
+    sequence = peewee.IntegerField()
+    rule_id = peewee.BigIntegerField()
+    name = peewee.TextField()
+    priority = peewee.IntegerField()
+    when_json = peewee.JSONField()
+    transition_json = peewee.JSONField()
+    outcome = peewee.CharField(max_length=16)
+    evaluation_json = peewee.JSONField(null=True)
+    action_executions_json = peewee.JSONField()  # ordered array (M§9.2)
+
+    class Meta:
+        table_name = "dispatch_rule_executions"
+
+
+class ContextRow(BaseModel):
+    issue_key = peewee.TextField(primary_key=True)
+    assignee = peewee.TextField(default="")
+    assignee_l2 = peewee.TextField(default="")
+    # NULL (rows from before migration 2) reads as the empty state (N§7.2).
+    assignment_notification_state_json = peewee.JSONField(null=True)
+    created_at = UTCDateTimeField()
+    updated_at = UTCDateTimeField()
+
+    class Meta:
+        table_name = "dispatch_contexts"
+
+
+class EngineerRow(BaseModel):
+    email = peewee.TextField(primary_key=True)  # lower-case
+    display_name = peewee.TextField(default="")
+    jira_account_id = peewee.TextField(default="")
+    dispatch_enabled = peewee.BooleanField(default=True)
+    last_dispatched_at = UTCDateTimeField(null=True)
+    last_dispatched_issue = peewee.TextField(default="")
+    created_at = UTCDateTimeField()
+    updated_at = UTCDateTimeField()
+
+    class Meta:
+        table_name = "engineers"
+
+
+class SchemaMigrationRow(BaseModel):
+    version = peewee.IntegerField(primary_key=True)
+    name = peewee.TextField()
+    applied_at = UTCDateTimeField()
+
+    class Meta:
+        table_name = "schema_migrations"
+
+
+ALL_MODELS = (
+    PolicyRow,
+    RuleRow,
+    TriggerRow,
+    ExecutionRow,
+    RuleExecutionRow,
+    ContextRow,
+    EngineerRow,
+    SchemaMigrationRow,
+)

@@ -1,0 +1,269 @@
+"""Policies and their rules: the versioned lifecycle of SPEC §4.2.
+
+Only drafts change; every other version is immutable. Lifecycle moves lock the rows they
+touch (``SELECT … FOR UPDATE`` on PostgreSQL, the IMMEDIATE transaction on SQLite), and
+activation locks the whole family, so two activations in one family serialize instead of
+tripping the one-active-per-family index.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+import peewee
+
+from ticket_dispatcher.domain.catalog import OnSuccess
+from ticket_dispatcher.domain.model import Policy, PolicySpec, PolicyStatus, PolicyTrigger, Rule
+from ticket_dispatcher.domain.timeutil import to_utc
+from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.models import PolicyRow, RuleRow
+
+# Crockford base32: upper case, no I/L/O/U, so a family ID survives being read aloud.
+_FAMILY_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_FAMILY_ID_LENGTH = 12
+# A version may be activated from these (rollback to inactive/superseded, SPEC §4.2).
+_ACTIVATABLE = (PolicyStatus.DRAFT, PolicyStatus.INACTIVE, PolicyStatus.SUPERSEDED)
+
+
+def new_family_id() -> str:
+    """``pf_`` + 12 random characters (≤ 20 characters, SPEC §4.2)."""
+    return "pf_" + "".join(secrets.choice(_FAMILY_ALPHABET) for _ in range(_FAMILY_ID_LENGTH))
+
+
+class PolicyRepository:
+    def __init__(self, db: peewee.Database):
+        self.db = db
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def list(
+        self,
+        status: PolicyStatus | None = None,
+        family_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[Policy], int]:
+        """One page ordered by id and the total: at most 3 queries (page, total, rules)."""
+        query = PolicyRow.select()
+        if status is not None:
+            query = query.where(PolicyRow.status == PolicyStatus(status).value)
+        if family_id is not None:
+            query = query.where(PolicyRow.family_id == family_id)
+        with unit_of_work(self.db):
+            rows = list(query.order_by(PolicyRow.id).limit(limit).offset(offset))
+            if len(rows) < limit and (rows or offset == 0):
+                total = offset + len(rows)  # a short page is the last one: no COUNT needed
+            else:
+                total = query.count()
+            return self._with_rules(rows), total
+
+    def get(self, policy_id: int) -> Policy:
+        with unit_of_work(self.db):
+            row = PolicyRow.get_or_none(PolicyRow.id == policy_id)
+            if row is None:
+                raise NotFound(f"policy {policy_id} not found")
+            return self._with_rules([row])[0]
+
+    def list_active(self) -> list[Policy]:
+        """Every active version, for matching (SPEC §5)."""
+        with unit_of_work(self.db):
+            rows = PolicyRow.select().where(PolicyRow.status == PolicyStatus.ACTIVE.value)
+            return self._with_rules(list(rows.order_by(PolicyRow.id)))
+
+    # -- drafts ------------------------------------------------------------------------------
+
+    def create(self, spec: PolicySpec, now: datetime) -> Policy:
+        """A new family: version 1, draft. Two statements (policy, rules)."""
+        now = to_utc(now)
+        with write_lock(self.db):
+            return self._insert(spec, new_family_id(), 1, now)
+
+    def update_draft(self, policy_id: int, spec: PolicySpec, now: datetime) -> Policy:
+        """Replace a draft's body and rules; every other status is immutable."""
+        now = to_utc(now)
+        with write_lock(self.db):
+            row = self._lock(policy_id)
+            self._require_draft(row, "edited")
+            PolicyRow.update(
+                name=spec.name,
+                description=spec.description,
+                trigger_json=spec.trigger.to_json(),
+                updated_at=now,
+            ).where(PolicyRow.id == policy_id).execute()
+            RuleRow.delete().where(RuleRow.policy == policy_id).execute()
+            rules = self._insert_rules(policy_id, spec)
+            return _policy(row, rules, name=spec.name, description=spec.description,
+                           trigger=spec.trigger, updated_at=now)
+
+    def delete_draft(self, policy_id: int) -> None:
+        with write_lock(self.db):
+            row = self._lock(policy_id)
+            self._require_draft(row, "deleted")
+            # Rules go with it (ON DELETE CASCADE).
+            PolicyRow.delete().where(PolicyRow.id == policy_id).execute()
+
+    def create_replacement(self, policy_id: int, spec: PolicySpec, now: datetime) -> Policy:
+        """A new draft in the source's family with the family's highest version + 1."""
+        now = to_utc(now)
+        with write_lock(self.db):
+            source = PolicyRow.get_or_none(PolicyRow.id == policy_id)
+            if source is None:
+                raise NotFound(f"policy {policy_id} not found")
+            # Serialize concurrent replacements of one family; MAX() then sees the winner's row.
+            self._lock_family(source.family_id)
+            version = (
+                PolicyRow.select(peewee.fn.MAX(PolicyRow.version))
+                .where(PolicyRow.family_id == source.family_id)
+                .scalar()
+            )
+            return self._insert(spec, source.family_id, int(version or 0) + 1, now)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def activate(
+        self, policy_id: int, now: datetime, validate: Callable[[Policy], None]
+    ) -> Policy:
+        """Validate and activate; the family's active version becomes superseded in the same
+        transaction. ``validate`` may raise ``PolicyInvalid``: nothing changes then."""
+        now = to_utc(now)
+        with write_lock(self.db):
+            source = PolicyRow.get_or_none(PolicyRow.id == policy_id)
+            if source is None:
+                raise NotFound(f"policy {policy_id} not found")
+            family = self._lock_family(source.family_id)
+            row = family[policy_id]  # re-read under the lock: the status may have moved
+            if PolicyStatus(row.status) not in _ACTIVATABLE:
+                raise Conflict(f"policy {policy_id} is already active")
+            policy = self._with_rules([row])[0]
+            validate(policy)
+            # Supersede first: the one-active index is checked per statement.
+            PolicyRow.update(status=PolicyStatus.SUPERSEDED.value, updated_at=now).where(
+                (PolicyRow.family_id == row.family_id)
+                & (PolicyRow.status == PolicyStatus.ACTIVE.value)
+            ).execute()
+            PolicyRow.update(
+                status=PolicyStatus.ACTIVE.value, activated_at=now, updated_at=now
+            ).where(PolicyRow.id == policy_id).execute()
+            return _policy(row, policy.rules, status=PolicyStatus.ACTIVE, activated_at=now,
+                           updated_at=now)
+
+    def deactivate(self, policy_id: int, now: datetime) -> Policy:
+        now = to_utc(now)
+        with write_lock(self.db):
+            row = self._lock(policy_id)
+            if row.status != PolicyStatus.ACTIVE.value:
+                raise Conflict(f"policy {policy_id} is {row.status}; only an active policy "
+                               "can be deactivated")
+            PolicyRow.update(status=PolicyStatus.INACTIVE.value, updated_at=now).where(
+                PolicyRow.id == policy_id
+            ).execute()
+            rules = self._rules_by_policy([policy_id]).get(policy_id, [])
+            return _policy(row, rules, status=PolicyStatus.INACTIVE, updated_at=now)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _lock(self, policy_id: int) -> PolicyRow:
+        query = PolicyRow.select().where(PolicyRow.id == policy_id)
+        row = lock_rows(query, self.db).get_or_none()
+        if row is None:
+            raise NotFound(f"policy {policy_id} not found")
+        return row
+
+    def _lock_family(self, family_id: str) -> dict[int, PolicyRow]:
+        query = PolicyRow.select().where(PolicyRow.family_id == family_id).order_by(PolicyRow.id)
+        return {row.id: row for row in lock_rows(query, self.db)}
+
+    @staticmethod
+    def _require_draft(row: PolicyRow, verb: str) -> None:
+        if row.status != PolicyStatus.DRAFT.value:
+            raise Conflict(f"policy {row.id} is {row.status}; only a draft can be {verb}")
+
+    def _insert(self, spec: PolicySpec, family_id: str, version: int, now: datetime) -> Policy:
+        row = PolicyRow(
+            family_id=family_id,
+            version=version,
+            status=PolicyStatus.DRAFT.value,
+            name=spec.name,
+            description=spec.description,
+            trigger_json=spec.trigger.to_json(),
+            created_at=now,
+            updated_at=now,
+            activated_at=None,
+        )
+        row.save(force_insert=True)
+        return _policy(row, self._insert_rules(row.id, spec))
+
+    def _insert_rules(self, policy_id: int, spec: PolicySpec) -> list[Rule]:
+        """One multi-row INSERT. Ids are assigned in VALUES order, so the operator's order
+        breaks priority ties (rules run in ``(priority, id)`` order, M§5.2)."""
+        if not spec.rules:
+            return []
+        inserted = (
+            RuleRow.insert_many([
+                {
+                    RuleRow.policy: policy_id,
+                    RuleRow.name: rule.name,
+                    RuleRow.priority: rule.priority,
+                    RuleRow.condition_json: rule.when,
+                    RuleRow.actions_json: rule.then,
+                    RuleRow.transition_json: {"on_success": OnSuccess(rule.on_success).value},
+                }
+                for rule in spec.rules
+            ])
+            .returning(RuleRow.id)
+            .execute()
+        )
+        ids = sorted(item.id for item in inserted)  # RETURNING order is not guaranteed
+        return [
+            Rule(name=rule.name, priority=rule.priority, when=rule.when, then=rule.then,
+                 on_success=OnSuccess(rule.on_success), id=rule_id)
+            for rule_id, rule in zip(ids, spec.rules, strict=True)
+        ]
+
+    def _rules_by_policy(self, policy_ids: Iterable[int]) -> dict[int, list[Rule]]:
+        ids = list(policy_ids)
+        rules: dict[int, list[Rule]] = {policy_id: [] for policy_id in ids}
+        if not ids:
+            return rules
+        query = RuleRow.select().where(RuleRow.policy.in_(ids)).order_by(RuleRow.id)
+        for row in query:
+            rules[row.policy_id].append(_rule(row))
+        return rules
+
+    def _with_rules(self, rows: list[PolicyRow]) -> list[Policy]:
+        """Attach rules to every row with one query."""
+        rules = self._rules_by_policy(row.id for row in rows)
+        return [_policy(row, rules[row.id]) for row in rows]
+
+
+def _rule(row: RuleRow) -> Rule:
+    transition = row.transition_json or {}
+    return Rule(
+        name=row.name,
+        priority=row.priority,
+        when=row.condition_json,
+        then=row.actions_json,
+        on_success=OnSuccess(transition.get("on_success", OnSuccess.TERMINATE.value)),
+        id=row.id,
+    )
+
+
+def _policy(row: PolicyRow, rules: Iterable[Rule], **changes) -> Policy:
+    """The domain policy of ``row`` with ``changes`` applied (what an UPDATE just wrote)."""
+    fields = {
+        "id": row.id,
+        "family_id": row.family_id,
+        "version": row.version,
+        "status": PolicyStatus(row.status),
+        "name": row.name,
+        "description": row.description,
+        "trigger": PolicyTrigger.from_json(row.trigger_json),
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "activated_at": row.activated_at,
+    }
+    fields.update(changes)
+    return Policy(rules=tuple(rules), **fields)
