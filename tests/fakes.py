@@ -80,20 +80,25 @@ class FakeJira:
     def __init__(self, *issues: Issue):
         self.issues: dict[str, Issue] = {i.key: i for i in issues}
         self.failures: dict[str, int] = {}  # key -> how many loads still fail
+        self.spared: dict[str, int] = {}  # key -> loads that succeed before failures start
         self.loads: list[str] = []
 
     def put(self, the_issue: Issue) -> Issue:
         self.issues[the_issue.key] = the_issue
         return the_issue
 
-    def fail_next(self, key: str, times: int = 1) -> None:
+    def fail_next(self, key: str, times: int = 1, after: int = 0) -> None:
+        """The next ``times`` loads of ``key`` fail, once ``after`` loads have succeeded."""
         self.failures[key] = times
+        self.spared[key] = after
 
     def load_issue(self, key: str) -> Issue:
         from ticket_dispatcher.errors import IntegrationError
 
         self.loads.append(key)
-        if self.failures.get(key, 0) > 0:
+        if self.spared.get(key, 0) > 0:
+            self.spared[key] -= 1
+        elif self.failures.get(key, 0) > 0:
             self.failures[key] -= 1
             raise IntegrationError(f"jira answered 503 for {key}", status=503, service="jira")
         if key not in self.issues:

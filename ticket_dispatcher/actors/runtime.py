@@ -64,6 +64,9 @@ class Runtime:
         self._supervisor = Supervisor.start(self.deps)
         try:
             self._pool, self._triggers = self._supervisor.ask(Boot(), timeout=ASK_TIMEOUT)
+            # A barrier: the pool has taken in every recovered execution (parked ones have
+            # their timers) before start returns, since its inbox is first in, first out.
+            self._pool.ask(PoolStatus(), timeout=ASK_TIMEOUT)
         except Exception:
             self.stop()
             raise

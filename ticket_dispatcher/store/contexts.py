@@ -29,11 +29,16 @@ class ContextRepository:
         self.db = db
 
     def get(self, issue_key: str) -> DispatchContext:
+        context = self.find(issue_key)
+        if context is None:
+            raise NotFound(f"dispatch context {issue_key} not found")
+        return context
+
+    def find(self, issue_key: str) -> DispatchContext | None:
+        """The context, or None when the issue has none yet."""
         with unit_of_work(self.db):
             row = ContextRow.get_or_none(ContextRow.issue_key == issue_key)
-        if row is None:
-            raise NotFound(f"dispatch context {issue_key} not found")
-        return _context(row)
+        return _context(row) if row is not None else None
 
     def ensure_default(self, issue_key: str, now: datetime) -> bool:
         """Create the empty context unless it exists; one statement. True when created."""
