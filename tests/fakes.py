@@ -104,3 +104,43 @@ class FakeJira:
         if key not in self.issues:
             raise IntegrationError(f"issue {key} does not exist", status=404, service="jira")
         return self.issues[key]
+
+
+class GateAction:
+    """A test-only action whose execute blocks until the test opens the gate.
+
+    ``wait_entered(n)`` is the bounded way to know n executions are inside execute at once.
+    """
+
+    GATE_TIMEOUT = 20
+
+    def __init__(self, type_: str = "test_gate"):
+        import threading
+
+        self.type = type_
+        self._gate = threading.Event()
+        self._cond = threading.Condition()
+        self.entered: list[int] = []
+        self.planned: list[int] = []
+
+    def build_context(self, issue, dispatch_context, config) -> dict:
+        return {}
+
+    def plan(self, run: ActionRun) -> None:
+        with self._cond:
+            self.planned.append(run.execution.id)
+
+    def execute(self, run: ActionRun) -> ActionResult:
+        with self._cond:
+            self.entered.append(run.execution.id)
+            self._cond.notify_all()
+        if not self._gate.wait(self.GATE_TIMEOUT):
+            raise AssertionError("the test never opened the gate")
+        return ActionResult.proceed()
+
+    def wait_entered(self, count: int) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self.entered) >= count, self.GATE_TIMEOUT)
+
+    def open(self) -> None:
+        self._gate.set()

@@ -66,6 +66,10 @@ class Harness:
     def wait_idle(self, timeout: float = SETTLE_SECONDS) -> None:
         assert self.runtime.wait_idle(timeout), "the actor system did not settle"
 
+    def wait_until(self, predicate, timeout: float = SETTLE_SECONDS) -> None:
+        """Bounded wait for a condition on the store, re-checked as units of work finish."""
+        assert self.runtime.activity.wait_for(predicate, timeout), "condition never held"
+
     # -- store access --------------------------------------------------------------------------
 
     def trigger(self, trigger_id: int) -> Trigger:

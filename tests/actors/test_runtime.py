@@ -3,9 +3,9 @@ M§13 "service")."""
 
 from __future__ import annotations
 
-from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
 from tests.fakes import RecordingAction, issue
 from tests.harness import rule
+from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
 
 P1 = {"field": "issue.priority", "operator": "in", "values": ["P0", "P1"]}
 

@@ -8,6 +8,7 @@ count reaching zero instead of sleeping.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 
 class Activity:
@@ -21,10 +22,8 @@ class Activity:
 
     def end(self) -> None:
         with self._cond:
-            self._count -= 1
-            if self._count <= 0:
-                self._count = 0
-                self._cond.notify_all()
+            self._count = max(self._count - 1, 0)
+            self._cond.notify_all()
 
     @property
     def in_flight(self) -> int:
@@ -33,5 +32,9 @@ class Activity:
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until nothing is in flight; False when ``timeout`` seconds pass first."""
+        return self.wait_for(lambda: self._count == 0, timeout)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Block until ``predicate`` holds, re-checking it each time a unit of work ends."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._count == 0, timeout=timeout)
+            return self._cond.wait_for(predicate, timeout=timeout)

@@ -10,7 +10,13 @@ import pykka
 from ticket_dispatcher.actors.activity import Activity
 from ticket_dispatcher.actors.clock import Clock
 from ticket_dispatcher.actors.deps import RuntimeDeps
-from ticket_dispatcher.actors.messages import Boot, CancelExecution, PoolStatus, Shutdown
+from ticket_dispatcher.actors.messages import (
+    Boot,
+    CancelExecution,
+    Enqueue,
+    PoolStatus,
+    Shutdown,
+)
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.actors.supervisor import Supervisor
 from ticket_dispatcher.actors.trigger import TriggerRouter
@@ -93,6 +99,11 @@ class Runtime:
                                             dryrun=dryrun, now=now)
         self._triggers.submit(trigger.id)
         return trigger
+
+    def enqueue(self, execution_id: int) -> None:
+        """Queue an execution to run (a no-op while it is already queued or running)."""
+        self.activity.begin()
+        self._pool.tell(Enqueue(execution_id))
 
     def cancel(self, execution_id: int, reason: str) -> str:
         """"applied" when it was not running, "signalled" when its actor stops at its next step."""

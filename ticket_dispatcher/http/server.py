@@ -9,7 +9,9 @@ from types import FrameType
 import waitress
 
 from ticket_dispatcher.actors.clock import Clock, SystemClock
+from ticket_dispatcher.actors.runtime import Ports, Runtime
 from ticket_dispatcher.config import Config
+from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.logging import configure_logging
@@ -27,19 +29,30 @@ class Service:
         self.config = config
         self.auth_enabled = _auth_enabled(config, sandbox=sandbox,
                                           insecure_no_auth=insecure_no_auth)
+        clock = clock or SystemClock()
         self.store = Store.open(config.database_url)
         applied = self.store.migrate()
         if applied:
             log.info("database migrated", extra={"reason": f"applied {applied}"})
-        services = Services(store=self.store, config=config, clock=clock or SystemClock())
+        self.runtime = Runtime(config, self.store, clock, ports=Ports(),
+                               registry=product_registry())
+        services = Services(store=self.store, config=config, clock=clock, runtime=self.runtime)
         self.app = create_app(services, auth_enabled=self.auth_enabled)
-        self.server = waitress.create_server(
-            self.app,
-            host=host or config.http.host,
-            port=config.http.port if port is None else port,
-            threads=config.http.threads,
-            ident="ticket-dispatcher",
-        )
+        host = host or config.http.host
+        port = config.http.port if port is None else port
+        try:  # binds the port now; serves from run()
+            self.server = waitress.create_server(self.app, host=host, port=port,
+                                                 threads=config.http.threads,
+                                                 ident="ticket-dispatcher")
+        except OSError as exc:
+            self.store.close()
+            raise ConfigError(f"http: cannot listen on {host}:{port}: {exc.strerror}") from None
+        try:
+            self.runtime.start()  # boot recovery; if it cannot run, the start fails
+        except BaseException:
+            self.server.close()
+            self.store.close()
+            raise
 
     @property
     def port(self) -> int:
@@ -51,7 +64,9 @@ class Service:
         self.server.run()
 
     def close(self) -> None:
+        """Stop accepting requests, then stop the actors (nothing is marked failed)."""
         self.server.close()
+        self.runtime.stop()
         self.store.close()
 
 

@@ -1,0 +1,68 @@
+"""``ticket-dispatcher serve`` as a newcomer and an operator run it: a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(tmp_path, *args, env=None) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TICKET_DISPATCHER_")}
+    environ["TICKET_DISPATCHER_DATABASE_URL"] = f"sqlite:///{tmp_path / 'td.db'}"
+    environ.update(env or {})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ticket_dispatcher", "serve", "--port", str(port), *args],
+        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return process, port
+
+
+def wait_until_serving(process: subprocess.Popen) -> None:
+    """Read the JSON log until the server says it is serving (bounded by the test timeout)."""
+    for line in process.stderr:
+        if "serving on" in line:
+            return
+    raise AssertionError(f"server exited with {process.wait()} before serving")
+
+
+def get(port: int, path: str) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_serve_answers_and_shuts_down_cleanly_on_a_signal(tmp_path, stop_signal):
+    process, port = start(tmp_path, "--insecure-no-auth")
+    try:
+        wait_until_serving(process)
+        assert get(port, "/readyz")["status"] == "ready"
+        process.send_signal(stop_signal)
+        assert process.wait(timeout=30) == 0
+        assert "shutting down" in process.stderr.read()
+    finally:
+        process.kill()
+
+
+def test_serve_refuses_to_start_without_api_keys(tmp_path):
+    process, _ = start(tmp_path)
+
+    assert process.wait(timeout=30) != 0
+    error = process.stderr.read()
+    assert "no API keys are configured" in error
+    assert "Traceback" not in error
