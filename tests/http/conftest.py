@@ -65,3 +65,27 @@ def services(sqlite_store, clock) -> Services:
 @pytest.fixture
 def api(services) -> Api:
     return Api(testing.TestClient(create_app(services)), services)
+
+
+@pytest.fixture
+def harness(sqlite_store):
+    from tests.fakes import GateAction, RecordingAction
+    from tests.harness import Harness
+
+    h = Harness(sqlite_store, RecordingAction(), RecordingAction("test_wait", park_for=60),
+                GateAction())
+    h.start()
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def live_api(harness) -> Api:
+    """The API with the real actor runtime behind it (triggers, executions, admin)."""
+    keys = ",".join(f"{role}-key:{role}:{key}" for role, key in KEYS.items())
+    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": keys,
+                                        "TICKET_DISPATCHER_HTTP_TRIGGER_RATE": "1",
+                                        "TICKET_DISPATCHER_HTTP_TRIGGER_BURST": "5"})
+    services = Services(store=harness.store, config=config, clock=harness.clock,
+                        runtime=harness.runtime)
+    return Api(testing.TestClient(create_app(services)), services)

@@ -1,0 +1,70 @@
+"""Reserved sources: the notification switch and the defer of N§3.4 (SPEC §5.4, §5.7)."""
+
+from __future__ import annotations
+
+from tests.fakes import RecordingAction, issue
+from tests.harness import rule
+from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
+
+ASSIGNEE = "jira_assignment_assignee"
+
+
+def notification_policy(h):
+    return h.policy(rule("test_wait"), source_in=(ASSIGNEE,), labels=("notify-assignee",))
+
+
+def test_reserved_source_completes_with_nothing_while_notifications_are_off(make_harness):
+    h = make_harness(RecordingAction("test_wait", park_for=60))
+    notification_policy(h)
+    h.jira.put(issue(labels=("notify-assignee",)))
+
+    trigger = h.post_trigger(source=ASSIGNEE)
+
+    assert trigger.status is TriggerStatus.COMPLETED
+    assert trigger.execution_ids == []
+    assert trigger.failure_reason == "assignment notification disabled"
+
+
+def test_busy_family_with_the_label_still_on_the_issue_defers_the_trigger(make_harness):
+    h = make_harness(RecordingAction("test_wait", park_for=60), NOTIFICATIONS_ENABLED="true")
+    notification_policy(h)
+    h.jira.put(issue(labels=("notify-assignee",)))
+    first = h.post_trigger(source=ASSIGNEE)
+
+    deferred = h.post_trigger(source=ASSIGNEE)
+
+    assert deferred.status is TriggerStatus.PENDING
+    assert (deferred.available_at - h.clock.now()).total_seconds() == 5
+    h.advance(60)  # the first workflow finishes
+    assert h.execution(first.execution_ids[0]).status is ExecutionStatus.SUCCEEDED
+    h.advance(5)  # the next poll finds the deferred trigger due and the family idle
+    woken = h.trigger(deferred.id)
+    assert woken.status is TriggerStatus.COMPLETED and len(woken.execution_ids) == 1
+
+
+def test_busy_family_without_the_label_completes_as_a_no_op(make_harness):
+    h = make_harness(RecordingAction("test_wait", park_for=60), NOTIFICATIONS_ENABLED="true")
+    notification_policy(h)
+    h.jira.put(issue(labels=("notify-assignee",)))
+    h.post_trigger(source=ASSIGNEE)
+    h.jira.put(issue(labels=()))  # the running workflow consumed the label
+
+    duplicate = h.post_trigger(source=ASSIGNEE)
+
+    assert duplicate.status is TriggerStatus.COMPLETED
+    assert duplicate.execution_ids == []
+
+
+def test_replacement_in_the_same_family_shares_the_live_lock(make_harness):
+    h = make_harness(RecordingAction("test_wait", park_for=60), NOTIFICATIONS_ENABLED="true")
+    original = notification_policy(h)
+    h.jira.put(issue(labels=("notify-assignee",)))
+    first = h.post_trigger(source=ASSIGNEE)
+    replacement = h.store.policies.create_replacement(original.id, original.spec,
+                                                      now=h.clock.now())
+    h.store.policies.activate(replacement.id, now=h.clock.now(), validate=lambda p: None)
+
+    second = h.post_trigger(source=ASSIGNEE)
+
+    assert len(first.execution_ids) == 1
+    assert second.status is TriggerStatus.PENDING  # deferred: the family is busy
