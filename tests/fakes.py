@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.execution import Execution, FailureCode, RuleExecution
-from ticket_dispatcher.domain.model import Issue
+from ticket_dispatcher.domain.model import Issue, JiraUser
 
 
 def issue(**overrides) -> Issue:
@@ -75,10 +76,13 @@ class MemoryCheckpoints:
 
 
 class FakeJira:
-    """The Jira port in memory: issues by key, scripted failures, a count of loads."""
+    """The Jira port in memory: issues by key, users, scripted failures, every write recorded."""
 
     def __init__(self, *issues: Issue):
         self.issues: dict[str, Issue] = {i.key: i for i in issues}
+        self.users: dict[str, JiraUser] = {}  # by account id
+        self.writes: list[tuple] = []
+        self.failing_writes: set[str] = set()  # method names that raise
         self.failures: dict[str, int] = {}  # key -> how many loads still fail
         self.spared: dict[str, int] = {}  # key -> loads that succeed before failures start
         self.loads: list[str] = []
@@ -104,6 +108,74 @@ class FakeJira:
         if key not in self.issues:
             raise IntegrationError(f"issue {key} does not exist", status=404, service="jira")
         return self.issues[key]
+
+    # -- users and writes ---------------------------------------------------------------------
+
+    def add_user(self, email: str, account_id: str | None = None) -> JiraUser:
+        user = JiraUser(account_id=account_id or f"acc-{email.split('@')[0]}", email=email,
+                        display_name=email.split("@")[0])
+        self.users[user.account_id] = user
+        return user
+
+    def find_user_by_email(self, email: str) -> JiraUser | None:
+        self._write("find_user_by_email", email)
+        return next((u for u in self.users.values() if u.email == email.lower()), None)
+
+    def assign(self, key: str, account_id: str) -> None:
+        self._write("assign", key, account_id)
+        self.issues[key] = replace(self.issues[key], assignee=self.users[account_id])
+
+    def set_l2_assignee(self, key: str, account_id: str) -> None:
+        self._write("set_l2_assignee", key, account_id)
+        self.issues[key] = replace(self.issues[key], l2_assignee=self.users[account_id])
+
+    def edit_labels(self, key: str, add=(), remove=()) -> None:
+        self._write("edit_labels", key, tuple(add), tuple(remove))
+        labels = [label for label in self.issues[key].labels if label not in remove]
+        self.issues[key] = replace(self.issues[key], labels=tuple(labels + list(add)))
+
+    def edit_fields(self, key: str, fields: dict, update: dict | None = None) -> None:
+        self._write("edit_fields", key, fields, update)
+
+    def _write(self, method: str, *args) -> None:
+        from ticket_dispatcher.errors import IntegrationError
+
+        if method in self.failing_writes:
+            raise IntegrationError(f"jira answered 500 to {method}", status=500, service="jira")
+        self.writes.append((method, *args))
+
+    def calls(self, method: str) -> list[tuple]:
+        return [w for w in self.writes if w[0] == method]
+
+
+@dataclass
+class Member:
+    email: str
+    active: bool = True
+    name: str = ""
+
+
+class FakeDirectory:
+    """Core groups and Oncall teams in memory (``group_members`` and ``responders`` ports)."""
+
+    def __init__(self, groups: dict | None = None, teams: dict | None = None):
+        self.groups = groups or {}
+        self.teams = teams or {}
+
+    def group_members(self, group: str) -> list[Member]:
+        from ticket_dispatcher.errors import IntegrationError
+
+        if group not in self.groups:
+            raise IntegrationError(f"core group {group} not found", status=404, service="core")
+        return self.groups[group]
+
+    def responders(self, team: str) -> list[Member]:
+        from ticket_dispatcher.errors import IntegrationError
+
+        if team not in self.teams:
+            raise IntegrationError(f"oncall team {team} not found", status=404,
+                                   service="oncall")
+        return self.teams[team]
 
 
 class GateAction:

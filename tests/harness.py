@@ -5,11 +5,11 @@ Time moves only by ``advance``; settling is the explicit, bounded ``wait_idle``.
 
 from __future__ import annotations
 
-from tests.fakes import FakeJira, issue
+from tests.fakes import FakeDirectory, FakeJira, issue
 from ticket_dispatcher.actors.clock import ManualClock
 from ticket_dispatcher.actors.runtime import Ports, Runtime
 from ticket_dispatcher.config import load_config
-from ticket_dispatcher.domain.actions.base import ActionRegistry
+from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import Execution, Trigger
 from ticket_dispatcher.domain.model import Policy, PolicySpec, PolicyTrigger, RuleSpec
@@ -24,7 +24,10 @@ class Harness:
         self.store = store
         self.clock = clock or ManualClock()
         self.jira = jira or FakeJira(issue())
-        self.registry = ActionRegistry(actions)
+        self.directory = FakeDirectory()  # Core groups and Oncall teams
+        self.registry = product_registry()  # the real actions, plus the test-only ones
+        for action in actions:
+            self.registry.register(action)
         environ = {"TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots)}
         environ.update({f"TICKET_DISPATCHER_{k.upper()}": v for k, v in config.items()})
         self.config = load_config(None, environ=environ)
@@ -34,7 +37,10 @@ class Harness:
 
     def start(self) -> Harness:
         self.runtime = Runtime(self.config, self.store, self.clock,
-                               ports=Ports(jira=self.jira), registry=self.registry)
+                               ports=Ports(jira=self.jira, core=self.directory,
+                                           oncall=self.directory,
+                                           engineers=self.store.engineers),
+                               registry=self.registry)
         self.runtime.start()
         return self
 
@@ -99,7 +105,14 @@ class Harness:
         return policy
 
 
-def rule(*action_types: str, name: str = "rule", priority: int = 10,
+def rule(*actions: str | dict, name: str = "rule", priority: int = 10,
          when: dict | None = None, on_success: str = "terminate") -> dict:
+    """A rule dict; an action is a type name (empty config) or a full action object."""
+    then = [a if isinstance(a, dict) else {"type": a, a: {}} for a in actions]
     return {"name": name, "priority": priority, "when": when or {"always": True},
-            "then": [{"type": t, t: {}} for t in action_types], "on_success": on_success}
+            "then": then, "on_success": on_success}
+
+
+def assign(*emails: str, strategy: str = "round_robin", action_type: str = "assign") -> dict:
+    receiver = {"type": "users", "users": list(emails)}
+    return {"type": action_type, action_type: {"receiver": receiver, "strategy": strategy}}

@@ -35,7 +35,7 @@ class Service:
         if applied:
             log.info("database migrated", extra={"reason": f"applied {applied}"})
         self.runtime = Runtime(config, self.store, clock, ports=Ports(),
-                               registry=product_registry())
+                               registry=product_registry(config.jira.auto_assign_label))
         services = Services(store=self.store, config=config, clock=clock, runtime=self.runtime)
         self.app = create_app(services, auth_enabled=self.auth_enabled)
         host = host or config.http.host

@@ -1,0 +1,111 @@
+"""Executions completed per second through the whole actor runtime (issue: runtime figures).
+
+Each trigger goes through intake (a pending row), a TriggerActor (claim, issue load from an
+in-memory Jira port, matching, the creation transaction in the pool) and an ExecutionActor
+(every checkpoint of one no-op action persisted). Run with 10 slots and with 1 slot:
+
+    python bench/runtime_throughput.py [--triggers 400] [--postgres-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+from ticket_dispatcher.actors.clock import SystemClock
+from ticket_dispatcher.actors.runtime import Ports, Runtime
+from ticket_dispatcher.config import load_config
+from ticket_dispatcher.domain.actions.base import ActionRegistry, ActionResult
+from ticket_dispatcher.domain.execution import ExecutionStatus
+from ticket_dispatcher.domain.model import Issue, PolicySpec, PolicyTrigger, RuleSpec
+from ticket_dispatcher.store import Store
+
+
+class NoopAction:
+    type = "bench_noop"
+
+    def build_context(self, issue, dispatch_context, config):
+        return {}
+
+    def plan(self, run):
+        run.context["planned"] = True
+
+    def execute(self, run):
+        return ActionResult.proceed()
+
+
+class MemoryJira:
+    def load_issue(self, key: str) -> Issue:
+        return Issue(key=key, project_key=key.split("-")[0], priority="P1", status="Todo")
+
+
+def run(url: str, slots: int, triggers: int) -> float:
+    store = Store.open(url)
+    store.migrate()
+    clock = SystemClock()
+    config = load_config(None, environ={"TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots),
+                                        "TICKET_DISPATCHER_DATABASE_URL": url})
+    spec = PolicySpec(name="bench", trigger=PolicyTrigger(project_key_in=("BENCH",)),
+                      rules=(RuleSpec("all", 10, {"always": True},
+                                      [{"type": "bench_noop", "bench_noop": {}}]),))
+    policy = store.policies.create(spec, now=clock.now())
+    store.policies.activate(policy.id, now=clock.now(), validate=lambda p: None)
+    runtime = Runtime(config, store, clock, ports=Ports(jira=MemoryJira()),
+                      registry=ActionRegistry([NoopAction()]))
+    runtime.start()
+    started = time.perf_counter()
+    for n in range(triggers):
+        runtime.accept_trigger("bench", f"BENCH-{slots}{n + 1}")
+    assert runtime.wait_idle(600), "did not settle"
+    elapsed = time.perf_counter() - started
+    done, total = store.executions.list(status=ExecutionStatus.SUCCEEDED, limit=1)
+    runtime.stop()
+    store.close()
+    assert total >= triggers, f"only {total} of {triggers} executions succeeded"
+    return triggers / elapsed
+
+
+@contextmanager
+def fresh_database(postgres_url: str | None):
+    """An empty database per run: a temporary SQLite file, or a throw-away PostgreSQL schema."""
+    if not postgres_url:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite:///{Path(tmp) / 'bench.db'}"
+        return
+    import psycopg2
+
+    schema = f"td_bench_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(postgres_url)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute(f'CREATE SCHEMA "{schema}"')
+        separator = "&" if "?" in postgres_url else "?"
+        yield f"{postgres_url}{separator}options={quote(f'-c search_path={schema}')}"
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        admin.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--triggers", type=int, default=400)
+    parser.add_argument("--postgres-url", help="run on PostgreSQL (a temporary schema) "
+                                               "instead of a temporary SQLite file")
+    args = parser.parse_args()
+    engine = "postgresql" if args.postgres_url else "sqlite"
+    print(f"{args.triggers} triggers, one no-op action each, in-memory Jira port, {engine}")
+    for slots in (10, 1):
+        with fresh_database(args.postgres_url) as url:
+            rate = run(url, slots, args.triggers)
+        print(f"  slots={slots:2d}: {rate:7.1f} executions/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Assignments through the whole runtime: round-robin fairness and concurrent dispatch state
+(SPEC §8.1, M§7), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tests.fakes import issue
+from tests.harness import assign, rule
+from ticket_dispatcher.domain.execution import ExecutionStatus
+
+ENGINEERS = ("a@example.com", "b@example.com", "c@example.com")
+
+
+def staff(h) -> None:
+    for email in ENGINEERS:
+        h.store.engineers.put(email, dispatch_enabled=True, now=h.clock.now())
+        h.jira.add_user(email)
+
+
+def test_round_robin_spreads_thirty_dispatches_evenly(make_harness):
+    h = make_harness()
+    staff(h)
+    h.policy(rule(assign(*ENGINEERS)))
+
+    for n in range(1, 31):
+        h.jira.put(issue(key=f"TCID-{n}"))
+        h.post_trigger(f"TCID-{n}")
+        h.clock.advance(1)  # dispatches happen at distinct times
+
+    assignees = Counter(i.assignee.email for i in h.jira.issues.values())
+    assert assignees == {email: 10 for email in ENGINEERS}
+    assert all(e.status is ExecutionStatus.SUCCEEDED for e in h.executions())
+
+
+def test_concurrent_dispatches_lose_no_engineer_state(make_harness):
+    h = make_harness(slots=10)
+    staff(h)
+    h.policy(rule(assign(*ENGINEERS)))
+    keys = [f"TCID-{n}" for n in range(1, 11)]
+    for key in keys:
+        h.jira.put(issue(key=key))
+
+    for key in keys:
+        h.post_trigger(key, settle=False)
+    h.wait_idle()
+
+    assert all(e.status is ExecutionStatus.SUCCEEDED for e in h.executions())
+    assigned: dict[str, set[str]] = {}
+    for method, key, account_id in h.jira.calls("assign"):
+        assigned.setdefault(h.jira.users[account_id].email, set()).add(key)
+    assert sum(len(keys) for keys in assigned.values()) == 10
+    for email, issues in assigned.items():
+        engineer = h.store.engineers.get(email)
+        assert engineer.last_dispatched_at is not None
+        assert engineer.last_dispatched_issue in issues
+        assert engineer.jira_account_id  # the cached account survived the concurrent updates
+
+
+def test_dry_run_plans_an_assignment_but_never_writes_to_jira(make_harness):
+    h = make_harness()
+    staff(h)
+    policy = h.policy(rule(assign(*ENGINEERS)))
+
+    trigger = h.post_trigger(policy_id=policy.id, dryrun={"overwrite_data": {}})
+
+    execution = h.execution(trigger.execution_ids[0])
+    context = execution.rule_executions[0].action_executions[0].context["assign"]
+    assert execution.status is ExecutionStatus.SUCCEEDED
+    assert context["assignee"] == "a@example.com"
+    assert h.jira.writes == []
+    assert h.store.engineers.get("a@example.com").last_dispatched_at is None
+
+
+def test_no_candidates_fails_the_execution_and_keeps_the_reason(make_harness):
+    h = make_harness()
+    h.policy(rule(assign("nobody@example.com")))
+
+    execution = h.execution(h.post_trigger().execution_ids[0])
+
+    assert execution.failure_code == "no_candidates"
+    context = execution.rule_executions[0].action_executions[0].context["assign"]
+    assert "nobody@example.com" in context["reason"]

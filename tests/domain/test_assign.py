@@ -1,0 +1,203 @@
+"""The assign and assign_l2 executors with plain fakes and a real engineer table (SPEC §8.1)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.fakes import FakeDirectory, FakeJira, Member, issue
+from ticket_dispatcher.actors.runtime import Ports
+from ticket_dispatcher.domain.actions.assign import AssignExecutor
+from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
+from ticket_dispatcher.domain.catalog import ActionType
+from ticket_dispatcher.domain.execution import Execution, ExecutionMode
+
+NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def world(sqlite_store):
+    jira = FakeJira(issue(labels=("auto-dispatch", "keep")))
+    directory = FakeDirectory(
+        groups={"payments": [Member("Carol@example.com"), Member("gone@example.com", False),
+                             Member("a@example.com")]},
+        teams={"sre": [Member("b@example.com"), Member("a@example.com")]})
+    for email in ("a@example.com", "b@example.com", "carol@example.com", "gone@example.com"):
+        sqlite_store.engineers.put(email, dispatch_enabled=True, now=NOW)
+        jira.add_user(email)
+    ports = Ports(jira=jira, core=directory, oncall=directory,
+                  engineers=sqlite_store.engineers)
+    return ports
+
+
+def run_of(ports, config: dict, the_issue=None, executor=None) -> tuple[ActionRun, AssignExecutor]:
+    executor = executor or AssignExecutor(ActionType.ASSIGN)
+    the_issue = the_issue or ports.jira.issues["TCID-1"]
+    execution = Execution(id=1, trigger_id=1, issue_key=the_issue.key, mode=ExecutionMode.LIVE,
+                          policy_id=1, policy_family_id="pf_X", policy_version=1,
+                          rule_executions=[])
+    context = executor.build_context(the_issue, None, config)
+    return ActionRun(execution=execution, issue=the_issue, config=config, context=context,
+                     now=NOW, ports=ports), executor
+
+
+def receiver_config(receiver: dict, strategy: str = "first") -> dict:
+    return {"receiver": receiver, "strategy": strategy}
+
+
+@pytest.mark.parametrize("receiver,candidates", [
+    ({"type": "user", "user": "B@Example.com"}, ["b@example.com"]),
+    ({"type": "users", "users": ["b@example.com", "a@example.com", "B@example.com"]},
+     ["b@example.com", "a@example.com"]),
+    ({"type": "group", "group": "payments"}, ["carol@example.com", "a@example.com"]),
+    ({"type": "oncall_team", "oncall_team": "sre"}, ["b@example.com", "a@example.com"]),
+])
+def test_receivers_keep_configured_order_and_drop_duplicates(world, receiver, candidates):
+    run, executor = run_of(world, receiver_config(receiver))
+
+    executor.plan(run)
+
+    assert run.context["assign"]["candidates"] == candidates
+    assert run.context["assign"]["assignee"] == candidates[0]
+
+
+def test_disabled_and_unknown_engineers_are_dropped(world):
+    world.engineers.put("a@example.com", dispatch_enabled=False, now=NOW)
+    run, executor = run_of(world, receiver_config(
+        {"type": "users", "users": ["a@example.com", "stranger@example.com", "b@example.com"]}))
+
+    executor.plan(run)
+
+    assert run.context["assign"]["candidates"] == ["b@example.com"]
+
+
+def test_empty_result_is_no_candidates_with_the_reason_kept(world):
+    world.engineers.put("b@example.com", dispatch_enabled=False, now=NOW)
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "b@example.com"}))
+
+    with pytest.raises(ActionError) as raised:
+        executor.plan(run)
+
+    assert raised.value.code == "no_candidates"
+    assert "none of them dispatch-enabled" in run.context["assign"]["reason"]
+    assert run.context["assign"]["candidates"] == []
+
+
+def test_unresolvable_group_is_a_plan_failure(world):
+    run, executor = run_of(world, receiver_config({"type": "group", "group": "nope"}))
+
+    with pytest.raises(ActionError) as raised:
+        executor.plan(run)
+
+    assert raised.value.code == "plan_failed"
+    assert "nope" in run.context["assign"]["reason"]
+
+
+def test_round_robin_prefers_never_dispatched_then_oldest_then_order(world):
+    world.engineers.update_dispatch_state("a@example.com", dispatched_at=NOW, issue_key="X-1",
+                                          now=NOW)
+    users = {"type": "users", "users": ["a@example.com", "b@example.com"]}
+    run, executor = run_of(world, receiver_config(users, "round_robin"))
+    executor.plan(run)
+    assert run.context["assign"]["assignee"] == "b@example.com"
+    assert run.context["assign"]["reason"] == "round_robin: never dispatched before"
+
+    world.engineers.update_dispatch_state("b@example.com", dispatched_at=NOW + timedelta(1),
+                                          issue_key="X-2", now=NOW)
+    run, executor = run_of(world, receiver_config(users, "round_robin"))
+    executor.plan(run)
+    assert run.context["assign"]["assignee"] == "a@example.com"
+    assert run.context["assign"]["reason"] == "round_robin: oldest last_dispatched_at"
+
+
+def test_context_is_snapshotted_at_creation_and_filled_in_place_by_plan(world):
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    snapshot = run.context
+    assert snapshot["assign"]["assignee"] == "" and snapshot["assign"]["current_assignee"] == ""
+
+    executor.plan(run)
+
+    assert run.context is snapshot and snapshot["assign"]["assignee"] == "a@example.com"
+
+
+def test_execute_assigns_records_dispatch_and_removes_the_label(world):
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    executor.execute(run)
+
+    jira = world.jira
+    assert jira.issues["TCID-1"].assignee.email == "a@example.com"
+    assert jira.calls("edit_labels") == [("edit_labels", "TCID-1", (), ("auto-dispatch",))]
+    engineer = world.engineers.get("a@example.com")
+    assert engineer.last_dispatched_issue == "TCID-1" and engineer.last_dispatched_at == NOW
+    assert engineer.jira_account_id == "acc-a"  # cached after the exact-email search
+
+
+def test_cached_account_id_skips_the_user_search(world):
+    world.engineers.put("a@example.com", dispatch_enabled=True, jira_account_id="acc-a",
+                        now=NOW)
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    executor.execute(run)
+
+    assert world.jira.calls("find_user_by_email") == []
+
+
+def test_assign_l2_sets_the_l2_picker_not_the_assignee(world):
+    executor = AssignExecutor(ActionType.ASSIGN_L2)
+    run, _ = run_of(world, receiver_config({"type": "user", "user": "b@example.com"}),
+                    executor=executor)
+    executor.plan(run)
+
+    executor.execute(run)
+
+    assert world.jira.issues["TCID-1"].l2_assignee.email == "b@example.com"
+    assert world.jira.issues["TCID-1"].assignee is None
+
+
+def test_jira_failure_leaves_the_engineer_untouched(world):
+    world.jira.failing_writes.add("assign")
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    with pytest.raises(ActionError):
+        executor.execute(run)
+
+    assert world.engineers.get("a@example.com").last_dispatched_at is None
+
+
+def test_engineer_update_failure_keeps_jira_and_fails_the_action(world, monkeypatch):
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(world.engineers, "update_dispatch_state", broken)
+    with pytest.raises(ActionError, match="Jira assignment kept"):
+        executor.execute(run)
+
+    assert world.jira.issues["TCID-1"].assignee.email == "a@example.com"
+
+
+def test_label_removal_failure_is_only_logged(world, caplog):
+    world.jira.failing_writes.add("edit_labels")
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    result = executor.execute(run)
+
+    assert result.kind.value == "continue"
+    assert "auto-assign label" in caplog.text
+
+
+def test_no_jira_user_with_that_email_fails_the_action(world):
+    world.engineers.put("new@example.com", dispatch_enabled=True, now=NOW)
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "new@example.com"}))
+    executor.plan(run)
+
+    with pytest.raises(ActionError, match="no Jira user"):
+        executor.execute(run)

@@ -1,0 +1,77 @@
+"""The triage executor: only real changes, applied in one edit, never an assignment (§8.3)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.fakes import FakeJira, issue
+from ticket_dispatcher.actors.runtime import Ports
+from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
+from ticket_dispatcher.domain.actions.triage import TriageExecutor
+from ticket_dispatcher.domain.execution import Execution, ExecutionMode
+
+
+def run_of(config: dict, jira: FakeJira) -> ActionRun:
+    the_issue = jira.issues["TCID-1"]
+    execution = Execution(id=1, trigger_id=1, issue_key="TCID-1", mode=ExecutionMode.LIVE,
+                          policy_id=1, policy_family_id="pf_X", policy_version=1,
+                          rule_executions=[])
+    return ActionRun(execution=execution, issue=the_issue, config=config,
+                     context=TriageExecutor().build_context(the_issue, None, config),
+                     now=datetime(2026, 11, 30, tzinfo=UTC), ports=Ports(jira=jira))
+
+
+@pytest.fixture
+def jira() -> FakeJira:
+    return FakeJira(issue(priority="P2", components=("payments", "web"), labels=("a", "b")))
+
+
+def test_only_real_changes_are_planned_and_applied_in_one_edit(jira):
+    run = run_of({"priority": "P1", "components": ["web", "payments"],
+                  "labels_add": ["a", "c"], "labels_remove": ["b", "z"]}, jira)
+    executor = TriageExecutor()
+
+    executor.plan(run)
+    executor.execute(run)
+
+    assert run.context["triage"]["changes"] == {
+        "priority": {"from": "P2", "to": "P1"}, "labels": {"add": ["c"], "remove": ["b"]}}
+    assert jira.calls("edit_fields") == [("edit_fields", "TCID-1", {"priority": {"name": "P1"}},
+                                          {"labels": [{"add": "c"}, {"remove": "b"}]})]
+    assert jira.calls("assign") == []
+
+
+def test_nothing_to_change_skips_the_edit(jira):
+    run = run_of({"priority": "P2", "labels_add": ["a"]}, jira)
+    executor = TriageExecutor()
+
+    executor.plan(run)
+    executor.execute(run)
+
+    assert run.context["triage"]["changes"] == {}
+    assert run.context["triage"]["skipped_reason"]
+    assert jira.writes == []
+
+
+def test_components_replace_and_raw_fields_pass_through(jira):
+    run = run_of({"components": ["db"], "fields": {"customfield_1": {"value": "x"}}}, jira)
+    executor = TriageExecutor()
+
+    executor.plan(run)
+    executor.execute(run)
+
+    [(_, _, fields, update)] = jira.calls("edit_fields")
+    assert fields == {"customfield_1": {"value": "x"}, "components": [{"name": "db"}]}
+    assert update is None
+
+
+def test_jira_failure_fails_the_action(jira):
+    jira.failing_writes.add("edit_fields")
+    run = run_of({"priority": "P0"}, jira)
+    executor = TriageExecutor()
+    executor.plan(run)
+
+    with pytest.raises(ActionError, match="triage"):
+        executor.execute(run)

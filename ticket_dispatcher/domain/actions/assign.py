@@ -1,0 +1,158 @@
+"""``assign`` and ``assign_l2`` (SPEC §8.1, M§7, M§8.1).
+
+``plan`` resolves the receiver to dispatch-enabled engineers in configured order and applies the
+strategy; ``execute`` resolves the Jira account, writes the assignee (or the L2 user picker),
+records the engineer's dispatch state with one UPDATE, and finally removes the auto-assign label
+(a failure there is only logged). Ports used: ``jira``, ``core``, ``oncall``, ``engineers``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
+from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
+from ticket_dispatcher.domain.execution import FailureCode
+from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue
+from ticket_dispatcher.errors import DispatcherError
+
+log = logging.getLogger(__name__)
+
+
+class AssignExecutor:
+    """One executor serves both types; ``l2`` picks the L2 user picker instead of the assignee."""
+
+    def __init__(self, action_type: ActionType, auto_assign_label: str = "auto-dispatch"):
+        self.type = action_type.value
+        self._l2 = action_type is ActionType.ASSIGN_L2
+        self._auto_assign_label = auto_assign_label
+
+    def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
+                      config: dict) -> dict:
+        current = issue.l2_assignee if self._l2 else issue.assignee
+        return {"assign": {
+            "receiver": config.get("receiver"),
+            "strategy": config.get("strategy"),
+            "current_assignee": current.email if current else "",
+            "candidates": [],
+            "assignee": "",
+            "reason": "",
+        }}
+
+    # -- plan ---------------------------------------------------------------------------------
+
+    def plan(self, run: ActionRun) -> None:
+        context = run.context.setdefault("assign", {})
+        receiver = run.config["receiver"]
+        try:
+            emails = _dedupe(self._receiver_emails(run, receiver))
+            enabled = {e.email: e for e in run.ports.engineers.enabled_by_email(emails)}
+        except DispatcherError as exc:
+            context["reason"] = f"receiver could not be resolved: {exc.message}"
+            raise ActionError(context["reason"], FailureCode.PLAN_FAILED) from None
+        candidates = [enabled[email] for email in emails if email in enabled]
+        context["candidates"] = [e.email for e in candidates]
+        if not candidates:
+            context["reason"] = (f"no candidates: {_describe(receiver)} resolved to "
+                                 f"{emails or 'nobody'}, none of them dispatch-enabled")
+            raise ActionError(context["reason"], FailureCode.NO_CANDIDATES)
+        chosen, reason = _choose(candidates, Strategy(run.config["strategy"]))
+        context["assignee"] = chosen.email
+        context["reason"] = reason
+
+    def _receiver_emails(self, run: ActionRun, receiver: dict) -> list[str]:
+        kind = ReceiverType(receiver["type"])
+        if kind is ReceiverType.USER:
+            return [receiver["user"]]
+        if kind is ReceiverType.USERS:
+            return list(receiver["users"])
+        if kind is ReceiverType.GROUP:
+            return [m.email for m in run.ports.core.group_members(receiver["group"]) if m.active]
+        return [r.email for r in run.ports.oncall.responders(receiver["oncall_team"])]
+
+    # -- execute --------------------------------------------------------------------------------
+
+    def execute(self, run: ActionRun) -> ActionResult:
+        context = run.context["assign"]
+        email = context["assignee"]
+        account_id = self._account_id(run, email)
+        context["account_id"] = account_id
+        field = "L2 assignee" if self._l2 else "assignee"
+        try:
+            if self._l2:
+                run.ports.jira.set_l2_assignee(run.issue.key, account_id)
+            else:
+                run.ports.jira.assign(run.issue.key, account_id)
+        except DispatcherError as exc:  # no engineer update (M§8.1)
+            raise ActionError(f"Jira refused to set the {field}: {exc.message}") from None
+        context["jira_updated"] = True
+        self._record_dispatch(run, email)
+        self._remove_auto_assign_label(run)
+        return ActionResult.proceed()
+
+    def _account_id(self, run: ActionRun, email: str) -> str:
+        """The engineer's cached Jira account, else an exact email match in Jira (cached)."""
+        cached = [e for e in run.ports.engineers.enabled_by_email([email]) if e.jira_account_id]
+        if cached:
+            return cached[0].jira_account_id
+        try:
+            user = run.ports.jira.find_user_by_email(email)
+        except DispatcherError as exc:
+            raise ActionError(f"Jira user search for {email} failed: {exc.message}") from None
+        if user is None:
+            raise ActionError(f"no Jira user has the email {email}")
+        run.ports.engineers.set_jira_account_id(email, user.account_id, now=run.now)
+        return user.account_id
+
+    def _record_dispatch(self, run: ActionRun, email: str) -> None:
+        try:
+            updated = run.ports.engineers.update_dispatch_state(
+                email, dispatched_at=run.now, issue_key=run.issue.key, now=run.now)
+        except Exception as exc:  # the Jira assignment stays (M§8.1)
+            raise ActionError(f"Jira assignment kept, but the engineer's dispatch state was "
+                              f"not recorded: {type(exc).__name__}") from None
+        if not updated:
+            raise ActionError(f"Jira assignment kept, but engineer {email} no longer exists")
+
+    def _remove_auto_assign_label(self, run: ActionRun) -> None:
+        label = self._auto_assign_label
+        if not label or label not in run.issue.labels:
+            return
+        try:
+            run.ports.jira.edit_labels(run.issue.key, remove=[label])
+            run.context["assign"]["label_removed"] = label
+        except DispatcherError as exc:  # only logged (M§8.1)
+            log.warning("could not remove the auto-assign label", extra={
+                "issue_key": run.issue.key, "execution_id": run.execution.id,
+                "reason": exc.message})
+
+
+def _dedupe(emails: list[str]) -> list[str]:
+    """Lower-cased, configured order kept, duplicates dropped (M§7)."""
+    seen: dict[str, None] = {}
+    for email in emails:
+        seen.setdefault(email.strip().lower(), None)
+    return [email for email in seen if email]
+
+
+def _choose(candidates: list[Engineer], strategy: Strategy) -> tuple[Engineer, str]:
+    if strategy is Strategy.FIRST:
+        return candidates[0], "first: first dispatch-enabled candidate in receiver order"
+    never = datetime.min.replace(tzinfo=None)
+
+    def age(indexed: tuple[int, Engineer]) -> tuple:
+        index, engineer = indexed
+        last = engineer.last_dispatched_at
+        # never-dispatched first, then the oldest last dispatch, ties by configured order
+        return (last is not None, last.replace(tzinfo=None) if last else never, index)
+
+    _, chosen = min(enumerate(candidates), key=age)
+    if chosen.last_dispatched_at is None:
+        return chosen, "round_robin: never dispatched before"
+    return chosen, "round_robin: oldest last_dispatched_at"
+
+
+def _describe(receiver: dict) -> str:
+    kind = receiver.get("type")
+    return f"{kind} {receiver.get(kind)!r}" if kind != "users" else f"users {receiver['users']}"

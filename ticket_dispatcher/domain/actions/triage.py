@@ -1,0 +1,60 @@
+"""``triage``: bring the issue's triage fields to the configured values (SPEC §8.3).
+
+``plan`` computes only the real changes against the snapshot into ``context.triage.changes``
+(nothing to change → ``skipped_reason``); ``execute`` applies them in one Jira edit. Never
+assigns. Port used: ``jira``.
+"""
+
+from __future__ import annotations
+
+from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
+from ticket_dispatcher.domain.model import DispatchContext, Issue
+from ticket_dispatcher.errors import DispatcherError
+
+
+class TriageExecutor:
+    type = "triage"
+
+    def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
+                      config: dict) -> dict:
+        return {"triage": {"before": {"priority": issue.priority,
+                                      "components": list(issue.components),
+                                      "labels": list(issue.labels)},
+                           "changes": {}, "skipped_reason": ""}}
+
+    def plan(self, run: ActionRun) -> None:
+        issue, config = run.issue, run.config
+        changes: dict = {}
+        if config.get("priority") and config["priority"] != issue.priority:
+            changes["priority"] = {"from": issue.priority, "to": config["priority"]}
+        wanted = config.get("components")
+        if wanted is not None and set(wanted) != set(issue.components):
+            changes["components"] = {"from": list(issue.components), "to": list(wanted)}
+        add = [label for label in config.get("labels_add", ()) if label not in issue.labels]
+        remove = [label for label in config.get("labels_remove", ()) if label in issue.labels]
+        if add or remove:
+            changes["labels"] = {"add": add, "remove": remove}
+        if config.get("fields"):  # raw Jira values: the snapshot cannot compare them
+            changes["fields"] = dict(config["fields"])
+        context = run.context.setdefault("triage", {})
+        context["changes"] = changes
+        context["skipped_reason"] = "" if changes else "the issue already has these values"
+
+    def execute(self, run: ActionRun) -> ActionResult:
+        changes = run.context["triage"]["changes"]
+        if not changes:
+            return ActionResult.proceed()
+        fields = dict(changes.get("fields", {}))
+        if "priority" in changes:
+            fields["priority"] = {"name": changes["priority"]["to"]}
+        if "components" in changes:
+            fields["components"] = [{"name": name} for name in changes["components"]["to"]]
+        labels = changes.get("labels", {})
+        update = {"labels": [{"add": label} for label in labels.get("add", [])]
+                  + [{"remove": label} for label in labels.get("remove", [])]} if labels else None
+        try:
+            run.ports.jira.edit_fields(run.issue.key, fields, update=update)
+        except DispatcherError as exc:
+            raise ActionError(f"Jira refused the triage edit: {exc.message}") from None
+        run.context["triage"]["applied"] = True
+        return ActionResult.proceed()
