@@ -47,7 +47,7 @@ def test_concurrent_dispatches_lose_no_engineer_state(make_harness):
 
     assert all(e.status is ExecutionStatus.SUCCEEDED for e in h.executions())
     assigned: dict[str, set[str]] = {}
-    for method, key, account_id in h.jira.calls("assign"):
+    for _, key, account_id in h.jira.calls("assign"):
         assigned.setdefault(h.jira.users[account_id].email, set()).add(key)
     assert sum(len(keys) for keys in assigned.values()) == 10
     for email, issues in assigned.items():
