@@ -32,11 +32,22 @@ log = logging.getLogger(__name__)
 ASK_TIMEOUT = 30  # seconds an HTTP request waits on an actor before giving up
 
 
-class UnconfiguredJira:
-    """The Jira port when no integration is configured: every load fails clearly."""
+class Unconfigured:
+    """The port of an integration with no ``base_url``: every call fails clearly, as an
+    integration error (a business failure of the action), never a crash."""
 
-    def load_issue(self, issue_key: str):
-        raise IntegrationError("jira is not configured", service="jira")
+    def __init__(self, service: str):
+        self._service = service
+
+    def stats(self) -> dict:
+        return {"configured": False}
+
+    def __getattr__(self, method: str):
+        def fail(*args: Any, **kwargs: Any):
+            raise IntegrationError(f"{self._service} is not configured ({method})",
+                                   service=self._service)
+
+        return fail
 
 
 class Ports:
@@ -44,10 +55,10 @@ class Ports:
 
     def __init__(self, jira: Any = None, lark: Any = None, oncall: Any = None, core: Any = None,
                  **more: Any):
-        self.jira = jira or UnconfiguredJira()
-        self.lark = lark
-        self.oncall = oncall
-        self.core = core
+        self.jira = jira or Unconfigured("jira")
+        self.lark = lark or Unconfigured("lark")
+        self.oncall = oncall or Unconfigured("oncall")
+        self.core = core or Unconfigured("core")
         for name, value in more.items():
             setattr(self, name, value)
 
@@ -130,5 +141,5 @@ class Runtime:
         for name in ("jira", "lark", "oncall", "core"):
             port = getattr(self.deps.ports, name, None)
             stats = getattr(port, "stats", None)
-            clients[name] = stats() if callable(stats) else {"configured": port is not None}
+            clients[name] = stats() if callable(stats) else {"configured": True}
         return clients

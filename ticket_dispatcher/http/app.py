@@ -43,12 +43,12 @@ class Services:
     config: Config
     clock: Clock
     runtime: Runtime | None = None
-    recovered: Callable[[], bool] | None = None
+    recovered: Callable[[], bool] | None = None  # overrides the runtime's own flag (tests)
 
-    def __post_init__(self) -> None:
-        if self.recovered is None:
-            runtime = self.runtime
-            self.recovered = (lambda: runtime.recovered) if runtime else (lambda: True)
+    def recovery_done(self) -> bool:
+        if self.recovered is not None:
+            return self.recovered()
+        return self.runtime.recovered if self.runtime is not None else True
 
     @property
     def max_body_bytes(self) -> int:

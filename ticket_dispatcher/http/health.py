@@ -26,7 +26,7 @@ class Readiness:
     def on_get(self, req, resp) -> None:
         checks = {
             "database": self._services.store.ping(),
-            "recovery": self._services.recovered(),
+            "recovery": self._services.recovery_done(),
         }
         ready = all(checks.values())
         resp.status = falcon.HTTP_200 if ready else falcon.HTTP_503

@@ -4,55 +4,103 @@ from __future__ import annotations
 
 import logging
 import signal
+from dataclasses import replace
+from pathlib import Path
 from types import FrameType
 
 import waitress
 
+from ticket_dispatcher.actors.clients import build_client_pools
 from ticket_dispatcher.actors.clock import Clock, SystemClock
 from ticket_dispatcher.actors.runtime import Ports, Runtime
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.integrations.sandbox import (
+    SandboxState,
+    load_examples,
+    mount_sandbox,
+    seed_store,
+    service_urls,
+)
 from ticket_dispatcher.logging import configure_logging
 from ticket_dispatcher.store import Store
 
 log = logging.getLogger(__name__)
 
 
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "ops" / "examples"
+
+
 class Service:
-    """The whole running service: store, app and HTTP server, started and stopped in order."""
+    """The whole running service: store, app, HTTP server, clients and actors, started in
+    order and stopped in reverse."""
 
     def __init__(self, config: Config, *, host: str | None = None, port: int | None = None,
                  sandbox: bool = False, insecure_no_auth: bool = False,
                  clock: Clock | None = None):
-        self.config = config
         self.auth_enabled = _auth_enabled(config, sandbox=sandbox,
                                           insecure_no_auth=insecure_no_auth)
-        clock = clock or SystemClock()
+        self.clock = clock or SystemClock()
         self.store = Store.open(config.database_url)
         applied = self.store.migrate()
         if applied:
             log.info("database migrated", extra={"reason": f"applied {applied}"})
-        self.runtime = Runtime(config, self.store, clock, ports=Ports(),
-                               registry=product_registry(config.jira.auto_assign_label))
-        services = Services(store=self.store, config=config, clock=clock, runtime=self.runtime)
-        self.app = create_app(services, auth_enabled=self.auth_enabled)
-        host = host or config.http.host
-        port = config.http.port if port is None else port
-        try:  # binds the port now; serves from run()
-            self.server = waitress.create_server(self.app, host=host, port=port,
-                                                 threads=config.http.threads,
-                                                 ident="ticket-dispatcher")
-        except OSError as exc:
-            self.store.close()
-            raise ConfigError(f"http: cannot listen on {host}:{port}: {exc.strerror}") from None
+        self.services = Services(store=self.store, config=config, clock=self.clock)
+        self.app = create_app(self.services, auth_enabled=self.auth_enabled)
+        self.sandbox = SandboxState() if sandbox else None
+        if self.sandbox is not None:
+            mount_sandbox(self.app, self.sandbox)
+        self.server = self._listen(host or config.http.host,
+                                   config.http.port if port is None else port)
+        self.clients: dict = {}
         try:
+            self.config = self._sandboxed(config) if self.sandbox is not None else config
+            self.clients = build_client_pools(self.config, self.clock)
+            self.runtime = Runtime(
+                self.config, self.store, self.clock, ports=Ports(
+                    **self.clients, engineers=self.store.engineers),
+                registry=product_registry(self.config.jira.auto_assign_label))
+            self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails
         except BaseException:
+            self._stop_clients()
             self.server.close()
             self.store.close()
             raise
+
+    def _listen(self, host: str, port: int):
+        """Bind the port now (serving starts in ``run``), or say clearly why not."""
+        try:
+            return waitress.create_server(self.app, host=host, port=port,
+                                          threads=self.services.config.http.threads,
+                                          ident="ticket-dispatcher")
+        except OSError as exc:
+            self.store.close()
+            raise ConfigError(f"http: cannot listen on {host}:{port}: {exc.strerror}") from None
+
+    def _sandboxed(self, config: Config) -> Config:
+        """Load ``ops/examples`` and point every client at the sandbox on this server."""
+        if not EXAMPLES_DIR.is_dir():
+            raise ConfigError(f"--sandbox needs the examples at {EXAMPLES_DIR} (run it from a "
+                              "clone of the repository)")
+        load_examples(self.sandbox, EXAMPLES_DIR)
+        seeded = seed_store(self.store, EXAMPLES_DIR, self.clock.now())
+        log.info("sandbox loaded", extra={"reason": str(seeded)})
+        host = self.server.effective_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        urls = service_urls(f"http://{host}:{self.port}")
+        return replace(
+            config,
+            jira=replace(config.jira, base_url=urls["jira"], email="sandbox@example.com",
+                         api_token="sandbox"),
+            lark=replace(config.lark, base_url=urls["lark"], app_id="sandbox",
+                         app_secret="sandbox"),
+            oncall=replace(config.oncall, base_url=urls["oncall"], token="sandbox"),
+            core=replace(config.core, base_url=urls["core"], token="sandbox"),
+        )
 
     @property
     def port(self) -> int:
@@ -64,10 +112,16 @@ class Service:
         self.server.run()
 
     def close(self) -> None:
-        """Stop accepting requests, then stop the actors (nothing is marked failed)."""
+        """Stop accepting requests, then the actors, then the clients (nothing is marked
+        failed: running work resumes at the next start)."""
         self.server.close()
         self.runtime.stop()
+        self._stop_clients()
         self.store.close()
+
+    def _stop_clients(self) -> None:
+        for pool in self.clients.values():
+            pool.stop()
 
 
 def _auth_enabled(config: Config, *, sandbox: bool, insecure_no_auth: bool) -> bool:

@@ -1,0 +1,278 @@
+"""The shared session helper: request shape, errors, Retry-After, safe logs (SPEC §11, §12)."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from datetime import UTC, datetime
+
+import pytest
+import requests
+import responses
+from responses import matchers
+
+from ticket_dispatcher.actors.clock import ManualClock
+from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.integrations.http import (
+    BearerAuth,
+    HttpClient,
+    IntegrationRejected,
+    IntegrationTimeout,
+    segment,
+)
+
+BASE = "https://svc.example.com"
+TOKEN = "s3cr3t-token-value"
+
+
+@pytest.fixture
+def mocked():
+    with responses.RequestsMock() as mock:
+        yield mock
+
+
+class Waits(list):
+    """A fake ``sleep`` that records each wait instead of sleeping."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def client(**overrides) -> HttpClient:
+    options = dict(auth=BearerAuth(TOKEN), connect_timeout=1, read_timeout=2,
+                   sleep=Waits(), secrets=(TOKEN,))
+    options.update(overrides)
+    return HttpClient("svc", BASE, **options)
+
+
+def test_request_sends_method_path_query_body_and_bearer_auth(mocked):
+    mocked.post(f"{BASE}/api/v1/things", json={"ok": True}, match=[
+        matchers.query_param_matcher({"kind": "a,b"}),
+        matchers.json_params_matcher({"name": "x"}),
+        matchers.header_matcher({"Authorization": f"Bearer {TOKEN}"}),
+    ])
+
+    answer = client().request_json("POST", "/api/v1/things", params={"kind": "a,b"},
+                                   json={"name": "x"})
+
+    assert answer == {"ok": True}
+
+
+def test_basic_auth_tuple_and_header_callable_are_both_accepted(mocked):
+    basic = base64.b64encode(b"bot@example.com:pw").decode()
+    mocked.get(f"{BASE}/basic", match=[
+        matchers.header_matcher({"Authorization": f"Basic {basic}"})])
+    mocked.get(f"{BASE}/headers", match=[matchers.header_matcher({"X-Token": "t"})])
+
+    client(auth=("bot@example.com", "pw")).request("GET", "/basic")
+    client(auth=lambda: {"X-Token": "t"}).request("GET", "/headers")
+
+    assert len(mocked.calls) == 2
+
+
+def test_unauthenticated_request_sends_no_authorization_header(mocked):
+    mocked.post(f"{BASE}/token")
+
+    client().request("POST", "/token", authenticate=False)
+
+    assert "Authorization" not in mocked.calls[0].request.headers
+
+
+def test_timeouts_are_passed_to_requests(mocked):
+    mocked.get(f"{BASE}/x")
+
+    client(connect_timeout=1.5, read_timeout=7).request("GET", "/x")
+
+    assert mocked.calls[0].request.req_kwargs["timeout"] == (1.5, 7)
+
+
+def test_jira_error_body_is_in_the_message_with_status_and_service(mocked):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCID-1", status=400, json={
+        "errorMessages": ["Field cannot be set"], "errors": {"customfield_10053": "bad user"}})
+
+    with pytest.raises(IntegrationRejected) as caught:
+        client().request("PUT", "/rest/api/2/issue/TCID-1", json={}, expected=(204,))
+
+    error = caught.value
+    assert (error.status, error.service, error.timeout) == (400, "svc", False)
+    assert error.message == ("svc PUT /rest/api/2/issue/TCID-1 failed: HTTP 400: "
+                             "Field cannot be set; customfield_10053: bad user")
+
+
+def test_lark_style_error_carries_its_code(mocked):
+    mocked.post(f"{BASE}/open-apis/x", status=400, json={"code": 99991663, "msg": "bad token"})
+
+    with pytest.raises(IntegrationRejected) as caught:
+        client().request("POST", "/open-apis/x")
+
+    assert caught.value.code == 99991663
+    assert "code 99991663: bad token" in caught.value.message
+
+
+def test_server_error_with_html_body_does_not_echo_the_body(mocked):
+    mocked.get(f"{BASE}/x", status=500, body="<html>Authorization: Bearer leaked</html>")
+
+    with pytest.raises(IntegrationRejected) as caught:
+        client().request("GET", "/x")
+
+    assert caught.value.status == 500
+    assert caught.value.message == "svc GET /x failed: HTTP 500"
+
+
+def test_long_service_error_text_is_truncated(mocked):
+    mocked.get(f"{BASE}/x", status=422, json={"message": "y" * 5000})
+
+    with pytest.raises(IntegrationRejected) as caught:
+        client().request("GET", "/x")
+
+    assert len(caught.value.message) < 300
+
+
+def test_secret_echoed_by_the_service_is_masked(mocked):
+    mocked.get(f"{BASE}/x", status=401, json={"message": f"token {TOKEN} is revoked"})
+
+    with pytest.raises(IntegrationRejected) as caught:
+        client().request("GET", "/x")
+
+    assert TOKEN not in caught.value.message
+    assert "***" in caught.value.message
+
+
+def test_malformed_json_is_an_integration_error(mocked):
+    mocked.get(f"{BASE}/x", body="not json{")
+
+    with pytest.raises(IntegrationError) as caught:
+        client().request_json("GET", "/x")
+
+    assert caught.value.status == 200
+    assert "not JSON" in caught.value.message
+
+
+@pytest.mark.parametrize("exception", [requests.exceptions.ConnectTimeout,
+                                       requests.exceptions.ReadTimeout])
+def test_timeout_is_an_integration_timeout_without_status(mocked, exception):
+    mocked.get(f"{BASE}/x", body=exception(f"{BASE}/x?email=a@example.com timed out"))
+
+    with pytest.raises(IntegrationTimeout) as caught:
+        client().request("GET", "/x", params={"email": "a@example.com"})
+
+    error = caught.value
+    assert (error.status, error.service, error.timeout) == (None, "svc", True)
+    assert error.__cause__ is None and error.__suppress_context__
+    assert "a@example.com" not in error.message
+
+
+def test_connection_failure_is_an_error_but_not_a_timeout(mocked):
+    mocked.get(f"{BASE}/x", body=requests.exceptions.ConnectionError("refused"))
+
+    with pytest.raises(IntegrationError) as caught:
+        client().request("GET", "/x")
+
+    assert not isinstance(caught.value, IntegrationTimeout)
+    assert caught.value.status is None
+    assert "connection failed" in caught.value.message
+
+
+def test_429_with_retry_after_is_retried_after_that_wait(mocked):
+    waits = Waits()
+    mocked.get(f"{BASE}/x", status=429, headers={"Retry-After": "2"})
+    mocked.get(f"{BASE}/x", json={"ok": True})
+
+    answer = client(sleep=waits).request_json("GET", "/x")
+
+    assert answer == {"ok": True}
+    assert waits == [2.0]
+    assert len(mocked.calls) == 2
+
+
+def test_503_with_http_date_retry_after_waits_until_that_date(mocked):
+    waits = Waits()
+    clock = ManualClock(datetime(2026, 11, 30, 1, 0, 0, tzinfo=UTC))
+    mocked.get(f"{BASE}/x", status=503, headers={"Retry-After": "Mon, 30 Nov 2026 01:00:04 GMT"})
+    mocked.get(f"{BASE}/x")
+
+    client(sleep=waits, clock=clock).request("GET", "/x")
+
+    assert waits == [4.0]
+
+
+def test_429_with_too_long_retry_after_fails_fast(mocked):
+    waits = Waits()
+    mocked.get(f"{BASE}/x", status=429, headers={"Retry-After": "60"},
+               json={"code": 99991400, "msg": "request trigger frequency limit"})
+
+    with pytest.raises(IntegrationRejected) as caught:
+        client(sleep=waits, max_retry_wait=10).request("GET", "/x")
+
+    assert caught.value.status == 429
+    assert waits == []
+    assert len(mocked.calls) == 1
+
+
+def test_429_without_retry_after_is_not_retried(mocked):
+    waits = Waits()
+    mocked.get(f"{BASE}/x", status=429)
+
+    with pytest.raises(IntegrationRejected):
+        client(sleep=waits).request("GET", "/x")
+
+    assert waits == [] and len(mocked.calls) == 1
+
+
+def test_retries_are_bounded(mocked):
+    waits = Waits()
+    mocked.get(f"{BASE}/x", status=503, headers={"Retry-After": "1"})
+
+    with pytest.raises(IntegrationRejected) as caught:
+        client(sleep=waits, max_retries=2).request("GET", "/x")
+
+    assert caught.value.status == 503
+    assert waits == [1.0, 1.0]
+    assert len(mocked.calls) == 3
+
+
+def test_500_is_not_retried(mocked):
+    waits = Waits()
+    mocked.get(f"{BASE}/x", status=500, headers={"Retry-After": "1"})
+
+    with pytest.raises(IntegrationRejected):
+        client(sleep=waits).request("GET", "/x")
+
+    assert waits == [] and len(mocked.calls) == 1
+
+
+def test_each_call_is_logged_at_debug_without_headers_query_or_body(mocked, caplog):
+    mocked.post(f"{BASE}/api/v1/page", status=201)
+    caplog.set_level(logging.DEBUG, logger="ticket_dispatcher.integrations")
+
+    http = client()
+    http.request("POST", "/api/v1/page", params={"q": "a@example.com"},
+                 json={"message": "call +8613800138000"}, expected=(201,))
+
+    [record] = [r for r in caplog.records if r.name == "ticket_dispatcher.integrations.http"]
+    text = record.getMessage()
+    assert record.levelno == logging.DEBUG
+    assert text.startswith("svc POST /api/v1/page -> 201 in ")
+    for absent in (TOKEN, "Bearer", "a@example.com", "+8613800138000"):
+        assert absent not in text
+    assert http.last_latency_ms is not None and http.last_latency_ms >= 0
+
+
+def test_a_failed_call_is_logged_with_no_status(mocked, caplog):
+    mocked.get(f"{BASE}/x", body=requests.exceptions.ReadTimeout("slow"))
+    caplog.set_level(logging.DEBUG, logger="ticket_dispatcher.integrations")
+
+    with pytest.raises(IntegrationTimeout):
+        client().request("GET", "/x")
+
+    assert any(r.getMessage().startswith("svc GET /x -> None in ") for r in caplog.records)
+
+
+def test_bearer_auth_repr_hides_the_token():
+    assert TOKEN not in repr(BearerAuth(TOKEN))
+
+
+def test_path_segments_are_quoted():
+    assert segment("TCID-1") == "TCID-1"
+    assert segment("a.b@example.com") == "a.b@example.com"
+    assert segment("team/one two?") == "team%2Fone%20two%3F"

@@ -1,0 +1,234 @@
+"""The Jira client: exactly the calls of SPEC §11, parsed per §4.1/N§4."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from datetime import UTC, datetime
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import requests
+import responses
+from responses import matchers
+
+from ticket_dispatcher.config import JiraConfig
+from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.integrations.http import IntegrationTimeout
+from ticket_dispatcher.integrations.jira import JiraClient
+
+BASE = "https://example.atlassian.net"
+API_TOKEN = "ATATT-very-secret-api-token"
+CONFIG = JiraConfig(base_url=BASE, email="bot@example.com", api_token=API_TOKEN,
+                    l2_field_id="customfield_20001", severity_field_id="customfield_20002")
+BASIC = "Basic " + base64.b64encode(f"bot@example.com:{API_TOKEN}".encode()).decode()
+
+
+@pytest.fixture
+def mocked():
+    with responses.RequestsMock() as mock:
+        yield mock
+
+
+@pytest.fixture
+def jira():
+    client = JiraClient(CONFIG, connect_timeout=1, read_timeout=2, sleep=lambda _: None)
+    yield client
+    client.close()
+
+
+def jira_user(account_id: str, email: str | None, active: bool = True) -> dict:
+    user = {"accountId": account_id, "accountType": "atlassian", "displayName": account_id,
+            "active": active}
+    if email is not None:
+        user["emailAddress"] = email
+    return user
+
+
+def raw_issue() -> dict:
+    return {"key": "TCOC-7", "fields": {
+        "summary": "Checkout fails", "project": {"key": "TCOC"}, "environment": None,
+        "reporter": jira_user("r-1", "Reporter@Example.com"),
+        "assignee": jira_user("a-1", "alice@example.com"),
+        "created": "2021-01-17T12:34:00.000+0000",
+        "components": [{"name": "payments"}, {"name": "web"}], "labels": ["notify-assignee"],
+        "priority": {"name": "P1"}, "status": {"name": "Todo"},
+        "customfield_20001": jira_user("l2-1", "bob@example.com"),
+        "customfield_20002": {"value": "S2 - Significant Impact"},
+    }}
+
+
+def test_load_issue_asks_for_every_snapshot_field_and_both_custom_fields(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/issue/TCOC-7", json=raw_issue(),
+               match=[matchers.header_matcher({"Authorization": BASIC})])
+
+    jira.load_issue("TCOC-7")
+
+    query = parse_qs(urlsplit(mocked.calls[0].request.url).query)
+    assert query["fields"][0].split(",") == [
+        "summary", "project", "environment", "reporter", "assignee", "created", "components",
+        "labels", "priority", "status", "customfield_20001", "customfield_20002"]
+
+
+def test_load_issue_parses_jira_offset_time_l2_and_severity(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/issue/TCOC-7", json=raw_issue())
+
+    issue = jira.load_issue("TCOC-7")
+
+    assert issue.created_at == datetime(2021, 1, 17, 12, 34, tzinfo=UTC)
+    assert issue.l2_assignee.account_id == "l2-1"
+    assert issue.severity == "S2 - Significant Impact"
+    assert issue.reporter.email == "reporter@example.com"
+    assert (issue.priority, issue.status, issue.components) == ("P1", "Todo",
+                                                                ("payments", "web"))
+
+
+def test_load_issue_quotes_the_key_in_the_path(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/issue/A%2FB", json=raw_issue())
+
+    jira.load_issue("A/B")
+
+    assert urlsplit(mocked.calls[0].request.url).path == "/rest/api/2/issue/A%2FB"
+
+
+def test_missing_issue_is_an_error_with_status_404(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/issue/TCOC-404", status=404, json={
+        "errorMessages": ["Issue does not exist or you do not have permission to see it."],
+        "errors": {}})
+
+    with pytest.raises(IntegrationError) as caught:
+        jira.load_issue("TCOC-404")
+
+    assert (caught.value.status, caught.value.service) == (404, "jira")
+    assert "Issue does not exist" in caught.value.message
+
+
+def test_malformed_issue_is_an_integration_error(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/issue/TCOC-7", json={"key": "TCOC-7", "fields": {}})
+
+    with pytest.raises(IntegrationError) as caught:
+        jira.load_issue("TCOC-7")
+
+    assert "fields.project" in caught.value.message
+
+
+def test_server_error_and_timeout_are_integration_errors(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/issue/TCOC-1", status=502, body="Bad gateway")
+    mocked.get(f"{BASE}/rest/api/2/issue/TCOC-2",
+               body=requests.exceptions.ReadTimeout("slow"))
+
+    with pytest.raises(IntegrationError) as server_error:
+        jira.load_issue("TCOC-1")
+    with pytest.raises(IntegrationTimeout):
+        jira.load_issue("TCOC-2")
+
+    assert server_error.value.status == 502
+
+
+def test_assign_puts_the_account_id(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7/assignee", status=204,
+               match=[matchers.json_params_matcher({"accountId": "acc-9"}),
+                      matchers.header_matcher({"Authorization": BASIC})])
+
+    jira.assign("TCOC-7", "acc-9")
+
+
+def test_assign_rejected_by_jira_carries_the_field_error(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7/assignee", status=400,
+               json={"errorMessages": [], "errors": {"assignee": "User cannot be assigned"}})
+
+    with pytest.raises(IntegrationError) as caught:
+        jira.assign("TCOC-7", "acc-9")
+
+    assert "assignee: User cannot be assigned" in caught.value.message
+
+
+def test_set_l2_assignee_writes_the_configured_field(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=204, match=[
+        matchers.json_params_matcher({"fields": {"customfield_20001": {"accountId": "acc-9"}}})])
+
+    jira.set_l2_assignee("TCOC-7", "acc-9")
+
+
+def test_edit_labels_adds_and_removes_in_one_update(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=204, match=[
+        matchers.json_params_matcher({"update": {"labels": [
+            {"add": "notify-assignee"}, {"remove": "auto-dispatch"}]}})])
+
+    jira.edit_labels("TCOC-7", add=["notify-assignee"], remove=["auto-dispatch"])
+
+
+def test_edit_labels_with_nothing_to_change_makes_no_call(mocked, jira):
+    jira.edit_labels("TCOC-7")
+
+    assert len(mocked.calls) == 0
+
+
+def test_edit_fields_sends_fields_and_update_in_one_put(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=204, match=[
+        matchers.json_params_matcher({"fields": {"priority": {"name": "P2"}},
+                                      "update": {"components": [{"add": {"name": "web"}}]}})])
+
+    jira.edit_fields("TCOC-7", {"priority": {"name": "P2"}},
+                     update={"components": [{"add": {"name": "web"}}]})
+
+
+def test_find_user_by_email_counts_only_an_exact_case_insensitive_match(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/user/search", json=[
+        jira_user("prefix", "alice@example.com.cn"),
+        jira_user("hidden", None),
+        jira_user("exact", "Alice@Example.COM"),
+    ], match=[matchers.query_param_matcher({"query": "alice@example.com"})])
+
+    user = jira.find_user_by_email("ALICE@example.com")
+
+    assert user.account_id == "exact"
+    assert user.email == "alice@example.com"
+
+
+def test_find_user_by_email_prefers_the_active_exact_match(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/user/search", json=[
+        jira_user("old", "alice@example.com", active=False),
+        jira_user("new", "alice@example.com", active=True)])
+
+    assert jira.find_user_by_email("alice@example.com").account_id == "new"
+
+
+def test_find_user_by_email_without_exact_match_is_none(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/user/search", json=[jira_user("x", "alice2@example.com")])
+
+    assert jira.find_user_by_email("alice@example.com") is None
+
+
+def test_user_search_answer_that_is_not_a_list_is_an_error(mocked, jira):
+    mocked.get(f"{BASE}/rest/api/2/user/search", json={"values": []})
+
+    with pytest.raises(IntegrationError):
+        jira.find_user_by_email("alice@example.com")
+
+
+def test_internal_comment_is_posted_not_public(mocked, jira):
+    mocked.post(f"{BASE}/rest/servicedeskapi/request/TCOC-7/comment", status=201, json={},
+                match=[matchers.json_params_matcher({"body": "[ticket-manager] hi",
+                                                     "public": False})])
+
+    jira.add_internal_comment("TCOC-7", "[ticket-manager] hi")
+
+
+def test_api_token_never_reaches_errors_or_logs(mocked, jira, caplog):
+    caplog.set_level(logging.DEBUG)
+    mocked.get(f"{BASE}/rest/api/2/issue/TCOC-1", status=401,
+               json={"errorMessages": [f"Basic auth with {API_TOKEN} rejected"]})
+    mocked.get(f"{BASE}/rest/api/2/issue/TCOC-2",
+               body=requests.exceptions.ConnectTimeout("connect"))
+
+    messages = []
+    for key in ("TCOC-1", "TCOC-2"):
+        with pytest.raises(IntegrationError) as caught:
+            jira.load_issue(key)
+        messages.append(caught.value.message)
+
+    logged = [r.getMessage() for r in caplog.records]
+    for text in messages + logged:
+        assert API_TOKEN not in text
+        assert BASIC.split()[1] not in text

@@ -1,0 +1,64 @@
+"""The README's main job through the real server: ``serve --sandbox`` on a free port, a trigger
+posted over HTTP, the execution read back, and the assignee read from the sandbox Jira."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import requests
+
+from ticket_dispatcher.config import load_config
+from ticket_dispatcher.http.server import Service
+
+BASE = "/api/v1/ticketmanager"
+
+
+@pytest.fixture
+def sandbox_service(tmp_path):
+    config = load_config(None, environ={
+        "TICKET_DISPATCHER_DATABASE_URL": f"sqlite:///{tmp_path / 'td.db'}"})
+    service = Service(config, port=0, sandbox=True)
+    thread = threading.Thread(target=service.run, name="waitress", daemon=True)
+    thread.start()
+    yield service, f"http://127.0.0.1:{service.port}"
+    service.close()
+    thread.join(timeout=10)
+
+
+def test_trigger_over_http_assigns_the_issue_in_the_sandbox(sandbox_service):
+    service, url = sandbox_service
+    before = requests.get(f"{url}/sandbox/_control/issues/TCID-2", timeout=10).json()
+    assert before["assignee_email"] is None
+
+    accepted = requests.post(f"{url}{BASE}/dispatch/triggers", timeout=10, json={
+        "source": "jira_automation", "input": {"issue_key": "TCID-2"}})
+    assert accepted.status_code == 202
+    assert service.runtime.wait_idle(30)
+    trigger = requests.get(url + accepted.headers["Location"], timeout=10).json()
+    [execution_id] = trigger["output"]["execution_ids"]
+    execution = requests.get(f"{url}{BASE}/dispatch/executions/{execution_id}",
+                             timeout=10).json()
+    after = requests.get(f"{url}/sandbox/_control/issues/TCID-2", timeout=10).json()
+
+    assert execution["status"] == "succeeded", execution
+    assigned = [a for r in execution["rule_executions"] for a in r["action_executions"]
+                if a["status"] == "succeeded"]
+    assert len(assigned) == 1
+    assert after["assignee_email"] == assigned[0]["context"]["assign"]["assignee"]
+    assert "auto-dispatch" not in after["labels"]
+    engineer = requests.get(f"{url}{BASE}/engineers/{after['assignee_email']}",
+                            timeout=10).json()
+    assert engineer["last_dispatched_issue"] == "TCID-2"
+
+
+def test_admin_view_shows_the_clients_at_work(sandbox_service):
+    service, url = sandbox_service
+    requests.post(f"{url}{BASE}/dispatch/triggers", timeout=10, json={
+        "source": "jira_automation", "input": {"issue_key": "TCID-3"}})
+    assert service.runtime.wait_idle(30)
+
+    clients = requests.get(f"{url}{BASE}/admin/actors", timeout=10).json()["clients"]
+
+    assert clients["jira"]["calls"] >= 2 and clients["jira"]["in_flight"] == 0
+    assert clients["jira"]["last_latency_ms"] is not None

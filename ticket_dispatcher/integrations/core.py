@@ -1,0 +1,88 @@
+"""The internal Core directory: group members, users, direct leaders (SPEC §11, N§7.1)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.config import CoreConfig
+from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.integrations.http import BearerAuth, HttpClient, segment
+
+SERVICE = "core"
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    email: str  # lower-cased
+    active: bool = True
+
+
+@dataclass(frozen=True)
+class CoreUser:
+    email: str  # lower-cased
+    name: str = ""
+    active: bool = True
+    open_id: str | None = None  # N§4: preferred over a Lark lookup by email
+
+
+class CoreClient:
+    def __init__(
+        self,
+        config: CoreConfig,
+        *,
+        connect_timeout: float = 3,
+        read_timeout: float = 10,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock | None = None,
+    ):
+        self.http = HttpClient(
+            SERVICE, config.base_url, auth=BearerAuth(config.token),
+            connect_timeout=connect_timeout, read_timeout=read_timeout, sleep=sleep, clock=clock,
+            secrets=(config.token,))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def group_members(self, group: str) -> list[GroupMember]:
+        path = f"/api/v1/groups/{segment(group)}/members"
+        body = self.http.request_json("GET", path)
+        raw = body.get("members") if isinstance(body, dict) else None
+        if not isinstance(raw, list):
+            raise IntegrationError(f"core GET {path}: the answer has no members list",
+                                   status=200, service=SERVICE)
+        return [GroupMember(email=item["email"].strip().lower(),
+                            active=item.get("active", True) is not False)
+                for item in raw
+                if isinstance(item, dict) and isinstance(item.get("email"), str)
+                and item["email"].strip()]
+
+    def user(self, email: str) -> CoreUser | None:
+        """The user, or None when Core does not know the email."""
+        return self._user_at(f"/api/v1/users/{segment(email.strip().lower())}")
+
+    def leader(self, email: str) -> CoreUser | None:
+        """The direct leader (N§7.1), or None when the user has none."""
+        return self._user_at(f"/api/v1/users/{segment(email.strip().lower())}/leader")
+
+    def _user_at(self, path: str) -> CoreUser | None:
+        response = self.http.request("GET", path, expected=(200, 404))
+        if response.status_code == 404:
+            return None
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("email"), str):
+            raise IntegrationError(f"core GET {path}: the answer is not a user", status=200,
+                                   service=SERVICE)
+        open_id = body.get("open_id")
+        return CoreUser(
+            email=body["email"].strip().lower(),
+            name=str(body.get("name") or ""),
+            active=body.get("active", True) is not False,
+            open_id=open_id if isinstance(open_id, str) and open_id else None,
+        )

@@ -1,0 +1,267 @@
+"""The one HTTP session helper every integration client uses (SPEC §3, §11, §12).
+
+One ``requests.Session`` per instance (each client actor owns one), connect/read timeouts on
+every call, bounded ``Retry-After`` handling for 429 and 503, and one way to turn a failure into
+an ``IntegrationError`` whose message is safe to log: service, method, path, HTTP status and
+the service's own error text (truncated and redacted) — never a header, token or request body.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import quote
+
+import requests
+from requests.auth import AuthBase
+
+from ticket_dispatcher.actors.clock import Clock, SystemClock
+from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.logging import Redactor
+
+log = logging.getLogger(__name__)
+
+DETAIL_LIMIT = 200  # characters of a service's error text kept in a message
+RETRY_STATUSES = frozenset({429, 503})  # SPEC §11: these honour Retry-After
+
+
+class IntegrationTimeout(IntegrationError):
+    """The service did not answer in time (``status`` is None). Whether the remote side acted
+    is unknown, which matters for an Oncall page (N§6.4)."""
+
+    timeout = True
+
+
+class IntegrationRejected(IntegrationError):
+    """The service answered, but not with success: ``status`` is its HTTP status, ``code`` its
+    own error code when it gave one (Lark ``code``), ``detail`` its safe, truncated error text."""
+
+    timeout = False
+
+    def __init__(self, message: str, status: int | None = None, service: str = "",
+                 code: Any = None, detail: str = ""):
+        super().__init__(message, status=status, service=service)
+        self.code = code
+        self.detail = detail
+
+
+def segment(value: str) -> str:
+    """A URL path segment: issue keys, team and group names, emails (``@`` is a legal pchar)."""
+    return quote(str(value), safe="@")
+
+
+class BearerAuth(AuthBase):
+    """``Authorization: Bearer <token>`` (Oncall, Core); its repr never shows the token."""
+
+    def __init__(self, token: str):
+        self._token = token
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        return request
+
+    def __repr__(self) -> str:
+        return "BearerAuth(***)"
+
+
+class _HeaderAuth(AuthBase):
+    """Headers from a callable, computed per request (Lark's tenant token changes)."""
+
+    def __init__(self, headers: Callable[[], Mapping[str, str]]):
+        self._headers = headers
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.headers.update(self._headers())
+        return request
+
+
+class _NoAuth(AuthBase):
+    """An explicit "no credentials", so requests never falls back to ~/.netrc."""
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        return request
+
+
+Auth = AuthBase | tuple[str, str] | Callable[[], Mapping[str, str]] | None
+
+
+def _as_auth(auth: Auth) -> AuthBase | tuple[str, str]:
+    if auth is None:
+        return _NoAuth()
+    if isinstance(auth, AuthBase | tuple):
+        return auth
+    return _HeaderAuth(auth)
+
+
+class HttpClient:
+    def __init__(
+        self,
+        service: str,
+        base_url: str,
+        *,
+        auth: Auth = None,
+        connect_timeout: float = 3,
+        read_timeout: float = 10,
+        max_retry_wait: float = 10,
+        max_retries: int = 2,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock | None = None,
+        secrets: Iterable[str] = (),
+    ):
+        self.service = service
+        self.base_url = base_url.rstrip("/")
+        self.timeout = (connect_timeout, read_timeout)
+        self.max_retry_wait = max_retry_wait
+        self.max_retries = max_retries
+        self.last_latency_ms: float | None = None
+        self._auth = _as_auth(auth)
+        self._sleep = sleep
+        self._clock = clock or SystemClock()
+        self._secrets = {s for s in secrets if s}
+        self._session = requests.Session()
+
+    def add_secret(self, value: str) -> None:
+        """Mask ``value`` in every later error message (e.g. a freshly fetched token)."""
+        if value:
+            self._secrets.add(value)
+
+    def close(self) -> None:
+        self._session.close()
+
+    # --- calls ------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        expected: Iterable[int] = (200,),
+        authenticate: bool = True,
+    ) -> requests.Response:
+        """One call, retried only on 429/503 with an acceptable ``Retry-After``; any other
+        outcome than an ``expected`` status raises an ``IntegrationError``."""
+        expected = tuple(expected)
+        retries = 0
+        while True:
+            response = self._send(method, path, params, json, authenticate)
+            if response.status_code in expected:
+                return response
+            wait = self._retry_wait(response) if response.status_code in RETRY_STATUSES else None
+            if wait is None or wait > self.max_retry_wait or retries >= self.max_retries:
+                raise self.rejected(method, path, response)
+            retries += 1
+            log.info("%s %s %s: HTTP %s, retry %d after %.1f s", self.service, method, path,
+                     response.status_code, retries, wait)
+            self._sleep(wait)
+
+    def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
+        """``request`` and the answer's JSON; a body that is not JSON is an error."""
+        response = self.request(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            raise IntegrationRejected(
+                f"{self.service} {method} {path}: the answer is not JSON "
+                f"(HTTP {response.status_code})",
+                status=response.status_code, service=self.service) from None
+
+    def _send(self, method: str, path: str, params: Any, json: Any,
+              authenticate: bool) -> requests.Response:
+        started = time.monotonic()
+        status: int | None = None
+        try:
+            response = self._session.request(
+                method, self.base_url + path, params=params, json=json, timeout=self.timeout,
+                auth=self._auth if authenticate else _NoAuth())
+            status = response.status_code
+            return response
+        except requests.Timeout:
+            raise IntegrationTimeout(
+                f"{self.service} {method} {path}: no answer within the timeout",
+                service=self.service) from None
+        except requests.RequestException as exc:
+            # The class name only: requests' own text can carry the full URL.
+            raise IntegrationError(
+                f"{self.service} {method} {path}: connection failed ({type(exc).__name__})",
+                service=self.service) from None
+        finally:
+            self.last_latency_ms = round((time.monotonic() - started) * 1000, 1)
+            # Never headers or bodies (SPEC §12).
+            log.debug("%s %s %s -> %s in %s ms", self.service, method, path, status,
+                      self.last_latency_ms)
+
+    def _retry_wait(self, response: requests.Response) -> float | None:
+        """Seconds to wait from ``Retry-After`` (delta-seconds or an HTTP date), or None."""
+        value = (response.headers.get("Retry-After") or "").strip()
+        if not value:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        now: datetime = self._clock.now()
+        return max(0.0, (when - now).total_seconds())
+
+    # --- errors -----------------------------------------------------------------------------
+
+    def rejected(self, method: str, path: str, response: requests.Response) -> IntegrationRejected:
+        """The error for an unexpected HTTP status, with the service's own error text."""
+        code, detail = _service_error(response)
+        return self.failure(method, path, response.status_code, detail, code)
+
+    def failure(self, method: str, path: str, status: int | None, detail: str = "",
+                code: Any = None) -> IntegrationRejected:
+        """An ``IntegrationRejected`` with a safe message (also used for Lark envelopes)."""
+        detail = self.safe(detail)
+        text = f"{self.service} {method} {path} failed: HTTP {status}"
+        if code is not None:
+            text += f", code {code}"
+        if detail:
+            text += f": {detail}"
+        return IntegrationRejected(text, status=status, service=self.service, code=code,
+                                   detail=detail)
+
+    def safe(self, text: str) -> str:
+        """Truncated, with secrets, credentials and phone numbers masked."""
+        text = " ".join(str(text).split())
+        if len(text) > DETAIL_LIMIT:
+            text = text[:DETAIL_LIMIT] + "…"
+        return Redactor(self._secrets).text(text)
+
+
+def _service_error(response: requests.Response) -> tuple[Any, str]:
+    """``(code, text)`` from the JSON error shapes of §11; a non-JSON body gives no text,
+    since an HTML error page may echo anything."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None, ""
+    if isinstance(body, list):
+        return None, "; ".join(str(item) for item in body)
+    if not isinstance(body, dict):
+        return None, ""
+    code = body.get("code")
+    parts: list[str] = []
+    messages = body.get("errorMessages")  # Jira
+    if isinstance(messages, list):
+        parts.extend(str(m) for m in messages)
+    errors = body.get("errors")  # Jira: {field: message}
+    if isinstance(errors, dict):
+        parts.extend(f"{field}: {message}" for field, message in errors.items())
+    for key in ("msg", "message", "error", "call_error", "detail", "title"):  # Lark, others
+        if isinstance(body.get(key), str) and body[key]:
+            parts.append(body[key])
+            break
+    return code, "; ".join(parts)

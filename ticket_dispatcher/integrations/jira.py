@@ -1,0 +1,123 @@
+"""Jira Cloud REST v2 and the Service Desk comment API (SPEC §11, N§4)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from requests.auth import HTTPBasicAuth
+
+from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.config import JiraConfig
+from ticket_dispatcher.domain.issues import issue_from_jira
+from ticket_dispatcher.domain.model import Issue, JiraUser
+from ticket_dispatcher.errors import IntegrationError, InvalidInput
+from ticket_dispatcher.integrations.http import HttpClient, segment
+
+SERVICE = "jira"
+# SPEC §4.1: everything the issue snapshot reads, plus the two configured custom fields.
+ISSUE_FIELDS = ("summary", "project", "environment", "reporter", "assignee", "created",
+                "components", "labels", "priority", "status")
+
+
+class JiraClient:
+    def __init__(
+        self,
+        config: JiraConfig,
+        *,
+        connect_timeout: float = 3,
+        read_timeout: float = 10,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock | None = None,
+    ):
+        self.l2_field_id = config.l2_field_id
+        self.severity_field_id = config.severity_field_id
+        self.http = HttpClient(
+            SERVICE, config.base_url, auth=HTTPBasicAuth(config.email, config.api_token),
+            connect_timeout=connect_timeout, read_timeout=read_timeout, sleep=sleep, clock=clock,
+            secrets=(config.api_token,))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def load_issue(self, key: str) -> Issue:
+        """The live issue (a 404 is an ``IntegrationError`` with status 404)."""
+        path = f"/rest/api/2/issue/{segment(key)}"
+        fields = ",".join((*ISSUE_FIELDS, self.l2_field_id, self.severity_field_id))
+        raw = self.http.request_json("GET", path, params={"fields": fields})
+        try:
+            return issue_from_jira(raw, l2_field_id=self.l2_field_id,
+                                   severity_field_id=self.severity_field_id)
+        except InvalidInput as exc:
+            raise IntegrationError(f"jira GET {path}: {exc.message}", status=200,
+                                   service=SERVICE) from None
+
+    def assign(self, key: str, account_id: str | None) -> None:
+        """Set the Assignee (None unassigns)."""
+        self.http.request("PUT", f"/rest/api/2/issue/{segment(key)}/assignee",
+                          json={"accountId": account_id}, expected=(204,))
+
+    def set_l2_assignee(self, key: str, account_id: str | None) -> None:
+        """Set the L2 single-user picker (N§4: ``jira.l2_field_id``)."""
+        value = None if account_id is None else {"accountId": account_id}
+        self.edit_fields(key, {self.l2_field_id: value})
+
+    def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
+        """Add and remove labels in one edit; the other labels stay untouched."""
+        operations = [{"add": label} for label in add] + [{"remove": label} for label in remove]
+        if operations:
+            self._edit(key, {"update": {"labels": operations}})
+
+    def edit_fields(self, key: str, fields: dict[str, Any],
+                    update: dict[str, Any] | None = None) -> None:
+        """One issue edit with ``fields`` (set) and optional ``update`` operations (triage)."""
+        body: dict[str, Any] = {"fields": fields}
+        if update:
+            body["update"] = update
+        self._edit(key, body)
+
+    def find_user_by_email(self, email: str) -> JiraUser | None:
+        """The account whose email matches exactly (case-insensitive); Jira's search is fuzzy,
+        so a prefix or display-name hit never counts (SPEC §11). Several exact hits: the first
+        active one."""
+        wanted = email.strip().lower()
+        if not wanted:
+            return None
+        found = self.http.request_json("GET", "/rest/api/2/user/search",
+                                       params={"query": wanted})
+        if not isinstance(found, list):
+            raise IntegrationError("jira GET /rest/api/2/user/search: the answer is not a list",
+                                   status=200, service=SERVICE)
+        exact = [_user(raw) for raw in found if _email_of(raw) == wanted]
+        exact = [user for user in exact if user is not None]
+        active = [user for user in exact if user.active]
+        return (active or exact or [None])[0]
+
+    def add_internal_comment(self, key: str, text: str) -> None:
+        """A comment agents see and customers do not (``public: false``)."""
+        self.http.request("POST", f"/rest/servicedeskapi/request/{segment(key)}/comment",
+                          json={"body": text, "public": False}, expected=(201,))
+
+    def _edit(self, key: str, body: dict[str, Any]) -> None:
+        self.http.request("PUT", f"/rest/api/2/issue/{segment(key)}", json=body,
+                          expected=(204,))
+
+
+def _email_of(raw: Any) -> str:
+    if not isinstance(raw, dict) or not isinstance(raw.get("emailAddress"), str):
+        return ""
+    return raw["emailAddress"].strip().lower()
+
+
+def _user(raw: dict) -> JiraUser | None:
+    account_id = raw.get("accountId")
+    if not isinstance(account_id, str) or not account_id:
+        return None
+    return JiraUser(
+        account_id=account_id,
+        email=_email_of(raw),
+        display_name=str(raw.get("displayName") or ""),
+        active=raw.get("active", True) is not False,
+        account_type=str(raw.get("accountType") or "atlassian"),
+    )

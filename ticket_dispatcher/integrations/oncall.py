@@ -1,0 +1,97 @@
+"""The internal Oncall service: team responders and phone pages (SPEC §11, N§6.4)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.config import OncallConfig
+from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.integrations.http import BearerAuth, HttpClient, IntegrationTimeout, segment
+
+log = logging.getLogger(__name__)
+
+SERVICE = "oncall"
+PAGE_PATH = "/api/v1/page"
+
+
+@dataclass(frozen=True)
+class Responder:
+    email: str  # lower-cased
+    name: str = ""
+
+
+class PageOutcome(StrEnum):
+    ACCEPTED = "accepted"
+    FAILED = "failed"  # Oncall refused or failed the call; no phone number is one case
+    UNKNOWN = "unknown"  # no answer in time: the phone may or may not ring
+
+
+@dataclass(frozen=True)
+class PageResult:
+    outcome: PageOutcome
+    call_id: str = ""
+    call_error: str = ""  # safe to store and log
+
+
+class OncallClient:
+    def __init__(
+        self,
+        config: OncallConfig,
+        *,
+        connect_timeout: float = 3,
+        read_timeout: float = 10,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock | None = None,
+    ):
+        self.http = HttpClient(
+            SERVICE, config.base_url, auth=BearerAuth(config.token),
+            connect_timeout=connect_timeout, read_timeout=read_timeout, sleep=sleep, clock=clock,
+            secrets=(config.token,))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def responders(self, team: str) -> list[Responder]:
+        """The team's on-call responders, primary first."""
+        path = f"/api/v1/teams/{segment(team)}/responders"
+        body = self.http.request_json("GET", path)
+        raw = body.get("responders") if isinstance(body, dict) else None
+        if not isinstance(raw, list):
+            raise IntegrationError(f"oncall GET {path}: the answer has no responders list",
+                                   status=200, service=SERVICE)
+        return [Responder(email=item["email"].strip().lower(), name=str(item.get("name") or ""))
+                for item in raw
+                if isinstance(item, dict) and isinstance(item.get("email"), str)
+                and item["email"].strip()]
+
+    def page(self, email: str, title: str, message: str, issue_key: str,
+             dedup_key: str) -> PageResult:
+        """Ask Oncall to phone ``email``. Never raises for a failed call: every outcome consumes
+        the attempt (N§6.4); the caller stores the result and waits for the ACK."""
+        body = {"email": email, "title": title, "message": message, "issue_key": issue_key,
+                "dedup_key": dedup_key}
+        try:
+            answer = self.http.request_json("POST", PAGE_PATH, json=body)
+        except IntegrationTimeout as exc:
+            return PageResult(PageOutcome.UNKNOWN, call_error=exc.message)
+        except IntegrationError as exc:
+            if exc.status == 200:  # accepted by HTTP, but the body is unreadable
+                return PageResult(PageOutcome.UNKNOWN, call_error=exc.message)
+            return PageResult(PageOutcome.FAILED, call_error=exc.message)
+        return self._result(answer)
+
+    def _result(self, answer: object) -> PageResult:
+        if not isinstance(answer, dict) or not isinstance(answer.get("accepted"), bool):
+            return PageResult(PageOutcome.UNKNOWN,
+                              call_error=f"oncall POST {PAGE_PATH}: the answer has no 'accepted'")
+        call_id = str(answer.get("call_id") or "")
+        call_error = self.http.safe(str(answer.get("call_error") or ""))
+        if answer["accepted"] and not call_error:
+            return PageResult(PageOutcome.ACCEPTED, call_id=call_id)
+        return PageResult(PageOutcome.FAILED, call_id=call_id,
+                          call_error=call_error or "not accepted")
