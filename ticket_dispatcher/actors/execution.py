@@ -49,7 +49,16 @@ class ExecutionActor(pykka.ThreadingActor):
         self._cancel_reason: str | None = None
 
     def on_start(self) -> None:
+        # The unit of work is this run (until it finishes or parks): one connection for all
+        # its checkpoints instead of one per step, closed when the actor stops.
+        self._deps.store.db.connect(reuse_if_open=True)
         self.actor_ref.tell(Step())
+
+    def on_stop(self) -> None:
+        self._deps.store.db.close()
+
+    def on_failure(self, *exc_info) -> None:
+        self._deps.store.db.close()
 
     def on_receive(self, message):
         if isinstance(message, Cancel):
@@ -81,7 +90,8 @@ class ExecutionActor(pykka.ThreadingActor):
         except Conflict:  # already terminal in the store (cancelled elsewhere)
             return self._report(Finished(self.execution_id))
         if step.kind is StepKind.ADVANCED:
-            self._pool.tell(Progress(self.execution_id, *_position(execution)))
+            self._pool.tell(Progress(self.execution_id, execution.issue_key,
+                                     execution.policy_id, *_position(execution)))
             self.actor_ref.tell(Step())
         elif step.kind is StepKind.PARKED:
             self._report(Parked(self.execution_id, step.wake_at))

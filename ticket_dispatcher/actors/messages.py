@@ -57,6 +57,8 @@ class Wake:  # tell, from a scheduler timer
 @dataclass(frozen=True)
 class Progress:
     execution_id: int
+    issue_key: str
+    policy_id: int
     rule: str
     action: str
 

@@ -44,9 +44,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class Running:
     ref: pykka.ActorRef
-    issue_key: str
-    policy_id: int
     since: datetime
+    issue_key: str = ""
+    policy_id: int | None = None
     rule: str = ""
     action: str = ""
 
@@ -85,8 +85,9 @@ class ExecutionPool(pykka.ThreadingActor):
             case Wake(execution_id):
                 self._parked.pop(execution_id, None)
                 self._enqueue(execution_id)
-            case Progress(execution_id, rule, action):
+            case Progress(execution_id, issue_key, policy_id, rule, action):
                 if running := self._running.get(execution_id):
+                    running.issue_key, running.policy_id = issue_key, policy_id
                     running.rule, running.action = rule, action
             case Finished(execution_id):
                 self._release(execution_id)
@@ -124,17 +125,9 @@ class ExecutionPool(pykka.ThreadingActor):
             self._start(execution_id)
 
     def _start(self, execution_id: int) -> None:
-        try:
-            with unit_of_work(self._deps.store.db):
-                execution = self._deps.store.executions.get(execution_id)
-        except Exception:
-            log.exception("cannot load execution to start it", extra={
-                "execution_id": execution_id})
-            self._deps.activity.end()
-            return
+        # The actor loads its checkpoint itself and reports issue, policy and position.
         ref = ExecutionActor.start(execution_id, self._deps, self.actor_ref)
-        self._running[execution_id] = Running(ref, execution.issue_key, execution.policy_id,
-                                              self._deps.clock.now())
+        self._running[execution_id] = Running(ref, since=self._deps.clock.now())
 
     def _release(self, execution_id: int, done: bool = True) -> None:
         if self._running.pop(execution_id, None) is not None and done:
