@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ticket_dispatcher.actors.clock import Clock
 from ticket_dispatcher.config import CoreConfig
 from ticket_dispatcher.errors import IntegrationError
-from ticket_dispatcher.integrations.http import BearerAuth, HttpClient, segment
+from ticket_dispatcher.integrations.http import BearerServiceClient, segment
 
 SERVICE = "core"
 
@@ -29,36 +26,16 @@ class CoreUser:
     open_id: str | None = None  # N§4: preferred over a Lark lookup by email
 
 
-class CoreClient:
-    def __init__(
-        self,
-        config: CoreConfig,
-        *,
-        connect_timeout: float = 3,
-        read_timeout: float = 10,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Clock | None = None,
-    ):
-        self.http = HttpClient(
-            SERVICE, config.base_url, auth=BearerAuth(config.token),
-            connect_timeout=connect_timeout, read_timeout=read_timeout, sleep=sleep, clock=clock,
-            secrets=(config.token,))
+class CoreClient(BearerServiceClient):
+    SERVICE = SERVICE
 
-    def close(self) -> None:
-        self.http.close()
+    def __init__(self, config: CoreConfig, **options: Any):
+        super().__init__(config.base_url, config.token, **options)
 
     def group_members(self, group: str) -> list[GroupMember]:
-        path = f"/api/v1/groups/{segment(group)}/members"
-        body = self.http.request_json("GET", path)
-        raw = body.get("members") if isinstance(body, dict) else None
-        if not isinstance(raw, list):
-            raise IntegrationError(f"core GET {path}: the answer has no members list",
-                                   status=200, service=SERVICE)
+        members = self.people(f"/api/v1/groups/{segment(group)}/members", "members")
         return [GroupMember(email=item["email"].strip().lower(),
-                            active=item.get("active", True) is not False)
-                for item in raw
-                if isinstance(item, dict) and isinstance(item.get("email"), str)
-                and item["email"].strip()]
+                            active=item.get("active", True) is not False) for item in members]
 
     def user(self, email: str) -> CoreUser | None:
         """The user, or None when Core does not know the email."""

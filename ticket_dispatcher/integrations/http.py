@@ -265,3 +265,31 @@ def _service_error(response: requests.Response) -> tuple[Any, str]:
             parts.append(body[key])
             break
     return code, "; ".join(parts)
+
+
+class BearerServiceClient:
+    """The shape shared by the internal services (Oncall, Core): Bearer auth with a static
+    token, one ``HttpClient``, and lists of people keyed by email in their answers."""
+
+    SERVICE = ""
+
+    def __init__(self, base_url: str, token: str, *, connect_timeout: float = 3,
+                 read_timeout: float = 10, sleep: Callable[[float], None] = time.sleep,
+                 clock: Clock | None = None):
+        self.http = HttpClient(
+            self.SERVICE, base_url, auth=BearerAuth(token), connect_timeout=connect_timeout,
+            read_timeout=read_timeout, sleep=sleep, clock=clock, secrets=(token,))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def people(self, path: str, key: str) -> list[dict]:
+        """The objects of list ``key`` in the answer to ``GET path`` that carry an email."""
+        body = self.http.request_json("GET", path)
+        raw = body.get(key) if isinstance(body, dict) else None
+        if not isinstance(raw, list):
+            raise IntegrationError(f"{self.SERVICE} GET {path}: the answer has no {key} list",
+                                   status=200, service=self.SERVICE)
+        return [item for item in raw
+                if isinstance(item, dict) and isinstance(item.get("email"), str)
+                and item["email"].strip()]

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
-from ticket_dispatcher.actors.clock import Clock
 from ticket_dispatcher.config import OncallConfig
 from ticket_dispatcher.errors import IntegrationError
-from ticket_dispatcher.integrations.http import BearerAuth, HttpClient, IntegrationTimeout, segment
+from ticket_dispatcher.integrations.http import (
+    BearerServiceClient,
+    IntegrationTimeout,
+    segment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,36 +40,17 @@ class PageResult:
     call_error: str = ""  # safe to store and log
 
 
-class OncallClient:
-    def __init__(
-        self,
-        config: OncallConfig,
-        *,
-        connect_timeout: float = 3,
-        read_timeout: float = 10,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Clock | None = None,
-    ):
-        self.http = HttpClient(
-            SERVICE, config.base_url, auth=BearerAuth(config.token),
-            connect_timeout=connect_timeout, read_timeout=read_timeout, sleep=sleep, clock=clock,
-            secrets=(config.token,))
+class OncallClient(BearerServiceClient):
+    SERVICE = SERVICE
 
-    def close(self) -> None:
-        self.http.close()
+    def __init__(self, config: OncallConfig, **options: Any):
+        super().__init__(config.base_url, config.token, **options)
 
     def responders(self, team: str) -> list[Responder]:
         """The team's on-call responders, primary first."""
-        path = f"/api/v1/teams/{segment(team)}/responders"
-        body = self.http.request_json("GET", path)
-        raw = body.get("responders") if isinstance(body, dict) else None
-        if not isinstance(raw, list):
-            raise IntegrationError(f"oncall GET {path}: the answer has no responders list",
-                                   status=200, service=SERVICE)
+        responders = self.people(f"/api/v1/teams/{segment(team)}/responders", "responders")
         return [Responder(email=item["email"].strip().lower(), name=str(item.get("name") or ""))
-                for item in raw
-                if isinstance(item, dict) and isinstance(item.get("email"), str)
-                and item["email"].strip()]
+                for item in responders]
 
     def page(self, email: str, title: str, message: str, issue_key: str,
              dedup_key: str) -> PageResult:
