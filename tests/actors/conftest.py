@@ -19,16 +19,3 @@ def make_harness(store):
     for harness in started:
         harness.stop()
 
-
-@pytest.fixture
-def make_sqlite_harness(sqlite_store):
-    started: list[Harness] = []
-
-    def make(*actions, **options) -> Harness:
-        harness = Harness(sqlite_store, *actions, **options).start()
-        started.append(harness)
-        return harness
-
-    yield make
-    for harness in started:
-        harness.stop()

@@ -183,3 +183,12 @@ def close_database(db: peewee.Database) -> None:
         real.close_all()
     elif not real.is_closed():
         real.close()
+
+
+def fetch_page(query: peewee.Select, limit: int, offset: int) -> tuple[list, int]:
+    """One page of an ordered query and the total. A short page is the last one, so its
+    total needs no COUNT: a list costs two queries, three when more pages follow."""
+    rows = list(query.limit(limit).offset(offset))
+    if len(rows) < limit and (rows or offset == 0):
+        return rows, offset + len(rows)
+    return rows, query.order_by().count()

@@ -14,7 +14,7 @@ import peewee
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.domain.timeutil import to_utc
 from ticket_dispatcher.errors import InvalidInput, NotFound
-from ticket_dispatcher.store.database import unit_of_work, write_lock
+from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
 from ticket_dispatcher.store.models import EngineerRow
 
 
@@ -47,11 +47,7 @@ class EngineerRepository:
                 return [], 0
             query = query.where(EngineerRow.email.in_(emails))
         with unit_of_work(self.db):
-            rows = list(query.order_by(EngineerRow.email).limit(limit).offset(offset))
-            if len(rows) < limit and (rows or offset == 0):
-                total = offset + len(rows)  # a short page is the last one: no COUNT needed
-            else:
-                total = query.count()
+            rows, total = fetch_page(query.order_by(EngineerRow.email), limit, offset)
         return [_engineer(row) for row in rows], total
 
     def get(self, email: str) -> Engineer:

@@ -26,7 +26,7 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.domain.timeutil import parse_rfc3339, to_utc
 from ticket_dispatcher.errors import Conflict, NotFound
-from ticket_dispatcher.store.database import unit_of_work, write_lock
+from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
 from ticket_dispatcher.store.models import (
     ContextRow,
     ExecutionRow,
@@ -164,11 +164,7 @@ class ExecutionRepository:
             if value is not None:
                 query = query.where(column == value)
         with unit_of_work(self.db):
-            rows = list(query.order_by(ExecutionRow.id.desc()).limit(limit).offset(offset))
-            if len(rows) < limit and (rows or offset == 0):
-                total = offset + len(rows)
-            else:
-                total = query.count()
+            rows, total = fetch_page(query.order_by(ExecutionRow.id.desc()), limit, offset)
             return self._with_rules(rows), total
 
     def recoverable(self) -> list[tuple[int, datetime | None]]:

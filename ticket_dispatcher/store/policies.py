@@ -18,7 +18,7 @@ from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.model import Policy, PolicySpec, PolicyStatus, PolicyTrigger, Rule
 from ticket_dispatcher.domain.timeutil import to_utc
 from ticket_dispatcher.errors import Conflict, NotFound
-from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.models import PolicyRow, RuleRow
 
 # Crockford base32: upper case, no I/L/O/U, so a family ID survives being read aloud.
@@ -53,11 +53,7 @@ class PolicyRepository:
         if family_id is not None:
             query = query.where(PolicyRow.family_id == family_id)
         with unit_of_work(self.db):
-            rows = list(query.order_by(PolicyRow.id).limit(limit).offset(offset))
-            if len(rows) < limit and (rows or offset == 0):
-                total = offset + len(rows)  # a short page is the last one: no COUNT needed
-            else:
-                total = query.count()
+            rows, total = fetch_page(query.order_by(PolicyRow.id), limit, offset)
             return self._with_rules(rows), total
 
     def get(self, policy_id: int) -> Policy:
