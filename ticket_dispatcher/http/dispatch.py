@@ -13,14 +13,7 @@ from ticket_dispatcher.domain.timeutil import parse_rfc3339
 from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import AUTOMATION, AUTOMATION_READ, VIEWER
-from ticket_dispatcher.http.binding import (
-    bind_object,
-    page,
-    paging,
-    query_choice,
-    query_int,
-    read_json,
-)
+from ticket_dispatcher.http.binding import bind_object, page, paging, query_choice, read_json
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
@@ -66,7 +59,7 @@ def _bind_dryrun(raw: dict, problems: list[Problem]) -> dict:
             parse_rfc3339(overwrite["now"])
         except ValueError as exc:
             problems.append(Problem("dryrun.overwrite_data.now", str(exc)))
-    return {"overwrite_data": overwrite} if overwrite else {"overwrite_data": {}}
+    return {"overwrite_data": overwrite}
 
 
 class TriggerCollection:
@@ -151,6 +144,3 @@ class ExecutionItem:
     def on_get(self, req, resp, execution_id: int) -> None:
         resp.media = self._services.store.executions.get(execution_id).to_json()
 
-
-__all__ = ["TriggerCollection", "TriggerItem", "ExecutionCollection", "ExecutionItem",
-           "query_int"]
