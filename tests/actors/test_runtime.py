@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.fakes import RecordingAction, issue
 from tests.harness import rule
 from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
+from ticket_dispatcher.domain.fanout import new_execution
 
 P1 = {"field": "issue.priority", "operator": "in", "values": ["P0", "P1"]}
 
@@ -263,3 +264,28 @@ def test_issue_load_recovers_after_a_failure(make_harness):
     execution = h.execution(execution_id)
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert execution.load_attempts == 0
+
+
+
+def test_policy_gone_before_the_run_retries_then_fails_with_policy_load_failed(make_harness):
+    noop = RecordingAction()
+    h = make_harness(noop, EXECUTION_LOAD_RETRIES="1")
+    h.stop()
+    draft = h.policy(rule("test_noop"), active=False)  # an explicit run may use a draft
+    trigger = h.store.triggers.create("jira_automation", "TCID-1", policy_id=draft.id,
+                                      dryrun=None, now=h.clock.now())
+    execution = new_execution(trigger, draft, issue(), None, h.registry, h.clock.now())
+    [execution_id] = h.store.executions.create(trigger.id, [execution], issue_key="TCID-1",
+                                               ensure_context=True, now=h.clock.now())
+    h.store.policies.delete_draft(draft.id)
+
+    h.start()
+    h.wait_idle()
+    waiting = h.execution(execution_id)
+    h.advance(5)
+    failed = h.execution(execution_id)
+
+    assert waiting.status is ExecutionStatus.CREATED and waiting.wake_at is not None
+    assert failed.status is ExecutionStatus.FAILED
+    assert failed.failure_code == "policy_load_failed"
+    assert noop.calls == []
