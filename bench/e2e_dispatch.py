@@ -22,7 +22,7 @@ import requests
 
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.execution import ExecutionStatus
-from ticket_dispatcher.http.server import Service
+from ticket_dispatcher.service import Service
 
 BASE = "/api/v1/ticketmanager"
 THREADS = 10

@@ -339,9 +339,9 @@ def test_policy_test_defaults_now_to_the_current_time(capsys, write_json):
 
 @pytest.fixture
 def fake_server(monkeypatch):
-    """Stands in for ``ticket_dispatcher.http.server``: records the call instead of serving."""
+    """Stands in for ``ticket_dispatcher.service``: records the call instead of serving."""
     calls: list[tuple[Config, dict]] = []
-    module = types.ModuleType("ticket_dispatcher.http.server")
+    module = types.ModuleType("ticket_dispatcher.service")
 
     def serve(config, **options):
         calls.append((config, options))
@@ -351,7 +351,7 @@ def fake_server(monkeypatch):
 
     module.serve = serve
     module.error = None
-    monkeypatch.setitem(sys.modules, "ticket_dispatcher.http.server", module)
+    monkeypatch.setitem(sys.modules, "ticket_dispatcher.service", module)
     module.calls = calls
     return module
 

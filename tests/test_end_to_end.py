@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from ticket_dispatcher.config import load_config
-from ticket_dispatcher.http.server import Service
+from ticket_dispatcher.service import Service
 
 BASE = "/api/v1/ticketmanager"
 

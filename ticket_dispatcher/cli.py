@@ -207,7 +207,7 @@ def _run_migrate(args: argparse.Namespace) -> int:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from ticket_dispatcher.http.server import serve
+    from ticket_dispatcher.service import serve
 
     config = _config(args)
     with _database_errors(config):

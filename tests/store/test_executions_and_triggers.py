@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.fakes import issue
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import (
@@ -17,7 +18,6 @@ from ticket_dispatcher.domain.execution import (
 from ticket_dispatcher.domain.fanout import new_execution
 from ticket_dispatcher.domain.model import PolicySpec, PolicyTrigger, RuleSpec
 from ticket_dispatcher.errors import Conflict
-from tests.fakes import issue
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 

@@ -1,4 +1,5 @@
-"""``ticket-dispatcher serve``: migrate, start, serve with waitress, stop cleanly (SPEC §3, §13)."""
+"""The composition root: ``ticket-dispatcher serve`` builds the store, the HTTP app, the clients
+and the actor system, serves with waitress, and stops them in reverse (SPEC §3, §13)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from ticket_dispatcher.store import Store
 log = logging.getLogger(__name__)
 
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "ops" / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "ops" / "examples"
 
 
 class Service:
