@@ -24,7 +24,6 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.errors import Conflict, DispatcherError, NotFound
-from ticket_dispatcher.store.database import unit_of_work
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +48,6 @@ class ExecutionActor(pykka.ThreadingActor):
         self._cancel_reason: str | None = None
 
     def on_start(self) -> None:
-        # The unit of work is this run (until it finishes or parks): one connection for all
-        # its checkpoints instead of one per step, closed when the actor stops.
-        self._deps.store.db.connect(reuse_if_open=True)
         self.actor_ref.tell(Step())
 
     def on_stop(self) -> None:
@@ -68,8 +64,10 @@ class ExecutionActor(pykka.ThreadingActor):
 
     def _guarded(self, work) -> None:
         try:
-            with unit_of_work(self._deps.store.db):
-                work()
+            # The unit of work is this run (until it finishes or parks): one connection for
+            # all its checkpoints instead of one per step, closed when the actor stops.
+            self._deps.store.db.connect(reuse_if_open=True)
+            work()
         except Exception as exc:  # report up, then stop: the supervisor decides on a restart
             log.exception("execution actor crashed", extra={"execution_id": self.execution_id})
             self._report(Crashed(self.execution_id, f"{type(exc).__name__}: {exc}"))

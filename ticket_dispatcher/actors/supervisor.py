@@ -96,7 +96,13 @@ class Supervisor(pykka.ThreadingActor):
 
     def _restart(self, crash: ChildCrashed) -> None:
         deps = self._deps
-        restarts = deps.store.executions.record_restart(crash.execution_id)
+        try:
+            restarts = deps.store.executions.record_restart(crash.execution_id)
+        except Exception:  # the database is down too: boot recovery will pick it up
+            log.exception("cannot record a crash; the execution waits for the next start",
+                          extra={"execution_id": crash.execution_id})
+            deps.activity.end()
+            return
         if restarts <= deps.config.actor_restarts:
             log.warning("restarting crashed execution from its checkpoint", extra={
                 "execution_id": crash.execution_id, "attempt": restarts, "reason": crash.error})
