@@ -54,7 +54,7 @@ class Store:
         self.engineers = EngineerRepository(db)
         self.contexts = ContextRepository(db)
         self.triggers = TriggerRepository(db)
-        self.executions = ExecutionRepository(db)
+        self.executions = ExecutionRepository(db, self.contexts)
 
     @classmethod
     def open(cls, url: str) -> Store:

@@ -26,9 +26,9 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.domain.timeutil import parse_rfc3339, to_utc
 from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
 from ticket_dispatcher.store.models import (
-    ContextRow,
     ExecutionRow,
     RuleExecutionRow,
     TriggerRow,
@@ -38,8 +38,9 @@ _RUNNING = (ExecutionStatus.CREATED.value, ExecutionStatus.EXECUTING.value)
 
 
 class ExecutionRepository:
-    def __init__(self, db: peewee.Database):
+    def __init__(self, db: peewee.Database, contexts: ContextRepository):
         self.db = db
+        self._contexts = contexts  # creation writes the missing default context too (M§10)
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -65,10 +66,7 @@ class ExecutionRepository:
             with write_lock(self.db):
                 ids = [self._insert(execution) for execution in executions]
                 if ensure_context:
-                    (ContextRow.insert(issue_key=issue_key, assignee="", assignee_l2="",
-                                       assignment_notification_state_json={},
-                                       created_at=now, updated_at=now)
-                     .on_conflict_ignore().execute())
+                    self._contexts.ensure_default(issue_key, now)
                 (TriggerRow.update(status=TriggerStatus.COMPLETED.value,
                                    output_json={"execution_ids": ids}, failure_reason="",
                                    updated_at=now, completed_at=now)

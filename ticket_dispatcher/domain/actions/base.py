@@ -88,6 +88,3 @@ class ActionRegistry:
 
     def get(self, action_type: str) -> ActionExecutor | None:
         return self._executors.get(action_type)
-
-    def types(self) -> list[str]:
-        return sorted(self._executors)
