@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from ticket_dispatcher.actors.clock import SystemClock
 from ticket_dispatcher.actors.runtime import Ports, Runtime
+from ticket_dispatcher.clock import SystemClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.actions.base import ActionRegistry, ActionResult
 from ticket_dispatcher.domain.execution import ExecutionStatus

@@ -6,8 +6,8 @@ Time moves only by ``advance``; settling is the explicit, bounded ``wait_idle``.
 from __future__ import annotations
 
 from tests.fakes import FakeDirectory, FakeJira, issue
-from ticket_dispatcher.actors.clock import ManualClock
 from ticket_dispatcher.actors.runtime import Ports, Runtime
+from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.catalog import OnSuccess

@@ -12,8 +12,8 @@ from types import FrameType
 import waitress
 
 from ticket_dispatcher.actors.clients import build_client_pools
-from ticket_dispatcher.actors.clock import Clock, SystemClock
 from ticket_dispatcher.actors.runtime import Ports, Runtime
+from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.errors import ConfigError

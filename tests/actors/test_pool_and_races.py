@@ -9,8 +9,8 @@ import pytest
 
 from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import Harness, rule
-from ticket_dispatcher.actors.clock import ManualClock
 from ticket_dispatcher.actors.runtime import Runtime
+from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import (
     ExecutionStatus,

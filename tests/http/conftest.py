@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from falcon import testing
 
-from ticket_dispatcher.actors.clock import ManualClock
+from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.http.app import Services, create_app
 

@@ -9,7 +9,7 @@ import pytest
 import responses
 
 from ticket_dispatcher.actors.clients import ClientPool, build_client_pools
-from ticket_dispatcher.actors.clock import ManualClock
+from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import Config, CoreConfig, JiraConfig, LarkConfig, OncallConfig
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import IntegrationTimeout

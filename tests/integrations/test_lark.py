@@ -11,7 +11,7 @@ import requests
 import responses
 from responses import matchers
 
-from ticket_dispatcher.actors.clock import ManualClock
+from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import LarkConfig
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import IntegrationRejected, IntegrationTimeout

@@ -13,7 +13,7 @@ import falcon
 import pytest
 from falcon import testing
 
-from ticket_dispatcher.actors.clock import ManualClock
+from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.model import PolicyStatus

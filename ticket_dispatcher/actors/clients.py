@@ -19,7 +19,7 @@ from typing import Any
 
 import pykka
 
-from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.core import CoreClient

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ticket_dispatcher.actors.activity import Activity
-from ticket_dispatcher.actors.clock import Clock
 from ticket_dispatcher.actors.scheduler import Scheduler
+from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.behavior import Behavior

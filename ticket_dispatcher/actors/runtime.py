@@ -8,7 +8,6 @@ from typing import Any
 import pykka
 
 from ticket_dispatcher.actors.activity import Activity
-from ticket_dispatcher.actors.clock import Clock
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import (
     Boot,
@@ -20,6 +19,7 @@ from ticket_dispatcher.actors.messages import (
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.actors.supervisor import Supervisor
 from ticket_dispatcher.actors.trigger import TriggerRouter
+from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import Trigger

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
-from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import falcon
 
-from ticket_dispatcher.actors.clock import Clock
 from ticket_dispatcher.actors.runtime import Runtime
+from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.http import API_BASE, errors
 from ticket_dispatcher.http.admin import ActorStatus, ExecutionCancel

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import requests
 from requests.auth import AuthBase
 
-from ticket_dispatcher.actors.clock import Clock, SystemClock
+from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.logging import Redactor
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from requests.auth import HTTPBasicAuth
 
-from ticket_dispatcher.actors.clock import Clock
+from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import JiraConfig
 from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.model import Issue, JiraUser

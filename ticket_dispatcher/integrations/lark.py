@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from ticket_dispatcher.actors.clock import Clock, SystemClock
+from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.config import LarkConfig
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import HttpClient, IntegrationRejected, segment
