@@ -211,9 +211,15 @@ def test_services_without_base_url_get_no_pool():
     assert all(pool.size == 2 for pool in pools.values())
 
 
+def test_lark_without_an_app_id_gets_no_pool_despite_its_default_url():
+    pools = build_client_pools(config(lark=LarkConfig()), ManualClock(), start=False)
+
+    assert LarkConfig().base_url and "lark" not in pools
+
+
 def test_every_configured_service_gets_a_started_pool():
     pools = build_client_pools(config(
-        jira=JiraConfig(base_url="https://j.example"), lark=LarkConfig(),
+        jira=JiraConfig(base_url="https://j.example"), lark=LarkConfig(app_id="cli_app"),
         oncall=OncallConfig(base_url="https://o.example"),
         core=CoreConfig(base_url="https://c.example")), ManualClock())
     try:

@@ -164,20 +164,23 @@ def _seconds(value: Any) -> float:
 
 def build_client_pools(config: Config, clock: Clock, *, start: bool = True,
                        sleep: Callable[[float], None] = time.sleep) -> dict[str, ClientPool]:
-    """A pool per configured integration (a service with an empty ``base_url`` is left out),
-    started unless ``start`` is False."""
+    """A pool per configured integration (a service with an empty ``base_url``, or Lark
+    without an ``app_id``, is left out), started unless ``start`` is False."""
     timeouts = {"connect_timeout": _seconds(config.integrations.connect_timeout),
                 "read_timeout": _seconds(config.integrations.read_timeout),
                 "clock": clock, "sleep": sleep}
-    factories: dict[str, tuple[str, Callable[[], Any]]] = {
-        "jira": (config.jira.base_url, lambda: JiraClient(config.jira, **timeouts)),
-        "lark": (config.lark.base_url, lambda: LarkClient(config.lark, **timeouts)),
-        "oncall": (config.oncall.base_url, lambda: OncallClient(config.oncall, **timeouts)),
-        "core": (config.core.base_url, lambda: CoreClient(config.core, **timeouts)),
+    # Lark's base_url has a default, so it counts as configured only with an app id.
+    factories: dict[str, tuple[bool, Callable[[], Any]]] = {
+        "jira": (bool(config.jira.base_url), lambda: JiraClient(config.jira, **timeouts)),
+        "lark": (bool(config.lark.base_url and config.lark.app_id),
+                 lambda: LarkClient(config.lark, **timeouts)),
+        "oncall": (bool(config.oncall.base_url),
+                   lambda: OncallClient(config.oncall, **timeouts)),
+        "core": (bool(config.core.base_url), lambda: CoreClient(config.core, **timeouts)),
     }
     ask_timeout = _ask_timeout(timeouts["connect_timeout"], timeouts["read_timeout"])
     pools = {name: ClientPool(name, factory, config.client_pool_size, ask_timeout=ask_timeout)
-             for name, (base_url, factory) in factories.items() if base_url}
+             for name, (configured, factory) in factories.items() if configured}
     if start:
         for pool in pools.values():
             pool.start()
