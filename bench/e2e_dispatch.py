@@ -90,8 +90,9 @@ def main() -> None:
 
             bare = in_threads(load, keys)
         finally:
-            service.close()
+            service.stop_serving()
             thread.join(timeout=10)
+            service.close()
     n = args.triggers
     print(f"{n} triggers over HTTP from {THREADS} threads, SQLite, sandbox Jira in-process")
     print(f"  intake (202 answers):        {n / intake:8.1f} triggers/s")

@@ -22,8 +22,10 @@ def sandbox_service(tmp_path):
     thread = threading.Thread(target=service.run, name="waitress", daemon=True)
     thread.start()
     yield service, f"http://127.0.0.1:{service.port}"
-    service.close()
+    service.stop_serving()
     thread.join(timeout=10)
+    assert not thread.is_alive(), "the server did not stop serving"
+    service.close()
 
 
 def test_trigger_over_http_assigns_the_issue_in_the_sandbox(sandbox_service):

@@ -112,6 +112,15 @@ class Service:
         log.info(f"serving on http://{self.server.effective_host}:{self.port}")
         self.server.run()
 
+    def stop_serving(self) -> None:
+        """Make ``run`` return; safe from any thread. The serving loop closes its own sockets
+        (closing them from another thread would pull them out from under its select)."""
+        self.server.trigger.pull_trigger(self._close_sockets)
+
+    def _close_sockets(self) -> None:
+        for channel in list(self.server._map.values()):
+            channel.close()
+
     def close(self) -> None:
         """Stop accepting requests, then the actors, then the clients (nothing is marked
         failed: running work resumes at the next start)."""
