@@ -6,7 +6,6 @@ import logging
 
 import pytest
 import requests
-import responses
 from responses import matchers
 
 from ticket_dispatcher.config import CoreConfig
@@ -17,12 +16,6 @@ from ticket_dispatcher.integrations.http import IntegrationTimeout
 BASE = "https://core.internal.example"
 TOKEN = "core-bearer-secret"
 AUTH = [matchers.header_matcher({"Authorization": f"Bearer {TOKEN}"})]
-
-
-@pytest.fixture
-def mocked():
-    with responses.RequestsMock() as mock:
-        yield mock
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import pytest
 import requests
-import responses
 from responses import matchers
 
 from ticket_dispatcher.clock import ManualClock
@@ -23,12 +22,6 @@ from ticket_dispatcher.integrations.http import (
 
 BASE = "https://svc.example.com"
 TOKEN = "s3cr3t-token-value"
-
-
-@pytest.fixture
-def mocked():
-    with responses.RequestsMock() as mock:
-        yield mock
 
 
 class Waits(list):

@@ -9,7 +9,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
-import responses
 from responses import matchers
 
 from ticket_dispatcher.config import JiraConfig
@@ -22,12 +21,6 @@ API_TOKEN = "ATATT-very-secret-api-token"
 CONFIG = JiraConfig(base_url=BASE, email="bot@example.com", api_token=API_TOKEN,
                     l2_field_id="customfield_20001", severity_field_id="customfield_20002")
 BASIC = "Basic " + base64.b64encode(f"bot@example.com:{API_TOKEN}".encode()).decode()
-
-
-@pytest.fixture
-def mocked():
-    with responses.RequestsMock() as mock:
-        yield mock
 
 
 @pytest.fixture

@@ -31,12 +31,6 @@ class Waits(list):
 
 
 @pytest.fixture
-def mocked():
-    with responses.RequestsMock() as mock:
-        yield mock
-
-
-@pytest.fixture
 def clock():
     return ManualClock()
 

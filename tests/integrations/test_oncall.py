@@ -6,7 +6,6 @@ import logging
 
 import pytest
 import requests
-import responses
 from responses import matchers
 
 from ticket_dispatcher.config import OncallConfig
@@ -18,12 +17,6 @@ TOKEN = "oncall-bearer-secret"
 PAGE_URL = f"{BASE}/api/v1/page"
 PAGE = dict(email="alice@example.com", title="TCOC-7 needs you", message="P1 checkout down",
             issue_key="TCOC-7", dedup_key="exec-7-page-1")
-
-
-@pytest.fixture
-def mocked():
-    with responses.RequestsMock() as mock:
-        yield mock
 
 
 @pytest.fixture
