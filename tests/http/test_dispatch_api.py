@@ -202,3 +202,10 @@ def test_cancel_endpoint(live_api, harness):
 def test_runtime_endpoints_answer_503_without_a_runtime(api):
     assert api.as_role("automation").post("/dispatch/triggers", json=TRIGGER).status_code == 503
     assert api.get("/admin/actors").status_code == 503
+
+
+def test_explicit_policy_id_beyond_64_bits_is_400(live_api):
+    result = post_trigger(live_api, {**TRIGGER, "policy_id": 2**70})
+
+    assert result.status_code == 400
+    assert result.json["errors"][0]["path"] == "policy_id"

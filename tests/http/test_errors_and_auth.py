@@ -136,3 +136,34 @@ def test_auth_can_be_switched_off_for_the_sandbox(services):
     client = testing.TestClient(create_app(services, auth_enabled=False))
 
     assert client.simulate_get("/api/v1/ticketmanager/dispatch/policies").status_code == 200
+
+
+HUGE = str(2**70)
+
+
+@pytest.mark.parametrize("path,params", [
+    ("/dispatch/policies", {"offset": HUGE}),
+    ("/engineers", {"offset": HUGE}),
+    ("/dispatch/executions", {"policy_id": HUGE}),
+    ("/dispatch/executions", {"trigger_id": HUGE}),
+])
+def test_numbers_beyond_what_the_database_holds_are_400(api, path, params):
+    result = api.get(path, params=params)
+
+    assert_error(result, 400, "validation_failed")
+
+
+@pytest.mark.parametrize("path", [f"/dispatch/policies/{HUGE}", f"/dispatch/triggers/{HUGE}",
+                                  f"/dispatch/executions/{HUGE}", "/dispatch/policies/0"])
+def test_ids_beyond_what_the_database_holds_are_404(api, path):
+    assert_error(api.get(path), 404, "not_found")
+
+
+def test_rule_priority_beyond_32_bits_is_400(api):
+    body = policy_body()
+    body["rules"][0]["priority"] = 2**40
+
+    result = api.post("/dispatch/policies", json=body)
+
+    errors = assert_error(result, 400, "validation_failed")["errors"]
+    assert [p["path"] for p in errors] == ["rules[0].priority"]

@@ -35,7 +35,7 @@ from ticket_dispatcher.actors.messages import (
 )
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.timeutil import format_time
-from ticket_dispatcher.errors import Conflict
+from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.database import unit_of_work
 
 log = logging.getLogger(__name__)
@@ -180,13 +180,17 @@ class ExecutionPool(pykka.ThreadingActor):
     # -- cancel and status ------------------------------------------------------------------------
 
     def _cancel(self, execution_id: int, reason: str) -> str:
+        """An outcome, not an exception: expected answers must not read as actor failures."""
         if running := self._running.get(execution_id):
             running.ref.tell(Cancel(reason))
             return "signalled"
         with unit_of_work(self._deps.store.db):
-            execution = self._deps.store.executions.get(execution_id)
+            try:
+                execution = self._deps.store.executions.get(execution_id)
+            except NotFound:
+                return "missing"
             if execution.status.terminal:
-                raise Conflict(f"execution {execution_id} is already {execution.status.value}")
+                return "finished"
             self._deps.behavior().abort(execution, FailureCode.CANCELLED, reason)
         self._parked.pop(execution_id, None)  # its timer will find it terminal and do nothing
         return "applied"

@@ -23,7 +23,7 @@ from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import Trigger
-from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.errors import Conflict, IntegrationError, NotFound
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.database import unit_of_work
 
@@ -117,8 +117,14 @@ class Runtime:
         self._pool.tell(Enqueue(execution_id))
 
     def cancel(self, execution_id: int, reason: str) -> str:
-        """"applied" when it was not running, "signalled" when its actor stops at its next step."""
-        return self._pool.ask(CancelExecution(execution_id, reason), timeout=ASK_TIMEOUT)
+        """"applied" when it was not running, "signalled" when its actor stops at its next step;
+        ``NotFound`` or ``Conflict`` (already terminal) otherwise."""
+        outcome = self._pool.ask(CancelExecution(execution_id, reason), timeout=ASK_TIMEOUT)
+        if outcome == "missing":
+            raise NotFound(f"execution {execution_id} not found")
+        if outcome == "finished":
+            raise Conflict(f"execution {execution_id} has already finished")
+        return outcome
 
     def wait_idle(self, timeout: float = 10) -> bool:
         return self.activity.wait_idle(timeout)

@@ -169,9 +169,17 @@ def _check_object(value: Any, path: str, problems: _Problems) -> bool:
     return True
 
 
+# Integers are stored in 32-bit columns (rule priority) or compared in the database; a value
+# outside this range would fail there, so it makes the body unreadable, not just invalid.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
 def _check_int(value: Any, path: str, problems: _Problems) -> bool:
     if isinstance(value, bool) or not isinstance(value, int):
         problems.shape(path, "must be an integer")
+        return False
+    if not INT32_MIN <= value <= INT32_MAX:
+        problems.shape(path, f"must be between {INT32_MIN} and {INT32_MAX}")
         return False
     return True
 

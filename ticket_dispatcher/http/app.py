@@ -13,6 +13,7 @@ from ticket_dispatcher.config import Config
 from ticket_dispatcher.http import API_BASE, errors
 from ticket_dispatcher.http.admin import ActorStatus, ExecutionCancel
 from ticket_dispatcher.http.auth import ApiKeyAuth
+from ticket_dispatcher.http.binding import MAX_ID
 from ticket_dispatcher.http.contexts import ContextItem
 from ticket_dispatcher.http.dispatch import (
     ExecutionCollection,
@@ -74,22 +75,23 @@ def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
     app.add_route("/openapi.json", OpenApiDocument())
 
     api = API_BASE
+    ID = f"int(min=1, max={MAX_ID})"  # an out-of-range id matches no route: 404
     app.add_route(f"{api}/dispatch/options", Options())
     app.add_route(f"{api}/dispatch/triggers", TriggerCollection(services))
     app.add_route(f"{api}/admin/actors", ActorStatus(services))
-    app.add_route(f"{api}/admin/executions/{{execution_id:int}}/cancel",
+    app.add_route(f"{api}/admin/executions/{{execution_id:{ID}}}/cancel",
                   ExecutionCancel(services))
-    app.add_route(f"{api}/dispatch/triggers/{{trigger_id:int}}", TriggerItem(services))
+    app.add_route(f"{api}/dispatch/triggers/{{trigger_id:{ID}}}", TriggerItem(services))
     app.add_route(f"{api}/dispatch/executions", ExecutionCollection(services))
-    app.add_route(f"{api}/dispatch/executions/{{execution_id:int}}", ExecutionItem(services))
+    app.add_route(f"{api}/dispatch/executions/{{execution_id:{ID}}}", ExecutionItem(services))
     app.add_route(f"{api}/dispatch/policies", PolicyCollection(services))
     app.add_route(f"{api}/dispatch/policies/validate", PolicyValidation(services))
-    app.add_route(f"{api}/dispatch/policies/{{policy_id:int}}", PolicyItem(services))
-    app.add_route(f"{api}/dispatch/policies/{{policy_id:int}}/activate",
+    app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}", PolicyItem(services))
+    app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}/activate",
                   PolicyActivation(services))
-    app.add_route(f"{api}/dispatch/policies/{{policy_id:int}}/deactivate",
+    app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}/deactivate",
                   PolicyDeactivation(services))
-    app.add_route(f"{api}/dispatch/policies/{{policy_id:int}}/replacements",
+    app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}/replacements",
                   PolicyReplacements(services))
     app.add_route(f"{api}/dispatch/contexts/{{issue_key}}", ContextItem(services))
     app.add_route(f"{api}/engineers", EngineerCollection(services))

@@ -11,6 +11,10 @@ import falcon
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.errors import ApiError
 
+# The largest id or offset the database can hold (a signed 64-bit integer); anything larger is
+# bad input, answered 400/404 before it reaches a query.
+MAX_ID = 2**63 - 1
+
 JSON_TYPES: dict[type, str] = {
     str: "a string", bool: "a boolean", int: "an integer", dict: "an object", list: "an array",
 }
@@ -58,6 +62,8 @@ def bind_object(raw: Any, *, required: dict[str, type], optional: dict[str, type
             continue
         elif not _is_type(value, expected):
             problems.append(Problem(_join(path, key), f"must be {JSON_TYPES[expected]}"))
+        elif expected is int and not -MAX_ID <= value <= MAX_ID:
+            problems.append(Problem(_join(path, key), "is out of range"))
     if problems:
         raise InvalidInput(f"{where} is not valid", problems)
     return raw
@@ -104,7 +110,7 @@ def query_choice(req: falcon.Request, name: str, parse: Callable[[str], Any],
 def paging(req: falcon.Request) -> tuple[int, int]:
     """``limit`` (1..200, default 50) and ``offset`` (>= 0) of a list endpoint (SPEC §10)."""
     return (query_int(req, "limit", default=50, minimum=1, maximum=200),
-            query_int(req, "offset", default=0))
+            query_int(req, "offset", default=0, maximum=MAX_ID))
 
 
 def page(items: list, total: int) -> dict:

@@ -13,7 +13,14 @@ from ticket_dispatcher.domain.timeutil import parse_rfc3339
 from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import AUTOMATION, AUTOMATION_READ, VIEWER
-from ticket_dispatcher.http.binding import bind_object, page, paging, query_choice, read_json
+from ticket_dispatcher.http.binding import (
+    MAX_ID,
+    bind_object,
+    page,
+    paging,
+    query_choice,
+    read_json,
+)
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
@@ -40,7 +47,7 @@ def _bind_trigger(raw) -> tuple[str, str, int | None, dict | None]:
     if dryrun is not None:
         dryrun = _bind_dryrun(dryrun, problems)
     policy_id = body.get("policy_id")
-    if policy_id is not None and policy_id <= 0:
+    if policy_id is not None and not 0 < policy_id <= MAX_ID:
         problems.append(Problem("policy_id", "must be a positive policy id"))
     if policy_id is not None and reserved_role(body["source"]):
         problems.append(Problem("policy_id", "a reserved source is routed by policy matching; "
@@ -109,7 +116,7 @@ class TriggerItem:
 
 def _positive(text: str) -> int:
     value = int(text)
-    if value <= 0:
+    if not 0 < value <= MAX_ID:
         raise ValueError(text)
     return value
 
