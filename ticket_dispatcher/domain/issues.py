@@ -6,12 +6,16 @@ Pure parsing: the Jira client fetches, this module reads, so ``policy test`` can
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.domain.timeutil import parse_rfc3339
 from ticket_dispatcher.errors import InvalidInput, Problem
+
+# A Jira issue key as every entry point accepts it (the API, the sandbox): project, dash, number.
+ISSUE_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,12}$")
 
 DEFAULT_L2_FIELD_ID = "customfield_10053"  # N§4
 DEFAULT_SEVERITY_FIELD_ID = "customfield_10076"  # N§4

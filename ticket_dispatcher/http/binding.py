@@ -79,8 +79,8 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def query_int(req: falcon.Request, name: str, *, default: int, minimum: int = 0,
-              maximum: int | None = None) -> int:
+def query_int(req: falcon.Request, name: str, *, default: int | None, minimum: int = 0,
+              maximum: int | None = None) -> int | None:
     text = req.get_param(name)
     if text is None:
         return default

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 import falcon
 
+from ticket_dispatcher.domain.issues import ISSUE_KEY
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
-
-ISSUE_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,12}$")
 
 
 def checked_issue_key(text: str, path: str = "issue_key") -> str:

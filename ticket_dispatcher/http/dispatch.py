@@ -19,6 +19,7 @@ from ticket_dispatcher.http.binding import (
     page,
     paging,
     query_choice,
+    query_int,
     read_json,
 )
 from ticket_dispatcher.http.contexts import checked_issue_key
@@ -114,13 +115,6 @@ class TriggerItem:
         resp.media = self._services.store.triggers.get(trigger_id).to_json()
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if not 0 < value <= MAX_ID:
-        raise ValueError(text)
-    return value
-
-
 class ExecutionCollection:
     roles = {"GET": VIEWER}
 
@@ -135,8 +129,8 @@ class ExecutionCollection:
             status=query_choice(req, "status", ExecutionStatus,
                                 "one of " + ", ".join(ExecutionStatus)),
             mode=query_choice(req, "mode", ExecutionMode, "live or dry_run"),
-            policy_id=query_choice(req, "policy_id", _positive, "a positive integer"),
-            trigger_id=query_choice(req, "trigger_id", _positive, "a positive integer"),
+            policy_id=query_int(req, "policy_id", default=None, minimum=1, maximum=MAX_ID),
+            trigger_id=query_int(req, "trigger_id", default=None, minimum=1, maximum=MAX_ID),
             limit=limit, offset=offset,
         )
         resp.media = page(items, total)

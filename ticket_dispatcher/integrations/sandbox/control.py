@@ -18,12 +18,12 @@ Bad input is a 400 in the project's error shape (SPEC §10); the parsers here ar
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 import falcon
 
+from ticket_dispatcher.domain.issues import ISSUE_KEY
 from ticket_dispatcher.domain.timeutil import parse_rfc3339
 from ticket_dispatcher.errors import InvalidInput, NotFound, Problem
 from ticket_dispatcher.http.auth import PUBLIC
@@ -40,7 +40,6 @@ from ticket_dispatcher.integrations.sandbox.state import (
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_LATENCY_MS = 60_000
-ISSUE_KEY = re.compile(r"^[A-Z][A-Z0-9_]*-[1-9][0-9]*$")
 _ISSUE_TEXT = ("project_key", "summary", "environment", "priority", "status", "severity",
                "assignee_email", "l2_assignee_email", "reporter_email", "created_at")
 _ISSUE_OPTIONAL: dict[str, type] = {
