@@ -8,6 +8,7 @@ from ticket_dispatcher.config import load_config
 from ticket_dispatcher.http.app import Services, create_app
 
 KEYS = {"operator": "op-secret-key", "viewer": "view-secret-key", "automation": "auto-secret-key"}
+API_KEYS = ",".join(f"{role}-key:{role}:{key}" for role, key in KEYS.items())
 BASE = "/api/v1/ticketmanager"
 # Routes outside the API base (SPEC §10); everything else is relative to BASE.
 ROOT_PATHS = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/api/", "/sandbox/")
@@ -57,8 +58,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def services(sqlite_store, clock) -> Services:
-    keys = ",".join(f"{role}-key:{role}:{key}" for role, key in KEYS.items())
-    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": keys})
+    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": API_KEYS})
     return Services(store=sqlite_store, config=config, clock=clock)
 
 
@@ -82,8 +82,7 @@ def harness(sqlite_store):
 @pytest.fixture
 def live_api(harness) -> Api:
     """The API with the real actor runtime behind it (triggers, executions, admin)."""
-    keys = ",".join(f"{role}-key:{role}:{key}" for role, key in KEYS.items())
-    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": keys,
+    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": API_KEYS,
                                         "TICKET_DISPATCHER_HTTP_TRIGGER_RATE": "1",
                                         "TICKET_DISPATCHER_HTTP_TRIGGER_BURST": "5"})
     services = Services(store=harness.store, config=config, clock=harness.clock,

@@ -60,6 +60,7 @@ class AssignExecutor:
         chosen, reason = _choose(candidates, Strategy(run.config["strategy"]))
         context["assignee"] = chosen.email
         context["reason"] = reason
+        context["account_id"] = chosen.jira_account_id  # the engineer's cache; "" when unknown
 
     def _receiver_emails(self, run: ActionRun, receiver: dict) -> list[str]:
         kind = ReceiverType(receiver["type"])
@@ -76,7 +77,7 @@ class AssignExecutor:
     def execute(self, run: ActionRun) -> ActionResult:
         context = run.context["assign"]
         email = context["assignee"]
-        account_id = self._account_id(run, email)
+        account_id = context.get("account_id") or self._find_account_id(run, email)
         context["account_id"] = account_id
         field = "L2 assignee" if self._l2 else "assignee"
         try:
@@ -91,11 +92,8 @@ class AssignExecutor:
         self._remove_auto_assign_label(run)
         return ActionResult.proceed()
 
-    def _account_id(self, run: ActionRun, email: str) -> str:
-        """The engineer's cached Jira account, else an exact email match in Jira (cached)."""
-        cached = [e for e in run.ports.engineers.enabled_by_email([email]) if e.jira_account_id]
-        if cached:
-            return cached[0].jira_account_id
+    def _find_account_id(self, run: ActionRun, email: str) -> str:
+        """No cached account: an exact email match in Jira, cached on the engineer."""
         try:
             user = run.ports.jira.find_user_by_email(email)
         except DispatcherError as exc:
