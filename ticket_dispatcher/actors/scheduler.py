@@ -58,10 +58,6 @@ class Scheduler:
         with self._cond:
             return len(self._heap), (self._heap[0][0] if self._heap else None)
 
-    def count(self, label: str) -> int:
-        with self._cond:
-            return sum(1 for entry in self._heap if entry[3] == label)
-
     def fire_due(self) -> None:
         for callback, label in self._pop_due():
             try:
