@@ -364,6 +364,13 @@ def loaded_with_secrets() -> Config:
     )
 
 
+def test_masked_database_url_without_a_password_is_shown_as_is():
+    config = load_config(None, environ={"TICKET_DISPATCHER_DATABASE_URL":
+                                        "sqlite:///ticket-dispatcher.db"})
+
+    assert masked(config)["database_url"] == "sqlite:///ticket-dispatcher.db"
+
+
 def test_masked_config_replaces_every_secret():
     shown = masked(loaded_with_secrets())
 

@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import peewee
 from playhouse.pool import PooledPostgresqlDatabase
@@ -119,19 +119,6 @@ def _open_postgres(parts: SplitResult) -> peewee.PostgresqlDatabase:
         autoconnect=False,
         **params,
     )
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, for logs and ``config show``."""
-    try:
-        parts = urlsplit(url)
-        if not parts.password:
-            return url
-        netloc = parts.netloc.rsplit("@", 1)
-        user = netloc[0].split(":", 1)[0]
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
-    except (ValueError, IndexError):
-        return "<unreadable database_url>"
 
 
 def bind(db: peewee.Database) -> None:
