@@ -55,7 +55,7 @@ def test_defaults_without_file_or_environment():
     assert config.database_url == "sqlite:///ticket-dispatcher.db"
     assert config.execution_slots == 10
     assert config.trigger_actors == 4
-    assert config.client_pool_size == 4
+    assert config.client_pool_size == 0 and config.client_actors == 14
     assert config.trigger_defer_interval == timedelta(seconds=5)
     assert config.trigger_poll_interval == timedelta(seconds=5)
     assert config.execution_load_retries == 5

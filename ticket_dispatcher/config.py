@@ -287,7 +287,8 @@ class Config:
     database_url: str = _setting("sqlite:///ticket-dispatcher.db", _database_url())
     execution_slots: int = _setting(10, _integer(1))
     trigger_actors: int = _setting(4, _integer(1))
-    client_pool_size: int = _setting(4, _integer(1))
+    # 0: one client actor per execution slot and trigger actor (see ``client_actors``)
+    client_pool_size: int = _setting(0, _integer(0))
     trigger_defer_interval: timedelta = _setting(timedelta(seconds=5), _duration())
     trigger_poll_interval: timedelta = _setting(timedelta(seconds=5), _duration())
     execution_load_retries: int = _setting(5, _integer(0))
@@ -301,6 +302,12 @@ class Config:
     oncall: OncallConfig = _section(OncallConfig)
     core: CoreConfig = _section(CoreConfig)
     integrations: IntegrationsConfig = _section(IntegrationsConfig)
+
+    @property
+    def client_actors(self) -> int:
+        """Client actors per integration: by default one for every execution slot and trigger
+        actor, so no caller ever waits for a client while another one idles."""
+        return self.client_pool_size or self.execution_slots + self.trigger_actors
 
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for the log redactor."""

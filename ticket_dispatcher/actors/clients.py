@@ -179,7 +179,7 @@ def build_client_pools(config: Config, clock: Clock, *, start: bool = True,
         "core": (bool(config.core.base_url), lambda: CoreClient(config.core, **timeouts)),
     }
     ask_timeout = _ask_timeout(timeouts["connect_timeout"], timeouts["read_timeout"])
-    pools = {name: ClientPool(name, factory, config.client_pool_size, ask_timeout=ask_timeout)
+    pools = {name: ClientPool(name, factory, config.client_actors, ask_timeout=ask_timeout)
              for name, (configured, factory) in factories.items() if configured}
     if start:
         for pool in pools.values():
