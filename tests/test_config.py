@@ -60,6 +60,7 @@ def test_defaults_without_file_or_environment():
     assert config.trigger_poll_interval == timedelta(seconds=5)
     assert config.execution_load_retries == 5
     assert config.actor_restarts == 3
+    assert config.shutdown_timeout == timedelta(seconds=10)
     assert (config.http.host, config.http.port, config.http.threads) == ("127.0.0.1", 8080, 8)
     assert config.http.max_body_bytes == 1_048_576
     assert (config.http.trigger_rate, config.http.trigger_burst) == (20.0, 100)
@@ -167,6 +168,8 @@ def test_malformed_toml_is_a_config_error(write_toml):
         ("TICKET_DISPATCHER_INTEGRATIONS_READ_TIMEOUT", "30s",
          lambda c: c.integrations.read_timeout, timedelta(seconds=30)),
         ("TICKET_DISPATCHER_LOG_LEVEL", "debug", lambda c: c.log_level, "DEBUG"),
+        ("TICKET_DISPATCHER_SHUTDOWN_TIMEOUT", "25s", lambda c: c.shutdown_timeout,
+         timedelta(seconds=25)),
     ],
 )
 def test_environment_overrides_a_key(name, text, read, expected):
@@ -222,8 +225,15 @@ def test_config_and_test_variables_are_not_settings():
         ('[http]\nport = "abc"', 'http.port: expected an integer between 1 and 65535, got "abc"'),
         ("[http]\nport = 70000", "http.port: expected an integer between 1 and 65535, got 70000"),
         ("[http]\nport = true", "http.port: expected an integer"),
-        ("execution_slots = 0", "execution_slots: expected an integer >= 1, got 0"),
-        ("execution_slots = -3", "execution_slots: expected an integer >= 1"),
+        ("execution_slots = 0", "execution_slots: expected an integer between 1 and 100, got 0"),
+        ("execution_slots = -3", "execution_slots: expected an integer between 1 and 100"),
+        ("execution_slots = 101",
+         "execution_slots: expected an integer between 1 and 100, got 101"),
+        ("trigger_actors = 33", "trigger_actors: expected an integer between 1 and 32, got 33"),
+        ("[http]\nthreads = 65", "http.threads: expected an integer between 1 and 64, got 65"),
+        ("[http]\nthreads = 0", "http.threads: expected an integer between 1 and 64, got 0"),
+        ('shutdown_timeout = "0s"', "shutdown_timeout: expected a positive duration"),
+        ("shutdown_timeout = 10", "shutdown_timeout: expected a positive duration"),
         ("actor_restarts = 1.5", "actor_restarts: expected an integer >= 0"),
         ('trigger_poll_interval = "soon"', "trigger_poll_interval: expected a positive duration"),
         ("trigger_poll_interval = 5", "trigger_poll_interval: expected a positive duration"),
@@ -284,6 +294,59 @@ def test_bad_file_value_names_the_key(write_toml, toml, expected):
 )
 def test_bad_environment_value_names_the_variable(name, text, expected):
     assert expected in config_error(environ={name: text})
+
+
+def test_the_largest_thread_counts_are_accepted(write_toml):
+    path = write_toml("execution_slots = 100\ntrigger_actors = 32\n[http]\nthreads = 64\n")
+
+    config = load_config(path, environ={})
+
+    assert (config.execution_slots, config.trigger_actors, config.http.threads) == (100, 32, 64)
+    assert config.client_actors == 132
+
+
+def test_client_pool_size_zero_gives_every_slot_and_trigger_actor_a_client(write_toml):
+    config = load_config(write_toml("execution_slots = 40\ntrigger_actors = 4\n"), environ={})
+
+    assert config.client_pool_size == 0 and config.client_actors == 44
+
+
+def test_client_pool_size_covering_slots_and_trigger_actors_is_accepted(write_toml):
+    path = write_toml("execution_slots = 40\ntrigger_actors = 4\nclient_pool_size = 44\n")
+
+    assert load_config(path, environ={}).client_actors == 44
+
+
+def test_client_pool_size_below_slots_and_trigger_actors_is_refused(write_toml):
+    path = write_toml("execution_slots = 40\ntrigger_actors = 4\nclient_pool_size = 8\n")
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+
+    assert [p.path for p in caught.value.problems] == ["client_pool_size"]
+    assert caught.value.message == (
+        "client_pool_size: must be 0 (one client per execution slot and trigger actor) or at "
+        "least 44 (execution_slots 40 + trigger_actors 4), got 8"
+    )
+
+
+def test_client_pool_size_from_the_environment_is_checked_against_the_file(write_toml):
+    path = write_toml("execution_slots = 20\n")
+    environ = {"TICKET_DISPATCHER_CLIENT_POOL_SIZE": "23"}
+
+    message = config_error(path, environ)
+
+    assert message.startswith("TICKET_DISPATCHER_CLIENT_POOL_SIZE: must be 0")
+    assert "at least 24 (execution_slots 20 + trigger_actors 4)" in message
+
+
+def test_client_pool_size_is_not_compared_with_a_refused_slot_count(write_toml):
+    path = write_toml("execution_slots = 500\nclient_pool_size = 5\n")
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+
+    assert [p.path for p in caught.value.problems] == ["execution_slots"]
 
 
 def test_unknown_file_key_and_section_are_errors(write_toml):
@@ -392,6 +455,7 @@ def test_masked_config_is_plain_json_with_durations_as_text():
 
     assert json.loads(json.dumps(shown)) == shown
     assert shown["trigger_defer_interval"] == "5s"
+    assert shown["shutdown_timeout"] == "10s"
     assert shown["integrations"]["read_timeout"] == "10s"
     assert shown["http"]["port"] == 8080
 

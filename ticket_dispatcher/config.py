@@ -8,6 +8,14 @@ error message, and plain API keys are hashed at load so the process never keeps 
 Beyond the file of SPEC §13 two additions an operator needs to run the service:
 ``log_level`` (top level, default ``"INFO"``) and ``[integrations] connect_timeout`` /
 ``read_timeout`` (defaults ``"3s"`` / ``"10s"``, the timeouts of every integration call, §11).
+
+Bounds that keep the thread and connection counts finite (issue 7): ``execution_slots`` 1..100,
+``trigger_actors`` 1..32, ``http.threads`` 1..64. Together they size the database connection
+pool (``store.connection_budget``), which the service checks against the server at start.
+``client_pool_size`` 0 (the default) gives one client actor per execution slot and trigger
+actor; an explicit value must be at least ``execution_slots + trigger_actors``, or a caller
+could wait for a client while its slot idles. ``shutdown_timeout`` (default ``"10s"``) is the
+one deadline from SIGTERM to exit, whatever is in flight.
 """
 
 from __future__ import annotations
@@ -228,7 +236,7 @@ class ApiKey:
 class HttpConfig:
     host: str = _setting("127.0.0.1", _text(check=bool, expected="a non-empty string"))
     port: int = _setting(8080, _integer(1, 65535))
-    threads: int = _setting(8, _integer(1))
+    threads: int = _setting(8, _integer(1, 64))
     max_body_bytes: int = _setting(1_048_576, _integer(1))  # triggers are always capped at 64 KiB
     trigger_rate: float = _setting(20.0, _number(0))  # tokens per key and second; 0 = off
     trigger_burst: int = _setting(100, _integer(0))
@@ -285,14 +293,16 @@ class IntegrationsConfig:
 @dataclass(frozen=True)
 class Config:
     database_url: str = _setting("sqlite:///ticket-dispatcher.db", _database_url())
-    execution_slots: int = _setting(10, _integer(1))
-    trigger_actors: int = _setting(4, _integer(1))
-    # 0: one client actor per execution slot and trigger actor (see ``client_actors``)
+    execution_slots: int = _setting(10, _integer(1, 100))
+    trigger_actors: int = _setting(4, _integer(1, 32))
+    # 0: one client actor per execution slot and trigger actor (see ``client_actors``); an
+    # explicit value below that is refused (``_check_client_pool``)
     client_pool_size: int = _setting(0, _integer(0))
     trigger_defer_interval: timedelta = _setting(timedelta(seconds=5), _duration())
     trigger_poll_interval: timedelta = _setting(timedelta(seconds=5), _duration())
     execution_load_retries: int = _setting(5, _integer(0))
     actor_restarts: int = _setting(3, _integer(0))
+    shutdown_timeout: timedelta = _setting(timedelta(seconds=10), _duration())  # SIGTERM to exit
     log_level: str = _setting("INFO", _log_level())
     http: HttpConfig = _section(HttpConfig)
     auth: AuthConfig = _section(AuthConfig)
@@ -378,6 +388,7 @@ class _Raw:
     """Raw values collected from the file and the environment, before parsing."""
 
     values: dict[tuple[str, str], _Source] = field(default_factory=dict)
+    invalid: set[tuple[str, str]] = field(default_factory=set)  # keys whose value was refused
     file_keys: list[Any] = field(default_factory=list)  # raw [[auth.api_keys]] tables
     env_keys: str | None = None
     problems: list[Problem] = field(default_factory=list)
@@ -504,12 +515,31 @@ def _parse_values(section: str, cls: type, raw: _Raw) -> dict[str, Any]:
         except _Invalid as exc:
             shown = f", got {_shown(source.value)}" if kind.echo else ""
             raw.problem(source.name, f"expected {exc}{shown}")
+            raw.invalid.add((section, key))
     return values
 
 
 def _check_cross_field(config: Config, raw: _Raw) -> None:
     if config.http.trigger_rate > 0 and config.http.trigger_burst < 1:
         raw.problem("http.trigger_burst", "must be at least 1 while http.trigger_rate is not 0")
+    _check_client_pool(config, raw)
+
+
+def _check_client_pool(config: Config, raw: _Raw) -> None:
+    """An explicit ``client_pool_size`` covers every execution slot and trigger actor: with
+    fewer clients, slots wait for a client and buy nothing (issue 7: 40 slots, 8 clients ran
+    5 to 12 at a time)."""
+    involved = {("", "client_pool_size"), ("", "execution_slots"), ("", "trigger_actors")}
+    if config.client_pool_size == 0 or involved & raw.invalid:
+        return  # the default, or a value already reported: a second message would mislead
+    minimum = config.execution_slots + config.trigger_actors
+    if config.client_pool_size < minimum:
+        raw.problem(
+            raw.values[("", "client_pool_size")].name,
+            f"must be 0 (one client per execution slot and trigger actor) or at least "
+            f"{minimum} (execution_slots {config.execution_slots} + trigger_actors "
+            f"{config.trigger_actors}), got {config.client_pool_size}",
+        )
 
 
 def _api_keys(raw: _Raw) -> tuple[ApiKey, ...]:

@@ -1,4 +1,4 @@
-"""Database URLs, connections per unit of work and UTC times (SPEC §9, §13)."""
+"""Database URLs, pooled connections per unit of work and UTC times (SPEC §9, §13)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,18 @@ from datetime import UTC, datetime, timedelta, timezone
 import peewee
 import pytest
 
+from ticket_dispatcher.config import Config, HttpConfig
 from ticket_dispatcher.errors import ConfigError
-from ticket_dispatcher.store import Store, is_postgres, open_database, unit_of_work, write_lock
+from ticket_dispatcher.store import (
+    Store,
+    connection_budget,
+    database,
+    is_postgres,
+    open_database,
+    unit_of_work,
+    write_lock,
+)
+from ticket_dispatcher.store.database import bind, pool_size, server_limit
 from ticket_dispatcher.store.models import EngineerRow
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -118,3 +128,225 @@ def test_naive_times_are_refused_by_the_column(store):
     with unit_of_work(store.db), pytest.raises(ValueError, match="naive"):
         EngineerRow.insert(email="a@x.com", dispatch_enabled=True,
                            created_at=datetime(2026, 1, 1), updated_at=T0).execute()
+
+
+# --- one pool per engine (issue 7, part 3) -------------------------------------------------------
+
+
+def _config(slots: int = 10, trigger_actors: int = 4, threads: int = 8) -> Config:
+    return Config(execution_slots=slots, trigger_actors=trigger_actors,
+                  http=HttpConfig(threads=threads))
+
+
+class PragmaCounter:
+    """Counts ``_set_pragmas``, which peewee calls once for each new physical SQLite
+    connection (``SqliteDatabase._connect``), and remembers those connections."""
+
+    def __init__(self, db: peewee.Database, monkeypatch):
+        self.connections: list[object] = []
+        original = db._set_pragmas
+
+        def counting(conn):
+            self.connections.append(conn)
+            original(conn)
+
+        monkeypatch.setattr(db, "_set_pragmas", counting)
+
+
+@pytest.fixture
+def sqlite_url(sqlite_store) -> str:
+    """The URL of a migrated SQLite database nobody holds a connection to."""
+    url = f"sqlite:///{sqlite_store.db.database}"
+    sqlite_store.close()
+    return url
+
+
+def _unit(db: peewee.Database) -> object:
+    """One unit of work with one query; the physical connection it used."""
+    with unit_of_work(db):
+        db.execute_sql("SELECT count(*) FROM engineers").fetchone()
+        return db.connection()
+
+
+def test_sqlite_units_of_work_on_one_thread_reuse_one_connection(sqlite_url, monkeypatch):
+    db = open_database(sqlite_url)
+    pragmas = PragmaCounter(db, monkeypatch)
+
+    used = {id(_unit(db)) for _ in range(50)}
+
+    assert len(used) == 1
+    assert len(pragmas.connections) == 1  # the pragmas were set once, on the first connect
+    assert db.is_closed()  # each unit returned the connection
+
+
+def test_sqlite_reused_connection_keeps_its_pragmas(sqlite_url):
+    db = open_database(sqlite_url)
+    first = _unit(db)
+
+    with unit_of_work(db):
+        again = db.connection()
+        pragmas = {name: db.execute_sql(f"PRAGMA {name}").fetchone()[0]
+                   for name in ("journal_mode", "busy_timeout", "foreign_keys", "synchronous")}
+
+    assert again is first
+    assert pragmas == {"journal_mode": "wal", "busy_timeout": 5000, "foreign_keys": 1,
+                       "synchronous": 1}
+
+
+def test_sqlite_connection_returned_by_one_thread_serves_the_next(sqlite_url, monkeypatch):
+    db = open_database(sqlite_url)
+    pragmas = PragmaCounter(db, monkeypatch)
+    used, errors = [], []
+
+    def work(n: int):
+        try:
+            with write_lock(db):  # a write, on a connection another thread opened
+                EngineerRow.insert(email=f"e{n}@x.com", dispatch_enabled=True,
+                                   created_at=T0, updated_at=T0).execute()
+            used.append(_unit(db))
+        except Exception as exc:  # collected: an assert in a thread would go unseen
+            errors.append(exc)
+
+    bind(db)
+    for n in range(5):  # short-lived threads, like execution actors
+        thread = threading.Thread(target=work, args=(n,))
+        thread.start()
+        thread.join()
+
+    assert errors == []
+    assert len({id(conn) for conn in used}) == 1
+    assert len(pragmas.connections) == 1
+    with unit_of_work(db):
+        assert EngineerRow.select().count() == 5
+
+
+def test_sqlite_opens_only_as_many_connections_as_were_used_at_once(sqlite_url, monkeypatch):
+    db = open_database(sqlite_url)
+    pragmas = PragmaCounter(db, monkeypatch)
+    together = 4
+    barrier = threading.Barrier(together)
+    errors = []
+
+    def overlapping():
+        try:
+            with unit_of_work(db):
+                db.execute_sql("SELECT 1").fetchone()
+                barrier.wait(timeout=10)  # all four hold a connection at this point
+            for _ in range(10):
+                _unit(db)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=overlapping) for _ in range(together)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for _ in range(10):
+        _unit(db)
+
+    assert errors == []
+    assert len(pragmas.connections) == together
+
+
+def test_pool_is_sized_from_the_configuration(db_url):
+    config = _config(slots=40)
+
+    sized = Store.open(db_url, max_connections=connection_budget(config))
+    default = Store.open(db_url)
+
+    assert pool_size(sized.db) == 8 + 4 + 40 + 6
+    assert pool_size(default.db) == connection_budget(Config()) == 28
+
+
+@pytest.mark.parametrize(
+    ("config", "budget"),
+    [
+        (Config(), 8 + 4 + 10 + 2 + 4),
+        (_config(slots=1, trigger_actors=1, threads=1), 9),
+        (_config(slots=100, trigger_actors=32, threads=64), 202),
+    ],
+)
+def test_connection_budget_is_threads_trigger_actors_slots_and_the_runtime(config, budget):
+    assert connection_budget(config) == budget
+
+
+def test_sqlite_accepts_any_configuration(sqlite_store):
+    sqlite_store.check_capacity(_config(slots=100, trigger_actors=32, threads=64))
+
+    assert server_limit(sqlite_store.db) is None
+
+
+@pytest.mark.postgres
+def test_postgres_limit_is_read_from_the_server(postgres_url):
+    store = Store.open(postgres_url)
+    with unit_of_work(store.db) as db:
+        shown = [int(db.execute_sql(f"SHOW {name}").fetchone()[0])
+                 for name in ("max_connections", "superuser_reserved_connections")]
+
+    limit = server_limit(store.db)
+    store.close()
+
+    assert limit.max_connections == shown[0]
+    assert limit.reserved >= shown[1]  # plus reserved_connections on PostgreSQL 16+
+    assert limit.allowed == limit.max_connections - limit.reserved
+
+
+@pytest.mark.postgres
+def test_postgres_accepts_the_default_configuration(postgres_url):
+    store = Store.open(postgres_url)
+
+    store.check_capacity(Config())  # raises if the server cannot serve 28 connections
+    store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_refuses_a_configuration_above_the_server_limit(postgres_url, monkeypatch):
+    store = Store.open(postgres_url)
+    monkeypatch.setattr(database, "server_limit",
+                        lambda db: database.ServerLimit(max_connections=50, reserved=3))
+
+    store.check_capacity(_config(slots=29))  # 8 + 4 + 29 + 6 = 47: exactly what is allowed
+    with pytest.raises(ConfigError) as refused:
+        store.check_capacity(_config(slots=40))
+    store.close()
+
+    assert refused.value.message.startswith(
+        "database: the configuration needs up to 58 connections (http.threads 8 + "
+        "trigger_actors 4 + execution_slots 40 + 6 for the runtime), but the PostgreSQL server "
+        "allows 47 (max_connections 50 - 3 reserved)"
+    )
+
+
+def test_a_burst_of_the_whole_budget_never_exceeds_the_pool(db_url):
+    """Every thread the budget counts holds a connection at the same moment; 58 is also more
+    than the pool of 32 this replaced. On PostgreSQL each is its own server backend."""
+    config = _config(slots=40)
+    budget = connection_budget(config)
+    store = Store.open(db_url, max_connections=budget)
+    store.migrate()
+    store.check_capacity(config)
+    barrier = threading.Barrier(budget)
+    held, errors = [], []
+
+    def burst(n: int):
+        try:
+            with write_lock(store.db):
+                store.engineers.put(f"e{n}@x.com", dispatch_enabled=True, now=T0)
+            with unit_of_work(store.db):
+                held.append(id(store.db.connection()))
+                barrier.wait(timeout=30)  # all hold one here: none is left to spare
+                store.engineers.get(f"e{n}@x.com")
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=burst, args=(n,)) for n in range(budget)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    total = store.engineers.list(limit=1)[1]
+    store.close()
+
+    assert errors == []
+    assert len(set(held)) == budget and total == budget

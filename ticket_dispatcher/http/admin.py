@@ -9,6 +9,7 @@ from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 
 class ActorStatus:
     roles = {"GET": VIEWER}
+    uses_database = False  # asks the actors; no connection held while they answer
 
     def __init__(self, services):
         self._services = services

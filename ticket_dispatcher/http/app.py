@@ -24,6 +24,7 @@ from ticket_dispatcher.http.dispatch import (
 from ticket_dispatcher.http.engineers import EngineerCollection, EngineerItem
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.health import Liveness, Options, Readiness
+from ticket_dispatcher.http.middleware import DatabaseConnection
 from ticket_dispatcher.http.openapi import OpenApiDocument
 from ticket_dispatcher.http.policies import (
     PolicyActivation,
@@ -63,8 +64,11 @@ class Services:
 
 
 def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
+    # Order matters: falcon runs process_resource in this order and stops at the first that
+    # raises, so authentication refuses a request before it takes a database connection.
     app = falcon.App(
-        middleware=[ApiKeyAuth(services.config.auth, enabled=auth_enabled)],
+        middleware=[ApiKeyAuth(services.config.auth, enabled=auth_enabled),
+                    DatabaseConnection(services.store.db)],
         cors_enable=False,
     )
     app.req_options.strip_url_path_trailing_slash = True

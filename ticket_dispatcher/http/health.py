@@ -10,6 +10,7 @@ from ticket_dispatcher.http.auth import PUBLIC, VIEWER
 
 class Liveness:
     roles = {"GET": PUBLIC}
+    uses_database = False  # answers while every connection is busy (http/middleware.py)
 
     def on_get(self, req, resp) -> None:
         resp.media = {"status": "ok"}
@@ -19,6 +20,9 @@ class Readiness:
     """Ready = the database answers and boot recovery has finished (SPEC §10)."""
 
     roles = {"GET": PUBLIC}
+    # ``ping`` takes its own connection and reports a failure as not ready, where the
+    # middleware would answer a bare 503 without the checks.
+    uses_database = False
 
     def __init__(self, services):
         self._services = services
@@ -35,6 +39,7 @@ class Readiness:
 
 class Options:
     roles = {"GET": VIEWER}
+    uses_database = False  # the catalog is code, not data
 
     def on_get(self, req, resp) -> None:
         resp.media = catalog.options()

@@ -243,6 +243,7 @@ def document() -> dict:
 
 class OpenApiDocument:
     roles = {"GET": PUBLIC}
+    uses_database = False  # a static document (http/middleware.py)
 
     def on_get(self, req, resp) -> None:
         resp.media = document()

@@ -1,8 +1,10 @@
 """The store: peewee models, one repository per aggregate, migrations (SPEC §9).
 
-``Store.open(url)`` builds the database for a ``database_url`` and binds the models to it;
-it neither connects nor migrates. Repositories open this thread's connection per unit of work
-(see ``database.py``), so one ``Store`` is shared by every waitress worker and actor thread.
+``Store.open(url, max_connections=connection_budget(config))`` builds the pooled database for a
+``database_url`` and binds the models to it; it neither connects nor migrates. Repositories take
+this thread's connection from the pool per unit of work (see ``database.py``), so one ``Store``
+is shared by every waitress worker and actor thread. ``Store.check_capacity(config)`` refuses at
+start a configuration the database server cannot serve.
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ import logging
 
 import peewee
 
+from ticket_dispatcher.config import Config
 from ticket_dispatcher.store import migrations
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
+    DEFAULT_MAX_CONNECTIONS,
     bind,
+    check_capacity,
     close_database,
+    connection_budget,
     is_postgres,
     lock_rows,
     open_database,
@@ -36,6 +42,7 @@ __all__ = [
     "PolicyRepository",
     "Store",
     "TriggerRepository",
+    "connection_budget",
     "is_postgres",
     "lock_rows",
     "open_database",
@@ -57,9 +64,18 @@ class Store:
         self.executions = ExecutionRepository(db, self.contexts)
 
     @classmethod
-    def open(cls, url: str) -> Store:
-        """The store for ``url`` (``ConfigError`` when unusable); does not migrate."""
-        return cls(open_database(url))
+    def open(cls, url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Store:
+        """The store for ``url`` (``ConfigError`` when unusable); does not connect or migrate.
+
+        ``max_connections`` sizes the connection pool: ``connection_budget(config)`` for the
+        service; the default is the budget of the default configuration.
+        """
+        return cls(open_database(url, max_connections))
+
+    def check_capacity(self, config: Config) -> None:
+        """``ConfigError`` when ``config`` could need more connections than the PostgreSQL
+        server allows (SQLite has no such limit); connects once to ask the server."""
+        check_capacity(self.db, config)
 
     def migrate(self) -> list[int]:
         """Apply missing schema migrations; the versions applied now."""

@@ -42,6 +42,7 @@ class ServiceResource:
 
     service: ClassVar[str] = ""
     roles: ClassVar[dict] = {}
+    uses_database: ClassVar[bool] = False  # in-memory fakes (http/middleware.py)
 
     def __init__(self, state: SandboxState):
         self.state = state

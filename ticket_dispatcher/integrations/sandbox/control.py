@@ -176,6 +176,8 @@ def parse_fault(raw: Any) -> dict:
 
 
 class ControlResource:
+    uses_database = False  # in-memory fakes (http/middleware.py)
+
     def __init__(self, state: SandboxState):
         self.state = state
 
