@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from ticket_dispatcher.domain.actions.assign import AssignExecutor
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode
+from ticket_dispatcher.errors import CallAbandoned, OutcomeUnknown
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 
@@ -201,3 +203,119 @@ def test_no_jira_user_with_that_email_fails_the_action(world):
 
     with pytest.raises(ActionError, match="no Jira user"):
         executor.execute(run)
+
+
+# --- an unknown outcome is decided by re-reading the issue (SPEC §8.1, issue 7) ---------------
+
+
+def write_then_lose_the_answer(ports, method: str, lands: bool,
+                               error: Exception | None = None) -> None:
+    """``jira.<method>`` takes effect (or not) but its caller never hears back."""
+    real = getattr(ports.jira, method)
+
+    def write(key, account_id):
+        if lands:
+            real(key, account_id)
+        raise error or OutcomeUnknown("jira PUT: no answer within 10 s", service="jira")
+
+    setattr(ports.jira, method, write)
+
+
+@pytest.mark.parametrize("action_type,method,field", [
+    (ActionType.ASSIGN, "assign", "assignee"),
+    (ActionType.ASSIGN_L2, "set_l2_assignee", "l2_assignee"),
+])
+def test_unknown_outcome_confirmed_by_rereading_is_a_success(world, action_type, method,
+                                                              field):
+    executor = AssignExecutor(action_type)
+    run, _ = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}),
+                    executor=executor)
+    executor.plan(run)
+    write_then_lose_the_answer(world, method, lands=True)
+
+    result = executor.execute(run)
+
+    assert result.kind.value == "continue"
+    assert getattr(world.jira.issues["TCID-1"], field).email == "a@example.com"
+    assert world.jira.loads == ["TCID-1"]  # the re-read
+    assert run.context["assign"]["jira_outcome"] == "unknown; confirmed by re-reading the issue"
+    engineer = world.engineers.get("a@example.com")
+    assert engineer.last_dispatched_issue == "TCID-1" and engineer.last_dispatched_at == NOW
+    assert run.context["assign"]["label_removed"] == "auto-dispatch"
+
+
+def test_unknown_outcome_with_someone_else_assigned_fails_without_dispatch_state(world):
+    world.jira.put(replace(world.jira.issues["TCID-1"],
+                           assignee=world.jira.users["acc-b"]))  # someone else, meanwhile
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}),
+                           the_issue=issue(labels=("auto-dispatch",)))
+    executor.plan(run)
+    write_then_lose_the_answer(world, "assign", lands=False)
+
+    with pytest.raises(ActionError) as raised:
+        executor.execute(run)
+
+    message = raised.value.message
+    assert "unknown outcome" in message and "no answer within 10 s" in message
+    assert "assignee is b@example.com, not a@example.com" in message
+    assert world.engineers.get("a@example.com").last_dispatched_at is None
+    assert "jira_outcome" not in run.context["assign"]
+
+
+def test_unknown_outcome_with_a_failed_reread_fails_saying_so(world):
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+    write_then_lose_the_answer(world, "assign", lands=True)
+    world.jira.fail_next("TCID-1")
+
+    with pytest.raises(ActionError) as raised:
+        executor.execute(run)
+
+    assert "unknown outcome" in raised.value.message
+    assert "re-reading the issue failed too: jira answered 503" in raised.value.message
+    assert world.engineers.get("a@example.com").last_dispatched_at is None
+
+
+@pytest.mark.parametrize("action_type,method,field", [
+    (ActionType.ASSIGN, "assign", "assignee"),
+    (ActionType.ASSIGN_L2, "set_l2_assignee", "l2_assignee"),
+])
+def test_a_resumed_execution_whose_put_landed_does_not_assign_again(world, action_type, method,
+                                                                   field):
+    # The issue as loaded when the execution actor restarted: the first PUT had landed.
+    loaded = world.jira.put(replace(world.jira.issues["TCID-1"],
+                                    **{field: world.jira.users["acc-a"]}))
+    executor = AssignExecutor(action_type)
+    run, _ = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}),
+                    the_issue=loaded, executor=executor)
+    executor.plan(run)
+
+    result = executor.execute(run)
+
+    assert result.kind.value == "continue"
+    assert world.jira.calls(method) == []
+    assert run.context["assign"]["jira_outcome"] == "already assigned"
+    assert world.engineers.get("a@example.com").last_dispatched_issue == "TCID-1"
+
+
+@pytest.mark.parametrize("during", ["write", "reread"])
+def test_call_abandoned_at_shutdown_propagates_untouched(world, during, monkeypatch):
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+    abandoned = CallAbandoned("jira assign: the service is shutting down")
+    if during == "write":
+        write_then_lose_the_answer(world, "assign", lands=False, error=abandoned)
+    else:
+        write_then_lose_the_answer(world, "assign", lands=False)
+
+        def reread(key):
+            raise abandoned
+
+        monkeypatch.setattr(world.jira, "load_issue", reread)
+
+    with pytest.raises(CallAbandoned) as raised:
+        executor.execute(run)
+
+    assert raised.value is abandoned
+    assert world.engineers.get("a@example.com").last_dispatched_at is None
+    assert "jira_updated" not in run.context["assign"]

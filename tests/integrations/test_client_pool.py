@@ -1,38 +1,84 @@
-"""Client actor pools: used like the client, round-robin, counted, stopped cleanly (SPEC §3)."""
+"""Client actor pools (SPEC §3, issue 7): used like the client, a call goes to an idle actor or
+waits in one FIFO queue, queue time and call time are separate limits, shutdown support, stats.
+
+No test sleeps: callers run in threads and are synchronised with Events; every wait is bounded.
+"""
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections import deque
 
+import pykka
 import pytest
 import responses
 
-from ticket_dispatcher.actors.clients import ClientPool, build_client_pools
+from ticket_dispatcher.actors.clients import (
+    Call,
+    ClientActor,
+    ClientPool,
+    _ask_timeout,
+    build_client_pools,
+)
 from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import Config, CoreConfig, JiraConfig, LarkConfig, OncallConfig
-from ticket_dispatcher.errors import IntegrationError
-from ticket_dispatcher.integrations.http import IntegrationTimeout
+from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.jira import JiraClient
+
+WAIT = 5  # seconds: the bound on every wait for something that should happen at once
+
+
+class Log:
+    """What the clients of one pool were asked to do, in order, whichever actor ran it."""
+
+    def __init__(self):
+        self.entries: list[str] = []
+        self._lock = threading.Lock()
+        self.gates: dict[str, threading.Event] = {}
+        self.entered: dict[str, threading.Event] = {}
+
+    def add(self, tag: str) -> None:
+        with self._lock:
+            self.entries.append(tag)
+
+    def gate(self, tag: str) -> threading.Event:
+        with self._lock:
+            self.entered.setdefault(tag, threading.Event())
+            return self.gates.setdefault(tag, threading.Event())
 
 
 class EchoClient:
-    """A stand-in client: knows which instance it is and which thread runs it."""
+    """A stand-in client: knows which instance it is; ``hold`` blocks until its gate opens."""
 
-    def __init__(self, number: int):
+    def __init__(self, number: int, log: Log):
         self.number = number
+        self.log = log
         self.closed = False
-        self.entered = threading.Event()
-        self.release = threading.Event()
 
     def whoami(self) -> int:
         return self.number
 
-    def thread_name(self) -> str:
-        return threading.current_thread().name
+    def thread(self) -> threading.Thread:
+        return threading.current_thread()
 
     def add(self, a: int, b: int = 0) -> int:
         return a + b
+
+    def churn(self) -> int:
+        return sum(range(2000))  # a little work, so that callers overlap
+
+    def record(self, tag: str) -> str:
+        self.log.add(tag)
+        return tag
+
+    def hold(self, tag: str) -> str:
+        """Logged on entry, then held until the test opens ``tag``'s gate."""
+        gate = self.log.gate(tag)
+        self.log.add(tag)
+        self.log.entered[tag].set()
+        gate.wait(WAIT)
+        return tag
 
     def fail(self, message: str) -> None:
         raise IntegrationError(message, status=502, service="echo")
@@ -40,17 +86,77 @@ class EchoClient:
     def crash(self) -> None:
         raise RuntimeError("bug")
 
-    def block(self) -> str:
-        self.entered.set()
-        self.release.wait(5)
-        return "released"
-
     def close(self) -> None:
         self.closed = True
 
 
+class QueueProbe(deque):
+    """Stands in for the pool's wait queue to tell the test when a caller has joined it."""
+
+    def __init__(self):
+        super().__init__()
+        self.joined = threading.Semaphore(0)
+
+    def append(self, item) -> None:
+        super().append(item)
+        self.joined.release()
+
+    def wait_joined(self) -> None:
+        assert self.joined.acquire(timeout=WAIT), "no caller joined the queue"
+
+
+class SentProbe(dict):
+    """Stands in for the pool's running-calls map to tell the test when a call was sent to an
+    actor (the caller then waits for its answer, holding the pool's lock until it does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sent = threading.Semaphore(0)
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.sent.release()
+
+    def wait_sent(self) -> None:
+        assert self.sent.acquire(timeout=WAIT), "no call was sent to an actor"
+
+
+class Caller(threading.Thread):
+    """One caller in its own thread; keeps its answer or its exception."""
+
+    def __init__(self, call):
+        super().__init__(daemon=True)
+        self._call = call
+        self.answer = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.answer = self._call()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            self.error = exc
+
+    def result(self):
+        self.join(WAIT)
+        assert not self.is_alive(), "the caller is still waiting"
+        return self.answer, self.error
+
+
+def start_caller(call) -> Caller:
+    caller = Caller(call)
+    caller.start()
+    return caller
+
+
 @pytest.fixture
-def started():
+def log() -> Log:
+    yield (log := Log())
+    for gate in log.gates.values():  # never leave an actor thread held
+        gate.set()
+
+
+@pytest.fixture
+def started(log):
     """Start pools through this fixture: each is stopped at teardown, whatever the test did."""
     pools: list[ClientPool] = []
 
@@ -59,46 +165,70 @@ def started():
         return pool.start()
 
     yield start
+    for gate in log.gates.values():
+        gate.set()
     for pool in pools:
-        pool.stop()
+        pool.stop(timeout=WAIT)
 
 
-def echo_pool(size: int = 3, **options) -> tuple[ClientPool, list[EchoClient]]:
-    made: list[EchoClient] = []
-    numbers = itertools.count()
+@pytest.fixture
+def echo(log, started):
+    """``echo(size, **options)``: a started pool of EchoClients sharing ``log``; the clients
+    are in ``pool.made``."""
 
-    def factory() -> EchoClient:
-        made.append(EchoClient(next(numbers)))
-        return made[-1]
+    def make(size: int = 3, **options) -> ClientPool:
+        made: list[EchoClient] = []
+        numbers = itertools.count()
 
-    return ClientPool("echo", factory, size, **options), made
+        def factory() -> EchoClient:
+            made.append(EchoClient(next(numbers), log))
+            return made[-1]
+
+        options.setdefault("call_timeout", WAIT)
+        options.setdefault("queue_timeout", WAIT)
+        pool = started(ClientPool("echo", factory, size, **options))
+        pool.made = made
+        return pool
+
+    return make
 
 
-def test_pool_is_used_like_the_client(started):
-    pool, _ = echo_pool()
-    started(pool)
+def hold(pool: ClientPool, log: Log, tag: str) -> Caller:
+    """A caller whose call runs on one actor and stays there until ``log.gates[tag]`` opens."""
+    log.gate(tag)
+    caller = start_caller(lambda: pool.hold(tag))
+    assert log.entered[tag].wait(WAIT)
+    return caller
+
+
+def probe_queue(pool: ClientPool) -> QueueProbe:
+    probe = QueueProbe()
+    pool._queue = probe
+    return probe
+
+
+# --- used like the client ---------------------------------------------------------------------
+
+
+def test_pool_is_used_like_the_client(echo):
+    pool = echo()
 
     assert pool.add(2, b=3) == 5
+    assert pool.call("add", 4, b=1) == 5
 
 
-def test_calls_run_in_actor_threads(started):
-    pool, _ = echo_pool(size=1)
-    started(pool)
+def test_calls_run_in_daemon_actor_threads(echo):
+    pool = echo(size=1)
 
-    assert pool.thread_name() != threading.current_thread().name
+    thread = pool.thread()
 
-
-def test_calls_go_round_robin_across_the_actors(started):
-    pool, made = echo_pool(size=3)
-    started(pool)
-
-    assert [pool.whoami() for _ in range(6)] == [0, 1, 2, 0, 1, 2]
-    assert len(made) == 3
+    assert thread is not threading.current_thread()
+    # A read stuck in a socket must never keep the process alive past shutdown (issue 7).
+    assert thread.daemon and ClientActor.use_daemon_thread
 
 
-def test_client_exception_reaches_the_caller_and_the_actor_lives_on(started):
-    pool, _ = echo_pool(size=1)
-    started(pool)
+def test_client_exception_reaches_the_caller_and_the_actor_lives_on(echo):
+    pool = echo(size=1)
 
     with pytest.raises(IntegrationError) as caught:
         pool.fail("jira said no")
@@ -107,9 +237,332 @@ def test_client_exception_reaches_the_caller_and_the_actor_lives_on(started):
     assert pool.add(1) == 1
 
 
-def test_calls_and_errors_are_counted_by_exception(started):
-    pool, _ = echo_pool(size=2)
-    started(pool)
+def test_unknown_and_private_names_are_attribute_errors(echo):
+    pool = echo(size=1)
+
+    assert hasattr(pool, "whoami")
+    assert not hasattr(pool, "no_such_method")
+    assert not hasattr(pool, "_secret")
+    assert not hasattr(pool, "close")  # the actors close their clients as they stop
+
+
+def test_pool_needs_at_least_one_actor(log):
+    with pytest.raises(ValueError):
+        ClientPool("echo", lambda: EchoClient(0, log), 0)
+
+
+def test_a_call_before_start_is_refused(log):
+    pool = ClientPool("echo", lambda: EchoClient(0, log), 1)
+
+    with pytest.raises(IntegrationError, match="not started"):
+        pool.call("add", 1)
+
+
+# --- no head-of-line blocking ----------------------------------------------------------------
+
+
+def test_one_stuck_call_holds_only_its_own_caller(echo, log):
+    pool = echo(size=3)
+    stuck = hold(pool, log, "stuck")
+
+    # Round-robin would put every third of these behind the stuck call.
+    answers = [pool.add(n) for n in range(12)]
+
+    assert answers == list(range(12))
+    assert stuck.is_alive() and pool.stats()["busy"] == 1
+    assert pool.stats()["queue_length"] == 0
+    log.gates["stuck"].set()
+    assert stuck.result() == ("stuck", None)
+
+
+def test_concurrent_callers_each_get_an_idle_actor(echo, log):
+    pool = echo(size=3)
+    first, second = hold(pool, log, "a"), hold(pool, log, "b")
+
+    # A third concurrent hold gets the last idle actor at once instead of queueing.
+    third = hold(pool, log, "c")
+
+    assert pool.stats()["busy"] == 3
+    for tag in "abc":
+        log.gates[tag].set()
+    assert [c.result() for c in (first, second, third)] == [
+        ("a", None), ("b", None), ("c", None)]
+
+
+def test_queued_callers_are_served_in_fifo_order(echo, log):
+    pool = echo(size=1)
+    held = hold(pool, log, "held")
+    probe = probe_queue(pool)
+    callers = []
+    for tag in ("c1", "c2", "c3", "c4"):
+        callers.append(start_caller(lambda tag=tag: pool.record(tag)))
+        probe.wait_joined()  # each caller is queued before the next one arrives
+
+    assert pool.stats()["queue_length"] == 4
+    log.gates["held"].set()
+
+    assert [c.result() for c in callers] == [(t, None) for t in ("c1", "c2", "c3", "c4")]
+    assert held.result() == ("held", None)
+    assert log.entries == ["held", "c1", "c2", "c3", "c4"]
+
+
+# --- queue time and call time ------------------------------------------------------------------
+
+
+def test_a_caller_that_gives_up_while_queued_never_makes_its_call(echo, log):
+    pool = echo(size=1, queue_timeout=0.05)
+    held = hold(pool, log, "held")
+
+    with pytest.raises(IntegrationError) as caught:
+        pool.record("late")
+
+    assert not isinstance(caught.value, OutcomeUnknown)
+    assert caught.value.service == "echo"
+    assert "no free client within 0.05 s; the call was not made" in caught.value.message
+    log.gates["held"].set()
+    assert held.result() == ("held", None)
+    assert pool.record("after") == "after"  # the actor serves calls in order, so "late" ...
+    assert log.entries == ["held", "after"]  # ... would have run before this one
+    stats = pool.stats()
+    assert (stats["gave_up_queued"], stats["queue_length"], stats["calls"]) == (1, 0, 2)
+
+
+def test_a_jira_call_given_up_while_queued_never_reaches_jira(started):
+    base = "https://j.example"
+    pool = started(ClientPool("jira", lambda: JiraClient(JiraConfig(base_url=base)), 1,
+                              call_timeout=WAIT, queue_timeout=0.05))
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_issue(request):
+        entered.set()
+        release.wait(WAIT)
+        return 200, {}, ('{"key": "TCID-1", "fields": {"project": {"key": "TCID"}, '
+                           '"summary": "s"}}')
+
+    with responses.RequestsMock() as mocked:
+        mocked.add_callback("GET", f"{base}/rest/api/2/issue/TCID-1", callback=slow_issue)
+        loading = start_caller(lambda: pool.load_issue("TCID-1"))
+        assert entered.wait(WAIT)
+
+        with pytest.raises(IntegrationError, match="the call was not made"):
+            pool.assign("TCID-2", "acc-a")
+
+        release.set()
+        issue, error = loading.result()
+        assert error is None and issue.key == "TCID-1"
+        pool.stop(timeout=WAIT)  # the actor is done with everything it was ever sent
+
+        assert [(c.request.method, c.request.url.split("?")[0]) for c in mocked.calls] == [
+            ("GET", f"{base}/rest/api/2/issue/TCID-1")]
+
+
+def test_a_started_call_past_call_timeout_is_an_unknown_outcome(echo, log):
+    pool = echo(size=1, call_timeout=0.05)
+    log.gate("slow")
+
+    with pytest.raises(OutcomeUnknown) as caught:
+        pool.hold("slow")
+
+    assert isinstance(caught.value, IntegrationError) and caught.value.service == "echo"
+    assert "may take effect" in caught.value.message
+    stats = pool.stats()
+    assert (stats["unknown_outcomes"], stats["busy"], stats["in_flight"]) == (1, 1, 0)
+
+    # The actor is still running "slow": it is not handed out until that call really ends.
+    probe = probe_queue(pool)
+    following = start_caller(lambda: pool.record("next"))
+    probe.wait_joined()
+    assert log.entries == ["slow"]
+    log.gates["slow"].set()
+
+    assert following.result() == ("next", None)
+    assert log.entries == ["slow", "next"]
+    assert pool.stats()["busy"] == 0
+
+
+def test_call_timeout_counts_only_call_time_not_queue_time(echo, log):
+    pool = echo(size=1, call_timeout=0.2)
+    held = hold(pool, log, "held")
+    probe = probe_queue(pool)
+    queued = start_caller(lambda: pool.hold("second"))
+    probe.wait_joined()
+    log.gate("second").set()  # the second call answers at once when it runs
+
+    # The held caller gives up after call_timeout; the second has been queued at least as long.
+    assert isinstance(held.result()[1], OutcomeUnknown)
+    log.gates["held"].set()
+
+    assert queued.result() == ("second", None)
+
+
+# --- shutdown support -------------------------------------------------------------------------
+
+
+def test_abandon_wakes_queued_and_running_callers_and_refuses_new_calls(echo, log):
+    pool = echo(size=1, call_timeout=60, queue_timeout=60)
+    running = hold(pool, log, "running")
+    probe = probe_queue(pool)
+    queued = start_caller(lambda: pool.record("queued"))
+    probe.wait_joined()
+
+    pool.abandon()
+
+    # Both wake now, long before either 60 s limit (Caller.result waits at most 5 s).
+    for caller in (running, queued):
+        answer, error = caller.result()
+        assert isinstance(error, CallAbandoned) and answer is None
+    with pytest.raises(CallAbandoned):
+        pool.record("new")
+    log.gates["running"].set()
+    pool.stop(timeout=WAIT)  # the running call ends, then the actor stops
+    assert log.entries == ["running"]  # neither the queued nor the new call ever ran
+    assert pool.stats()["abandoned"] is True
+
+
+def occupy_behind_the_pools_back(pool: ClientPool, log: Log, tag: str) -> pykka.ActorRef:
+    """Keep the actor the pool will hand out next busy with a direct ask, so that the next
+    pooled call waits in that actor's inbox: sent, but not begun."""
+    actor = pool._idle[0]
+    log.gate(tag)
+    actor.ask(Call("hold", (tag,)), block=False)
+    assert log.entered[tag].wait(WAIT)
+    return actor
+
+
+def test_a_call_sent_but_not_begun_when_abandoned_never_begins(echo, log):
+    pool = echo(size=1)
+    occupy_behind_the_pools_back(pool, log, "direct")
+    pool._running = probe = SentProbe()
+    caller = start_caller(lambda: pool.record("sent"))
+    probe.wait_sent()
+    assert pool.stats()["in_flight"] == 1
+
+    pool.abandon()
+
+    _, error = caller.result()
+    assert isinstance(error, CallAbandoned) and "the call was not made" in str(error)
+    log.gates["direct"].set()
+    pool.stop(timeout=WAIT)  # the actor takes its job from the inbox, skips it, stops
+    assert log.entries == ["direct"]
+    assert pool.stats()["calls"] == 0
+
+
+def test_a_call_behind_a_stop_from_outside_goes_to_another_actor(echo, log):
+    pool = echo(size=2)
+    doomed = occupy_behind_the_pools_back(pool, log, "direct")
+    doomed.stop(block=False)  # queued behind "direct": the pool does not know yet
+
+    pool._running = probe = SentProbe()
+    caller = start_caller(lambda: pool.record("moved"))
+    probe.wait_sent()  # to the doomed actor, behind its stop
+    log.gates["direct"].set()
+
+    assert caller.result() == ("moved", None)
+    assert log.entries == ["direct", "moved"]
+    assert pool.stats()["actors"] == 1 and doomed not in pool._actors
+    assert pool.stats()["calls"] == 1
+
+
+def test_abandoned_is_not_a_business_error():
+    assert not issubclass(CallAbandoned, IntegrationError)
+
+
+def test_stop_without_blocking_returns_futures_while_a_call_runs(echo, log):
+    pool = echo(size=2)
+    running = hold(pool, log, "running")
+    busy = [ref.actor_urn for ref in pool._actors].index(next(iter(pool._running)))
+
+    futures = pool.stop(block=False)  # returns at once although one actor is busy
+
+    assert len(futures) == 2
+    assert futures[1 - busy].get(timeout=WAIT) is True  # the idle one stops now
+    with pytest.raises(pykka.Timeout):
+        futures[busy].get(timeout=0.01)  # the busy one only after its call
+    log.gates["running"].set()
+    assert pykka.get_all(futures, timeout=WAIT) == [True, True]
+    assert running.result() == ("running", None)  # a stop lets the running call finish
+    assert all(client.closed for client in pool.made)
+    assert pool.stats()["actors"] == 0
+
+
+def test_stop_refuses_queued_and_later_calls_without_making_them(echo, log):
+    pool = echo(size=1)
+    held = hold(pool, log, "held")
+    probe = probe_queue(pool)
+    queued = start_caller(lambda: pool.record("queued"))
+    probe.wait_joined()
+
+    futures = pool.stop(block=False)
+
+    _, error = queued.result()
+    assert isinstance(error, IntegrationError) and "not made" in error.message
+    with pytest.raises(IntegrationError, match="stopped"):
+        pool.record("later")
+    log.gates["held"].set()
+    pykka.get_all(futures, timeout=WAIT)
+    assert held.result() == ("held", None)
+    assert log.entries == ["held"]
+
+
+def test_blocking_stop_stops_every_actor_and_closes_its_client(echo):
+    pool = echo(size=2)
+    refs = list(pool._actors)
+
+    assert pool.stop(timeout=WAIT) is None
+
+    assert not any(ref.is_alive() for ref in refs)
+    assert all(client.closed for client in pool.made)
+    assert pool.stats()["actors"] == 0
+
+
+def test_an_actor_stopped_from_outside_leaves_the_pool(echo):
+    pool = echo(size=2)
+    pool._actors[0].stop(timeout=WAIT)
+
+    assert [pool.add(n) for n in range(4)] == [0, 1, 2, 3]
+    assert pool.stats()["actors"] == 1
+
+    pool._actors[0].stop(timeout=WAIT)
+    with pytest.raises(IntegrationError, match="stopped"):
+        pool.add(1)
+
+
+# --- no actor leaks out of the pool -----------------------------------------------------------
+
+
+def test_no_actor_leaks_when_callers_give_up_at_the_moment_of_a_hand_off(echo, log):
+    # A queue wait so short that callers give up while actors are being handed to them.
+    pool = echo(size=3, queue_timeout=0.00001)
+    refusals: list[str] = []
+
+    def churn_30_times() -> None:
+        for _ in range(30):
+            try:
+                pool.churn()
+            except IntegrationError as exc:
+                refusals.append(exc.message)
+
+    callers = [start_caller(churn_30_times) for _ in range(12)]
+    assert [caller.result()[1] for caller in callers] == [None] * 12
+    assert all("the call was not made" in message for message in refusals)
+
+    stats = pool.stats()
+    assert (stats["busy"], stats["queue_length"], stats["in_flight"]) == (0, 0, 0)
+    assert stats["calls"] + stats["gave_up_queued"] == 12 * 30  # each ran, or never started
+    # All three actors are back: three calls can be held at the same time.
+    pool.queue_timeout = WAIT
+    held = [hold(pool, log, tag) for tag in ("x", "y", "z")]
+    assert pool.stats()["busy"] == 3
+    for tag in ("x", "y", "z"):
+        log.gates[tag].set()
+    assert [c.result()[1] for c in held] == [None, None, None]
+
+
+# --- stats for /admin/actors -------------------------------------------------------------------
+
+
+def test_calls_and_errors_are_counted_by_exception(echo):
+    pool = echo(size=2)
 
     pool.add(1)
     for call in (lambda: pool.fail("x"), lambda: pool.fail("y"), pool.crash):
@@ -120,79 +573,63 @@ def test_calls_and_errors_are_counted_by_exception(started):
     assert stats["actors"] == 2
     assert stats["calls"] == 4
     assert stats["errors"] == {"IntegrationError": 2, "RuntimeError": 1}
-    assert stats["in_flight"] == 0
-    assert stats["last_latency_ms"] >= 0
+    assert stats["in_flight"] == 0 and stats["busy"] == 0
+    assert 0 <= stats["last_latency_ms"] <= stats["max_latency_ms"]
+    assert 0 <= stats["mean_latency_ms"] <= stats["max_latency_ms"]
 
 
-def test_in_flight_counts_calls_still_waiting(started):
-    pool, made = echo_pool(size=1)
-    started(pool)
-    answers = []
-    caller = threading.Thread(target=lambda: answers.append(pool.block()))
-    caller.start()
-    assert made[0].entered.wait(5)
+def test_stats_show_the_queue_the_longest_wait_and_in_flight_calls(echo, log):
+    pool = echo(size=1)
+    empty = pool.stats()
+    assert (empty["queue_length"], empty["longest_wait_seconds"]) == (0, 0)
+    assert empty["last_latency_ms"] is None and empty["mean_latency_ms"] is None
+    held = hold(pool, log, "held")
+    probe = probe_queue(pool)
+    queued = start_caller(lambda: pool.record("queued"))
+    probe.wait_joined()
 
-    assert pool.stats()["in_flight"] == 1
+    stats = pool.stats()
 
-    made[0].release.set()
-    caller.join(5)
-    assert answers == ["released"]
-    assert pool.stats()["in_flight"] == 0
-
-
-def test_an_actor_that_does_not_answer_in_time_is_a_timeout(started):
-    pool, made = echo_pool(size=1, ask_timeout=0.05)
-    started(pool)
-    try:
-        with pytest.raises(IntegrationTimeout) as caught:
-            pool.block()
-    finally:
-        made[0].release.set()
-
-    assert caught.value.service == "echo"
-    assert pool.stats()["errors"] == {"IntegrationTimeout": 1}
+    assert (stats["actors"], stats["busy"], stats["in_flight"], stats["queue_length"]) == (
+        1, 1, 1, 1)
+    assert stats["longest_wait_seconds"] >= 0
+    assert set(stats) >= {"actors", "busy", "queue_length", "longest_wait_seconds", "calls",
+                          "errors", "in_flight", "last_latency_ms", "mean_latency_ms",
+                          "max_latency_ms", "gave_up_queued", "unknown_outcomes"}
+    log.gates["held"].set()
+    assert queued.result() == ("queued", None) and held.result() == ("held", None)
+    after = pool.stats()
+    assert (after["queue_length"], after["longest_wait_seconds"], after["calls"]) == (0, 0, 2)
 
 
-def test_unknown_and_private_names_are_attribute_errors(started):
-    pool, _ = echo_pool(size=1)
-    started(pool)
+def test_longest_wait_is_the_oldest_queued_callers_wait(echo, log):
+    pool = echo(size=1)
+    held = hold(pool, log, "held")
+    probe = probe_queue(pool)
+    queued = start_caller(lambda: pool.record("queued"))
+    probe.wait_joined()
+    # The wait is measured on the monotonic clock from the oldest queued caller's arrival.
+    probe[0].queued_at -= 7
 
-    assert hasattr(pool, "whoami")
-    assert not hasattr(pool, "no_such_method")
-    assert not hasattr(pool, "_secret")
-
-
-def test_stop_stops_every_actor_and_closes_its_client(started):
-    pool, made = echo_pool(size=2)
-    started(pool)
-    refs = list(pool._actors)
-
-    pool.stop()
-
-    assert not any(ref.is_alive() for ref in refs)
-    assert all(client.closed for client in made)
-    assert pool.stats()["actors"] == 0
-    with pytest.raises(IntegrationError, match="not started"):
-        pool.add(1)
+    assert pool.stats()["longest_wait_seconds"] >= 7
+    log.gates["held"].set()
+    assert queued.result()[1] is None and held.result()[1] is None
 
 
-def test_a_stopped_actor_is_an_integration_error(started):
-    pool, _ = echo_pool(size=1)
-    started(pool)
-    pool._actors[0].stop()
+def test_latency_is_call_time_not_queue_time(echo, log):
+    pool = echo(size=1)
+    held = hold(pool, log, "held")
+    probe = probe_queue(pool)
+    queued = start_caller(lambda: pool.record("queued"))
+    probe.wait_joined()
+    probe[0].queued_at -= 60  # as if it had waited a minute for its actor
+    log.gates["held"].set()
+    assert queued.result()[1] is None and held.result()[1] is None
 
-    with pytest.raises(IntegrationError, match="stopped"):
-        pool.add(1)
-
-    assert pool.stats()["errors"] == {"ActorDeadError": 1}
-
-
-def test_pool_needs_at_least_one_actor():
-    with pytest.raises(ValueError):
-        ClientPool("echo", lambda: EchoClient(0), 0)
+    assert pool.stats()["last_latency_ms"] < 60_000
 
 
-# --- build_client_pools ---------------------------------------------------------------------
+# --- build_client_pools -----------------------------------------------------------------------
 
 
 def config(**sections) -> Config:
@@ -211,6 +648,23 @@ def test_services_without_base_url_get_no_pool():
     assert all(pool.size == 2 for pool in pools.values())
 
 
+def test_pool_size_defaults_to_one_actor_per_slot_and_trigger_actor():
+    pools = build_client_pools(
+        config(jira=JiraConfig(base_url="https://j.example"), client_pool_size=0,
+               execution_slots=7, trigger_actors=3), ManualClock(), start=False)
+
+    assert pools["jira"].size == 10
+
+
+def test_call_and_queue_timeouts_come_from_the_http_timeouts():
+    pools = build_client_pools(config(jira=JiraConfig(base_url="https://j.example")),
+                               ManualClock(), start=False)
+
+    expected = _ask_timeout(3, 10)  # the default connect and read timeouts
+    assert (pools["jira"].call_timeout, pools["jira"].queue_timeout) == (expected, expected)
+    assert expected > 10 + 3
+
+
 def test_lark_without_an_app_id_gets_no_pool_despite_its_default_url():
     pools = build_client_pools(config(lark=LarkConfig()), ManualClock(), start=False)
 
@@ -227,7 +681,7 @@ def test_every_configured_service_gets_a_started_pool():
         assert all(pool.stats()["actors"] == 2 for pool in pools.values())
     finally:
         for pool in pools.values():
-            pool.stop()
+            pool.stop(timeout=WAIT)
 
 
 def test_built_jira_pool_loads_an_issue_through_its_actor():
@@ -245,7 +699,7 @@ def test_built_jira_pool_loads_an_issue_through_its_actor():
         assert pools["jira"].stats()["calls"] == 1
     finally:
         for pool in pools.values():
-            pool.stop()
+            pool.stop(timeout=WAIT)
 
 
 def test_pool_methods_mirror_the_client(started):

@@ -85,13 +85,15 @@ def test_server_error_malformed_answer_and_timeout_are_errors(mocked, core):
         core.user("a@example.com")
     with pytest.raises(IntegrationError) as malformed:
         core.user("b@example.com")
-    with pytest.raises(IntegrationTimeout):
+    with pytest.raises(IntegrationError) as unreachable:
         core.user("c@example.com")
     with pytest.raises(IntegrationError):
         core.group_members("g")
 
     assert unavailable.value.status == 503 and "maintenance" in unavailable.value.message
     assert "not a user" in malformed.value.message
+    # A connect timeout never reached Core: a connection failure, not an unknown outcome.
+    assert not isinstance(unreachable.value, IntegrationTimeout)
 
 
 def test_bearer_token_never_reaches_errors_or_logs(mocked, core, caplog):

@@ -11,7 +11,7 @@ import requests
 from responses import matchers
 
 from ticket_dispatcher.clock import ManualClock
-from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.http import (
     BearerAuth,
     HttpClient,
@@ -141,17 +141,33 @@ def test_malformed_json_is_an_integration_error(mocked):
     assert "not JSON" in caught.value.message
 
 
-@pytest.mark.parametrize("exception", [requests.exceptions.ConnectTimeout,
-                                       requests.exceptions.ReadTimeout])
-def test_timeout_is_an_integration_timeout_without_status(mocked, exception):
-    mocked.get(f"{BASE}/x", body=exception(f"{BASE}/x?email=a@example.com timed out"))
+def test_read_timeout_is_an_unknown_outcome_without_status(mocked):
+    mocked.get(f"{BASE}/x",
+               body=requests.exceptions.ReadTimeout(f"{BASE}/x?email=a@example.com timed out"))
 
     with pytest.raises(IntegrationTimeout) as caught:
         client().request("GET", "/x", params={"email": "a@example.com"})
 
     error = caught.value
+    # Sent, but unanswered: the peer may have acted (issue 7).
+    assert isinstance(error, OutcomeUnknown)
     assert (error.status, error.service, error.timeout) == (None, "svc", True)
     assert error.__cause__ is None and error.__suppress_context__
+    assert "a@example.com" not in error.message
+
+
+def test_connect_timeout_is_a_plain_connection_failure(mocked):
+    # The request never reached the peer, so nothing can have happened there.
+    mocked.get(f"{BASE}/x",
+               body=requests.exceptions.ConnectTimeout(f"{BASE}/x?email=a@example.com"))
+
+    with pytest.raises(IntegrationError) as caught:
+        client().request("GET", "/x", params={"email": "a@example.com"})
+
+    error = caught.value
+    assert not isinstance(error, OutcomeUnknown)
+    assert (error.status, error.service) == (None, "svc")
+    assert "connection failed (ConnectTimeout)" in error.message
     assert "a@example.com" not in error.message
 
 

@@ -20,7 +20,7 @@ import requests
 from requests.auth import AuthBase
 
 from ticket_dispatcher.clock import Clock, SystemClock
-from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
 from ticket_dispatcher.logging import Redactor
 
 log = logging.getLogger(__name__)
@@ -29,9 +29,11 @@ DETAIL_LIMIT = 200  # characters of a service's error text kept in a message
 RETRY_STATUSES = frozenset({429, 503})  # SPEC §11: these honour Retry-After
 
 
-class IntegrationTimeout(IntegrationError):
-    """The service did not answer in time (``status`` is None). Whether the remote side acted
-    is unknown, which matters for an Oncall page (N§6.4)."""
+class IntegrationTimeout(OutcomeUnknown):
+    """The request was sent but its answer did not come within the read timeout (``status`` is
+    None). Whether the remote side acted is unknown: an Oncall page records ``unknown`` (N§6.4),
+    ``assign`` re-reads the issue (SPEC §8.1). A *connect* timeout is no such thing: the request
+    never reached the peer, so it is a plain ``IntegrationError``."""
 
     timeout = True
 
@@ -181,10 +183,16 @@ class HttpClient:
                 auth=self._auth if authenticate else _NoAuth())
             status = response.status_code
             return response
-        except requests.Timeout:
-            raise IntegrationTimeout(
-                f"{self.service} {method} {path}: no answer within the timeout",
+        except requests.ConnectTimeout:
+            # Before ``Timeout``: ConnectTimeout is both a ConnectionError and a Timeout, and the
+            # request never left, so nothing can have happened at the peer.
+            raise IntegrationError(
+                f"{self.service} {method} {path}: connection failed (ConnectTimeout)",
                 service=self.service) from None
+        except requests.Timeout:  # a read timeout: sent, and maybe acted on
+            raise IntegrationTimeout(
+                f"{self.service} {method} {path}: no answer within the read timeout; the "
+                f"outcome is unknown", service=self.service) from None
         except requests.RequestException as exc:
             # The class name only: requests' own text can carry the full URL.
             raise IntegrationError(

@@ -3,7 +3,9 @@
 ``plan`` resolves the receiver to dispatch-enabled engineers in configured order and applies the
 strategy; ``execute`` resolves the Jira account, writes the assignee (or the L2 user picker),
 records the engineer's dispatch state with one UPDATE, and finally removes the auto-assign label
-(a failure there is only logged). Ports used: ``jira``, ``core``, ``oncall``, ``engineers``.
+(a failure there is only logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided
+by re-reading the issue; a field that already holds the account is not written again. Ports
+used: ``jira``, ``core``, ``oncall``, ``engineers``.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from datetime import datetime
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
 from ticket_dispatcher.domain.execution import FailureCode
-from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue
-from ticket_dispatcher.errors import DispatcherError
+from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
+from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown
 
 log = logging.getLogger(__name__)
 
@@ -79,18 +81,56 @@ class AssignExecutor:
         email = context["assignee"]
         account_id = context.get("account_id") or self._find_account_id(run, email)
         context["account_id"] = account_id
-        field = "L2 assignee" if self._l2 else "assignee"
+        if self._holder(run.issue) == account_id:
+            # ``run.issue`` is loaded fresh whenever the execution actor (re)starts: on a resume
+            # after a restart whose first PUT landed, this is how we never assign twice (SPEC §7).
+            context["jira_outcome"] = "already assigned"
+        else:
+            self._write_to_jira(run, account_id)
+        context["jira_updated"] = True
+        self._record_dispatch(run, email)
+        self._remove_auto_assign_label(run)
+        return ActionResult.proceed()
+
+    def _write_to_jira(self, run: ActionRun, account_id: str) -> None:
+        # ``CallAbandoned`` (shutdown) is no DispatcherError and passes through untouched: the
+        # action stays ``executing`` and resumes after the restart (SPEC §7).
         try:
             if self._l2:
                 run.ports.jira.set_l2_assignee(run.issue.key, account_id)
             else:
                 run.ports.jira.assign(run.issue.key, account_id)
+        except OutcomeUnknown as exc:  # sent, answer lost: Jira may have acted (issue 7)
+            self._confirm_by_rereading(run, account_id, exc)
         except DispatcherError as exc:  # no engineer update (M§8.1)
-            raise ActionError(f"Jira refused to set the {field}: {exc.message}") from None
-        context["jira_updated"] = True
-        self._record_dispatch(run, email)
-        self._remove_auto_assign_label(run)
-        return ActionResult.proceed()
+            raise ActionError(f"Jira refused to set the {self._field}: {exc.message}") from None
+
+    def _confirm_by_rereading(self, run: ActionRun, account_id: str,
+                              unknown: OutcomeUnknown) -> None:
+        """The write's outcome is unknown: the issue as Jira now has it decides."""
+        first = f"setting the Jira {self._field} had an unknown outcome ({unknown.message})"
+        try:
+            issue = run.ports.jira.load_issue(run.issue.key)
+        except DispatcherError as exc:
+            raise ActionError(f"{first}, and re-reading the issue failed too: "
+                              f"{exc.message}") from None
+        if self._holder(issue) != account_id:
+            raise ActionError(f"{first}; re-reading the issue found the {self._field} is "
+                              f"{_describe_user(self._user(issue))}, not "
+                              f"{run.context['assign']['assignee']}")
+        run.context["assign"]["jira_outcome"] = "unknown; confirmed by re-reading the issue"
+
+    @property
+    def _field(self) -> str:
+        return "L2 assignee" if self._l2 else "assignee"
+
+    def _user(self, issue: Issue) -> JiraUser | None:
+        return issue.l2_assignee if self._l2 else issue.assignee
+
+    def _holder(self, issue: Issue) -> str | None:
+        """The account ID now in this action's field, or None."""
+        user = self._user(issue)
+        return user.account_id if user else None
 
     def _find_account_id(self, run: ActionRun, email: str) -> str:
         """No cached account: an exact email match in Jira, cached on the engineer."""
@@ -149,6 +189,12 @@ def _choose(candidates: list[Engineer], strategy: Strategy) -> tuple[Engineer, s
     if chosen.last_dispatched_at is None:
         return chosen, "round_robin: never dispatched before"
     return chosen, "round_robin: oldest last_dispatched_at"
+
+
+def _describe_user(user: JiraUser | None) -> str:
+    if user is None:
+        return "empty"
+    return user.email or user.display_name or user.account_id
 
 
 def _describe(receiver: dict) -> str:
