@@ -12,7 +12,13 @@ from types import FrameType
 import waitress
 
 from ticket_dispatcher.actors.clients import build_client_pools
-from ticket_dispatcher.actors.runtime import Ports, Runtime
+from ticket_dispatcher.actors.runtime import (
+    Deadline,
+    Ports,
+    Runtime,
+    await_stopped,
+    stop_remaining_actors,
+)
 from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.registry import product_registry
@@ -26,7 +32,7 @@ from ticket_dispatcher.integrations.sandbox import (
     service_urls,
 )
 from ticket_dispatcher.logging import configure_logging
-from ticket_dispatcher.store import Store
+from ticket_dispatcher.store import Store, connection_budget
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +50,14 @@ class Service:
         self.auth_enabled = _auth_enabled(config, sandbox=sandbox,
                                           insecure_no_auth=insecure_no_auth)
         self.clock = clock or SystemClock()
-        self.store = Store.open(config.database_url)
-        applied = self.store.migrate()
+        # One pool of connections, sized for every thread that may hold one at once (SPEC §9).
+        self.store = Store.open(config.database_url, max_connections=connection_budget(config))
+        try:
+            self.store.check_capacity(config)  # refuse what the database cannot serve
+            applied = self.store.migrate()
+        except BaseException:
+            self.store.close()
+            raise
         if applied:
             log.info("database migrated", extra={"reason": f"applied {applied}"})
         self.services = Services(store=self.store, config=config, clock=self.clock)
@@ -66,7 +78,9 @@ class Service:
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails
         except BaseException:
-            self._stop_clients()
+            for pool in self.clients.values():
+                pool.abandon()
+            await_stopped(self._stop_clients(), Deadline(5))
             self.server.close()
             self.store.close()
             raise
@@ -122,16 +136,27 @@ class Service:
             channel.close()
 
     def close(self) -> None:
-        """Stop accepting requests, then the actors, then the clients (nothing is marked
-        failed: running work resumes at the next start)."""
-        self.server.close()
-        self.runtime.stop()
-        self._stop_clients()
-        self.store.close()
+        """Stop everything within ``shutdown_timeout`` (SPEC §13), whatever is in flight.
 
-    def _stop_clients(self) -> None:
-        for pool in self.clients.values():
-            pool.stop()
+        The serving loop has already returned, so no request is taken any more. The actors
+        stop first (callers blocked on an integration are woken), then the client actors,
+        then whatever actor is left (the backstop). Nothing is marked failed: running work
+        stays ``executing`` and resumes at the next start. The store closes and the port is
+        released last, so no second instance can start beside one still stopping.
+        """
+        deadline = Deadline(self.config.shutdown_timeout.total_seconds())
+        try:
+            if not self.runtime.stop(deadline.remaining()):
+                log.warning("the actor runtime did not stop within the shutdown deadline")
+            await_stopped(self._stop_clients(), deadline)
+            stop_remaining_actors(deadline)
+        finally:
+            self.store.close()
+            self.server.close()
+
+    def _stop_clients(self) -> list:
+        """Tell every client actor to stop; the futures say when they have."""
+        return [future for pool in self.clients.values() for future in pool.stop(block=False)]
 
 
 def _auth_enabled(config: Config, *, sandbox: bool, insecure_no_auth: bool) -> bool:
@@ -149,7 +174,15 @@ def _auth_enabled(config: Config, *, sandbox: bool, insecure_no_auth: bool) -> b
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
+    # Once: a second signal must not cut the shutdown short, which has its own deadline.
+    signal.signal(signal.SIGTERM, _already_stopping)
+    signal.signal(signal.SIGINT, _already_stopping)
     raise SystemExit(0)
+
+
+def _already_stopping(signum: int, frame: FrameType | None) -> None:
+    """Ignored: the shutdown under way ends within ``shutdown_timeout`` (no logging here: a
+    signal handler must not take the logging lock the interrupted code may hold)."""
 
 
 def serve(config: Config, *, host: str | None = None, port: int | None = None,
@@ -162,6 +195,8 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None,
     try:
         service.run()
     finally:
-        log.info("shutting down")
+        log.info("shutting down", extra={
+            "deadline": f"{config.shutdown_timeout.total_seconds():g} s"})
         service.close()
+        log.info("stopped")
     return 0

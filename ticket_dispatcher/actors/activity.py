@@ -1,14 +1,51 @@
-"""Counts work in flight through the actor system, so "wait until settled" is one bounded call.
+"""Counts the messages in flight through the actor system, so "wait until settled" is one
+bounded call, and is the one way actors tell each other things.
 
-Every unit of work (a trigger to process, an execution run) calls ``begin`` before it is told to
-an actor and ``end`` when its handler has finished with it. The harness and shutdown wait on the
-count reaching zero instead of sleeping.
+``Activity.tell(ref, message)`` begins a unit of activity and sends the message wrapped with
+its ``Ticket``; the receiving ``TrackedActor`` ends that ticket exactly once, when its handler
+has returned or raised. A handler that sends a message before it returns keeps the count above
+zero, so a chain of work (a trigger creating executions, an execution stepping, a finished one
+freeing a slot for the next) is in flight until its last message is handled. The harness and
+the benches wait on the count reaching zero instead of sleeping.
 """
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+log = logging.getLogger(__name__)
+
+
+class ActivityError(RuntimeError):
+    """A ticket ended twice: a bug in the runtime, never clamped away."""
+
+
+class Ticket:
+    """One told message's share of the activity count."""
+
+    __slots__ = ("_activity", "_ended")
+
+    def __init__(self, activity: Activity):
+        self._activity = activity
+        self._ended = False
+
+    def end(self) -> None:
+        self._activity._end(self)
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """A told message and the ticket its handler ends."""
+
+    message: Any
+    ticket: Ticket
 
 
 class Activity:
@@ -16,13 +53,26 @@ class Activity:
         self._count = 0
         self._cond = threading.Condition()
 
-    def begin(self) -> None:
+    def tell(self, ref: pykka.ActorRef, message: Any) -> bool:
+        """Tell ``message`` to ``ref`` as one unit of activity; False (and nothing in flight)
+        when the actor has already stopped, which only happens while shutting down."""
+        ticket = Ticket(self)
         with self._cond:
             self._count += 1
+        try:
+            ref.tell(Tracked(message, ticket))
+        except pykka.ActorDeadError:
+            ticket.end()
+            log.debug("%s not delivered: %s has stopped", type(message).__name__, ref)
+            return False
+        return True
 
-    def end(self) -> None:
+    def _end(self, ticket: Ticket) -> None:
         with self._cond:
-            self._count = max(self._count - 1, 0)
+            if ticket._ended:
+                raise ActivityError("a message's activity was ended twice")
+            ticket._ended = True
+            self._count -= 1
             self._cond.notify_all()
 
     @property
@@ -35,6 +85,50 @@ class Activity:
         return self.wait_for(lambda: self._count == 0, timeout)
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Block until ``predicate`` holds, re-checking it each time a unit of work ends."""
+        """Block until ``predicate`` holds, re-checking it each time a message is handled."""
         with self._cond:
             return self._cond.wait_for(predicate, timeout=timeout)
+
+
+class TrackedActor(pykka.ThreadingActor):
+    """An actor whose told messages come through ``Activity.tell``; subclasses implement
+    ``handle``. Asks arrive unwrapped (their asker waits for the answer, so they need no count).
+
+    Daemon threads: shutdown stops every actor within one deadline and sweeps the registry
+    (``Runtime.stop``); a thread stuck past that must not keep the process alive.
+    """
+
+    use_daemon_thread = True
+
+    def on_receive(self, message: Any) -> Any:
+        if not isinstance(message, Tracked):
+            return self.handle(message)
+        try:
+            return self.handle(message.message)
+        finally:
+            message.ticket.end()
+
+    def handle(self, message: Any) -> Any:
+        raise NotImplementedError
+
+    def on_stop(self) -> None:
+        self.drop_unhandled()
+
+    def on_failure(self, *exc_info: Any) -> None:
+        self.drop_unhandled()
+
+    def drop_unhandled(self) -> None:
+        """pykka drops told messages still in the inbox of a stopped actor; end their tickets
+        so the count stays true. Asks are put back for pykka to answer with ActorDeadError."""
+        asks = []
+        while True:
+            try:
+                envelope = self.actor_inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(envelope.message, Tracked):
+                envelope.message.ticket.end()
+            else:
+                asks.append(envelope)
+        for envelope in asks:
+            self.actor_inbox.put(envelope)

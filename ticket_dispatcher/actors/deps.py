@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from ticket_dispatcher.actors.activity import Activity
@@ -23,6 +24,8 @@ class RuntimeDeps:
     ports: Any  # integrations: ``ports.jira.load_issue(key) -> Issue`` and the action clients
     scheduler: Scheduler
     activity: Activity
+    # Set once the shutdown begins: no new step, claim or execution actor starts after it.
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def behavior(self) -> Behavior:
         return Behavior(self.registry, self.store.executions, self.clock.now, ports=self.ports)

@@ -3,6 +3,11 @@
 One actor per *running* execution (SPEC §3). Each behavior step is its own message, so a cancel
 told meanwhile is seen before the next step. Everything it reports goes up to the pool as a
 ``tell``; a crash is caught here and reported, never left to kill the actor silently.
+
+It holds no database connection of its own: each checkpoint is one short unit of work on a
+pooled connection, so none is held across a Jira, Lark, Oncall or Core call (SPEC §7, M§10).
+When the runtime stops, it starts no further step, and a step whose integration call was
+abandoned ends where it is: the action stays ``executing`` and resumes after the restart.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from datetime import datetime, timedelta
 
 import pykka
 
+from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import Cancel, Crashed, Finished, Parked, Progress, Step
 from ticket_dispatcher.domain.behavior import StepKind
@@ -23,7 +29,7 @@ from ticket_dispatcher.domain.execution import (
     RuleOutcome,
 )
 from ticket_dispatcher.domain.model import Issue
-from ticket_dispatcher.errors import Conflict, DispatcherError, NotFound
+from ticket_dispatcher.errors import CallAbandoned, Conflict, DispatcherError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +42,7 @@ def load_backoff(attempt: int) -> timedelta:
     return min(LOAD_BACKOFF_START * (2 ** max(attempt - 1, 0)), LOAD_BACKOFF_MAX)
 
 
-class ExecutionActor(pykka.ThreadingActor):
+class ExecutionActor(TrackedActor):
     def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef):
         super().__init__()
         self.execution_id = execution_id
@@ -47,16 +53,7 @@ class ExecutionActor(pykka.ThreadingActor):
         self._issue: Issue | None = None
         self._cancel_reason: str | None = None
 
-    def on_start(self) -> None:
-        self.actor_ref.tell(Step())
-
-    def on_stop(self) -> None:
-        self._deps.store.db.close()
-
-    def on_failure(self, *exc_info) -> None:
-        self._deps.store.db.close()
-
-    def on_receive(self, message):
+    def handle(self, message):
         if isinstance(message, Cancel):
             self._cancel_reason = message.reason
         elif isinstance(message, Step):
@@ -64,19 +61,25 @@ class ExecutionActor(pykka.ThreadingActor):
 
     def _guarded(self, work) -> None:
         try:
-            # The unit of work is this run (until it finishes or parks): one connection for
-            # all its checkpoints instead of one per step, closed when the actor stops.
-            self._deps.store.db.connect(reuse_if_open=True)
             work()
+        except CallAbandoned:  # shutting down: the checkpoint stays as it is (SPEC §7)
+            log.info("execution stopped mid-step for shutdown; it resumes after the restart",
+                     extra={"execution_id": self.execution_id})
         except Exception as exc:  # report up, then stop: the supervisor decides on a restart
+            if self._deps.stopping.is_set():  # e.g. the pool or the store already closed
+                log.info("execution stopped for shutdown", extra={
+                    "execution_id": self.execution_id, "reason": type(exc).__name__})
+                return
             log.exception("execution actor crashed", extra={"execution_id": self.execution_id})
             self._report(Crashed(self.execution_id, f"{type(exc).__name__}: {exc}"))
 
     def _report(self, message) -> None:
-        self._pool.tell(message)
+        self._deps.activity.tell(self._pool, message)
         self.stop()
 
     def _step(self) -> None:
+        if self._deps.stopping.is_set():
+            return  # the shutdown stops this actor next; the store has the last checkpoint
         if self._execution is None and not self._load():
             return
         execution = self._execution
@@ -88,9 +91,10 @@ class ExecutionActor(pykka.ThreadingActor):
         except Conflict:  # already terminal in the store (cancelled elsewhere)
             return self._report(Finished(self.execution_id))
         if step.kind is StepKind.ADVANCED:
-            self._pool.tell(Progress(self.execution_id, execution.issue_key,
-                                     execution.policy_id, *_position(execution)))
-            self.actor_ref.tell(Step())
+            self._deps.activity.tell(self._pool, Progress(
+                self.execution_id, execution.issue_key, execution.policy_id,
+                *_position(execution)))
+            self._deps.activity.tell(self.actor_ref, Step())
         elif step.kind is StepKind.PARKED:
             self._report(Parked(self.execution_id, step.wake_at))
         else:

@@ -1,4 +1,8 @@
-"""The messages actors exchange. Requests flow down with ``ask``; reports flow up with ``tell``."""
+"""The messages actors exchange. Requests flow down with ``ask``; reports flow up with ``tell``.
+
+Every ``tell`` goes through ``Activity.tell`` (actors/activity.py), which counts it in flight
+until its handler returns.
+"""
 
 from __future__ import annotations
 
@@ -45,6 +49,11 @@ class CancelExecution:  # ask, from the admin API; answers "applied" | "signalle
 
 @dataclass(frozen=True)
 class PoolStatus:  # ask; answers a dict for GET /admin/actors
+    pass
+
+
+@dataclass(frozen=True)
+class RunningActors:  # ask, from the shutdown; answers the refs of the running execution actors
     pass
 
 
@@ -100,11 +109,6 @@ class ChildCrashed:
 
 @dataclass(frozen=True)
 class Boot:  # ask, from the runtime: start children and recover; raises when recovery fails
-    pass
-
-
-@dataclass(frozen=True)
-class Shutdown:  # ask, from the runtime: stop children in reverse order
     pass
 
 

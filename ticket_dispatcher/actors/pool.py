@@ -3,9 +3,12 @@
 - At most ``execution_slots`` ExecutionActors run at once; the rest wait in FIFO order.
 - An execution ID that is queued or running is never queued again (dedupe, M§11).
 - Parked executions hold no slot; a scheduler timer tells ``Wake`` at their ``wake_at``.
-- Creating executions is serialized here (SPEC §3): the busy check and the insert happen in this
-  one thread, and the ``live_lock_key`` UNIQUE index guards against anything else. Enqueueing
-  happens only after the creating transaction has committed, in creation order.
+- Creating executions is serialized here (SPEC §3): the busy check (``domain.admission``) and
+  the insert happen in this one thread, and the ``live_lock_key`` UNIQUE index guards against
+  anything else. Enqueueing happens only after the creating transaction has committed, in
+  creation order.
+- While the runtime stops, no new execution actor starts: what is queued stays ``created`` or
+  ``executing`` in the store and boot recovery picks it up.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from datetime import datetime
 
 import pykka
 
+from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.execution import ExecutionActor
 from ticket_dispatcher.actors.messages import (
@@ -31,8 +35,11 @@ from ticket_dispatcher.actors.messages import (
     Parked,
     PoolStatus,
     Progress,
+    RunningActors,
+    Step,
     Wake,
 )
+from ticket_dispatcher.domain.admission import Outcome, admit
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.timeutil import format_time
 from ticket_dispatcher.errors import Conflict, NotFound
@@ -51,7 +58,7 @@ class Running:
     action: str = ""
 
 
-class ExecutionPool(pykka.ThreadingActor):
+class ExecutionPool(TrackedActor):
     def __init__(self, deps: RuntimeDeps, supervisor: pykka.ActorRef | None = None):
         super().__init__()
         self._deps = deps
@@ -62,15 +69,7 @@ class ExecutionPool(pykka.ThreadingActor):
         self._running: dict[int, Running] = {}
         self._parked: dict[int, datetime] = {}
 
-    def on_stop(self) -> None:
-        """Shutdown is not a failure: running actions stay ``executing`` for recovery (SPEC §7)."""
-        for running in self._running.values():
-            try:
-                running.ref.stop(block=True, timeout=30)
-            except pykka.Timeout:
-                log.warning("an execution actor did not stop within 30 s")
-
-    def on_receive(self, message):
+    def handle(self, message):
         try:
             return self._handle(message)
         except Exception:
@@ -95,30 +94,30 @@ class ExecutionPool(pykka.ThreadingActor):
                 self._release(execution_id)
                 self._park(execution_id, wake_at)
             case Crashed(execution_id, error):
-                self._release(execution_id, done=False)
+                self._release(execution_id)
                 if self._supervisor is not None:
-                    self._supervisor.tell(ChildCrashed(execution_id, error))
-                else:
-                    self._deps.activity.end()
+                    self._deps.activity.tell(self._supervisor, ChildCrashed(execution_id, error))
             case CreateExecutions():
                 return self._create(message)
             case CancelExecution(execution_id, reason):
                 return self._cancel(execution_id, reason)
             case PoolStatus():
                 return self._status()
+            case RunningActors():  # for the shutdown, which stops them all under one deadline
+                return [running.ref for running in self._running.values()]
 
     # -- queue and slots ----------------------------------------------------------------------
 
     def _enqueue(self, execution_id: int) -> None:
-        """Takes over one unit of ``activity`` begun by whoever told us."""
         if execution_id in self._queued or execution_id in self._running:
-            self._deps.activity.end()  # dedupe: it will run (or is running) anyway
-            return
+            return  # dedupe: it will run (or is running) anyway
         self._queue.append((execution_id, self._deps.clock.now()))
         self._queued.add(execution_id)
         self._fill_slots()
 
     def _fill_slots(self) -> None:
+        if self._deps.stopping.is_set():
+            return
         while self._queue and len(self._running) < self._slots:
             execution_id, _ = self._queue.popleft()
             self._queued.discard(execution_id)
@@ -128,10 +127,10 @@ class ExecutionPool(pykka.ThreadingActor):
         # The actor loads its checkpoint itself and reports issue, policy and position.
         ref = ExecutionActor.start(execution_id, self._deps, self.actor_ref)
         self._running[execution_id] = Running(ref, since=self._deps.clock.now())
+        self._deps.activity.tell(ref, Step())  # told from here, so the run is in flight at once
 
-    def _release(self, execution_id: int, done: bool = True) -> None:
-        if self._running.pop(execution_id, None) is not None and done:
-            self._deps.activity.end()
+    def _release(self, execution_id: int) -> None:
+        self._running.pop(execution_id, None)
         self._fill_slots()
 
     def _park(self, execution_id: int, wake_at: datetime) -> None:
@@ -139,8 +138,7 @@ class ExecutionPool(pykka.ThreadingActor):
         activity, ref = self._deps.activity, self.actor_ref
 
         def wake() -> None:
-            activity.begin()
-            ref.tell(Wake(execution_id))
+            activity.tell(ref, Wake(execution_id))
 
         self._deps.scheduler.call_at(wake_at, wake, label="wake")
 
@@ -151,39 +149,40 @@ class ExecutionPool(pykka.ThreadingActor):
         trigger = request.trigger
         with unit_of_work(store.db):
             keys = [e.live_lock_key for e in request.executions if e.live_lock_key]
-            busy = store.executions.busy_lock_keys(keys)
-            idle = [e for e in request.executions if e.live_lock_key not in busy]
-            if busy and request.explicit:
-                reason = f"policy {request.executions[0].policy_id} already has a live " \
-                         f"execution for {trigger.issue_key}"
-                store.triggers.fail(trigger.id, reason, now)
-                return CreationResult(outcome="failed", reason=reason)
-            if busy and request.reserved_label and request.reserved_label in request.issue_labels:
+            admission = admit(request.executions, store.executions.busy_lock_keys(keys),
+                              explicit=request.explicit, role_label=request.reserved_label,
+                              issue_labels=request.issue_labels)
+            if admission.outcome is Outcome.CONFLICT:
+                store.triggers.fail(trigger.id, admission.reason, now)
+                return CreationResult(outcome="failed", reason=admission.reason)
+            if admission.outcome is Outcome.DEFERRED:
                 until = now + self._deps.config.trigger_defer_interval
                 store.triggers.defer(trigger.id, until, now)
-                return CreationResult(outcome="deferred",
-                                      reason=f"a live notification workflow is running; "
-                                             f"deferred until {format_time(until)}")
+                return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "
+                                                                 f"until {format_time(until)}")
+            idle = [request.executions[i] for i in admission.admitted]
             try:
                 # the missing default context is persisted for live runs only (M§4.2)
                 ids = store.executions.create(trigger.id, idle, issue_key=trigger.issue_key,
                                               ensure_context=bool(idle) and trigger.dryrun is None,
-                                              now=now)
+                                              now=now, reason=admission.reason)
             except Conflict as exc:  # another writer won a lock key between check and insert
                 store.triggers.fail(trigger.id, exc.message, now)
                 return CreationResult(outcome="failed", reason=exc.message)
         for execution_id in ids:  # only after commit, in creation order
-            self._deps.activity.begin()
             self._enqueue(execution_id)
-        return CreationResult(execution_ids=ids)
+        return CreationResult(execution_ids=ids, reason=admission.reason)
 
     # -- cancel and status ------------------------------------------------------------------------
 
     def _cancel(self, execution_id: int, reason: str) -> str:
         """An outcome, not an exception: expected answers must not read as actor failures."""
         if running := self._running.get(execution_id):
-            running.ref.tell(Cancel(reason))
-            return "signalled"
+            try:  # a flag for its next step; the step chain itself is what is in flight
+                running.ref.tell(Cancel(reason))
+                return "signalled"
+            except pykka.ActorDeadError:
+                pass  # it has just finished: decide on the stored state below
         with unit_of_work(self._deps.store.db):
             try:
                 execution = self._deps.store.executions.get(execution_id)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterable
 from typing import Any
 
 import pykka
@@ -14,7 +16,7 @@ from ticket_dispatcher.actors.messages import (
     CancelExecution,
     Enqueue,
     PoolStatus,
-    Shutdown,
+    RunningActors,
 )
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.actors.supervisor import Supervisor
@@ -23,6 +25,7 @@ from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import Trigger
+from ticket_dispatcher.domain.timeutil import format_time
 from ticket_dispatcher.errors import Conflict, IntegrationError, NotFound
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.database import unit_of_work
@@ -30,6 +33,37 @@ from ticket_dispatcher.store.database import unit_of_work
 log = logging.getLogger(__name__)
 
 ASK_TIMEOUT = 30  # seconds an HTTP request waits on an actor before giving up
+
+
+class Deadline:
+    """One monotonic deadline shared by every step of a shutdown."""
+
+    def __init__(self, seconds: float):
+        self._at = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return max(0.0, self._at - time.monotonic())
+
+
+def await_stopped(futures: Iterable[pykka.Future], deadline: Deadline) -> bool:
+    """Wait for actor stop futures within what remains of ``deadline`` (``pykka.get_all``
+    would give each future the whole timeout); False when time ran out first."""
+    try:
+        for future in futures:
+            future.get(timeout=deadline.remaining())
+    except pykka.Timeout:
+        return False
+    return True
+
+
+def stop_remaining_actors(deadline: Deadline) -> None:
+    """The backstop of SPEC §3: stop every actor still registered and name the ones that did
+    not stop in time (their threads are daemons, so they cannot hold the process)."""
+    if await_stopped(pykka.ActorRegistry.stop_all(block=False), deadline):
+        return
+    alive = sorted(ref.actor_class.__name__ for ref in pykka.ActorRegistry.get_all())
+    log.warning("shutdown deadline reached; abandoning actors still inside a call: %s",
+                ", ".join(alive) or "none")
 
 
 class Unconfigured:
@@ -41,6 +75,9 @@ class Unconfigured:
 
     def stats(self) -> dict:
         return {"configured": False}
+
+    def abandon(self) -> None:
+        pass
 
     def __getattr__(self, method: str):
         def fail(*args: Any, **kwargs: Any):
@@ -61,6 +98,13 @@ class Ports:
         self.core = core or Unconfigured("core")
         for name, value in more.items():
             setattr(self, name, value)
+
+    def abandon(self) -> None:
+        """Shutdown: wake every caller still waiting on an integration (``CallAbandoned``)."""
+        for port in (self.jira, self.lark, self.oncall, self.core):
+            abandon = getattr(port, "abandon", None)
+            if callable(abandon):
+                abandon()
 
 
 class Runtime:
@@ -89,16 +133,35 @@ class Runtime:
             raise
         self.recovered = True
 
-    def stop(self, timeout: float = 30) -> None:
-        """Stop in reverse order. Nothing is marked failed; running work resumes at next boot."""
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop every actor of the runtime within ``timeout`` (default ``shutdown_timeout``);
+        False when some did not stop in time.
+
+        No new step, claim or execution starts once this begins; callers blocked on an
+        integration are woken; every actor is told to stop without blocking and their futures
+        are awaited together. Nothing is marked failed: running work stays ``executing`` and
+        resumes at the next boot (SPEC §7).
+        """
         if self._supervisor is None:
-            return
+            return True
+        if timeout is None:
+            timeout = self.deps.config.shutdown_timeout.total_seconds()
+        deadline = Deadline(timeout)
         supervisor, self._supervisor = self._supervisor, None
-        try:
-            supervisor.ask(Shutdown(), timeout=timeout)
-        finally:
-            supervisor.stop()
         self.recovered = False
+        self.deps.stopping.set()
+        self.scheduler.stop()
+        self.deps.ports.abandon()
+        futures = self._triggers.stop() if self._triggers is not None else []
+        if self._pool is not None:
+            try:
+                running = self._pool.ask(RunningActors(), timeout=deadline.remaining())
+            except (pykka.Timeout, pykka.ActorDeadError):
+                running = []
+            futures += [ref.stop(block=False) for ref in running]
+            futures.append(self._pool.stop(block=False))
+        futures.append(supervisor.stop(block=False))
+        return await_stopped(futures, deadline)
 
     def accept_trigger(self, source: str, issue_key: str, *, policy_id: int | None = None,
                        dryrun: dict | None = None) -> Trigger:
@@ -113,8 +176,7 @@ class Runtime:
 
     def enqueue(self, execution_id: int) -> None:
         """Queue an execution to run (a no-op while it is already queued or running)."""
-        self.activity.begin()
-        self._pool.tell(Enqueue(execution_id))
+        self.activity.tell(self._pool, Enqueue(execution_id))
 
     def cancel(self, execution_id: int, reason: str) -> str:
         """"applied" when it was not running, "signalled" when its actor stops at its next step;
@@ -135,7 +197,7 @@ class Runtime:
         return {
             "supervisor": {"alive": self._supervisor.is_alive(), "recovered": self.recovered,
                            "in_flight": self.activity.in_flight},
-            "scheduler": {"timers": timers, "next_at": next_timer and next_timer.isoformat()},
+            "scheduler": {"timers": timers, "next_at": format_time(next_timer)},
             "pool": {k: v for k, v in pool.items() if k != "running"},
             "executions": pool["running"],
             "trigger_actors": self._triggers.status(),

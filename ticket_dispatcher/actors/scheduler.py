@@ -37,12 +37,11 @@ class Scheduler:
         self._thread.start()
 
     def stop(self) -> None:
+        """Drop every timer and let the thread end; never blocks (a callback only tells)."""
         with self._cond:
             self._stopped = True
             self._heap.clear()
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
     def call_at(self, when: datetime, callback: Callable[[], None], label: str = "") -> None:
         with self._cond:

@@ -2,9 +2,9 @@
 
 Start-up order (SPEC §3, M§11): scheduler → execution pool → trigger actors → boot recovery of
 executions (creation order; parked ones at their ``wake_at``) and of pending/processing
-triggers → the periodic trigger poll. Shutdown stops the same children in reverse. A crashed
-execution is re-enqueued from its checkpoint at most ``actor_restarts`` times, then failed with
-``internal_error``.
+triggers → the periodic trigger poll. ``Runtime.stop`` stops the same children in reverse,
+under one deadline. A crashed execution is re-enqueued from its checkpoint at most
+``actor_restarts`` times, then failed with ``internal_error``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 
 import pykka
 
+from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import (
     Boot,
@@ -20,7 +21,6 @@ from ticket_dispatcher.actors.messages import (
     Enqueue,
     Parked,
     PollTriggers,
-    Shutdown,
 )
 from ticket_dispatcher.actors.pool import ExecutionPool
 from ticket_dispatcher.actors.trigger import TriggerRouter
@@ -30,18 +30,18 @@ from ticket_dispatcher.store.database import unit_of_work
 log = logging.getLogger(__name__)
 
 
-class Supervisor(pykka.ThreadingActor):
+class Supervisor(TrackedActor):
     def __init__(self, deps: RuntimeDeps):
         super().__init__()
         self._deps = deps
         self.pool: pykka.ActorRef | None = None
         self.triggers: TriggerRouter | None = None
 
-    def on_receive(self, message):
+    def handle(self, message):
         if isinstance(message, Boot):
             return self._boot()  # an ask: a failure propagates to the caller
-        if isinstance(message, Shutdown):
-            return self._shutdown()
+        if self._deps.stopping.is_set():
+            return  # boot recovery at the next start covers what this would have done
         try:
             with unit_of_work(self._deps.store.db):
                 if isinstance(message, ChildCrashed):
@@ -50,9 +50,6 @@ class Supervisor(pykka.ThreadingActor):
                     self._poll()
         except Exception:
             log.exception("supervisor failed on %s", type(message).__name__)
-        finally:
-            if isinstance(message, PollTriggers):
-                self._deps.activity.end()
 
     def _boot(self) -> tuple[pykka.ActorRef, TriggerRouter]:
         deps = self._deps
@@ -65,10 +62,9 @@ class Supervisor(pykka.ThreadingActor):
         now = deps.clock.now()
         for execution_id, wake_at in executions:
             if wake_at is not None and wake_at > now:
-                self.pool.tell(Parked(execution_id, wake_at))
+                deps.activity.tell(self.pool, Parked(execution_id, wake_at))
             else:
-                deps.activity.begin()
-                self.pool.tell(Enqueue(execution_id))
+                deps.activity.tell(self.pool, Enqueue(execution_id))
         for trigger_id in triggers:
             self.triggers.submit(trigger_id, recovering=True)
         log.info("boot recovery done", extra={
@@ -80,8 +76,7 @@ class Supervisor(pykka.ThreadingActor):
         deps, ref = self._deps, self.actor_ref
 
         def poll() -> None:
-            deps.activity.begin()
-            ref.tell(PollTriggers())
+            deps.activity.tell(ref, PollTriggers())
 
         deps.scheduler.call_at(deps.clock.now() + deps.config.trigger_poll_interval, poll,
                                label="trigger-poll")
@@ -101,24 +96,13 @@ class Supervisor(pykka.ThreadingActor):
         except Exception:  # the database is down too: boot recovery will pick it up
             log.exception("cannot record a crash; the execution waits for the next start",
                           extra={"execution_id": crash.execution_id})
-            deps.activity.end()
             return
         if restarts <= deps.config.actor_restarts:
             log.warning("restarting crashed execution from its checkpoint", extra={
                 "execution_id": crash.execution_id, "attempt": restarts, "reason": crash.error})
-            self.pool.tell(Enqueue(crash.execution_id))  # takes over the crashed run's activity
+            deps.activity.tell(self.pool, Enqueue(crash.execution_id))
             return
-        try:
-            execution = deps.store.executions.get(crash.execution_id)
-            if not execution.status.terminal:
-                deps.behavior().abort(execution, FailureCode.INTERNAL_ERROR,
-                                      f"crashed {restarts} times; last error: {crash.error}")
-        finally:
-            deps.activity.end()
-
-    def _shutdown(self) -> None:
-        if self.triggers is not None:
-            self.triggers.stop()
-        if self.pool is not None:
-            self.pool.stop()
-        self._deps.scheduler.stop()
+        execution = deps.store.executions.get(crash.execution_id)
+        if not execution.status.terminal:
+            deps.behavior().abort(execution, FailureCode.INTERNAL_ERROR,
+                                  f"crashed {restarts} times; last error: {crash.error}")

@@ -1,24 +1,29 @@
 """TriggerActors: claim a pending trigger, load the issue, match, hand executions to the pool.
 
 ``TriggerProcessor`` holds the logic (SPEC §5, M§4); ``TriggerActor`` is the thin actor around
-it, and ``TriggerRouter`` spreads triggers over the pool of actors.
+it, and ``TriggerRouter`` hands each trigger to an idle actor or queues it, first in first out,
+for the first actor that frees, so a trigger never waits behind a slow issue load of another.
+
+No database connection is held across the issue load or the creation ask: every store call is
+its own short unit of work (SPEC §7, M§10). A trigger whose processing the shutdown interrupts
+stays ``processing`` (or ``pending``) and boot recovery takes it over.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
+from collections import deque
 
 import pykka
 
+from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
 from ticket_dispatcher.domain.execution import Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
 from ticket_dispatcher.domain.matching import match_policies
-from ticket_dispatcher.errors import DispatcherError, NotFound
-from ticket_dispatcher.store.database import unit_of_work
+from ticket_dispatcher.errors import CallAbandoned, DispatcherError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +36,16 @@ class TriggerProcessor:
         self._pool = pool
 
     def process(self, trigger_id: int, recovering: bool = False) -> None:
+        if self._deps.stopping.is_set():
+            return  # still pending: the poll or boot recovery picks it up
         store, now = self._deps.store, self._deps.clock.now()
         trigger = store.triggers.claim(trigger_id, now, recovering=recovering)
         if trigger is None:
             return  # another actor has it, it is not due yet, or it is already done
         try:
             self._process(trigger)
+        except (CallAbandoned, pykka.ActorDeadError):  # shutdown: boot recovery takes it over
+            log.info("trigger left processing for shutdown", extra={"trigger_id": trigger.id})
         except Exception:
             log.exception("trigger processing failed", extra={"trigger_id": trigger.id})
             store.triggers.fail(trigger.id, "internal error while processing the trigger",
@@ -75,43 +84,61 @@ class TriggerProcessor:
             "reason": result.reason or f"{result.outcome}: executions {result.execution_ids}"})
 
 
-class TriggerActor(pykka.ThreadingActor):
-    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef):
+class TriggerActor(TrackedActor):
+    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, router: TriggerRouter):
         super().__init__()
         self._deps = deps
         self._processor = TriggerProcessor(deps, pool)
+        self._router = router
 
-    def on_receive(self, message):
+    def handle(self, message):
         if not isinstance(message, ProcessTrigger):
             return
         try:
-            with unit_of_work(self._deps.store.db):
-                self._processor.process(message.trigger_id, message.recovering)
+            self._processor.process(message.trigger_id, message.recovering)
         except Exception:  # never let one trigger stop the actor
             log.exception("trigger actor failed", extra={"trigger_id": message.trigger_id})
         finally:
-            self._deps.activity.end()
+            # Told before this message's activity ends, so a queued trigger is never idle time.
+            if (following := self._router.next_for(self.actor_ref)) is not None:
+                self._deps.activity.tell(self.actor_ref, following)
 
 
 class TriggerRouter:
-    """Round-robin over the trigger actors; counts what is in flight for the admin view."""
+    """An idle trigger actor gets the trigger at once; when all are busy it waits in one FIFO
+    queue, and the first actor to finish takes it (``next_for``)."""
 
     def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, size: int):
         self._deps = deps
-        self._actors = [TriggerActor.start(deps, pool) for _ in range(size)]
-        self._next = itertools.cycle(self._actors)
         self._lock = threading.Lock()
+        self._queue: deque[ProcessTrigger] = deque()
+        self._actors = [TriggerActor.start(deps, pool, self) for _ in range(size)]
+        self._idle: list[pykka.ActorRef] = list(self._actors)
 
     def submit(self, trigger_id: int, recovering: bool = False) -> None:
-        self._deps.activity.begin()
+        message = ProcessTrigger(trigger_id, recovering)
         with self._lock:
-            actor = next(self._next)
-        actor.tell(ProcessTrigger(trigger_id, recovering))
+            if not self._idle:
+                self._queue.append(message)
+                return
+            actor = self._idle.pop()
+        self._deps.activity.tell(actor, message)
 
-    def stop(self) -> None:
-        for actor in self._actors:
-            actor.stop()
+    def next_for(self, actor: pykka.ActorRef) -> ProcessTrigger | None:
+        """The queued trigger ``actor`` should take now, or None (and it is idle again)."""
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+            self._idle.append(actor)
+            return None
+
+    def stop(self) -> list[pykka.Future]:
+        """Tell every trigger actor to stop; the futures say when they have."""
+        return [actor.stop(block=False) for actor in self._actors]
 
     def status(self) -> dict:
-        return {"actors": len(self._actors),
+        with self._lock:
+            idle, queued = len(self._idle), len(self._queue)
+        return {"actors": len(self._actors), "busy": len(self._actors) - idle,
+                "queue_length": queued,
                 "alive": sum(1 for actor in self._actors if actor.is_alive())}

@@ -6,6 +6,7 @@ import re
 
 import falcon
 
+from ticket_dispatcher.domain.admission import LockCandidate, Outcome, admit
 from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus
 from ticket_dispatcher.domain.fanout import reserved_role
 from ticket_dispatcher.domain.matching import lock_key
@@ -101,8 +102,14 @@ class TriggerCollection:
         except NotFound:
             raise InvalidInput(f"policy {policy_id} does not exist",
                                [Problem("policy_id", "no such policy")]) from None
-        if live and store.executions.busy_lock_keys([lock_key(policy, issue_key)]):
-            raise Conflict(f"policy {policy_id} already has a live execution for {issue_key}")
+        if not live:
+            return  # dry-runs are never excluded (SPEC §5.6)
+        # The pool decides again when it creates the execution; this answers 409 early.
+        candidate = LockCandidate(policy_id, issue_key, lock_key(policy, issue_key))
+        admission = admit([candidate], store.executions.busy_lock_keys(
+            [candidate.live_lock_key]), explicit=True)
+        if admission.outcome is Outcome.CONFLICT:
+            raise Conflict(admission.reason)
 
 
 class TriggerItem:

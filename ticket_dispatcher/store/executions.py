@@ -55,9 +55,10 @@ class ExecutionRepository:
             return {row.live_lock_key for row in query}
 
     def create(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
-               ensure_context: bool, now: datetime) -> list[int]:
+               ensure_context: bool, now: datetime, reason: str = "") -> list[int]:
         """Insert the executions (in order) with every rule execution, the default context when
-        asked and missing, and complete the trigger with their IDs — all or nothing.
+        asked and missing, and complete the trigger with their IDs (and ``reason``, e.g. the
+        busy policies it skipped) — all or nothing.
 
         Raises ``Conflict`` when a live lock key is already held (nothing is written).
         """
@@ -68,7 +69,7 @@ class ExecutionRepository:
                 if ensure_context:
                     self._contexts.ensure_default(issue_key, now)
                 (TriggerRow.update(status=TriggerStatus.COMPLETED.value,
-                                   output_json={"execution_ids": ids}, failure_reason="",
+                                   output_json={"execution_ids": ids}, failure_reason=reason,
                                    updated_at=now, completed_at=now)
                  .where(TriggerRow.id == trigger_id).execute())
         except peewee.IntegrityError:

@@ -1,0 +1,95 @@
+"""Activity is tracked per told message: begun when sent, ended once when handled."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ticket_dispatcher.actors.activity import Activity, ActivityError, Ticket, TrackedActor
+
+
+class Blocking(TrackedActor):
+    """Handles each message by waiting for the test to open the gate."""
+
+    def __init__(self, gate: threading.Event, entered: threading.Event):
+        super().__init__()
+        self._gate, self._entered = gate, entered
+        self.handled: list[str] = []
+
+    def handle(self, message):
+        self._entered.set()
+        assert self._gate.wait(10), "the test never opened the gate"
+        self.handled.append(message)
+
+
+@pytest.fixture
+def blocking():
+    gate, entered = threading.Event(), threading.Event()
+    ref = Blocking.start(gate, entered)
+    yield ref, gate, entered
+    gate.set()
+    ref.stop(timeout=10)
+
+
+def test_a_told_message_is_in_flight_until_its_handler_returns(blocking):
+    ref, gate, entered = blocking
+    activity = Activity()
+
+    assert activity.tell(ref, "work")
+    assert entered.wait(10)
+    assert activity.in_flight == 1 and not activity.wait_idle(0)
+    gate.set()
+
+    assert activity.wait_idle(10)
+    assert activity.in_flight == 0
+
+
+def test_ending_the_same_message_twice_is_an_error():
+    activity = Activity()
+    ticket = Ticket(activity)
+    with activity._cond:  # a ticket as Activity.tell makes it
+        activity._count += 1
+    ticket.end()
+
+    with pytest.raises(ActivityError):
+        ticket.end()
+    assert activity.in_flight == 0
+
+
+def test_a_message_to_a_stopped_actor_is_not_left_in_flight(blocking):
+    ref, gate, _ = blocking
+    gate.set()
+    ref.stop(timeout=10)
+    activity = Activity()
+
+    assert activity.tell(ref, "late") is False
+    assert activity.in_flight == 0
+
+
+class Failing(TrackedActor):
+    """Crashes on its first message, while more wait in its inbox."""
+
+    def __init__(self, gate: threading.Event, entered: threading.Event):
+        super().__init__()
+        self._gate, self._entered = gate, entered
+
+    def handle(self, message):
+        self._entered.set()
+        assert self._gate.wait(10), "the test never opened the gate"
+        raise RuntimeError("boom")
+
+
+def test_messages_left_in_the_inbox_of_a_crashed_actor_end_their_activity():
+    gate, entered = threading.Event(), threading.Event()
+    ref = Failing.start(gate, entered)
+    activity = Activity()
+    activity.tell(ref, "first")
+    assert entered.wait(10)
+    activity.tell(ref, "second")
+    activity.tell(ref, "third")
+
+    gate.set()
+
+    assert activity.wait_idle(10)
+    assert not ref.is_alive()
