@@ -26,17 +26,18 @@ import requests
 
 PATH = "/api/v1/ticketmanager/dispatch/triggers"
 BODY = '{"source": "jira_automation", "input": {"issue_key": "NOPE-1"}}'
-BARE_APP = textwrap.dedent("""
-    import falcon, waitress, sys
+BARE_APP = textwrap.dedent(f"""
+    import falcon, logging, waitress, sys
+    logging.getLogger("waitress").setLevel(logging.ERROR)
     class Triggers:
         def on_post(self, req, resp):
             req.bounded_stream.read()
             resp.status = falcon.HTTP_202
-            resp.media = {"id": 1, "status": "pending"}
+            resp.media = {{"id": 1, "status": "pending"}}
     app = falcon.App()
-    app.add_route("%s", Triggers())
+    app.add_route("{PATH}", Triggers())
     waitress.serve(app, host="127.0.0.1", port=int(sys.argv[1]), threads=8, _quiet=True)
-""" % PATH)
+""")
 
 
 def free_port() -> int:
@@ -63,7 +64,8 @@ def run_wrk(url: str, seconds: int, connections: int, script: Path) -> str:
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)
     latency = re.search(r"Latency\s+(\S+)", out).group(1)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return f"{float(rate):8.0f} req/s  mean latency {latency}  non-2xx {non2xx.group(1) if non2xx else 0}"
+    failed = non2xx.group(1) if non2xx else 0
+    return f"{float(rate):8.0f} req/s  mean latency {latency}  non-2xx {failed}"
 
 
 def main() -> None:
