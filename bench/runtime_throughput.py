@@ -10,12 +10,9 @@ in-memory Jira port, matching, the creation transaction in the pool) and an Exec
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
-import uuid
-from contextlib import contextmanager
-from pathlib import Path
-from urllib.parse import quote
+
+from databases import fresh_database
 
 from ticket_dispatcher.actors.runtime import Ports, Runtime
 from ticket_dispatcher.clock import SystemClock
@@ -68,29 +65,6 @@ def run(url: str, slots: int, triggers: int) -> float:
     store.close()
     assert total >= triggers, f"only {total} of {triggers} executions succeeded"
     return triggers / elapsed
-
-
-@contextmanager
-def fresh_database(postgres_url: str | None):
-    """An empty database per run: a temporary SQLite file, or a throw-away PostgreSQL schema."""
-    if not postgres_url:
-        with tempfile.TemporaryDirectory() as tmp:
-            yield f"sqlite:///{Path(tmp) / 'bench.db'}"
-        return
-    import psycopg2
-
-    schema = f"td_bench_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(postgres_url)
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute(f'CREATE SCHEMA "{schema}"')
-        separator = "&" if "?" in postgres_url else "?"
-        yield f"{postgres_url}{separator}options={quote(f'-c search_path={schema}')}"
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.close()
 
 
 def main() -> None:

@@ -7,19 +7,18 @@ waits until every execution has finished. Prints dispatches/s next to the ideal
 executions seen running at once in the admin view.
 
     python bench/slow_jira.py [--slots 10] [--dispatches 120] [--latency 1.5]
-                              [--database-url postgresql://…]
+                              [--postgres-url postgresql://…]
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import requests
+from databases import fresh_database
 
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.execution import ExecutionStatus
@@ -33,8 +32,8 @@ def start(database_url: str, slots: int) -> tuple[Service, str, threading.Thread
         "TICKET_DISPATCHER_DATABASE_URL": database_url,
         "TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots),
         "TICKET_DISPATCHER_HTTP_TRIGGER_RATE": "0",
-        # the sandbox Jira is served by this same server: one thread per slow assignment
-        "TICKET_DISPATCHER_HTTP_THREADS": str(min(64, slots + 16)),
+        # the sandbox Jira is served by this same server: a thread per slow assignment
+        "TICKET_DISPATCHER_HTTP_THREADS": str(min(64, slots + 4)),
         "TICKET_DISPATCHER_LOG_LEVEL": "WARNING"})
     service = Service(config, port=0, sandbox=True)
     thread = threading.Thread(target=service.run, daemon=True)
@@ -43,8 +42,7 @@ def start(database_url: str, slots: int) -> tuple[Service, str, threading.Thread
 
 
 def prepare(url: str, count: int, latency: float) -> list[str]:
-    stamp = int(time.time() * 1000) % 1_000_000  # fresh keys on a reused PostgreSQL database
-    keys = [f"TCID-{stamp}{n:04d}" for n in range(count)]
+    keys = [f"TCID-{1000 + n}" for n in range(count)]
     with requests.Session() as session:
         for key in keys:
             session.post(f"{url}/sandbox/_control/issues", timeout=10, json={
@@ -95,11 +93,11 @@ def main() -> None:
     parser.add_argument("--slots", type=int, nargs="+", default=[10, 40])
     parser.add_argument("--dispatches", type=int, default=120)
     parser.add_argument("--latency", type=float, default=1.5)
-    parser.add_argument("--database-url", default="")
+    parser.add_argument("--postgres-url", help="run on PostgreSQL (a temporary schema) "
+                                               "instead of a temporary SQLite file")
     args = parser.parse_args()
     for slots in args.slots:
-        with tempfile.TemporaryDirectory() as tmp:
-            url = args.database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
+        with fresh_database(args.postgres_url) as url:
             run(url, slots, args.dispatches, args.latency)
 
 
