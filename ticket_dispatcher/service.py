@@ -148,11 +148,13 @@ class Service:
         try:
             if not self.runtime.stop(deadline.remaining()):
                 log.warning("the actor runtime did not stop within the shutdown deadline")
-            await_stopped(self._stop_clients(), deadline)
-            stop_remaining_actors(deadline)
         finally:
-            self.store.close()
-            self.server.close()
+            try:
+                await_stopped(self._stop_clients(), deadline)
+                stop_remaining_actors(deadline)
+            finally:
+                self.store.close()
+                self.server.close()
 
     def _stop_clients(self) -> list:
         """Tell every client actor to stop; the futures say when they have."""
