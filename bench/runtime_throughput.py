@@ -14,12 +14,13 @@ import time
 
 from databases import fresh_database
 
-from ticket_dispatcher.actors.runtime import Ports, Runtime
+from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.clock import SystemClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.actions.base import ActionRegistry, ActionResult
 from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.domain.model import Issue, PolicySpec, PolicyTrigger, RuleSpec
+from ticket_dispatcher.domain.ports import NotConfiguredJira, Ports
 from ticket_dispatcher.store import Store
 
 
@@ -36,7 +37,9 @@ class NoopAction:
         return ActionResult.proceed()
 
 
-class MemoryJira:
+class MemoryJira(NotConfiguredJira):
+    """A Jira that only loads issues (the no-op action writes nothing)."""
+
     def load_issue(self, key: str) -> Issue:
         return Issue(key=key, project_key=key.split("-")[0], priority="P1", status="Todo")
 
@@ -52,8 +55,8 @@ def run(url: str, slots: int, triggers: int) -> float:
                                       [{"type": "bench_noop", "bench_noop": {}}]),))
     policy = store.policies.create(spec, now=clock.now())
     store.policies.activate(policy.id, now=clock.now(), validate=lambda p: None)
-    runtime = Runtime(config, store, clock, ports=Ports(jira=MemoryJira()),
-                      registry=ActionRegistry([NoopAction()]))
+    ports = Ports(jira=MemoryJira(), engineers=store.engineers)
+    runtime = Runtime(config, store, clock, ports=ports, registry=ActionRegistry([NoopAction()]))
     runtime.start()
     started = time.perf_counter()
     for n in range(triggers):

@@ -1,14 +1,25 @@
-"""Plain fakes for the ports: test-only actions and an in-memory checkpoint store."""
+"""Plain fakes: the ports of domain/ports.py in memory (``FakeJira``, ``FakeDirectory``,
+``FakeOnCall``; tests/domain/test_ports.py checks them against their Protocols), test-only
+actions and an in-memory checkpoint store."""
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.execution import Execution, FailureCode, RuleExecution
 from ticket_dispatcher.domain.model import Issue, JiraUser
+from ticket_dispatcher.domain.ports import (
+    DirectoryUser,
+    GroupMember,
+    PageOutcome,
+    PageResult,
+    Responder,
+    TriageChange,
+)
+from ticket_dispatcher.errors import IntegrationError
 
 
 def issue(**overrides) -> Issue:
@@ -76,7 +87,8 @@ class MemoryCheckpoints:
 
 
 class FakeJira:
-    """The Jira port in memory: issues by key, users, scripted failures, every write recorded."""
+    """The ``Jira`` port in memory: issues by key, users, scripted failures, every write
+    recorded."""
 
     def __init__(self, *issues: Issue):
         self.issues: dict[str, Issue] = {i.key: i for i in issues}
@@ -97,8 +109,6 @@ class FakeJira:
         self.spared[key] = after
 
     def load_issue(self, key: str) -> Issue:
-        from ticket_dispatcher.errors import IntegrationError
-
         self.loads.append(key)
         if self.spared.get(key, 0) > 0:
             self.spared[key] -= 1
@@ -134,12 +144,19 @@ class FakeJira:
         labels = [label for label in self.issues[key].labels if label not in remove]
         self.issues[key] = replace(self.issues[key], labels=tuple(labels + list(add)))
 
-    def edit_fields(self, key: str, fields: dict, update: dict | None = None) -> None:
-        self._write("edit_fields", key, fields, update)
+    def apply_triage(self, key: str, change: TriageChange) -> None:
+        self._write("apply_triage", key, change)
+        before = self.issues[key]
+        labels = [label for label in before.labels if label not in change.labels_remove]
+        self.issues[key] = replace(
+            before, priority=change.priority or before.priority,
+            components=before.components if change.components is None else change.components,
+            labels=tuple(labels + [label for label in change.labels_add if label not in labels]))
+
+    def add_internal_comment(self, key: str, text: str) -> None:
+        self._write("add_internal_comment", key, text)
 
     def _write(self, method: str, *args) -> None:
-        from ticket_dispatcher.errors import IntegrationError
-
         if method in self.failing_writes:
             raise IntegrationError(f"jira answered 500 to {method}", status=500, service="jira")
         self.writes.append((method, *args))
@@ -148,34 +165,46 @@ class FakeJira:
         return [w for w in self.writes if w[0] == method]
 
 
-@dataclass
-class Member:
-    email: str
-    active: bool = True
-    name: str = ""
-
-
 class FakeDirectory:
-    """Core groups and Oncall teams in memory (``group_members`` and ``responders`` ports)."""
+    """The ``Directory`` port (Core) in memory: groups, users and their direct leaders."""
 
-    def __init__(self, groups: dict | None = None, teams: dict | None = None):
+    def __init__(self, groups: dict[str, list[GroupMember]] | None = None,
+                 users: dict[str, DirectoryUser] | None = None,
+                 leaders: dict[str, str] | None = None):
         self.groups = groups or {}
-        self.teams = teams or {}
+        self.users = users or {}  # by lower-case email
+        self.leaders = leaders or {}  # user email -> leader email
 
-    def group_members(self, group: str) -> list[Member]:
-        from ticket_dispatcher.errors import IntegrationError
-
+    def group_members(self, group: str) -> list[GroupMember]:
         if group not in self.groups:
             raise IntegrationError(f"core group {group} not found", status=404, service="core")
         return self.groups[group]
 
-    def responders(self, team: str) -> list[Member]:
-        from ticket_dispatcher.errors import IntegrationError
+    def user(self, email: str) -> DirectoryUser | None:
+        return self.users.get(email.lower())
 
+    def leader(self, email: str) -> DirectoryUser | None:
+        leader = self.leaders.get(email.lower())
+        return self.users.get(leader) if leader else None
+
+
+class FakeOnCall:
+    """The ``OnCall`` port in memory: team responders; every page recorded and accepted."""
+
+    def __init__(self, teams: dict[str, list[Responder]] | None = None):
+        self.teams = teams or {}
+        self.pages: list[tuple[str, str, str, str, str]] = []
+
+    def responders(self, team: str) -> list[Responder]:
         if team not in self.teams:
             raise IntegrationError(f"oncall team {team} not found", status=404,
                                    service="oncall")
         return self.teams[team]
+
+    def page(self, email: str, title: str, message: str, issue_key: str,
+             dedup_key: str) -> PageResult:
+        self.pages.append((email, title, message, issue_key, dedup_key))
+        return PageResult(PageOutcome.ACCEPTED, call_id=f"call-{len(self.pages)}")
 
 
 class GateAction:

@@ -5,14 +5,15 @@ Time moves only by ``advance``; settling is the explicit, bounded ``wait_idle``.
 
 from __future__ import annotations
 
-from tests.fakes import FakeDirectory, FakeJira, issue
-from ticket_dispatcher.actors.runtime import Ports, Runtime
+from tests.fakes import FakeDirectory, FakeJira, FakeOnCall, issue
+from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import Execution, Trigger
 from ticket_dispatcher.domain.model import Policy, PolicySpec, PolicyTrigger, RuleSpec
+from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.store import Store
 
 SETTLE_SECONDS = 20
@@ -24,7 +25,8 @@ class Harness:
         self.store = store
         self.clock = clock or ManualClock()
         self.jira = jira or FakeJira(issue())
-        self.directory = FakeDirectory()  # Core groups and Oncall teams
+        self.directory = FakeDirectory()  # Core groups and users
+        self.oncall = FakeOnCall()  # Oncall teams and pages
         self.registry = product_registry()  # the real actions, plus the test-only ones
         for action in actions:
             self.registry.register(action)
@@ -38,7 +40,7 @@ class Harness:
     def start(self) -> Harness:
         self.runtime = Runtime(self.config, self.store, self.clock,
                                ports=Ports(jira=self.jira, core=self.directory,
-                                           oncall=self.directory,
+                                           oncall=self.oncall,
                                            engineers=self.store.engineers),
                                registry=self.registry)
         self.runtime.start()

@@ -196,6 +196,49 @@ def test_policy_validate_prints_every_problem_with_its_path(capsys, write_json):
     assert "2 problems" in err
 
 
+def _deep_policy_text(key: str, levels: int) -> str:
+    # Written as text: json.dumps itself recurses.
+    leaf = '{"field": "issue.priority", "operator": "eq", "value": "P1"}'
+    opening, closing = ('{"not": ', "}") if key == "not" else ('{"all": [', "]}")
+    return json.dumps(policy_body()).replace(
+        json.dumps(policy_body()["rules"][0]["when"]), opening * levels + leaf + closing * levels)
+
+
+@pytest.mark.parametrize(("key", "levels"), [("not", 100), ("all", 100)])
+def test_policy_validate_reports_deep_conditions_as_one_problem(capsys, write_json, key, levels):
+    code, out, err = run(capsys, "policy", "validate",
+                         write_json("p.json", _deep_policy_text(key, levels)))
+
+    assert code == 1
+    [line] = out.splitlines()
+    assert line.startswith("rules[0].when.")
+    assert line.endswith(": conditions nest deeper than 16 levels of all, any and not")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("key", "levels"), [("not", 500), ("all", 5_000)])
+def test_policy_validate_calls_a_file_nested_beyond_the_json_cap_unreadable(
+    capsys, write_json, key, levels
+):
+    code, _, err = run(capsys, "policy", "validate",
+                       write_json("p.json", _deep_policy_text(key, levels)))
+
+    assert code == 2
+    assert "nests deeper than 256 levels" in err
+    assert "Traceback" not in err and "RecursionError" not in err
+
+
+def test_policy_validate_names_the_regex_construct_re2_cannot_run(capsys, write_json):
+    body = policy_body()
+    body["rules"][0]["when"] = {"field": "issue.summary", "operator": "regex",
+                                "value": "db(?!-test)"}
+
+    code, out, _ = run(capsys, "policy", "validate", write_json("p.json", body))
+
+    assert (code, out) == (1, 'rules[0].when.value: negative lookahead assertions are not '
+                              'supported (RE2 syntax): "db(?!-test)"\n')
+
+
 @pytest.mark.parametrize("content", [None, "{not json", "\udcff"])
 def test_policy_validate_unreadable_file_exits_2(capsys, tmp_path, content):
     path = tmp_path / "p.json"

@@ -23,6 +23,7 @@ from ticket_dispatcher.config import (
 from ticket_dispatcher.errors import ConfigError
 
 SECRET = "s3cr3t-value-never-shown"
+LONG_KEY = "long-enough-key-0123456789"  # plain keys need 24 characters (SPEC §13)
 
 
 def sha256(text: str) -> str:
@@ -64,7 +65,11 @@ def test_defaults_without_file_or_environment():
     assert (config.http.host, config.http.port, config.http.threads) == ("127.0.0.1", 8080, 8)
     assert config.http.max_body_bytes == 1_048_576
     assert (config.http.trigger_rate, config.http.trigger_burst) == (20.0, 100)
+    assert config.http.connection_limit == 1000
+    assert config.http.channel_timeout == timedelta(seconds=30)
+    assert config.http.max_json_depth == 64
     assert config.auth.metrics_public is True
+    assert (config.auth.failure_rate, config.auth.failure_burst) == (0.1, 10)
     assert config.auth.api_keys == ()
     assert config.notifications.enabled is False
     assert config.jira.l2_field_id == "customfield_10053"
@@ -97,7 +102,7 @@ def test_toml_file_sets_every_kind_of_value(write_toml):
         [[auth.api_keys]]
         name = "ops"
         role = "operator"
-        key = "ops-key"
+        key = "ops-key-0123456789abcdefghij"
 
         [notifications]
         enabled = true
@@ -119,7 +124,7 @@ def test_toml_file_sets_every_kind_of_value(write_toml):
     assert config.auth.metrics_public is False
     assert config.auth.api_keys == (
         ApiKey("jira-automation", Role.AUTOMATION, sha256("auto-key")),
-        ApiKey("ops", Role.OPERATOR, sha256("ops-key")),
+        ApiKey("ops", Role.OPERATOR, sha256("ops-key-0123456789abcdefghij")),
     )
     assert config.notifications.enabled is True
     assert config.jira.base_url == "https://example.atlassian.net"
@@ -188,14 +193,15 @@ def test_api_keys_from_the_environment_are_added_to_the_file_keys(write_toml):
     path = write_toml(
         f'[[auth.api_keys]]\nname = "file"\nrole = "viewer"\nkey_sha256 = "{sha256("f")}"\n'
     )
-    environ = {"TICKET_DISPATCHER_AUTH_API_KEYS": "jira:automation:k1, ops:operator:a:b:c"}
+    environ = {"TICKET_DISPATCHER_AUTH_API_KEYS":
+               "jira:automation:k1-0123456789abcdefghijkl, ops:operator:a:b:c-0123456789abcdefghij"}
 
     keys = load_config(path, environ=environ).auth.api_keys
 
     assert keys == (
         ApiKey("file", Role.VIEWER, sha256("f")),
-        ApiKey("jira", Role.AUTOMATION, sha256("k1")),
-        ApiKey("ops", Role.OPERATOR, sha256("a:b:c")),  # a key may contain ':'
+        ApiKey("jira", Role.AUTOMATION, sha256("k1-0123456789abcdefghijkl")),
+        ApiKey("ops", Role.OPERATOR, sha256("a:b:c-0123456789abcdefghij")),  # a key may contain ':'
     )
 
 
@@ -260,11 +266,11 @@ def test_config_and_test_variables_are_not_settings():
          "auth.api_keys[0].key_sha256: expected 64 hexadecimal characters"),
         ('[[auth.api_keys]]\nrole = "viewer"\nkey = "k"',
          "auth.api_keys[0].name: expected a non-empty string"),
-        ('[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey = "k"\n'
-         '[[auth.api_keys]]\nname = "a"\nrole = "operator"\nkey = "k2"',
+        (f'[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey = "{LONG_KEY}"\n'
+         f'[[auth.api_keys]]\nname = "a"\nrole = "operator"\nkey = "{LONG_KEY}2"',
          'auth.api_keys: duplicate key name "a"'),
-        ('[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey = "k"\n'
-         '[[auth.api_keys]]\nname = "b"\nrole = "operator"\nkey = "k"',
+        (f'[[auth.api_keys]]\nname = "a"\nrole = "viewer"\nkey = "{LONG_KEY}"\n'
+         f'[[auth.api_keys]]\nname = "b"\nrole = "operator"\nkey = "{LONG_KEY}"',
          'auth.api_keys: keys "a" and "b" are the same key'),
     ],
 )
@@ -483,7 +489,7 @@ def test_secrets_lists_every_configured_secret():
 
 
 def auth_with_keys() -> AuthConfig:
-    environ = {"TICKET_DISPATCHER_AUTH_API_KEYS": "jira:automation:plain-key"}
+    environ = {"TICKET_DISPATCHER_AUTH_API_KEYS": "jira:automation:plain-key-0123456789abcdef"}
     path_keys = (ApiKey("ops", Role.OPERATOR, sha256("hashed-key")),)
     return AuthConfig(api_keys=path_keys + load_config(None, environ=environ).auth.api_keys)
 
@@ -495,12 +501,14 @@ def test_authenticate_accepts_a_key_configured_as_sha256():
 
 
 def test_authenticate_accepts_a_plain_key_from_the_environment():
-    key = authenticate(auth_with_keys(), "plain-key")
+    key = authenticate(auth_with_keys(), "plain-key-0123456789abcdef")
 
     assert key is not None and (key.name, key.role) == ("jira", Role.AUTOMATION)
 
 
-@pytest.mark.parametrize("presented", ["", "plain-key ", "PLAIN-KEY", sha256("plain-key"), "x"])
+@pytest.mark.parametrize("presented", ["", "plain-key-0123456789abcdef ",
+                                       "PLAIN-KEY-0123456789ABCDEF",
+                                       sha256("plain-key-0123456789abcdef"), "x"])
 def test_authenticate_rejects_anything_else(presented):
     assert authenticate(auth_with_keys(), presented) is None
 
@@ -551,3 +559,69 @@ def test_endpoint_roles_follow_spec_table():
     assert [allowed(role, get_trigger) for role in Role] == [True, True, True]
     assert not allowed(Role.VIEWER, {Role.OPERATOR})
     assert not allowed(Role.OPERATOR, set())
+
+
+# --- hostile-input limits (issue 8) ------------------------------------------------------------
+
+SHORT_KEY = "x7Qp-short-secret"  # 17 characters
+
+
+def test_a_short_plain_key_from_the_environment_stops_the_start_naming_only_the_key():
+    message = config_error(environ={
+        "TICKET_DISPATCHER_AUTH_API_KEYS": f"jira:viewer:{LONG_KEY},ops:operator:{SHORT_KEY}"})
+
+    assert message == ('TICKET_DISPATCHER_AUTH_API_KEYS entry 2: key "ops" is shorter than 24 '
+                       "characters; use a long random key")
+    assert SHORT_KEY not in message
+
+
+def test_a_short_plain_key_in_the_file_stops_the_start_naming_only_the_key(write_toml):
+    path = write_toml(f'[[auth.api_keys]]\nname = "ops"\nrole = "operator"\nkey = "{SHORT_KEY}"\n')
+
+    message = config_error(path)
+
+    assert message.startswith('auth.api_keys[0].key: key "ops" is shorter than 24 characters')
+    assert SHORT_KEY not in message
+
+
+def test_a_key_of_24_characters_is_accepted():
+    key = "k" * 24
+
+    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": f"ops:operator:{key}"})
+
+    assert authenticate(config.auth, key) is not None
+
+
+def test_a_hashed_key_with_a_trailing_newline_is_refused(write_toml):
+    path = write_toml(f'[[auth.api_keys]]\nname = "a"\nrole = "viewer"\n'
+                      f'key_sha256 = "{sha256("x")}\\n"\n')
+
+    assert "auth.api_keys[0].key_sha256: expected 64 hexadecimal characters" in config_error(path)
+
+
+def test_http_limits_are_read_from_the_file(write_toml):
+    path = write_toml('[http]\nconnection_limit = 200\nchannel_timeout = "1s"\n'
+                      "max_json_depth = 8\n[auth]\nfailure_rate = 0\nfailure_burst = 0\n")
+
+    config = load_config(path, environ={})
+
+    assert (config.http.connection_limit, config.http.channel_timeout,
+            config.http.max_json_depth) == (200, timedelta(seconds=1), 8)
+    assert (config.auth.failure_rate, config.auth.failure_burst) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("[http]\nmax_json_depth = 1000",
+         "http.max_json_depth: expected an integer between 8 and 512"),
+        ("[http]\nconnection_limit = 5", "http.connection_limit: expected an integer between 10"),
+        ('[http]\nchannel_timeout = "500ms"',
+         'http.channel_timeout: expected a duration between "1s" and "1h", got "500ms"'),
+        ('[http]\nchannel_timeout = "2h"', "http.channel_timeout: expected a duration between"),
+        ("[auth]\nfailure_burst = 0", "auth.failure_burst: must be at least 1 while"),
+        ("[auth]\nfailure_rate = -1", "auth.failure_rate: expected a number >= 0"),
+    ],
+)
+def test_bad_hostile_input_limits_name_the_key(write_toml, toml, expected):
+    assert expected in config_error(write_toml(toml))

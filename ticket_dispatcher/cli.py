@@ -26,12 +26,16 @@ from ticket_dispatcher.domain.model import PolicySpec
 from ticket_dispatcher.domain.timeutil import format_time, parse_rfc3339
 from ticket_dispatcher.domain.validation import parse_policy_spec, validate_policy
 from ticket_dispatcher.errors import DispatcherError, InvalidInput, Problem
+from ticket_dispatcher.safejson import parse_json
 
 PROG = "ticket-dispatcher"
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_FAILURE = 1  # the service could not do its work (database unreachable, ...)
+# Policy and issue files nest deeper than request bodies may (a Jira issue's raw fields); the
+# cap only keeps a hostile file from reaching RecursionError.
+MAX_FILE_JSON_DEPTH = 256
 
 
 class UsageError(Exception):
@@ -168,10 +172,10 @@ def _read_json(path: str, what: str) -> Any:
     except UnicodeDecodeError:
         raise UsageError(f"cannot read {what} {path}: not UTF-8 text") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        # The decoder's message names a position, never the content.
-        raise UsageError(f"{what} {path} is not valid JSON: {exc}") from None
+        # Depth-capped like a request body, so no file reaches RecursionError.
+        return parse_json(text, max_depth=MAX_FILE_JSON_DEPTH, what=f"{what} {path}")
+    except InvalidInput as exc:  # its message names a position, never the content
+        raise UsageError(exc.message) from None
 
 
 # --- commands ----------------------------------------------------------------------------------

@@ -44,7 +44,10 @@ _IGNORED_ENV_PREFIX = "TICKET_DISPATCHER_TEST_"
 _API_KEYS_ENV = "TICKET_DISPATCHER_AUTH_API_KEYS"
 MASK = "***"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+_SHA256_HEX = re.compile(r"\A[0-9a-fA-F]{64}\Z")  # fullmatch: "$" would allow a final "\n"
+# A shorter plain key can be guessed or was typed by hand (issue 8, SPEC §13); the message
+# names the key, never its value. Hashed keys cannot be measured.
+MIN_API_KEY_LENGTH = 24
 
 
 class _Invalid(ValueError):
@@ -133,8 +136,20 @@ def _boolean() -> _Kind:
     return _Kind(expected, check, from_env)
 
 
-def _duration() -> _Kind:
-    expected = 'a positive duration like "500ms", "5s" or "5m"'
+def format_duration(value: timedelta) -> str:
+    """The shortest of ``"1h"``, ``"5m"``, ``"5s"``, ``"500ms"`` that is exact."""
+    millis = round(value.total_seconds() * 1000)
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if millis and millis % size == 0:
+            return f"{millis // size}{unit}"
+    return f"{millis}ms"
+
+
+def _duration(low: timedelta | None = None, high: timedelta | None = None) -> _Kind:
+    if low is None:
+        expected = 'a positive duration like "500ms", "5s" or "5m"'
+    else:
+        expected = f'a duration between "{format_duration(low)}" and "{format_duration(high)}"'
 
     def check(value: Any) -> timedelta:
         if not isinstance(value, str):
@@ -143,7 +158,7 @@ def _duration() -> _Kind:
             parsed = parse_duration(value)
         except ValueError:
             raise _Invalid(expected) from None
-        if parsed <= timedelta(0):
+        if parsed <= timedelta(0) or (low is not None and not low <= parsed <= high):
             raise _Invalid(expected)
         return parsed
 
@@ -234,17 +249,41 @@ class ApiKey:
 
 @dataclass(frozen=True)
 class HttpConfig:
+    """The HTTP server (waitress) and request limits (SPEC §10, §13, issue 8).
+
+    ``connection_limit`` and ``channel_timeout`` are sized for a webhook service behind a proxy:
+    waitress's own defaults (100 connections, 120 s) let 150 idle half-sent requests hold every
+    slot and starve ``/healthz``. Idle connections cost a file descriptor each, not a thread,
+    so 1000 is cheap; 30 s is far beyond any real client's pause between bytes. The channel
+    timeout is rounded up to whole seconds (waitress's unit). ``max_json_depth`` bounds request
+    bodies (8..512: enough for any policy, and far below Python's recursion limit).
+    """
+
     host: str = _setting("127.0.0.1", _text(check=bool, expected="a non-empty string"))
     port: int = _setting(8080, _integer(1, 65535))
     threads: int = _setting(8, _integer(1, 64))
+    connection_limit: int = _setting(1000, _integer(10, 100_000))
+    channel_timeout: timedelta = _setting(
+        timedelta(seconds=30), _duration(timedelta(seconds=1), timedelta(hours=1)))
     max_body_bytes: int = _setting(1_048_576, _integer(1))  # triggers are always capped at 64 KiB
+    max_json_depth: int = _setting(64, _integer(8, 512))
     trigger_rate: float = _setting(20.0, _number(0))  # tokens per key and second; 0 = off
     trigger_burst: int = _setting(100, _integer(0))
 
 
 @dataclass(frozen=True)
 class AuthConfig:
+    """API keys and the throttle on failed attempts (SPEC §10, issue 8).
+
+    ``failure_burst`` failed attempts (no key, or a wrong one) from one client address are
+    answered 401; beyond them 429 with ``Retry-After`` until the bucket refills at
+    ``failure_rate`` attempts per second (default one every 10 s). ``failure_rate = 0`` turns
+    the throttle off. A correct key is never throttled (http/auth.py says why).
+    """
+
     metrics_public: bool = _setting(True, _boolean())
+    failure_rate: float = _setting(0.1, _number(0))
+    failure_burst: int = _setting(10, _integer(0))
     api_keys: tuple[ApiKey, ...] = field(default=(), metadata={"api_keys": True})
 
 
@@ -522,6 +561,8 @@ def _parse_values(section: str, cls: type, raw: _Raw) -> dict[str, Any]:
 def _check_cross_field(config: Config, raw: _Raw) -> None:
     if config.http.trigger_rate > 0 and config.http.trigger_burst < 1:
         raw.problem("http.trigger_burst", "must be at least 1 while http.trigger_rate is not 0")
+    if config.auth.failure_rate > 0 and config.auth.failure_burst < 1:
+        raw.problem("auth.failure_burst", "must be at least 1 while auth.failure_rate is not 0")
     _check_client_pool(config, raw)
 
 
@@ -584,8 +625,11 @@ def _file_key_digest(path: str, entry: dict, raw: _Raw) -> str | None:
         if not isinstance(plain, str) or not plain:
             raw.problem(f"{path}.key", "expected a non-empty string")
             return None
+        if len(plain) < MIN_API_KEY_LENGTH:
+            raw.problem(f"{path}.key", _short_key(entry.get("name")))
+            return None
         return _sha256_hex(plain)
-    if not isinstance(hashed, str) or not _SHA256_HEX.match(hashed):
+    if not isinstance(hashed, str) or not _SHA256_HEX.fullmatch(hashed):
         raw.problem(f"{path}.key_sha256", "expected 64 hexadecimal characters (a SHA-256)")
         return None
     return hashed.lower()
@@ -605,9 +649,16 @@ def _env_keys(text: str, raw: _Raw) -> list[ApiKey]:
             raw.problem(where, "expected name:role:key")
         elif parts[1].strip() not in set(Role):
             raw.problem(where, f"expected a role among {', '.join(Role)}")
+        elif len(parts[2]) < MIN_API_KEY_LENGTH:
+            raw.problem(where, _short_key(parts[0].strip()))
         else:
             keys.append(ApiKey.from_plain(parts[0].strip(), Role(parts[1].strip()), parts[2]))
     return keys
+
+
+def _short_key(name: Any) -> str:
+    named = f"key {_shown(name)}" if isinstance(name, str) and name.strip() else "the key"
+    return f"{named} is shorter than {MIN_API_KEY_LENGTH} characters; use a long random key"
 
 
 def _check_unique(keys: list[ApiKey], raw: _Raw) -> None:
@@ -626,15 +677,6 @@ def _check_unique(keys: list[ApiKey], raw: _Raw) -> None:
 
 
 # --- showing -----------------------------------------------------------------------------------
-
-
-def format_duration(value: timedelta) -> str:
-    """The shortest of ``"1h"``, ``"5m"``, ``"5s"``, ``"500ms"`` that is exact."""
-    millis = round(value.total_seconds() * 1000)
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if millis and millis % size == 0:
-            return f"{millis // size}{unit}"
-    return f"{millis}ms"
 
 
 def _mask(value: str) -> str:

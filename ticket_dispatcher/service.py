@@ -4,6 +4,7 @@ and the actor system, serves with waitress, and stops them in reverse (SPEC §3,
 from __future__ import annotations
 
 import logging
+import math
 import signal
 from dataclasses import replace
 from pathlib import Path
@@ -14,14 +15,20 @@ import waitress
 from ticket_dispatcher.actors.clients import build_client_pools
 from ticket_dispatcher.actors.runtime import (
     Deadline,
-    Ports,
     Runtime,
     await_stopped,
     stop_remaining_actors,
 )
 from ticket_dispatcher.clock import Clock, SystemClock
-from ticket_dispatcher.config import Config
+from ticket_dispatcher.config import Config, HttpConfig
 from ticket_dispatcher.domain.actions.registry import product_registry
+from ticket_dispatcher.domain.ports import (
+    NotConfiguredDirectory,
+    NotConfiguredJira,
+    NotConfiguredMessenger,
+    NotConfiguredOnCall,
+    Ports,
+)
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.integrations.sandbox import (
@@ -73,7 +80,11 @@ class Service:
             self.clients = build_client_pools(self.config, self.clock)
             self.runtime = Runtime(
                 self.config, self.store, self.clock, ports=Ports(
-                    **self.clients, engineers=self.store.engineers),
+                    jira=self.clients.get("jira") or NotConfiguredJira(),
+                    lark=self.clients.get("lark") or NotConfiguredMessenger(),
+                    oncall=self.clients.get("oncall") or NotConfiguredOnCall(),
+                    core=self.clients.get("core") or NotConfiguredDirectory(),
+                    engineers=self.store.engineers),
                 registry=product_registry(self.config.jira.auto_assign_label))
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails
@@ -88,9 +99,8 @@ class Service:
     def _listen(self, host: str, port: int):
         """Bind the port now (serving starts in ``run``), or say clearly why not."""
         try:
-            return waitress.create_server(self.app, host=host, port=port,
-                                          threads=self.services.config.http.threads,
-                                          ident="ticket-dispatcher")
+            return waitress.create_server(self.app, host=host, port=port, ident="ticket-dispatcher",
+                                          **server_limits(self.services.config.http))
         except OSError as exc:
             self.store.close()
             raise ConfigError(f"http: cannot listen on {host}:{port}: {exc.strerror}") from None
@@ -159,6 +169,29 @@ class Service:
     def _stop_clients(self) -> list:
         """Tell every client actor to stop; the futures say when they have."""
         return [future for pool in self.clients.values() for future in pool.stop(block=False)]
+
+
+def server_limits(http: HttpConfig) -> dict:
+    """waitress's adjustments from ``[http]`` (SPEC §13, issue 8).
+
+    - ``connection_limit`` / ``channel_timeout``: idle and half-sent connections are closed
+      after the timeout (waitress counts whole seconds) and may not fill the server before it.
+    - ``cleanup_interval``: waitress looks for idle connections only this often (30 s by
+      default), so a short timeout needs a check at least as frequent.
+    - ``asyncore_use_poll``: ``select()`` cannot watch a descriptor numbered 1024 or more, which
+      a connection limit of 1000 reaches; ``poll()`` has no such ceiling.
+    - ``backlog``: the kernel queue of connections not yet accepted, at least as deep as the
+      limit so a burst waits there rather than being refused.
+    """
+    timeout = max(1, math.ceil(http.channel_timeout.total_seconds()))
+    return {
+        "threads": http.threads,
+        "connection_limit": http.connection_limit,
+        "channel_timeout": timeout,
+        "cleanup_interval": max(1, min(30, timeout // 2)),
+        "asyncore_use_poll": True,
+        "backlog": max(1024, http.connection_limit),
+    }
 
 
 def _auth_enabled(config: Config, *, sandbox: bool, insecure_no_auth: bool) -> bool:

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.fakes import FakeDirectory, FakeJira, Member, issue
-from ticket_dispatcher.actors.runtime import Ports
+from tests.fakes import FakeDirectory, FakeJira, FakeOnCall, issue
 from ticket_dispatcher.domain.actions.assign import AssignExecutor
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode
+from ticket_dispatcher.domain.ports import GroupMember, Ports, Responder
 from ticket_dispatcher.errors import CallAbandoned, OutcomeUnknown
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -21,14 +21,14 @@ NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 @pytest.fixture
 def world(sqlite_store):
     jira = FakeJira(issue(labels=("auto-dispatch", "keep")))
-    directory = FakeDirectory(
-        groups={"payments": [Member("Carol@example.com"), Member("gone@example.com", False),
-                             Member("a@example.com")]},
-        teams={"sre": [Member("b@example.com"), Member("a@example.com")]})
+    directory = FakeDirectory(groups={"payments": [
+        GroupMember("Carol@example.com"), GroupMember("gone@example.com", False),
+        GroupMember("a@example.com")]})
+    oncall = FakeOnCall(teams={"sre": [Responder("b@example.com"), Responder("a@example.com")]})
     for email in ("a@example.com", "b@example.com", "carol@example.com", "gone@example.com"):
         sqlite_store.engineers.put(email, dispatch_enabled=True, now=NOW)
         jira.add_user(email)
-    ports = Ports(jira=jira, core=directory, oncall=directory,
+    ports = Ports(jira=jira, core=directory, oncall=oncall,
                   engineers=sqlite_store.engineers)
     return ports
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import re
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -371,12 +371,12 @@ def test_evaluate_rejects_naive_business_time():
 def test_regex_is_compiled_once_at_compile_time(monkeypatch):
     compiled, problems = compile_condition(leaf("issue.summary", "regex", value="down$"))
     assert problems == [] and isinstance(compiled, Leaf)
-    assert isinstance(compiled.pattern, re.Pattern)
+    assert compiled.pattern is not None and compiled.pattern.search(b"is down") is not None
 
     def no_compile(*args, **kwargs):
         raise AssertionError("evaluate must not compile regexes")
 
-    monkeypatch.setattr(conditions.re, "compile", no_compile)
+    monkeypatch.setattr(conditions.re2, "compile", no_compile)
     assert evaluate(compiled, make_issue(), NOW)[0]
 
 
@@ -482,3 +482,207 @@ def test_compile_accepts_every_operator_of_every_field_kind():
         leaf("now", "after", value="2026-01-01T00:00:00+08:00"),
     ):
         assert compile_condition(raw)[1] == []
+
+
+# --- regular expressions run on RE2 (SPEC §4.3, issue 8) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "summary", "expected"),
+    [
+        (r"^Database is (down|up)$", "Database is down", True),
+        (r"\bdown\b", "Database is down", True),
+        (r"[[:upper:]]atabase", "Database is down", True),
+        (r"(?P<what>data)base", "Database is down", False),
+        (r"(?i)DATABASE", "Database is down", True),
+        (r"\d{3}", "error 504 from db", True),
+        (r"down$", "Database is down\n", False),  # RE2: $ is the very end, no newline exception
+    ],
+)
+def test_regex_uses_re2_syntax_with_search_semantics(pattern, summary, expected):
+    assert check(leaf("issue.summary", "regex", value=pattern),
+                 make_issue(summary=summary)) is expected
+
+
+def test_regex_ignore_case_is_given_to_re2():
+    condition = leaf("issue.labels", "regex", value="^DB-OUT", ignore_case=True)
+    assert check(condition)
+    assert not check({**condition, "ignore_case": False})
+
+
+@pytest.mark.parametrize(
+    ("pattern", "construct"),
+    [
+        (r"(a)\1", "backreferences"),
+        (r"(?P<x>a)(?P=x)", "backreferences"),
+        (r"(?P<x>a)\k<x>", "backreferences"),
+        (r"(?P<x>a)\g<x>", "backreferences"),
+        (r"db(?=-outage)", "lookahead assertions"),
+        (r"db(?!-outage)", "negative lookahead assertions"),
+        (r"(?<=db-)outage", "lookbehind assertions"),
+        (r"(?<!db-)outage", "negative lookbehind assertions"),
+        (r"a++", "possessive quantifiers"),
+        (r"a*+", "possessive quantifiers"),
+        (r"a{2}+", "possessive quantifiers"),
+        (r"(?>a|ab)c", "atomic groups"),
+        (r"(?R)?", "recursive patterns"),
+        (r"(a)?(?(1)b|c)", "conditional groups"),
+        (r"a(?#note)", "inline comments"),
+    ],
+)
+def test_regex_constructs_re2_cannot_run_are_named_with_the_pattern_quoted(pattern, construct):
+    compiled, problems = compile_condition(leaf("issue.summary", "regex", value=pattern))
+    assert compiled is None
+    assert [(p.path, p.kind) for p in problems] == [("when.value", "rule")]
+    assert problems[0].message == f'{construct} are not supported (RE2 syntax): "{pattern}"'
+
+
+def test_python_end_of_text_anchor_points_to_re2s():
+    _, problems = compile_condition(leaf("issue.summary", "regex", value=r"down\Z"))
+    assert problems[0].message == (
+        r'\Z is not supported, use \z for the end of the text (RE2 syntax): "down\Z"')
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        ("(", "missing ): ("),
+        ("[a", "missing ]: [a"),
+        ("a{2,1}", "invalid repetition size: {2,1}"),
+        ("a**", "bad repetition operator: **"),
+        ("(?x)a b", "invalid perl operator: (?x"),
+    ],
+)
+def test_invalid_regex_quotes_the_pattern_and_re2s_reason(pattern, reason):
+    _, problems = compile_condition(leaf("issue.summary", "regex", value=pattern))
+    assert [p.message for p in problems] == [
+        f'invalid regular expression "{pattern}": {reason}']
+
+
+def test_regex_message_escapes_control_characters_and_cuts_long_patterns():
+    _, problems = compile_condition(leaf("issue.summary", "regex", value="a\n(" + "x" * 500))
+    message = problems[0].message
+    assert message.startswith('invalid regular expression "a\\n(xxx')
+    assert "\n" not in message and len(message) < 600
+
+
+def test_regex_with_a_lone_surrogate_is_invalid_not_a_crash():
+    _, problems = compile_condition(leaf("issue.summary", "regex", value="a\udfff"))
+    assert [p.message for p in problems] == [
+        'invalid regular expression "a\\udfff": not valid Unicode text']
+
+
+def test_regex_searches_a_value_holding_a_lone_surrogate():
+    issue = make_issue(summary="db \udfff down")
+    assert check(leaf("issue.summary", "regex", value="db . down"), issue)
+
+
+@pytest.mark.timeout(5)
+def test_formerly_catastrophic_regex_is_accepted_and_runs_in_linear_time():
+    condition = leaf("issue.summary", "regex", value="(a+)+$")
+    assert compile_condition(condition)[1] == []
+    hostile = make_issue(summary="a" * 100_000 + "!")
+
+    started = time.monotonic()
+    matched, _ = evaluate(condition, hostile, NOW)
+
+    assert matched is False
+    assert time.monotonic() - started < 2  # Python's re: longer than the age of the universe
+
+
+def test_regex_sees_only_the_first_max_regex_subject_characters():
+    cap = conditions.MAX_REGEX_SUBJECT
+    assert cap == 10_000
+    at_the_edge = make_issue(summary="x" * (cap - 6) + "needle" + "tail")
+    beyond = make_issue(summary="x" * cap + "needle")
+    straddling = make_issue(summary="x" * (cap - 3) + "needle")
+
+    assert check(leaf("issue.summary", "regex", value="needle"), at_the_edge)
+    assert not check(leaf("issue.summary", "regex", value="needle"), beyond)
+    assert not check(leaf("issue.summary", "regex", value="needle"), straddling)
+    # $ and \b still see that the value goes on past the cut.
+    assert not check(leaf("issue.summary", "regex", value="x$"), beyond)
+    assert not check(leaf("issue.summary", "regex", value=r"x\b"), beyond)
+    assert check(leaf("issue.summary", "regex", value="x{1000}"), beyond)
+
+
+def test_regex_cap_applies_to_each_collection_element_and_the_reason_says_so():
+    cap = conditions.MAX_REGEX_SUBJECT
+    issue = make_issue(labels=("x" * cap + "needle", "short-needle"))
+    matched, reason = evaluate(leaf("issue.labels", "regex", value="needle$"), issue, NOW)
+    assert matched
+    assert reason.endswith(f"(searched in the first {cap} characters)")
+    assert not check(leaf("issue.labels", "regex", value="^x+needle"), issue)
+    assert not check(leaf("issue.labels", "regex", value="^x+$"), issue)
+
+
+def test_short_values_get_no_cut_note_in_the_reason():
+    _, reason = evaluate(leaf("issue.summary", "regex", value="down"), make_issue(), NOW)
+    assert reason == 'issue.summary "Database is down" matches /down/'
+
+
+# --- condition depth (issue 8: no input reaches RecursionError) ---------------------------------
+
+
+def nested(levels: int, key: str = "not", inner: dict = P1) -> dict:
+    condition = inner
+    for _ in range(levels):
+        condition = {"not": condition} if key == "not" else {key: [condition]}
+    return condition
+
+
+@pytest.mark.parametrize("key", ["not", "all", "any"])
+def test_conditions_may_nest_max_condition_depth_levels(key):
+    assert conditions.MAX_CONDITION_DEPTH == 16
+    compiled, problems = compile_condition(nested(16, key))
+    assert problems == [] and compiled is not None
+    assert evaluate(compiled, make_issue(), NOW)[0] is True  # 16 nots cancel out
+
+
+@pytest.mark.parametrize(
+    ("key", "step"), [("not", ".not"), ("all", ".all[0]"), ("any", ".any[0]")])
+def test_one_level_deeper_is_a_shape_problem_at_the_level_that_crosses(key, step):
+    compiled, problems = compile_condition(nested(17, key), "rules[0].when")
+    assert compiled is None
+    assert [(p.path, p.kind, p.message) for p in problems] == [
+        ("rules[0].when" + step * 16, "shape",
+         "conditions nest deeper than 16 levels of all, any and not")]
+
+
+@pytest.mark.parametrize("key", ["not", "all"])
+@pytest.mark.parametrize("levels", [500, 5_000])
+def test_very_deep_conditions_are_a_problem_never_a_recursion_error(key, levels):
+    _, problems = compile_condition(nested(levels, key))
+    assert [p.message for p in problems] == [
+        "conditions nest deeper than 16 levels of all, any and not"]
+    with pytest.raises(ConditionError):
+        evaluate(nested(levels, key), make_issue(), NOW)
+
+
+def test_always_does_not_count_as_a_level():
+    assert compile_condition(nested(16, inner={"always": True}))[1] == []
+
+
+def test_evaluate_refuses_a_hand_built_tree_deeper_than_the_limit():
+    deep: conditions.Condition = Always()
+    for level in range(500):
+        deep = Not(deep) if level % 2 else All((deep,))
+    with pytest.raises(ConditionError, match="deeper than 16 levels"):
+        evaluate(deep, make_issue(), NOW)
+
+
+def test_evaluate_accepts_a_hand_built_tree_at_the_limit():
+    tree: conditions.Condition = Always()
+    for _ in range(16):
+        tree = All((tree,))
+    assert evaluate(tree, make_issue(), NOW)[0] is True
+
+
+def test_a_reason_quotes_at_most_the_first_characters_of_a_long_value():
+    condition, _ = compile_condition(
+        {"field": "issue.summary", "operator": "regex", "value": "^b"})
+
+    _, reason = evaluate(condition, make_issue(summary="a" * 50_000), NOW)
+
+    assert len(reason) < 400
+    assert "(50002 characters)" in reason

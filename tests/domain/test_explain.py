@@ -99,3 +99,23 @@ def test_invalid_condition_is_a_condition_error():
                                                          "value": "1"}, []),))
     with pytest.raises(ConditionError):
         explain_policy(spec, Issue(key="X-1", project_key="X"), MONDAY_10_SHANGHAI)
+
+
+@pytest.mark.parametrize("key", ["not", "all"])
+def test_500_deep_condition_is_a_condition_error_not_a_recursion_error(key):
+    when: dict = {"always": True}
+    for _ in range(500):
+        when = {"not": when} if key == "not" else {"all": [when]}
+    spec = PolicySpec(name="p", rules=(RuleSpec("r", 1, when, []),))
+    with pytest.raises(ConditionError) as caught:
+        explain_policy(spec, Issue(key="X-1", project_key="X"), MONDAY_10_SHANGHAI)
+    assert "deeper than 16 levels" in caught.value.problems[0].message
+
+
+def test_hostile_summary_is_explained_promptly():
+    when = {"field": "issue.summary", "operator": "regex", "value": "(a+)+$"}
+    spec = PolicySpec(name="p", rules=(RuleSpec("r", 1, when, []),))
+    issue = Issue(key="X-1", project_key="X", summary="a" * 100_000 + "!")
+    [report] = explain_policy(spec, issue, MONDAY_10_SHANGHAI)
+    assert report.outcome == "not_matched"
+    assert report.reason.endswith("(searched in the first 10000 characters)")

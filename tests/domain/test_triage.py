@@ -1,4 +1,5 @@
-"""The triage executor: only real changes, applied in one edit, never an assignment (§8.3)."""
+"""The triage executor: only real changes, handed to the Jira writer as one ``TriageChange``,
+never an assignment (§8.3)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.fakes import FakeJira, issue
-from ticket_dispatcher.actors.runtime import Ports
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
 from ticket_dispatcher.domain.actions.triage import TriageExecutor
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode
+from ticket_dispatcher.domain.ports import Ports, TriageChange
 
 
 def run_of(config: dict, jira: FakeJira) -> ActionRun:
@@ -28,7 +29,7 @@ def jira() -> FakeJira:
     return FakeJira(issue(priority="P2", components=("payments", "web"), labels=("a", "b")))
 
 
-def test_only_real_changes_are_planned_and_applied_in_one_edit(jira):
+def test_only_real_changes_are_planned_and_applied_as_one_change(jira):
     run = run_of({"priority": "P1", "components": ["web", "payments"],
                   "labels_add": ["a", "c"], "labels_remove": ["b", "z"]}, jira)
     executor = TriageExecutor()
@@ -38,9 +39,13 @@ def test_only_real_changes_are_planned_and_applied_in_one_edit(jira):
 
     assert run.context["triage"]["changes"] == {
         "priority": {"from": "P2", "to": "P1"}, "labels": {"add": ["c"], "remove": ["b"]}}
-    assert jira.calls("edit_fields") == [("edit_fields", "TCID-1", {"priority": {"name": "P1"}},
-                                          {"labels": [{"add": "c"}, {"remove": "b"}]})]
+    assert jira.calls("apply_triage") == [("apply_triage", "TCID-1", TriageChange(
+        priority="P1", labels_add=("c",), labels_remove=("b",)))]
     assert jira.calls("assign") == []
+    assert run.context["triage"]["applied"] is True
+    after = jira.issues["TCID-1"]
+    assert (after.priority, after.components, after.labels) == ("P1", ("payments", "web"),
+                                                                ("a", "c"))
 
 
 def test_nothing_to_change_skips_the_edit(jira):
@@ -62,13 +67,15 @@ def test_components_replace_and_raw_fields_pass_through(jira):
     executor.plan(run)
     executor.execute(run)
 
-    [(_, _, fields, update)] = jira.calls("edit_fields")
-    assert fields == {"customfield_1": {"value": "x"}, "components": [{"name": "db"}]}
-    assert update is None
+    [(_, _, change)] = jira.calls("apply_triage")
+    assert change == TriageChange(components=("db",), fields={"customfield_1": {"value": "x"}})
+    assert run.context["triage"]["changes"] == {
+        "components": {"from": ["payments", "web"], "to": ["db"]},
+        "fields": {"customfield_1": {"value": "x"}}}
 
 
 def test_jira_failure_fails_the_action(jira):
-    jira.failing_writes.add("edit_fields")
+    jira.failing_writes.add("apply_triage")
     run = run_of({"priority": "P0"}, jira)
     executor = TriageExecutor()
     executor.plan(run)

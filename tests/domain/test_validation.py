@@ -538,3 +538,90 @@ def test_parse_policy_spec_refuses_shape_problems():
         parse_policy_spec(body)
     assert caught.value.message == "policy body is malformed"
     assert paths(caught.value.problems) == [("status", "shape")]
+
+
+# --- hostile conditions (SPEC §4.3, issue 8) ------------------------------------------------
+
+
+def with_when(when: dict) -> dict:
+    body = ordinary()
+    body["rules"][0]["when"] = when
+    return body
+
+
+def summary_regex(pattern: str) -> dict:
+    return {"field": "issue.summary", "operator": "regex", "value": pattern}
+
+
+def chain(levels: int, key: str) -> dict:
+    condition = summary_regex("down")
+    for _ in range(levels):
+        condition = {"not": condition} if key == "not" else {key: [condition]}
+    return condition
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(?i)^db-(outage|down)", r"\bP[01]\b", "(x*)*y"])
+def test_re2_patterns_validate_including_formerly_catastrophic_ones(pattern):
+    assert validate_policy(with_when(summary_regex(pattern))) == []
+
+
+def test_regex_ignore_case_validates():
+    assert validate_policy(with_when({**summary_regex("^DB"), "ignore_case": True})) == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        (r"(a)\1", r'backreferences are not supported (RE2 syntax): "(a)\1"'),
+        ("(?P<x>a)(?P=x)", 'backreferences are not supported (RE2 syntax): "(?P<x>a)(?P=x)"'),
+        ("db(?=x)", 'lookahead assertions are not supported (RE2 syntax): "db(?=x)"'),
+        ("db(?!x)", 'negative lookahead assertions are not supported (RE2 syntax): "db(?!x)"'),
+        ("(?<=x)db", 'lookbehind assertions are not supported (RE2 syntax): "(?<=x)db"'),
+        ("(?<!x)db",
+         'negative lookbehind assertions are not supported (RE2 syntax): "(?<!x)db"'),
+        ("a++", 'possessive quantifiers are not supported (RE2 syntax): "a++"'),
+        ("(?>a)", 'atomic groups are not supported (RE2 syntax): "(?>a)"'),
+        ("(down", 'invalid regular expression "(down": missing ): (down'),
+    ],
+)
+def test_regex_re2_cannot_run_is_a_rule_problem_naming_the_construct(pattern, message):
+    problems = validate_policy(with_when({"any": [{"always": True}, summary_regex(pattern)]}))
+    assert [(p.path, p.kind, p.message) for p in problems] == [
+        ("rules[0].when.any[1].value", "rule", message)]
+
+
+DEPTH_MESSAGE = "conditions nest deeper than 16 levels of all, any and not"
+
+
+@pytest.mark.parametrize("key", ["not", "all", "any"])
+def test_conditions_nested_16_levels_are_valid(key):
+    assert validate_policy(with_when(chain(16, key))) == []
+
+
+@pytest.mark.parametrize(("key", "step"), [("not", ".not"), ("all", ".all[0]")])
+def test_conditions_nested_17_levels_are_a_shape_problem_with_the_path(key, step):
+    problems = validate_policy(with_when(chain(17, key)))
+    assert [(p.path, p.kind, p.message) for p in problems] == [
+        ("rules[0].when" + step * 16, "shape", DEPTH_MESSAGE)]
+
+
+@pytest.mark.parametrize("key", ["not", "all"])
+def test_500_deep_conditions_are_one_problem_never_a_recursion_error(key):
+    body = with_when(chain(500, key))
+    assert [p.message for p in validate_policy(body)] == [DEPTH_MESSAGE]
+    with pytest.raises(InvalidInput) as caught:
+        parse_policy_spec(body)  # a shape problem: the body is refused, never stored
+    assert [p.message for p in caught.value.problems] == [DEPTH_MESSAGE]
+
+
+def test_depth_is_checked_per_rule_and_other_problems_still_reported():
+    body = with_when(chain(40, "not"))
+    body["rules"].append({**body["rules"][0], "name": "second", "priority": 20,
+                          "when": {"all": [chain(40, "any"), summary_regex(r"(a)\1")]}})
+    last = len(body["rules"]) - 1
+    problems = validate_policy(body)
+    assert [(p.path.split(".")[0], p.message.split(" (")[0]) for p in problems] == [
+        ("rules[0]", DEPTH_MESSAGE),
+        (f"rules[{last}]", DEPTH_MESSAGE),
+        (f"rules[{last}]", "backreferences are not supported"),
+    ]

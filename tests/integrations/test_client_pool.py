@@ -1,5 +1,6 @@
-"""Client actor pools (SPEC §3, issue 7): used like the client, a call goes to an idle actor or
-waits in one FIFO queue, queue time and call time are separate limits, shutdown support, stats.
+"""Client actor pools (SPEC §3, issue 7): a call goes to an idle actor or waits in one FIFO
+queue, queue time and call time are separate limits, shutdown support, stats; the typed pools
+serve the ports of domain/ports.py.
 
 No test sleeps: callers run in threads and are synchronised with Events; every wait is bounded.
 """
@@ -14,15 +15,21 @@ import pykka
 import pytest
 import responses
 
+from tests.fakes import FakeJira, issue
 from ticket_dispatcher.actors.clients import (
     Call,
     ClientActor,
     ClientPool,
+    CorePool,
+    JiraPool,
+    LarkPool,
+    OncallPool,
     _ask_timeout,
     build_client_pools,
 )
 from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import Config, CoreConfig, JiraConfig, LarkConfig, OncallConfig
+from ticket_dispatcher.domain.ports import Jira
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.jira import JiraClient
 
@@ -196,7 +203,7 @@ def echo(log, started):
 def hold(pool: ClientPool, log: Log, tag: str) -> Caller:
     """A caller whose call runs on one actor and stays there until ``log.gates[tag]`` opens."""
     log.gate(tag)
-    caller = start_caller(lambda: pool.hold(tag))
+    caller = start_caller(lambda: pool.call("hold", tag))
     assert log.entered[tag].wait(WAIT)
     return caller
 
@@ -210,17 +217,16 @@ def probe_queue(pool: ClientPool) -> QueueProbe:
 # --- used like the client ---------------------------------------------------------------------
 
 
-def test_pool_is_used_like_the_client(echo):
+def test_a_call_answers_with_the_clients_result(echo):
     pool = echo()
 
-    assert pool.add(2, b=3) == 5
-    assert pool.call("add", 4, b=1) == 5
+    assert pool.call("add", 2, b=3) == 5
 
 
 def test_calls_run_in_daemon_actor_threads(echo):
     pool = echo(size=1)
 
-    thread = pool.thread()
+    thread = pool.call("thread")
 
     assert thread is not threading.current_thread()
     # A read stuck in a socket must never keep the process alive past shutdown (issue 7).
@@ -231,19 +237,19 @@ def test_client_exception_reaches_the_caller_and_the_actor_lives_on(echo):
     pool = echo(size=1)
 
     with pytest.raises(IntegrationError) as caught:
-        pool.fail("jira said no")
+        pool.call("fail", "jira said no")
 
     assert (caught.value.message, caught.value.status) == ("jira said no", 502)
-    assert pool.add(1) == 1
+    assert pool.call("add", 1) == 1
 
 
-def test_unknown_and_private_names_are_attribute_errors(echo):
+def test_a_pool_routes_no_client_method_by_attribute(echo):
     pool = echo(size=1)
 
-    assert hasattr(pool, "whoami")
-    assert not hasattr(pool, "no_such_method")
-    assert not hasattr(pool, "_secret")
+    assert not hasattr(pool, "whoami")  # only the typed pools name methods, each written out
     assert not hasattr(pool, "close")  # the actors close their clients as they stop
+    with pytest.raises(AttributeError):
+        pool.call("no_such_method")
 
 
 def test_pool_needs_at_least_one_actor(log):
@@ -266,7 +272,7 @@ def test_one_stuck_call_holds_only_its_own_caller(echo, log):
     stuck = hold(pool, log, "stuck")
 
     # Round-robin would put every third of these behind the stuck call.
-    answers = [pool.add(n) for n in range(12)]
+    answers = [pool.call("add", n) for n in range(12)]
 
     assert answers == list(range(12))
     assert stuck.is_alive() and pool.stats()["busy"] == 1
@@ -295,7 +301,7 @@ def test_queued_callers_are_served_in_fifo_order(echo, log):
     probe = probe_queue(pool)
     callers = []
     for tag in ("c1", "c2", "c3", "c4"):
-        callers.append(start_caller(lambda tag=tag: pool.record(tag)))
+        callers.append(start_caller(lambda tag=tag: pool.call("record", tag)))
         probe.wait_joined()  # each caller is queued before the next one arrives
 
     assert pool.stats()["queue_length"] == 4
@@ -314,23 +320,24 @@ def test_a_caller_that_gives_up_while_queued_never_makes_its_call(echo, log):
     held = hold(pool, log, "held")
 
     with pytest.raises(IntegrationError) as caught:
-        pool.record("late")
+        pool.call("record", "late")
 
     assert not isinstance(caught.value, OutcomeUnknown)
     assert caught.value.service == "echo"
     assert "no free client within 0.05 s; the call was not made" in caught.value.message
     log.gates["held"].set()
     assert held.result() == ("held", None)
-    assert pool.record("after") == "after"  # the actor serves calls in order, so "late" ...
-    assert log.entries == ["held", "after"]  # ... would have run before this one
+    # The actor serves calls in order, so "late" would have run before this one.
+    assert pool.call("record", "after") == "after"
+    assert log.entries == ["held", "after"]
     stats = pool.stats()
     assert (stats["gave_up_queued"], stats["queue_length"], stats["calls"]) == (1, 0, 2)
 
 
 def test_a_jira_call_given_up_while_queued_never_reaches_jira(started):
     base = "https://j.example"
-    pool = started(ClientPool("jira", lambda: JiraClient(JiraConfig(base_url=base)), 1,
-                              call_timeout=WAIT, queue_timeout=0.05))
+    pool = started(JiraPool("jira", lambda: JiraClient(JiraConfig(base_url=base)), 1,
+                            call_timeout=WAIT, queue_timeout=0.05))
     entered, release = threading.Event(), threading.Event()
 
     def slow_issue(request):
@@ -361,7 +368,7 @@ def test_a_started_call_past_call_timeout_is_an_unknown_outcome(echo, log):
     log.gate("slow")
 
     with pytest.raises(OutcomeUnknown) as caught:
-        pool.hold("slow")
+        pool.call("hold", "slow")
 
     assert isinstance(caught.value, IntegrationError) and caught.value.service == "echo"
     assert "may take effect" in caught.value.message
@@ -370,7 +377,7 @@ def test_a_started_call_past_call_timeout_is_an_unknown_outcome(echo, log):
 
     # The actor is still running "slow": it is not handed out until that call really ends.
     probe = probe_queue(pool)
-    following = start_caller(lambda: pool.record("next"))
+    following = start_caller(lambda: pool.call("record", "next"))
     probe.wait_joined()
     assert log.entries == ["slow"]
     log.gates["slow"].set()
@@ -384,7 +391,7 @@ def test_call_timeout_counts_only_call_time_not_queue_time(echo, log):
     pool = echo(size=1, call_timeout=0.2)
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.hold("second"))
+    queued = start_caller(lambda: pool.call("hold", "second"))
     probe.wait_joined()
     log.gate("second").set()  # the second call answers at once when it runs
 
@@ -402,7 +409,7 @@ def test_abandon_wakes_queued_and_running_callers_and_refuses_new_calls(echo, lo
     pool = echo(size=1, call_timeout=60, queue_timeout=60)
     running = hold(pool, log, "running")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.record("queued"))
+    queued = start_caller(lambda: pool.call("record", "queued"))
     probe.wait_joined()
 
     pool.abandon()
@@ -412,7 +419,7 @@ def test_abandon_wakes_queued_and_running_callers_and_refuses_new_calls(echo, lo
         answer, error = caller.result()
         assert isinstance(error, CallAbandoned) and answer is None
     with pytest.raises(CallAbandoned):
-        pool.record("new")
+        pool.call("record", "new")
     log.gates["running"].set()
     pool.stop(timeout=WAIT)  # the running call ends, then the actor stops
     assert log.entries == ["running"]  # neither the queued nor the new call ever ran
@@ -433,7 +440,7 @@ def test_a_call_sent_but_not_begun_when_abandoned_never_begins(echo, log):
     pool = echo(size=1)
     occupy_behind_the_pools_back(pool, log, "direct")
     pool._running = probe = SentProbe()
-    caller = start_caller(lambda: pool.record("sent"))
+    caller = start_caller(lambda: pool.call("record", "sent"))
     probe.wait_sent()
     assert pool.stats()["in_flight"] == 1
 
@@ -453,7 +460,7 @@ def test_a_call_behind_a_stop_from_outside_goes_to_another_actor(echo, log):
     doomed.stop(block=False)  # queued behind "direct": the pool does not know yet
 
     pool._running = probe = SentProbe()
-    caller = start_caller(lambda: pool.record("moved"))
+    caller = start_caller(lambda: pool.call("record", "moved"))
     probe.wait_sent()  # to the doomed actor, behind its stop
     log.gates["direct"].set()
 
@@ -489,7 +496,7 @@ def test_stop_refuses_queued_and_later_calls_without_making_them(echo, log):
     pool = echo(size=1)
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.record("queued"))
+    queued = start_caller(lambda: pool.call("record", "queued"))
     probe.wait_joined()
 
     futures = pool.stop(block=False)
@@ -497,7 +504,7 @@ def test_stop_refuses_queued_and_later_calls_without_making_them(echo, log):
     _, error = queued.result()
     assert isinstance(error, IntegrationError) and "not made" in error.message
     with pytest.raises(IntegrationError, match="stopped"):
-        pool.record("later")
+        pool.call("record", "later")
     log.gates["held"].set()
     pykka.get_all(futures, timeout=WAIT)
     assert held.result() == ("held", None)
@@ -519,12 +526,12 @@ def test_an_actor_stopped_from_outside_leaves_the_pool(echo):
     pool = echo(size=2)
     pool._actors[0].stop(timeout=WAIT)
 
-    assert [pool.add(n) for n in range(4)] == [0, 1, 2, 3]
+    assert [pool.call("add", n) for n in range(4)] == [0, 1, 2, 3]
     assert pool.stats()["actors"] == 1
 
     pool._actors[0].stop(timeout=WAIT)
     with pytest.raises(IntegrationError, match="stopped"):
-        pool.add(1)
+        pool.call("add", 1)
 
 
 # --- no actor leaks out of the pool -----------------------------------------------------------
@@ -538,7 +545,7 @@ def test_no_actor_leaks_when_callers_give_up_at_the_moment_of_a_hand_off(echo, l
     def churn_30_times() -> None:
         for _ in range(30):
             try:
-                pool.churn()
+                pool.call("churn")
             except IntegrationError as exc:
                 refusals.append(exc.message)
 
@@ -564,8 +571,9 @@ def test_no_actor_leaks_when_callers_give_up_at_the_moment_of_a_hand_off(echo, l
 def test_calls_and_errors_are_counted_by_exception(echo):
     pool = echo(size=2)
 
-    pool.add(1)
-    for call in (lambda: pool.fail("x"), lambda: pool.fail("y"), pool.crash):
+    pool.call("add", 1)
+    for call in (lambda: pool.call("fail", "x"), lambda: pool.call("fail", "y"),
+                 lambda: pool.call("crash")):
         with pytest.raises((IntegrationError, RuntimeError)):
             call()
 
@@ -585,7 +593,7 @@ def test_stats_show_the_queue_the_longest_wait_and_in_flight_calls(echo, log):
     assert empty["last_latency_ms"] is None and empty["mean_latency_ms"] is None
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.record("queued"))
+    queued = start_caller(lambda: pool.call("record", "queued"))
     probe.wait_joined()
 
     stats = pool.stats()
@@ -606,7 +614,7 @@ def test_longest_wait_is_the_oldest_queued_callers_wait(echo, log):
     pool = echo(size=1)
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.record("queued"))
+    queued = start_caller(lambda: pool.call("record", "queued"))
     probe.wait_joined()
     # The wait is measured on the monotonic clock from the oldest queued caller's arrival.
     probe[0].queued_at -= 7
@@ -620,7 +628,7 @@ def test_latency_is_call_time_not_queue_time(echo, log):
     pool = echo(size=1)
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.record("queued"))
+    queued = start_caller(lambda: pool.call("record", "queued"))
     probe.wait_joined()
     probe[0].queued_at -= 60  # as if it had waited a minute for its actor
     log.gates["held"].set()
@@ -678,6 +686,8 @@ def test_every_configured_service_gets_a_started_pool():
         core=CoreConfig(base_url="https://c.example")), ManualClock())
     try:
         assert sorted(pools) == ["core", "jira", "lark", "oncall"]
+        assert {name: type(pool) for name, pool in pools.items()} == {
+            "jira": JiraPool, "lark": LarkPool, "oncall": OncallPool, "core": CorePool}
         assert all(pool.stats()["actors"] == 2 for pool in pools.values())
     finally:
         for pool in pools.values():
@@ -702,9 +712,23 @@ def test_built_jira_pool_loads_an_issue_through_its_actor():
             pool.stop(timeout=WAIT)
 
 
-def test_pool_methods_mirror_the_client(started):
-    pool = started(ClientPool("jira", lambda: JiraClient(JiraConfig(base_url="https://j")), 1))
+def test_a_jira_pool_exposes_exactly_the_jira_protocols_methods():
+    protocol = {name for name in dir(Jira) if not name.startswith("_")}
+    own = {name for name in dir(JiraPool) if not name.startswith("_")} - set(dir(ClientPool))
 
-    for name in ("load_issue", "assign", "set_l2_assignee", "edit_labels", "edit_fields",
-                 "find_user_by_email", "add_internal_comment"):
-        assert callable(getattr(pool, name))
+    assert own == protocol == {"load_issue", "assign", "set_l2_assignee", "edit_labels",
+                               "apply_triage", "find_user_by_email", "add_internal_comment"}
+
+
+def test_a_typed_pool_method_runs_the_same_named_client_method(started):
+    jira = FakeJira(issue())
+    jira.add_user("alice@example.com", "acc-a")
+    pool = started(JiraPool("jira", lambda: jira, 1, call_timeout=WAIT, queue_timeout=WAIT))
+
+    pool.assign("TCID-1", "acc-a")
+    pool.edit_labels("TCID-1", remove=(label for label in ["auto-dispatch"]))
+
+    assert jira.writes == [("assign", "TCID-1", "acc-a"),
+                           ("edit_labels", "TCID-1", (), ("auto-dispatch",))]
+    assert pool.load_issue("TCID-1").assignee.account_id == "acc-a"
+    assert pool.stats()["calls"] == 3

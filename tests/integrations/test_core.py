@@ -9,8 +9,9 @@ import requests
 from responses import matchers
 
 from ticket_dispatcher.config import CoreConfig
+from ticket_dispatcher.domain.ports import DirectoryUser, GroupMember
 from ticket_dispatcher.errors import IntegrationError
-from ticket_dispatcher.integrations.core import CoreClient, CoreUser, GroupMember
+from ticket_dispatcher.integrations.core import CoreClient
 from ticket_dispatcher.integrations.http import IntegrationTimeout
 
 BASE = "https://core.internal.example"
@@ -45,14 +46,15 @@ def test_user_is_read_with_its_open_id(mocked, core):
     mocked.get(f"{BASE}/api/v1/users/alice@example.com", match=AUTH, json={
         "email": "Alice@Example.com", "name": "Alice", "active": True, "open_id": "ou_a"})
 
-    assert core.user("ALICE@example.com") == CoreUser("alice@example.com", "Alice", True, "ou_a")
+    assert core.user("ALICE@example.com") == DirectoryUser("alice@example.com", "Alice", True,
+                                                           "ou_a")
 
 
 def test_user_without_open_id_has_none(mocked, core):
     mocked.get(f"{BASE}/api/v1/users/bob@example.com",
                json={"email": "bob@example.com", "name": "Bob", "active": False})
 
-    assert core.user("bob@example.com") == CoreUser("bob@example.com", "Bob", False, None)
+    assert core.user("bob@example.com") == DirectoryUser("bob@example.com", "Bob", False, None)
 
 
 def test_unknown_user_is_none(mocked, core):

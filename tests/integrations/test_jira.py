@@ -12,6 +12,7 @@ import requests
 from responses import matchers
 
 from ticket_dispatcher.config import JiraConfig
+from ticket_dispatcher.domain.ports import TriageChange
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import IntegrationTimeout
 from ticket_dispatcher.integrations.jira import JiraClient
@@ -157,13 +158,25 @@ def test_edit_labels_with_nothing_to_change_makes_no_call(mocked, jira):
     assert len(mocked.calls) == 0
 
 
-def test_edit_fields_sends_fields_and_update_in_one_put(mocked, jira):
+def test_apply_triage_sends_fields_and_label_operations_in_one_put(mocked, jira):
     mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=204, match=[
-        matchers.json_params_matcher({"fields": {"priority": {"name": "P2"}},
-                                      "update": {"components": [{"add": {"name": "web"}}]}})])
+        matchers.json_params_matcher({
+            "fields": {"customfield_1": {"value": "x"}, "priority": {"name": "P2"},
+                       "components": [{"name": "web"}, {"name": "db"}]},
+            "update": {"labels": [{"add": "triaged"}, {"remove": "new"}]}})])
 
-    jira.edit_fields("TCOC-7", {"priority": {"name": "P2"}},
-                     update={"components": [{"add": {"name": "web"}}]})
+    jira.apply_triage("TCOC-7", TriageChange(
+        priority="P2", components=("web", "db"), labels_add=("triaged",),
+        labels_remove=("new",), fields={"customfield_1": {"value": "x"}}))
+
+    assert len(mocked.calls) == 1
+
+
+def test_apply_triage_leaves_out_what_the_change_does_not_touch(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=204, match=[
+        matchers.json_params_matcher({"fields": {"components": []}})])
+
+    jira.apply_triage("TCOC-7", TriageChange(components=()))  # no components at all
 
 
 def test_find_user_by_email_counts_only_an_exact_case_insensitive_match(mocked, jira):

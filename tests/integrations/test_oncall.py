@@ -9,8 +9,9 @@ import requests
 from responses import matchers
 
 from ticket_dispatcher.config import OncallConfig
+from ticket_dispatcher.domain.ports import PageResult, Responder
 from ticket_dispatcher.errors import IntegrationError
-from ticket_dispatcher.integrations.oncall import OncallClient, PageResult, Responder
+from ticket_dispatcher.integrations.oncall import OncallClient
 
 BASE = "https://oncall.internal.example"
 TOKEN = "oncall-bearer-secret"

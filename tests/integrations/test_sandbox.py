@@ -867,7 +867,8 @@ def test_control_lists_what_was_sent(client):
 
 
 def test_sandbox_is_public_under_the_api_key_middleware(sqlite_store, state):
-    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": "op:operator:k"})
+    config = load_config(None, environ={
+        "TICKET_DISPATCHER_AUTH_API_KEYS": "op:operator:op-key-0123456789abcdefghij"})
     app = create_app(Services(store=sqlite_store, config=config, clock=ManualClock()))
     mount_sandbox(app, state)
     client = testing.TestClient(app)

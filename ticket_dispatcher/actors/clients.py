@@ -1,7 +1,8 @@
 """Client actors: a pool of actors per integration, each owning one client (SPEC §3, §11).
 
-Executions and triggers *ask* a ``ClientPool`` as if it were the client itself
-(``pool.load_issue("TCID-1")``). A call goes to an idle actor at once, or waits in the pool's one
+Executions and triggers call a typed pool as the port it implements (domain/ports.py):
+``JiraPool.load_issue("TCID-1")`` runs ``JiraClient.load_issue`` on one of the pool's actors and
+answers in the caller's thread. A call goes to an idle actor at once, or waits in the pool's one
 FIFO queue for the first actor that frees; it is never queued behind a busy actor, so a slow peer
 holds only its own caller (issue 7). Requests only flow down into client actors, which ask
 nobody, so these calls cannot deadlock.
@@ -26,7 +27,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,14 @@ import pykka
 
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
+from ticket_dispatcher.domain.model import Issue, JiraUser
+from ticket_dispatcher.domain.ports import (
+    DirectoryUser,
+    GroupMember,
+    PageResult,
+    Responder,
+    TriageChange,
+)
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.core import CoreClient
 from ticket_dispatcher.integrations.jira import JiraClient
@@ -139,11 +148,11 @@ class ClientActor(pykka.ThreadingActor):
 class ClientPool:
     """``size`` ClientActors built by ``factory``, used like one client.
 
-    ``call(method, ...)`` (or ``pool.<method>(...)``) returns the client's answer or raises its
-    exception in the caller's thread; the pool adds ``IntegrationError`` (no free actor within
-    ``queue_timeout``, the call was not made; or the pool is stopped), ``OutcomeUnknown`` (no
-    answer within ``call_timeout``, the call still runs) and ``CallAbandoned`` (after
-    ``abandon()``).
+    ``call(method, ...)`` returns the client's answer or raises its exception in the caller's
+    thread; the typed pools below name each method of their port. The pool adds
+    ``IntegrationError`` (no free actor within ``queue_timeout``, the call was not made; or the
+    pool is stopped), ``OutcomeUnknown`` (no answer within ``call_timeout``, the call still
+    runs) and ``CallAbandoned`` (after ``abandon()``).
     """
 
     def __init__(self, name: str, factory: Callable[[], Any], size: int = 4, *,
@@ -156,7 +165,6 @@ class ClientPool:
         self.call_timeout = call_timeout
         self.queue_timeout = call_timeout if queue_timeout is None else queue_timeout
         self._factory = factory
-        self._methods: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         self._actors: list[pykka.ActorRef] = []  # live actors, idle or busy
         self._idle: deque[pykka.ActorRef] = deque()
@@ -180,12 +188,6 @@ class ClientPool:
                 return self
             self._started = True
         clients = [self._factory() for _ in range(self.size)]
-        # ``close`` is each actor's own business when it stops; through the pool it would close
-        # one arbitrary client while its actor lives on.
-        self._methods = frozenset(
-            name for name in dir(clients[0])
-            if not name.startswith("_") and name != "close"
-            and callable(getattr(clients[0], name)))
         actors = [ClientActor.start(client, self) for client in clients]
         with self._lock:
             self._actors = list(actors)
@@ -227,18 +229,6 @@ class ClientPool:
                 ticket.ready.notify_all()
 
     # -- calls --------------------------------------------------------------------------------
-
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        # Only called for names the pool itself lacks: the client's public methods.
-        if method.startswith("_") or method not in self._methods:
-            raise AttributeError(f"{type(self).__name__} {self.__dict__.get('name')!r} "
-                                 f"has no client method {method!r}")
-
-        def routed(*args: Any, **kwargs: Any) -> Any:
-            return self.call(method, *args, **kwargs)
-
-        routed.__name__ = method
-        return routed
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``client.<method>`` on a free actor and return its answer (see the class)."""
@@ -421,6 +411,76 @@ class ClientPool:
             }
 
 
+# -- the ports, served by pools (domain/ports.py) --------------------------------------------------
+# One line per port method: the same name on the client, run on one of the pool's actors. An
+# iterable argument is made a tuple here, so the actor's thread never consumes the caller's.
+
+
+class JiraPool(ClientPool):
+    """The ``Jira`` port: ``integrations.jira.JiraClient`` on the pool's actors."""
+
+    def load_issue(self, key: str) -> Issue:
+        return self.call("load_issue", key)
+
+    def assign(self, key: str, account_id: str | None) -> None:
+        self.call("assign", key, account_id)
+
+    def set_l2_assignee(self, key: str, account_id: str | None) -> None:
+        self.call("set_l2_assignee", key, account_id)
+
+    def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
+        self.call("edit_labels", key, tuple(add), tuple(remove))
+
+    def apply_triage(self, key: str, change: TriageChange) -> None:
+        self.call("apply_triage", key, change)
+
+    def find_user_by_email(self, email: str) -> JiraUser | None:
+        return self.call("find_user_by_email", email)
+
+    def add_internal_comment(self, key: str, text: str) -> None:
+        self.call("add_internal_comment", key, text)
+
+
+class LarkPool(ClientPool):
+    """The ``Messenger`` port: ``integrations.lark.LarkClient`` on the pool's actors."""
+
+    def open_ids_by_email(self, emails: Iterable[str]) -> dict[str, str]:
+        return self.call("open_ids_by_email", tuple(emails))
+
+    def send_card(self, open_id: str, card: dict, uuid: str) -> str:
+        return self.call("send_card", open_id, card, uuid)
+
+    def urgent_app(self, message_id: str, open_id: str) -> list[str]:
+        return self.call("urgent_app", message_id, open_id)
+
+    def read_user_ids(self, message_id: str) -> list[str]:
+        return self.call("read_user_ids", message_id)
+
+
+class OncallPool(ClientPool):
+    """The ``OnCall`` port: ``integrations.oncall.OncallClient`` on the pool's actors."""
+
+    def responders(self, team: str) -> list[Responder]:
+        return self.call("responders", team)
+
+    def page(self, email: str, title: str, message: str, issue_key: str,
+             dedup_key: str) -> PageResult:
+        return self.call("page", email, title, message, issue_key, dedup_key)
+
+
+class CorePool(ClientPool):
+    """The ``Directory`` port: ``integrations.core.CoreClient`` on the pool's actors."""
+
+    def group_members(self, group: str) -> list[GroupMember]:
+        return self.call("group_members", group)
+
+    def user(self, email: str) -> DirectoryUser | None:
+        return self.call("user", email)
+
+    def leader(self, email: str) -> DirectoryUser | None:
+        return self.call("leader", email)
+
+
 class _Latency:
     """Call durations (monotonic, not business time), in milliseconds for the admin view."""
 
@@ -452,28 +512,31 @@ def _seconds(value: Any) -> float:
 
 def build_client_pools(config: Config, clock: Clock, *, start: bool = True,
                        sleep: Callable[[float], None] = time.sleep) -> dict[str, ClientPool]:
-    """A pool per configured integration (a service with an empty ``base_url``, or Lark
-    without an ``app_id``, is left out), started unless ``start`` is False."""
+    """A typed pool per configured integration (``JiraPool``, ``LarkPool``, ``OncallPool``,
+    ``CorePool``; a service with an empty ``base_url``, or Lark without an ``app_id``, is left
+    out), started unless ``start`` is False."""
     timeouts = {"connect_timeout": _seconds(config.integrations.connect_timeout),
                 "read_timeout": _seconds(config.integrations.read_timeout),
                 "clock": clock, "sleep": sleep}
     # Lark's base_url has a default, so it counts as configured only with an app id.
-    factories: dict[str, tuple[bool, Callable[[], Any]]] = {
-        "jira": (bool(config.jira.base_url), lambda: JiraClient(config.jira, **timeouts)),
-        "lark": (bool(config.lark.base_url and config.lark.app_id),
+    factories: dict[str, tuple[bool, type[ClientPool], Callable[[], Any]]] = {
+        "jira": (bool(config.jira.base_url), JiraPool,
+                 lambda: JiraClient(config.jira, **timeouts)),
+        "lark": (bool(config.lark.base_url and config.lark.app_id), LarkPool,
                  lambda: LarkClient(config.lark, **timeouts)),
-        "oncall": (bool(config.oncall.base_url),
+        "oncall": (bool(config.oncall.base_url), OncallPool,
                    lambda: OncallClient(config.oncall, **timeouts)),
-        "core": (bool(config.core.base_url), lambda: CoreClient(config.core, **timeouts)),
+        "core": (bool(config.core.base_url), CorePool,
+                 lambda: CoreClient(config.core, **timeouts)),
     }
     call_timeout = _ask_timeout(timeouts["connect_timeout"], timeouts["read_timeout"])
     # The queue wait gets the same bound. With the default size (an actor per execution slot and
     # trigger actor) nobody queues; with a smaller configured pool, a caller still queued after
     # the longest time a call may take is behind something truly stuck, and giving up then is
     # safe: a queued call was never made.
-    pools = {name: ClientPool(name, factory, config.client_actors, call_timeout=call_timeout,
+    pools = {name: pool_class(name, factory, config.client_actors, call_timeout=call_timeout,
                               queue_timeout=call_timeout)
-             for name, (configured, factory) in factories.items() if configured}
+             for name, (configured, pool_class, factory) in factories.items() if configured}
     if start:
         for pool in pools.values():
             pool.start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
 from ticket_dispatcher.actors.activity import Activity
 from ticket_dispatcher.actors.scheduler import Scheduler
@@ -12,6 +11,7 @@ from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.behavior import Behavior
+from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.store import Store
 
 
@@ -21,7 +21,7 @@ class RuntimeDeps:
     store: Store
     clock: Clock
     registry: ActionRegistry
-    ports: Any  # integrations: ``ports.jira.load_issue(key) -> Issue`` and the action clients
+    ports: Ports  # the integrations and the engineer store (domain/ports.py)
     scheduler: Scheduler
     activity: Activity
     # Set once the shutdown begins: no new step, claim or execution actor starts after it.

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
 
 import pykka
 
 from ticket_dispatcher.actors.activity import Activity
+from ticket_dispatcher.actors.clients import ClientPool
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import (
     Boot,
@@ -25,14 +25,16 @@ from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import Trigger
+from ticket_dispatcher.domain.ports import NotConfigured, Ports
 from ticket_dispatcher.domain.timeutil import format_time
-from ticket_dispatcher.errors import Conflict, IntegrationError, NotFound
+from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.database import unit_of_work
 
 log = logging.getLogger(__name__)
 
 ASK_TIMEOUT = 30  # seconds an HTTP request waits on an actor before giving up
+INTEGRATIONS = ("jira", "lark", "oncall", "core")  # the Ports fields served by client pools
 
 
 class Deadline:
@@ -66,54 +68,17 @@ def stop_remaining_actors(deadline: Deadline) -> None:
                 ", ".join(alive) or "none")
 
 
-class Unconfigured:
-    """The port of an integration with no ``base_url``: every call fails clearly, as an
-    integration error (a business failure of the action), never a crash."""
-
-    def __init__(self, service: str):
-        self._service = service
-
-    def stats(self) -> dict:
-        return {"configured": False}
-
-    def abandon(self) -> None:
-        pass
-
-    def __getattr__(self, method: str):
-        def fail(*args: Any, **kwargs: Any):
-            raise IntegrationError(f"{self._service} is not configured ({method})",
-                                   service=self._service)
-
-        return fail
-
-
-class Ports:
-    """The integrations handed to triggers and actions; tests pass fakes with the same shape."""
-
-    def __init__(self, jira: Any = None, lark: Any = None, oncall: Any = None, core: Any = None,
-                 **more: Any):
-        self.jira = jira or Unconfigured("jira")
-        self.lark = lark or Unconfigured("lark")
-        self.oncall = oncall or Unconfigured("oncall")
-        self.core = core or Unconfigured("core")
-        for name, value in more.items():
-            setattr(self, name, value)
-
-    def abandon(self) -> None:
-        """Shutdown: wake every caller still waiting on an integration (``CallAbandoned``)."""
-        for port in (self.jira, self.lark, self.oncall, self.core):
-            abandon = getattr(port, "abandon", None)
-            if callable(abandon):
-                abandon()
-
-
 class Runtime:
-    def __init__(self, config: Config, store: Store, clock: Clock, *, ports: Any = None,
-                 registry: ActionRegistry | None = None):
+    def __init__(self, config: Config, store: Store, clock: Clock, *,
+                 ports: Ports | None = None, registry: ActionRegistry | None = None):
+        """``ports`` defaults to no integration configured (``NotConfigured``) and the
+        store's engineers."""
         self.activity = Activity()
         self.scheduler = Scheduler(clock)
+        if ports is None:
+            ports = Ports(engineers=store.engineers)
         self.deps = RuntimeDeps(config=config, store=store, clock=clock,
-                                registry=registry or ActionRegistry(), ports=ports or Ports(),
+                                registry=registry or ActionRegistry(), ports=ports,
                                 scheduler=self.scheduler, activity=self.activity)
         self._supervisor: pykka.ActorRef | None = None
         self._pool: pykka.ActorRef | None = None
@@ -151,7 +116,8 @@ class Runtime:
         self.recovered = False
         self.deps.stopping.set()
         self.scheduler.stop()
-        self.deps.ports.abandon()
+        for pool in client_pools(self.deps.ports).values():
+            pool.abandon()  # wake every caller still waiting on an integration (CallAbandoned)
         futures = self._triggers.stop() if self._triggers is not None else []
         if self._pool is not None:
             try:
@@ -205,9 +171,21 @@ class Runtime:
         }
 
     def _client_status(self) -> dict:
+        """Each integration's pool statistics; ``configured: False`` for a ``NotConfigured``
+        port; ``configured: True`` for any other port (a test fake)."""
+        ports, pools = self.deps.ports, client_pools(self.deps.ports)
         clients = {}
-        for name in ("jira", "lark", "oncall", "core"):
-            port = getattr(self.deps.ports, name, None)
-            stats = getattr(port, "stats", None)
-            clients[name] = stats() if callable(stats) else {"configured": True}
+        for name in INTEGRATIONS:
+            if name in pools:
+                clients[name] = pools[name].stats()
+            else:
+                clients[name] = {"configured": not isinstance(getattr(ports, name),
+                                                             NotConfigured)}
         return clients
+
+
+def client_pools(ports: Ports) -> dict[str, ClientPool]:
+    """The client pools among the ports, by port name: what shutdown abandons and the admin
+    view reports. ``Ports`` itself stays a plain domain dataclass."""
+    return {name: port for name in INTEGRATIONS
+            if isinstance(port := getattr(ports, name), ClientPool)}

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRegistry, ActionRun, ResultKind
 from ticket_dispatcher.domain.catalog import OnSuccess
@@ -27,6 +27,7 @@ from ticket_dispatcher.domain.execution import (
     RuleOutcome,
 )
 from ticket_dispatcher.domain.model import Issue
+from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.domain.timeutil import format_time
 
 
@@ -57,11 +58,11 @@ FINISHED = Step(StepKind.FINISHED)
 
 class Behavior:
     def __init__(self, registry: ActionRegistry, checkpoints: Checkpoints,
-                 now: Callable[[], datetime], ports: Any = None):
+                 now: Callable[[], datetime], ports: Ports | None = None):
         self._registry = registry
         self._checkpoints = checkpoints
         self._now = now  # the runtime's Clock.now; domain/ imports nothing from actors/
-        self._ports = ports
+        self._ports = ports if ports is not None else Ports()  # none wired: NotConfigured
 
     def step(self, execution: Execution, issue: Issue) -> Step:
         if execution.status.terminal:

@@ -13,6 +13,19 @@ Semantics settled here (SPEC §4.3 leaves them to us):
   ``eq`` / ``in``. ``ne``, ``not_in`` and ``not_contains`` negate the positive any-match.
 - ``time_window`` is half-open ``[start, end)`` in local wall-clock time of its zone, so it follows
   DST changes; ``end`` may be ``"24:00"`` to reach midnight.
+
+Hostile policies and issues (SPEC §4.3; issue 8): neither can stall the process.
+- ``regex`` runs on RE2 (``google-re2``): linear in the text, no backtracking, and RE2 releases
+  the GIL while it matches. What RE2 cannot run (backreferences, lookaround, possessive
+  quantifiers, atomic groups, ...) is rejected at compile time with the construct named. Patterns
+  use RE2 syntax and search semantics: ``\\d``, ``\\w``, ``\\s`` and ``\\b`` are ASCII-only, and
+  ``$`` matches only at the end of the text (no trailing-newline exception).
+- As a second fence a regex searches at most the first ``MAX_REGEX_SUBJECT`` characters of a
+  value (of each element of a collection): a match must end within them. ``$`` and ``\\b`` still
+  see that the value goes on, so ``x$`` does not match a long value cut after an ``x``.
+- ``all``/``any``/``not`` nest at most ``MAX_CONDITION_DEPTH`` levels. Compile stops descending at
+  the limit (so no input can reach ``RecursionError``) and reports a shape problem there;
+  ``evaluate`` refuses a deeper hand-built tree with ``ConditionError``.
 """
 
 from __future__ import annotations
@@ -25,6 +38,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import re2
+
 from ticket_dispatcher.domain.catalog import FIELDS, OPERATORS, WEEKDAYS, FieldKind
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.domain.timeutil import format_time, parse_rfc3339
@@ -33,6 +48,22 @@ from ticket_dispatcher.errors import DispatcherError, Problem
 
 class ConditionError(DispatcherError):
     """A condition reached evaluation with a defect the validator should have caught."""
+
+
+# A regex sees at most this many characters of a value: a second fence behind RE2's linear time
+# (a Jira summary is at most 255 characters; descriptions are not a condition field).
+MAX_REGEX_SUBJECT = 10_000
+# Levels of all/any/not nesting. Real policies use two or three; the cap keeps every walk over
+# a condition (compile, evaluate, reasons) far from Python's recursion limit.
+MAX_CONDITION_DEPTH = 16
+MAX_REASON_VALUE = 200  # characters of an issue's value quoted in a reason
+_DEPTH_MESSAGE = f"conditions nest deeper than {MAX_CONDITION_DEPTH} levels of all, any and not"
+
+
+class Regex(typing.Protocol):
+    """What a compiled RE2 pattern offers here (google-re2 ships no type stubs)."""
+
+    def search(self, text: bytes, pos: int, endpos: int) -> object | None: ...
 
 
 # --- the typed tree -------------------------------------------------------------------------
@@ -77,7 +108,7 @@ class Leaf:
     value: str | None = None
     values: tuple[str, ...] = ()
     ignore_case: bool = False
-    pattern: re.Pattern[str] | None = None  # regex, compiled once
+    pattern: Regex | None = None  # regex, compiled once with RE2
     moment: datetime | None = None  # before / after
     window: TimeWindow | None = None  # time_window
 
@@ -103,7 +134,7 @@ def compile_condition(
 ) -> tuple[Condition | None, list[Problem]]:
     """Turn condition JSON into a tree; the tree is ``None`` whenever any problem was found."""
     problems: list[Problem] = []
-    condition = _compile_node(raw, path, problems)
+    condition = _compile_node(raw, path, problems, 0)
     return (None if problems else condition), problems
 
 
@@ -115,13 +146,20 @@ def _rule(problems: list[Problem], path: str, message: str) -> None:
     problems.append(Problem(path, message, "rule"))
 
 
-def _compile_node(raw: typing.Any, path: str, problems: list[Problem]) -> Condition | None:
+def _compile_node(
+    raw: typing.Any, path: str, problems: list[Problem], depth: int
+) -> Condition | None:
+    """``depth`` counts the all/any/not nodes above ``raw``; the walk never passes the cap."""
     if not isinstance(raw, dict):
         _shape(problems, path, "a condition must be a JSON object")
         return None
     composite = [key for key in _COMPOSITE_KEYS if key in raw]
     if composite and len(raw) == 1:
-        return _compile_composite(composite[0], raw[composite[0]], path, problems)
+        if composite[0] != "always" and depth >= MAX_CONDITION_DEPTH:
+            # A shape problem: the body is refused (HTTP 400), never stored, never walked.
+            _shape(problems, path, _DEPTH_MESSAGE)
+            return None
+        return _compile_composite(composite[0], raw[composite[0]], path, problems, depth + 1)
     if not composite and ("field" in raw or "operator" in raw):
         return _compile_leaf(raw, path, problems)
     _shape(problems, path, "a condition must be exactly one of always, all, any, not, "
@@ -130,7 +168,7 @@ def _compile_node(raw: typing.Any, path: str, problems: list[Problem]) -> Condit
 
 
 def _compile_composite(
-    key: str, body: typing.Any, path: str, problems: list[Problem]
+    key: str, body: typing.Any, path: str, problems: list[Problem], depth: int
 ) -> Condition | None:
     sub = f"{path}.{key}"
     if key == "always":
@@ -140,7 +178,7 @@ def _compile_composite(
             _rule(problems, sub, "always must be true; to never match, remove the rule")
         return Always()
     if key == "not":
-        child = _compile_node(body, sub, problems)
+        child = _compile_node(body, sub, problems, depth)
         return Not(child) if child is not None else None
     if not isinstance(body, list):
         _shape(problems, sub, f"{key} must be a list of conditions")
@@ -149,7 +187,9 @@ def _compile_composite(
         _rule(problems, sub, f"{key} needs at least one condition; "
                              'use {"always": true} for a rule that always matches')
         return None
-    children = [_compile_node(item, f"{sub}[{i}]", problems) for i, item in enumerate(body)]
+    children = [
+        _compile_node(item, f"{sub}[{i}]", problems, depth) for i, item in enumerate(body)
+    ]
     if any(child is None for child in children):
         return None
     return (All if key == "all" else Any)(tuple(children))
@@ -236,12 +276,11 @@ def _compile_values(raw: typing.Any, path: str, problems: list[Problem]) -> tupl
 def _compile_value(leaf: Leaf, path: str, problems: list[Problem]) -> Leaf | None:
     assert leaf.value is not None
     if leaf.operator == "regex":
-        flags = re.IGNORECASE if leaf.ignore_case else 0
-        try:
-            return replace(leaf, pattern=re.compile(leaf.value, flags))
-        except re.error as exc:
-            _rule(problems, path, f"invalid regular expression: {exc}")
+        pattern, problem = compile_regex(leaf.value, ignore_case=leaf.ignore_case)
+        if problem is not None:
+            _rule(problems, path, problem)
             return None
+        return replace(leaf, pattern=pattern)
     if leaf.operator in _TIME_OPERATORS:
         try:
             return replace(leaf, moment=parse_rfc3339(leaf.value))
@@ -249,6 +288,93 @@ def _compile_value(leaf: Leaf, path: str, problems: list[Problem]) -> Leaf | Non
             _rule(problems, path, str(exc))
             return None
     return leaf
+
+
+# --- regular expressions (RE2) --------------------------------------------------------------
+
+# RE2 reports what it cannot run as "<reason>: <the text at fault>"; these prefixes of that text
+# name the construct a Python or PCRE author most likely meant (SPEC §4.3: "rejected at
+# validation with the construct named"). Longest prefixes first.
+_UNSUPPORTED = (
+    ("(?P=", "backreferences are not supported"),
+    ("(?P>", "recursive patterns are not supported"),
+    ("(?<=", "lookbehind assertions are not supported"),
+    ("(?<!", "negative lookbehind assertions are not supported"),
+    ("(?=", "lookahead assertions are not supported"),
+    ("(?!", "negative lookahead assertions are not supported"),
+    ("(?>", "atomic groups are not supported"),
+    ("(?#", "inline comments are not supported"),
+    ("(?(", "conditional groups are not supported"),
+    ("(?R", "recursive patterns are not supported"),
+    ("(?&", "recursive patterns are not supported"),
+    ("\\k", "backreferences are not supported"),
+    ("\\g", "backreferences are not supported"),
+    ("\\Z", "\\Z is not supported, use \\z for the end of the text"),
+)
+_BACKREFERENCE = re.compile(r"\\[1-9]")  # RE2's fault text for \1 .. \9 (our own pattern)
+_QUOTE_LIMIT = 200  # characters of a pattern (or of RE2's fault text) shown in a message
+
+
+def compile_regex(pattern: str, *, ignore_case: bool = False) -> tuple[Regex | None, str | None]:
+    """Compile with RE2 → ``(regex, None)``, or ``(None, message)`` naming what is wrong and
+    quoting the pattern."""
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print every rejected pattern to stderr
+    options.case_sensitive = not ignore_case
+    try:
+        return re2.compile(pattern, options), None
+    except UnicodeEncodeError:
+        return None, f"invalid regular expression {_quote(pattern)}: not valid Unicode text"
+    except re2.error as exc:
+        return None, _regex_message(pattern, exc)
+
+
+def _regex_message(pattern: str, exc: re2.error) -> str:
+    detail = exc.args[0] if exc.args else ""
+    if isinstance(detail, bytes):  # google-re2 passes RE2's message through as bytes
+        detail = detail.decode("utf-8", "replace")
+    reason, _, fault = str(detail).partition(": ")
+    construct = _unsupported_construct(pattern, reason, fault)
+    if construct is not None:
+        return f"{construct} (RE2 syntax): {_quote(pattern)}"
+    shown = f"{reason}: {_printable(fault)}" if fault else (reason or "rejected by RE2")
+    return f"invalid regular expression {_quote(pattern)}: {shown}"
+
+
+def _unsupported_construct(pattern: str, reason: str, fault: str) -> str | None:
+    if fault == "(?P":  # RE2 cuts (?P=name) and (?P>name) to "(?P"
+        fault = next((p for p in ("(?P=", "(?P>") if p in pattern), fault)
+    construct = next((text for prefix, text in _UNSUPPORTED if fault.startswith(prefix)), None)
+    if construct is None and _BACKREFERENCE.fullmatch(fault):
+        construct = "backreferences are not supported"
+    if construct is None and reason == "bad repetition operator" and fault.endswith("+"):
+        construct = "possessive quantifiers are not supported"  # a++, a*+, a?+, a{2}+
+    return construct
+
+
+def _printable(text: str) -> str:
+    """Control characters and lone surrogates escaped so a message prints anywhere; a very long
+    text is cut."""
+    shown = "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text[:_QUOTE_LIMIT]
+    )
+    return shown + ("…" if len(text) > _QUOTE_LIMIT else "")
+
+
+def _quote(pattern: str) -> str:
+    """The pattern in double quotes as written (backslashes are not doubled)."""
+    cut = "…" if len(pattern) > _QUOTE_LIMIT else ""
+    return f'"{_printable(pattern[:_QUOTE_LIMIT])}"{cut}'
+
+
+def _regex_search(regex: Regex, text: str) -> bool:
+    """Search the first ``MAX_REGEX_SUBJECT`` characters. One more character goes along as
+    context only, so ``$`` and ``\\b`` know the value goes on. ``surrogatepass`` keeps a lone
+    surrogate from Jira JSON searchable (RE2 reads it as one character) instead of raising."""
+    head = text[:MAX_REGEX_SUBJECT].encode("utf-8", "surrogatepass")
+    more = text[MAX_REGEX_SUBJECT:MAX_REGEX_SUBJECT + 1].encode("utf-8", "surrogatepass")
+    return regex.search(head + more, 0, len(head)) is not None
 
 
 def _compile_window(raw: typing.Any, path: str, problems: list[Problem]) -> TimeWindow | None:
@@ -343,25 +469,30 @@ def evaluate(
         condition = compiled
     if now.tzinfo is None:
         raise ConditionError("business time must be timezone-aware")
-    return _evaluate(condition, issue, now)
+    return _evaluate(condition, issue, now, 0)
 
 
-def _evaluate(condition: Condition, issue: Issue, now: datetime) -> tuple[bool, str]:
+def _evaluate(condition: Condition, issue: Issue, now: datetime, depth: int) -> tuple[bool, str]:
     if isinstance(condition, Always):
         return True, "always"
-    if isinstance(condition, Not):
-        matched, reason = _evaluate(condition.child, issue, now)
-        return not matched, f"not ({reason})"
-    if isinstance(condition, All | Any):
-        return _evaluate_composite(condition, issue, now)
     if isinstance(condition, Leaf):
         return _evaluate_leaf(condition, issue, now)
-    raise ConditionError(f"not a condition: {condition!r}")
+    if not isinstance(condition, Not | All | Any):
+        # The type name only: repr() of a foreign object could itself be deep or large.
+        raise ConditionError(f"not a condition: {type(condition).__name__}")
+    if depth >= MAX_CONDITION_DEPTH:  # only a hand-built tree gets here; compile stops earlier
+        raise ConditionError(_DEPTH_MESSAGE)
+    if isinstance(condition, Not):
+        matched, reason = _evaluate(condition.child, issue, now, depth + 1)
+        return not matched, f"not ({reason})"
+    return _evaluate_composite(condition, issue, now, depth + 1)
 
 
-def _evaluate_composite(condition: All | Any, issue: Issue, now: datetime) -> tuple[bool, str]:
+def _evaluate_composite(
+    condition: All | Any, issue: Issue, now: datetime, depth: int
+) -> tuple[bool, str]:
     # Every child is evaluated (they are pure and cheap) so the reason names each deciding one.
-    results = [_evaluate(child, issue, now) for child in condition.children]
+    results = [_evaluate(child, issue, now, depth) for child in condition.children]
     if isinstance(condition, All):
         matched = all(ok for ok, _ in results)
         shown = results if matched else [r for r in results if not r[0]]
@@ -429,8 +560,9 @@ def _fold(text: str, leaf: Leaf) -> str:
 
 def _text_test(operator: str, leaf: Leaf, element: str) -> bool:
     if operator == "regex":
-        assert leaf.pattern is not None  # compiled (with IGNORECASE) by compile_condition
-        return leaf.pattern.search(element) is not None
+        if leaf.pattern is None:
+            raise ConditionError("regex leaf was not compiled")
+        return _regex_search(leaf.pattern, element)
     actual = _fold(element, leaf)
     if operator == "eq":
         return actual == _fold(leaf.value or "", leaf)
@@ -459,13 +591,28 @@ def _text_reason(leaf: Leaf, actual: typing.Any, matched: bool) -> str:
         operand = f"/{leaf.value}/"
     else:
         operand = _json(leaf.value)
-    shown = _json(list(actual) if isinstance(actual, tuple) else actual)
+    shown = _shown(_json(list(actual) if isinstance(actual, tuple) else actual))
     case = " (ignoring case)" if leaf.ignore_case else ""
-    return f"{leaf.field} {shown} {phrase} {operand}{case}"
+    return f"{leaf.field} {shown} {phrase} {operand}{case}{_cut_note(leaf, actual)}"
+
+
+def _cut_note(leaf: Leaf, actual: typing.Any) -> str:
+    elements = actual if isinstance(actual, tuple) else (actual,)
+    if leaf.operator != "regex" or all(len(e) <= MAX_REGEX_SUBJECT for e in elements):
+        return ""
+    return f" (searched in the first {MAX_REGEX_SUBJECT} characters)"
 
 
 def _json(value: typing.Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _shown(text: str) -> str:
+    """The issue's value as a reason shows it: a summary of 100k characters must not be stored
+    whole on every rule execution."""
+    if len(text) <= MAX_REASON_VALUE:
+        return text
+    return f"{text[:MAX_REASON_VALUE]}… ({len(text)} characters)"
 
 
 def _evaluate_time(leaf: Leaf, actual: datetime) -> tuple[bool, str]:

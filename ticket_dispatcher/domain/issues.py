@@ -15,7 +15,9 @@ from ticket_dispatcher.domain.timeutil import parse_rfc3339
 from ticket_dispatcher.errors import InvalidInput, Problem
 
 # A Jira issue key as every entry point accepts it (the API, the sandbox): project, dash, number.
-ISSUE_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,12}$")
+# Use it with ``fullmatch``; the \A..\Z anchors keep even ``match`` whole (``$`` would let
+# "TCID-1\n" through, and Jira would be asked for "TCID-1%0A", issue 8).
+ISSUE_KEY = re.compile(r"\A[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,12}\Z")
 
 DEFAULT_L2_FIELD_ID = "customfield_10053"  # N§4
 DEFAULT_SEVERITY_FIELD_ID = "customfield_10076"  # N§4

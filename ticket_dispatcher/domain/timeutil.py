@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+# Surrounding blanks are allowed on purpose; fullmatch, as "$" would accept a final "\n".
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)\s*")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -13,11 +14,14 @@ def parse_duration(text: str) -> timedelta:
     """Parse ``"500ms"``, ``"5s"``, ``"5m"``, ``"1h"`` or ``"1d"``; raise ValueError otherwise."""
     if not isinstance(text, str):
         raise ValueError(f"expected a duration string like '5s', got {type(text).__name__}")
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if not match:
         raise ValueError(f"{text!r} is not a duration like '500ms', '5s', '5m' or '1h'")
     number, unit = match.groups()
-    return timedelta(seconds=float(number) * _UNIT_SECONDS[unit])
+    try:
+        return timedelta(seconds=float(number) * _UNIT_SECONDS[unit])
+    except OverflowError:  # "99999999999999999999d": bad input, not a crash
+        raise ValueError(f"{text!r} is too long a duration") from None
 
 
 def parse_rfc3339(text: str) -> datetime:

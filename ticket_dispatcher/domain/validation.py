@@ -59,7 +59,7 @@ _NO_CONFIG_ACTIONS = frozenset(
 )
 _SEND = ActionType.SEND_ASSIGNMENT_NOTIFICATION.value
 _RECEIVER_TYPES = tuple(t.value for t in ReceiverType)
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")  # loose on purpose: the directory is the real check
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+")  # fullmatch; loose: the directory is the real check
 
 
 class _Problems(list[Problem]):
@@ -325,7 +325,7 @@ def _check_receiver(receiver: dict, path: str, problems: _Problems) -> None:
 
 
 def _check_email(email: str, path: str, problems: _Problems) -> None:
-    if email.strip() and not _EMAIL.match(email):
+    if email.strip() and not _EMAIL.fullmatch(email):
         problems.rule(path, f"{email!r} is not an email address")
 
 

@@ -13,7 +13,7 @@ from ticket_dispatcher.config import Config
 from ticket_dispatcher.http import API_BASE, errors
 from ticket_dispatcher.http.admin import ActorStatus, ExecutionCancel
 from ticket_dispatcher.http.auth import ApiKeyAuth
-from ticket_dispatcher.http.binding import MAX_ID
+from ticket_dispatcher.http.binding import MAX_ID, TextParameters
 from ticket_dispatcher.http.contexts import ContextItem
 from ticket_dispatcher.http.dispatch import (
     ExecutionCollection,
@@ -56,6 +56,10 @@ class Services:
     def max_body_bytes(self) -> int:
         return self.config.http.max_body_bytes
 
+    @property
+    def max_json_depth(self) -> int:
+        return self.config.http.max_json_depth
+
     def running(self) -> Runtime:
         """The actor runtime, or a 503 when this app was built without one."""
         if self.runtime is None:
@@ -65,9 +69,12 @@ class Services:
 
 def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
     # Order matters: falcon runs process_resource in this order and stops at the first that
-    # raises, so authentication refuses a request before it takes a database connection.
+    # raises, so authentication refuses a request before its parameters are judged, and both
+    # before it takes a database connection.
     app = falcon.App(
-        middleware=[ApiKeyAuth(services.config.auth, enabled=auth_enabled),
+        middleware=[ApiKeyAuth(services.config.auth, enabled=auth_enabled,
+                               now=services.clock.now),
+                    TextParameters(),
                     DatabaseConnection(services.store.db)],
         cors_enable=False,
     )

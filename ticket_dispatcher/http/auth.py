@@ -3,14 +3,29 @@
 Each resource declares ``roles``: HTTP method → the roles that may call it (``PUBLIC`` for
 anyone). A method a resource does not declare is refused, so a new responder cannot be exposed
 by accident. The presented key is never logged.
+
+Failed attempts are throttled per client address (issue 8): after ``auth.failure_burst``
+failures (no key, or a wrong one) the address gets 429 with ``Retry-After`` instead of 401, until
+its bucket refills at ``auth.failure_rate`` per second. Only failures are counted and only
+failures are refused: a correct key always passes. Behind a proxy every caller shares the
+proxy's address, and one client with a stale key must not lock Jira Automation out. Guessing is
+defeated by the key length (at least 24 characters, config.py), not by this throttle; the
+throttle tells a misconfigured client to back off and keeps its noise bounded. At most
+``MAX_TRACKED_ADDRESSES`` addresses are remembered (the least recently failing are forgotten).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 import falcon
 
 from ticket_dispatcher.config import AuthConfig, Role, allowed, authenticate
 from ticket_dispatcher.http.errors import ApiError
+from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
+
+MAX_TRACKED_ADDRESSES = 10_000
 
 PUBLIC: frozenset[Role] = frozenset()
 VIEWER = frozenset({Role.VIEWER})
@@ -22,9 +37,13 @@ AUTOMATION_READ = frozenset({Role.AUTOMATION, Role.VIEWER})
 class ApiKeyAuth:
     """Falcon middleware; ``enabled=False`` is the sandbox / ``--insecure-no-auth`` mode."""
 
-    def __init__(self, auth: AuthConfig, *, enabled: bool = True):
+    def __init__(self, auth: AuthConfig, *, enabled: bool = True,
+                 now: Callable[[], datetime] | None = None):
         self._auth = auth
         self._enabled = enabled
+        self._failures = TokenBuckets(auth.failure_rate, auth.failure_burst,
+                                      now or (lambda: datetime.now(UTC)),
+                                      max_keys=MAX_TRACKED_ADDRESSES)
 
     def process_resource(self, req: falcon.Request, resp, resource, params) -> None:
         if resource is None:
@@ -40,14 +59,21 @@ class ApiKeyAuth:
             return
         presented = req.get_header("X-API-KEY")
         if not presented:
-            raise ApiError(falcon.HTTP_401, "send an API key in the X-API-KEY header",
-                           headers={"WWW-Authenticate": "X-API-KEY"})
+            raise self._failed(req, "send an API key in the X-API-KEY header")
         key = authenticate(self._auth, presented)
         if key is None:
-            raise ApiError(falcon.HTTP_401, "the API key is not valid",
-                           headers={"WWW-Authenticate": "X-API-KEY"})
+            raise self._failed(req, "the API key is not valid")
         if not allowed(key.role, needed):
             wanted = " or ".join(sorted(role.value for role in needed))
             raise ApiError(falcon.HTTP_403, f"this needs the {wanted} role; key "
                            f"{key.name!r} has {key.role.value}")
         req.context.api_key_name = key.name
+
+    def _failed(self, req: falcon.Request, message: str) -> ApiError:
+        """401 while the address has failures to spare, then 429 until its bucket refills."""
+        wait = self._failures.take(req.remote_addr or "")
+        if wait:
+            return ApiError(falcon.HTTP_429, "too many failed authentication attempts from "
+                            "this address; wait before trying again",
+                            headers={"Retry-After": retry_after_header(wait)})
+        return ApiError(falcon.HTTP_401, message, headers={"WWW-Authenticate": "X-API-KEY"})

@@ -1,15 +1,33 @@
-"""Reading request bodies and query strings into checked values (400/413/415, never 500)."""
+"""Reading request bodies and query strings into checked values (400/413/415, never 500).
+
+Every body passes three fences before a resource sees it (issue 8, SPEC §10 "never a 500 for
+bad input"):
+
+- **Depth and numbers**: ``safejson.parse_json`` (no ``RecursionError``, no non-finite number).
+- **Text.** Every string, object keys included, is checked for C0 control characters
+  (U+0000–U+001F) and lone surrogates (U+D800–U+DFFF). PostgreSQL refuses both (NUL in ``text``,
+  surrogates are not UTF-8) and SQLite would store a NUL, so they are refused here, the same on
+  both engines, with the JSON path of each offender (the first ``MAX_TEXT_PROBLEMS``).
+  Single-line text (names, emails, labels, keys, sources, ids, condition values) takes no control
+  character at all. The caller names the few multi-line free-text paths (a policy
+  ``description``) where TAB, LF and CR are allowed: they are ordinary in prose, and harmless
+  to both engines.
+
+Query and path parameters get the single-line text check in ``TextParameters`` (a middleware:
+one place for every route, present and future).
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import falcon
 
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.errors import ApiError
+from ticket_dispatcher.safejson import DEFAULT_JSON_DEPTH, parse_json
 
 # The largest id or offset the database can hold (a signed 64-bit integer); anything larger is
 # bad input, answered 400/404 before it reaches a query.
@@ -20,8 +38,23 @@ JSON_TYPES: dict[type, str] = {
 }
 
 
-def read_json(req: falcon.Request, limit: int, *, required: bool = True) -> Any:
-    """The request body as JSON, refusing bodies over ``limit`` bytes before reading them."""
+MAX_TEXT_PROBLEMS = 10  # offending strings reported per body; the rest would only repeat them
+
+# C0 controls and lone surrogates; the multi-line variant spares TAB, LF and CR.
+_BAD_SINGLE_LINE = re.compile("[\x00-\x1f\ud800-\udfff]")
+_BAD_MULTI_LINE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def read_json(req: falcon.Request, limit: int, *, required: bool = True,
+              max_depth: int = DEFAULT_JSON_DEPTH,
+              multiline: Collection[str] = ()) -> Any:
+    """The request body as checked JSON, refusing bodies over ``limit`` bytes before reading them.
+
+    ``max_depth`` is ``http.max_json_depth``; ``multiline`` lists the JSON paths of multi-line
+    free text, array indices written ``[]`` (``"description"``); everything below such a path
+    may hold TAB, LF and CR.
+    """
     length = req.content_length
     if length is not None and length > limit:
         raise ApiError(falcon.HTTP_413, f"the body is {length} bytes; the limit is {limit}")
@@ -35,10 +68,105 @@ def read_json(req: falcon.Request, limit: int, *, required: bool = True) -> Any:
     raw = req.bounded_stream.read(limit + 1)
     if len(raw) > limit:
         raise ApiError(falcon.HTTP_413, f"the body exceeds the limit of {limit} bytes")
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInput(f"the body is not valid JSON: {exc}") from None
+    value = parse_json(raw, max_depth=max_depth)
+    problems = text_problems(value, multiline=multiline)
+    if problems:
+        raise InvalidInput("the body holds control characters or lone surrogates", problems)
+    return value
+
+
+def text_problems(value: Any, *, multiline: Collection[str] = (),
+                  limit: int = MAX_TEXT_PROBLEMS) -> list[Problem]:
+    """The first ``limit`` strings of a parsed JSON value (keys and values) that hold a control
+    character or a lone surrogate, each at its JSON path. Iterative: depth is no concern here."""
+    problems: list[Problem] = []
+    for path, text, is_key in _strings(value):
+        found = _BAD_SINGLE_LINE.search(text)
+        if found is not None and not is_key and _in_multiline(path, multiline):
+            found = _BAD_MULTI_LINE.search(text, found.start())
+        if found is None:
+            continue
+        what = "the key" if is_key else "the text"
+        problems.append(Problem(path or "body", f"{what} must not contain "
+                                                f"{_describe(found.group())}", "shape"))
+        if len(problems) >= limit:
+            break
+    return problems
+
+
+def check_text(text: str, path: str) -> str:
+    """``text`` if it is single-line text without control characters or lone surrogates."""
+    found = _BAD_SINGLE_LINE.search(text)
+    if found is not None:
+        message = f"must not contain {_describe(found.group())}"
+        raise InvalidInput(f"{safe_text(path)} {message}", [Problem(safe_text(path), message)])
+    return text
+
+
+def safe_text(text: str) -> str:
+    """``text`` with control characters and lone surrogates written as ``\\uXXXX``, so that
+    an error message can name what was sent (a lone surrogate cannot even be encoded)."""
+    return _BAD_SINGLE_LINE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _describe(char: str) -> str:
+    code = f"U+{ord(char):04X}"
+    return f"{code} (a lone surrogate)" if ord(char) >= 0xD800 else f"{code} (a control character)"
+
+
+def _strings(value: Any) -> Iterator[tuple[str, str, bool]]:
+    """Every string in ``value`` in document order as (path, text, is_key), without recursion."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            yield path, item, False
+        elif isinstance(item, dict):
+            children = []
+            for key, child in item.items():
+                child_path = _join(path, safe_text(key))
+                yield child_path, key, True
+                children.append((child_path, child))
+            stack.extend(reversed(children))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{index}]", child) for index, child in reversed(
+                list(enumerate(item))))
+
+
+def _in_multiline(path: str, multiline: Collection[str]) -> bool:
+    general = _INDEX.sub("[]", path)
+    return any(general == prefix or general.startswith((prefix + ".", prefix + "["))
+               for prefix in multiline)
+
+
+class TextParameters:
+    """Falcon middleware: query parameters (names and values) and string path parameters are
+    single-line text, or the request is a 400 naming the parameter.
+
+    ``GET /dispatch/policies?family_id=%00`` was a 500 on PostgreSQL (issue 8); checking here
+    covers every route, present and future. Register it after ``ApiKeyAuth`` (an unknown
+    caller learns nothing but 401) and before ``DatabaseConnection`` (a refusal takes no
+    connection).
+    """
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource,
+                         params: dict) -> None:
+        if resource is None:
+            return
+        problems = [problem for name, text in _parameters(req, params)
+                    for problem in text_problems({name: text}, limit=1)]
+        if problems:
+            raise InvalidInput("a query or path parameter holds control characters or lone "
+                               "surrogates", problems[:MAX_TEXT_PROBLEMS])
+
+
+def _parameters(req: falcon.Request, params: dict) -> Iterator[tuple[str, str]]:
+    for name, value in params.items():
+        if isinstance(value, str):
+            yield name, value
+    for name, value in req.params.items():
+        for text in value if isinstance(value, list) else [value]:
+            yield name, text
 
 
 def bind_object(raw: Any, *, required: dict[str, type], optional: dict[str, type],

@@ -10,7 +10,7 @@ from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 
 
 def checked_issue_key(text: str, path: str = "issue_key") -> str:
-    if not isinstance(text, str) or not ISSUE_KEY.match(text):
+    if not isinstance(text, str) or not ISSUE_KEY.fullmatch(text):
         raise InvalidInput(f"{path} must be a Jira issue key like TCID-12345",
                            [Problem(path, "must be a Jira issue key like TCID-12345")])
     return text

@@ -28,14 +28,14 @@ from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
 
 TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB (SPEC §13)
-_SOURCE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_SOURCE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")  # used with fullmatch: "$" allows a final "\n"
 
 
 def _bind_trigger(raw) -> tuple[str, str, int | None, dict | None]:
     body = bind_object(raw, required={"source": str, "input": dict},
                        optional={"policy_id": int, "dryrun": dict})
     problems: list[Problem] = []
-    if not _SOURCE.match(body["source"]):
+    if not _SOURCE.fullmatch(body["source"]):
         problems.append(Problem("source", "must be a lower-case source name like "
                                           "jira_automation"))
     trigger_input = bind_object(body["input"], required={"issue_key": str}, optional={},
@@ -86,7 +86,8 @@ class TriggerCollection:
             raise ApiError(falcon.HTTP_429, "too many triggers from this key; slow down",
                            headers={"Retry-After": retry_after_header(wait)})
         limit = min(TRIGGER_BODY_LIMIT, self._services.max_body_bytes)
-        source, issue_key, policy_id, dryrun = _bind_trigger(read_json(req, limit))
+        source, issue_key, policy_id, dryrun = _bind_trigger(
+            read_json(req, limit, max_depth=self._services.max_json_depth))
         if policy_id is not None:
             self._check_explicit_policy(policy_id, issue_key, live=dryrun is None)
         trigger = self._services.running().accept_trigger(source, issue_key, policy_id=policy_id,

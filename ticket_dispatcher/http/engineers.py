@@ -10,12 +10,12 @@ from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import bind_object, page, paging, query_choice, read_json
 
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")  # used with fullmatch
 
 
 def normalise_email(text: str) -> str:
     email = text.strip().lower()
-    if not _EMAIL.match(email) or len(email) > 254:
+    if not _EMAIL.fullmatch(email) or len(email) > 254:
         raise InvalidInput("the path must name an engineer by email address",
                            [Problem("email", "must be an email address")])
     return email
@@ -57,7 +57,8 @@ class EngineerItem:
     def on_put(self, req, resp, email: str) -> None:
         email = normalise_email(email)
         body = bind_object(
-            read_json(req, self._services.max_body_bytes),
+            read_json(req, self._services.max_body_bytes,
+                      max_depth=self._services.max_json_depth),
             required={"dispatch_enabled": bool},
             optional={"display_name": str, "jira_account_id": str},
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import falcon
 
 from ticket_dispatcher.domain import validation
@@ -10,6 +12,16 @@ from ticket_dispatcher.errors import PolicyInvalid
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import page, paging, query_choice, read_json
+
+# Multi-line free text in a policy body, where TAB, LF and CR are allowed (http/binding.py):
+# the description, and the values a triage action writes into Jira fields (Jira text areas hold
+# several lines). Names, labels, emails, sources and condition values stay single-line.
+MULTILINE_PATHS = ("description", "rules[].then[].triage.fields")
+
+
+def _read_policy(req: falcon.Request, services) -> Any:
+    return read_json(req, services.max_body_bytes, max_depth=services.max_json_depth,
+                     multiline=MULTILINE_PATHS)
 
 
 def _status(text: str) -> PolicyStatus:
@@ -37,7 +49,7 @@ class PolicyCollection:
         resp.media = page(items, total)
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        spec = validation.parse_policy_spec(read_json(req, self._services.max_body_bytes))
+        spec = validation.parse_policy_spec(_read_policy(req, self._services))
         policy = self._services.store.policies.create(spec, now=self._services.clock.now())
         _created(req, resp, policy)
 
@@ -52,7 +64,7 @@ class PolicyItem:
         resp.media = self._services.store.policies.get(policy_id).to_json()
 
     def on_put(self, req, resp, policy_id: int) -> None:
-        spec = validation.parse_policy_spec(read_json(req, self._services.max_body_bytes))
+        spec = validation.parse_policy_spec(_read_policy(req, self._services))
         policy = self._services.store.policies.update_draft(
             policy_id, spec, now=self._services.clock.now()
         )
@@ -96,7 +108,7 @@ class PolicyReplacements:
         self._services = services
 
     def on_post(self, req, resp, policy_id: int) -> None:
-        spec = validation.parse_policy_spec(read_json(req, self._services.max_body_bytes))
+        spec = validation.parse_policy_spec(_read_policy(req, self._services))
         policy = self._services.store.policies.create_replacement(
             policy_id, spec, now=self._services.clock.now()
         )
@@ -110,7 +122,7 @@ class PolicyValidation:
         self._services = services
 
     def on_post(self, req, resp) -> None:
-        problems = validation.validate_policy(read_json(req, self._services.max_body_bytes))
+        problems = validation.validate_policy(_read_policy(req, self._services))
         resp.media = {"valid": not problems, "errors": [p.to_json() for p in problems]}
 
 

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ticket_dispatcher.config import CoreConfig
+from ticket_dispatcher.domain.ports import DirectoryUser, GroupMember
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import BearerServiceClient, segment
 
 SERVICE = "core"
 
 
-@dataclass(frozen=True)
-class GroupMember:
-    email: str  # lower-cased
-    active: bool = True
-
-
-@dataclass(frozen=True)
-class CoreUser:
-    email: str  # lower-cased
-    name: str = ""
-    active: bool = True
-    open_id: str | None = None  # N§4: preferred over a Lark lookup by email
-
-
 class CoreClient(BearerServiceClient):
+    """The ``Directory`` port (domain/ports.py) over HTTP."""
+
     SERVICE = SERVICE
 
     def __init__(self, config: CoreConfig, **options: Any):
@@ -37,15 +25,15 @@ class CoreClient(BearerServiceClient):
         return [GroupMember(email=item["email"].strip().lower(),
                             active=item.get("active", True) is not False) for item in members]
 
-    def user(self, email: str) -> CoreUser | None:
+    def user(self, email: str) -> DirectoryUser | None:
         """The user, or None when Core does not know the email."""
         return self._user_at(f"/api/v1/users/{segment(email.strip().lower())}")
 
-    def leader(self, email: str) -> CoreUser | None:
+    def leader(self, email: str) -> DirectoryUser | None:
         """The direct leader (N§7.1), or None when the user has none."""
         return self._user_at(f"/api/v1/users/{segment(email.strip().lower())}/leader")
 
-    def _user_at(self, path: str) -> CoreUser | None:
+    def _user_at(self, path: str) -> DirectoryUser | None:
         response = self.http.request("GET", path, expected=(200, 404))
         if response.status_code == 404:
             return None
@@ -57,7 +45,7 @@ class CoreClient(BearerServiceClient):
             raise IntegrationError(f"core GET {path}: the answer is not a user", status=200,
                                    service=SERVICE)
         open_id = body.get("open_id")
-        return CoreUser(
+        return DirectoryUser(
             email=body["email"].strip().lower(),
             name=str(body.get("name") or ""),
             active=body.get("active", True) is not False,

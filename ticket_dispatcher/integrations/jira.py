@@ -12,6 +12,7 @@ from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import JiraConfig
 from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.model import Issue, JiraUser
+from ticket_dispatcher.domain.ports import TriageChange
 from ticket_dispatcher.errors import IntegrationError, InvalidInput
 from ticket_dispatcher.integrations.http import HttpClient, segment
 
@@ -22,6 +23,8 @@ ISSUE_FIELDS = ("summary", "project", "environment", "reporter", "assignee", "cr
 
 
 class JiraClient:
+    """The ``Jira`` port (domain/ports.py) over HTTP."""
+
     def __init__(
         self,
         config: JiraConfig,
@@ -61,20 +64,26 @@ class JiraClient:
     def set_l2_assignee(self, key: str, account_id: str | None) -> None:
         """Set the L2 single-user picker (N§4: ``jira.l2_field_id``)."""
         value = None if account_id is None else {"accountId": account_id}
-        self.edit_fields(key, {self.l2_field_id: value})
+        self._edit(key, {"fields": {self.l2_field_id: value}})
 
     def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
         """Add and remove labels in one edit; the other labels stay untouched."""
-        operations = [{"add": label} for label in add] + [{"remove": label} for label in remove]
+        operations = _label_operations(add, remove)
         if operations:
             self._edit(key, {"update": {"labels": operations}})
 
-    def edit_fields(self, key: str, fields: dict[str, Any],
-                    update: dict[str, Any] | None = None) -> None:
-        """One issue edit with ``fields`` (set) and optional ``update`` operations (triage)."""
+    def apply_triage(self, key: str, change: TriageChange) -> None:
+        """The whole triage change in one edit (SPEC §8.3): priority, components and raw
+        fields are set under ``fields``, labels added and removed under ``update``."""
+        fields = dict(change.fields)
+        if change.priority is not None:
+            fields["priority"] = {"name": change.priority}
+        if change.components is not None:
+            fields["components"] = [{"name": name} for name in change.components]
         body: dict[str, Any] = {"fields": fields}
-        if update:
-            body["update"] = update
+        labels = _label_operations(change.labels_add, change.labels_remove)
+        if labels:
+            body["update"] = {"labels": labels}
         self._edit(key, body)
 
     def find_user_by_email(self, email: str) -> JiraUser | None:
@@ -102,6 +111,10 @@ class JiraClient:
     def _edit(self, key: str, body: dict[str, Any]) -> None:
         self.http.request("PUT", f"/rest/api/2/issue/{segment(key)}", json=body,
                           expected=(204,))
+
+
+def _label_operations(add: Iterable[str], remove: Iterable[str]) -> list[dict[str, str]]:
+    return [{"add": label} for label in add] + [{"remove": label} for label in remove]
 
 
 def _email_of(raw: Any) -> str:

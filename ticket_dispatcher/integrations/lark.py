@@ -28,6 +28,8 @@ MAX_READ_USER_PAGES = 100  # a bound against a server that never stops saying ha
 
 
 class LarkClient:
+    """The ``Messenger`` port (domain/ports.py) over HTTP."""
+
     def __init__(
         self,
         config: LarkConfig,

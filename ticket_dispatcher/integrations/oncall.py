@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from ticket_dispatcher.config import OncallConfig
+from ticket_dispatcher.domain.ports import PageOutcome, PageResult, Responder
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import (
     BearerServiceClient,
@@ -21,26 +20,9 @@ SERVICE = "oncall"
 PAGE_PATH = "/api/v1/page"
 
 
-@dataclass(frozen=True)
-class Responder:
-    email: str  # lower-cased
-    name: str = ""
-
-
-class PageOutcome(StrEnum):
-    ACCEPTED = "accepted"
-    FAILED = "failed"  # Oncall refused or failed the call; no phone number is one case
-    UNKNOWN = "unknown"  # no answer in time: the phone may or may not ring
-
-
-@dataclass(frozen=True)
-class PageResult:
-    outcome: PageOutcome
-    call_id: str = ""
-    call_error: str = ""  # safe to store and log
-
-
 class OncallClient(BearerServiceClient):
+    """The ``OnCall`` port (domain/ports.py) over HTTP."""
+
     SERVICE = SERVICE
 
     def __init__(self, config: OncallConfig, **options: Any):

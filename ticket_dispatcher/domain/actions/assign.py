@@ -5,7 +5,8 @@ strategy; ``execute`` resolves the Jira account, writes the assignee (or the L2 
 records the engineer's dispatch state with one UPDATE, and finally removes the auto-assign label
 (a failure there is only logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided
 by re-reading the issue; a field that already holds the account is not written again. Ports
-used: ``jira``, ``core``, ``oncall``, ``engineers``.
+used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
+(``OnCall.responders``), ``engineers`` (``EngineerStore``).
 """
 
 from __future__ import annotations

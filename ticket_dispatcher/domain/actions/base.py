@@ -9,13 +9,14 @@ a technical error raises ``ActionError``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from ticket_dispatcher.domain.execution import Execution, FailureCode
 from ticket_dispatcher.domain.model import DispatchContext, Issue
+from ticket_dispatcher.domain.ports import Ports
 
 
 class ResultKind(StrEnum):
@@ -60,8 +61,7 @@ class ActionRun:
     config: dict
     context: dict
     now: datetime  # business time: frozen for dry-runs, the clock for live runs
-    ports: Any = None  # the integration clients and repositories the action may use
-    extra: dict = field(default_factory=dict)
+    ports: Ports  # what the action may call: Jira, Lark, Oncall, Core, the engineers
 
 
 class ActionExecutor(Protocol):

@@ -1,14 +1,16 @@
 """``triage``: bring the issue's triage fields to the configured values (SPEC §8.3).
 
 ``plan`` computes only the real changes against the snapshot into ``context.triage.changes``
-(nothing to change → ``skipped_reason``); ``execute`` applies them in one Jira edit. Never
-assigns. Port used: ``jira``.
+(nothing to change → ``skipped_reason``); ``execute`` hands them to the Jira writer as one
+``TriageChange``, which ``JiraClient.apply_triage`` sends as one edit. Never assigns. Port used:
+``jira`` (``JiraWriter.apply_triage``).
 """
 
 from __future__ import annotations
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.model import DispatchContext, Issue
+from ticket_dispatcher.domain.ports import TriageChange
 from ticket_dispatcher.errors import DispatcherError
 
 
@@ -44,17 +46,21 @@ class TriageExecutor:
         changes = run.context["triage"]["changes"]
         if not changes:
             return ActionResult.proceed()
-        fields = dict(changes.get("fields", {}))
-        if "priority" in changes:
-            fields["priority"] = {"name": changes["priority"]["to"]}
-        if "components" in changes:
-            fields["components"] = [{"name": name} for name in changes["components"]["to"]]
-        labels = changes.get("labels", {})
-        update = {"labels": [{"add": label} for label in labels.get("add", [])]
-                  + [{"remove": label} for label in labels.get("remove", [])]} if labels else None
         try:
-            run.ports.jira.edit_fields(run.issue.key, fields, update=update)
+            run.ports.jira.apply_triage(run.issue.key, _triage_change(changes))
         except DispatcherError as exc:
             raise ActionError(f"Jira refused the triage edit: {exc.message}") from None
         run.context["triage"]["applied"] = True
         return ActionResult.proceed()
+
+
+def _triage_change(changes: dict) -> TriageChange:
+    """The planned ``context.triage.changes`` as the change the Jira writer applies."""
+    labels = changes.get("labels", {})
+    return TriageChange(
+        priority=changes["priority"]["to"] if "priority" in changes else None,
+        components=tuple(changes["components"]["to"]) if "components" in changes else None,
+        labels_add=tuple(labels.get("add", ())),
+        labels_remove=tuple(labels.get("remove", ())),
+        fields=dict(changes.get("fields", {})),
+    )

@@ -7,12 +7,13 @@ A fake service must answer like the real one, so its errors bypass the project's
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 import falcon
 
+from ticket_dispatcher.errors import InvalidInput
 from ticket_dispatcher.integrations.sandbox.state import SandboxState
+from ticket_dispatcher.safejson import parse_json
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -62,8 +63,8 @@ class ServiceResource:
         if len(raw) > MAX_BODY_BYTES:
             raise self.error(413, "the body is too large")
         try:
-            return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            return parse_json(raw)
+        except InvalidInput:
             raise self.error(400, "the body is not valid JSON") from None
 
 

@@ -68,7 +68,7 @@ def parse_issue(raw: Any, *, path: str = "", patch: bool = False) -> dict:
     """A checked create (``key`` required) or patch (no ``key``) body."""
     required = {} if patch else {"key": str}
     body = bind_object(raw, required=required, optional=_ISSUE_OPTIONAL, path=path)
-    if not patch and not ISSUE_KEY.match(body["key"].upper()):
+    if not patch and not ISSUE_KEY.fullmatch(body["key"].upper()):
         raise _invalid(_at(path, "key"), "must look like PROJ-123")
     for name in ("labels", "components"):
         value = body.get(name)

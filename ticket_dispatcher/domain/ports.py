@@ -1,0 +1,268 @@
+"""The ports: what the domain asks of the outside world, declared once (STYLE "Ports").
+
+Actions, the behavior and the runtime are typed against these ``Protocol``s, never against a
+client. Who implements them:
+
+- the client pools of ``actors/clients.py`` (``JiraPool``, ``LarkPool``, ``OncallPool``,
+  ``CorePool``), each running the matching ``integrations/`` client on its actors — in
+  production, and under ``serve --sandbox`` where the same clients talk to the sandbox;
+- ``store.engineers.EngineerRepository`` for the ``EngineerStore``;
+- the test fakes in ``tests/fakes.py``;
+- the ``NotConfigured*`` classes below, for an integration with no ``base_url``.
+
+``tests/domain/test_ports.py`` checks every one of them against its Protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar, Protocol
+
+from ticket_dispatcher.domain.model import Engineer, Issue, JiraUser
+from ticket_dispatcher.errors import IntegrationError
+
+# -- the values the ports speak ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """A member of a Core group (SPEC §11)."""
+
+    email: str  # lower-cased
+    active: bool = True
+
+
+@dataclass(frozen=True)
+class DirectoryUser:
+    """A Core user, or a user's direct leader (SPEC §11, N§7.1)."""
+
+    email: str  # lower-cased
+    name: str = ""
+    active: bool = True
+    open_id: str | None = None  # N§4: preferred over a Lark lookup by email
+
+
+@dataclass(frozen=True)
+class Responder:
+    """An on-call responder of a team, primary first (SPEC §11)."""
+
+    email: str  # lower-cased
+    name: str = ""
+
+
+class PageOutcome(StrEnum):
+    ACCEPTED = "accepted"
+    FAILED = "failed"  # Oncall refused or failed the call; no phone number is one case
+    UNKNOWN = "unknown"  # no answer in time: the phone may or may not ring
+
+
+@dataclass(frozen=True)
+class PageResult:
+    """What a page came to; every outcome consumes the attempt (N§6.4)."""
+
+    outcome: PageOutcome
+    call_id: str = ""
+    call_error: str = ""  # safe to store and log
+
+
+@dataclass(frozen=True)
+class TriageChange:
+    """What ``triage`` changes on an issue, in the domain's words (SPEC §8.3); the Jira
+    writer turns it into one edit. ``None`` leaves a field as it is; ``components`` replaces
+    the issue's components; ``fields`` are raw Jira field values by field ID."""
+
+    priority: str | None = None
+    components: tuple[str, ...] | None = None
+    labels_add: tuple[str, ...] = ()
+    labels_remove: tuple[str, ...] = ()
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+# -- the ports ------------------------------------------------------------------------------------
+
+
+class IssueLoader(Protocol):
+    """The live issue snapshot (SPEC §4.1), read by triggers, executions and ``assign``."""
+
+    def load_issue(self, key: str) -> Issue: ...
+
+
+class JiraWriter(Protocol):
+    """The Jira writes of the actions (SPEC §8, §11), and the user search ``assign`` needs."""
+
+    def assign(self, key: str, account_id: str | None) -> None: ...
+
+    def set_l2_assignee(self, key: str, account_id: str | None) -> None: ...
+
+    def edit_labels(self, key: str, add: Iterable[str] = (),
+                    remove: Iterable[str] = ()) -> None: ...
+
+    def apply_triage(self, key: str, change: TriageChange) -> None: ...
+
+    def find_user_by_email(self, email: str) -> JiraUser | None: ...
+
+    def add_internal_comment(self, key: str, text: str) -> None: ...
+
+
+class Jira(IssueLoader, JiraWriter, Protocol):
+    """Jira as the runtime holds it: ``JiraPool`` over ``integrations.jira.JiraClient``."""
+
+
+class Directory(Protocol):
+    """Core: groups, users, direct leaders. ``CorePool`` over ``integrations.core.CoreClient``."""
+
+    def group_members(self, group: str) -> list[GroupMember]: ...
+
+    def user(self, email: str) -> DirectoryUser | None: ...
+
+    def leader(self, email: str) -> DirectoryUser | None: ...
+
+
+class OnCall(Protocol):
+    """Oncall: responders and phone pages. ``OncallPool`` over
+    ``integrations.oncall.OncallClient``."""
+
+    def responders(self, team: str) -> list[Responder]: ...
+
+    def page(self, email: str, title: str, message: str, issue_key: str,
+             dedup_key: str) -> PageResult: ...
+
+
+class Messenger(Protocol):
+    """Lark: user lookup, cards, App urgent, read receipts. ``LarkPool`` over
+    ``integrations.lark.LarkClient``."""
+
+    def open_ids_by_email(self, emails: Iterable[str]) -> dict[str, str]: ...
+
+    def send_card(self, open_id: str, card: dict, uuid: str) -> str: ...
+
+    def urgent_app(self, message_id: str, open_id: str) -> list[str]: ...
+
+    def read_user_ids(self, message_id: str) -> list[str]: ...
+
+
+class EngineerStore(Protocol):
+    """The engineers ``assign`` reads and updates (M§7): ``store.engineers``."""
+
+    def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]: ...
+
+    def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool: ...
+
+    def update_dispatch_state(self, email: str, *, dispatched_at: datetime, issue_key: str,
+                              now: datetime) -> bool: ...
+
+
+# -- an integration with no base_url -------------------------------------------------------------
+
+
+class NotConfigured:
+    """A port nobody configured: every call is an ``IntegrationError`` (a business failure of
+    the action that made it), never a crash. One subclass per port, each method written out,
+    so the class reads like the Protocol it stands in for."""
+
+    service: ClassVar[str]
+
+    def _refused(self, method: str) -> IntegrationError:
+        return IntegrationError(f"{self.service} is not configured ({method})",
+                                service=self.service)
+
+
+class NotConfiguredJira(NotConfigured):
+    service = "jira"
+
+    def load_issue(self, key: str) -> Issue:
+        raise self._refused("load_issue")
+
+    def assign(self, key: str, account_id: str | None) -> None:
+        raise self._refused("assign")
+
+    def set_l2_assignee(self, key: str, account_id: str | None) -> None:
+        raise self._refused("set_l2_assignee")
+
+    def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
+        raise self._refused("edit_labels")
+
+    def apply_triage(self, key: str, change: TriageChange) -> None:
+        raise self._refused("apply_triage")
+
+    def find_user_by_email(self, email: str) -> JiraUser | None:
+        raise self._refused("find_user_by_email")
+
+    def add_internal_comment(self, key: str, text: str) -> None:
+        raise self._refused("add_internal_comment")
+
+
+class NotConfiguredDirectory(NotConfigured):
+    service = "core"
+
+    def group_members(self, group: str) -> list[GroupMember]:
+        raise self._refused("group_members")
+
+    def user(self, email: str) -> DirectoryUser | None:
+        raise self._refused("user")
+
+    def leader(self, email: str) -> DirectoryUser | None:
+        raise self._refused("leader")
+
+
+class NotConfiguredOnCall(NotConfigured):
+    service = "oncall"
+
+    def responders(self, team: str) -> list[Responder]:
+        raise self._refused("responders")
+
+    def page(self, email: str, title: str, message: str, issue_key: str,
+             dedup_key: str) -> PageResult:
+        raise self._refused("page")
+
+
+class NotConfiguredMessenger(NotConfigured):
+    service = "lark"
+
+    def open_ids_by_email(self, emails: Iterable[str]) -> dict[str, str]:
+        raise self._refused("open_ids_by_email")
+
+    def send_card(self, open_id: str, card: dict, uuid: str) -> str:
+        raise self._refused("send_card")
+
+    def urgent_app(self, message_id: str, open_id: str) -> list[str]:
+        raise self._refused("urgent_app")
+
+    def read_user_ids(self, message_id: str) -> list[str]:
+        raise self._refused("read_user_ids")
+
+
+class NotConfiguredEngineers(NotConfigured):
+    """Only where no store is wired (a Behavior built bare in a test); the runtime always
+    hands in ``store.engineers``."""
+
+    service = "engineers"
+
+    def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]:
+        raise self._refused("enabled_by_email")
+
+    def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
+        raise self._refused("set_jira_account_id")
+
+    def update_dispatch_state(self, email: str, *, dispatched_at: datetime, issue_key: str,
+                              now: datetime) -> bool:
+        raise self._refused("update_dispatch_state")
+
+
+# -- what an action receives ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ports:
+    """The ports handed to triggers, executions and actions. A port left out is
+    ``NotConfigured``; the service passes a client pool for every configured integration and
+    the store's engineer repository, the tests pass fakes."""
+
+    jira: Jira = field(default_factory=NotConfiguredJira)
+    lark: Messenger = field(default_factory=NotConfiguredMessenger)
+    oncall: OnCall = field(default_factory=NotConfiguredOnCall)
+    core: Directory = field(default_factory=NotConfiguredDirectory)
+    engineers: EngineerStore = field(default_factory=NotConfiguredEngineers)
