@@ -1,36 +1,143 @@
 """The OpenAPI 3 document of the API, served at ``/openapi.json`` (SPEC §10).
 
-Written out by hand so it says what a client needs; ``tests/http/test_openapi.py`` checks that
-every route and method the app serves is documented here and nothing more.
+Written out by hand so it says what a client needs, and kept true by tests:
+``tests/http/test_service_endpoints.py`` checks that every route and method the app serves is
+documented here and nothing more, and ``tests/http/test_openapi_fuzz.py`` runs schemathesis
+against the served app on both engines (issue 8): every status, content type and response body
+the server answers must be the one documented here.
+
+Request bodies describe what a *valid* policy holds (SPEC §4.3, §4.4), with the field, operator,
+weekday and action vocabularies read from ``domain/catalog.py`` so the document cannot drift from
+the validator. Responses describe what the server can answer, which is wider: a draft may be
+saved with problems that only block its activation (SPEC §6), so a stored rule's ``when`` and
+``then`` are documented by their JSON shape only.
 """
 
 from __future__ import annotations
 
+import re
+
 from ticket_dispatcher import __version__
+from ticket_dispatcher.domain import catalog
+from ticket_dispatcher.domain.catalog import FieldKind
+from ticket_dispatcher.domain.conditions import MAX_CONDITION_DEPTH
+from ticket_dispatcher.domain.execution import (
+    ActionStatus,
+    ExecutionMode,
+    ExecutionStatus,
+    RuleOutcome,
+    TriggerStatus,
+)
+from ticket_dispatcher.domain.issues import ISSUE_KEY
+from ticket_dispatcher.domain.model import PolicyStatus
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import PUBLIC
+from ticket_dispatcher.http.binding import MAX_ID
 
-_ERROR = {"$ref": "#/components/responses/Error"}
+# --- small builders -----------------------------------------------------------------------------
 
 
 def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json(schema: dict, description: str = "OK") -> dict:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+def _json(schema: dict, description: str = "OK", headers: dict | None = None) -> dict:
+    response = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        response["headers"] = headers
+    return response
 
 
-def _op(summary: str, ok: dict | None = None, *, status: str = "200", body: str | None = None,
-        params: list | None = None, errors: tuple = ("400", "401", "403"),
-        public: bool = False) -> dict:
-    operation: dict = {"summary": summary, "responses": {status: ok or {"description": "OK"}}}
-    for code in errors:
-        operation["responses"][code] = _ERROR
+def _enum(values) -> dict:
+    return {"type": "string", "enum": [str(value) for value in values]}
+
+
+def _object(properties: dict, required=None, *, closed: bool = True, **extra) -> dict:
+    """An object schema; ``required`` defaults to every property (what ``to_json`` emits)."""
+    schema = {"type": "object", "properties": properties,
+              "required": list(properties if required is None else required)}
+    if not schema["required"]:
+        del schema["required"]
+    if closed:
+        schema["additionalProperties"] = False
+    schema.update(extra)
+    return schema
+
+
+def _anchored(pattern: re.Pattern) -> str:
+    """A server regex as a JSON Schema pattern anchored at both ends (JSON Schema searches)."""
+    body = pattern.pattern.removeprefix("^").removesuffix("$")
+    body = body.removeprefix(r"\A").removesuffix(r"\Z")
+    return f"^(?:{body})$"
+
+
+# The server's own patterns (http/dispatch.py, http/engineers.py, domain/issues.py).
+SOURCE_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
+ISSUE_KEY_PATTERN = _anchored(ISSUE_KEY)
+# Path segments cannot hold "/"; the server lower-cases and trims the email (SPEC §10).
+EMAIL_PATTERN = r"^[^@\s/]+@[^@\s/]+\.[^@\s/]+$"
+PROJECT_KEY_PATTERN = r"^[A-Z][A-Z0-9_]{0,31}$"
+HHMM_PATTERN = r"^(?:[01][0-9]|2[0-3]):[0-5][0-9]$"
+END_PATTERN = r"^(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]|24:00)$"  # 24:00 reaches midnight
+DURATION_PATTERN = r"^[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d)$"
+INT32 = {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}
+ID = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
+TEXT = {"type": "string", "minLength": 1, "pattern": r"\S"}  # not blank
+TIME = {"type": "string", "format": "date-time"}
+MAYBE_TIME = {**TIME, "nullable": True}
+STRINGS = {"type": "array", "items": {"type": "string"}}
+
+
+# --- responses every operation shares ----------------------------------------------------------
+
+_ERRORS = {  # status -> (name under components/responses, description)
+    "400": ("BadRequest", "Bad input: malformed or too deeply nested JSON (http.max_json_depth),"
+                          " a wrong field, control characters in text or parameters; errors[] "
+                          "names each problem by its JSON path"),
+    "401": ("Unauthorized", "No X-API-KEY header, or a key that is not configured"),
+    "403": ("Forbidden", "The key's role may not call this operation"),
+    "404": ("NotFound", "No such resource (an id out of range names no resource either)"),
+    "409": ("Conflict", "The resource's state forbids this move"),
+    "413": ("PayloadTooLarge", "The body is over http.max_body_bytes (triggers: 64 KiB)"),
+    "415": ("UnsupportedMediaType", "The body is not application/json"),
+    "422": ("PolicyInvalid", "The policy is not valid; errors[] lists every problem"),
+    "429": ("RateLimited", "Rate limited (repeated authentication failures from this address, "
+                           "or this key's trigger rate); wait Retry-After seconds"),
+    "503": ("Unavailable", "Not available now (no database connection, or no actor runtime); "
+                           "retry later"),
+}
+_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying",
+                                "schema": {"type": "string"}}}
+_LOCATION = {"Location": {"description": "The path of the created resource",
+                          "schema": {"type": "string"}}}
+
+
+def _error_responses() -> dict:
+    return {name: _json(_ref("Error"), description,
+                        _RETRY_AFTER if code in ("429", "503") else None)
+            for code, (name, description) in _ERRORS.items()}
+
+
+def _error(code: str) -> dict:
+    return {"$ref": f"#/components/responses/{_ERRORS[code][0]}"}
+
+
+def _op(summary: str, responses: dict, *, errors: tuple = (), body: str | None = None,
+        params: list | None = None, public: bool = False, database: bool = True) -> dict:
+    """One operation. Every operation may answer 400 (parameters are checked for control
+    characters on every route); an authenticated one also 401/403/429, and one that takes a
+    database connection 503 (http/middleware.py)."""
+    shared = ("400",) if public else ("400", "401", "403", "429")
+    if database:
+        shared += ("503",)
+    codes = sorted((set(shared) | set(errors)) - set(responses))  # e.g. /readyz's own 503
+    operation: dict = {"summary": summary,
+                       "responses": {**responses, **{code: _error(code) for code in codes}}}
     if body:
         operation["requestBody"] = {
             "required": True, "content": {"application/json": {"schema": _ref(body)}},
         }
+        operation["responses"].update({code: _error(code) for code in ("413", "415")})
     if params:
         operation["parameters"] = params
     if public:
@@ -38,192 +145,439 @@ def _op(summary: str, ok: dict | None = None, *, status: str = "200", body: str 
     return operation
 
 
-def _path_param(name: str, schema_type: str = "string") -> dict:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": schema_type}}
+def _path_param(name: str, schema: dict, example) -> dict:
+    return {"name": name, "in": "path", "required": True, "schema": schema, "example": example}
 
 
-def _query(name: str, schema_type: str = "string", description: str = "") -> dict:
-    return {"name": name, "in": "query", "required": False, "schema": {"type": schema_type},
-            "description": description}
+def _query(name: str, schema: dict, description: str = "") -> dict:
+    parameter = {"name": name, "in": "query", "required": False, "schema": schema}
+    if description:
+        parameter["description"] = description
+    return parameter
 
 
-_PAGING = [_query("limit", "integer", "1..200, default 50"), _query("offset", "integer", ">= 0")]
-_POLICY_ID = [_path_param("policy_id", "integer")]
+_PAGING = [
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
+    _query("offset", {"type": "integer", "minimum": 0, "maximum": MAX_ID, "default": 0}),
+]
+_POLICY_ID = [_path_param("policy_id", ID, 1)]
+_EXECUTION_ID = [_path_param("execution_id", ID, 1)]
+_ISSUE_KEY = [_path_param("issue_key", {"type": "string", "pattern": ISSUE_KEY_PATTERN},
+                          "TCID-1")]
+_EMAIL = [_path_param("email", {"type": "string", "pattern": EMAIL_PATTERN, "maxLength": 254},
+                      "alice@example.com")]
 
 
 def _page_of(name: str) -> dict:
-    return {"type": "object", "required": ["items", "total"], "properties": {
-        "items": {"type": "array", "items": _ref(name)}, "total": {"type": "integer"}}}
+    return _object({"items": {"type": "array", "items": _ref(name)},
+                    "total": {"type": "integer", "minimum": 0}})
 
 
-def _paths() -> dict:
-    policy = _json(_ref("Policy"))
+# --- paths -------------------------------------------------------------------------------------
+
+
+def _service_paths() -> dict:
+    readiness = _ref("Readiness")
     return {
-        "/healthz": {"get": _op("Liveness", errors=(), public=True)},
-        "/readyz": {"get": _op("Readiness: database reachable and boot recovery done",
-                               errors=("503",), public=True)},
-        "/openapi.json": {"get": _op("This document", errors=(), public=True)},
+        "/healthz": {"get": _op("Liveness", {"200": _json(_ref("Liveness"))}, public=True,
+                                database=False)},
+        "/readyz": {"get": _op(
+            "Readiness: database reachable and boot recovery done",
+            {"200": _json(readiness), "503": _json(readiness, "Not ready; checks says why")},
+            public=True, database=False)},
+        "/openapi.json": {"get": _op("This document", {"200": _json({"type": "object"})},
+                                     public=True, database=False)},
         f"{API_BASE}/dispatch/options": {"get": _op(
             "Fields, operators, action types, receivers, strategies, reserved sources",
-            _json({"type": "object"}))},
+            {"200": _json(_ref("Options"))}, database=False)},
+    }
+
+
+def _policy_paths() -> dict:
+    policy = {"200": _json(_ref("Policy"))}
+    created = {"201": _json(_ref("Policy"), "Created", _LOCATION)}
+    return {
         f"{API_BASE}/dispatch/policies": {
-            "get": _op("List policies", _json(_page_of("Policy")), params=[
-                _query("status", description="draft | active | inactive | superseded"),
-                _query("family_id"), *_PAGING]),
-            "post": _op("Create a draft policy", _json(_ref("Policy"), "Created"),
-                        status="201", body="PolicyBody", errors=("400", "401", "403", "413",
-                                                                  "415")),
+            "get": _op("List policies (by id)", {"200": _json(_page_of("Policy"))},
+                       params=[_query("status", _enum(PolicyStatus)),
+                               _query("family_id", {"type": "string"}), *_PAGING]),
+            "post": _op("Create a draft policy (a draft may hold problems that block its "
+                        "activation)", created, body="PolicyBody"),
         },
         f"{API_BASE}/dispatch/policies/validate": {"post": _op(
             "Validate a policy body without saving it",
-            _json({"type": "object", "properties": {
-                "valid": {"type": "boolean"},
-                "errors": {"type": "array", "items": _ref("Problem")}}}),
-            body="PolicyBody", errors=("400", "401", "403", "413", "415"))},
+            {"200": _json(_ref("ValidationResult"))}, body="PolicyBody")},
         f"{API_BASE}/dispatch/policies/{{policy_id}}": {
-            "get": _op("Read a policy", policy, params=_POLICY_ID, errors=("401", "403", "404")),
+            "get": _op("Read a policy", policy, params=_POLICY_ID, errors=("404",)),
             "put": _op("Edit a draft policy", policy, body="PolicyBody", params=_POLICY_ID,
-                       errors=("400", "401", "403", "404", "409", "413", "415")),
-            "delete": _op("Delete a draft policy", {"description": "Deleted"}, status="204",
-                          params=_POLICY_ID, errors=("401", "403", "404", "409")),
+                       errors=("404", "409")),
+            "delete": _op("Delete a draft policy", {"204": {"description": "Deleted"}},
+                          params=_POLICY_ID, errors=("404", "409")),
         },
         f"{API_BASE}/dispatch/policies/{{policy_id}}/activate": {"post": _op(
             "Activate a version; the family's active version becomes superseded", policy,
-            params=_POLICY_ID, errors=("401", "403", "404", "409", "422"))},
+            params=_POLICY_ID, errors=("404", "409", "422"))},
         f"{API_BASE}/dispatch/policies/{{policy_id}}/deactivate": {"post": _op(
-            "Deactivate the active version", policy, params=_POLICY_ID,
-            errors=("401", "403", "404", "409"))},
+            "Deactivate the active version", policy, params=_POLICY_ID, errors=("404", "409"))},
         f"{API_BASE}/dispatch/policies/{{policy_id}}/replacements": {"post": _op(
-            "Create the next draft version in the same family", _json(_ref("Policy"), "Created"),
-            status="201", body="PolicyBody", params=_POLICY_ID,
-            errors=("400", "401", "403", "404", "413", "415"))},
+            "Create the next draft version in the same family", created, body="PolicyBody",
+            params=_POLICY_ID, errors=("404",))},
+    }
+
+
+def _dispatch_paths() -> dict:
+    return {
         f"{API_BASE}/dispatch/contexts/{{issue_key}}": {
-            "get": _op("Read an issue's dispatch context", _json(_ref("DispatchContext")),
-                       params=[_path_param("issue_key")], errors=("400", "401", "403", "404")),
+            "get": _op("Read an issue's dispatch context", {"200": _json(_ref("DispatchContext"))},
+                       params=_ISSUE_KEY, errors=("404",)),
             "delete": _op("Delete a context (refused while a notification intent or marker "
-                          "exists)", {"description": "Deleted"}, status="204",
-                          params=[_path_param("issue_key")],
-                          errors=("400", "401", "403", "404", "409")),
+                          "exists)", {"204": {"description": "Deleted"}}, params=_ISSUE_KEY,
+                          errors=("404", "409")),
         },
         f"{API_BASE}/dispatch/triggers": {"post": _op(
             "Post a trigger: persisted pending, processed asynchronously",
-            _json(_ref("Trigger"), "Accepted; Location names the trigger"), status="202",
-            body="TriggerBody",
-            errors=("400", "401", "403", "409", "413", "415", "429", "503"))},
+            {"202": _json(_ref("Trigger"), "Accepted; Location names the trigger", _LOCATION)},
+            body="TriggerBody", errors=("409",))},
         f"{API_BASE}/dispatch/triggers/{{trigger_id}}": {"get": _op(
-            "Read a trigger", _json(_ref("Trigger")),
-            params=[_path_param("trigger_id", "integer")], errors=("401", "403", "404"))},
+            "Read a trigger", {"200": _json(_ref("Trigger"))},
+            params=[_path_param("trigger_id", ID, 1)], errors=("404",))},
         f"{API_BASE}/dispatch/executions": {"get": _op(
-            "List executions (newest first)", _json(_page_of("Execution")), params=[
-                _query("issue_key"), _query("status", description="created | executing | "
-                                                               "succeeded | failed"),
-                _query("mode", description="live | dry_run"), _query("policy_id", "integer"),
-                _query("trigger_id", "integer"), *_PAGING])},
+            "List executions (newest first)", {"200": _json(_page_of("Execution"))}, params=[
+                _query("issue_key", {"type": "string", "pattern": ISSUE_KEY_PATTERN}),
+                _query("status", _enum(ExecutionStatus)), _query("mode", _enum(ExecutionMode)),
+                _query("policy_id", ID), _query("trigger_id", ID), *_PAGING])},
         f"{API_BASE}/dispatch/executions/{{execution_id}}": {"get": _op(
-            "Read an execution with its rule and action snapshots", _json(_ref("Execution")),
-            params=[_path_param("execution_id", "integer")], errors=("401", "403", "404"))},
+            "Read an execution with its rule and action snapshots",
+            {"200": _json(_ref("Execution"))}, params=_EXECUTION_ID, errors=("404",))},
+    }
+
+
+def _operator_paths() -> dict:
+    engineer = _ref("Engineer")
+    return {
         f"{API_BASE}/admin/actors": {"get": _op(
             "The live actor system: supervisor, pool, running executions, parked, trigger "
-            "actors, clients", _json({"type": "object"}), errors=("401", "403", "503"))},
+            "actors, clients", {"200": _json(_ref("ActorStatus"))}, errors=("503",),
+            database=False)},
         f"{API_BASE}/admin/executions/{{execution_id}}/cancel": {"post": _op(
-            "Cancel a non-terminal execution (202 when its running actor stops at its next "
-            "step)", _json(_ref("Execution")), params=[_path_param("execution_id", "integer")],
-            errors=("401", "403", "404", "409", "503"))},
+            "Cancel a non-terminal execution", {
+                "200": _json(_ref("Execution"), "Cancelled: it was queued or parked"),
+                "202": _json(_ref("Execution"), "Signalled: its running actor stops at its "
+                                                "next step"),
+            }, params=_EXECUTION_ID, errors=("404", "409"))},
         f"{API_BASE}/engineers": {"get": _op(
-            "List engineers", _json(_page_of("Engineer")),
-            params=[_query("dispatch_enabled", "boolean"), *_PAGING])},
+            "List engineers (by email)", {"200": _json(_page_of("Engineer"))},
+            params=[_query("dispatch_enabled", {"type": "boolean"}), *_PAGING])},
         f"{API_BASE}/engineers/{{email}}": {
-            "get": _op("Read an engineer", _json(_ref("Engineer")),
-                       params=[_path_param("email")], errors=("400", "401", "403", "404")),
-            "put": _op("Create or update an engineer (201 when created)",
-                       _json(_ref("Engineer")), body="EngineerBody",
-                       params=[_path_param("email")],
-                       errors=("400", "401", "403", "413", "415")),
-            "delete": _op("Delete an engineer", {"description": "Deleted"}, status="204",
-                          params=[_path_param("email")], errors=("400", "401", "403", "404")),
+            "get": _op("Read an engineer", {"200": _json(engineer)}, params=_EMAIL,
+                       errors=("404",)),
+            "put": _op("Create or update an engineer (the email is lower-cased)", {
+                "200": _json(engineer, "Updated"), "201": _json(engineer, "Created"),
+            }, body="EngineerBody", params=_EMAIL),
+            "delete": _op("Delete an engineer", {"204": {"description": "Deleted"}},
+                          params=_EMAIL, errors=("404",)),
         },
     }
 
 
-_STRINGS = {"type": "array", "items": {"type": "string"}}
-_TIME = {"type": "string", "format": "date-time", "nullable": True}
+def _paths() -> dict:
+    return {**_service_paths(), **_policy_paths(), **_dispatch_paths(), **_operator_paths()}
 
-_SCHEMAS = {
-    "Problem": {"type": "object", "properties": {
-        "path": {"type": "string"}, "message": {"type": "string"}}},
-    "Error": {"type": "object", "required": ["code", "title", "description", "errors"],
-              "properties": {"code": {"type": "string"}, "title": {"type": "string"},
-                             "description": {"type": "string"},
-                             "errors": {"type": "array", "items": _ref("Problem")}}},
-    "PolicyTrigger": {"type": "object", "additionalProperties": False, "properties": {
-        "enable": {"type": "boolean"}, "source_in": _STRINGS, "project_key_in": _STRINGS,
-        "issue_label_all": _STRINGS}},
-    "RuleBody": {"type": "object", "additionalProperties": False,
-                 "required": ["name", "priority", "when", "then"], "properties": {
-                     "name": {"type": "string"}, "priority": {"type": "integer"},
-                     "when": {"type": "object", "description": "condition (SPEC §4.3)"},
-                     "then": {"type": "array", "items": {"type": "object"}},
-                     "transition": {"type": "object", "properties": {
-                         "on_success": {"type": "string", "enum": ["continue", "terminate"]}}}}},
-    "PolicyBody": {"type": "object", "additionalProperties": False, "required": ["name", "rules"],
-                   "properties": {"name": {"type": "string"}, "description": {"type": "string"},
-                                  "trigger": _ref("PolicyTrigger"),
-                                  "rules": {"type": "array", "items": _ref("RuleBody")}}},
-    "Policy": {"type": "object", "properties": {
-        "id": {"type": "integer"}, "family_id": {"type": "string"},
-        "version": {"type": "integer"},
-        "status": {"type": "string", "enum": ["draft", "active", "inactive", "superseded"]},
-        "name": {"type": "string"}, "description": {"type": "string"},
-        "trigger": _ref("PolicyTrigger"),
-        "rules": {"type": "array", "items": {"allOf": [_ref("RuleBody"), {
-            "type": "object", "properties": {"id": {"type": "integer"}}}]}},
-        "created_at": _TIME, "updated_at": _TIME, "activated_at": _TIME}},
-    "TriggerBody": {"type": "object", "additionalProperties": False,
-                    "required": ["source", "input"], "properties": {
-                        "source": {"type": "string"},
-                        "input": {"type": "object", "required": ["issue_key"], "properties": {
-                            "issue_key": {"type": "string"}}},
-                        "policy_id": {"type": "integer", "nullable": True},
-                        "dryrun": {"type": "object", "nullable": True, "properties": {
-                            "overwrite_data": {"type": "object", "properties": {
-                                "now": {"type": "string", "format": "date-time"}}}}}}},
-    "Trigger": {"type": "object", "properties": {
-        "id": {"type": "integer"}, "source": {"type": "string"},
-        "input": {"type": "object"}, "policy_id": {"type": "integer", "nullable": True},
-        "dryrun": {"type": "object", "nullable": True},
-        "status": {"type": "string", "enum": ["pending", "processing", "completed", "failed"]},
-        "available_at": _TIME, "output": {"type": "object", "properties": {
-            "execution_ids": {"type": "array", "items": {"type": "integer"}}}},
-        "failure_reason": {"type": "string"},
-        "created_at": _TIME, "updated_at": _TIME, "completed_at": _TIME}},
-    "Execution": {"type": "object", "properties": {
-        "id": {"type": "integer"}, "trigger_id": {"type": "integer"},
-        "issue_key": {"type": "string"}, "mode": {"type": "string", "enum": ["live", "dry_run"]},
-        "policy_id": {"type": "integer"}, "policy_family_id": {"type": "string"},
-        "policy_version": {"type": "integer"},
-        "status": {"type": "string",
-                   "enum": ["created", "executing", "succeeded", "failed"]},
-        "failure_code": {"type": "string"}, "failure_reason": {"type": "string"},
-        "overwrite_data": {"type": "object", "nullable": True},
-        "business_now": _TIME, "wake_at": _TIME, "created_at": _TIME, "updated_at": _TIME,
-        "completed_at": _TIME,
-        "rule_executions": {"type": "array", "items": {"type": "object"}}}},
-    "EngineerBody": {"type": "object", "additionalProperties": False,
-                     "required": ["dispatch_enabled"], "properties": {
-                         "dispatch_enabled": {"type": "boolean"},
-                         "display_name": {"type": "string"},
-                         "jira_account_id": {"type": "string"}}},
-    "Engineer": {"type": "object", "properties": {
-        "email": {"type": "string"}, "display_name": {"type": "string"},
-        "jira_account_id": {"type": "string"}, "dispatch_enabled": {"type": "boolean"},
-        "last_dispatched_at": _TIME, "last_dispatched_issue": {"type": "string"},
-        "created_at": _TIME, "updated_at": _TIME}},
-    "DispatchContext": {"type": "object", "properties": {
-        "issue_key": {"type": "string"}, "assignee": {"type": "string"},
-        "assignee_l2": {"type": "string"},
-        "assignment_notification_state": {"type": "object"},
-        "created_at": _TIME, "updated_at": _TIME}},
+
+# --- conditions (SPEC §4.3): one leaf variant per operand shape, vocabularies from catalog -------
+
+# Which operand each operator takes (domain/conditions.py); a new operator in the catalog without
+# an entry here fails the document's tests.
+OPERANDS = {
+    "eq": "value", "ne": "value", "contains": "value", "not_contains": "value", "regex": "value",
+    "in": "values", "not_in": "values",
+    "before": "moment", "after": "moment",
+    "time_window": "time_window",
+    "exists": None, "not_exists": None,
 }
+_OPERAND_NAMES = {"value": "Value", "values": "Values", "moment": "Moment",
+                  "time_window": "Window", None: "Presence"}
+# ignore_case applies to these operand kinds only (a rule problem elsewhere).
+_CASE_FOLDING = ("value", "values")
+
+
+def _fields_of(kind: FieldKind) -> list[str]:
+    return [name for name, field_kind in catalog.FIELDS.items() if field_kind is kind]
+
+
+def _leaf(kind: FieldKind, operators: list[str], operand: str | None) -> dict:
+    properties: dict = {"field": _enum(_fields_of(kind)), "operator": _enum(operators)}
+    required = ["field", "operator"]
+    if operand == "value":
+        properties["value"] = {"type": "string", "description": "for regex: an RE2 pattern, "
+                               "searched (no backreferences or lookaround)"}
+    elif operand == "values":
+        properties["values"] = {"type": "array", "minItems": 1, "items": {"type": "string"}}
+    elif operand == "moment":
+        operand = "value"
+        properties["value"] = {**TIME, "description": "RFC 3339 with an offset"}
+    elif operand == "time_window":
+        properties["time_window"] = _ref("TimeWindow")
+    if operand in _CASE_FOLDING:
+        properties["ignore_case"] = {"type": "boolean"}
+    if operand:
+        required.append(operand)
+    return _object(properties, required)
+
+
+def _leaf_variants() -> dict[str, dict]:
+    """``StringValueLeaf``, ``TimeWindowLeaf`` ...: one per field kind and operand shape."""
+    variants = {}
+    for kind in FieldKind:
+        by_operand: dict[str | None, list[str]] = {}
+        for operator in catalog.OPERATORS[kind]:
+            by_operand.setdefault(OPERANDS[operator], []).append(operator)
+        for operand, operators in by_operand.items():
+            name = f"{kind.value.title()}{_OPERAND_NAMES[operand]}Leaf"
+            variants[name] = _leaf(kind, operators, operand)
+    return variants
+
+
+def _composite(key: str) -> dict:
+    return _object({key: {"type": "array", "minItems": 1, "items": _ref("Condition")}})
+
+
+def _condition_schemas() -> dict:
+    leaves = _leaf_variants()
+    return {
+        "Condition": {
+            "description": "A composite (always, all, any, not) or a leaf (SPEC §4.3); all, "
+                           f"any and not nest at most {MAX_CONDITION_DEPTH} levels",
+            "oneOf": [_ref(name) for name in ("Always", "All", "Any", "Not", *leaves)]},
+        "Always": _object({"always": {"type": "boolean", "enum": [True]}}),
+        "All": _composite("all"),
+        "Any": _composite("any"),
+        "Not": _object({"not": _ref("Condition")}),
+        **leaves,
+        "TimeWindow": _object({
+            "timezone": {"type": "string", "description": "IANA zone, e.g. Asia/Shanghai"},
+            "weekdays": {"type": "array", "minItems": 1, "uniqueItems": True,
+                         "items": _enum(catalog.WEEKDAYS)},
+            "start": {"type": "string", "pattern": HHMM_PATTERN},
+            "end": {"type": "string", "pattern": END_PATTERN, "description": "later than start"},
+        }, description="Half-open [start, end) in local time of the zone"),
+    }
+
+
+# --- actions (SPEC §4.4) -----------------------------------------------------------------------
+
+
+def _receiver_schemas() -> dict:
+    email = {"type": "string", "pattern": r"^[^@\s]+@[^@\s]+$"}
+    targets = {"user": email, "users": {"type": "array", "minItems": 1, "items": email},
+               "group": TEXT, "oncall_team": TEXT}
+    return {"Receiver": {"oneOf": [
+        _object({"type": _enum([kind]), kind: targets[kind.value]})
+        for kind in catalog.ReceiverType]}}
+
+
+def _action_configs() -> dict[str, dict | None]:
+    assign = _object({"receiver": _ref("Receiver"), "strategy": _enum(catalog.Strategy)})
+    roles = [role.role for role in catalog.NOTIFICATION_ROLES]
+    duration = {"type": "string", "pattern": DURATION_PATTERN}
+    configs = {
+        catalog.ActionType.ASSIGN: assign,
+        catalog.ActionType.ASSIGN_L2: assign,
+        catalog.ActionType.TRIAGE: _object({
+            "priority": TEXT, "components": STRINGS, "labels_add": STRINGS,
+            "labels_remove": STRINGS, "fields": {"type": "object"}}, (), minProperties=1),
+        catalog.ActionType.SEND_ASSIGNMENT_NOTIFICATION: _object(
+            {"role": _enum(roles), "label": TEXT}),
+        catalog.ActionType.MARK_ASSIGNMENT_MESSAGE_URGENT: None,
+        catalog.ActionType.PAGE_ASSIGNMENT: _object({
+            "attempt": {**INT32, "minimum": 1},
+            "ack_pending_statuses": {"type": "array", "minItems": 1, "uniqueItems": True,
+                                     "items": TEXT},
+            "ack_timeout": duration, "poll_interval": duration},
+            description="0 < poll_interval <= ack_timeout"),
+        catalog.ActionType.ESCALATE_ASSIGNMENT_TO_LEADER: None,
+    }
+    return {action.value: config for action, config in configs.items()}
+
+
+def _action_schema(action: str, config: dict | None) -> dict:
+    if config is None:  # takes no configuration: the key may be absent, null or {}
+        empty = {"type": "object", "additionalProperties": False, "nullable": True}
+        return _object({"type": _enum([action]), action: empty}, ["type"])
+    return _object({"type": _enum([action]), action: config})
+
+
+def _action_schemas() -> dict:
+    configs = _action_configs()
+    return {"Action": {"oneOf": [_action_schema(action, config)
+                                 for action, config in configs.items()]},
+            **_receiver_schemas()}
+
+
+# --- bodies and resources ----------------------------------------------------------------------
+
+# The policy of SPEC §4.2 as a client writes it; a test checks that it is valid.
+POLICY_EXAMPLE = {
+    "name": "Assign TCID tickets", "description": "",
+    "trigger": {"enable": True, "source_in": [], "project_key_in": ["TCID"],
+                "issue_label_all": []},
+    "rules": [{
+        "name": "business hours", "priority": 10,
+        "when": {"all": [
+            {"field": "issue.priority", "operator": "in", "values": ["P0", "P1"]},
+            {"field": "now", "operator": "time_window", "time_window": {
+                "timezone": "Asia/Shanghai", "weekdays": ["mon", "tue", "wed", "thu", "fri"],
+                "start": "09:00", "end": "18:00"}}]},
+        "then": [{"type": "assign", "assign": {
+            "receiver": {"type": "oncall_team", "oncall_team": "sre"},
+            "strategy": "round_robin"}}],
+        "transition": {"on_success": "terminate"}}],
+}
+TRIGGER_EXAMPLE = {"source": "jira_automation", "input": {"issue_key": "TCID-1"}}
+
+
+def _policy_schemas() -> dict:
+    transition = _object({"on_success": _enum(catalog.OnSuccess)}, ())
+    trigger_lists = {
+        "source_in": {"type": "array", "items": {"type": "string", "pattern": SOURCE_PATTERN}},
+        "project_key_in": {"type": "array",
+                           "items": {"type": "string", "pattern": PROJECT_KEY_PATTERN}},
+        "issue_label_all": {"type": "array", "items": TEXT},
+    }
+    return {
+        "PolicyTriggerBody": _object({"enable": {"type": "boolean"}, **trigger_lists}, ()),
+        "RuleBody": _object({
+            "name": TEXT, "priority": INT32, "when": _ref("Condition"),
+            "then": {"type": "array", "minItems": 1, "items": _ref("Action")},
+            "transition": transition}, ["name", "priority", "when", "then"]),
+        "PolicyBody": _object({
+            "name": TEXT, "description": {"type": "string"}, "trigger": _ref("PolicyTriggerBody"),
+            "rules": {"type": "array", "minItems": 1, "items": _ref("RuleBody")}},
+            ["name", "rules"], example=POLICY_EXAMPLE,
+            description="A policy as written: no id, family_id, version, status, timestamps "
+                        "or rule ids (all server-assigned)"),
+        "PolicyTrigger": _object({"enable": {"type": "boolean"}, "source_in": STRINGS,
+                                  "project_key_in": STRINGS, "issue_label_all": STRINGS}),
+        "Rule": _object({
+            "id": ID, "name": {"type": "string"}, "priority": INT32,
+            "when": {"type": "object", "description": "The condition as saved (SPEC §4.3)"},
+            "then": {"type": "array", "items": _object({"type": {"type": "string"}}, ["type"],
+                                                       closed=False)},
+            "transition": _object({"on_success": _enum(catalog.OnSuccess)})},
+            description="A stored rule; a draft's rule may hold problems that block activation"),
+        "Policy": _object({
+            "id": ID, "family_id": {"type": "string", "maxLength": 20},
+            "version": {"type": "integer", "minimum": 1}, "status": _enum(PolicyStatus),
+            "name": {"type": "string"}, "description": {"type": "string"},
+            "trigger": _ref("PolicyTrigger"),
+            "rules": {"type": "array", "items": _ref("Rule"),
+                      "description": "In run order: (priority, id)"},
+            "created_at": TIME, "updated_at": TIME, "activated_at": MAYBE_TIME}),
+        "ValidationResult": _object({"valid": {"type": "boolean"},
+                                     "errors": {"type": "array", "items": _ref("Problem")}}),
+    }
+
+
+def _dispatch_schemas() -> dict:
+    now = {"type": "string", "format": "date-time", "nullable": True,
+           "description": "The business time of the dry-run; absent or null: the real time"}
+    dryrun_body = _object({"overwrite_data": _object({"now": now}, (), nullable=True)}, (),
+                          nullable=True)
+    dryrun = _object({"overwrite_data": _object({"now": {"type": "string", "nullable": True}},
+                                                ())}, nullable=True)
+    return {
+        "TriggerBody": _object({
+            "source": {"type": "string", "pattern": SOURCE_PATTERN},
+            "input": _object({"issue_key": {"type": "string", "pattern": ISSUE_KEY_PATTERN}}),
+            "policy_id": {**ID, "nullable": True,
+                          "description": "Run exactly this policy; not with a reserved source"},
+            "dryrun": dryrun_body}, ["source", "input"], example=TRIGGER_EXAMPLE),
+        "Trigger": _object({
+            "id": ID, "source": {"type": "string"},
+            "input": _object({"issue_key": {"type": "string"}}),
+            "policy_id": {**ID, "nullable": True}, "dryrun": dryrun,
+            "status": _enum(TriggerStatus), "available_at": TIME,
+            "output": _object({"execution_ids": {"type": "array", "items": ID}}),
+            "failure_reason": {"type": "string"},
+            "created_at": TIME, "updated_at": TIME, "completed_at": MAYBE_TIME}),
+        "ActionExecution": _object({
+            "index": {"type": "integer", "minimum": 0}, "type": {"type": "string"},
+            "status": _enum(ActionStatus), "action": {"type": "object"},
+            "context": {"type": "object"}, "result": {"type": "string"},
+            "error": {"type": "string"}, "started_at": MAYBE_TIME, "planned_at": MAYBE_TIME,
+            "finished_at": MAYBE_TIME}),
+        "RuleExecution": _object({
+            "sequence": {"type": "integer", "minimum": 0}, "rule_id": ID,
+            "name": {"type": "string"}, "priority": INT32, "when": {"type": "object"},
+            "transition": _object({"on_success": _enum(catalog.OnSuccess)}),
+            "outcome": _enum(RuleOutcome),
+            "evaluation": {"type": "object", "nullable": True,
+                           "description": "matched, reason, evaluated_at"},
+            "action_executions": {"type": "array", "items": _ref("ActionExecution")}}),
+        "Execution": _object({
+            "id": ID, "trigger_id": ID, "issue_key": {"type": "string"},
+            "mode": _enum(ExecutionMode), "policy_id": ID,
+            "policy_family_id": {"type": "string"}, "policy_version": {"type": "integer"},
+            "status": _enum(ExecutionStatus), "failure_code": {"type": "string"},
+            "failure_reason": {"type": "string"},
+            "overwrite_data": {"type": "object", "nullable": True},
+            "business_now": MAYBE_TIME, "wake_at": MAYBE_TIME, "created_at": TIME,
+            "updated_at": TIME, "completed_at": MAYBE_TIME,
+            "rule_executions": {"type": "array", "items": _ref("RuleExecution")}}),
+        "DispatchContext": _object({
+            "issue_key": {"type": "string"}, "assignee": {"type": "string"},
+            "assignee_l2": {"type": "string"},
+            "assignment_notification_state": {"type": "object"},
+            "created_at": MAYBE_TIME, "updated_at": MAYBE_TIME}),
+    }
+
+
+def _service_schemas() -> dict:
+    options = catalog.options()
+    strings_of = {key: {"type": "array", "items": _enum(options[key])}
+                  for key in ("weekdays", "action_types", "receiver_types", "strategies",
+                              "transitions")}
+    return {
+        "Problem": _object({"path": {"type": "string"}, "message": {"type": "string"}}),
+        "Error": _object({
+            "code": {"type": "string", "description": "validation_failed, unauthorized, ..."},
+            "title": {"type": "string"}, "description": {"type": "string"},
+            "errors": {"type": "array", "items": _ref("Problem")}}),
+        "Liveness": _object({"status": _enum(["ok"])}),
+        "Readiness": _object({"status": _enum(["ready", "not_ready"]), "checks": _object(
+            {"database": {"type": "boolean"}, "recovery": {"type": "boolean"}})}),
+        "Options": _object({
+            "fields": {"type": "array", "items": _object(
+                {"name": _enum(catalog.FIELDS), "kind": _enum(FieldKind)})},
+            "operators": _object({kind.value: {"type": "array",
+                                               "items": _enum(catalog.OPERATORS[kind])}
+                                  for kind in FieldKind}),
+            **strings_of,
+            "reserved_sources": {"type": "array", "items": _object(
+                {"source": {"type": "string"}, "role": {"type": "string"},
+                 "label": {"type": "string"}})}}),
+        "ActorStatus": _object({
+            "supervisor": {"type": "object"}, "scheduler": {"type": "object"},
+            "pool": {"type": "object"}, "executions": {"type": "array",
+                                                       "items": {"type": "object"}},
+            "trigger_actors": {"type": "object"}, "clients": {"type": "object"}},
+            closed=False),
+        "EngineerBody": _object({
+            "dispatch_enabled": {"type": "boolean"},
+            "display_name": {"type": "string", "nullable": True},
+            "jira_account_id": {"type": "string", "nullable": True}}, ["dispatch_enabled"],
+            example={"dispatch_enabled": True, "display_name": "Alice"}),
+        "Engineer": _object({
+            "email": {"type": "string"}, "display_name": {"type": "string"},
+            "jira_account_id": {"type": "string"}, "dispatch_enabled": {"type": "boolean"},
+            "last_dispatched_at": MAYBE_TIME, "last_dispatched_issue": {"type": "string"},
+            "created_at": TIME, "updated_at": TIME}),
+    }
+
+
+def schemas() -> dict:
+    return {**_service_schemas(), **_policy_schemas(), **_condition_schemas(),
+            **_action_schemas(), **_dispatch_schemas()}
 
 
 def document() -> dict:
@@ -232,8 +586,8 @@ def document() -> dict:
         "info": {"title": "Ticket Dispatcher", "version": __version__},
         "paths": _paths(),
         "components": {
-            "schemas": _SCHEMAS,
-            "responses": {"Error": _json(_ref("Error"), "Error")},
+            "schemas": schemas(),
+            "responses": _error_responses(),
             "securitySchemes": {"ApiKey": {"type": "apiKey", "in": "header",
                                            "name": "X-API-KEY"}},
         },
