@@ -1,33 +1,29 @@
 """An empty database for one bench run: a temporary SQLite file, or a throw-away PostgreSQL
-schema (so a bench never reads what an earlier run, or a test, left behind)."""
+schema (so a bench never reads what an earlier run, or a test, left behind).
+
+Both come from the test suite's ``tests/databases.py``, so the benches and the tests set up a
+database one way. A bench runs as ``python bench/NAME.py``, which puts only ``bench/`` on
+``sys.path``; importing this module adds the repository root, where ``tests`` lives.
+"""
 
 from __future__ import annotations
 
+import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.databases import postgres_schema, sqlite_url  # noqa: E402  (needs the root above)
 
 
 @contextmanager
 def fresh_database(postgres_url: str | None) -> Iterator[str]:
-    if not postgres_url:
-        with tempfile.TemporaryDirectory() as tmp:
-            yield f"sqlite:///{Path(tmp) / 'bench.db'}"
+    if postgres_url:
+        with postgres_schema(postgres_url, prefix="td_bench_") as url:
+            yield url
         return
-    import psycopg2
-
-    schema = f"td_bench_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(postgres_url)
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute(f'CREATE SCHEMA "{schema}"')
-        separator = "&" if "?" in postgres_url else "?"
-        yield f"{postgres_url}{separator}options={quote(f'-c search_path={schema}')}"
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        admin.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        yield sqlite_url(Path(tmp))

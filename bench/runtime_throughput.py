@@ -27,6 +27,9 @@ from ticket_dispatcher.store import Store
 class NoopAction:
     type = "bench_noop"
 
+    def validate_config(self, config, path):
+        return []
+
     def build_context(self, issue, dispatch_context, config):
         return {}
 
@@ -45,7 +48,8 @@ class MemoryJira(NotConfiguredJira):
 
 
 def run(url: str, slots: int, triggers: int) -> float:
-    store = Store.open(url)
+    registry = ActionRegistry([NoopAction()])
+    store = Store.open(url, registry=registry)
     store.migrate()
     clock = SystemClock()
     config = load_config(None, environ={"TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots),
@@ -54,9 +58,9 @@ def run(url: str, slots: int, triggers: int) -> float:
                       rules=(RuleSpec("all", 10, {"always": True},
                                       [{"type": "bench_noop", "bench_noop": {}}]),))
     policy = store.policies.create(spec, now=clock.now())
-    store.policies.activate(policy.id, now=clock.now(), validate=lambda p: None)
+    store.policies.activate(policy.id, now=clock.now())
     ports = Ports(jira=MemoryJira(), engineers=store.engineers)
-    runtime = Runtime(config, store, clock, ports=ports, registry=ActionRegistry([NoopAction()]))
+    runtime = Runtime(config, store, clock, ports=ports, registry=registry)
     runtime.start()
     started = time.perf_counter()
     for n in range(triggers):

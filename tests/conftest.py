@@ -1,27 +1,21 @@
 """Fixtures shared by the whole suite: a migrated store on each engine, and a query counter.
 
 PostgreSQL runs only when TICKET_DISPATCHER_TEST_DATABASE_URL is set (SPEC §14). Each test gets
-a fresh schema, selected through the connection's search_path and dropped afterwards, so
-parallel runs against one database never see each other's rows.
+a fresh schema of its own (tests/databases.py, which the benches share).
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
-from urllib.parse import quote
 
 import peewee
 import pytest
 
+from tests.databases import postgres_schema, sqlite_url
 from ticket_dispatcher.store import Store
 
 PG_URL_ENV = "TICKET_DISPATCHER_TEST_DATABASE_URL"
-
-
-def _sqlite_url(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'ticket-dispatcher.db'}"
 
 
 @pytest.fixture
@@ -30,27 +24,15 @@ def postgres_url() -> Iterator[str]:
     base = os.environ.get(PG_URL_ENV)
     if not base:
         pytest.skip(f"{PG_URL_ENV} is not set")
-    import psycopg2
-
-    schema = f"td_{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(base)
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute(f'CREATE SCHEMA "{schema}"')
-        separator = "&" if "?" in base else "?"
-        yield f"{base}{separator}options={quote(f'-c search_path={schema}')}"
-        with admin.cursor() as cursor:
-            cursor.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    finally:
-        admin.close()
+    with postgres_schema(base) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request, tmp_path) -> str:
     """The URL of an empty database, once per engine."""
     if request.param == "sqlite":
-        return _sqlite_url(tmp_path)
+        return sqlite_url(tmp_path)
     return request.getfixturevalue("postgres_url")
 
 
@@ -71,7 +53,7 @@ def store(db_url) -> Iterator[Store]:
 @pytest.fixture
 def sqlite_store(tmp_path) -> Iterator[Store]:
     """A migrated SQLite store, for tests that need only one engine."""
-    store = _migrated(_sqlite_url(tmp_path))
+    store = _migrated(sqlite_url(tmp_path))
     yield store
     store.close()
 

@@ -5,10 +5,13 @@ actions and an in-memory checkpoint store."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
+from ticket_dispatcher.domain.actions.notification import NOTIFICATION_CONFIG_CHECKS
 from ticket_dispatcher.domain.execution import Execution, FailureCode, RuleExecution
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.domain.ports import (
@@ -19,7 +22,7 @@ from ticket_dispatcher.domain.ports import (
     Responder,
     TriageChange,
 )
-from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.errors import IntegrationError, Problem
 
 
 def issue(**overrides) -> Issue:
@@ -31,17 +34,38 @@ def issue(**overrides) -> Issue:
     return Issue(**values)
 
 
+ConfigCheck = Callable[[Any, str], list[Problem]]
+
+
+def no_config(config: Any, path: str) -> list[Problem]:
+    """The config check of a test-only action: it takes none (absent, null or ``{}``)."""
+    if config in (None, {}):
+        return []
+    return [Problem(path, "a test action takes no configuration", "shape")]
+
+
 class RecordingAction:
-    """A test-only action type: records each plan and execute, then answers ``result``."""
+    """A test-only action type: records each plan and execute, then answers ``result``.
+
+    ``fail_code``: the failure code of ``fail_in="plan"``. ``config_check``: its
+    ``validate_config`` (no configuration by default); a stand-in for a notification action
+    passes that action's real check (see ``notification_stand_ins``)."""
 
     def __init__(self, type_: str = "test_noop", result: str = "continue",
-                 fail_in: str = "", park_for: float = 0, crash_in: str = ""):
+                 fail_in: str = "", park_for: float = 0, crash_in: str = "",
+                 fail_code: FailureCode = FailureCode.NO_CANDIDATES,
+                 config_check: ConfigCheck = no_config):
         self.type = type_
         self.result = result
         self.fail_in = fail_in
         self.park_for = park_for
         self.crash_in = crash_in
+        self.fail_code = fail_code
+        self.config_check = config_check
         self.calls: list[tuple[str, int]] = []
+
+    def validate_config(self, config: Any, path: str) -> list[Problem]:
+        return self.config_check(config, path)
 
     def build_context(self, issue, dispatch_context, config) -> dict:
         return {"issue_key": issue.key}
@@ -52,7 +76,7 @@ class RecordingAction:
         if self.crash_in == "plan":
             raise RuntimeError("boom in plan")
         if self.fail_in == "plan":
-            raise ActionError("nobody to assign", FailureCode.NO_CANDIDATES)
+            raise ActionError("nobody to assign", self.fail_code)
 
     def execute(self, run: ActionRun) -> ActionResult:
         self.calls.append(("execute", run.execution.id))
@@ -70,6 +94,14 @@ class RecordingAction:
         run.context["executed"] = True
         return {"continue": ActionResult.proceed(),
                 "terminate": ActionResult.terminate()}[self.result]
+
+
+def notification_stand_ins(**behaviour) -> list[RecordingAction]:
+    """Recording executors for the four assignment-notification types, each validating its
+    configuration with the real check (domain/actions/notification.py). The product registry
+    has no notification executors yet; these let tests build valid notification policies."""
+    return [RecordingAction(action_type, config_check=check, **behaviour)
+            for action_type, check in NOTIFICATION_CONFIG_CHECKS.items()]
 
 
 class MemoryCheckpoints:
@@ -223,6 +255,9 @@ class GateAction:
         self._cond = threading.Condition()
         self.entered: list[int] = []
         self.planned: list[int] = []
+
+    def validate_config(self, config: Any, path: str) -> list[Problem]:
+        return no_config(config, path)
 
     def build_context(self, issue, dispatch_context, config) -> dict:
         return {}

@@ -22,7 +22,6 @@ SETTLE_SECONDS = 20
 class Harness:
     def __init__(self, store: Store, *actions, slots: int = 10, clock: ManualClock | None = None,
                  jira: FakeJira | None = None, **config: str):
-        self.store = store
         self.clock = clock or ManualClock()
         self.jira = jira or FakeJira(issue())
         self.directory = FakeDirectory()  # Core groups and users
@@ -30,6 +29,9 @@ class Harness:
         self.registry = product_registry()  # the real actions, plus the test-only ones
         for action in actions:
             self.registry.register(action)
+        # The same database, judged by the same actions the runtime runs: the store validates
+        # every activation (SPEC §6), so the test-only actions must be known to it.
+        self.store = Store(store.db, self.registry)
         environ = {"TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots)}
         environ.update({f"TICKET_DISPATCHER_{k.upper()}": v for k, v in config.items()})
         self.config = load_config(None, environ=environ)
@@ -92,7 +94,8 @@ class Harness:
 
     def policy(self, *rules: dict, active: bool = True, projects=("TCID",), source_in=(),
                labels=()) -> Policy:
-        """Create (and activate) a policy whose rules are given as ``rule(...)`` dicts."""
+        """Create (and activate) a policy whose rules are given as ``rule(...)`` dicts; the
+        activation validates it against the harness's actions, like the service's."""
         spec = PolicySpec(
             name="test policy",
             trigger=PolicyTrigger(source_in=tuple(source_in), project_key_in=tuple(projects),
@@ -101,9 +104,8 @@ class Harness:
                                  OnSuccess(r.get("on_success", "terminate"))) for r in rules),
         )
         policy = self.store.policies.create(spec, now=self.clock.now())
-        if active:  # test-only action types would not pass validation; skip it here
-            policy = self.store.policies.activate(policy.id, now=self.clock.now(),
-                                                  validate=lambda p: None)
+        if active:
+            policy = self.store.policies.activate(policy.id, now=self.clock.now())
         return policy
 
 

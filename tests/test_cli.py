@@ -174,11 +174,42 @@ def test_policy_validate_accepts_a_valid_policy(capsys, write_json):
     )
 
 
-@pytest.mark.parametrize("name", ["assign-tcid", "severity-assignee", "priority-l2"])
-def test_policy_validate_accepts_the_shipped_examples(capsys, name):
-    code, out, _ = run(capsys, "policy", "validate", str(EXAMPLES / "policies" / f"{name}.json"))
+def test_policy_validate_accepts_the_shipped_assign_example(capsys):
+    path = EXAMPLES / "policies" / "assign-tcid.json"
+    code, out, _ = run(capsys, "policy", "validate", str(path))
 
     assert (code, out) == (0, "valid\n")
+
+
+@pytest.mark.parametrize("name", ["severity-assignee", "priority-l2", "priority-assignee"])
+def test_policy_validate_refuses_notification_examples_this_build_cannot_run(capsys, name):
+    # Validated against the product registry: no executor runs the notification actions yet.
+    code, out, err = run(capsys, "policy", "validate",
+                         str(EXAMPLES / "policies" / f"{name}.json"))
+
+    assert code == 1
+    assert out.splitlines()[0] == ('rules[0].then[0].type: no executor runs action type '
+                                   '"send_assignment_notification" in this build')
+    assert all("no executor runs action type" in line for line in out.splitlines())
+    assert "problems" in err
+
+
+def test_policy_validate_quotes_the_values_it_rejects(capsys, write_json):
+    body = policy_body()
+    body["rules"][0]["when"] = {"all": [
+        {"field": "issue.foo", "operator": "eq", "value": "x"},
+        {"field": "now", "operator": "time_window", "time_window": {
+            "timezone": "Mars/Olympus", "weekdays": ["mon"], "start": "09:00", "end": "18:00"}},
+    ]}
+
+    code, out, _ = run(capsys, "policy", "validate", write_json("p.json", body))
+
+    assert code == 1
+    assert out.splitlines() == [
+        'rules[0].when.all[0].field: unknown field "issue.foo"; see GET /dispatch/options',
+        'rules[0].when.all[1].time_window.timezone: unknown time zone "Mars/Olympus"; use an '
+        'IANA name like "Asia/Shanghai"',
+    ]
 
 
 def test_policy_validate_prints_every_problem_with_its_path(capsys, write_json):

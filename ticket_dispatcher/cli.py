@@ -20,13 +20,14 @@ from typing import Any, NoReturn
 
 from ticket_dispatcher import __version__
 from ticket_dispatcher.config import Config, load_config, masked
+from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.explain import explain_policy
 from ticket_dispatcher.domain.issues import issue_from_any
 from ticket_dispatcher.domain.model import PolicySpec
-from ticket_dispatcher.domain.timeutil import format_time, parse_rfc3339
 from ticket_dispatcher.domain.validation import parse_policy_spec, validate_policy
 from ticket_dispatcher.errors import DispatcherError, InvalidInput, Problem
-from ticket_dispatcher.safejson import parse_json
+from ticket_dispatcher.safejson import read_json_file
+from ticket_dispatcher.timeutil import format_time, parse_rfc3339
 
 PROG = "ticket-dispatcher"
 EXIT_OK = 0
@@ -165,15 +166,8 @@ def _config(args: argparse.Namespace) -> Config:
 
 def _read_json(path: str, what: str) -> Any:
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"cannot read {what} {path}: not UTF-8 text") from None
-    try:
         # Depth-capped like a request body, so no file reaches RecursionError.
-        return parse_json(text, max_depth=MAX_FILE_JSON_DEPTH, what=f"{what} {path}")
+        return read_json_file(path, f"{what} {path}", max_depth=MAX_FILE_JSON_DEPTH)
     except InvalidInput as exc:  # its message names a position, never the content
         raise UsageError(exc.message) from None
 
@@ -241,7 +235,8 @@ def _database_errors(config: Config) -> Iterator[None]:
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    problems = validate_policy(_read_json(args.file, "policy file"))
+    # Against the actions this build runs: what activation on the server will decide (SPEC §6).
+    problems = validate_policy(_read_json(args.file, "policy file"), product_registry())
     if not problems:
         print("valid")
         return EXIT_OK
@@ -264,15 +259,16 @@ def _run_policy_test(args: argparse.Namespace) -> int:
     config = _config(args)
     raw_policy = _read_json(args.file, "policy file")
     raw_issue = _read_json(args.issue, "issue file")
+    registry = product_registry(config.jira.auto_assign_label)
     try:
-        spec = parse_policy_spec(raw_policy)
+        spec = parse_policy_spec(raw_policy, registry)
     except InvalidInput as exc:
         # A policy that cannot even be read as one is an invalid policy (exit 1), like validate.
         for problem in exc.problems or [Problem("", exc.message)]:
             print(_problem_line(problem))
         print(f"{args.file}: not a readable policy", file=sys.stderr)
         return EXIT_INVALID
-    warnings = validate_policy(raw_policy)
+    warnings = validate_policy(raw_policy, registry)
     try:
         issue = issue_from_any(
             raw_issue,

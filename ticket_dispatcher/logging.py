@@ -18,11 +18,11 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from ticket_dispatcher.domain.timeutil import format_time
+from ticket_dispatcher.timeutil import format_time
 
 MASK = "***"
 
@@ -161,27 +161,3 @@ def configure_logging(
     root.setLevel(level.upper() if isinstance(level, str) else level)
     return handler
 
-
-def get_logger(name: str) -> logging.Logger:
-    return logging.getLogger(name)
-
-
-class ContextLogger(logging.LoggerAdapter):
-    """A logger that adds fixed context (``bind(log, execution_id=7)``) to every record.
-
-    Unlike the stdlib adapter of Python 3.11 it merges a call's own ``extra`` instead of
-    dropping it; the call's values win.
-    """
-
-    def process(
-        self, msg: Any, kwargs: MutableMapping[str, Any]
-    ) -> tuple[Any, MutableMapping[str, Any]]:
-        kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
-        return msg, kwargs
-
-
-def bind(logger: logging.Logger | ContextLogger, **context: Any) -> ContextLogger:
-    """``logger`` with ``context`` (e.g. ``issue_key``, ``execution_id``) on every record."""
-    if isinstance(logger, ContextLogger):
-        return ContextLogger(logger.logger, {**(logger.extra or {}), **context})
-    return ContextLogger(logger, context)

@@ -1,5 +1,6 @@
-"""Parsing untrusted JSON (request bodies, policy and issue files): never a RecursionError,
-never a non-finite number, every failure an ``InvalidInput`` (issue 8, SPEC §10).
+"""Reading untrusted JSON (request bodies, policy, issue and example files): never a
+RecursionError, never a non-finite number, every failure an ``InvalidInput`` (SPEC §10); and
+binding a parsed object to the keys and JSON types it must have.
 
 - **Depth.** Nesting beyond ``max_depth`` (``http.max_json_depth``, SPEC §13, default 64) is
   refused by a linear scan of the text *before* ``json.loads`` runs.
@@ -12,10 +13,18 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from ticket_dispatcher.errors import InvalidInput, Problem
 
+# The largest id or offset the database can hold (a signed 64-bit integer); anything larger is
+# bad input, answered 400/404 before it reaches a query.
+MAX_ID = 2**63 - 1
+
+JSON_TYPES: dict[type, str] = {
+    str: "a string", bool: "a boolean", int: "an integer", dict: "an object", list: "an array",
+}
 DEFAULT_JSON_DEPTH = 64  # http.max_json_depth (SPEC §13); callers pass the configured value
 # Where nesting happens; strings are skipped by the scanner, so brackets inside them never count.
 _STRUCTURE = re.compile(r'["\\\[\]{}]')
@@ -92,3 +101,53 @@ def json_depth_exceeds(text: str, max_depth: int) -> bool:
         elif char in "]}":
             depth -= 1
     return False
+
+
+def read_json_file(path: str | Path, what: str = "", *,
+                   max_depth: int = DEFAULT_JSON_DEPTH) -> Any:
+    """A JSON file (policies, issues, examples); ``InvalidInput`` when unreadable."""
+    what = what or str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {what}: {exc.strerror}") from None
+    return parse_json(raw, max_depth=max_depth, what=what)
+
+
+def bind_object(raw: Any, *, required: dict[str, type], optional: dict[str, type],
+                path: str = "") -> dict:
+    """Check that ``raw`` is an object with exactly these keys of these JSON types.
+
+    Every problem is reported at once; ``bool`` is never accepted as an integer.
+    """
+    where = path or "body"
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{where} must be a JSON object", [Problem(where, "must be an object")])
+    problems = [
+        Problem(join_path(path, key), "is missing") for key in required if key not in raw
+    ]
+    fields = {**required, **optional}
+    for key, value in raw.items():
+        expected = fields.get(key)
+        if expected is None:
+            problems.append(Problem(join_path(path, key), "is not a known field"))
+        elif value is None and key in optional:
+            continue
+        elif not _is_type(value, expected):
+            problems.append(Problem(join_path(path, key), f"must be {JSON_TYPES[expected]}"))
+        elif expected is int and not -MAX_ID <= value <= MAX_ID:
+            problems.append(Problem(join_path(path, key), "is out of range"))
+    if problems:
+        raise InvalidInput(f"{where} is not valid", problems)
+    return raw
+
+
+def _is_type(value: Any, expected: type) -> bool:
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)
+
+
+def join_path(path: str, key: str) -> str:
+    """``rules[0]`` + ``when`` → ``rules[0].when``; a top-level key stands alone."""
+    return f"{path}.{key}" if path else key

@@ -31,14 +31,9 @@ from ticket_dispatcher.domain.ports import (
 )
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.http.app import Services, create_app
-from ticket_dispatcher.integrations.sandbox import (
-    SandboxState,
-    load_examples,
-    mount_sandbox,
-    seed_store,
-    service_urls,
-)
 from ticket_dispatcher.logging import configure_logging
+from ticket_dispatcher.sandbox import Sandbox, load_examples, mount_sandbox, service_urls
+from ticket_dispatcher.seeding import seed_store
 from ticket_dispatcher.store import Store, connection_budget
 
 log = logging.getLogger(__name__)
@@ -57,8 +52,12 @@ class Service:
         self.auth_enabled = _auth_enabled(config, sandbox=sandbox,
                                           insecure_no_auth=insecure_no_auth)
         self.clock = clock or SystemClock()
+        # The actions this build runs: the runtime executes them, and the store, the API and
+        # /dispatch/options judge policies by them (SPEC §6).
+        self.registry = product_registry(config.jira.auto_assign_label)
         # One pool of connections, sized for every thread that may hold one at once (SPEC §9).
-        self.store = Store.open(config.database_url, max_connections=connection_budget(config))
+        self.store = Store.open(config.database_url, registry=self.registry,
+                                max_connections=connection_budget(config))
         try:
             self.store.check_capacity(config)  # refuse what the database cannot serve
             applied = self.store.migrate()
@@ -67,9 +66,10 @@ class Service:
             raise
         if applied:
             log.info("database migrated", extra={"reason": f"applied {applied}"})
-        self.services = Services(store=self.store, config=config, clock=self.clock)
+        self.services = Services(store=self.store, config=config, clock=self.clock,
+                                 registry=self.registry)
         self.app = create_app(self.services, auth_enabled=self.auth_enabled)
-        self.sandbox = SandboxState() if sandbox else None
+        self.sandbox = Sandbox() if sandbox else None
         if self.sandbox is not None:
             mount_sandbox(self.app, self.sandbox)
         self.server = self._listen(host or config.http.host,
@@ -85,7 +85,7 @@ class Service:
                     oncall=self.clients.get("oncall") or NotConfiguredOnCall(),
                     core=self.clients.get("core") or NotConfiguredDirectory(),
                     engineers=self.store.engineers),
-                registry=product_registry(self.config.jira.auto_assign_label))
+                registry=self.registry)
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails
         except BaseException:

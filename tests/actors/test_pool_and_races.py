@@ -5,10 +5,13 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pykka
 import pytest
 
 from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import Harness, rule
+from ticket_dispatcher.actors.messages import Enqueue
+from ticket_dispatcher.actors.pool import ExecutionPool
 from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.domain.actions.base import ActionRegistry
@@ -44,18 +47,25 @@ def test_the_eleventh_execution_waits_for_a_free_slot(make_harness):
 
 
 def test_the_same_execution_enqueued_twice_runs_once(make_harness):
+    """Boot recovery, a crash restart and a wake-up each tell the pool ``Enqueue``; one that
+    arrives while the execution already runs must not start it a second time."""
     gate = GateAction()
     h = make_harness(gate)
     h.policy(rule("test_gate"))
     trigger = h.post_trigger(settle=False)
     gate.wait_entered(1)
     execution_id = h.trigger(trigger.id).execution_ids[0]
+    (pool,) = pykka.ActorRegistry.get_by_class(ExecutionPool)
+    loads = len(h.jira.loads)
 
-    h.runtime.enqueue(execution_id)
-    h.runtime.enqueue(execution_id)
+    h.runtime.activity.tell(pool, Enqueue(execution_id))
+    h.runtime.activity.tell(pool, Enqueue(execution_id))
+    status = h.runtime.status()["pool"]  # asked after the tells: the pool has handled both
     gate.open()
     h.wait_idle()
 
+    assert (status["busy"], status["queue_length"]) == (1, 0)
+    assert len(h.jira.loads) == loads  # no second ExecutionActor loaded the checkpoint
     assert gate.planned == [execution_id]
     assert gate.entered == [execution_id]
     assert h.execution(execution_id).status is ExecutionStatus.SUCCEEDED

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from tests.fakes import RecordingAction, issue
+from tests.fakes import issue, notification_stand_ins
 from tests.harness import rule
 from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
 
 ASSIGNEE = "jira_assignment_assignee"
+SEND = {"type": "send_assignment_notification",
+        "send_assignment_notification": {"role": "assignee", "label": "notify-assignee"}}
+URGENT_ONLY = {"field": "issue.priority", "operator": "in", "values": ["P0"]}
 
 
 def notification_policy(h):
-    return h.policy(rule("test_wait"), source_in=(ASSIGNEE,), labels=("notify-assignee",))
+    """A valid assignee family (N§5.4) run by stand-in executors that park for 60 s."""
+    return h.policy(rule(SEND, name="notify", priority=10, on_success="continue"),
+                    rule("mark_assignment_message_urgent", name="urgent", priority=20,
+                         when=URGENT_ONLY),
+                    source_in=(ASSIGNEE,), labels=("notify-assignee",))
 
 
 def test_reserved_source_completes_with_nothing_while_notifications_are_off(make_harness):
-    h = make_harness(RecordingAction("test_wait", park_for=60))
+    h = make_harness(*notification_stand_ins(park_for=60))
     notification_policy(h)
     h.jira.put(issue(labels=("notify-assignee",)))
 
@@ -26,7 +33,7 @@ def test_reserved_source_completes_with_nothing_while_notifications_are_off(make
 
 
 def test_busy_family_with_the_label_still_on_the_issue_defers_the_trigger(make_harness):
-    h = make_harness(RecordingAction("test_wait", park_for=60), NOTIFICATIONS_ENABLED="true")
+    h = make_harness(*notification_stand_ins(park_for=60), NOTIFICATIONS_ENABLED="true")
     notification_policy(h)
     h.jira.put(issue(labels=("notify-assignee",)))
     first = h.post_trigger(source=ASSIGNEE)
@@ -43,7 +50,7 @@ def test_busy_family_with_the_label_still_on_the_issue_defers_the_trigger(make_h
 
 
 def test_busy_family_without_the_label_completes_as_a_no_op(make_harness):
-    h = make_harness(RecordingAction("test_wait", park_for=60), NOTIFICATIONS_ENABLED="true")
+    h = make_harness(*notification_stand_ins(park_for=60), NOTIFICATIONS_ENABLED="true")
     notification_policy(h)
     h.jira.put(issue(labels=("notify-assignee",)))
     h.post_trigger(source=ASSIGNEE)
@@ -56,13 +63,13 @@ def test_busy_family_without_the_label_completes_as_a_no_op(make_harness):
 
 
 def test_replacement_in_the_same_family_shares_the_live_lock(make_harness):
-    h = make_harness(RecordingAction("test_wait", park_for=60), NOTIFICATIONS_ENABLED="true")
+    h = make_harness(*notification_stand_ins(park_for=60), NOTIFICATIONS_ENABLED="true")
     original = notification_policy(h)
     h.jira.put(issue(labels=("notify-assignee",)))
     first = h.post_trigger(source=ASSIGNEE)
     replacement = h.store.policies.create_replacement(original.id, original.spec,
                                                       now=h.clock.now())
-    h.store.policies.activate(replacement.id, now=h.clock.now(), validate=lambda p: None)
+    h.store.policies.activate(replacement.id, now=h.clock.now())
 
     second = h.post_trigger(source=ASSIGNEE)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.conditions import ConditionError
 from ticket_dispatcher.domain.explain import RuleReport, explain_policy
@@ -20,7 +21,7 @@ SATURDAY = datetime(2026, 3, 7, 2, 0, tzinfo=UTC)
 
 
 def example(name: str) -> PolicySpec:
-    return parse_policy_spec(json.loads((EXAMPLES / name).read_text()))
+    return parse_policy_spec(json.loads((EXAMPLES / name).read_text()), product_registry())
 
 
 def outcomes(reports: list[RuleReport]) -> list[tuple[str, str]]:

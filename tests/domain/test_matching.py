@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.matching import (
     is_notification_policy,
     lock_key,
@@ -48,7 +49,7 @@ def make_policy(
 
 
 def family(policy_id: int, file_name: str) -> Policy:
-    spec = parse_policy_spec(json.loads((EXAMPLES / file_name).read_text()))
+    spec = parse_policy_spec(json.loads((EXAMPLES / file_name).read_text()), product_registry())
     return make_policy(policy_id, spec=spec)
 
 
@@ -163,7 +164,7 @@ def test_notification_policy_locks_per_family():
 def test_is_notification_policy_reads_policies_specs_and_raw_bodies():
     body = json.loads((EXAMPLES / "priority-l2.json").read_text())
     assert is_notification_policy(family(2, "priority-l2.json"))
-    assert is_notification_policy(parse_policy_spec(body))
+    assert is_notification_policy(parse_policy_spec(body, product_registry()))
     assert is_notification_policy(body)
     assert not is_notification_policy(family(5, "assign-tcid.json"))
     assert is_notification_policy({"trigger": {"source_in": ["jira_assignment_assignee"]}})

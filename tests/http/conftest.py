@@ -73,8 +73,11 @@ def api(services) -> Api:
 def harness(sqlite_store):
     from tests.fakes import GateAction, RecordingAction
     from tests.harness import Harness
+    from ticket_dispatcher.domain.execution import FailureCode
 
     h = Harness(sqlite_store, RecordingAction(), RecordingAction("test_wait", park_for=60),
+                RecordingAction("test_plan_fails", fail_in="plan",
+                                fail_code=FailureCode.PLAN_FAILED),
                 GateAction())
     h.start()
     yield h

@@ -116,7 +116,7 @@ def test_unknown_trigger_is_404(live_api):
 
 def test_execution_list_filters_pages_and_counts(live_api, harness):
     harness.policy(rule("test_noop"))
-    failing = harness.policy(rule("test_unregistered"))
+    failing = harness.policy(rule("test_plan_fails"))
     post_trigger(live_api)
     harness.wait_idle()
     post_trigger(live_api)

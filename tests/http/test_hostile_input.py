@@ -23,8 +23,8 @@ from ticket_dispatcher.errors import InvalidInput
 from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.ratelimit import TokenBuckets
-from ticket_dispatcher.integrations.sandbox.control import parse_issue
 from ticket_dispatcher.safejson import json_depth_exceeds, parse_json
+from ticket_dispatcher.sandbox.control import parse_issue
 
 JSON = {"Content-Type": "application/json"}
 DEEP = 1000  # about where json.loads used to raise RecursionError

@@ -11,6 +11,7 @@ import jsonschema_rs
 import pytest
 
 from ticket_dispatcher.domain import catalog
+from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.conditions import compile_condition
 from ticket_dispatcher.domain.issues import ISSUE_KEY
 from ticket_dispatcher.domain.validation import validate_policy
@@ -48,7 +49,7 @@ def _leaf_for(field: str, operator: str) -> list[dict]:
 
 
 def test_documented_policy_example_is_a_valid_policy():
-    assert validate_policy(POLICY_EXAMPLE) == []
+    assert validate_policy(POLICY_EXAMPLE, product_registry()) == []
 
 
 @pytest.mark.parametrize(("field", "operator"), [

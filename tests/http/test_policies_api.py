@@ -163,11 +163,21 @@ def test_validate_reports_without_saving(api):
     assert api.get("/dispatch/policies").json["total"] == 0
 
 
-def test_seed_notification_policies_can_be_created_and_activated(api):
+def test_seed_notification_policies_are_saved_as_drafts_but_not_activated_in_this_build(api):
+    """No executor runs the notification actions yet (SPEC §8.2 lands later): activation
+    names each of them instead of activating policies whose every execution would fail."""
     for name in ("priority-assignee", "priority-l2", "severity-assignee"):
-        created = create(api, example_policy(name))
+        body = example_policy(name)
+        created = create(api, body)
         result = api.post(f"/dispatch/policies/{created['id']}/activate")
-        assert result.status_code == 200, (name, result.json)
+
+        assert result.status_code == 422, (name, result.json)
+        expected = [(f"rules[{i}].then[{j}].type",
+                     f'no executor runs action type "{action["type"]}" in this build')
+                    for i, rule in enumerate(body["rules"])
+                    for j, action in enumerate(rule["then"])]
+        assert [(p["path"], p["message"]) for p in result.json["errors"]] == expected
+        assert api.get(f"/dispatch/policies/{created['id']}").json["status"] == "draft"
 
 
 def test_unknown_policy_is_404(api):

@@ -5,8 +5,12 @@ from __future__ import annotations
 import re
 
 from falcon import inspect as falcon_inspect
+from falcon import testing
 
+from tests.fakes import RecordingAction, notification_stand_ins
+from tests.http.conftest import Api
 from ticket_dispatcher.domain import catalog
+from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.http.app import create_app
 from ticket_dispatcher.http.openapi import document
 
@@ -30,8 +34,20 @@ def test_options_come_from_the_validators_whitelist(api):
 
     assert [f["name"] for f in options["fields"]] == list(catalog.FIELDS)
     assert options["operators"]["time"] == ["before", "after", "time_window", "exists"]
-    assert "page_assignment" in options["action_types"]
+    assert options["action_types"] == ["assign", "assign_l2", "triage"]  # what can run
     assert {r["source"] for r in options["reserved_sources"]} == set(catalog.RESERVED_SOURCES)
+
+
+def test_options_list_the_action_types_the_services_registry_runs(services):
+    registry = product_registry()
+    for action in [*notification_stand_ins(), RecordingAction()]:
+        registry.register(action)
+    services.registry = registry
+    api = Api(testing.TestClient(create_app(services)), services)
+
+    types = api.get("/dispatch/options").json["action_types"]
+
+    assert types == [t.value for t in catalog.ActionType]  # SPEC §4.4 types only, in order
 
 
 def test_every_route_and_method_is_documented(services):

@@ -36,7 +36,7 @@ def test_migrate_applies_everything_once_then_nothing(empty_store):
 
     assert first == [version for version, _, _ in MIGRATIONS]
     assert second == []
-    assert empty_store.schema_version() == latest_version()
+    assert current_version(empty_store.db) == latest_version()
     with unit_of_work(empty_store.db):
         assert TABLES <= set(empty_store.db.get_tables())
 

@@ -9,10 +9,12 @@ import peewee
 import pytest
 
 from tests.factories import policy_body
+from tests.fakes import RecordingAction
+from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.model import PolicySpec, PolicyStatus
-from ticket_dispatcher.errors import Conflict, NotFound, PolicyInvalid, Problem
-from ticket_dispatcher.store import unit_of_work
+from ticket_dispatcher.errors import Conflict, NotFound, PolicyInvalid
+from ticket_dispatcher.store import Store, unit_of_work
 from ticket_dispatcher.store.models import PolicyRow, RuleRow
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -22,12 +24,12 @@ def spec(**overrides) -> PolicySpec:
     return PolicySpec.from_json(policy_body(**overrides))
 
 
-def accept(policy) -> None:
-    """A validator that finds nothing wrong."""
-
-
-def reject(policy) -> None:
-    raise PolicyInvalid("policy invalid", [Problem("rules[0].when", "bad condition")])
+def invalid_spec() -> PolicySpec:
+    """Readable (a draft may hold it) but not valid: its condition names an unknown zone."""
+    body = policy_body()
+    body["rules"][0]["when"] = {"field": "now", "operator": "time_window", "time_window": {
+        "timezone": "Mars/Olympus", "weekdays": ["mon"], "start": "09:00", "end": "18:00"}}
+    return PolicySpec.from_json(body)
 
 
 NESTED_WHEN = {
@@ -130,7 +132,7 @@ def test_delete_draft_removes_it_with_its_rules(store):
 
 
 def test_only_drafts_can_be_edited_or_deleted(store):
-    active = store.policies.activate(store.policies.create(spec(), T0).id, T0, accept)
+    active = store.policies.activate(store.policies.create(spec(), T0).id, T0)
 
     with pytest.raises(Conflict, match="only a draft"):
         store.policies.update_draft(active.id, spec(name="x"), T0)
@@ -141,7 +143,7 @@ def test_only_drafts_can_be_edited_or_deleted(store):
 
 def test_replacement_is_a_new_draft_in_the_same_family_with_the_next_version(store):
     first = store.policies.create(spec(), T0)
-    store.policies.activate(first.id, T0, accept)
+    store.policies.activate(first.id, T0)
     second = store.policies.create_replacement(first.id, spec(name="v2"), T0)
 
     third = store.policies.create_replacement(first.id, spec(name="v3"), T0)
@@ -159,14 +161,12 @@ def test_replacement_of_a_missing_policy_is_not_found(store):
 
 def test_activation_supersedes_the_active_version_of_the_family(store):
     v1 = store.policies.create(spec(), T0)
-    store.policies.activate(v1.id, T0, accept)
+    store.policies.activate(v1.id, T0)
     v2 = store.policies.create_replacement(v1.id, spec(name="v2"), T0)
-    seen = []
 
     later = T0 + timedelta(hours=1)
-    activated = store.policies.activate(v2.id, later, seen.append)
+    activated = store.policies.activate(v2.id, later)
 
-    assert [policy.id for policy in seen] == [v2.id] and seen[0].rules == v2.rules
     assert activated == store.policies.get(v2.id)
     assert (activated.status, activated.activated_at) == (PolicyStatus.ACTIVE, later)
     old = store.policies.get(v1.id)
@@ -174,46 +174,66 @@ def test_activation_supersedes_the_active_version_of_the_family(store):
     assert [p.id for p in store.policies.list_active()] == [v2.id]
 
 
-def test_failed_validation_changes_nothing(store):
-    v1 = store.policies.activate(store.policies.create(spec(), T0).id, T0, accept)
-    v2 = store.policies.create_replacement(v1.id, spec(name="v2"), T0)
+def test_activation_refuses_an_invalid_version_and_changes_nothing(store):
+    v1 = store.policies.activate(store.policies.create(spec(), T0).id, T0)
+    v2 = store.policies.create_replacement(v1.id, invalid_spec(), T0)
 
     with pytest.raises(PolicyInvalid) as raised:
-        store.policies.activate(v2.id, T0 + timedelta(1), reject)
+        store.policies.activate(v2.id, T0 + timedelta(1))
 
-    assert raised.value.problems[0].path == "rules[0].when"
+    assert [(p.path, p.message) for p in raised.value.problems] == [
+        ("rules[0].when.time_window.timezone",
+         'unknown time zone "Mars/Olympus"; use an IANA name like "Asia/Shanghai"')]
     assert store.policies.get(v1.id) == v1
     assert store.policies.get(v2.id) == v2
 
 
-def test_rollback_activates_a_superseded_version(store):
-    v1 = store.policies.activate(store.policies.create(spec(), T0).id, T0, accept)
-    v2 = store.policies.create_replacement(v1.id, spec(name="v2"), T0)
-    store.policies.activate(v2.id, T0, accept)
+def test_activation_validates_against_the_stores_action_registry(store):
+    """An action type no executor of this store's registry runs cannot be activated; a store
+    built with a registry that runs it activates the same version (SPEC §6, issue 9)."""
+    body = policy_body()
+    body["rules"][0]["then"] = [{"type": "test_noop", "test_noop": {}}]
+    draft = store.policies.create(PolicySpec.from_json(body), T0)
 
-    store.policies.activate(v1.id, T0 + timedelta(1), accept)
+    with pytest.raises(PolicyInvalid) as raised:
+        store.policies.activate(draft.id, T0)
+    registry = product_registry()
+    registry.register(RecordingAction("test_noop"))
+    activated = Store(store.db, registry).policies.activate(draft.id, T0)
+
+    assert [p.path for p in raised.value.problems] == ["rules[0].then[0].type"]
+    assert 'unknown action type "test_noop"' in raised.value.problems[0].message
+    assert activated.status is PolicyStatus.ACTIVE
+
+
+def test_rollback_activates_a_superseded_version(store):
+    v1 = store.policies.activate(store.policies.create(spec(), T0).id, T0)
+    v2 = store.policies.create_replacement(v1.id, spec(name="v2"), T0)
+    store.policies.activate(v2.id, T0)
+
+    store.policies.activate(v1.id, T0 + timedelta(1))
 
     assert store.policies.get(v1.id).status is PolicyStatus.ACTIVE
     assert store.policies.get(v2.id).status is PolicyStatus.SUPERSEDED
 
 
 def test_deactivate_moves_active_to_inactive_and_it_can_be_reactivated(store):
-    active = store.policies.activate(store.policies.create(spec(), T0).id, T0, accept)
+    active = store.policies.activate(store.policies.create(spec(), T0).id, T0)
 
     inactive = store.policies.deactivate(active.id, T0 + timedelta(1))
 
     assert inactive == store.policies.get(active.id)
     assert inactive.status is PolicyStatus.INACTIVE and inactive.activated_at == T0
     assert store.policies.list_active() == []
-    assert store.policies.activate(active.id, T0, accept).status is PolicyStatus.ACTIVE
+    assert store.policies.activate(active.id, T0).status is PolicyStatus.ACTIVE
 
 
 def test_illegal_lifecycle_moves_conflict(store):
     draft = store.policies.create(spec(), T0)
-    active = store.policies.activate(store.policies.create(spec(), T0).id, T0, accept)
+    active = store.policies.activate(store.policies.create(spec(), T0).id, T0)
 
     with pytest.raises(Conflict, match=f"policy {active.id} is already active"):
-        store.policies.activate(active.id, T0, accept)
+        store.policies.activate(active.id, T0)
     with pytest.raises(Conflict):
         store.policies.deactivate(draft.id, T0)
 
@@ -224,7 +244,7 @@ def test_moves_on_a_missing_policy_are_not_found(store, move):
         "get": lambda: store.policies.get(404),
         "update": lambda: store.policies.update_draft(404, spec(), T0),
         "delete": lambda: store.policies.delete_draft(404),
-        "activate": lambda: store.policies.activate(404, T0, accept),
+        "activate": lambda: store.policies.activate(404, T0),
         "deactivate": lambda: store.policies.deactivate(404, T0),
     }
     with pytest.raises(NotFound, match="policy 404 not found"):
@@ -249,7 +269,7 @@ def test_database_refuses_two_active_versions_in_one_family(store):
 
 def test_list_filters_by_status_and_family_and_pages_by_id(store):
     first = store.policies.create(spec(), T0)
-    second = store.policies.activate(store.policies.create(spec(), T0).id, T0, accept)
+    second = store.policies.activate(store.policies.create(spec(), T0).id, T0)
     third = store.policies.create_replacement(second.id, spec(), T0)
 
     everything, total = store.policies.list()
@@ -299,7 +319,7 @@ def test_concurrent_activations_in_one_family_leave_exactly_one_active(store):
     def activate(policy_id):
         barrier.wait()
         try:
-            store.policies.activate(policy_id, T0, accept)
+            store.policies.activate(policy_id, T0)
         except Exception as exc:  # collected and asserted below
             errors.append(exc)
 

@@ -41,9 +41,9 @@ from ticket_dispatcher.actors.messages import (
 )
 from ticket_dispatcher.domain.admission import Outcome, admit
 from ticket_dispatcher.domain.execution import FailureCode
-from ticket_dispatcher.domain.timeutil import format_time
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.database import unit_of_work
+from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import (
     Boot,
     CancelExecution,
-    Enqueue,
     PoolStatus,
     RunningActors,
 )
@@ -26,10 +25,10 @@ from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import Trigger
 from ticket_dispatcher.domain.ports import NotConfigured, Ports
-from ticket_dispatcher.domain.timeutil import format_time
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.database import unit_of_work
+from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
@@ -139,10 +138,6 @@ class Runtime:
                                             dryrun=dryrun, now=now)
         self._triggers.submit(trigger.id)
         return trigger
-
-    def enqueue(self, execution_id: int) -> None:
-        """Queue an execution to run (a no-op while it is already queued or running)."""
-        self.activity.tell(self._pool, Enqueue(execution_id))
 
     def cancel(self, execution_id: int, reason: str) -> str:
         """"applied" when it was not running, "signalled" when its actor stops at its next step;

@@ -28,7 +28,7 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.domain.ports import Ports
-from ticket_dispatcher.domain.timeutil import format_time
+from ticket_dispatcher.timeutil import format_time
 
 
 class Checkpoints(Protocol):

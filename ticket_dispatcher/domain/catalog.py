@@ -6,6 +6,7 @@ operator exists everywhere or nowhere.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -98,13 +99,19 @@ RESERVED_SOURCES = frozenset(role.source for role in NOTIFICATION_ROLES)
 URGENCY_FIELDS = ("issue.priority", "issue.custom_fields.severity")
 
 
-def options() -> dict:
-    """What ``GET /dispatch/options`` answers: the whole whitelist, nothing else."""
+def options(runnable: Iterable[str] | None = None) -> dict:
+    """What ``GET /dispatch/options`` answers: the whole whitelist, nothing else.
+
+    ``runnable``: the action types this build has executors for (``ActionRegistry.types()``);
+    only those of SPEC §4.4 that can run are listed. ``None`` lists every type the policy
+    format knows (the OpenAPI document describes the format, not one build).
+    """
+    can_run = None if runnable is None else set(runnable)
     return {
         "fields": [{"name": name, "kind": kind.value} for name, kind in FIELDS.items()],
         "operators": {kind.value: list(ops) for kind, ops in OPERATORS.items()},
         "weekdays": list(WEEKDAYS),
-        "action_types": [t.value for t in ActionType],
+        "action_types": [t.value for t in ActionType if can_run is None or t.value in can_run],
         "receiver_types": [t.value for t in ReceiverType],
         "strategies": [s.value for s in Strategy],
         "transitions": [t.value for t in OnSuccess],

@@ -41,9 +41,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import re2
 
 from ticket_dispatcher.domain.catalog import FIELDS, OPERATORS, WEEKDAYS, FieldKind
+from ticket_dispatcher.domain.checks import printable, quote, quoted, reason
 from ticket_dispatcher.domain.model import Issue
-from ticket_dispatcher.domain.timeutil import format_time, parse_rfc3339
 from ticket_dispatcher.errors import DispatcherError, Problem
+from ticket_dispatcher.timeutil import format_time, parse_rfc3339
 
 
 class ConditionError(DispatcherError):
@@ -207,18 +208,18 @@ def _compile_leaf(raw: dict, path: str, problems: list[Problem]) -> Leaf | None:
         _shape(problems, f"{path}.ignore_case", "ignore_case must be true or false")
         ignore_case = False
     if field is not None and field not in FIELDS:
-        _rule(problems, f"{path}.field", f"unknown field {field!r}; see GET /dispatch/options")
+        _rule(problems, f"{path}.field", f"unknown field {quote(field)}; see GET /dispatch/options")
         field = None
     if field is not None and operator is not None:
         allowed = OPERATORS[FIELDS[field]]
         if operator not in allowed:
-            _rule(problems, f"{path}.operator", f"operator {operator!r} is not allowed on "
+            _rule(problems, f"{path}.operator", f"operator {quote(operator)} is not allowed on "
                   f"{field} ({FIELDS[field].value}); allowed: {', '.join(allowed)}")
             operator = None
     if field is None or operator is None:
         return None
     if ignore_case and operator not in _VALUE_OPERATORS | _VALUES_OPERATORS:
-        _rule(problems, f"{path}.ignore_case", f"ignore_case does not apply to {operator}")
+        _rule(problems, f"{path}.ignore_case", f"ignore_case does not apply to {quote(operator)}")
     leaf = _compile_operands(raw, Leaf(field, operator, ignore_case=ignore_case), path, problems)
     return leaf if len(problems) == before else None
 
@@ -285,7 +286,7 @@ def _compile_value(leaf: Leaf, path: str, problems: list[Problem]) -> Leaf | Non
         try:
             return replace(leaf, moment=parse_rfc3339(leaf.value))
         except ValueError as exc:
-            _rule(problems, path, str(exc))
+            _rule(problems, path, reason(exc, leaf.value))
             return None
     return leaf
 
@@ -312,7 +313,6 @@ _UNSUPPORTED = (
     ("\\Z", "\\Z is not supported, use \\z for the end of the text"),
 )
 _BACKREFERENCE = re.compile(r"\\[1-9]")  # RE2's fault text for \1 .. \9 (our own pattern)
-_QUOTE_LIMIT = 200  # characters of a pattern (or of RE2's fault text) shown in a message
 
 
 def compile_regex(pattern: str, *, ignore_case: bool = False) -> tuple[Regex | None, str | None]:
@@ -324,7 +324,7 @@ def compile_regex(pattern: str, *, ignore_case: bool = False) -> tuple[Regex | N
     try:
         return re2.compile(pattern, options), None
     except UnicodeEncodeError:
-        return None, f"invalid regular expression {_quote(pattern)}: not valid Unicode text"
+        return None, f"invalid regular expression {quote(pattern)}: not valid Unicode text"
     except re2.error as exc:
         return None, _regex_message(pattern, exc)
 
@@ -336,9 +336,9 @@ def _regex_message(pattern: str, exc: re2.error) -> str:
     reason, _, fault = str(detail).partition(": ")
     construct = _unsupported_construct(pattern, reason, fault)
     if construct is not None:
-        return f"{construct} (RE2 syntax): {_quote(pattern)}"
-    shown = f"{reason}: {_printable(fault)}" if fault else (reason or "rejected by RE2")
-    return f"invalid regular expression {_quote(pattern)}: {shown}"
+        return f"{construct} (RE2 syntax): {quote(pattern)}"
+    shown = f"{reason}: {printable(fault)}" if fault else (reason or "rejected by RE2")
+    return f"invalid regular expression {quote(pattern)}: {shown}"
 
 
 def _unsupported_construct(pattern: str, reason: str, fault: str) -> str | None:
@@ -350,22 +350,6 @@ def _unsupported_construct(pattern: str, reason: str, fault: str) -> str | None:
     if construct is None and reason == "bad repetition operator" and fault.endswith("+"):
         construct = "possessive quantifiers are not supported"  # a++, a*+, a?+, a{2}+
     return construct
-
-
-def _printable(text: str) -> str:
-    """Control characters and lone surrogates escaped so a message prints anywhere; a very long
-    text is cut."""
-    shown = "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
-        for char in text[:_QUOTE_LIMIT]
-    )
-    return shown + ("…" if len(text) > _QUOTE_LIMIT else "")
-
-
-def _quote(pattern: str) -> str:
-    """The pattern in double quotes as written (backslashes are not doubled)."""
-    cut = "…" if len(pattern) > _QUOTE_LIMIT else ""
-    return f'"{_printable(pattern[:_QUOTE_LIMIT])}"{cut}'
 
 
 def _regex_search(regex: Regex, text: str) -> bool:
@@ -395,8 +379,9 @@ def _compile_window(raw: typing.Any, path: str, problems: list[Problem]) -> Time
     start = _compile_hhmm(raw.get("start"), f"{path}.start", problems, allow_24=False)
     end = _compile_hhmm(raw.get("end"), f"{path}.end", problems, allow_24=True)
     if start is not None and end is not None and start >= end:
-        _rule(problems, f"{path}.end", "end must be later than start (windows do not wrap "
-                                       "midnight; use two windows under any)")
+        _rule(problems, f"{path}.end", f"end {quote(raw['end'])} must be later than start "
+                                       f"{quote(raw['start'])} (windows do not wrap midnight; "
+                                       "use two windows under any)")
     if len(problems) > before or zone is None or weekdays is None:
         return None
     return TimeWindow(zone, weekdays, start, end)
@@ -411,7 +396,8 @@ def _compile_zone(raw: typing.Any, path: str, problems: list[Problem]) -> ZoneIn
     try:
         return ZoneInfo(raw)
     except (ZoneInfoNotFoundError, ValueError):
-        _rule(problems, path, f"unknown IANA time zone {raw!r}")
+        _rule(problems, path, f"unknown time zone {quote(raw)}; use an IANA name like "
+                              '"Asia/Shanghai"')
         return None
 
 
@@ -427,9 +413,11 @@ def _compile_weekdays(
         _rule(problems, path, "weekdays must not be empty")
     unknown = [day for day in raw if day not in WEEKDAYS]
     if unknown:
-        _rule(problems, path, f"unknown weekdays {unknown}; use {', '.join(WEEKDAYS)}")
-    if len(set(raw)) != len(raw):
-        _rule(problems, path, "weekdays must not repeat")
+        noun = "weekday" if len(unknown) == 1 else "weekdays"
+        _rule(problems, path, f"unknown {noun} {quoted(unknown)}; use {', '.join(WEEKDAYS)}")
+    repeated = [day for index, day in enumerate(raw) if day in raw[:index]]
+    if repeated:
+        _rule(problems, path, f"weekdays must not repeat: {quoted(dict.fromkeys(repeated))}")
     return frozenset(WEEKDAYS.index(day) for day in raw if day in WEEKDAYS)
 
 
@@ -446,7 +434,7 @@ def _compile_hhmm(
     valid = match and int(match[2]) < 60 and (minutes < 1440 or (allow_24 and minutes == 1440))
     if not valid:
         limit = "00:00..24:00" if allow_24 else "00:00..23:59"
-        _rule(problems, path, f"{raw!r} is not a time HH:MM in {limit}")
+        _rule(problems, path, f"{quote(raw)} is not a time HH:MM in {limit}")
         return None
     return minutes
 
@@ -508,7 +496,7 @@ def field_value(field: str, issue: Issue, now: datetime) -> typing.Any:
     """The value of a catalog field; ``None`` or ``()`` when missing (SPEC §4.3)."""
     getter = _FIELD_GETTERS.get(field)
     if getter is None:
-        raise ConditionError(f"unknown field {field!r}")
+        raise ConditionError(f"unknown field {quote(field)}")
     return getter(issue, now)
 
 
@@ -570,7 +558,7 @@ def _text_test(operator: str, leaf: Leaf, element: str) -> bool:
         return actual in {_fold(value, leaf) for value in leaf.values}
     if operator == "contains":
         return _fold(leaf.value or "", leaf) in actual
-    raise ConditionError(f"unknown operator {operator!r}")
+    raise ConditionError(f"unknown operator {quote(operator)}")
 
 
 _PHRASES = {  # operator → (phrase when it holds, phrase when it does not)

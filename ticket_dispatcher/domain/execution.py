@@ -15,7 +15,7 @@ from typing import Any
 
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.model import Policy
-from ticket_dispatcher.domain.timeutil import format_time
+from ticket_dispatcher.timeutil import format_time
 
 
 class TriggerStatus(StrEnum):

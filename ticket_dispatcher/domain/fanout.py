@@ -14,7 +14,7 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.domain.matching import lock_key
 from ticket_dispatcher.domain.model import DispatchContext, Issue, Policy
-from ticket_dispatcher.domain.timeutil import parse_rfc3339
+from ticket_dispatcher.timeutil import parse_rfc3339
 
 
 def reserved_role(source: str) -> NotificationRole | None:

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from ticket_dispatcher.domain.catalog import OnSuccess
-from ticket_dispatcher.domain.timeutil import format_time
+from ticket_dispatcher.timeutil import format_time
 
 
 @dataclass(frozen=True)

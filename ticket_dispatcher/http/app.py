@@ -10,6 +10,7 @@ import falcon
 from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
+from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.http import API_BASE, errors
 from ticket_dispatcher.http.admin import ActorStatus, ExecutionCancel
 from ticket_dispatcher.http.auth import ApiKeyAuth
@@ -46,6 +47,13 @@ class Services:
     clock: Clock
     runtime: Runtime | None = None
     recovered: Callable[[], bool] | None = None  # overrides the runtime's own flag (tests)
+    # The actions this service runs (service.py: the product registry). Defaults to the
+    # store's, so validation answers what activation will decide.
+    registry: ActionRegistry | None = None
+
+    def __post_init__(self) -> None:
+        if self.registry is None:
+            self.registry = self.store.registry
 
     def recovery_done(self) -> bool:
         if self.recovered is not None:
@@ -87,7 +95,7 @@ def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
 
     api = API_BASE
     ID = f"int(min=1, max={MAX_ID})"  # an out-of-range id matches no route: 404
-    app.add_route(f"{api}/dispatch/options", Options())
+    app.add_route(f"{api}/dispatch/options", Options(services))
     app.add_route(f"{api}/dispatch/triggers", TriggerCollection(services))
     app.add_route(f"{api}/admin/actors", ActorStatus(services))
     app.add_route(f"{api}/admin/executions/{{execution_id:{ID}}}/cancel",

@@ -12,16 +12,20 @@ proxy's address, and one client with a stale key must not lock Jira Automation o
 defeated by the key length (at least 24 characters, config.py), not by this throttle; the
 throttle tells a misconfigured client to back off and keeps its noise bounded. At most
 ``MAX_TRACKED_ADDRESSES`` addresses are remembered (the least recently failing are forgotten).
+
+The keys and their roles are read by config.py (``ApiKey``, ``Role``: only SHA-256 digests are
+kept); matching a presented key and deciding what a role may call happen here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hmac
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 import falcon
 
-from ticket_dispatcher.config import AuthConfig, Role, allowed, authenticate
+from ticket_dispatcher.config import ApiKey, AuthConfig, Role, key_digest
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
 
@@ -32,6 +36,34 @@ VIEWER = frozenset({Role.VIEWER})
 OPERATOR = frozenset({Role.OPERATOR})
 AUTOMATION = frozenset({Role.AUTOMATION, Role.OPERATOR})
 AUTOMATION_READ = frozenset({Role.AUTOMATION, Role.VIEWER})
+
+
+def authenticate(auth: AuthConfig, presented: str | None) -> ApiKey | None:
+    """The key whose hash matches ``presented``, compared in constant time against every key.
+
+    No early exit: the time taken does not tell which key (or whether any) matched.
+    """
+    digest = key_digest(presented or "").encode("ascii")
+    found: ApiKey | None = None
+    for key in auth.api_keys:
+        if hmac.compare_digest(digest, key.key_sha256.encode("ascii")) and found is None:
+            found = key
+    return found if presented else None
+
+
+def role_allows(have: Role, need: Role) -> bool:
+    """operator ⊃ viewer; automation covers only automation; nothing else is implied.
+
+    An operator does *not* implicitly get automation endpoints: SPEC §10 lists the roles of each
+    endpoint explicitly (``POST /dispatch/triggers`` is "automation, operator"), so use
+    ``allowed`` with the endpoint's set of roles.
+    """
+    return have == need or (have is Role.OPERATOR and need is Role.VIEWER)
+
+
+def allowed(role: Role, allowed_roles: Iterable[Role]) -> bool:
+    """Whether a key with ``role`` may call an endpoint open to ``allowed_roles``."""
+    return any(role_allows(role, need) for need in allowed_roles)
 
 
 class ApiKeyAuth:

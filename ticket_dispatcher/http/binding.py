@@ -27,16 +27,13 @@ import falcon
 
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.errors import ApiError
-from ticket_dispatcher.safejson import DEFAULT_JSON_DEPTH, parse_json
-
-# The largest id or offset the database can hold (a signed 64-bit integer); anything larger is
-# bad input, answered 400/404 before it reaches a query.
-MAX_ID = 2**63 - 1
-
-JSON_TYPES: dict[type, str] = {
-    str: "a string", bool: "a boolean", int: "an integer", dict: "an object", list: "an array",
-}
-
+from ticket_dispatcher.safejson import (  # noqa: F401 - bind_object is part of this API
+    DEFAULT_JSON_DEPTH,
+    MAX_ID,
+    bind_object,
+    join_path,
+    parse_json,
+)
 
 MAX_TEXT_PROBLEMS = 10  # offending strings reported per body; the rest would only repeat them
 
@@ -124,7 +121,7 @@ def _strings(value: Any) -> Iterator[tuple[str, str, bool]]:
         elif isinstance(item, dict):
             children = []
             for key, child in item.items():
-                child_path = _join(path, safe_text(key))
+                child_path = join_path(path, safe_text(key))
                 yield child_path, key, True
                 children.append((child_path, child))
             stack.extend(reversed(children))
@@ -167,44 +164,6 @@ def _parameters(req: falcon.Request, params: dict) -> Iterator[tuple[str, str]]:
     for name, value in req.params.items():
         for text in value if isinstance(value, list) else [value]:
             yield name, text
-
-
-def bind_object(raw: Any, *, required: dict[str, type], optional: dict[str, type],
-                path: str = "") -> dict:
-    """Check that ``raw`` is an object with exactly these keys of these JSON types.
-
-    Every problem is reported at once; ``bool`` is never accepted as an integer.
-    """
-    where = path or "body"
-    if not isinstance(raw, dict):
-        raise InvalidInput(f"{where} must be a JSON object", [Problem(where, "must be an object")])
-    problems = [
-        Problem(_join(path, key), "is missing") for key in required if key not in raw
-    ]
-    fields = {**required, **optional}
-    for key, value in raw.items():
-        expected = fields.get(key)
-        if expected is None:
-            problems.append(Problem(_join(path, key), "is not a known field"))
-        elif value is None and key in optional:
-            continue
-        elif not _is_type(value, expected):
-            problems.append(Problem(_join(path, key), f"must be {JSON_TYPES[expected]}"))
-        elif expected is int and not -MAX_ID <= value <= MAX_ID:
-            problems.append(Problem(_join(path, key), "is out of range"))
-    if problems:
-        raise InvalidInput(f"{where} is not valid", problems)
-    return raw
-
-
-def _is_type(value: Any, expected: type) -> bool:
-    if expected is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, expected)
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
 
 
 def query_int(req: falcon.Request, name: str, *, default: int | None, minimum: int = 0,

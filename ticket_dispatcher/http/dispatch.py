@@ -10,7 +10,6 @@ from ticket_dispatcher.domain.admission import LockCandidate, Outcome, admit
 from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus
 from ticket_dispatcher.domain.fanout import reserved_role
 from ticket_dispatcher.domain.matching import lock_key
-from ticket_dispatcher.domain.timeutil import parse_rfc3339
 from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import AUTOMATION, AUTOMATION_READ, VIEWER
@@ -26,6 +25,7 @@ from ticket_dispatcher.http.binding import (
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
+from ticket_dispatcher.timeutil import parse_rfc3339
 
 TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB (SPEC §13)
 _SOURCE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")  # used with fullmatch: "$" allows a final "\n"

@@ -38,8 +38,13 @@ class Readiness:
 
 
 class Options:
+    """The whitelist, with only the action types this build can run (SPEC §10)."""
+
     roles = {"GET": VIEWER}
-    uses_database = False  # the catalog is code, not data
+    uses_database = False  # the catalog and the registry are code, not data
+
+    def __init__(self, services):
+        self._services = services
 
     def on_get(self, req, resp) -> None:
-        resp.media = catalog.options()
+        resp.media = catalog.options(self._services.registry.types())

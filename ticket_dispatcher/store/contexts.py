@@ -14,10 +14,10 @@ import peewee
 
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES
 from ticket_dispatcher.domain.model import DispatchContext
-from ticket_dispatcher.domain.timeutil import to_utc
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.models import ContextRow
+from ticket_dispatcher.timeutil import to_utc
 
 _ROLES = frozenset(role.role for role in NOTIFICATION_ROLES)
 

@@ -12,10 +12,10 @@ from datetime import datetime
 import peewee
 
 from ticket_dispatcher.domain.model import Engineer
-from ticket_dispatcher.domain.timeutil import to_utc
 from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
 from ticket_dispatcher.store.models import EngineerRow
+from ticket_dispatcher.timeutil import to_utc
 
 
 def normalize_email(email: str) -> str:

@@ -24,7 +24,6 @@ from ticket_dispatcher.domain.execution import (
     RuleOutcome,
     TriggerStatus,
 )
-from ticket_dispatcher.domain.timeutil import parse_rfc3339, to_utc
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
@@ -33,6 +32,7 @@ from ticket_dispatcher.store.models import (
     RuleExecutionRow,
     TriggerRow,
 )
+from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
 
 _RUNNING = (ExecutionStatus.CREATED.value, ExecutionStatus.EXECUTING.value)
 

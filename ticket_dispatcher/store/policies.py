@@ -4,22 +4,28 @@ Only drafts change; every other version is immutable. Lifecycle moves lock the r
 touch (``SELECT … FOR UPDATE`` on PostgreSQL, the IMMEDIATE transaction on SQLite), and
 activation locks the whole family, so two activations in one family serialize instead of
 tripping the one-active-per-family index.
+
+The repository refuses to activate an invalid policy by itself (SPEC §6): it holds the action
+registry it was built with and validates the version inside the activation's transaction, so no
+caller can activate without the check, nor with another registry than the runtime's.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 
 import peewee
 
+from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.model import Policy, PolicySpec, PolicyStatus, PolicyTrigger, Rule
-from ticket_dispatcher.domain.timeutil import to_utc
-from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.domain.validation import validate_policy
+from ticket_dispatcher.errors import Conflict, NotFound, PolicyInvalid
 from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.models import PolicyRow, RuleRow
+from ticket_dispatcher.timeutil import to_utc
 
 # Crockford base32: upper case, no I/L/O/U, so a family ID survives being read aloud.
 _FAMILY_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -34,8 +40,9 @@ def new_family_id() -> str:
 
 
 class PolicyRepository:
-    def __init__(self, db: peewee.Database):
+    def __init__(self, db: peewee.Database, registry: ActionRegistry):
         self.db = db
+        self.registry = registry  # what activation validates against: the runtime's actions
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -119,11 +126,10 @@ class PolicyRepository:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def activate(
-        self, policy_id: int, now: datetime, validate: Callable[[Policy], None]
-    ) -> Policy:
+    def activate(self, policy_id: int, now: datetime) -> Policy:
         """Validate and activate; the family's active version becomes superseded in the same
-        transaction. ``validate`` may raise ``PolicyInvalid``: nothing changes then."""
+        transaction. ``PolicyInvalid`` with every problem when the version is not valid against
+        the registry: nothing changes then."""
         now = to_utc(now)
         with write_lock(self.db):
             source = PolicyRow.get_or_none(PolicyRow.id == policy_id)
@@ -134,7 +140,10 @@ class PolicyRepository:
             if PolicyStatus(row.status) not in _ACTIVATABLE:
                 raise Conflict(f"policy {policy_id} is already active")
             policy = self._with_rules([row])[0]
-            validate(policy)
+            problems = validate_policy(policy.spec.to_json(), self.registry)
+            if problems:
+                raise PolicyInvalid(f"policy {policy_id} is not valid; fix it in a replacement",
+                                    problems)
             # Supersede first: the one-active index is checked per statement.
             PolicyRow.update(status=PolicyStatus.SUPERSEDED.value, updated_at=now).where(
                 (PolicyRow.family_id == row.family_id)

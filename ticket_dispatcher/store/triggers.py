@@ -7,10 +7,10 @@ from datetime import datetime
 import peewee
 
 from ticket_dispatcher.domain.execution import Trigger, TriggerStatus
-from ticket_dispatcher.domain.timeutil import to_utc
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store.database import unit_of_work
 from ticket_dispatcher.store.models import TriggerRow
+from ticket_dispatcher.timeutil import to_utc
 
 _OPEN = (TriggerStatus.PENDING.value, TriggerStatus.PROCESSING.value)
 

@@ -12,24 +12,50 @@ used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime
+from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
+from ticket_dispatcher.domain.checks import (
+    Problems,
+    at,
+    check_enum,
+    check_keys,
+    check_object,
+    check_text,
+    check_text_list,
+    quote,
+)
 from ticket_dispatcher.domain.execution import FailureCode
+from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
-from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown
+from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown, Problem
 
 log = logging.getLogger(__name__)
+
+_RECEIVER_TYPES = tuple(t.value for t in ReceiverType)
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+")  # fullmatch; loose: the directory is the real check
 
 
 class AssignExecutor:
     """One executor serves both types; ``l2`` picks the L2 user picker instead of the assignee."""
 
-    def __init__(self, action_type: ActionType, auto_assign_label: str = "auto-dispatch"):
+    def __init__(self, action_type: ActionType, auto_assign_label: str = DEFAULT_AUTO_ASSIGN_LABEL):
         self.type = action_type.value
         self._l2 = action_type is ActionType.ASSIGN_L2
         self._auto_assign_label = auto_assign_label
+
+    # -- validate (SPEC §4.4, §6) -------------------------------------------------------------
+
+    def validate_config(self, config: Any, path: str) -> list[Problem]:
+        problems = Problems()
+        if config is None:
+            problems.shape(path, "missing key")
+        elif check_object(config, path, problems):
+            _check_assign(config, path, problems)
+        return problems
 
     def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
                       config: dict) -> dict:
@@ -165,6 +191,40 @@ class AssignExecutor:
             log.warning("could not remove the auto-assign label", extra={
                 "issue_key": run.issue.key, "execution_id": run.execution.id,
                 "reason": exc.message})
+
+
+def _check_assign(config: dict, path: str, problems: Problems) -> None:
+    check_keys(config, path, ("receiver", "strategy"), problems, required=("receiver", "strategy"))
+    if "strategy" in config:
+        check_enum(config["strategy"], f"{path}.strategy", Strategy, problems)
+    if "receiver" in config and check_object(config["receiver"], f"{path}.receiver", problems):
+        _check_receiver(config["receiver"], f"{path}.receiver", problems)
+
+
+def _check_receiver(receiver: dict, path: str, problems: Problems) -> None:
+    kind = receiver.get("type")
+    if "type" not in receiver:
+        problems.shape(f"{path}.type", "missing key")
+        return
+    if isinstance(kind, str):
+        check_keys(receiver, path, ("type", kind), problems)
+    check_enum(kind, f"{path}.type", ReceiverType, problems)
+    if kind not in _RECEIVER_TYPES:
+        return
+    target_path = f"{path}.{kind}"
+    if kind not in receiver:
+        problems.shape(target_path, "missing key")
+    elif kind == ReceiverType.USERS:
+        emails = check_text_list(receiver[kind], target_path, problems, non_empty=True)
+        for index, email in enumerate(emails or ()):
+            _check_email(email, at(target_path, index), problems)
+    elif check_text(receiver[kind], target_path, problems) and kind == ReceiverType.USER:
+        _check_email(receiver[kind], target_path, problems)
+
+
+def _check_email(email: str, path: str, problems: Problems) -> None:
+    if email.strip() and not _EMAIL.fullmatch(email):
+        problems.rule(path, f"{quote(email)} is not an email address")
 
 
 def _dedupe(emails: list[str]) -> list[str]:

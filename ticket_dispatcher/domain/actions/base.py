@@ -1,9 +1,11 @@
 """The action executor contract (M§8, N§6.1) and the registry that finds one by type.
 
-An executor is a plain object: ``build_context`` snapshots what the action starts from at
-execution creation, ``plan`` fills the context in place (no external writes), ``execute`` does the
-side effect and answers a result. Expected business outcomes are results and context fields; only
-a technical error raises ``ActionError``.
+An executor is a plain object. ``validate_config`` checks the action's configuration when a
+policy is validated (SPEC §6: the executor owns its config, so a type with no executor cannot
+be activated). ``build_context`` snapshots what the action starts from at execution creation,
+``plan`` fills the context in place (no external writes), ``execute`` does the side effect and
+answers a result. Expected business outcomes are results and context fields; only a technical
+error raises ``ActionError``.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from ticket_dispatcher.domain.execution import Execution, FailureCode
 from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.ports import Ports
+from ticket_dispatcher.errors import Problem
 
 
 class ResultKind(StrEnum):
@@ -67,6 +70,12 @@ class ActionRun:
 class ActionExecutor(Protocol):
     type: str
 
+    def validate_config(self, config: Any, path: str) -> list[Problem]:
+        """Every problem of this action's configuration, at JSON paths under ``path`` (the
+        ``rules[i].then[j].<type>`` key). ``config`` is the value under that key, ``None`` when
+        the key is absent or null."""
+        ...
+
     def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
                       config: dict) -> dict: ...
 
@@ -88,3 +97,7 @@ class ActionRegistry:
 
     def get(self, action_type: str) -> ActionExecutor | None:
         return self._executors.get(action_type)
+
+    def types(self) -> tuple[str, ...]:
+        """The action types this registry can run, in registration order."""
+        return tuple(self._executors)

@@ -8,14 +8,36 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
+from ticket_dispatcher.domain.checks import (
+    Problems,
+    check_keys,
+    check_object,
+    check_text,
+    check_text_list,
+    quote,
+    quoted,
+)
 from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.ports import TriageChange
-from ticket_dispatcher.errors import DispatcherError
+from ticket_dispatcher.errors import DispatcherError, Problem
+
+_KEYS = ("priority", "components", "labels_add", "labels_remove", "fields")
 
 
 class TriageExecutor:
     type = "triage"
+
+    def validate_config(self, config: Any, path: str) -> list[Problem]:
+        """SPEC §4.4: at least one of the keys; a label is not both added and removed."""
+        problems = Problems()
+        if config is None:
+            problems.shape(path, "missing key")
+        elif check_object(config, path, problems):
+            _check_triage(config, path, problems)
+        return problems
 
     def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
                       config: dict) -> dict:
@@ -52,6 +74,27 @@ class TriageExecutor:
             raise ActionError(f"Jira refused the triage edit: {exc.message}") from None
         run.context["triage"]["applied"] = True
         return ActionResult.proceed()
+
+
+def _check_triage(config: dict, path: str, problems: Problems) -> None:
+    check_keys(config, path, _KEYS, problems)
+    if not any(key in config for key in _KEYS):
+        problems.rule(path, f"triage needs at least one of {', '.join(_KEYS)}")
+    if "priority" in config:
+        check_text(config["priority"], f"{path}.priority", problems)
+    lists = {
+        key: check_text_list(config[key], f"{path}.{key}", problems)
+        for key in ("components", "labels_add", "labels_remove")
+        if key in config
+    }
+    both = set(lists.get("labels_add") or ()) & set(lists.get("labels_remove") or ())
+    if both:
+        problems.rule(f"{path}.labels_remove", f"labels both added and removed: "
+                      f"{quoted(sorted(both))}")
+    if "fields" in config and check_object(config["fields"], f"{path}.fields", problems):
+        for key in config["fields"]:
+            if not key.strip():
+                problems.rule(f"{path}.fields", f"field id {quote(key)} must not be empty")
 
 
 def _triage_change(changes: dict) -> TriageChange:

@@ -24,21 +24,16 @@ from typing import Any
 import falcon
 
 from ticket_dispatcher.domain.issues import ISSUE_KEY
-from ticket_dispatcher.domain.timeutil import parse_rfc3339
 from ticket_dispatcher.errors import InvalidInput, NotFound, Problem
-from ticket_dispatcher.http.auth import PUBLIC
-from ticket_dispatcher.http.binding import bind_object, read_json
-from ticket_dispatcher.integrations.sandbox.state import (
-    SERVICES,
-    DuplicateId,
-    SandboxIssue,
-    SandboxState,
-    UnknownIssue,
-    UnknownMessage,
-    UnknownUser,
-)
+from ticket_dispatcher.safejson import bind_object
+from ticket_dispatcher.sandbox.base import PUBLIC, read_json_body
+from ticket_dispatcher.sandbox.jira import SandboxIssue, UnknownIssue
+from ticket_dispatcher.sandbox.lark import UnknownMessage
+from ticket_dispatcher.sandbox.people import DuplicateId, People, UnknownUser
+from ticket_dispatcher.sandbox.traffic import SERVICES
+from ticket_dispatcher.sandbox.world import Sandbox
+from ticket_dispatcher.timeutil import format_time, parse_rfc3339
 
-MAX_BODY_BYTES = 1024 * 1024
 MAX_LATENCY_MS = 60_000
 _ISSUE_TEXT = ("project_key", "summary", "environment", "priority", "status", "severity",
                "assignee_email", "l2_assignee_email", "reporter_email", "created_at")
@@ -51,6 +46,7 @@ _USER_OPTIONAL: dict[str, type] = {
     "display_name": str, "account_id": str, "active": bool, "open_id": str, "has_phone": bool,
     "leader_email": str,
 }
+_WORLD_OPTIONAL: dict[str, type] = {"users": list, "groups": dict, "teams": dict, "issues": list}
 
 
 def _at(path: str, key: str) -> str:
@@ -62,6 +58,11 @@ def _invalid(path: str, message: str) -> InvalidInput:
 
 
 # --- parsing (shared with examples.py) -------------------------------------------------------
+
+
+def parse_world(raw: Any) -> dict:
+    """The top level of ``sandbox.json``: people, groups, teams and issues, all optional."""
+    return bind_object(raw, required={}, optional=_WORLD_OPTIONAL)
 
 
 def parse_issue(raw: Any, *, path: str = "", patch: bool = False) -> dict:
@@ -82,14 +83,14 @@ def parse_issue(raw: Any, *, path: str = "", patch: bool = False) -> dict:
     return body
 
 
-def issue_changes(state: SandboxState, body: dict, *, path: str = "") -> dict[str, Any]:
-    """The ``SandboxState.update_issue`` changes of a checked body: emails become account ids."""
+def issue_changes(people: People, body: dict, *, path: str = "") -> dict[str, Any]:
+    """The ``JiraState.update_issue`` changes of a checked body: emails become account ids."""
     changes: dict[str, Any] = {}
     for name, value in body.items():
         if name in ("key", "fields"):
             continue
         if name in _EMAIL_FIELDS:
-            changes[_EMAIL_FIELDS[name]] = _account(state, value, _at(path, name))
+            changes[_EMAIL_FIELDS[name]] = _account(people, value, _at(path, name))
         elif name == "created_at":
             changes[name] = parse_rfc3339(value) if value is not None else None
         elif name in ("labels", "components"):
@@ -104,34 +105,34 @@ def issue_changes(state: SandboxState, body: dict, *, path: str = "") -> dict[st
     return changes
 
 
-def _account(state: SandboxState, email: str | None, path: str) -> str | None:
+def _account(people: People, email: str | None, path: str) -> str | None:
     if email is None:
         return None
     try:
-        return state.account_id_for(email)
+        return people.account_id_for(email)
     except UnknownUser:
         raise _invalid(path, f"{email} is not a sandbox user; add it first") from None
 
 
-def build_issue(state: SandboxState, body: dict, *, path: str = "") -> SandboxIssue:
+def build_issue(people: People, body: dict, *, path: str = "") -> SandboxIssue:
     key = body["key"].upper()
-    changes = issue_changes(state, body, path=path)
+    changes = issue_changes(people, body, path=path)
     changes.setdefault("project_key", None)
     changes["project_key"] = changes["project_key"] or key.split("-")[0]
     return SandboxIssue(key=key, extra_fields=dict(body.get("fields") or {}), **changes)
 
 
 def parse_user(raw: Any, *, path: str = "") -> dict:
-    """Keyword arguments of ``SandboxState.put_user``."""
+    """Keyword arguments of ``People.put_user``."""
     body = bind_object(raw, required={"email": str}, optional=_USER_OPTIONAL, path=path)
     if "@" not in body["email"]:
         raise _invalid(_at(path, "email"), "must be an email address")
     return {key: value for key, value in body.items() if value is not None}
 
 
-def put_user(state: SandboxState, raw: Any, *, path: str = "") -> tuple[dict, bool]:
+def put_user(people: People, raw: Any, *, path: str = "") -> tuple[dict, bool]:
     try:
-        user, created = state.put_user(**parse_user(raw, path=path))
+        user, created = people.put_user(**parse_user(raw, path=path))
     except DuplicateId as exc:
         raise _invalid(path or "body", exc.message) from None
     return user.to_json(), created
@@ -172,36 +173,77 @@ def parse_fault(raw: Any) -> dict:
     return body
 
 
+def issue_view(sandbox: Sandbox, key: str) -> dict:
+    """The issue as stored, people by email, with comments and histories."""
+    issue = sandbox.jira.issue(key)  # a copy
+
+    def email(account_id: str | None) -> str | None:
+        user = sandbox.people.user_by_account(account_id)
+        return user.email if user else account_id
+
+    return {
+        "key": issue.key,
+        "project_key": issue.project_key,
+        "summary": issue.summary,
+        "environment": issue.environment,
+        "priority": issue.priority,
+        "status": issue.status,
+        "severity": issue.severity,
+        "labels": issue.labels,
+        "components": issue.components,
+        "assignee_email": email(issue.assignee),
+        "l2_assignee_email": email(issue.l2_assignee),
+        "reporter_email": email(issue.reporter),
+        "assignee_account_id": issue.assignee,
+        "l2_assignee_account_id": issue.l2_assignee,
+        "created_at": format_time(issue.created_at),
+        "fields": issue.extra_fields,
+        "comments": issue.comments,
+        "label_history": issue.label_history,
+        "history": issue.history,
+    }
+
+
 # --- resources -------------------------------------------------------------------------------
 
 
-class ControlResource:
-    uses_database = False  # in-memory fakes (http/middleware.py)
-
-    def __init__(self, state: SandboxState):
-        self.state = state
-
-    def issue_view(self, key: str) -> dict:
-        try:
-            return self.state.issue_view(key)
-        except UnknownIssue as exc:
-            raise NotFound(exc.message) from None
+def _refuse(status: int, message: str) -> Exception:
+    """A body the control API cannot read, in the project's error shape (SPEC §10)."""
+    if status == 413:
+        return falcon.HTTPContentTooLarge(description=message)
+    return InvalidInput(message)
 
 
 def _created(resp: falcon.Response, created: bool) -> None:
     resp.status = falcon.HTTP_201 if created else falcon.HTTP_200
 
 
+class ControlResource:
+    uses_database = False  # in-memory fakes (http/middleware.py)
+
+    def __init__(self, sandbox: Sandbox):
+        self.sandbox = sandbox
+
+    def body(self, req: falcon.Request) -> Any:
+        return read_json_body(req, _refuse)
+
+    def issue_view(self, key: str) -> dict:
+        try:
+            return issue_view(self.sandbox, key)
+        except UnknownIssue as exc:
+            raise NotFound(exc.message) from None
+
+
 class IssuesControl(ControlResource):
     roles = {"GET": PUBLIC, "POST": PUBLIC}
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        items = [self.issue_view(key) for key in self.state.issue_keys()]
+        items = [self.issue_view(key) for key in self.sandbox.jira.issue_keys()]
         resp.media = {"items": items, "total": len(items)}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = parse_issue(read_json(req, MAX_BODY_BYTES))
-        created = self.state.put_issue(build_issue(self.state, body))
+        body = parse_issue(self.body(req))
+        created = self.sandbox.jira.put_issue(build_issue(self.sandbox.people, body))
         _created(resp, created)
         resp.media = self.issue_view(body["key"])
 
@@ -214,10 +256,10 @@ class IssueControl(ControlResource):
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, key: str) -> None:
         self.issue_view(key)  # 404 before 400
-        body = parse_issue(read_json(req, MAX_BODY_BYTES), patch=True)
+        body = parse_issue(self.body(req), patch=True)
         try:
-            self.state.update_issue(key, issue_changes(self.state, body),
-                                    extra_fields=body.get("fields"), via="control")
+            self.sandbox.jira.update_issue(key, issue_changes(self.sandbox.people, body),
+                                           extra_fields=body.get("fields"), via="control")
         except UnknownIssue as exc:
             raise NotFound(exc.message) from None
         resp.media = self.issue_view(key)
@@ -227,11 +269,11 @@ class UsersControl(ControlResource):
     roles = {"GET": PUBLIC, "POST": PUBLIC}
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        items = [user.to_json() for user in self.state.users()]
+        items = [user.to_json() for user in self.sandbox.people.users()]
         resp.media = {"items": items, "total": len(items)}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        user, created = put_user(self.state, read_json(req, MAX_BODY_BYTES))
+        user, created = put_user(self.sandbox.people, self.body(req))
         _created(resp, created)
         resp.media = user
 
@@ -240,8 +282,8 @@ class GroupControl(ControlResource):
     roles = {"PUT": PUBLIC}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, group: str) -> None:
-        emails = parse_emails(read_json(req, MAX_BODY_BYTES), "members")
-        members = put_members(self.state.put_group, group, emails, "members")
+        emails = parse_emails(self.body(req), "members")
+        members = put_members(self.sandbox.core.put_group, group, emails, "members")
         resp.media = {"group": group, "members": members}
 
 
@@ -249,8 +291,8 @@ class TeamControl(ControlResource):
     roles = {"PUT": PUBLIC}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, team: str) -> None:
-        emails = parse_emails(read_json(req, MAX_BODY_BYTES), "responders")
-        responders = put_members(self.state.put_team, team, emails, "responders")
+        emails = parse_emails(self.body(req), "responders")
+        responders = put_members(self.sandbox.oncall.put_team, team, emails, "responders")
         resp.media = {"team": team, "responders": responders}
 
 
@@ -260,11 +302,11 @@ class MessageReadsControl(ControlResource):
     roles = {"POST": PUBLIC}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, message_id: str) -> None:
-        body = bind_object(read_json(req, MAX_BODY_BYTES), required={},
+        body = bind_object(self.body(req), required={},
                            optional={"email": str, "open_id": str, "timestamp_ms": int})
         open_id = self._open_id(body)
         try:
-            new = self.state.mark_read(message_id, open_id, body.get("timestamp_ms"))
+            new = self.sandbox.lark.mark_read(message_id, open_id, body.get("timestamp_ms"))
         except UnknownMessage as exc:
             raise NotFound(exc.message) from None
         except UnknownUser as exc:
@@ -276,7 +318,7 @@ class MessageReadsControl(ControlResource):
             raise _invalid("email", "give exactly one of email or open_id")
         if body.get("open_id"):
             return body["open_id"]
-        open_id = self.state.open_ids([body["email"]]).get(body["email"].strip().lower())
+        open_id = self.sandbox.lark.open_id_of(body["email"])
         if open_id is None:
             raise _invalid("email", f"{body['email']} is not a Lark user in the sandbox")
         return open_id
@@ -286,7 +328,7 @@ class LarkTokensControl(ControlResource):
     roles = {"DELETE": PUBLIC}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = {"revoked": self.state.revoke_tokens()}
+        resp.media = {"revoked": self.sandbox.lark.revoke_tokens()}
 
 
 class ListControl(ControlResource):
@@ -294,8 +336,8 @@ class ListControl(ControlResource):
 
     roles = {"GET": PUBLIC}
 
-    def __init__(self, state: SandboxState, fetch: Callable[[falcon.Request], list[dict]]):
-        super().__init__(state)
+    def __init__(self, sandbox: Sandbox, fetch: Callable[[falcon.Request], list[dict]]):
+        super().__init__(sandbox)
         self.fetch = fetch
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -307,41 +349,42 @@ class FaultsControl(ControlResource):
     roles = {"GET": PUBLIC, "POST": PUBLIC, "DELETE": PUBLIC}
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        items = [fault.to_json() for fault in self.state.faults()]
+        items = [fault.to_json() for fault in self.sandbox.traffic.faults()]
         resp.media = {"items": items, "total": len(items)}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = parse_fault(read_json(req, MAX_BODY_BYTES))
+        body = parse_fault(self.body(req))
         resp.status = falcon.HTTP_201
-        resp.media = self.state.add_fault(body.pop("service"), **body).to_json()
+        resp.media = self.sandbox.traffic.add_fault(body.pop("service"), **body).to_json()
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = {"cleared": self.state.clear_faults()}
+        resp.media = {"cleared": self.sandbox.traffic.clear_faults()}
 
 
-def _comments(state: SandboxState) -> Callable[[falcon.Request], list[dict]]:
+def _comments(sandbox: Sandbox) -> Callable[[falcon.Request], list[dict]]:
     def fetch(req: falcon.Request) -> list[dict]:
         try:
-            return state.comments(req.get_param("issue_key"))
+            return sandbox.jira.comments(req.get_param("issue_key"))
         except UnknownIssue as exc:
             raise NotFound(exc.message) from None
     return fetch
 
 
-def routes(state: SandboxState) -> list[tuple[str, object]]:
+def routes(sandbox: Sandbox) -> list[tuple[str, object]]:
     """Paths relative to ``{prefix}/_control``."""
+    lark, oncall, traffic = sandbox.lark, sandbox.oncall, sandbox.traffic
     return [
-        ("/issues", IssuesControl(state)),
-        ("/issues/{key}", IssueControl(state)),
-        ("/users", UsersControl(state)),
-        ("/groups/{group}", GroupControl(state)),
-        ("/teams/{team}", TeamControl(state)),
-        ("/lark/messages/{message_id}/reads", MessageReadsControl(state)),
-        ("/lark/tokens", LarkTokensControl(state)),
-        ("/messages", ListControl(state, lambda req: [m.to_json() for m in state.messages()])),
-        ("/urgents", ListControl(state, lambda req: [u.to_json() for u in state.urgents()])),
-        ("/pages", ListControl(state, lambda req: [p.to_json() for p in state.pages()])),
-        ("/comments", ListControl(state, _comments(state))),
-        ("/requests", ListControl(state, lambda req: state.requests())),
-        ("/faults", FaultsControl(state)),
+        ("/issues", IssuesControl(sandbox)),
+        ("/issues/{key}", IssueControl(sandbox)),
+        ("/users", UsersControl(sandbox)),
+        ("/groups/{group}", GroupControl(sandbox)),
+        ("/teams/{team}", TeamControl(sandbox)),
+        ("/lark/messages/{message_id}/reads", MessageReadsControl(sandbox)),
+        ("/lark/tokens", LarkTokensControl(sandbox)),
+        ("/messages", ListControl(sandbox, lambda req: [m.to_json() for m in lark.messages()])),
+        ("/urgents", ListControl(sandbox, lambda req: [u.to_json() for u in lark.urgents()])),
+        ("/pages", ListControl(sandbox, lambda req: [p.to_json() for p in oncall.pages()])),
+        ("/comments", ListControl(sandbox, _comments(sandbox))),
+        ("/requests", ListControl(sandbox, lambda req: traffic.requests())),
+        ("/faults", FaultsControl(sandbox)),
     ]

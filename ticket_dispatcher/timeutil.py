@@ -1,4 +1,4 @@
-"""Time parsing and formatting shared by the API, the store and the domain."""
+"""Time parsing and formatting: a leaf module that the domain and every I/O layer may import."""
 
 from __future__ import annotations
 

@@ -1,25 +1,194 @@
-"""The fake Feishu/Lark open platform (SPEC §11): tenant token, email → open_id, interactive
-cards (idempotent by ``uuid``), in-app urgents and read receipts (paginated).
+"""The fake Feishu/Lark open platform (SPEC §11): tenant tokens, cards, urgents and read
+receipts (``LarkState``), and the resources for the token, email → open_id, interactive cards
+(idempotent by ``uuid``), in-app urgents and read receipts (paginated).
 
 Every answer is the envelope ``{"code", "msg", "data"}`` (the token answer is flat); a non-zero
 ``code`` is a failure. Calls other than the token one need ``Authorization: Bearer`` with a
-tenant token this sandbox issued and that has not expired or been revoked.
+tenant token this sandbox issued and that has not expired or been revoked. The people are the
+shared directory (``people.py``): a person is on Lark when they have an open_id.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import secrets
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import falcon
 
-from ticket_dispatcher.http.auth import PUBLIC
-from ticket_dispatcher.integrations.sandbox.base import (
+from ticket_dispatcher.sandbox.base import (
+    PUBLIC,
     ServiceError,
     ServiceResource,
     bearer_token,
     guard,
 )
-from ticket_dispatcher.integrations.sandbox.state import UnknownMessage, UnknownUser
+from ticket_dispatcher.sandbox.people import People, SandboxError, UnknownUser, email_key
+from ticket_dispatcher.sandbox.traffic import Traffic
+from ticket_dispatcher.timeutil import format_time
+
+TOKEN_TTL_SECONDS = 7200  # Lark tenant tokens live two hours (SPEC §11)
+
+
+class UnknownMessage(SandboxError):
+    pass
+
+
+@dataclass
+class LarkMessage:
+    message_id: str
+    receive_id: str
+    msg_type: str
+    content: str
+    uuid: str | None
+    created_at: datetime
+    reads: dict[str, int] = field(default_factory=dict)  # open_id → read time (epoch ms)
+
+    def to_json(self) -> dict:
+        return {
+            "message_id": self.message_id,
+            "receive_id": self.receive_id,
+            "msg_type": self.msg_type,
+            "content": self.content,
+            "uuid": self.uuid,
+            "created_at": format_time(self.created_at),
+            "read_by": list(self.reads),
+        }
+
+
+@dataclass(frozen=True)
+class Urgent:
+    message_id: str
+    user_ids: tuple[str, ...]
+    invalid_user_ids: tuple[str, ...]
+    at: datetime
+
+    def to_json(self) -> dict:
+        return {
+            "message_id": self.message_id,
+            "user_ids": list(self.user_ids),
+            "invalid_user_ids": list(self.invalid_user_ids),
+            "at": format_time(self.at),
+        }
+
+
+# --- the state ---------------------------------------------------------------------------------
+
+
+class LarkState:
+    """Tenant tokens, sent cards (with who read them) and urgents, behind one lock."""
+
+    def __init__(self, people: People, *, now: Callable[[], datetime]):
+        self.people = people
+        self.now = now
+        self._lock = threading.Lock()
+        self._tokens: dict[str, datetime] = {}  # token → expiry
+        self._messages: dict[str, LarkMessage] = {}
+        self._message_by_uuid: dict[str, str] = {}
+        self._urgents: list[Urgent] = []
+        self._message_count = 0
+
+    def issue_token(self) -> tuple[str, int]:
+        with self._lock:
+            token = "t-" + secrets.token_hex(16)
+            self._tokens[token] = self.now() + timedelta(seconds=TOKEN_TTL_SECONDS)
+            return token, TOKEN_TTL_SECONDS
+
+    def token_valid(self, token: str) -> bool:
+        with self._lock:
+            expiry = self._tokens.get(token)
+            return expiry is not None and self.now() < expiry
+
+    def revoke_tokens(self) -> int:
+        """Forget every tenant token, so clients must refresh on code 99991663."""
+        with self._lock:
+            count = len(self._tokens)
+            self._tokens.clear()
+            return count
+
+    def open_ids(self, emails: Iterable[str]) -> dict[str, str]:
+        """Lower-case email → open_id, for those people who are on Lark."""
+        found = {}
+        for email in emails:
+            user = self.people.user(email)
+            if user is not None and user.open_id:
+                found[user.email] = user.open_id
+        return found
+
+    def open_id_of(self, email: str) -> str | None:
+        return self.open_ids([email]).get(email_key(email))
+
+    def _on_lark(self, open_id: str) -> bool:
+        return self.people.user_by_open_id(open_id) is not None
+
+    def send_message(self, receive_id: str, msg_type: str, content: str,
+                     uuid: str | None) -> tuple[str, bool]:
+        """The message id and whether it was sent now; a known ``uuid`` is not sent twice."""
+        with self._lock:
+            if uuid and uuid in self._message_by_uuid:
+                return self._message_by_uuid[uuid], False
+            if not self._on_lark(receive_id):
+                raise UnknownUser(f"no Lark user has the open_id {receive_id}")
+            self._message_count += 1
+            message_id = f"om_sbx{self._message_count:08d}"
+            self._messages[message_id] = LarkMessage(
+                message_id, receive_id, msg_type, content, uuid or None, self.now()
+            )
+            if uuid:
+                self._message_by_uuid[uuid] = message_id
+            return message_id, True
+
+    def _message(self, message_id: str) -> LarkMessage:
+        message = self._messages.get(message_id)
+        if message is None:
+            raise UnknownMessage(f"message {message_id} does not exist")
+        return message
+
+    def urgent(self, message_id: str, user_ids: Iterable[str]) -> list[str]:
+        """Send an in-app urgent; the ids that are not Lark users come back invalid."""
+        with self._lock:
+            self._message(message_id)
+            user_ids = list(user_ids)
+            invalid = [uid for uid in user_ids if not self._on_lark(uid)]
+            self._urgents.append(Urgent(message_id, tuple(user_ids), tuple(invalid), self.now()))
+            return invalid
+
+    def mark_read(self, message_id: str, open_id: str, at_ms: int | None = None) -> bool:
+        """Record that ``open_id`` read the card; the first read counts. True when new."""
+        with self._lock:
+            message = self._message(message_id)
+            if not self._on_lark(open_id):
+                raise UnknownUser(f"no Lark user has the open_id {open_id}")
+            if open_id in message.reads:
+                return False
+            message.reads[open_id] = at_ms if at_ms is not None else _epoch_ms(self.now())
+            return True
+
+    def read_users(self, message_id: str, offset: int, limit: int) -> tuple[list[tuple], int]:
+        """One page of ``(open_id, read ms)`` in read order, and the total."""
+        with self._lock:
+            reads = list(self._message(message_id).reads.items())
+            return reads[offset:offset + limit], len(reads)
+
+    def messages(self) -> list[LarkMessage]:
+        with self._lock:
+            return [copy.deepcopy(m) for m in self._messages.values()]
+
+    def urgents(self) -> list[Urgent]:
+        with self._lock:
+            return list(self._urgents)
+
+
+def _epoch_ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+# --- the resources -----------------------------------------------------------------------------
+
 
 # Lark's codes; any non-zero code is a failure, these are the ones clients act on.
 INVALID_PARAM = 10003  # token endpoint: missing app_id/app_secret
@@ -49,6 +218,7 @@ def ok(data: dict) -> dict:
 
 class LarkResource(ServiceResource):
     service = "lark"
+    state: LarkState
 
     def error(self, status: int, message: str,
               headers: dict[str, str] | None = None) -> ServiceError:
@@ -196,12 +366,12 @@ class ReadUsersResource(LarkResource):
         return int(text)
 
 
-def routes(state) -> list[tuple[str, object]]:
+def routes(lark: LarkState, traffic: Traffic) -> list[tuple[str, object]]:
     """Paths relative to the service's base URL."""
     return [
-        ("/open-apis/auth/v3/tenant_access_token/internal", TenantTokenResource(state)),
-        ("/open-apis/contact/v3/users/batch_get_id", BatchGetIdResource(state)),
-        ("/open-apis/im/v1/messages", MessagesResource(state)),
-        ("/open-apis/im/v1/messages/{message_id}/urgent_app", UrgentAppResource(state)),
-        ("/open-apis/im/v1/messages/{message_id}/read_users", ReadUsersResource(state)),
+        ("/open-apis/auth/v3/tenant_access_token/internal", TenantTokenResource(lark, traffic)),
+        ("/open-apis/contact/v3/users/batch_get_id", BatchGetIdResource(lark, traffic)),
+        ("/open-apis/im/v1/messages", MessagesResource(lark, traffic)),
+        ("/open-apis/im/v1/messages/{message_id}/urgent_app", UrgentAppResource(lark, traffic)),
+        ("/open-apis/im/v1/messages/{message_id}/read_users", ReadUsersResource(lark, traffic)),
     ]

@@ -1,4 +1,5 @@
-"""What every fake service resource shares: its own error shape, injected faults, fake auth.
+"""What every sandbox resource shares: reading a body, the fake services' own error shape,
+injected faults, fake auth, and the marker that keeps them out of the API keys' way.
 
 A fake service must answer like the real one, so its errors bypass the project's error shape
 (SPEC §10): they are raised as ``ServiceError`` carrying the service's own body, and
@@ -7,15 +8,36 @@ A fake service must answer like the real one, so its errors bypass the project's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import falcon
 
 from ticket_dispatcher.errors import InvalidInput
-from ticket_dispatcher.integrations.sandbox.state import SandboxState
 from ticket_dispatcher.safejson import parse_json
+from ticket_dispatcher.sandbox.traffic import Traffic
 
 MAX_BODY_BYTES = 1024 * 1024
+
+# No API key: the API-key middleware (http/auth.py) lets a method through whose declared role
+# set is empty, as it does for /healthz. Every sandbox resource declares this for each method;
+# the fake services check their own fake credentials instead (``guard``). Spelled here rather
+# than imported so that the sandbox does not depend on the API's authentication.
+PUBLIC: frozenset = frozenset()
+
+
+def read_json_body(req: falcon.Request, refuse: Callable[[int, str], Exception]) -> Any:
+    """The JSON body of at most ``MAX_BODY_BYTES``; ``refuse(status, message)`` builds the
+    error for an empty (400), too large (413) or unreadable (400) one."""
+    raw = req.bounded_stream.read(MAX_BODY_BYTES + 1)
+    if not raw:
+        raise refuse(400, "a JSON body is required")
+    if len(raw) > MAX_BODY_BYTES:
+        raise refuse(413, "the body is too large")
+    try:
+        return parse_json(raw)
+    except InvalidInput:
+        raise refuse(400, "the body is not valid JSON") from None
 
 
 class ServiceError(Exception):
@@ -37,16 +59,17 @@ def handle_service_error(req: falcon.Request, resp: falcon.Response, exc: Servic
 
 
 class ServiceResource:
-    """Base of the fake services' resources; subclasses set ``service`` and ``roles`` and
-    override ``error`` and ``authenticate``. Decorate each concrete class with
-    ``@falcon.before(guard)``."""
+    """Base of the fake services' resources: ``state`` is the service's own state; subclasses
+    set ``service`` and ``roles`` and override ``error`` and ``authenticate``. Decorate each
+    concrete class with ``@falcon.before(guard)``."""
 
     service: ClassVar[str] = ""
     roles: ClassVar[dict] = {}
     uses_database: ClassVar[bool] = False  # in-memory fakes (http/middleware.py)
 
-    def __init__(self, state: SandboxState):
+    def __init__(self, state: Any, traffic: Traffic):
         self.state = state
+        self.traffic = traffic
 
     def error(self, status: int, message: str,
               headers: dict[str, str] | None = None) -> ServiceError:
@@ -56,16 +79,8 @@ class ServiceResource:
         """Raise the service's 401 when the fake credentials are missing."""
 
     def body(self, req: falcon.Request) -> Any:
-        """The JSON body; anything unreadable is the service's own 400."""
-        raw = req.bounded_stream.read(MAX_BODY_BYTES + 1)
-        if not raw:
-            raise self.error(400, "a JSON body is required")
-        if len(raw) > MAX_BODY_BYTES:
-            raise self.error(413, "the body is too large")
-        try:
-            return parse_json(raw)
-        except InvalidInput:
-            raise self.error(400, "the body is not valid JSON") from None
+        """The JSON body; anything unreadable is the service's own 400 (or 413)."""
+        return read_json_body(req, self.error)
 
 
 def guard(req: falcon.Request, resp: falcon.Response, resource: ServiceResource,
@@ -73,15 +88,15 @@ def guard(req: falcon.Request, resp: falcon.Response, resource: ServiceResource,
     """Before every fake-service responder: apply an injected fault, then check auth.
 
     Faults come first so that even the Lark token endpoint can be made slow or failing.
-    Latency really sleeps (the sandbox only), outside the state lock.
+    Latency really sleeps (the sandbox only), outside any state lock.
     """
-    state = resource.state
-    fault = state.take_fault(resource.service, req.path)
-    state.record_request(resource.service, req.method, req.path,
-                         fault.status if fault else None)
+    traffic = resource.traffic
+    fault = traffic.take_fault(resource.service, req.path)
+    traffic.record_request(resource.service, req.method, req.path,
+                           fault.status if fault else None)
     if fault is not None:
         if fault.latency_ms:
-            state.sleep(fault.latency_ms / 1000)
+            traffic.sleep(fault.latency_ms / 1000)
         if fault.status is not None:
             headers = {}
             if fault.retry_after is not None:

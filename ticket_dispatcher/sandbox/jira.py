@@ -1,30 +1,209 @@
-"""The fake Jira Cloud (SPEC §11): read an issue, assign it, edit it, search users, comment.
+"""The fake Jira Cloud (SPEC §11): its issues and what was done to them (``JiraState``), and the
+resources that read an issue, assign it, edit it, search users and comment.
 
 Errors use Jira's shape ``{"errorMessages": [...], "errors": {field: message}}``. Callers must
-send Basic auth (any ``user:token``); the sandbox only checks that it is there.
+send Basic auth (any ``user:token``); the sandbox only checks that it is there. The people are
+the shared directory (``people.py``): user fields hold their Jira account ids.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import copy
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import falcon
 
-from ticket_dispatcher.http.auth import PUBLIC
-from ticket_dispatcher.integrations.sandbox.base import ServiceError, ServiceResource, guard
-from ticket_dispatcher.integrations.sandbox.state import (
-    SandboxIssue,
-    SandboxUser,
-    UnknownIssue,
-    UnknownUser,
-)
+from ticket_dispatcher.domain.issues import DEFAULT_L2_FIELD_ID, DEFAULT_SEVERITY_FIELD_ID
+from ticket_dispatcher.sandbox.base import PUBLIC, ServiceError, ServiceResource, guard
+from ticket_dispatcher.sandbox.people import People, SandboxError, SandboxUser, UnknownUser
+from ticket_dispatcher.sandbox.traffic import Traffic
+from ticket_dispatcher.timeutil import format_time
 
+# Issue attributes an edit may change; the user ones hold Jira account ids.
+USER_FIELDS = ("assignee", "l2_assignee", "reporter")
+ISSUE_FIELDS = (
+    "project_key", "summary", "environment", "priority", "status", "severity",
+    "labels", "components", "created_at", *USER_FIELDS,
+)
 ISSUE_MISSING = "Issue does not exist or you do not have permission to see it."
 NOT_SETTABLE = ("status", "project", "created", "key")  # status moves by transition only
 ALL_FIELDS = ("*all", "*navigable")
+
+
+class UnknownIssue(SandboxError):
+    pass
+
+
+@dataclass
+class SandboxIssue:
+    key: str
+    project_key: str
+    summary: str = ""
+    environment: str | None = None
+    priority: str | None = None
+    status: str | None = None
+    severity: str | None = None
+    labels: list[str] = field(default_factory=list)
+    components: list[str] = field(default_factory=list)
+    assignee: str | None = None  # account ids
+    l2_assignee: str | None = None
+    reporter: str | None = None
+    created_at: datetime | None = None
+    extra_fields: dict[str, Any] = field(default_factory=dict)  # raw Jira fields set by edits
+    comments: list[dict] = field(default_factory=list)
+    label_history: list[dict] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+
+
+# --- the state ---------------------------------------------------------------------------------
+
+
+class JiraState:
+    """Issues, their comments and the history of every edit, behind one lock; everything
+    handed out is a copy. The custom field ids are plain attributes (tests change them)."""
+
+    def __init__(self, people: People, *, now: Callable[[], datetime],
+                 l2_field_id: str = DEFAULT_L2_FIELD_ID,
+                 severity_field_id: str = DEFAULT_SEVERITY_FIELD_ID):
+        self.people = people
+        self.now = now
+        self.l2_field_id = l2_field_id
+        self.severity_field_id = severity_field_id
+        self._lock = threading.Lock()
+        self._issues: dict[str, SandboxIssue] = {}
+        self._comment_count = 0
+
+    def put_issue(self, issue: SandboxIssue) -> bool:
+        """Create or replace (comments and history start afresh). True when created."""
+        issue = copy.deepcopy(issue)
+        issue.key = issue.key.upper()
+        with self._lock:
+            self._check_accounts({name: getattr(issue, name) for name in USER_FIELDS})
+            if issue.created_at is None:
+                issue.created_at = self.now()
+            created = issue.key not in self._issues
+            self._issues[issue.key] = issue
+            return created
+
+    def issue(self, key: str) -> SandboxIssue:
+        with self._lock:
+            return copy.deepcopy(self._issue(key))
+
+    def issue_keys(self) -> list[str]:
+        with self._lock:
+            return sorted(self._issues)
+
+    def _issue(self, key: str) -> SandboxIssue:
+        issue = self._issues.get(key.upper())
+        if issue is None:
+            raise UnknownIssue(f"issue {key} does not exist")
+        return issue
+
+    def issue_with_people(self, key: str) -> tuple[SandboxIssue, dict[str, SandboxUser]]:
+        """The issue and the people its user fields name, by account id."""
+        with self._lock:
+            issue = copy.deepcopy(self._issue(key))
+            people = {}
+            for name in USER_FIELDS:
+                user = self.people.user_by_account(getattr(issue, name))
+                if user is not None:
+                    people[user.account_id] = user
+            return issue, people
+
+    def update_issue(
+        self,
+        key: str,
+        changes: dict[str, Any],
+        *,
+        label_ops: Iterable[tuple[str, str]] = (),
+        extra_fields: dict[str, Any] | None = None,
+        via: str,
+    ) -> None:
+        """Apply one edit atomically. ``changes`` maps ``ISSUE_FIELDS`` names to new values
+        (user fields as account ids, None clears); ``label_ops`` are ("add"|"remove", label)
+        applied after a wholesale ``labels``; every change lands in the issue's histories."""
+        unknown = set(changes) - set(ISSUE_FIELDS)
+        if unknown:
+            raise ValueError(f"not issue fields: {sorted(unknown)}")
+        with self._lock:
+            issue = self._issue(key)
+            self._check_accounts({k: v for k, v in changes.items() if k in USER_FIELDS})
+            at = format_time(self.now())
+            for name, value in changes.items():
+                if name == "labels":
+                    _set_labels(issue, list(value), at, via)
+                    continue
+                before = getattr(issue, name)
+                if before != value:
+                    issue.history.append({"at": at, "field": name, "from": _plain(before),
+                                          "to": _plain(value), "via": via})
+                    setattr(issue, name, list(value) if name == "components" else value)
+            for action, label in label_ops:
+                _change_label(issue, action, label, at, via)
+            issue.extra_fields.update(copy.deepcopy(extra_fields or {}))
+
+    def _check_accounts(self, fields: dict[str, str | None]) -> None:
+        for name, account_id in fields.items():
+            if account_id is not None and self.people.user_by_account(account_id) is None:
+                raise UnknownUser(f"{name}: no user has the account id {account_id}")
+
+    def add_comment(self, key: str, body: str, public: bool) -> dict:
+        with self._lock:
+            issue = self._issue(key)
+            self._comment_count += 1
+            comment = {
+                "id": str(10000 + self._comment_count),
+                "issue_key": issue.key,
+                "body": body,
+                "public": public,
+                "created_at": format_time(self.now()),
+            }
+            issue.comments.append(comment)
+            return dict(comment)
+
+    def comments(self, issue_key: str | None = None) -> list[dict]:
+        with self._lock:
+            keys = [self._issue(issue_key).key] if issue_key else sorted(self._issues)
+            return [dict(c) for key in keys for c in self._issues[key].comments]
+
+    def search_users(self, query: str) -> list[SandboxUser]:
+        """Jira's user search: a case-insensitive *contains* match on email or display name."""
+        needle = query.lower()
+        return [user for user in self.people.users()
+                if needle in user.email or needle in user.display_name.lower()]
+
+
+def _set_labels(issue: SandboxIssue, labels: list[str], at: str, via: str) -> None:
+    for label in [label for label in issue.labels if label not in labels]:
+        _change_label(issue, "remove", label, at, via)
+    for label in labels:
+        _change_label(issue, "add", label, at, via)
+
+
+def _change_label(issue: SandboxIssue, action: str, label: str, at: str, via: str) -> None:
+    # Like Jira: adding a present label or removing an absent one changes nothing.
+    if action == "add" and label not in issue.labels:
+        issue.labels.append(label)
+    elif action == "remove" and label in issue.labels:
+        issue.labels.remove(label)
+    else:
+        return
+    issue.label_history.append({"at": at, "action": action, "label": label, "via": via})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return format_time(value)
+    return list(value) if isinstance(value, list) else value
+
+
+# --- Jira's wire format ------------------------------------------------------------------------
 
 
 def jira_error(status: int, messages: list[str] | tuple = (), errors: dict | None = None,
@@ -79,8 +258,12 @@ def render_issue(issue: SandboxIssue, people: dict[str, SandboxUser], l2_field_i
     return {"key": issue.key, "fields": fields}
 
 
+# --- the resources -----------------------------------------------------------------------------
+
+
 class JiraResource(ServiceResource):
     service = "jira"
+    state: JiraState
 
     def error(self, status: int, message: str,
               headers: dict[str, str] | None = None) -> ServiceError:
@@ -103,7 +286,7 @@ class JiraResource(ServiceResource):
             return None
         if not isinstance(account_id, str):
             raise jira_error(400, errors={field: "accountId must be a string or null"})
-        user = self.state.user_by_account(account_id)
+        user = self.state.people.user_by_account(account_id)
         if user is None:
             raise jira_error(400, errors={field: f"User '{account_id}' does not exist."})
         if not user.active:
@@ -118,7 +301,7 @@ class IssueResource(JiraResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, key: str) -> None:
         try:
-            issue, people = self.state.jira_issue(key)
+            issue, people = self.state.issue_with_people(key)
         except UnknownIssue:
             raise jira_error(404, [ISSUE_MISSING]) from None
         requested = [name.strip() for name in (req.get_param("fields") or "").split(",")]
@@ -312,11 +495,11 @@ class RequestCommentResource(JiraResource):
                       "created": {"iso8601": comment["created_at"]}}
 
 
-def routes(state) -> list[tuple[str, object]]:
+def routes(jira: JiraState, traffic: Traffic) -> list[tuple[str, object]]:
     """Paths relative to the service's base URL."""
     return [
-        ("/rest/api/2/issue/{key}", IssueResource(state)),
-        ("/rest/api/2/issue/{key}/assignee", AssigneeResource(state)),
-        ("/rest/api/2/user/search", UserSearchResource(state)),
-        ("/rest/servicedeskapi/request/{key}/comment", RequestCommentResource(state)),
+        ("/rest/api/2/issue/{key}", IssueResource(jira, traffic)),
+        ("/rest/api/2/issue/{key}/assignee", AssigneeResource(jira, traffic)),
+        ("/rest/api/2/user/search", UserSearchResource(jira, traffic)),
+        ("/rest/servicedeskapi/request/{key}/comment", RequestCommentResource(jira, traffic)),
     ]

@@ -1,0 +1,93 @@
+"""The package's layering, read from its imports with ``ast``: data flows http → actors → domain
+→ integrations/store, and nothing imports upward (STYLE.md "The shape we want")."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ticket_dispatcher"
+
+# Imported by every layer: the error hierarchy, time, safe JSON parsing, the package's version.
+LEAVES = {"errors", "clock", "timeutil", "safejson", "ticket_dispatcher"}
+# What each part may import besides itself and the leaves. Parts not named here (service, cli,
+# __main__, the package root) are the composition root and may import anything.
+ALLOWED: dict[str, set[str]] = {
+    "domain": set(),
+    "config": {"domain", "settings"},
+    "settings": {"domain"},
+    "logging": set(),
+    "store": {"domain", "config"},
+    "integrations": {"domain", "config", "logging"},
+    "actors": {"domain", "config", "store", "integrations", "logging"},
+    "http": {"domain", "config", "settings", "store", "actors", "logging"},
+    "sandbox": {"domain"},
+}
+for leaf in LEAVES:
+    ALLOWED.setdefault(leaf, set())
+
+
+def _part(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "ticket_dispatcher":
+        return None
+    return parts[1] if len(parts) > 1 else "ticket_dispatcher"
+
+
+def _imports() -> dict[str, set[tuple[str, str]]]:
+    """part → {(imported part, where)} for every ``ticket_dispatcher`` import, nested ones too."""
+    found: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE)
+        source = relative.parts[0].removesuffix(".py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                target = _part(module)
+                if target is not None and target != source:
+                    found[source].add((target, f"{relative}:{node.lineno}"))
+    return found
+
+
+def test_no_part_imports_a_layer_above_it():
+    wrong = sorted(
+        f"{where}: {source} imports {target}"
+        for source, targets in _imports().items() if source in ALLOWED
+        for target, where in targets
+        if target not in ALLOWED[source] | LEAVES
+    )
+
+    assert wrong == []
+
+
+def test_the_parts_import_each_other_without_a_cycle():
+    graph = {source: {target for target, _ in targets}
+             for source, targets in _imports().items()}
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(node: str) -> None:
+        assert node not in visiting, "import cycle: " + " → ".join(visiting + [node])
+        if node in done:
+            return
+        visiting.append(node)
+        for target in sorted(graph.get(node, ())):
+            visit(target)
+        visiting.pop()
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node)
+
+
+def test_only_the_composition_root_imports_the_sandbox():
+    importers = sorted({source for source, targets in _imports().items()
+                        for target, _ in targets if target == "sandbox"})
+
+    assert set(importers) <= {"service", "examples"}

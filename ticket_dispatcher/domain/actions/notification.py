@@ -1,0 +1,112 @@
+"""The configuration checks of the four assignment-notification actions (SPEC §4.4, N§5.4).
+
+Their executors (SPEC §8.2) land with the notification workflow and answer ``validate_config``
+with these. Until then the product registry names none of them, so a policy using them is
+invalid ("no executor runs action type ..."); tests register stand-in executors that use these
+checks to exercise the N§5.4 family rules of ``domain/validation.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, ActionType
+from ticket_dispatcher.domain.checks import (
+    Problems,
+    check_int,
+    check_keys,
+    check_object,
+    check_text,
+    check_text_list,
+    quote,
+    reason,
+)
+from ticket_dispatcher.errors import Problem
+from ticket_dispatcher.timeutil import parse_duration
+
+_PAGE_KEYS = ("attempt", "ack_pending_statuses", "ack_timeout", "poll_interval")
+
+
+def validate_send_config(config: Any, path: str) -> list[Problem]:
+    """``send_assignment_notification``: ``role`` and ``label`` (N§6.2). That they match the
+    policy's reserved source is a family rule, checked by the policy validator."""
+    problems = Problems()
+    if _config_object(config, path, problems):
+        check_keys(config, path, ("role", "label"), problems, required=("role", "label"))
+        roles = [role.role for role in NOTIFICATION_ROLES]
+        if "role" in config:
+            role = config["role"]
+            if not isinstance(role, str):
+                problems.shape(f"{path}.role", f"must be one of {', '.join(roles)}")
+            elif role not in roles:
+                problems.rule(f"{path}.role", f"{quote(role)} is not one of {', '.join(roles)}")
+        if "label" in config:
+            check_text(config["label"], f"{path}.label", problems)
+    return problems
+
+
+def validate_page_config(config: Any, path: str) -> list[Problem]:
+    """``page_assignment`` (N§6.4), each one on its own (N§5.4); ``terminal_statuses`` is an
+    unknown key (N§6.5)."""
+    problems = Problems()
+    if not _config_object(config, path, problems):
+        return problems
+    check_keys(config, path, _PAGE_KEYS, problems, required=_PAGE_KEYS)
+    if "attempt" in config and check_int(config["attempt"], f"{path}.attempt", problems):
+        if config["attempt"] <= 0:
+            problems.rule(f"{path}.attempt", f"must be a positive integer, not "
+                          f"{config['attempt']}")
+    if "ack_pending_statuses" in config:
+        check_text_list(config["ack_pending_statuses"], f"{path}.ack_pending_statuses",
+                        problems, non_empty=True, unique=True)
+    timeout = _duration(config, "ack_timeout", path, problems)
+    poll = _duration(config, "poll_interval", path, problems)
+    if timeout and poll and poll > timeout:
+        problems.rule(f"{path}.poll_interval", f"{quote(config['poll_interval'])} must not be "
+                      f"longer than ack_timeout {quote(config['ack_timeout'])}")
+    return problems
+
+
+def validate_no_config(config: Any, path: str) -> list[Problem]:
+    """``mark_assignment_message_urgent`` and ``escalate_assignment_to_leader`` take nothing:
+    the key may be absent, null or ``{}``; anything in it (``max_hops``: escalation is one hop,
+    N§7; urgency lists: the policy's rule 2 decides, N§5.4) is an unknown key."""
+    problems = Problems()
+    if config is not None and check_object(config, path, problems):
+        check_keys(config, path, (), problems)
+    return problems
+
+
+NOTIFICATION_CONFIG_CHECKS: dict[str, Callable[[Any, str], list[Problem]]] = {
+    ActionType.SEND_ASSIGNMENT_NOTIFICATION.value: validate_send_config,
+    ActionType.MARK_ASSIGNMENT_MESSAGE_URGENT.value: validate_no_config,
+    ActionType.PAGE_ASSIGNMENT.value: validate_page_config,
+    ActionType.ESCALATE_ASSIGNMENT_TO_LEADER.value: validate_no_config,
+}
+
+
+def _config_object(config: Any, path: str, problems: Problems) -> bool:
+    if config is None:
+        problems.shape(path, "missing key")
+        return False
+    return check_object(config, path, problems)
+
+
+def _duration(config: dict, key: str, path: str, problems: Problems) -> timedelta | None:
+    if key not in config:
+        return None
+    value = config[key]
+    if not isinstance(value, str):
+        problems.shape(f"{path}.{key}", "must be a duration string like '5m' or '5s'")
+        return None
+    try:
+        duration = parse_duration(value)
+    except ValueError as exc:
+        problems.rule(f"{path}.{key}", reason(exc, value))
+        return None
+    if duration.total_seconds() <= 0:
+        problems.rule(f"{path}.{key}", f"{quote(value)} must be longer than zero")
+        return None
+    return duration
