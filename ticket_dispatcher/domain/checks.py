@@ -98,6 +98,14 @@ def check_object(value: Any, path: str, problems: Problems) -> bool:
     return True
 
 
+def check_config_object(config: Any, path: str, problems: Problems) -> bool:
+    """An action's config: present (``None`` means the key is missing) and a JSON object."""
+    if config is None:
+        problems.shape(path, "missing key")
+        return False
+    return check_object(config, path, problems)
+
+
 def check_text(value: Any, path: str, problems: Problems) -> bool:
     """A string (shape) that is not blank (rule)."""
     if not isinstance(value, str):

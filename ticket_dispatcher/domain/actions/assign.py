@@ -21,6 +21,7 @@ from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
 from ticket_dispatcher.domain.checks import (
     Problems,
     at,
+    check_config_object,
     check_enum,
     check_keys,
     check_object,
@@ -51,9 +52,7 @@ class AssignExecutor:
 
     def validate_config(self, config: Any, path: str) -> list[Problem]:
         problems = Problems()
-        if config is None:
-            problems.shape(path, "missing key")
-        elif check_object(config, path, problems):
+        if check_config_object(config, path, problems):
             _check_assign(config, path, problems)
         return problems
 

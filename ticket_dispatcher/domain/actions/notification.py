@@ -15,6 +15,7 @@ from typing import Any
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, ActionType
 from ticket_dispatcher.domain.checks import (
     Problems,
+    check_config_object,
     check_int,
     check_keys,
     check_object,
@@ -33,7 +34,7 @@ def validate_send_config(config: Any, path: str) -> list[Problem]:
     """``send_assignment_notification``: ``role`` and ``label`` (N§6.2). That they match the
     policy's reserved source is a family rule, checked by the policy validator."""
     problems = Problems()
-    if _config_object(config, path, problems):
+    if check_config_object(config, path, problems):
         check_keys(config, path, ("role", "label"), problems, required=("role", "label"))
         roles = [role.role for role in NOTIFICATION_ROLES]
         if "role" in config:
@@ -51,7 +52,7 @@ def validate_page_config(config: Any, path: str) -> list[Problem]:
     """``page_assignment`` (N§6.4), each one on its own (N§5.4); ``terminal_statuses`` is an
     unknown key (N§6.5)."""
     problems = Problems()
-    if not _config_object(config, path, problems):
+    if not check_config_object(config, path, problems):
         return problems
     check_keys(config, path, _PAGE_KEYS, problems, required=_PAGE_KEYS)
     if "attempt" in config and check_int(config["attempt"], f"{path}.attempt", problems):
@@ -85,13 +86,6 @@ NOTIFICATION_CONFIG_CHECKS: dict[str, Callable[[Any, str], list[Problem]]] = {
     ActionType.PAGE_ASSIGNMENT.value: validate_page_config,
     ActionType.ESCALATE_ASSIGNMENT_TO_LEADER.value: validate_no_config,
 }
-
-
-def _config_object(config: Any, path: str, problems: Problems) -> bool:
-    if config is None:
-        problems.shape(path, "missing key")
-        return False
-    return check_object(config, path, problems)
 
 
 def _duration(config: dict, key: str, path: str, problems: Problems) -> timedelta | None:

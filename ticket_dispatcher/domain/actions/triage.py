@@ -13,6 +13,7 @@ from typing import Any
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.checks import (
     Problems,
+    check_config_object,
     check_keys,
     check_object,
     check_text,
@@ -33,9 +34,7 @@ class TriageExecutor:
     def validate_config(self, config: Any, path: str) -> list[Problem]:
         """SPEC §4.4: at least one of the keys; a label is not both added and removed."""
         problems = Problems()
-        if config is None:
-            problems.shape(path, "missing key")
-        elif check_object(config, path, problems):
+        if check_config_object(config, path, problems):
             _check_triage(config, path, problems)
         return problems
 
