@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 
 import falcon
 
@@ -69,12 +69,11 @@ def allowed(role: Role, allowed_roles: Iterable[Role]) -> bool:
 class ApiKeyAuth:
     """Falcon middleware; ``enabled=False`` is the sandbox / ``--insecure-no-auth`` mode."""
 
-    def __init__(self, auth: AuthConfig, *, enabled: bool = True,
-                 now: Callable[[], datetime] | None = None):
+    def __init__(self, auth: AuthConfig, *, now: Callable[[], datetime], enabled: bool = True):
         self._auth = auth
         self._enabled = enabled
         self._failures = TokenBuckets(auth.failure_rate, auth.failure_burst,
-                                      now or (lambda: datetime.now(UTC)),
+                                      now,
                                       max_keys=MAX_TRACKED_ADDRESSES)
 
     def process_resource(self, req: falcon.Request, resp, resource, params) -> None:
