@@ -280,3 +280,69 @@ class GateAction:
 
     def open(self) -> None:
         self._gate.set()
+
+
+class FakeLark:
+    """The ``Messenger`` port (Lark) in memory: open IDs by email, every card and App-urgent
+    recorded, read users per message. ``fail[method]`` scripts the next answers of a method:
+    an exception instance to raise (``OutcomeUnknown`` for a lost answer) per call."""
+
+    def __init__(self, open_ids: dict[str, str] | None = None):
+        self.open_ids = dict(open_ids or {})  # email -> open_id
+        self.sends: list[tuple[str, dict, str]] = []  # (open_id, card, uuid)
+        self.urgents: list[tuple[str, str]] = []  # (message_id, open_id)
+        self.readers: dict[str, list[str]] = {}  # message_id -> open_ids who read it
+        self.reads: list[str] = []
+        self.rejected: set[str] = set()  # open_ids urgent_app answers as invalid
+        self.fail: dict[str, list[Exception]] = {}
+
+    def _script(self, method: str) -> None:
+        if self.fail.get(method):
+            raise self.fail[method].pop(0)
+
+    def open_ids_by_email(self, emails) -> dict[str, str]:
+        self._script("open_ids_by_email")
+        return {e.lower(): self.open_ids[e.lower()] for e in emails if e.lower() in self.open_ids}
+
+    def send_card(self, open_id: str, card: dict, uuid: str) -> str:
+        self._script("send_card")
+        self.sends.append((open_id, card, uuid))
+        return f"om_{uuid}"
+
+    def urgent_app(self, message_id: str, open_id: str) -> list[str]:
+        self._script("urgent_app")
+        self.urgents.append((message_id, open_id))
+        return [open_id] if open_id in self.rejected else []
+
+    def read_user_ids(self, message_id: str) -> list[str]:
+        self._script("read_user_ids")
+        self.reads.append(message_id)
+        return list(self.readers.get(message_id, []))
+
+
+class FakeTriggers:
+    """The ``TriggerIntake`` port: records each ensured reserved-source wake-up."""
+
+    def __init__(self):
+        self.ensured: list[tuple[str, str]] = []
+
+    def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
+        self.ensured.append((source, issue_key))
+
+
+class StoreTriggers:
+    """``TriggerIntake`` over a test store's trigger repository: an open pending trigger of the
+    same source and issue is reused, else one is created (the trigger poll picks it up)."""
+
+    def __init__(self, triggers):
+        self.triggers = triggers
+        self.ensured: list[tuple[str, str]] = []
+
+    def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
+        self.ensured.append((source, issue_key))
+        for trigger_id in self.triggers.recoverable():
+            found = self.triggers.get(trigger_id)
+            if (found.source, found.issue_key, found.status.value) == (
+                    source, issue_key, "pending"):
+                return
+        self.triggers.create(source, issue_key, policy_id=None, dryrun=None, now=now)

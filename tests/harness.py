@@ -43,7 +43,8 @@ class Harness:
         self.runtime = Runtime(self.config, self.store, self.clock,
                                ports=Ports(jira=self.jira, core=self.directory,
                                            oncall=self.oncall,
-                                           engineers=self.store.engineers),
+                                           engineers=self.store.engineers,
+                                           triggers=self.store.triggers),
                                registry=self.registry)
         self.runtime.start()
         return self

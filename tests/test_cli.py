@@ -183,13 +183,13 @@ def test_policy_validate_accepts_the_shipped_assign_example(capsys):
 
 @pytest.mark.parametrize("name", ["severity-assignee", "priority-l2", "priority-assignee"])
 def test_policy_validate_refuses_notification_examples_this_build_cannot_run(capsys, name):
-    # Validated against the product registry: no executor runs the notification actions yet.
+    # Validated against the product registry: no executor runs paging or escalation yet.
     code, out, err = run(capsys, "policy", "validate",
                          str(EXAMPLES / "policies" / f"{name}.json"))
 
     assert code == 1
-    assert out.splitlines()[0] == ('rules[0].then[0].type: no executor runs action type '
-                                   '"send_assignment_notification" in this build')
+    assert out.splitlines()[0] == ('rules[1].then[1].type: no executor runs action type '
+                                   '"page_assignment" in this build')
     assert all("no executor runs action type" in line for line in out.splitlines())
     assert "problems" in err
 

@@ -227,3 +227,25 @@ def test_cancel_fails_with_cancelled_and_skips_unfinished_actions():
     assert ex.status is ExecutionStatus.FAILED and ex.failure_code == "cancelled"
     assert statuses(ex) == [["skipped", "skipped"]]
     assert runner.checkpoints.last.status is ExecutionStatus.FAILED
+
+
+class CheckpointingAction(RecordingAction):
+    """Saves a phase from inside execute, then dies before its side effect (N§8.2)."""
+
+    def execute(self, run):
+        run.context["phase"] = "started"
+        run.checkpoint()
+        raise RuntimeError("the process died")
+
+
+def test_an_action_can_checkpoint_its_phase_from_inside_execute():
+    runner = Runner(CheckpointingAction())
+    ex = execution(rule(1, 10, ALWAYS, ["test_noop"]))
+
+    with pytest.raises(RuntimeError):
+        runner.run(ex)
+
+    saved = runner.checkpoints.last
+    action = saved.rule_executions[0].action_executions[0]
+    assert (action.status, action.context["phase"]) == (ActionStatus.EXECUTING, "started")
+    assert action.planned_at is not None and saved.status is ExecutionStatus.EXECUTING

@@ -24,8 +24,10 @@ from ticket_dispatcher.domain.ports import (
     NotConfiguredJira,
     NotConfiguredMessenger,
     NotConfiguredOnCall,
+    NotConfiguredTriggers,
     OnCall,
     Ports,
+    TriggerIntake,
 )
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.core import CoreClient
@@ -33,6 +35,7 @@ from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient
 from ticket_dispatcher.store.engineers import EngineerRepository
+from ticket_dispatcher.store.triggers import TriggerRepository
 
 Shape = list[tuple[str, inspect._ParameterKind, bool]]
 
@@ -78,14 +81,15 @@ IMPLEMENTATIONS = [
     (JiraClient, Jira), (LarkClient, Messenger), (OncallClient, OnCall),
     (CoreClient, Directory),
     (JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory),
-    (EngineerRepository, EngineerStore),
+    (EngineerRepository, EngineerStore), (TriggerRepository, TriggerIntake),
     (FakeJira, Jira), (FakeDirectory, Directory), (FakeOnCall, OnCall),
 ]
 POOLS = [(JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory)]
 NOT_CONFIGURED = [(NotConfiguredJira, Jira, "jira"), (NotConfiguredMessenger, Messenger, "lark"),
                   (NotConfiguredOnCall, OnCall, "oncall"),
                   (NotConfiguredDirectory, Directory, "core"),
-                  (NotConfiguredEngineers, EngineerStore, "engineers")]
+                  (NotConfiguredEngineers, EngineerStore, "engineers"),
+                  (NotConfiguredTriggers, TriggerIntake, "triggers")]
 
 
 def test_the_protocols_declare_the_methods_of_each_role():
@@ -146,7 +150,7 @@ def test_ports_left_out_are_not_configured_and_ports_cannot_grow():
 
     assert [type(getattr(ports, f.name)) for f in dataclasses.fields(Ports)] == [
         FakeJira, NotConfiguredMessenger, NotConfiguredOnCall, NotConfiguredDirectory,
-        NotConfiguredEngineers]
+        NotConfiguredEngineers, NotConfiguredTriggers]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ports.jira = FakeJira()  # type: ignore[misc]
     with pytest.raises(TypeError):

@@ -87,24 +87,27 @@ def test_the_ordinary_example_is_valid_in_this_build():
 @pytest.mark.parametrize("name", FAMILIES)
 def test_example_families_are_invalid_in_this_build_only_for_want_of_executors(name):
     body = example(name)
+    runnable = set(PRODUCT.types())
     expected = [(f"rules[{i}].then[{j}].type", "rule",
                  f'no executor runs action type "{action["type"]}" in this build')
-                for i, rule in enumerate(body["rules"]) for j, action in enumerate(rule["then"])]
+                for i, rule in enumerate(body["rules"]) for j, action in enumerate(rule["then"])
+                if action["type"] not in runnable]
+    assert expected  # the paging and escalation executors are not in this build yet
     assert [(p.path, p.kind, p.message) for p in validate(body, PRODUCT)] == expected
 
 
 def test_config_of_an_action_type_without_executor_is_not_checked():
     body = severity()
     body["rules"][1]["then"] = [page(attempt=0, ack_timeout="soon")]
-    assert [p.path for p in validate(body, PRODUCT)] == [
-        "rules[0].then[0].type", "rules[1].then[0].type"]
+    assert [p.path for p in validate(body, PRODUCT)] == ["rules[1].then[0].type"]
 
 
 def test_unknown_action_type_lists_the_types_this_build_runs():
     problems = validate(with_action({"type": "close"}), PRODUCT)
     assert [(p.path, p.message) for p in problems] == [
         ("rules[0].then[0].type", 'unknown action type "close"; allowed: assign, assign_l2, '
-                                  "triage")]
+                                  "triage, send_assignment_notification, "
+                                  "mark_assignment_message_urgent")]
 
 
 def test_a_test_only_action_is_valid_once_registered():

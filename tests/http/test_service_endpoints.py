@@ -34,7 +34,9 @@ def test_options_come_from_the_validators_whitelist(api):
 
     assert [f["name"] for f in options["fields"]] == list(catalog.FIELDS)
     assert options["operators"]["time"] == ["before", "after", "time_window", "exists"]
-    assert options["action_types"] == ["assign", "assign_l2", "triage"]  # what can run
+    assert options["action_types"] == [  # what can run
+        "assign", "assign_l2", "triage", "send_assignment_notification",
+        "mark_assignment_message_urgent"]
     assert {r["source"] for r in options["reserved_sources"]} == set(catalog.RESERVED_SOURCES)
 
 

@@ -187,3 +187,18 @@ def test_failed_and_completed_triggers_keep_reason_and_output(store):
     assert loaded.dryrun == {"overwrite_data": {"now": "2026-01-01T00:00:00Z"}}
     assert loaded.policy_id == 7
     assert store.triggers.recoverable() == []
+
+
+def test_ensuring_a_reserved_trigger_reuses_a_pending_one_and_creates_one_otherwise(store):
+    now = datetime(2026, 11, 30, tzinfo=UTC)
+    source = "jira_assignment_assignee"
+
+    store.triggers.ensure_reserved_trigger(source, "TCID-1", now)
+    store.triggers.ensure_reserved_trigger(source, "TCID-1", now)
+    [first] = store.triggers.due(now)
+    store.triggers.claim(first, now)
+    store.triggers.ensure_reserved_trigger(source, "TCID-1", now)
+
+    assert len(store.triggers.due(now)) == 1
+    assert store.triggers.due(now) != [first]
+    assert store.triggers.get(store.triggers.due(now)[0]).source == source

@@ -122,7 +122,7 @@ class Behavior:
                                      f"no executor for action type {action.type!r}")
         run = ActionRun(execution=execution, issue=issue, config=action.config,
                         context=action.context, now=self.business_now(execution),
-                        ports=self._ports)
+                        ports=self._ports, checkpoint=lambda: self._save(execution, [rule]))
         if action.planned_at is None:
             try:
                 executor.plan(run)

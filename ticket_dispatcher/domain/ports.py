@@ -155,6 +155,18 @@ class EngineerStore(Protocol):
                               now: datetime) -> bool: ...
 
 
+class TriggerIntake(Protocol):
+    """The durable trigger outbox, as an action needs it: after a guarded label consume saw
+    the target or urgency change, ``send_assignment_notification`` restores the label and
+    ensures a wake-up of the same reserved source (N§6.2). To be implemented by
+    ``store.triggers.TriggerRepository``."""
+
+    def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
+        """A ``pending`` trigger of ``source`` for ``issue_key`` exists afterwards (an open one
+        is reused: a duplicate wake-up is harmless, a missing one is not, N§3.4)."""
+        ...
+
+
 # -- an integration with no base_url -------------------------------------------------------------
 
 
@@ -252,6 +264,15 @@ class NotConfiguredEngineers(NotConfigured):
         raise self._refused("update_dispatch_state")
 
 
+class NotConfiguredTriggers(NotConfigured):
+    """No trigger outbox wired: the action records the wake-up as failed, with a warning."""
+
+    service = "triggers"
+
+    def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
+        raise self._refused("ensure_reserved_trigger")
+
+
 # -- what an action receives ----------------------------------------------------------------------
 
 
@@ -266,3 +287,4 @@ class Ports:
     oncall: OnCall = field(default_factory=NotConfiguredOnCall)
     core: Directory = field(default_factory=NotConfiguredDirectory)
     engineers: EngineerStore = field(default_factory=NotConfiguredEngineers)
+    triggers: TriggerIntake = field(default_factory=NotConfiguredTriggers)

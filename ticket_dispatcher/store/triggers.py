@@ -8,7 +8,7 @@ import peewee
 
 from ticket_dispatcher.domain.execution import Trigger, TriggerStatus
 from ticket_dispatcher.errors import NotFound
-from ticket_dispatcher.store.database import unit_of_work
+from ticket_dispatcher.store.database import unit_of_work, write_lock
 from ticket_dispatcher.store.models import TriggerRow
 from ticket_dispatcher.timeutil import to_utc
 
@@ -40,6 +40,18 @@ class TriggerRepository:
                 created_at=now, updated_at=now,
             )
         return trigger_from_row(row)
+
+    def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
+        """A ``pending`` trigger of ``source`` for ``issue_key`` exists afterwards: an open one
+        is reused (N§3.4: duplicate wake-ups may be coalesced, a missing one may not), else one
+        is created; the trigger poll picks it up."""
+        with write_lock(self.db):
+            pending = (TriggerRow.select(TriggerRow.id)
+                       .where((TriggerRow.source == source) & (TriggerRow.issue_key == issue_key)
+                              & (TriggerRow.status == TriggerStatus.PENDING.value))
+                       .exists())
+            if not pending:
+                self.create(source, issue_key, policy_id=None, dryrun=None, now=now)
 
     def get(self, trigger_id: int) -> Trigger:
         with unit_of_work(self.db):

@@ -10,8 +10,8 @@ error raises ``ActionError``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -65,6 +65,10 @@ class ActionRun:
     context: dict
     now: datetime  # business time: frozen for dry-runs, the clock for live runs
     ports: Ports  # what the action may call: Jira, Lark, Oncall, Core, the engineers
+    # Persists the execution with this action's context as it is now. An action calls it
+    # before an external side effect it must never repeat (a phase ``started``, N§8.2), so a
+    # restart finds the phase and does not call again. The behavior provides it.
+    checkpoint: Callable[[], None] = field(default=lambda: None)
 
 
 class ActionExecutor(Protocol):

@@ -1,9 +1,9 @@
 """The configuration checks of the four assignment-notification actions (SPEC §4.4, N§5.4).
 
-Their executors (SPEC §8.2) land with the notification workflow and answer ``validate_config``
-with these. Until then the product registry names none of them, so a policy using them is
-invalid ("no executor runs action type ..."); tests register stand-in executors that use these
-checks to exercise the N§5.4 family rules of ``domain/validation.py``.
+Their executors (SPEC §8.2) answer ``validate_config`` with these: notification_card.py and
+notification_urgent.py so far. A policy naming a type with no executor yet is invalid ("no
+executor runs action type ..."); tests register stand-in executors that use these checks to
+exercise the N§5.4 family rules of ``domain/validation.py``.
 """
 
 from __future__ import annotations
