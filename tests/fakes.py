@@ -221,11 +221,14 @@ class FakeDirectory:
 
 
 class FakeOnCall:
-    """The ``OnCall`` port in memory: team responders; every page recorded and accepted."""
+    """The ``OnCall`` port in memory: team responders; every page recorded and, unless
+    ``outcomes`` scripts the next answers (a ``PageResult`` to answer, or an exception to raise
+    after the call was recorded: ``OutcomeUnknown`` for a timeout), accepted."""
 
     def __init__(self, teams: dict[str, list[Responder]] | None = None):
         self.teams = teams or {}
         self.pages: list[tuple[str, str, str, str, str]] = []
+        self.outcomes: list[PageResult | Exception] = []
 
     def responders(self, team: str) -> list[Responder]:
         if team not in self.teams:
@@ -236,6 +239,11 @@ class FakeOnCall:
     def page(self, email: str, title: str, message: str, issue_key: str,
              dedup_key: str) -> PageResult:
         self.pages.append((email, title, message, issue_key, dedup_key))
+        if self.outcomes:
+            scripted = self.outcomes.pop(0)
+            if isinstance(scripted, Exception):
+                raise scripted
+            return scripted
         return PageResult(PageOutcome.ACCEPTED, call_id=f"call-{len(self.pages)}")
 
 

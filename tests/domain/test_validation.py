@@ -98,7 +98,8 @@ def test_example_families_are_invalid_in_this_build_only_for_want_of_executors(n
 
 def test_config_of_an_action_type_without_executor_is_not_checked():
     body = severity()
-    body["rules"][1]["then"] = [page(attempt=0, ack_timeout="soon")]
+    body["rules"][1]["then"] = [{"type": "escalate_assignment_to_leader",
+                                 "escalate_assignment_to_leader": {"max_hops": 2}}]
     assert [p.path for p in validate(body, PRODUCT)] == ["rules[1].then[0].type"]
 
 
@@ -107,7 +108,7 @@ def test_unknown_action_type_lists_the_types_this_build_runs():
     assert [(p.path, p.message) for p in problems] == [
         ("rules[0].then[0].type", 'unknown action type "close"; allowed: assign, assign_l2, '
                                   "triage, send_assignment_notification, "
-                                  "mark_assignment_message_urgent")]
+                                  "mark_assignment_message_urgent, page_assignment")]
 
 
 def test_a_test_only_action_is_valid_once_registered():
@@ -723,7 +724,7 @@ QUOTED_REJECTIONS = [
      "rules[0].when.all[0].time_window.end", '"09:00"'),
     # actions
     ("action type", lambda: with_action({"type": "close"}), "rules[0].then[0].type", '"close"'),
-    ("no executor", None, "rules[0].then[0].type", '"page_assignment"'),
+    ("no executor", None, "rules[0].then[0].type", '"escalate_assignment_to_leader"'),
     ("strategy", lambda: with_action({"type": "assign", "assign": {
         "receiver": {"type": "user", "user": "a@b.c"}, "strategy": "random"}}),
      "rules[0].then[0].assign.strategy", '"random"'),
@@ -757,7 +758,7 @@ QUOTED_REJECTIONS = [
                          ids=[case[0] for case in QUOTED_REJECTIONS])
 def test_every_rule_family_quotes_the_value_it_rejects(family, build, path, shown):
     if build is None:  # a type SPEC §4.4 names but this build runs no executor for
-        problems = validate(with_action(page()), PRODUCT)
+        problems = validate(with_action({"type": "escalate_assignment_to_leader"}), PRODUCT)
     else:
         problems = validate(build())
     messages = [p.message for p in problems if p.path == path]

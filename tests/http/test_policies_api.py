@@ -164,8 +164,8 @@ def test_validate_reports_without_saving(api):
 
 
 def test_seed_notification_policies_are_saved_as_drafts_but_not_activated_in_this_build(api):
-    """No executor runs paging or escalation yet: activation names each action that cannot
-    run instead of activating policies whose every execution would fail."""
+    """No executor runs escalation yet: activation names each action that cannot run instead
+    of activating policies whose every execution would fail."""
     for name in ("priority-assignee", "priority-l2", "severity-assignee"):
         body = example_policy(name)
         created = create(api, body)
@@ -176,7 +176,7 @@ def test_seed_notification_policies_are_saved_as_drafts_but_not_activated_in_thi
                      f'no executor runs action type "{action["type"]}" in this build')
                     for i, rule in enumerate(body["rules"])
                     for j, action in enumerate(rule["then"])
-                    if action["type"] in ("page_assignment", "escalate_assignment_to_leader")]
+                    if action["type"] == "escalate_assignment_to_leader"]
         assert expected
         assert [(p["path"], p["message"]) for p in result.json["errors"]] == expected
         assert api.get(f"/dispatch/policies/{created['id']}").json["status"] == "draft"

@@ -113,12 +113,15 @@ def warn(context: dict, text: str) -> None:
 
 
 def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], success: str,
-         record: Callable[[Any], None] | None = None) -> None:
+         record: Callable[[Any], None] | None = None,
+         status_of: Callable[[Any], str] | None = None) -> None:
     """Run ``call`` at most once across restarts (N§8.2): ``<name>_phase`` is saved ``started``
     before it; a ``started`` phase found on entry means the result was lost, so the status is
     ``unknown`` and nothing is called. On success ``record`` keeps the answer in the context,
-    saved with the status. ``OutcomeUnknown`` → ``unknown``; any other ``DispatcherError`` →
-    ``failed``; ``CallAbandoned`` (shutdown) passes through with the phase ``started``."""
+    saved with the status; ``status_of`` names the status from the answer instead of
+    ``success`` (a page answers accepted|failed|unknown). ``OutcomeUnknown`` → ``unknown``;
+    any other ``DispatcherError`` → ``failed``; ``CallAbandoned`` (shutdown) passes through
+    with the phase ``started``."""
     phase, status = f"{name}_phase", f"{name}_status"
     if context.get(phase) == "finished":
         return
@@ -134,7 +137,7 @@ def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], succ
         answer = call()
         if record is not None:
             record(answer)
-        context[status] = success
+        context[status] = status_of(answer) if status_of is not None else success
     except OutcomeUnknown as exc:
         context[status] = "unknown"
         warn(context, f"{name}: outcome unknown ({exc.message})")

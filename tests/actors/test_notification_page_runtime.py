@@ -1,0 +1,114 @@
+"""``page_assignment`` on the real runtime and database (SPEC §3, N§6.4, N§13.6): the ACK wait
+is parked with its slot freed, wakes at poll intervals, ends on an ACK, and three attempts
+without one are three pages."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from tests.actors.test_notification_card_runtime import ASSIGNEE, NotificationHarness, put
+from tests.domain.test_notification_card import LABEL, SEND, SEVERITY
+from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT, page
+from tests.harness import rule
+from ticket_dispatcher.domain.execution import ActionStatus, Execution, ExecutionStatus
+
+
+@pytest.fixture
+def world(store):
+    harness = NotificationHarness(store).start()
+    harness.policy(rule(SEND, name="send", priority=10, on_success="continue"),
+                   rule({"type": "mark_assignment_message_urgent"}, page(1), page(2), page(3),
+                        name="urgent", priority=20, when=SEVERITY),
+                   source_in=(ASSIGNEE,), labels=(LABEL,))
+    yield harness
+    harness.stop()
+
+
+def start(h) -> tuple[int, Execution]:
+    put(h, severity="S1", status=PENDING)
+    trigger = h.post_trigger(source=ASSIGNEE)
+    execution_id = trigger.execution_ids[0]
+    return execution_id, h.execution(execution_id)
+
+
+def page_context(ex: Execution, attempt: int = 1) -> dict:
+    return ex.rule_executions[1].action_executions[attempt].context["page"]
+
+
+def test_the_ack_wait_is_parked_with_its_slot_freed_and_wakes_at_each_poll(world):
+    start_time = world.clock.now()
+    execution_id, ex = start(world)
+
+    assert ex.status is ExecutionStatus.EXECUTING and len(world.oncall.pages) == 1
+    assert ex.wake_at == start_time + timedelta(seconds=POLL)
+    pool = world.runtime.status()["pool"]
+    assert (pool["busy"], pool["parked"]) == (0, 1)
+
+    world.advance(POLL)
+    ex = world.execution(execution_id)
+    assert page_context(ex)["polls"] == 1
+    assert ex.wake_at == start_time + timedelta(seconds=2 * POLL)
+    assert world.runtime.status()["pool"]["busy"] == 0
+
+
+def test_an_ack_mid_wait_ends_the_workflow_and_skips_the_other_pages(world):
+    execution_id, _ = start(world)
+    world.lark.readers[f"om_td-{execution_id}-0-0"] = ["ou_alice"]
+
+    world.advance(POLL)
+
+    ex = world.execution(execution_id)
+    assert ex.status is ExecutionStatus.SUCCEEDED and ex.wake_at is None
+    assert page_context(ex)["outcome"] == "ack"
+    assert [a.status for a in ex.rule_executions[1].action_executions[1:]] == [
+        ActionStatus.SUCCEEDED, ActionStatus.SKIPPED, ActionStatus.SKIPPED]
+    comments = [text for _, _, text in world.jira.calls("add_internal_comment")]
+    assert sum("acknowledged" in c for c in comments) == 1
+    world.advance(3 * TIMEOUT)
+    assert len(world.oncall.pages) == 1
+
+
+def test_three_attempts_without_an_ack_are_three_pages_and_the_execution_succeeds(world):
+    execution_id, _ = start(world)
+
+    for _ in range(3 * TIMEOUT // POLL):
+        world.advance(POLL)
+
+    ex = world.execution(execution_id)
+    assert ex.status is ExecutionStatus.SUCCEEDED
+    assert [p[4] for p in world.oncall.pages] == [
+        f"td-{execution_id}-1-{n}" for n in (1, 2, 3)]
+    assert [page_context(ex, n)["outcome"] for n in (1, 2, 3)] == ["timeout"] * 3
+    comments = [text for _, _, text in world.jira.calls("add_internal_comment")]
+    assert sum("Urgent: yes" in c for c in comments) == 3
+
+
+def test_a_restart_mid_wait_pages_no_more_and_keeps_the_deadline(world):
+    execution_id, ex = start(world)
+    deadline = page_context(ex)["deadline"]
+    world.advance(POLL + 5)  # the process dies mid-wait and comes back late
+
+    world.restart()
+    world.wait_idle()
+
+    ex = world.execution(execution_id)
+    assert page_context(ex)["deadline"] == deadline and len(world.oncall.pages) == 1
+    assert ex.wake_at == world.clock.now() + timedelta(seconds=POLL)  # polled on recovery
+    world.advance(TIMEOUT - POLL - 5)  # exactly the original deadline
+    ex = world.execution(execution_id)
+    assert page_context(ex)["outcome"] == "timeout"
+    assert len(world.oncall.pages) == 2
+
+
+def test_a_status_ack_after_the_page_is_seen_at_the_next_poll(world):
+    execution_id, _ = start(world)
+    world.jira.put(replace(world.jira.issues["TCID-1"], status="In Progress"))
+
+    world.advance(POLL)
+
+    ex = world.execution(execution_id)
+    assert (page_context(ex)["outcome"], page_context(ex)["reason"]) == ("ack", "status")
+    assert ex.status is ExecutionStatus.SUCCEEDED
