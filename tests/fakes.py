@@ -13,7 +13,7 @@ from typing import Any
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.notification import NOTIFICATION_CONFIG_CHECKS
 from ticket_dispatcher.domain.execution import Execution, FailureCode, RuleExecution
-from ticket_dispatcher.domain.model import Issue, JiraUser
+from ticket_dispatcher.domain.model import DispatchContext, Issue, JiraUser
 from ticket_dispatcher.domain.ports import (
     DirectoryUser,
     GroupMember,
@@ -354,3 +354,29 @@ class StoreTriggers:
                     source, issue_key, "pending"):
                 return
         self.triggers.create(source, issue_key, policy_id=None, dryrun=None, now=now)
+
+
+class FakeContexts:
+    """The ``NotificationState`` port in memory: role slots by issue key, every update
+    recorded (``(issue_key, role, slot after)``) so tests can check the order of writes."""
+
+    def __init__(self):
+        self.states: dict[str, dict] = {}
+        self.updates: list[tuple[str, str, Any]] = []
+
+    def find(self, issue_key: str) -> DispatchContext | None:
+        if issue_key not in self.states:
+            return None
+        return DispatchContext(issue_key, assignment_notification_state=copy.deepcopy(
+            self.states[issue_key]))
+
+    def update_notification_slot(self, issue_key: str, role: str,
+                                 mutate: Callable[[dict | None], dict | None],
+                                 now: datetime) -> DispatchContext:
+        state = self.states.setdefault(issue_key, {})
+        state[role] = mutate(copy.deepcopy(state.get(role)))
+        self.updates.append((issue_key, role, copy.deepcopy(state[role])))
+        return self.find(issue_key)
+
+    def slot(self, issue_key: str, role: str) -> dict | None:
+        return self.states.get(issue_key, {}).get(role)

@@ -44,7 +44,8 @@ class Harness:
                                ports=Ports(jira=self.jira, core=self.directory,
                                            oncall=self.oncall,
                                            engineers=self.store.engineers,
-                                           triggers=self.store.triggers),
+                                           triggers=self.store.triggers,
+                                           contexts=self.store.contexts),
                                registry=self.registry)
         self.runtime.start()
         return self

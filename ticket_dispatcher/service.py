@@ -84,7 +84,8 @@ class Service:
                     lark=self.clients.get("lark") or NotConfiguredMessenger(),
                     oncall=self.clients.get("oncall") or NotConfiguredOnCall(),
                     core=self.clients.get("core") or NotConfiguredDirectory(),
-                    engineers=self.store.engineers, triggers=self.store.triggers),
+                    engineers=self.store.engineers, triggers=self.store.triggers,
+                    contexts=self.store.contexts),
                 registry=self.registry)
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails

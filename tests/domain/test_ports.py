@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import FakeDirectory, FakeJira, FakeOnCall
+from tests.fakes import FakeContexts, FakeDirectory, FakeJira, FakeOnCall
 from ticket_dispatcher.actors.clients import ClientPool, CorePool, JiraPool, LarkPool, OncallPool
 from ticket_dispatcher.domain import ports as ports_module
 from ticket_dispatcher.domain.ports import (
@@ -23,8 +23,10 @@ from ticket_dispatcher.domain.ports import (
     NotConfiguredEngineers,
     NotConfiguredJira,
     NotConfiguredMessenger,
+    NotConfiguredNotificationState,
     NotConfiguredOnCall,
     NotConfiguredTriggers,
+    NotificationState,
     OnCall,
     Ports,
     TriggerIntake,
@@ -34,6 +36,7 @@ from ticket_dispatcher.integrations.core import CoreClient
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient
+from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.triggers import TriggerRepository
 
@@ -82,6 +85,7 @@ IMPLEMENTATIONS = [
     (CoreClient, Directory),
     (JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory),
     (EngineerRepository, EngineerStore), (TriggerRepository, TriggerIntake),
+    (ContextRepository, NotificationState), (FakeContexts, NotificationState),
     (FakeJira, Jira), (FakeDirectory, Directory), (FakeOnCall, OnCall),
 ]
 POOLS = [(JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory)]
@@ -89,7 +93,8 @@ NOT_CONFIGURED = [(NotConfiguredJira, Jira, "jira"), (NotConfiguredMessenger, Me
                   (NotConfiguredOnCall, OnCall, "oncall"),
                   (NotConfiguredDirectory, Directory, "core"),
                   (NotConfiguredEngineers, EngineerStore, "engineers"),
-                  (NotConfiguredTriggers, TriggerIntake, "triggers")]
+                  (NotConfiguredTriggers, TriggerIntake, "triggers"),
+                  (NotConfiguredNotificationState, NotificationState, "contexts")]
 
 
 def test_the_protocols_declare_the_methods_of_each_role():
@@ -150,7 +155,7 @@ def test_ports_left_out_are_not_configured_and_ports_cannot_grow():
 
     assert [type(getattr(ports, f.name)) for f in dataclasses.fields(Ports)] == [
         FakeJira, NotConfiguredMessenger, NotConfiguredOnCall, NotConfiguredDirectory,
-        NotConfiguredEngineers, NotConfiguredTriggers]
+        NotConfiguredEngineers, NotConfiguredTriggers, NotConfiguredNotificationState]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ports.jira = FakeJira()  # type: ignore[misc]
     with pytest.raises(TypeError):

@@ -85,22 +85,19 @@ def test_the_ordinary_example_is_valid_in_this_build():
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_example_families_are_invalid_in_this_build_only_for_want_of_executors(name):
+def test_example_families_are_valid_now_every_notification_action_has_an_executor(name):
     body = example(name)
-    runnable = set(PRODUCT.types())
-    expected = [(f"rules[{i}].then[{j}].type", "rule",
-                 f'no executor runs action type "{action["type"]}" in this build')
-                for i, rule in enumerate(body["rules"]) for j, action in enumerate(rule["then"])
-                if action["type"] not in runnable]
-    assert expected  # the paging and escalation executors are not in this build yet
-    assert [(p.path, p.kind, p.message) for p in validate(body, PRODUCT)] == expected
+    assert {a["type"] for rule in body["rules"] for a in rule["then"]} <= set(PRODUCT.types())
+    assert validate(body, PRODUCT) == []
 
 
 def test_config_of_an_action_type_without_executor_is_not_checked():
+    without = ActionRegistry(PRODUCT.get(t) for t in PRODUCT.types()
+                             if t != "escalate_assignment_to_leader")
     body = severity()
     body["rules"][1]["then"] = [{"type": "escalate_assignment_to_leader",
                                  "escalate_assignment_to_leader": {"max_hops": 2}}]
-    assert [p.path for p in validate(body, PRODUCT)] == ["rules[1].then[0].type"]
+    assert [p.path for p in validate(body, without)] == ["rules[1].then[0].type"]
 
 
 def test_unknown_action_type_lists_the_types_this_build_runs():
@@ -108,7 +105,8 @@ def test_unknown_action_type_lists_the_types_this_build_runs():
     assert [(p.path, p.message) for p in problems] == [
         ("rules[0].then[0].type", 'unknown action type "close"; allowed: assign, assign_l2, '
                                   "triage, send_assignment_notification, "
-                                  "mark_assignment_message_urgent, page_assignment")]
+                                  "mark_assignment_message_urgent, page_assignment, "
+                                  "escalate_assignment_to_leader")]
 
 
 def test_a_test_only_action_is_valid_once_registered():

@@ -36,7 +36,7 @@ def test_options_come_from_the_validators_whitelist(api):
     assert options["operators"]["time"] == ["before", "after", "time_window", "exists"]
     assert options["action_types"] == [  # what can run
         "assign", "assign_l2", "triage", "send_assignment_notification",
-        "mark_assignment_message_urgent", "page_assignment"]
+        "mark_assignment_message_urgent", "page_assignment", "escalate_assignment_to_leader"]
     assert {r["source"] for r in options["reserved_sources"]} == set(catalog.RESERVED_SOURCES)
 
 

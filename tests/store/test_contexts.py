@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ticket_dispatcher.domain.actions.notification_escalate import judge
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store import unit_of_work
 from ticket_dispatcher.store.models import ContextRow
@@ -156,3 +157,34 @@ def test_concurrent_updates_of_the_two_roles_lose_nothing(store):
     state = store.contexts.get("TCID-1").assignment_notification_state
     assert errors == []
     assert state == {"assignee": {"count": rounds}, "l2_assignee": {"count": rounds}}
+
+
+def test_concurrent_intents_for_one_role_admit_exactly_one_owner(store):
+    """Two executions racing to persist an escalation intent for the same role (N§7.3):
+    under the row lock one wins, the other sees a pending intent and fails closed."""
+    barrier = threading.Barrier(2)
+    verdicts, errors = {}, []
+
+    def persist(owner):
+        def put(slot):
+            new, verdict = judge(slot, "jira-account-A")
+            verdicts[owner] = verdict
+            return {"escalation_intent": {**INTENT, "owner_execution_id": owner},
+                    "auto_escalated_to_account_id": None} if verdict == "go" else new
+        barrier.wait()
+        try:
+            store.contexts.update_notification_slot("TCID-1", "assignee", put, T0)
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=persist, args=(owner,)) for owner in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    slot = store.contexts.get("TCID-1").assignment_notification_state["assignee"]
+    assert errors == []
+    assert sorted(verdicts.values()) == ["go", "pending_intent"]
+    winner = next(owner for owner, verdict in verdicts.items() if verdict == "go")
+    assert slot["escalation_intent"]["owner_execution_id"] == winner

@@ -75,7 +75,8 @@ class Runtime:
         self.activity = Activity()
         self.scheduler = Scheduler(clock)
         if ports is None:
-            ports = Ports(engineers=store.engineers, triggers=store.triggers)
+            ports = Ports(engineers=store.engineers, triggers=store.triggers,
+                          contexts=store.contexts)
         self.deps = RuntimeDeps(config=config, store=store, clock=clock,
                                 registry=registry or ActionRegistry(), ports=ports,
                                 scheduler=self.scheduler, activity=self.activity)

@@ -15,13 +15,13 @@ client. Who implements them:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
-from ticket_dispatcher.domain.model import Engineer, Issue, JiraUser
+from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.errors import IntegrationError
 
 # -- the values the ports speak ------------------------------------------------------------------
@@ -167,6 +167,22 @@ class TriggerIntake(Protocol):
         ...
 
 
+class NotificationState(Protocol):
+    """The per-role escalation slots of ``dispatch_contexts.assignment_notification_state``
+    (N§7.2), as ``escalate_assignment_to_leader`` needs them: ``store.contexts``
+    (``ContextRepository``)."""
+
+    def find(self, issue_key: str) -> DispatchContext | None: ...
+
+    def update_notification_slot(self, issue_key: str, role: str,
+                                 mutate: Callable[[dict | None], dict | None],
+                                 now: datetime) -> DispatchContext:
+        """Apply ``mutate`` to one role's slot in one short transaction with the row locked
+        (``SELECT … FOR UPDATE`` / SQLite ``IMMEDIATE``), creating the context when missing;
+        the other role's slot is untouched. ``mutate`` must not call out."""
+        ...
+
+
 # -- an integration with no base_url -------------------------------------------------------------
 
 
@@ -273,6 +289,20 @@ class NotConfiguredTriggers(NotConfigured):
         raise self._refused("ensure_reserved_trigger")
 
 
+class NotConfiguredNotificationState(NotConfigured):
+    """No context store wired: an escalation cannot persist its intent, so it writes nothing."""
+
+    service = "contexts"
+
+    def find(self, issue_key: str) -> DispatchContext | None:
+        raise self._refused("find")
+
+    def update_notification_slot(self, issue_key: str, role: str,
+                                 mutate: Callable[[dict | None], dict | None],
+                                 now: datetime) -> DispatchContext:
+        raise self._refused("update_notification_slot")
+
+
 # -- what an action receives ----------------------------------------------------------------------
 
 
@@ -288,3 +318,4 @@ class Ports:
     core: Directory = field(default_factory=NotConfiguredDirectory)
     engineers: EngineerStore = field(default_factory=NotConfiguredEngineers)
     triggers: TriggerIntake = field(default_factory=NotConfiguredTriggers)
+    contexts: NotificationState = field(default_factory=NotConfiguredNotificationState)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ticket_dispatcher.domain.actions.assign import AssignExecutor
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.actions.notification_card import SendAssignmentNotification
+from ticket_dispatcher.domain.actions.notification_escalate import EscalateAssignmentToLeader
 from ticket_dispatcher.domain.actions.notification_page import PageAssignment
 from ticket_dispatcher.domain.actions.notification_urgent import MarkAssignmentMessageUrgent
 from ticket_dispatcher.domain.actions.triage import TriageExecutor
@@ -13,9 +14,6 @@ from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
 
 
 def product_registry(auto_assign_label: str = DEFAULT_AUTO_ASSIGN_LABEL) -> ActionRegistry:
-    # Of the assignment-notification family (SPEC §8.2) the card, App-urgent and page actions
-    # run; until escalate_assignment_to_leader registers here a policy naming it is invalid
-    # ("no executor", SPEC §6) and GET /dispatch/options does not list it.
     return ActionRegistry([
         AssignExecutor(ActionType.ASSIGN, auto_assign_label),
         AssignExecutor(ActionType.ASSIGN_L2, auto_assign_label),
@@ -23,4 +21,5 @@ def product_registry(auto_assign_label: str = DEFAULT_AUTO_ASSIGN_LABEL) -> Acti
         SendAssignmentNotification(),
         MarkAssignmentMessageUrgent(),
         PageAssignment(),
+        EscalateAssignmentToLeader(),
     ])
