@@ -24,12 +24,13 @@ def test_seed_store_fills_an_empty_database(sqlite_store, clock):
     summary = seed_store(sqlite_store, EXAMPLES, clock.now())
 
     engineers, total = sqlite_store.engineers.list(limit=200)
-    [policy] = sqlite_store.policies.list_active()
+    policies = sqlite_store.policies.list_active()
     expected = json.loads((EXAMPLES / "engineers.json").read_text())["engineers"]
     assert summary.seeded and summary.engineers == total == len(expected)
     assert {e.email for e in engineers} == {e["email"] for e in expected}
-    assert summary.policy_ids == (policy.id,)
-    assert policy.name == "Assign TCID tickets" and policy.status == PolicyStatus.ACTIVE
+    assert sorted(summary.policy_ids) == sorted(p.id for p in policies)
+    assert len(policies) == 4 and all(p.status == PolicyStatus.ACTIVE for p in policies)
+    assert "Assign TCID tickets" in {p.name for p in policies}
 
 
 def test_second_seed_store_does_nothing(sqlite_store, clock):
@@ -38,7 +39,7 @@ def test_second_seed_store_does_nothing(sqlite_store, clock):
     again = seed_store(sqlite_store, EXAMPLES, clock.now())
 
     assert again.seeded is False
-    assert sqlite_store.policies.list()[1] == 1
+    assert sqlite_store.policies.list()[1] == 4
 
 
 def test_seed_store_leaves_a_database_with_engineers_alone(sqlite_store, clock):

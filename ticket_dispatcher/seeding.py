@@ -1,7 +1,8 @@
 """Seeding an empty database from ``ops/examples/`` for ``serve --sandbox`` (SPEC §13, §15).
 
-The example engineers (``engineers.json``) and the ordinary assign policy go into the store, and
-only into an empty one, so a restart never overwrites what the operator changed. The sandbox
+The example engineers (``engineers.json``), the ordinary assign policy and the three
+assignment-notification families go into the store, active, and only into an empty one, so a
+restart never overwrites what the operator changed. The sandbox
 loads its own fake world from the same folder (``sandbox/examples.py``); this is the service's
 half, because it writes to the service's store.
 """
@@ -19,8 +20,9 @@ from ticket_dispatcher.safejson import bind_object, read_json_file
 from ticket_dispatcher.store import Store
 
 ENGINEERS_FILE = "engineers.json"
-# The ordinary assign policy: it needs no notification switch to run (SPEC §15).
-SEED_POLICIES = ("assign-tcid.json",)
+# The ordinary assign policy, and the notification families (the sandbox turns them on).
+SEED_POLICIES = ("assign-tcid.json", "priority-assignee.json", "priority-l2.json",
+                 "severity-assignee.json")
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class SeedSummary:
 
 def seed_store(store: Store, examples_dir: str | Path, now: datetime) -> SeedSummary:
     """On an empty database (no policies, no engineers): upsert the example engineers, then
-    create and activate the example assign policy. Everything is read and validated before
+    create and activate the example policies. Everything is read and validated before
     the first write, so a bad file leaves the database empty."""
     if _has_rows(store):
         return SeedSummary(seeded=False)

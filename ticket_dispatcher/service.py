@@ -107,7 +107,8 @@ class Service:
             raise ConfigError(f"http: cannot listen on {host}:{port}: {exc.strerror}") from None
 
     def _sandboxed(self, config: Config) -> Config:
-        """Load ``ops/examples`` and point every client at the sandbox on this server."""
+        """Load ``ops/examples``, point every client at the sandbox on this server, and turn
+        the assignment notification on."""
         if not EXAMPLES_DIR.is_dir():
             raise ConfigError(f"--sandbox needs the examples at {EXAMPLES_DIR} (run it from a "
                               "clone of the repository)")
@@ -120,6 +121,8 @@ class Service:
         urls = service_urls(f"http://{host}:{self.port}")
         return replace(
             config,
+            # the example notification families are active in the sandbox: let them run
+            notifications=replace(config.notifications, enabled=True),
             jira=replace(config.jira, base_url=urls["jira"], email="sandbox@example.com",
                          api_token="sandbox"),
             lark=replace(config.lark, base_url=urls["lark"], app_id="sandbox",
