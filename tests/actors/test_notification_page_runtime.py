@@ -14,6 +14,7 @@ from tests.domain.test_notification_card import LABEL, SEND, SEVERITY
 from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT, page
 from tests.harness import rule
 from ticket_dispatcher.domain.execution import ActionStatus, Execution, ExecutionStatus
+from ticket_dispatcher.timeutil import format_time
 
 
 @pytest.fixture
@@ -44,8 +45,13 @@ def test_the_ack_wait_is_parked_with_its_slot_freed_and_wakes_at_each_poll(world
 
     assert ex.status is ExecutionStatus.EXECUTING and len(world.oncall.pages) == 1
     assert ex.wake_at == start_time + timedelta(seconds=POLL)
-    pool = world.runtime.status()["pool"]
-    assert (pool["busy"], pool["parked"]) == (0, 1)
+    status = world.runtime.status()
+    assert (status["pool"]["busy"], status["pool"]["parked"]) == (0, 1)
+    [parked] = status["parked_executions"]
+    assert parked["execution_id"] == execution_id and parked["issue_key"] == ex.issue_key
+    assert parked["wake_at"] == format_time(start_time + timedelta(seconds=POLL))
+    assert parked["action"].endswith("1:page_assignment")
+    assert (parked["attempt"], parked["deadline"]) == (1, page_context(ex)["deadline"])
 
     world.advance(POLL)
     ex = world.execution(execution_id)

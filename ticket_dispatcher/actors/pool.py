@@ -47,6 +47,8 @@ from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
+PARKED_SHOWN = 50  # parked executions listed in GET /admin/actors (all are counted)
+
 
 @dataclass
 class Running:
@@ -204,6 +206,11 @@ class ExecutionPool(TrackedActor):
             "queue_length": len(self._queue),
             "oldest_queued_age_seconds": (now - oldest).total_seconds() if oldest else None,
             "parked": len(self._parked),
+            # the soonest first, bounded: the admin view shows what waits and until when
+            "parked_executions": [
+                {"execution_id": execution_id, "wake_at": format_time(wake_at)}
+                for execution_id, wake_at in sorted(self._parked.items(),
+                                                    key=lambda item: item[1])[:PARKED_SHOWN]],
             "next_wake_at": format_time(next_wake),
             "running": [
                 {"execution_id": execution_id, "issue_key": r.issue_key,

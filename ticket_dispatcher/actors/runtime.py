@@ -23,7 +23,7 @@ from ticket_dispatcher.actors.trigger import TriggerRouter
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
-from ticket_dispatcher.domain.execution import Trigger
+from ticket_dispatcher.domain.execution import ActionStatus, Trigger
 from ticket_dispatcher.domain.ports import NotConfigured, Ports
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store import Store
@@ -160,11 +160,30 @@ class Runtime:
             "supervisor": {"alive": self._supervisor.is_alive(), "recovered": self.recovered,
                            "in_flight": self.activity.in_flight},
             "scheduler": {"timers": timers, "next_at": format_time(next_timer)},
-            "pool": {k: v for k, v in pool.items() if k != "running"},
+            "pool": {k: v for k, v in pool.items()
+                     if k not in ("running", "parked_executions")},
             "executions": pool["running"],
+            "parked_executions": [self._parked_view(p) for p in pool["parked_executions"]],
             "trigger_actors": self._triggers.status(),
             "clients": self._client_status(),
         }
+
+    def _parked_view(self, parked: dict) -> dict:
+        """A parked execution as an operator wants it: what it waits in, and for what (the
+        ACK wait's attempt and absolute deadline, N§6.4)."""
+        view = dict(parked, issue_key="", action="", attempt=None, deadline=None)
+        try:
+            execution = self.deps.store.executions.get(parked["execution_id"])
+        except NotFound:
+            return view
+        view["issue_key"] = execution.issue_key
+        for rule in execution.rule_executions:
+            for action in rule.action_executions:
+                if action.status is ActionStatus.EXECUTING:
+                    wait = action.context.get("page") or {}
+                    view.update(action=f"{rule.name}: {action.index}:{action.type}",
+                                attempt=wait.get("attempt"), deadline=wait.get("deadline"))
+        return view
 
     def _client_status(self) -> dict:
         """Each integration's pool statistics; ``configured: False`` for a ``NotConfigured``

@@ -560,6 +560,12 @@ def _service_schemas() -> dict:
             "supervisor": {"type": "object"}, "scheduler": {"type": "object"},
             "pool": {"type": "object"}, "executions": {"type": "array",
                                                        "items": {"type": "object"}},
+            "parked_executions": {"type": "array", "items": _object({
+                "execution_id": {"type": "integer"}, "issue_key": {"type": "string"},
+                "wake_at": {"type": "string", "format": "date-time", "nullable": True},
+                "action": {"type": "string"},
+                "attempt": {"type": "integer", "nullable": True},
+                "deadline": {"type": "string", "nullable": True}})},
             "trigger_actors": {"type": "object"}, "clients": {"type": "object"}},
             closed=False),
         "EngineerBody": _object({
