@@ -49,9 +49,9 @@ from ticket_dispatcher.domain.actions.notification_common import (
     warn,
 )
 from ticket_dispatcher.domain.actions.notification_guard import (
-    check,
+    decided,
+    end_workflow,
     expected_context,
-    write_ack_comment,
 )
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.execution import FailureCode, RuleExecution
@@ -81,7 +81,7 @@ class EscalateAssignmentToLeader:
         context = run.context["escalation"]
         outcome = context.get("outcome")
         if outcome in ("ack", "invalidated"):
-            return self._terminate(run, context)  # resumed after the verdict was saved
+            return end_workflow(run, context)  # resumed after the verdict was saved
         if outcome == "escalated" and context.get("wakeup_phase") == "required":
             _wake_up(run, context)
         if outcome:
@@ -91,12 +91,8 @@ class EscalateAssignmentToLeader:
         if _pending(intent) and intent["owner_execution_id"] == run.execution.id:
             return self._guarded_write(run, context, intent)  # N§8.2: reconcile, same leader
         rule, action = find_action(run.execution, run.context)
-        guard = check(run, context, _previous_pending_statuses(rule, action.index))
-        if guard.invalidated or guard.ack:
-            context["outcome"] = "ack" if guard.ack else "invalidated"
-            context["reason"] = guard.ack or guard.invalidated
-            run.checkpoint()
-            return self._terminate(run, context)
+        if decided(run, context, _previous_pending_statuses(rule, action.index)):
+            return end_workflow(run, context)
         target = context["expected"]["target"]
         verdict = _judge_under_lock(run, role, target["account_id"])
         if verdict != GO:
@@ -207,11 +203,6 @@ class EscalateAssignmentToLeader:
                           "nothing written")
         run.checkpoint()
         return ActionResult.proceed()
-
-    def _terminate(self, run: ActionRun, context: dict) -> ActionResult:
-        if context["outcome"] == "ack":
-            write_ack_comment(run, context)
-        return ActionResult.terminate()
 
 
 # -- the role slot ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
+from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.notification_common import (
     fresh_issue,
     once,
@@ -64,6 +64,25 @@ def check(run: ActionRun, context: dict, pending_statuses: list[str] | None) -> 
     if _read_by_target(run, context, expected):
         return Verdict(ack="read")
     return Verdict()
+
+
+def decided(run: ActionRun, context: dict, pending_statuses: list[str] | None) -> bool:
+    """Run the guard; an ACK or an invalidation is saved as the action's ``outcome`` and
+    ``reason`` (True), so a resumed action ends the same way without asking again."""
+    verdict = check(run, context, pending_statuses)
+    if not (verdict.invalidated or verdict.ack):
+        return False
+    context["outcome"] = "ack" if verdict.ack else "invalidated"
+    context["reason"] = verdict.ack or verdict.invalidated
+    run.checkpoint()
+    return True
+
+
+def end_workflow(run: ActionRun, context: dict) -> ActionResult:
+    """An ACK or an invalidation ends the workflow; an ACK first writes its comment once."""
+    if context["outcome"] == "ack":
+        write_ack_comment(run, context)
+    return ActionResult.terminate()
 
 
 def _read_by_target(run: ActionRun, context: dict, expected: dict) -> bool:

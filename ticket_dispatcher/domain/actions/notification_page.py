@@ -36,9 +36,9 @@ from ticket_dispatcher.domain.actions.notification_common import (
     warn,
 )
 from ticket_dispatcher.domain.actions.notification_guard import (
-    check,
+    decided,
+    end_workflow,
     expected_context,
-    write_ack_comment,
 )
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.model import DispatchContext, Issue
@@ -67,12 +67,12 @@ class PageAssignment:
     def execute(self, run: ActionRun) -> ActionResult:
         context = run.context["page"]
         if context.get("outcome") in ("ack", "invalidated"):
-            return self._terminate(run, context)  # resumed after the verdict was saved
+            return end_workflow(run, context)  # resumed after the verdict was saved
         if context.get("outcome") == "timeout":
             return ActionResult.proceed()
         if "page_phase" not in context:  # N§6.4 steps 2–3: no page once ACKed or invalidated
-            if self._decided(run, context):
-                return self._terminate(run, context)
+            if decided(run, context, list(run.config["ack_pending_statuses"])):
+                return end_workflow(run, context)
             context["deadline"] = format_time(run.now + _seconds(run, "ack_timeout"))
         paging = context.get("page_phase") != "finished"
         if paging:
@@ -86,16 +86,6 @@ class PageAssignment:
         return self._poll(run, context)
 
     # -- steps ----------------------------------------------------------------------------------
-
-    def _decided(self, run: ActionRun, context: dict) -> bool:
-        """Run the guard; an ACK or invalidation is saved as the outcome (True)."""
-        verdict = check(run, context, list(run.config["ack_pending_statuses"]))
-        if not (verdict.invalidated or verdict.ack):
-            return False
-        context["outcome"] = "ack" if verdict.ack else "invalidated"
-        context["reason"] = verdict.ack or verdict.invalidated
-        run.checkpoint()
-        return True
 
     def _page(self, run: ActionRun, context: dict) -> None:
         """The Oncall call at most once; ``once`` saves ``started`` (with the deadline already
@@ -123,8 +113,8 @@ class PageAssignment:
     def _poll(self, run: ActionRun, context: dict) -> ActionResult:
         """One look of the ACK wait (N§6.4 step 8), against the saved absolute deadline."""
         context["polls"] = context.get("polls", 0) + 1
-        if self._decided(run, context):
-            return self._terminate(run, context)
+        if decided(run, context, list(run.config["ack_pending_statuses"])):
+            return end_workflow(run, context)
         if run.now >= _deadline(context):
             context["outcome"] = "timeout"
             return ActionResult.proceed()
@@ -133,11 +123,6 @@ class PageAssignment:
     def _park(self, run: ActionRun, context: dict) -> ActionResult:
         return ActionResult.park(min(run.now + _seconds(run, "poll_interval"),
                                      _deadline(context)))
-
-    def _terminate(self, run: ActionRun, context: dict) -> ActionResult:
-        if context["outcome"] == "ack":
-            write_ack_comment(run, context)
-        return ActionResult.terminate()
 
 
 def _seconds(run: ActionRun, key: str) -> timedelta:

@@ -21,9 +21,9 @@ from ticket_dispatcher.domain.actions.notification_common import (
     warn,
 )
 from ticket_dispatcher.domain.actions.notification_guard import (
-    check,
+    decided,
+    end_workflow,
     expected_context,
-    write_ack_comment,
 )
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.model import DispatchContext, Issue
@@ -46,15 +46,11 @@ class MarkAssignmentMessageUrgent:
     def execute(self, run: ActionRun) -> ActionResult:
         context = run.context["urgent"]
         if context.get("outcome") in ("ack", "invalidated"):
-            return self._terminate(run, context)  # resumed after the verdict was saved
+            return end_workflow(run, context)  # resumed after the verdict was saved
         if "urgent_phase" not in context:  # the guard has not let the urgent through yet
             rule, action = find_action(run.execution, run.context)
-            verdict = check(run, context, ack_pending_statuses(rule, action.index))
-            if verdict.invalidated or verdict.ack:
-                context["outcome"] = "ack" if verdict.ack else "invalidated"
-                context["reason"] = verdict.ack or verdict.invalidated
-                run.checkpoint()
-                return self._terminate(run, context)
+            if decided(run, context, ack_pending_statuses(rule, action.index)):
+                return end_workflow(run, context)
         expected = context["expected"]
         if not expected["message_id"] or not expected["target_lark_id"]:
             context["urgent_status"] = "skipped"
@@ -69,9 +65,4 @@ class MarkAssignmentMessageUrgent:
                 warn(context, "urgent: Lark rejected the target's user ID")
         context["outcome"] = "continued"
         return ActionResult.proceed()
-
-    def _terminate(self, run: ActionRun, context: dict) -> ActionResult:
-        if context["outcome"] == "ack":
-            write_ack_comment(run, context)
-        return ActionResult.terminate()
 
