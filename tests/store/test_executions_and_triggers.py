@@ -202,3 +202,19 @@ def test_ensuring_a_reserved_trigger_reuses_a_pending_one_and_creates_one_otherw
     assert len(store.triggers.due(now)) == 1
     assert store.triggers.due(now) != [first]
     assert store.triggers.get(store.triggers.due(now)[0]).source == source
+
+
+def test_get_many_returns_the_existing_executions_by_id_with_their_rules(store):
+    policy = make_policy(store, rules=2)
+    ids = []
+    for key in ("TCID-1", "TCID-2"):
+        trigger, execution = new(store, policy, key)
+        ids += store.executions.create(trigger.id, [execution], issue_key=key,
+                                       ensure_context=False, now=NOW)
+
+    found = store.executions.get_many([*ids, 999_999])
+
+    assert set(found) == set(ids)
+    assert [found[i].issue_key for i in ids] == ["TCID-1", "TCID-2"]
+    assert [e.to_json() for e in found.values()] == [
+        store.executions.get(i).to_json() for i in ids]

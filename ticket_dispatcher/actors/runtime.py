@@ -23,7 +23,7 @@ from ticket_dispatcher.actors.trigger import TriggerRouter
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
-from ticket_dispatcher.domain.execution import ActionStatus, Trigger
+from ticket_dispatcher.domain.execution import ActionStatus, Execution, Trigger
 from ticket_dispatcher.domain.ports import NotConfigured, Ports
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store import Store
@@ -163,27 +163,24 @@ class Runtime:
             "pool": {k: v for k, v in pool.items()
                      if k not in ("running", "parked_executions")},
             "executions": pool["running"],
-            "parked_executions": [self._parked_view(p) for p in pool["parked_executions"]],
+            "parked_executions": self._parked_views(pool["parked_executions"]),
             "trigger_actors": self._triggers.status(),
             "clients": self._client_status(),
         }
 
-    def _parked_view(self, parked: dict) -> dict:
-        """A parked execution as an operator wants it: what it waits in, and for what (the
-        ACK wait's attempt and absolute deadline, N§6.4)."""
-        view = dict(parked, issue_key="", action="", attempt=None, deadline=None)
-        try:
-            execution = self.deps.store.executions.get(parked["execution_id"])
-        except NotFound:
-            return view
-        view["issue_key"] = execution.issue_key
-        for rule in execution.rule_executions:
-            for action in rule.action_executions:
-                if action.status is ActionStatus.EXECUTING:
-                    wait = action.context.get("page") or {}
-                    view.update(action=f"{rule.name}: {action.index}:{action.type}",
-                                attempt=wait.get("attempt"), deadline=wait.get("deadline"))
-        return view
+    def _parked_views(self, parked: list[dict]) -> list[dict]:
+        """Parked executions as an operator wants them: what each waits in, and for what (the
+        ACK wait's attempt and absolute deadline, N§6.4); read from the store in one go."""
+        executions = self.deps.store.executions.get_many(p["execution_id"] for p in parked)
+        views = []
+        for entry in parked:
+            view = dict(entry, issue_key="", action="", attempt=None, deadline=None)
+            execution = executions.get(entry["execution_id"])
+            if execution is not None:
+                view["issue_key"] = execution.issue_key
+                view.update(_waiting_in(execution))
+            views.append(view)
+        return views
 
     def _client_status(self) -> dict:
         """Each integration's pool statistics; ``configured: False`` for a ``NotConfigured``
@@ -204,3 +201,14 @@ def client_pools(ports: Ports) -> dict[str, ClientPool]:
     view reports. ``Ports`` itself stays a plain domain dataclass."""
     return {name: port for name in INTEGRATIONS
             if isinstance(port := getattr(ports, name), ClientPool)}
+
+
+def _waiting_in(execution: Execution) -> dict:
+    """The action an execution is parked in, with its ACK wait's attempt and deadline."""
+    for rule in execution.rule_executions:
+        for action in rule.action_executions:
+            if action.status is ActionStatus.EXECUTING:
+                wait = action.context.get("page") or {}
+                return {"action": f"{rule.name}: {action.index}:{action.type}",
+                        "attempt": wait.get("attempt"), "deadline": wait.get("deadline")}
+    return {}

@@ -149,6 +149,12 @@ class ExecutionRepository:
                 raise NotFound(f"execution {execution_id} not found")
             return self._with_rules([row])[0]
 
+    def get_many(self, execution_ids: Iterable[int]) -> dict[int, Execution]:
+        """The executions that exist among ``execution_ids``, by ID, in two queries."""
+        with unit_of_work(self.db):
+            rows = list(ExecutionRow.select().where(ExecutionRow.id.in_(list(execution_ids))))
+            return {execution.id: execution for execution in self._with_rules(rows)}
+
     def list(self, *, issue_key: str | None = None, status: ExecutionStatus | None = None,
              mode: ExecutionMode | None = None, policy_id: int | None = None,
              trigger_id: int | None = None, limit: int = 50, offset: int = 0,
