@@ -13,12 +13,8 @@ from types import FrameType
 import waitress
 
 from ticket_dispatcher.actors.clients import build_client_pools
-from ticket_dispatcher.actors.runtime import (
-    Deadline,
-    Runtime,
-    await_stopped,
-    stop_remaining_actors,
-)
+from ticket_dispatcher.actors.runtime import Runtime, stop_remaining_actors
+from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.config import Config, HttpConfig
 from ticket_dispatcher.domain.actions.registry import product_registry

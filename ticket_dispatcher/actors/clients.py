@@ -33,6 +33,7 @@ from typing import Any
 
 import pykka
 
+from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.model import Issue, JiraUser
@@ -210,10 +211,8 @@ class ClientPool:
             futures = [actor.stop(block=False) for actor in self._actors]
         if not block:
             return futures
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for future in futures:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            future.get(timeout=remaining)
+        if not await_stopped(futures, Deadline(timeout)):
+            raise pykka.Timeout(f"{self.name} client actors did not stop within {timeout} s")
         return None
 
     def abandon(self) -> None:

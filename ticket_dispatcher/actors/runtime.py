@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterable
 
 import pykka
 
@@ -18,6 +16,7 @@ from ticket_dispatcher.actors.messages import (
     RunningActors,
 )
 from ticket_dispatcher.actors.scheduler import Scheduler
+from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.actors.supervisor import Supervisor
 from ticket_dispatcher.actors.trigger import TriggerRouter
 from ticket_dispatcher.clock import Clock
@@ -34,27 +33,6 @@ log = logging.getLogger(__name__)
 
 ASK_TIMEOUT = 30  # seconds an HTTP request waits on an actor before giving up
 INTEGRATIONS = ("jira", "lark", "oncall", "core")  # the Ports fields served by client pools
-
-
-class Deadline:
-    """One monotonic deadline shared by every step of a shutdown."""
-
-    def __init__(self, seconds: float):
-        self._at = time.monotonic() + seconds
-
-    def remaining(self) -> float:
-        return max(0.0, self._at - time.monotonic())
-
-
-def await_stopped(futures: Iterable[pykka.Future], deadline: Deadline) -> bool:
-    """Wait for actor stop futures within what remains of ``deadline`` (``pykka.get_all``
-    would give each future the whole timeout); False when time ran out first."""
-    try:
-        for future in futures:
-            future.get(timeout=deadline.remaining())
-    except pykka.Timeout:
-        return False
-    return True
 
 
 def stop_remaining_actors(deadline: Deadline) -> None:
