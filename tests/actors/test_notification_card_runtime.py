@@ -28,7 +28,8 @@ class NotificationHarness(Harness):
 
     def start(self) -> NotificationHarness:
         ports = Ports(jira=self.jira, core=self.directory, oncall=self.oncall,
-                      engineers=self.store.engineers, lark=self.lark, triggers=self.triggers)
+                      engineers=self.store.engineers, lark=self.lark, triggers=self.triggers,
+                      contexts=self.store.contexts)
         self.runtime = Runtime(self.config, self.store, self.clock, ports=ports,
                                registry=self.registry)
         self.runtime.start()

@@ -49,6 +49,39 @@ def test_busy_family_with_the_label_still_on_the_issue_defers_the_trigger(make_h
     assert woken.status is TriggerStatus.COMPLETED and len(woken.execution_ids) == 1
 
 
+def test_duplicate_deferred_triggers_coalesce_into_one_wake_up(make_harness):
+    h = make_harness(*notification_stand_ins(park_for=60), NOTIFICATIONS_ENABLED="true")
+    notification_policy(h)
+    h.jira.put(issue(labels=("notify-assignee",)))
+    first = h.post_trigger(source=ASSIGNEE)
+
+    kept = h.post_trigger(source=ASSIGNEE)
+    duplicates = [h.post_trigger(source=ASSIGNEE) for _ in range(3)]
+
+    assert kept.status is TriggerStatus.PENDING
+    for duplicate in duplicates:
+        assert duplicate.status is TriggerStatus.COMPLETED and duplicate.execution_ids == []
+        assert f"coalesced into pending trigger {kept.id}" in duplicate.failure_reason
+    h.advance(60)
+    h.advance(5)  # the one wake-up left runs once the family is idle
+    woken = h.trigger(kept.id)
+    assert woken.status is TriggerStatus.COMPLETED and len(woken.execution_ids) == 1
+    assert len(h.executions()) == 2  # the first workflow and the one wake-up
+    assert h.execution(first.execution_ids[0]).status is ExecutionStatus.SUCCEEDED
+
+
+def test_deferred_triggers_of_different_issues_each_keep_their_wake_up(make_harness):
+    h = make_harness(*notification_stand_ins(park_for=60), NOTIFICATIONS_ENABLED="true")
+    notification_policy(h)
+    for key in ("TCID-1", "TCID-2"):
+        h.jira.put(issue(key=key, labels=("notify-assignee",)))
+        h.post_trigger(key, source=ASSIGNEE)
+
+    deferred = [h.post_trigger(key, source=ASSIGNEE) for key in ("TCID-1", "TCID-2")]
+
+    assert [t.status for t in deferred] == [TriggerStatus.PENDING] * 2
+
+
 def test_busy_family_without_the_label_completes_as_a_no_op(make_harness):
     h = make_harness(*notification_stand_ins(park_for=60), NOTIFICATIONS_ENABLED="true")
     notification_policy(h)

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from tests.fakes import (
+    FakeContexts,
     FakeDirectory,
     FakeJira,
     FakeLark,
@@ -68,6 +69,7 @@ class World:
         self.lark = FakeLark({"alice@example.com": "ou_alice", "bob@example.com": "ou_bob"})
         self.core = FakeDirectory()
         self.triggers = FakeTriggers()
+        self.contexts = FakeContexts()
         self.page = RecordingAction("page_assignment", config_check=validate_page_config)
         self.checkpoints = MemoryCheckpoints()
         registry = product_registry()
@@ -76,7 +78,8 @@ class World:
         self.execution = _execution()
 
     def ports(self, **override) -> Ports:
-        ports = dict(jira=self.jira, lark=self.lark, core=self.core, triggers=self.triggers)
+        ports = dict(jira=self.jira, lark=self.lark, core=self.core, triggers=self.triggers,
+                     contexts=self.contexts)
         ports.update(override)
         return Ports(**ports)
 
@@ -422,3 +425,58 @@ def test_dry_run_plans_without_any_external_call():
 
     assert card_context(ex)["card_phase"] == "prepared"
     assert world.lark.sends == [] and world.jira.writes == []
+
+
+# -- the escalation slot seen by the card (N§7.3) ---------------------------------------------
+
+
+def _slot(intent_state: str | None, to: str, marker: str | None, owner: int = 99) -> dict:
+    intent = None if intent_state is None else {
+        "owner_execution_id": owner, "from_account_id": "acc-zed", "to_account_id": to,
+        "to_email": "x@example.com", "state": intent_state}
+    return {"escalation_intent": intent, "auto_escalated_to_account_id": marker}
+
+
+def test_card_for_a_manually_chosen_target_clears_the_marker_of_an_earlier_hop():
+    world = World()  # the target is now Alice (D): Bob (B) had been escalated to before
+    world.contexts.states["TCID-1"] = {"assignee": _slot("applied", "acc-bob", "acc-bob")}
+
+    ex = world.run()
+
+    assert world.contexts.slot("TCID-1", "assignee") is None  # Alice gets her own hop
+    assert card_context(ex)["outcome"] == "sent"
+
+
+def test_card_for_the_escalated_leader_keeps_and_completes_the_marker():
+    world = World()  # Alice is the leader an earlier hop wrote; its marker was never saved
+    world.contexts.states["TCID-1"] = {"assignee": _slot("prepared", "acc-alice", None)}
+
+    world.run()
+
+    slot = world.contexts.slot("TCID-1", "assignee")
+    assert slot["auto_escalated_to_account_id"] == "acc-alice"  # no Grand Leader for Alice
+    assert slot["escalation_intent"]["state"] == "applied"
+
+
+def test_card_leaves_another_executions_pending_intent_to_its_owner():
+    world = World()
+    pending = _slot("prepared", "acc-bob", None)
+    world.contexts.states["TCID-1"] = {"assignee": copy.deepcopy(pending)}
+
+    world.run()
+
+    assert world.contexts.slot("TCID-1", "assignee") == pending  # only its owner reconciles
+
+
+def test_an_unreadable_escalation_slot_warns_but_never_holds_up_the_card():
+    world = World()
+
+    class Down(FakeContexts):
+        def find(self, issue_key):
+            raise IntegrationError("contexts", "database unavailable")
+
+    ex = world.run(contexts=Down())
+
+    context = card_context(ex)
+    assert context["card_status"] == "sent" and len(world.lark.sends) == 1
+    assert any("escalation state" in warning for warning in context["warnings"])

@@ -37,7 +37,7 @@ class CreateExecutions:  # ask, from a trigger actor; answers a CreationResult
 @dataclass(frozen=True)
 class CreationResult:
     execution_ids: list[int] = field(default_factory=list)
-    outcome: str = "completed"  # completed | failed | deferred
+    outcome: str = "completed"  # completed | failed | deferred | coalesced
     reason: str = ""
 
 

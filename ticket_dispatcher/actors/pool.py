@@ -158,6 +158,11 @@ class ExecutionPool(TrackedActor):
                 store.triggers.fail(trigger.id, admission.reason, now)
                 return CreationResult(outcome="failed", reason=admission.reason)
             if admission.outcome is Outcome.DEFERRED:
+                # N§3.4: duplicates coalesce, but one wake-up always stays pending
+                if (twin := store.triggers.pending_twin(trigger)) is not None:
+                    reason = f"{admission.reason}; coalesced into pending trigger {twin}"
+                    store.triggers.complete(trigger.id, [], now, reason=reason)
+                    return CreationResult(outcome="coalesced", reason=reason)
                 until = now + self._deps.config.trigger_defer_interval
                 store.triggers.defer(trigger.id, until, now)
                 return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "

@@ -53,6 +53,18 @@ class TriggerRepository:
             if not pending:
                 self.create(source, issue_key, policy_id=None, dryrun=None, now=now)
 
+    def pending_twin(self, trigger: Trigger) -> int | None:
+        """Another ``pending`` trigger of the same source for the same issue, the oldest, or
+        None: deferring both would be two wake-ups where one reads the same latest state."""
+        with unit_of_work(self.db):
+            row = (TriggerRow.select(TriggerRow.id)
+                   .where((TriggerRow.source == trigger.source)
+                          & (TriggerRow.issue_key == trigger.issue_key)
+                          & (TriggerRow.status == TriggerStatus.PENDING.value)
+                          & (TriggerRow.id != trigger.id))
+                   .order_by(TriggerRow.id).first())
+        return row.id if row else None
+
     def get(self, trigger_id: int) -> Trigger:
         with unit_of_work(self.db):
             row = TriggerRow.get_or_none(TriggerRow.id == trigger_id)

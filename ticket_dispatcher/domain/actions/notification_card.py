@@ -25,6 +25,7 @@ from ticket_dispatcher.domain.actions.notification_common import (
     urgency,
     warn,
 )
+from ticket_dispatcher.domain.actions.notification_escalate import settle_slot
 from ticket_dispatcher.domain.actions.notification_label import consume_label
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.model import DispatchContext, Issue, JiraUser
@@ -88,6 +89,8 @@ class SendAssignmentNotification:
 
     def _send_card(self, run: ActionRun, context: dict) -> None:
         if context.get("card_phase") == "prepared" and not context.get("target_lark_id"):
+            snapshot = context["snapshot"]
+            settle_slot(run, snapshot["role"], snapshot["target"]["account_id"])
             open_id = _lark_id(run, context)
             if not open_id:  # an identity failure is a card failure (N§6.2 item 2)
                 context["card_status"] = "failed"

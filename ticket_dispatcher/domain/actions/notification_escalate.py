@@ -228,6 +228,18 @@ def judge(slot: dict | None, current: str) -> tuple[dict | None, str]:
     return None, GO
 
 
+def settle_slot(run: ActionRun, role: str, current: str) -> str | None:
+    """For a workflow that is not escalating (the card, N§7.3): complete an intent whose ``to``
+    is the current target, clear a marker or intent about someone else (a manual change to D
+    gives D its own hop), leave a pending intent to its owner. Returns the verdict, or None
+    with a warning when the slot could not be read or saved: a card is never held up by it."""
+    try:
+        return _judge_under_lock(run, role, current)
+    except ActionError as exc:
+        warn(run.context.setdefault("notification", {}), exc.message)
+        return None
+
+
 def _judge_under_lock(run: ActionRun, role: str, current: str) -> str:
     if not _read_slot(run, role):
         return GO  # nothing to judge: no row lock, no write
