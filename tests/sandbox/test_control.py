@@ -1,5 +1,5 @@
-"""The control API under /sandbox/_control: issues, users, groups, teams, reads, what was sent;
-bad input in the project's error shape (SPEC §10)."""
+"""The control API under /sandbox/_control: issues, users, groups, teams, reads, what was sent,
+forced page outcomes; bad input in the project's error shape (SPEC §10)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,31 @@ def test_control_patch_changes_an_issue_and_remembers_how(client):
     assert view["label_history"][0]["action"] == "remove"
     assert {h["field"] for h in view["history"]} == {"status", "l2_assignee"}
     assert all(h["via"] == "control" for h in view["history"])
+
+
+def test_control_patch_changes_status_assignee_and_priority_as_jira_shows_them(client):
+    result = client.simulate_patch(f"{CONTROL}/issues/TCID-1", json={
+        "status": "Done", "assignee_email": "alice@example.com", "priority": "P0"})
+    cleared = client.simulate_patch(f"{CONTROL}/issues/TCID-1", json={"assignee_email": None})
+
+    assert (result.json["status"], result.json["assignee_email"], result.json["priority"]) == \
+        ("Done", "alice@example.com", "P0")
+    assert result.json["assignee_account_id"] == "acc-alice"
+    assert [(h["field"], h["from"], h["to"]) for h in cleared.json["history"]] == [
+        ("status", "Todo", "Done"), ("assignee", None, "acc-alice"), ("priority", "P1", "P0"),
+        ("assignee", "acc-alice", None)]
+    fields = client.simulate_get(f"{JIRA}/issue/TCID-1", headers=JIRA_AUTH).json["fields"]
+    assert (fields["status"]["name"], fields["priority"]["name"], fields["assignee"]) == \
+        ("Done", "P0", None)
+
+
+def test_control_patched_assignee_is_what_jira_answers(client):
+    client.simulate_patch(f"{CONTROL}/issues/TCID-1", json={"assignee_email": "bob@example.com"})
+
+    fields = client.simulate_get(f"{JIRA}/issue/TCID-1", headers=JIRA_AUTH).json["fields"]
+
+    assert fields["assignee"]["accountId"] == "acc-bob"
+    assert fields["assignee"]["emailAddress"] == "bob@example.com"
 
 
 def test_control_reads_an_issue_with_its_comments(client):
@@ -174,3 +199,131 @@ def test_control_body_over_the_limit_is_413_in_the_project_shape(client):
                                   content_type="application/json")
 
     assert_project_error(result, 413)
+
+
+# --- forced page outcomes ------------------------------------------------------------------
+
+OUTCOME = f"{CONTROL}/oncall/outcome"
+
+
+def force(client, **body) -> dict:
+    result = client.simulate_put(OUTCOME, json=body)
+    assert result.status_code == 200, result.text
+    return result.json
+
+
+@pytest.mark.parametrize("outcome,email,answer", [
+    ("accepted", "bob@example.com", {"accepted": True, "call_id": "call-000001",
+                                     "call_error": ""}),
+    ("no_phone_number", "alice@example.com", {"accepted": False,
+                                              "call_error": "no_phone_number"}),
+    ("call_error", "alice@example.com", {"accepted": False, "call_error": "call_failed"}),
+])
+def test_control_forced_outcome_is_what_oncall_answers(client, outcome, email, answer):
+    stored = force(client, outcome=outcome)
+
+    assert stored == {"outcome": outcome, "email": None, "times": None}
+    assert page(client, email).json == answer
+    assert page(client, email, dedup_key="exec-1-page-2").json["accepted"] is answer["accepted"]
+
+
+def test_control_forced_no_phone_answers_exactly_as_a_person_without_a_phone(client):
+    normal = page(client, "bob@example.com").json
+    force(client, outcome="no_phone_number", email="alice@example.com")
+
+    assert page(client, "alice@example.com", dedup_key="exec-1-page-2").json == normal
+
+
+def test_control_forced_pages_are_recorded_with_their_call_error(client):
+    force(client, outcome="call_error")
+    page(client, "alice@example.com")
+
+    [recorded] = client.simulate_get(f"{CONTROL}/pages").json["items"]
+
+    assert (recorded["email"], recorded["accepted"], recorded["call_id"],
+            recorded["call_error"], recorded["forced"]) == \
+        ("alice@example.com", False, "", "call_failed", True)
+
+
+def test_control_outcome_for_one_person_leaves_the_others_alone(client):
+    force(client, outcome="call_error", email="Alice@Example.com")
+
+    alice = page(client, "alice@example.com").json
+    dora = page(client, "dora@example.com", dedup_key="exec-2-page-1").json
+
+    assert alice == {"accepted": False, "call_error": "call_failed"}
+    assert dora["accepted"] is True
+    assert client.simulate_get(OUTCOME).json["items"] == [
+        {"outcome": "call_error", "email": "alice@example.com", "times": None}]
+
+
+def test_control_a_persons_outcome_wins_over_everybodys(client):
+    force(client, outcome="call_error")
+    force(client, outcome="accepted", email="bob@example.com")
+
+    bob = page(client, "bob@example.com").json
+    dora = page(client, "dora@example.com", dedup_key="exec-2-page-1").json
+
+    assert (bob["accepted"], dora["call_error"]) == (True, "call_failed")
+    assert [o["email"] for o in client.simulate_get(OUTCOME).json["items"]] == \
+        [None, "bob@example.com"]
+
+
+def test_control_outcome_for_times_pages_then_back_to_the_directory(client):
+    force(client, outcome="accepted", email="bob@example.com", times=2)
+
+    first = page(client, "bob@example.com", dedup_key="d-1").json
+    left = client.simulate_get(OUTCOME).json["items"]
+    second = page(client, "bob@example.com", dedup_key="d-2").json
+    third = page(client, "bob@example.com", dedup_key="d-3").json
+
+    assert (first["accepted"], second["accepted"]) == (True, True)
+    assert left == [{"outcome": "accepted", "email": "bob@example.com", "times": 1}]
+    assert third == {"accepted": False, "call_error": "no_phone_number"}
+    assert client.simulate_get(OUTCOME).json == {"items": [], "total": 0}
+
+
+def test_control_outcome_put_again_replaces_the_same_persons(client):
+    force(client, outcome="call_error", email="alice@example.com", times=5)
+    force(client, outcome="no_phone_number", email="alice@example.com")
+
+    assert client.simulate_get(OUTCOME).json["items"] == [
+        {"outcome": "no_phone_number", "email": "alice@example.com", "times": None}]
+
+
+def test_control_outcome_delete_goes_back_to_the_directory(client):
+    force(client, outcome="call_error")
+    force(client, outcome="accepted", email="bob@example.com")
+
+    cleared = client.simulate_delete(OUTCOME)
+
+    assert cleared.json == {"cleared": 2}
+    assert page(client, "alice@example.com").json["accepted"] is True
+    assert page(client, "bob@example.com", dedup_key="d-2").json == \
+        {"accepted": False, "call_error": "no_phone_number"}
+    assert [p["forced"] for p in client.simulate_get(f"{CONTROL}/pages").json["items"]] == \
+        [False, False]
+
+
+@pytest.mark.parametrize("body,path", [
+    ({}, "outcome"),
+    ({"outcome": None}, "outcome"),
+    ({"outcome": "busy"}, "outcome"),
+    ({"outcome": "ACCEPTED"}, "outcome"),
+    ({"outcome": "accepted", "times": 0}, "times"),
+    ({"outcome": "accepted", "times": -1}, "times"),
+    ({"outcome": "accepted", "times": "2"}, "times"),
+    ({"outcome": "accepted", "times": True}, "times"),
+    ({"outcome": "accepted", "times": 1.5}, "times"),
+    ({"outcome": "accepted", "email": "who@example.com"}, "email"),
+    ({"outcome": "accepted", "email": ""}, "email"),
+    ({"outcome": "accepted", "email": 7}, "email"),
+    ({"outcome": "accepted", "colour": "red"}, "colour"),
+    (["accepted"], "body"),
+])
+def test_control_refuses_bad_outcome_bodies_naming_the_field(client, body, path):
+    result = client.simulate_put(OUTCOME, json=body)
+
+    error = assert_project_error(result, 400)
+    assert [problem["path"] for problem in error["errors"]] == [path]
+    assert client.simulate_get(OUTCOME).json["total"] == 0

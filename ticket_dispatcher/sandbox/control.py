@@ -11,6 +11,10 @@ world and look at what the dispatcher did to it.
 | `DELETE /lark/tokens` | revoke every tenant token (clients must refresh) |
 | `GET /messages`, `/urgents`, `/pages`, `/comments?issue_key=`, `/requests` | what was sent |
 | `GET/POST/DELETE /faults` | list, inject, clear faults |
+| `GET/PUT/DELETE /oncall/outcome` `{"outcome", "email"?, "times"?}` | force the next pages |
+
+A forced page outcome is `accepted`, `no_phone_number` or `call_error` (``oncall.py``), for
+everybody or one `email`, for `times` pages or until `DELETE`; `GET` lists those in force.
 
 Bad input is a 400 in the project's error shape (SPEC §10); the parsers here are shared with
 ``examples.py``, so ``ops/examples/sandbox.json`` uses exactly these bodies.
@@ -29,6 +33,7 @@ from ticket_dispatcher.safejson import bind_object
 from ticket_dispatcher.sandbox.base import PUBLIC, read_json_body
 from ticket_dispatcher.sandbox.jira import SandboxIssue, UnknownIssue
 from ticket_dispatcher.sandbox.lark import UnknownMessage
+from ticket_dispatcher.sandbox.oncall import FORCED_OUTCOMES
 from ticket_dispatcher.sandbox.people import DuplicateId, People, UnknownUser
 from ticket_dispatcher.sandbox.traffic import SERVICES
 from ticket_dispatcher.sandbox.world import Sandbox
@@ -168,6 +173,21 @@ def parse_fault(raw: Any) -> dict:
         raise _invalid("latency_ms", f"must be between 0 and {MAX_LATENCY_MS}")
     if body.get("retry_after", 0) < 0:
         raise _invalid("retry_after", "must be >= 0")
+    if body.get("times", 1) < 1:
+        raise _invalid("times", "must be >= 1")
+    return body
+
+
+def parse_outcome(people: People, raw: Any) -> dict:
+    """Keyword arguments of ``OncallState.force_outcome``: ``outcome`` one of
+    ``FORCED_OUTCOMES``, ``email`` a sandbox user (only their pages), ``times`` >= 1."""
+    body = bind_object(raw, required={"outcome": str},
+                       optional={"email": str, "times": int})
+    body = {key: value for key, value in body.items() if value is not None}
+    if body["outcome"] not in FORCED_OUTCOMES:
+        raise _invalid("outcome", f"must be one of {', '.join(FORCED_OUTCOMES)}")
+    if "email" in body and people.user(body["email"]) is None:
+        raise _invalid("email", f"{body['email']} is not a sandbox user; add it first")
     if body.get("times", 1) < 1:
         raise _invalid("times", "must be >= 1")
     return body
@@ -361,6 +381,23 @@ class FaultsControl(ControlResource):
         resp.media = {"cleared": self.sandbox.traffic.clear_faults()}
 
 
+class OncallOutcomeControl(ControlResource):
+    """Force what the next pages come to (accepted, no phone, a failed call), N§6.4 demos."""
+
+    roles = {"GET": PUBLIC, "PUT": PUBLIC, "DELETE": PUBLIC}
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        items = [o.to_json() for o in self.sandbox.oncall.outcome_overrides()]
+        resp.media = {"items": items, "total": len(items)}
+
+    def on_put(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = parse_outcome(self.sandbox.people, self.body(req))
+        resp.media = self.sandbox.oncall.force_outcome(body.pop("outcome"), **body).to_json()
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = {"cleared": self.sandbox.oncall.clear_outcomes()}
+
+
 def _comments(sandbox: Sandbox) -> Callable[[falcon.Request], list[dict]]:
     def fetch(req: falcon.Request) -> list[dict]:
         try:
@@ -387,4 +424,5 @@ def routes(sandbox: Sandbox) -> list[tuple[str, object]]:
         ("/comments", ListControl(sandbox, _comments(sandbox))),
         ("/requests", ListControl(sandbox, lambda req: traffic.requests())),
         ("/faults", FaultsControl(sandbox)),
+        ("/oncall/outcome", OncallOutcomeControl(sandbox)),
     ]
