@@ -14,6 +14,7 @@ from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import Execution, Trigger
 from ticket_dispatcher.domain.model import Policy, PolicySpec, PolicyTrigger, RuleSpec
 from ticket_dispatcher.domain.ports import Ports
+from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
 
 SETTLE_SECONDS = 20
@@ -35,6 +36,7 @@ class Harness:
         environ = {"TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots)}
         environ.update({f"TICKET_DISPATCHER_{k.upper()}": v for k, v in config.items()})
         self.config = load_config(None, environ=environ)
+        self.metrics = Metrics()  # one per harness: a restart keeps it, like a process's
         self.runtime: Runtime | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -46,7 +48,7 @@ class Harness:
                                            engineers=self.store.engineers,
                                            triggers=self.store.triggers,
                                            contexts=self.store.contexts),
-                               registry=self.registry)
+                               registry=self.registry, metrics=self.metrics)
         self.runtime.start()
         return self
 

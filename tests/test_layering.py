@@ -20,8 +20,9 @@ ALLOWED: dict[str, set[str]] = {
     "logging": set(),
     "store": {"domain", "config"},
     "integrations": {"domain", "config", "logging"},
-    "actors": {"domain", "config", "store", "integrations", "logging"},
-    "http": {"domain", "config", "settings", "store", "actors", "logging"},
+    "metrics": {"domain"},
+    "actors": {"domain", "config", "store", "integrations", "logging", "metrics"},
+    "http": {"domain", "config", "settings", "store", "actors", "logging", "metrics"},
     "sandbox": {"domain"},
 }
 for leaf in LEAVES:

@@ -12,6 +12,7 @@ from types import FrameType
 
 import waitress
 
+from ticket_dispatcher import __version__
 from ticket_dispatcher.actors.clients import build_client_pools
 from ticket_dispatcher.actors.runtime import Runtime, stop_remaining_actors
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
@@ -28,6 +29,7 @@ from ticket_dispatcher.domain.ports import (
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.logging import configure_logging
+from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.sandbox import Sandbox, load_examples, mount_sandbox, service_urls
 from ticket_dispatcher.seeding import seed_store
 from ticket_dispatcher.store import Store, connection_budget
@@ -62,8 +64,9 @@ class Service:
             raise
         if applied:
             log.info("database migrated", extra={"reason": f"applied {applied}"})
+        self.metrics = Metrics(version=__version__)
         self.services = Services(store=self.store, config=config, clock=self.clock,
-                                 registry=self.registry)
+                                 registry=self.registry, metrics=self.metrics)
         self.app = create_app(self.services, auth_enabled=self.auth_enabled)
         self.sandbox = Sandbox() if sandbox else None
         if self.sandbox is not None:
@@ -73,7 +76,7 @@ class Service:
         self.clients: dict = {}
         try:
             self.config = self._sandboxed(config) if self.sandbox is not None else config
-            self.clients = build_client_pools(self.config, self.clock)
+            self.clients = build_client_pools(self.config, self.clock, metrics=self.metrics)
             self.runtime = Runtime(
                 self.config, self.store, self.clock, ports=Ports(
                     jira=self.clients.get("jira") or NotConfiguredJira(),
@@ -82,7 +85,7 @@ class Service:
                     core=self.clients.get("core") or NotConfiguredDirectory(),
                     engineers=self.store.engineers, triggers=self.store.triggers,
                     contexts=self.store.contexts),
-                registry=self.registry)
+                registry=self.registry, metrics=self.metrics)
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails
         except BaseException:

@@ -31,7 +31,7 @@ class NotificationHarness(Harness):
                       engineers=self.store.engineers, lark=self.lark, triggers=self.triggers,
                       contexts=self.store.contexts)
         self.runtime = Runtime(self.config, self.store, self.clock, ports=ports,
-                               registry=self.registry)
+                               registry=self.registry, metrics=self.metrics)
         self.runtime.start()
         return self
 

@@ -49,6 +49,7 @@ from ticket_dispatcher.integrations.core import CoreClient
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient
+from ticket_dispatcher.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class ClientPool:
 
     def __init__(self, name: str, factory: Callable[[], Any], size: int = 4, *,
                  call_timeout: float = DEFAULT_CALL_TIMEOUT,
-                 queue_timeout: float | None = None):
+                 queue_timeout: float | None = None, metrics: Metrics | None = None):
         if size < 1:
             raise ValueError("a client pool needs at least one actor")
         self.name = name
@@ -180,6 +181,7 @@ class ClientPool:
         self._gave_up_queued = 0
         self._unknown_outcomes = 0
         self._latency = _Latency()
+        self._metrics = metrics
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -320,6 +322,8 @@ class ClientPool:
         ticket.state = _State.RUNNING
         self._running[actor.actor_urn] = ticket
         ticket.ready.notify_all()
+        if self._metrics is not None:
+            self._metrics.client_queue_wait(self.name, time.monotonic() - ticket.queued_at)
         return True
 
     def _begin(self, ticket: _Ticket) -> bool:
@@ -341,6 +345,9 @@ class ClientPool:
             self._running.pop(actor.actor_urn, None)
             if seconds is not None:
                 self._latency.add(seconds)
+                if self._metrics is not None:
+                    self._metrics.integration_call(self.name, ticket.call.method,
+                                                   _call_outcome(error), seconds)
             if error is not None:
                 self._errors[type(error).__name__] += 1
             ticket.ready.notify_all()
@@ -509,8 +516,15 @@ def _seconds(value: Any) -> float:
     return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
 
 
+def _call_outcome(error: BaseException | None) -> str:
+    if error is None:
+        return "ok"
+    return "unknown" if isinstance(error, OutcomeUnknown) else "error"
+
+
 def build_client_pools(config: Config, clock: Clock, *, start: bool = True,
-                       sleep: Callable[[float], None] = time.sleep) -> dict[str, ClientPool]:
+                       sleep: Callable[[float], None] = time.sleep,
+                       metrics: Metrics | None = None) -> dict[str, ClientPool]:
     """A typed pool per configured integration (``JiraPool``, ``LarkPool``, ``OncallPool``,
     ``CorePool``; a service with an empty ``base_url``, or Lark without an ``app_id``, is left
     out), started unless ``start`` is False."""
@@ -534,7 +548,7 @@ def build_client_pools(config: Config, clock: Clock, *, start: bool = True,
     # the longest time a call may take is behind something truly stuck, and giving up then is
     # safe: a queued call was never made.
     pools = {name: pool_class(name, factory, config.client_actors, call_timeout=call_timeout,
-                              queue_timeout=call_timeout)
+                              queue_timeout=call_timeout, metrics=metrics)
              for name, (configured, pool_class, factory) in factories.items() if configured}
     if start:
         for pool in pools.values():

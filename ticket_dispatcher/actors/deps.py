@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -11,8 +12,13 @@ from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.behavior import Behavior
+from ticket_dispatcher.domain.execution import Execution
 from ticket_dispatcher.domain.ports import Ports
+from ticket_dispatcher.errors import NotFound
+from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -24,8 +30,38 @@ class RuntimeDeps:
     ports: Ports  # the integrations and the engineer store (domain/ports.py)
     scheduler: Scheduler
     activity: Activity
+    metrics: Metrics = field(default_factory=Metrics)
+    _policy_names: dict[int, str] = field(default_factory=dict, repr=False)
     # Set once the shutdown begins: no new step, claim or execution actor starts after it.
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def behavior(self) -> Behavior:
-        return Behavior(self.registry, self.store.executions, self.clock.now, ports=self.ports)
+        return Behavior(self.registry, self.store.executions, self.clock.now, ports=self.ports,
+                        on_finished=self.execution_finished)
+
+    def execution_finished(self, execution: Execution) -> None:
+        """Once per execution, after the save that made it terminal (N§12): the metrics from
+        its persisted contexts, and the one log line an operator follows."""
+        try:
+            self.metrics.execution_finished(execution, self._policy_name(execution.policy_id))
+        except Exception:  # never let counting change how an execution ends
+            log.exception("metrics of a finished execution failed",
+                          extra={"execution_id": execution.id})
+        seconds = ((execution.completed_at - execution.created_at).total_seconds()
+                   if execution.completed_at and execution.created_at else None)
+        failed = bool(execution.failure_code)
+        (log.warning if failed else log.info)("execution finished", extra={
+            "issue_key": execution.issue_key, "trigger_id": execution.trigger_id,
+            "execution_id": execution.id, "policy_id": execution.policy_id,
+            "status": execution.status.value, "mode": execution.mode.value,
+            "failure_code": execution.failure_code, "reason": execution.failure_reason,
+            "duration_seconds": seconds})
+
+    def _policy_name(self, policy_id: int) -> str:
+        """A version's name never changes (SPEC §6), so one read per version is enough."""
+        if policy_id not in self._policy_names:
+            try:
+                self._policy_names[policy_id] = self.store.policies.get(policy_id).name
+            except NotFound:
+                return ""
+        return self._policy_names[policy_id]

@@ -115,3 +115,8 @@ class Boot:  # ask, from the runtime: start children and recover; raises when re
 @dataclass(frozen=True)
 class PollTriggers:  # tell, from the poll timer
     pass
+
+
+@dataclass(frozen=True)
+class ObserveBacklog:  # tell, from the backlog metrics timer (N§12)
+    pass

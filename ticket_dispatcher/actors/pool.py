@@ -78,6 +78,9 @@ class ExecutionPool(TrackedActor):
             if isinstance(message, (CreateExecutions, CancelExecution, PoolStatus)):
                 raise  # an ask: the asker gets the exception
             log.exception("execution pool failed on %s", type(message).__name__)
+        finally:  # four gauge sets: cheaper than asking the pool at every scrape
+            self._deps.metrics.pool(slots=self._slots, busy=len(self._running),
+                                    queued=len(self._queue), parked=len(self._parked))
 
     def _handle(self, message):
         match message:

@@ -25,6 +25,7 @@ from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import ActionStatus, Execution, Trigger
 from ticket_dispatcher.domain.ports import NotConfigured, Ports
 from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.database import unit_of_work
 from ticket_dispatcher.timeutil import format_time
@@ -47,7 +48,8 @@ def stop_remaining_actors(deadline: Deadline) -> None:
 
 class Runtime:
     def __init__(self, config: Config, store: Store, clock: Clock, *,
-                 ports: Ports | None = None, registry: ActionRegistry | None = None):
+                 ports: Ports | None = None, registry: ActionRegistry | None = None,
+                 metrics: Metrics | None = None):
         """``ports`` defaults to no integration configured (``NotConfigured``) and the
         store's engineers."""
         self.activity = Activity()
@@ -57,7 +59,8 @@ class Runtime:
                           contexts=store.contexts)
         self.deps = RuntimeDeps(config=config, store=store, clock=clock,
                                 registry=registry or ActionRegistry(), ports=ports,
-                                scheduler=self.scheduler, activity=self.activity)
+                                scheduler=self.scheduler, activity=self.activity,
+                                metrics=metrics or Metrics())
         self._supervisor: pykka.ActorRef | None = None
         self._pool: pykka.ActorRef | None = None
         self._triggers: TriggerRouter | None = None

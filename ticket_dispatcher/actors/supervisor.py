@@ -10,6 +10,7 @@ under one deadline. A crashed execution is re-enqueued from its checkpoint at mo
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import pykka
 
@@ -19,15 +20,21 @@ from ticket_dispatcher.actors.messages import (
     Boot,
     ChildCrashed,
     Enqueue,
+    ObserveBacklog,
     Parked,
     PollTriggers,
 )
 from ticket_dispatcher.actors.pool import ExecutionPool
 from ticket_dispatcher.actors.trigger import TriggerRouter
 from ticket_dispatcher.domain.execution import FailureCode
+from ticket_dispatcher.metrics import Backlog
 from ticket_dispatcher.store.database import unit_of_work
 
 log = logging.getLogger(__name__)
+
+# N§12: the backlog gauges are sampled every minute, the first time one second after the start.
+BACKLOG_FIRST = timedelta(seconds=1)
+BACKLOG_EVERY = timedelta(seconds=60)
 
 
 class Supervisor(TrackedActor):
@@ -42,6 +49,8 @@ class Supervisor(TrackedActor):
             return self._boot()  # an ask: a failure propagates to the caller
         if self._deps.stopping.is_set():
             return  # boot recovery at the next start covers what this would have done
+        if isinstance(message, ObserveBacklog):
+            return self._observe_backlog()  # its own units of work: a failure is counted
         try:
             with unit_of_work(self._deps.store.db):
                 if isinstance(message, ChildCrashed):
@@ -70,6 +79,7 @@ class Supervisor(TrackedActor):
         log.info("boot recovery done", extra={
             "reason": f"{len(executions)} executions, {len(triggers)} triggers"})
         self._schedule_poll()
+        self._schedule_backlog(BACKLOG_FIRST)
         return self.pool, self.triggers
 
     def _schedule_poll(self) -> None:
@@ -80,6 +90,31 @@ class Supervisor(TrackedActor):
 
         deps.scheduler.call_at(deps.clock.now() + deps.config.trigger_poll_interval, poll,
                                label="trigger-poll")
+
+    def _schedule_backlog(self, after: timedelta) -> None:
+        deps, ref = self._deps, self.actor_ref
+
+        def observe() -> None:
+            deps.activity.tell(ref, ObserveBacklog())
+
+        deps.scheduler.call_at(deps.clock.now() + after, observe, label="backlog-metrics")
+
+    def _observe_backlog(self) -> None:
+        """One whole sample, or none: a failed read keeps the previous sample (N§12)."""
+        deps = self._deps
+        try:
+            now = deps.clock.now()
+            created, executing = deps.store.executions.backlog(now)
+            sample = Backlog(created=created, executing=executing,
+                             triggers=deps.store.triggers.backlog(now))
+        except Exception as exc:
+            deps.metrics.backlog_failed()
+            log.warning("backlog metrics not refreshed; keeping the previous sample",
+                        extra={"reason": f"{type(exc).__name__}: {exc}"})
+        else:
+            deps.metrics.backlog(sample)
+        finally:
+            self._schedule_backlog(BACKLOG_EVERY)
 
     def _poll(self) -> None:
         """Pick up pending triggers whose ``available_at`` has come (deferred ones included)."""

@@ -43,36 +43,40 @@ class TriggerProcessor:
         if trigger is None:
             return  # another actor has it, it is not due yet, or it is already done
         try:
-            self._process(trigger)
+            outcome = self._process(trigger)
         except (CallAbandoned, pykka.ActorDeadError):  # shutdown: boot recovery takes it over
             log.info("trigger left processing for shutdown", extra={"trigger_id": trigger.id})
+            return
         except Exception:
             log.exception("trigger processing failed", extra={"trigger_id": trigger.id})
             store.triggers.fail(trigger.id, "internal error while processing the trigger",
                                 self._deps.clock.now())
+            outcome = "failed"
+        self._deps.metrics.trigger_processed(outcome)
 
-    def _process(self, trigger: Trigger) -> None:
+    def _process(self, trigger: Trigger) -> str:
+        """The trigger's outcome: completed, failed, deferred or coalesced."""
         store, now = self._deps.store, self._deps.clock.now()
         role = reserved_role(trigger.source)
         if role and not self._deps.config.notifications.enabled:  # SPEC §5.7
             store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED)
-            return
+            return "completed"
         try:
             issue = self._deps.ports.jira.load_issue(trigger.issue_key)
         except DispatcherError as exc:
             store.triggers.fail(trigger.id, f"issue load failed: {exc.message}", now)
-            return
+            return "failed"
         if trigger.policy_id is not None:  # explicit: no trigger/status check (M§4.2)
             try:
                 policies = [store.policies.get(trigger.policy_id)]
             except NotFound as exc:
                 store.triggers.fail(trigger.id, f"policy load failed: {exc.message}", now)
-                return
+                return "failed"
         else:
             policies = match_policies(store.policies.list_active(), trigger.source, issue)
         if not policies:
             store.triggers.complete(trigger.id, [], now)
-            return
+            return "completed"
         context = store.contexts.find(trigger.issue_key)
         executions = [new_execution(trigger, policy, issue, context, self._deps.registry, now)
                       for policy in policies]
@@ -82,6 +86,7 @@ class TriggerProcessor:
         log.info("trigger processed", extra={
             "trigger_id": trigger.id, "issue_key": trigger.issue_key, "source": trigger.source,
             "reason": result.reason or f"{result.outcome}: executions {result.execution_ids}"})
+        return result.outcome
 
 
 class TriggerActor(TrackedActor):

@@ -58,9 +58,14 @@ FINISHED = Step(StepKind.FINISHED)
 
 class Behavior:
     def __init__(self, registry: ActionRegistry, checkpoints: Checkpoints,
-                 now: Callable[[], datetime], ports: Ports | None = None):
+                 now: Callable[[], datetime], ports: Ports | None = None,
+                 on_finished: Callable[[Execution], None] | None = None):
+        """``on_finished`` is told once per execution, right after the save that made it
+        terminal (metrics and the finish log line); a save refused because the execution was
+        already terminal never tells it again."""
         self._registry = registry
         self._checkpoints = checkpoints
+        self._on_finished = on_finished
         self._now = now  # the runtime's Clock.now; domain/ imports nothing from actors/
         self._ports = ports if ports is not None else Ports()  # none wired: NotConfigured
 
@@ -180,6 +185,8 @@ class Behavior:
         execution.wake_at = None
         execution.live_lock_key = None
         self._save(execution, execution.rule_executions)
+        if self._on_finished is not None:
+            self._on_finished(execution)
         return FINISHED
 
     def business_now(self, execution: Execution) -> datetime:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import falcon
 
@@ -24,7 +24,7 @@ from ticket_dispatcher.http.dispatch import (
 )
 from ticket_dispatcher.http.engineers import EngineerCollection, EngineerItem
 from ticket_dispatcher.http.errors import ApiError
-from ticket_dispatcher.http.health import Liveness, Options, Readiness
+from ticket_dispatcher.http.health import Liveness, MetricsExposition, Options, Readiness
 from ticket_dispatcher.http.middleware import DatabaseConnection
 from ticket_dispatcher.http.openapi import OpenApiDocument
 from ticket_dispatcher.http.policies import (
@@ -35,6 +35,7 @@ from ticket_dispatcher.http.policies import (
     PolicyReplacements,
     PolicyValidation,
 )
+from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
 
 
@@ -50,6 +51,8 @@ class Services:
     # The actions this service runs (service.py: the product registry). Defaults to the
     # store's, so validation answers what activation will decide.
     registry: ActionRegistry | None = None
+    # The service's metrics (service.py hands the runtime the same object).
+    metrics: Metrics = field(default_factory=Metrics)
 
     def __post_init__(self) -> None:
         if self.registry is None:
@@ -91,6 +94,7 @@ def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
 
     app.add_route("/healthz", Liveness())
     app.add_route("/readyz", Readiness(services))
+    app.add_route("/metrics", MetricsExposition(services))
     app.add_route("/openapi.json", OpenApiDocument())
 
     api = API_BASE

@@ -71,6 +71,10 @@ def _bind_dryrun(raw: dict, problems: list[Problem]) -> dict:
     return {"overwrite_data": overwrite}
 
 
+# The trigger intake counter's outcome of a refused request (SPEC §12).
+_INTAKE_OUTCOMES = {429: "rate_limited", 503: "unavailable"}
+
+
 class TriggerCollection:
     roles = {"POST": AUTOMATION}
 
@@ -81,6 +85,20 @@ class TriggerCollection:
                                      services.clock.now)
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        intake = {"source": "unknown", "outcome": "invalid"}  # before the body is read
+        try:
+            self._accept(req, resp, intake)
+            intake["outcome"] = "accepted"
+        except ApiError as exc:
+            intake["outcome"] = _INTAKE_OUTCOMES.get(exc.status_code, "invalid")
+            raise
+        except Conflict:
+            intake["outcome"] = "conflict"
+            raise
+        finally:
+            self._services.metrics.trigger_received(intake["source"], intake["outcome"])
+
+    def _accept(self, req: falcon.Request, resp: falcon.Response, intake: dict) -> None:
         wait = self._buckets.take(req.context.api_key_name or req.remote_addr or "")
         if wait:
             raise ApiError(falcon.HTTP_429, "too many triggers from this key; slow down",
@@ -88,6 +106,7 @@ class TriggerCollection:
         limit = min(TRIGGER_BODY_LIMIT, self._services.max_body_bytes)
         source, issue_key, policy_id, dryrun = _bind_trigger(
             read_json(req, limit, max_depth=self._services.max_json_depth))
+        intake["source"] = source
         if policy_id is not None:
             self._check_explicit_policy(policy_id, issue_key, live=dryrun is None)
         trigger = self._services.running().accept_trigger(source, issue_key, policy_id=policy_id,

@@ -1,4 +1,4 @@
-"""Liveness, readiness and the options whitelist."""
+"""Liveness, readiness, the Prometheus exposition and the options whitelist."""
 
 from __future__ import annotations
 
@@ -35,6 +35,22 @@ class Readiness:
         ready = all(checks.values())
         resp.status = falcon.HTTP_200 if ready else falcon.HTTP_503
         resp.media = {"status": "ready" if ready else "not_ready", "checks": checks}
+
+
+class MetricsExposition:
+    """``GET /metrics`` (SPEC §12): prometheus-client's text format. Public unless
+    ``auth.metrics_public`` is false, then a viewer (or operator) key."""
+
+    uses_database = False  # gauges are sampled by the backlog job, never at scrape time
+
+    def __init__(self, services):
+        self._services = services
+        self.roles = {"GET": PUBLIC if services.config.auth.metrics_public else VIEWER}
+
+    def on_get(self, req, resp) -> None:
+        body, content_type = self._services.metrics.exposition()
+        resp.data = body
+        resp.content_type = content_type
 
 
 class Options:

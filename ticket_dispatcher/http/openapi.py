@@ -187,6 +187,12 @@ def _service_paths() -> dict:
             public=True, database=False)},
         "/openapi.json": {"get": _op("This document", {"200": _json({"type": "object"})},
                                      public=True, database=False)},
+        # Public by default; with auth.metrics_public = false a viewer key (then 401/403).
+        "/metrics": {"get": _op(
+            "Prometheus metrics (public unless auth.metrics_public is false)",
+            {"200": {"description": "Prometheus text exposition format",
+                     "content": {"text/plain": {"schema": {"type": "string"}}}}},
+            errors=("401", "403"), public=True, database=False)},
         f"{API_BASE}/dispatch/options": {"get": _op(
             "Fields, operators, action types, receivers, strategies, reserved sources",
             {"200": _json(_ref("Options"))}, database=False)},

@@ -33,7 +33,9 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import peewee
@@ -41,6 +43,7 @@ from playhouse.pool import PooledDatabase, PooledPostgresqlDatabase, PooledSqlit
 
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.errors import ConfigError
+from ticket_dispatcher.timeutil import to_utc
 
 # The only module-level state of the store (SPEC §9): models reach the database through it.
 database_proxy = peewee.DatabaseProxy()
@@ -277,3 +280,11 @@ def fetch_page(query: peewee.Select, limit: int, offset: int) -> tuple[list, int
     if len(rows) < limit and (rows or offset == 0):
         return rows, offset + len(rows)
     return rows, query.order_by().count()
+
+
+def seconds_since(now: datetime, oldest: Any, column: peewee.Field) -> float:
+    """Seconds from ``oldest`` (a ``MIN`` of ``column``, which may come back as stored text)
+    to ``now``; 0 for no row, never negative."""
+    if oldest is None:
+        return 0.0
+    return max((to_utc(now) - column.python_value(oldest)).total_seconds(), 0.0)

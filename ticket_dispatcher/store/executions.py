@@ -26,7 +26,12 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.contexts import ContextRepository
-from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
+from ticket_dispatcher.store.database import (
+    fetch_page,
+    seconds_since,
+    unit_of_work,
+    write_lock,
+)
 from ticket_dispatcher.store.models import (
     ExecutionRow,
     RuleExecutionRow,
@@ -172,6 +177,28 @@ class ExecutionRepository:
             rows, total = fetch_page(query.order_by(ExecutionRow.id.desc()), limit, offset)
             return self._with_rules(rows), total
 
+    def backlog(self, now: datetime) -> tuple[dict, dict]:
+        """(created, executing): mode → (count, age in seconds of the oldest), N§12. A created
+        execution ages from its creation; an executing one from its ``updated_at``."""
+        created: dict[str, tuple[int, float]] = {}
+        executing: dict[str, tuple[int, float]] = {}
+        with unit_of_work(self.db):
+            rows = (ExecutionRow
+                    .select(ExecutionRow.mode, ExecutionRow.status,
+                            peewee.fn.COUNT(ExecutionRow.id).alias("count"),
+                            peewee.fn.MIN(ExecutionRow.created_at).alias("oldest_created"),
+                            peewee.fn.MIN(ExecutionRow.updated_at).alias("oldest_updated"))
+                    .where(ExecutionRow.status.in_(_RUNNING))
+                    .group_by(ExecutionRow.mode, ExecutionRow.status).dicts())
+            for row in rows:
+                if row["status"] == ExecutionStatus.CREATED.value:
+                    age = seconds_since(now, row["oldest_created"], ExecutionRow.created_at)
+                    created[row["mode"]] = (row["count"], age)
+                else:
+                    age = seconds_since(now, row["oldest_updated"], ExecutionRow.updated_at)
+                    executing[row["mode"]] = (row["count"], age)
+        return created, executing
+
     def recoverable(self) -> list[tuple[int, datetime | None]]:
         """Every created/executing execution, dry-runs included, in creation order (M§11)."""
         with unit_of_work(self.db):
@@ -236,4 +263,3 @@ def _execution_from_row(row: ExecutionRow, rules: list[RuleExecution]) -> Execut
         load_attempts=row.load_attempts, created_at=row.created_at, updated_at=row.updated_at,
         completed_at=row.completed_at,
     )
-

@@ -8,7 +8,7 @@ import peewee
 
 from ticket_dispatcher.domain.execution import Trigger, TriggerStatus
 from ticket_dispatcher.errors import NotFound
-from ticket_dispatcher.store.database import unit_of_work, write_lock
+from ticket_dispatcher.store.database import seconds_since, unit_of_work, write_lock
 from ticket_dispatcher.store.models import TriggerRow
 from ticket_dispatcher.timeutil import to_utc
 
@@ -123,6 +123,18 @@ class TriggerRepository:
                             & (TriggerRow.available_at <= to_utc(now)))
                      .order_by(TriggerRow.id).limit(limit))
             return [row.id for row in query]
+
+    def backlog(self, now: datetime) -> dict[str, tuple[int, float]]:
+        """status → (count, age in seconds of the oldest) of open triggers, deferred ones
+        (not yet due) included (N§12)."""
+        with unit_of_work(self.db):
+            rows = (TriggerRow
+                    .select(TriggerRow.status, peewee.fn.COUNT(TriggerRow.id).alias("count"),
+                            peewee.fn.MIN(TriggerRow.created_at).alias("oldest"))
+                    .where(TriggerRow.status.in_(_OPEN)).group_by(TriggerRow.status).dicts())
+            return {row["status"]: (row["count"],
+                                    seconds_since(now, row["oldest"], TriggerRow.created_at))
+                    for row in rows}
 
     def recoverable(self) -> list[int]:
         """Every pending or processing trigger, oldest first (boot recovery, M§11)."""

@@ -1,0 +1,190 @@
+"""The service's Prometheus metrics (SPEC §12, N§12), exposed by ``GET /metrics``.
+
+One ``Metrics`` per service, on its own ``CollectorRegistry`` (never the global one), so two
+services in one test process never share a sample. Everything here is written by the layer
+that sees the fact happen:
+
+- ``execution_finished``: once, from the behavior, right after the save that made an execution
+  terminal (a recovered terminal execution is never saved terminal again, so never counted
+  twice); the N§12 action, ACK and workflow families count live executions only;
+- ``backlog``: the job that reads the database every 60 s (first 1 s after the start); a failed
+  read keeps the whole previous sample and counts the failure;
+- the intake, trigger results, pool gauges and integration calls, as they happen.
+
+No label ever carries an issue key or an ID (N§12); ``source`` is capped at ``MAX_SOURCES``
+distinct values (later ones are ``other``), since any caller may name a source.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from ticket_dispatcher.domain.execution import Execution, ExecutionMode
+from ticket_dispatcher.domain.observations import summarize
+
+PREFIX = "ticket_manager_dispatch_"
+MAX_SOURCES = 32
+MODES = tuple(mode.value for mode in ExecutionMode)
+TRIGGER_STATUSES = ("pending", "processing")
+# ACK waits last seconds to the whole ack_timeout (minutes); workflows up to three of them.
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+WORKFLOW_BUCKETS = (1, 10, 60, 300, 600, 1200, 1800, 3600, 7200, 14400)
+CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """One sample of the database's backlog: counts and oldest ages in seconds."""
+
+    created: dict[str, tuple[int, float]]  # mode → (count, oldest age)
+    executing: dict[str, tuple[int, float]]
+    triggers: dict[str, tuple[int, float]]  # status → (count, oldest age)
+
+
+class Metrics:
+    def __init__(self, version: str = ""):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._sources: set[str] = set()
+        self._lock = threading.Lock()
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(PREFIX + name, doc, labels, registry=self.registry)
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(PREFIX + name, doc, labels, registry=self.registry)
+
+        def histogram(name: str, doc: str, labels: tuple[str, ...], buckets) -> Histogram:
+            return Histogram(PREFIX + name, doc, labels, buckets=buckets, registry=self.registry)
+
+        # -- N§12 --------------------------------------------------------------------------
+        self.events = counter("assignment_notification_events", "Notification warnings and "
+                              "escalations of finished live executions", ("event",))
+        self.actions = counter("assignment_action", "Results of card, App-urgent, page and "
+                               "leader escalation actions", ("action", "result", "role",
+                                                             "attempt"))
+        self.acks = counter("assignment_ack", "ACK guard outcomes by attempt "
+                            "(0 = before App-urgent)", ("outcome", "role", "attempt"))
+        self.ack_wait = histogram("assignment_ack_wait_seconds", "Time from the start of a "
+                                  "wait to its ACK guard outcome", ("outcome", "role", "attempt"),
+                                  WAIT_BUCKETS)
+        self.workflow = histogram("assignment_workflow_duration_seconds", "Notification "
+                                  "execution from creation to terminal", ("outcome", "role"),
+                                  WORKFLOW_BUCKETS)
+        self.created = gauge("created_executions", "Executions created, not yet executing",
+                             ("mode",))
+        self.created_age = gauge("oldest_created_execution_age_seconds", "Age of the oldest "
+                                 "created execution", ("mode",))
+        self.executing = gauge("executing_executions", "Executions executing (running or "
+                               "parked)", ("mode",))
+        self.executing_age = gauge("oldest_executing_execution_age_seconds", "Time since the "
+                                   "oldest executing execution was last saved", ("mode",))
+        self.triggers = gauge("triggers", "Open triggers, deferred ones included", ("status",))
+        self.trigger_age = gauge("oldest_trigger_age_seconds", "Age of the oldest open trigger",
+                                 ("status",))
+        # -- beyond N§12 -------------------------------------------------------------------
+        self.intake = counter("trigger_intake", "Trigger requests by source and outcome",
+                              ("source", "outcome"))
+        self.trigger_results = counter("trigger_results", "Triggers processed, by outcome",
+                                       ("outcome",))
+        self.outcomes = counter("execution_outcomes", "Finished executions by policy and "
+                                "failure code", ("mode", "status", "failure_code", "policy"))
+        self.pool_slots = gauge("pool_slots", "Execution slots")
+        self.pool_busy = gauge("pool_busy", "Execution slots in use")
+        self.pool_queued = gauge("pool_queued", "Executions waiting for a slot")
+        self.pool_parked = gauge("pool_parked", "Executions parked until their wake_at")
+        self.calls = histogram("integration_call_duration_seconds", "Integration calls by "
+                               "client, operation and outcome", ("client", "operation",
+                                                                 "outcome"), CALL_BUCKETS)
+        self.queue_wait = histogram("client_queue_wait_seconds", "Time a call waited for a "
+                                    "free client actor", ("client",), CALL_BUCKETS)
+        self.job_failures = counter("metrics_job_failures", "Failed backlog samples")
+        self.instance = gauge("instance_info", "1 per running process", ("version",))
+        self.instance.labels(version=version).set(1)
+        for mode in MODES:  # every series exists from the first scrape, at 0
+            for family in (self.created, self.created_age, self.executing, self.executing_age):
+                family.labels(mode=mode)
+        for status in TRIGGER_STATUSES:
+            self.triggers.labels(status=status)
+            self.trigger_age.labels(status=status)
+
+    # -- writers ------------------------------------------------------------------------------
+
+    def execution_finished(self, execution: Execution, policy: str) -> None:
+        self.outcomes.labels(mode=execution.mode.value, status=execution.status.value,
+                             failure_code=execution.failure_code, policy=policy).inc()
+        if execution.mode is not ExecutionMode.LIVE:
+            return  # dry-runs never pollute the N§12 families
+        summary = summarize(execution)
+        if summary is None:
+            return
+        role = summary.role
+        for action, result, attempt in summary.actions:
+            self.actions.labels(action=action, result=result, role=role, attempt=attempt).inc()
+        for event in summary.events:
+            self.events.labels(event=event).inc()
+        for ack in summary.acks:
+            self.acks.labels(outcome=ack.outcome, role=role, attempt=ack.attempt).inc()
+            if ack.wait_seconds is not None:
+                self.ack_wait.labels(outcome=ack.outcome, role=role,
+                                     attempt=ack.attempt).observe(ack.wait_seconds)
+        if summary.workflow_seconds is not None:
+            self.workflow.labels(outcome=summary.workflow_outcome,
+                                 role=role).observe(summary.workflow_seconds)
+
+    def backlog(self, sample: Backlog) -> None:
+        """Replace the whole sample at once (the job computed all of it first)."""
+        for mode in MODES:
+            count, age = sample.created.get(mode, (0, 0.0))
+            self.created.labels(mode=mode).set(count)
+            self.created_age.labels(mode=mode).set(age)
+            count, age = sample.executing.get(mode, (0, 0.0))
+            self.executing.labels(mode=mode).set(count)
+            self.executing_age.labels(mode=mode).set(age)
+        for status in TRIGGER_STATUSES:
+            count, age = sample.triggers.get(status, (0, 0.0))
+            self.triggers.labels(status=status).set(count)
+            self.trigger_age.labels(status=status).set(age)
+
+    def backlog_failed(self) -> None:
+        self.job_failures.inc()
+
+    def trigger_received(self, source: str, outcome: str) -> None:
+        self.intake.labels(source=self._source(source), outcome=outcome).inc()
+
+    def trigger_processed(self, outcome: str) -> None:
+        self.trigger_results.labels(outcome=outcome).inc()
+
+    def pool(self, *, slots: int, busy: int, queued: int, parked: int) -> None:
+        self.pool_slots.set(slots)
+        self.pool_busy.set(busy)
+        self.pool_queued.set(queued)
+        self.pool_parked.set(parked)
+
+    def integration_call(self, client: str, operation: str, outcome: str,
+                         seconds: float) -> None:
+        self.calls.labels(client=client, operation=operation, outcome=outcome).observe(seconds)
+
+    def client_queue_wait(self, client: str, seconds: float) -> None:
+        self.queue_wait.labels(client=client).observe(seconds)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def _source(self, source: str) -> str:
+        with self._lock:
+            if source in self._sources or len(self._sources) < MAX_SOURCES:
+                self._sources.add(source)
+                return source
+        return "other"
