@@ -1,7 +1,9 @@
 """An independent fake of the Jira Cloud REST API (SPEC §11), served over real HTTP.
 
-It knows only what an ``assign`` dispatch needs: read an issue, set its assignee, edit its
-fields and labels, search users by email. It shares no code with the product or its sandbox,
+It knows only what an ``assign`` dispatch and the assignment notification (SPEC §8.2) need:
+read an issue (assignee, priority, status, severity), set its assignee, edit its fields and
+labels, search users by email, write internal comments. It shares no code with the product or
+its sandbox,
 so a test that drives a real ``ticket-dispatcher serve`` process against it checks the product
 against the spec, not against itself.
 
@@ -15,11 +17,13 @@ Besides answering, it lets a test control and observe the peer:
   are in flight at once, or until ``timeout`` passes;
 - ``calls(route, key)`` is the call log (method, path, body, status, whether it was applied);
 - ``concurrency(route)`` is the current and the maximum number of requests in flight;
-- ``assignee(key)`` and ``labels(key)`` are the issue as the fake now has it.
+- ``assignee(key)``, ``labels(key)`` and ``comments(key)`` are the issue as the fake now has
+  it; ``set_status(key, status)`` changes it the way a person in Jira would.
 
 Every piece of state sits behind one ``threading.Condition``; every change notifies it, so a
 test waits for a state (``wait_until``) instead of sleeping. The server is wsgiref's, one
-daemon thread per connection, so held requests never starve the fake of threads.
+daemon thread per connection, so held requests never starve the fake of threads; ``serve``
+starts one for any WSGI app (tests/peer_notify.py serves its fakes with it).
 """
 
 from __future__ import annotations
@@ -38,16 +42,18 @@ from urllib.parse import parse_qs, unquote
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 L2_FIELD_ID = "customfield_10053"  # SPEC §13 default jira.l2_field_id
+SEVERITY_FIELD_ID = "customfield_10076"  # SPEC §11 default jira.severity_field_id
 CREATED = "2026-01-05T09:30:00.000+0000"  # Jira's own time format (SPEC §11)
 
 
 class Route(StrEnum):
-    """The Jira endpoints an assign dispatch uses (SPEC §11)."""
+    """The Jira endpoints an assign dispatch and the assignment notification use (SPEC §11)."""
 
     GET_ISSUE = "GET /rest/api/2/issue/{key}"
     ASSIGN = "PUT /rest/api/2/issue/{key}/assignee"
     EDIT_ISSUE = "PUT /rest/api/2/issue/{key}"
     SEARCH_USERS = "GET /rest/api/2/user/search"
+    ADD_COMMENT = "POST /rest/servicedeskapi/request/{key}/comment"
 
 
 _PATHS: tuple[tuple[str, re.Pattern[str], Route], ...] = (
@@ -55,6 +61,7 @@ _PATHS: tuple[tuple[str, re.Pattern[str], Route], ...] = (
     ("PUT", re.compile(r"^/rest/api/2/issue/([^/]+)/assignee$"), Route.ASSIGN),
     ("PUT", re.compile(r"^/rest/api/2/issue/([^/]+)$"), Route.EDIT_ISSUE),
     ("GET", re.compile(r"^/rest/api/2/user/search$"), Route.SEARCH_USERS),
+    ("POST", re.compile(r"^/rest/servicedeskapi/request/([^/]+)/comment$"), Route.ADD_COMMENT),
 )
 
 
@@ -88,13 +95,25 @@ class Release(StrEnum):
     REFUSE = "refuse"  # 503 without Retry-After, nothing applied
 
 
+@dataclass(frozen=True)
+class Comment:
+    """A Service Desk comment; ``public: false`` is an internal one (SPEC §11)."""
+
+    body: str
+    public: bool
+
+
 @dataclass
 class _Issue:
     key: str
     project: str
     labels: list[str]
     assignee: str | None = None  # account ID
+    priority: str | None = "P3"
+    status: str | None = "Open"
+    severity: str | None = None  # the severity custom field's option value
     fields: dict[str, Any] = field(default_factory=dict)  # other fields set by PUT issue
+    comments: list[Comment] = field(default_factory=list)
 
 
 @dataclass
@@ -203,6 +222,15 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+def serve(app: Callable, name: str) -> tuple[WSGIServer, threading.Thread]:
+    """Serve ``app`` on a free local port from a daemon thread; ``server.shutdown()`` and
+    ``server.server_close()`` stop it."""
+    server = make_server("127.0.0.1", 0, app, server_class=_Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+    thread.start()
+    return server, thread
+
+
 class FakeJira:
     """The fake Jira Cloud; ``with FakeJira() as jira:`` serves it on a free local port."""
 
@@ -218,17 +246,13 @@ class FakeJira:
         self._barriers: list[Barrier] = []
         self._calls: list[Call] = []
         self._concurrency: dict[Route, Concurrency] = {route: Concurrency() for route in Route}
-        self._server: _Server | None = None
+        self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
     # -- life cycle -----------------------------------------------------------------------------
 
     def start(self) -> FakeJira:
-        self._server = make_server("127.0.0.1", 0, self._app, server_class=_Server,
-                                   handler_class=_QuietHandler)
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="fake-jira", daemon=True)
-        self._thread.start()
+        self._server, self._thread = serve(self._app, "fake-jira")
         return self
 
     def stop(self) -> None:
@@ -253,10 +277,14 @@ class FakeJira:
 
     # -- the world ------------------------------------------------------------------------------
 
-    def add_issue(self, key: str, *, labels: Iterable[str] = (),
-                  project: str | None = None) -> None:
+    def add_issue(self, key: str, *, labels: Iterable[str] = (), project: str | None = None,
+                  assignee: str | None = None, priority: str | None = "P3",
+                  status: str | None = "Open", severity: str | None = None) -> None:
+        """An issue; ``assignee`` is the account ID of a user added before."""
         with self._condition:
-            self._issues[key] = _Issue(key, project or key.split("-")[0], list(labels))
+            self._issues[key] = _Issue(key, project or key.split("-")[0], list(labels),
+                                       assignee=assignee, priority=priority, status=status,
+                                       severity=severity)
 
     def add_user(self, email: str, account_id: str, display_name: str | None = None) -> None:
         with self._condition:
@@ -269,6 +297,15 @@ class FakeJira:
     def labels(self, key: str) -> list[str]:
         with self._condition:
             return list(self._issues[key].labels)
+
+    def comments(self, key: str) -> list[Comment]:
+        with self._condition:
+            return list(self._issues[key].comments)
+
+    def set_status(self, key: str, status: str | None) -> None:
+        with self._condition:
+            self._issues[key].status = status
+            self._condition.notify_all()
 
     # -- control and observation ----------------------------------------------------------------
 
@@ -383,6 +420,12 @@ class FakeJira:
                                       "to see it.")
             if call.route is Route.GET_ISSUE:
                 return 200, self._render(issue)
+            if call.route is Route.ADD_COMMENT:
+                comment = self._comment(call.body)
+                issue.comments.append(comment)
+                call.applied = True
+                return 201, {"id": str(len(issue.comments)), "body": comment.body,
+                             "public": comment.public}
             if call.route is Route.ASSIGN:
                 issue.assignee = self._account(call.body, "assignee")
             else:
@@ -396,6 +439,15 @@ class FakeJira:
         return [self._render_user(user) for user in self._users.values()
                 if wanted and (wanted in user.email.lower()
                                or wanted in user.display_name.lower())]
+
+    @staticmethod
+    def _comment(body: Any) -> Comment:
+        if not isinstance(body, dict) or not isinstance(body.get("body"), str) \
+                or not body["body"].strip():
+            raise _PeerError(400, errors={"body": "The comment body is required."})
+        if not isinstance(body.get("public"), bool):
+            raise _PeerError(400, errors={"public": "expected true or false"})
+        return Comment(body["body"], body["public"])
 
     def _account(self, value: Any, field_name: str) -> str | None:
         if not isinstance(value, dict) or "accountId" not in value:
@@ -429,8 +481,9 @@ class FakeJira:
             "created": CREATED,
             "components": [],
             "labels": list(issue.labels),
-            "priority": {"name": "P3"},
-            "status": {"name": "Open"},
+            "priority": {"name": issue.priority} if issue.priority else None,
+            "status": {"name": issue.status} if issue.status else None,
+            SEVERITY_FIELD_ID: {"value": issue.severity} if issue.severity else None,
         }}
 
     def _render_account(self, account_id: str | None) -> dict | None:
@@ -443,7 +496,7 @@ class FakeJira:
                 "emailAddress": user.email, "displayName": user.display_name, "active": True}
 
 
-_REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized",
+_REASONS = {200: "OK", 201: "Created", 204: "No Content", 400: "Bad Request", 401: "Unauthorized",
             404: "Not Found", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 
