@@ -60,6 +60,9 @@ from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown, Problem
 
 PREPARED, APPLIED = "prepared", "applied"
 GO, NO_GRAND_LEADER, PENDING_INTENT = "go", "no_grand_leader", "pending_intent"
+# Fail closed (N§7.3): the slot changed between this execution's look and its lock (another
+# escalation got there first), or Jira no longer shows the expected target.
+SLOT_CHANGED, TARGET_CHANGED = "slot_changed", "target_changed"
 
 
 class EscalateAssignmentToLeader:
@@ -201,6 +204,9 @@ class EscalateAssignmentToLeader:
         if verdict == PENDING_INTENT:  # fail closed: another write may be in flight (N§7.3)
             warn(context, "escalation: another execution's escalation of this role is pending; "
                           "nothing written")
+        elif verdict in (SLOT_CHANGED, TARGET_CHANGED):
+            warn(context, f"escalation: {verdict.replace('_', ' ')} since this workflow looked; "
+                          "nothing written")
         run.checkpoint()
         return ActionResult.proceed()
 
@@ -241,11 +247,24 @@ def settle_slot(run: ActionRun, role: str, current: str) -> str | None:
 
 
 def _judge_under_lock(run: ActionRun, role: str, current: str) -> str:
-    if not _read_slot(run, role):
+    """Judge the slot for ``current`` and store what ``judge`` leaves.
+
+    ``current`` is what this workflow last read, perhaps before another escalation's write
+    landed. So a slot that would be cleared as "about someone else" is cleared only when a
+    fresh Jira read still shows ``current`` (N§7.3: only a target clearly seen to have changed
+    to D clears B's marker), and only when the slot under the lock is still the one looked at;
+    anything else fails closed."""
+    seen = _read_slot(run, role)
+    if _empty(seen):
         return GO  # nothing to judge: no row lock, no write
+    if _clears(seen, current) and _current(run, role) != current:
+        return TARGET_CHANGED
     verdict: list[str] = []
 
     def decide(slot: dict | None) -> dict | None:
+        if slot != seen:
+            verdict.append(SLOT_CHANGED)
+            return slot
         new, answer = judge(slot, current)
         verdict.append(answer)
         return new
@@ -255,19 +274,31 @@ def _judge_under_lock(run: ActionRun, role: str, current: str) -> str:
 
 
 def _persist_intent(run: ActionRun, role: str, intent: dict) -> str:
-    """Store ``intent`` (``go``) unless, under the lock, the slot no longer allows it
-    (another execution got there between the first look and now): that verdict."""
+    """Store ``intent`` (``go``) only into a slot still empty: the first look cleared or found
+    nothing, so anything there now is another escalation's, never to be overwritten; its
+    verdict (``no_grand_leader`` completing it, ``pending_intent``) or ``slot_changed``."""
     verdict: list[str] = []
 
     def put(slot: dict | None) -> dict | None:
+        if _empty(slot):
+            verdict.append(GO)
+            return {"escalation_intent": dict(intent), "auto_escalated_to_account_id": None}
         new, answer = judge(slot, intent["from_account_id"])
-        verdict.append(answer)
-        if answer != GO:
-            return new
-        return {"escalation_intent": dict(intent), "auto_escalated_to_account_id": None}
+        verdict.append(SLOT_CHANGED if answer == GO else answer)
+        return slot if answer == GO else new
 
     _update(run, role, put)
     return verdict[-1]
+
+
+def _empty(slot: dict | None) -> bool:
+    return not _intent(slot) and not (slot or {}).get("auto_escalated_to_account_id")
+
+
+def _clears(slot: dict | None, current: str) -> bool:
+    """Whether ``judge`` would clear a non-empty slot as being about someone else."""
+    new, answer = judge(slot, current)
+    return answer == GO and not _empty(slot) and _empty(new)
 
 
 def _mark_applied(slot: dict | None, intent: dict) -> dict:
