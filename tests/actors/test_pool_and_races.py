@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pykka
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import Harness, rule
 from ticket_dispatcher.actors.messages import Enqueue
-from ticket_dispatcher.actors.pool import ExecutionPool
+from ticket_dispatcher.actors.pool import ExecutionPool, SlotQueue
 from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.domain.actions.base import ActionRegistry
@@ -248,3 +249,32 @@ def test_cancel_a_finished_execution_is_a_conflict(make_harness):
 
     with pytest.raises(Conflict):
         h.runtime.cancel(execution_id, "too late")
+
+
+# -- the slot queue: new work and wakes take turns --------------------------------------------
+
+
+def test_new_work_and_wakes_take_turns_for_a_free_slot_each_in_arrival_order():
+    queue, at = SlotQueue(), ManualClock().now()
+    for execution_id in (1, 2, 3, 4):
+        queue.push(execution_id, at, wake=True)
+    queue.push(10, at)
+    queue.push(11, at)
+
+    order = [queue.pop() for _ in range(len(queue))]
+
+    assert order == [10, 1, 11, 2, 3, 4]  # a dispatch waits behind at most one wake
+
+
+def test_the_slot_queue_knows_its_members_and_its_oldest_arrival():
+    clock = ManualClock()
+    queue = SlotQueue()
+    queue.push(1, clock.now(), wake=True)
+    clock.advance(5)
+    queue.push(2, clock.now())
+
+    assert (len(queue), 1 in queue, 3 in queue) == (2, True, False)
+    assert queue.oldest() == clock.now() - timedelta(seconds=5)
+    queue.pop()
+    queue.pop()
+    assert (len(queue), queue.oldest()) == (0, None)
