@@ -11,8 +11,8 @@ never around an external call::
 
 ``execute`` (re-entered after a restart, N§8.2):
 
-1. this execution's own ``prepared`` intent in the slot → reconcile it by the Jira current
-   target (= to: applied; = from: the guarded write again; other: superseded), never choosing
+1. this execution's own ``prepared`` (or ``applied``, its outcome not yet saved) intent in
+   the slot → reconcile it by the Jira current target (= to: applied; = from: the guarded write again; other: superseded), never choosing
    another leader (N§7.3);
 2. the fresh guard (N§7.1 step 1): ACK → ACK comment once → terminate; invalidated → terminate;
 3. the slot (N§7.3): a ``prepared|applied`` intent whose ``to`` is the current target is
@@ -91,8 +91,12 @@ class EscalateAssignmentToLeader:
             return ActionResult.proceed()
         role = context["expected"]["role"]
         intent = _intent(_read_slot(run, role))
-        if _pending(intent) and intent["owner_execution_id"] == run.execution.id:
-            return self._guarded_write(run, context, intent)  # N§8.2: reconcile, same leader
+        # N§8.2: this execution's own intent, prepared or already applied (the process died
+        # before saving the outcome), is reconciled with the same leader: the marker and the
+        # wake-up are completed, never a new leader chosen
+        if intent and intent.get("state") in (PREPARED, APPLIED) and \
+                intent["owner_execution_id"] == run.execution.id:
+            return self._guarded_write(run, context, intent)
         rule, action = find_action(run.execution, run.context)
         if decided(run, context, _previous_pending_statuses(rule, action.index)):
             return end_workflow(run, context)
