@@ -108,3 +108,17 @@ def test_replacement_in_the_same_family_shares_the_live_lock(make_harness):
 
     assert len(first.execution_ids) == 1
     assert second.status is TriggerStatus.PENDING  # deferred: the family is busy
+
+
+def test_an_explicit_live_run_of_a_notification_policy_is_refused_while_the_switch_is_off(
+        make_harness):
+    h = make_harness(*notification_stand_ins(park_for=60))
+    policy = notification_policy(h)
+    h.jira.put(issue(labels=("notify-assignee",)))
+
+    live = h.post_trigger(policy_id=policy.id)
+    dry = h.post_trigger(policy_id=policy.id, dryrun={"overwrite_data": {}})
+
+    assert (live.status, live.execution_ids) == (TriggerStatus.COMPLETED, [])
+    assert live.failure_reason == "assignment notification disabled"
+    assert len(dry.execution_ids) == 1  # a dry-run never cards or pages: it may still run

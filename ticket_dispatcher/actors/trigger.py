@@ -22,7 +22,7 @@ from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
 from ticket_dispatcher.domain.execution import Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
-from ticket_dispatcher.domain.matching import match_policies
+from ticket_dispatcher.domain.matching import is_notification_policy, match_policies
 from ticket_dispatcher.errors import CallAbandoned, DispatcherError, NotFound
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,11 @@ class TriggerProcessor:
             except NotFound as exc:
                 store.triggers.fail(trigger.id, f"policy load failed: {exc.message}", now)
                 return "failed"
+            # The switch is a kill switch: no explicit live run may card or page either.
+            if trigger.dryrun is None and not self._deps.config.notifications.enabled \
+                    and is_notification_policy(policies[0]):
+                store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED)
+                return "completed"
         else:
             policies = match_policies(store.policies.list_active(), trigger.source, issue)
         if not policies:
