@@ -111,11 +111,18 @@ def _attempt(action: ActionExecution) -> str:
 
 
 def _action_result(action: ActionExecution) -> str:
+    """The external call's own result when it was made (a page accepted and then cancelled
+    in its wait still paged someone), else the action's."""
+    context = _context(action)
+    if action.type != ESCALATE:
+        status = context.get({CARD: "card_status", URGENT: "urgent_status",
+                              PAGE: "page_status"}[action.type])
+        if status in _CALL_RESULTS:
+            return _CALL_RESULTS[status]
     if action.status is ActionStatus.FAILED:
         return "failed"
     if action.status in (ActionStatus.SKIPPED, ActionStatus.PENDING):
         return "skipped"
-    context = _context(action)
     if action.type == ESCALATE:
         outcome, reason = context.get("outcome"), context.get("reason", "")
         if outcome == "escalated":
@@ -123,9 +130,7 @@ def _action_result(action: ActionExecution) -> str:
         if outcome == "failed" or reason.startswith("the leader could not be looked up"):
             return "failed"
         return "skipped"
-    status = context.get({CARD: "card_status", URGENT: "urgent_status",
-                          PAGE: "page_status"}[action.type])
-    return _CALL_RESULTS.get(status, "skipped")
+    return "skipped"  # succeeded without a call: no card to mark urgent, an ACK first
 
 
 def _page_wait(action: ActionExecution, context: dict) -> float | None:
