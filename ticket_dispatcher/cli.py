@@ -144,7 +144,7 @@ def _add_policy_test(commands: Any, common: argparse.ArgumentParser) -> None:
         "--issue",
         required=True,
         metavar="ISSUE.json",
-        help="a Jira issue (GET /rest/api/2/issue/{key}) or an issue snapshot (SPEC §4.1)",
+        help="a Jira issue (GET /rest/api/2/issue/{key}) or an issue snapshot",
     )
     test.add_argument("--now", metavar="RFC3339", help="business time (default: now, UTC)")
     test.add_argument("--json", action="store_true", help="machine-readable output")

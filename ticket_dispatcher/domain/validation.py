@@ -237,12 +237,12 @@ def _check_notification_family(raw: dict, registry: ActionRegistry, problems: Pr
         _check_role_labels(trigger.get("issue_label_all", []), role, problems)
     if trigger.get("project_key_in", []) == []:
         problems.rule("trigger.project_key_in", "an assignment-notification policy must list "
-                      "its projects (N§5.4)")
+                      "its projects")
     for path, action in actions:
         _check_notification_action(action, path, role, registry, problems)
     if len(rules) != 2:
         problems.rule("rules", "an assignment-notification policy has exactly two rules: "
-                      "the notification rule and the urgent rule (N§5.2)")
+                      "the notification rule and the urgent rule")
         return
     first, second = _run_order(rules, problems)
     _check_notice_rule(rules[first], f"rules[{first}]", problems)
@@ -275,14 +275,14 @@ def _reject_notification_actions(actions: list[tuple[str, dict]], problems: Prob
         if is_notification_action_type(action.get("type")):
             problems.rule(f"{path}.type", f"{quote(action['type'])} is only allowed in an "
                           "assignment-notification policy, whose trigger.source_in is exactly "
-                          "one reserved source (SPEC §6)")
+                          "one reserved source")
 
 
 def _reject_reserved_sources(sources: Any, problems: Problems) -> None:
     for index, source in enumerate(sources if isinstance(sources, list) else ()):
         if is_reserved_source(source):
             problems.rule(f"trigger.source_in[{index}]", f"reserved source {quote(source)} is only "
-                          "for assignment-notification policies (N§3.3)")
+                          "for assignment-notification policies")
 
 
 def _role_for(sources: Any) -> NotificationRole | None:
@@ -296,11 +296,11 @@ def _check_role_labels(labels: Any, role: NotificationRole, problems: Problems) 
         return  # already a shape problem
     if role.label not in labels:
         problems.rule("trigger.issue_label_all", f"must contain {quote(role.label)}, the pending "
-                      f"marker of {role.source} (N§3.4, N§5.1)")
+                      f"marker of {role.source}")
     for other in NOTIFICATION_ROLES:
         if other is not role and other.label in labels:
             problems.rule("trigger.issue_label_all", f"{quote(other.label)} is the marker of "
-                          f"{other.source}; roles must not cross (N§3.3)")
+                          f"{other.source}; roles must not cross")
 
 
 def _check_notification_action(
@@ -355,12 +355,12 @@ def _check_notice_rule(rule: Any, path: str, problems: Problems) -> None:
         and isinstance(then[0], dict) and then[0].get("type") == _SEND
     )
     if isinstance(then, list) and not only_send:
-        problems.rule(f"{path}.then", f"the first rule runs exactly one {_SEND} action (N§5.4)")
+        problems.rule(f"{path}.then", f"the first rule runs exactly one {_SEND} action")
     transition = rule.get("transition")
     on_success = transition.get("on_success") if isinstance(transition, dict) else None
     if on_success != OnSuccess.CONTINUE:
         problems.rule(f"{path}.transition.on_success", "the first rule must continue so the "
-                      "urgent rule is evaluated (N§5.2)")
+                      "urgent rule is evaluated")
 
 
 def _check_urgent_rule(rule: Any, path: str, problems: Problems) -> None:
@@ -373,7 +373,7 @@ def _check_urgent_rule(rule: Any, path: str, problems: Problems) -> None:
     )
     if "when" in rule and not is_urgency_leaf:
         problems.rule(f"{path}.when", 'the urgent rule\'s condition must be one "in" leaf on '
-                      + " or ".join(URGENCY_FIELDS) + " (N§5.4)")
+                      + " or ".join(URGENCY_FIELDS))
     then = rule.get("then")
     for k, action in enumerate(then if isinstance(then, list) else ()):
         if isinstance(action, dict) and action.get("type") == _SEND:

@@ -53,7 +53,7 @@ def _bind_trigger(raw) -> tuple[str, str, int | None, dict | None]:
         problems.append(Problem("policy_id", "must be a positive policy id"))
     if policy_id is not None and reserved_role(body["source"]):
         problems.append(Problem("policy_id", "a reserved source is routed by policy matching; "
-                                             "it cannot name a policy (N§3.2)"))
+                                             "it cannot name a policy"))
     if problems:
         raise InvalidInput("the trigger is not valid", problems)
     return body["source"], issue_key, policy_id, dryrun

@@ -352,7 +352,7 @@ def _condition_schemas() -> dict:
     leaves = _leaf_variants()
     return {
         "Condition": {
-            "description": "A composite (always, all, any, not) or a leaf (SPEC §4.3); all, "
+            "description": "A composite (always, all, any, not) or a leaf; all, "
                            f"any and not nest at most {MAX_CONDITION_DEPTH} levels",
             "oneOf": [_ref(name) for name in ("Always", "All", "Any", "Not", *leaves)]},
         "Always": _object({"always": {"type": "boolean", "enum": [True]}}),
@@ -466,7 +466,7 @@ def _policy_schemas() -> dict:
                                   "project_key_in": STRINGS, "issue_label_all": STRINGS}),
         "Rule": _object({
             "id": ID, "name": {"type": "string"}, "priority": INT32,
-            "when": {"type": "object", "description": "The condition as saved (SPEC §4.3)"},
+            "when": {"type": "object", "description": "The condition as saved"},
             "then": {"type": "array", "items": _object({"type": {"type": "string"}}, ["type"],
                                                        closed=False)},
             "transition": _object({"on_success": _enum(catalog.OnSuccess)})},
