@@ -12,8 +12,8 @@ never around an external call::
 ``execute`` (re-entered after a restart, N§8.2):
 
 1. this execution's own ``prepared`` (or ``applied``, its outcome not yet saved) intent in
-   the slot → reconcile it by the Jira current target (= to: applied; = from: the guarded write again; other: superseded), never choosing
-   another leader (N§7.3);
+   the slot → reconcile it by the Jira current target (= to: applied; = from: the guarded
+   write again; other: superseded), never choosing another leader (N§7.3);
 2. the fresh guard (N§7.1 step 1): ACK → ACK comment once → terminate; invalidated → terminate;
 3. the slot (N§7.3): a ``prepared|applied`` intent whose ``to`` is the current target is
    completed to ``applied`` + marker, and like a marker equal to the current target blocks
