@@ -1,0 +1,422 @@
+"""Parked ACK waits: what 1,000 executions waiting in ``page_assignment`` cost (issue 10).
+
+SPEC §3 says a parked execution holds no slot and a scheduler timer wakes it at ``wake_at``;
+§8.2 and N§6.4 make every urgent notification such a wait, polled every ``poll_interval``.
+This bench parks ``--executions`` of them at once and prints, idle next to loaded:
+
+- the latency of ordinary assign dispatches fired at a steady ``--rate`` for ``--duration``
+  (the POST sent to the execution's ``completed_at``, read from the API once it is terminal;
+  same machine, same system clock), p50/p95;
+- the server's resident memory (``VmRSS`` from ``/proc/PID/status``) and its CPU use;
+- how late a parked execution really wakes against its ``wake_at``, p50/p99.
+
+The service runs as a real ``python -m ticket_dispatcher serve --sandbox`` process (temporary
+SQLite file, ``execution_slots`` 10, real time, trigger rate limit off, authentication off as
+the sandbox has it), not in-process: the RSS and CPU figures must be the server's alone, not
+the server's plus this client's threads and responses.
+
+The notification policy is the example ``priority-assignee`` family the sandbox activates
+(poll 5 s, ACK timeout 5 min), unchanged: 5 s is the production poll, and no execution reaches
+its deadline before the run ends, so all of them stay in attempt 1's wait. Its issues are
+GTOC-1000…, P0 in ``Todo`` with ``notify-assignee`` and an assignee with a phone; nobody
+reads a card, so nothing ACKs. The assign dispatches use TCID issues at P3, which the example
+assign policy round-robins to alice, bob and carol (no time window involved).
+
+Wake lateness comes from persisted state: ``page_assignment`` parks until
+``run.now + poll_interval`` and the step saves that as the execution's ``wake_at``, so when an
+execution's ``wake_at`` moves from W to W', its poll ran at ``W' - poll_interval``; lateness is
+that minus W. It covers the scheduler timer, the pool's inbox, the wait for a free slot, the
+actor start and the checkpoint and issue loads before the poll. The bench reads
+``dispatch_executions`` from the SQLite file (WAL: a reader never blocks the server) every
+``--sample`` seconds, far below the 5 s between two wakes of one execution, so no move is
+missed. (The admin view lists only the 50 soonest parked executions, too few to follow 1,000.)
+
+Once the executions park faster than the pool can run their polls (``--executions`` /
+``poll_interval`` wakes per second are asked for), the wakes queue in the pool's one FIFO queue,
+ahead of new executions. The loop is closed (a late poll parks again later), so the queue
+settles where lateness ~ executions / wakes-per-second-served - poll_interval, and an ordinary
+dispatch waits about that long too. ``pool queue`` and ``wakes/s`` in the output show it.
+
+Caveat: the sandbox fakes (Jira, Lark, Oncall, Core) are served by the same process and its
+HTTP threads, so every poll's Jira and Lark reads also cost the server CPU and memory that a
+real deployment spends elsewhere; the RSS includes the fake world's issues, cards and pages.
+
+    python bench/parked_waits.py [--executions 1000] [--rate 5] [--duration 30]
+                                 [--settle 10] [--sample 0.5] [--http-threads 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import requests
+from databases import fresh_database
+from intake import cpu_seconds, free_port, wait_ready
+
+from ticket_dispatcher.timeutil import parse_duration, parse_rfc3339
+
+ROOT = Path(__file__).resolve().parents[1]
+API = "/api/v1/ticketmanager"
+NOTIFY_POLICY = ROOT / "ops/examples/policies/priority-assignee.json"
+ASSIGNEES = ("alice@example.com", "bob@example.com", "dave@example.com", "eve@example.com")
+TERMINAL = ("succeeded", "failed")
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+class Server:
+    """``serve --sandbox`` in its own process; its stderr goes to a file shown on failure."""
+
+    def __init__(self, database_url: str, tmp: Path, http_threads: int):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tmp / "server.log"
+        env = dict(os.environ, TICKET_DISPATCHER_DATABASE_URL=database_url,
+                   TICKET_DISPATCHER_EXECUTION_SLOTS="10",
+                   TICKET_DISPATCHER_HTTP_TRIGGER_RATE="0",
+                   # the sandbox Jira/Lark/Oncall are served by these same threads
+                   TICKET_DISPATCHER_HTTP_THREADS=str(http_threads),
+                   TICKET_DISPATCHER_LOG_LEVEL="WARNING")
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "ticket_dispatcher", "serve", "--sandbox",
+                 "--port", str(self.port)], env=env, cwd=ROOT, stderr=log,
+                stdout=subprocess.DEVNULL)
+        try:
+            wait_ready(f"{self.url}/readyz", timeout=60)
+        except BaseException:
+            self.stop()
+            raise
+
+    def rss_mib(self) -> tuple[float, float]:
+        """(VmRSS, VmHWM) in MiB: resident now, and the peak so far."""
+        fields = dict(line.split(":", 1) for line in
+                      Path(f"/proc/{self.process.pid}/status").read_text().splitlines())
+        return tuple(int(fields[name].split()[0]) / 1024 for name in ("VmRSS", "VmHWM"))
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.process.pid)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+# -- setting up the world -----------------------------------------------------------------------
+
+
+def in_threads(work, items, threads: int = 8) -> list:
+    local = threading.local()
+
+    def run(item):
+        if not hasattr(local, "session"):
+            local.session = requests.Session()
+        return work(local.session, item)
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(run, items))
+
+
+def create_issues(url: str, bodies: list[dict]) -> None:
+    in_threads(lambda session, body: session.post(
+        f"{url}/sandbox/_control/issues", json=body, timeout=30).raise_for_status(), bodies)
+
+
+def notification_issue(n: int) -> dict:
+    return {"key": f"GTOC-{1000 + n}", "summary": "bench: payment gateway down",
+            "priority": "P0", "status": "Todo", "labels": ["notify-assignee"],
+            "assignee_email": ASSIGNEES[n % len(ASSIGNEES)]}
+
+
+def assign_issue(key: str) -> dict:
+    return {"key": key, "summary": "bench: invoice shows the wrong currency", "priority": "P3",
+            "status": "WAITING FOR FIRST RESPONSE", "labels": ["auto-dispatch"]}
+
+
+def post_trigger(session: requests.Session, url: str, source: str, key: str) -> int:
+    response = session.post(f"{url}{API}/dispatch/triggers", timeout=30,
+                            json={"source": source, "input": {"issue_key": key}})
+    response.raise_for_status()
+    return response.json()["id"]
+
+
+def actors(url: str) -> dict:
+    return requests.get(f"{url}{API}/admin/actors", timeout=30).json()
+
+
+# -- persisted wake times -----------------------------------------------------------------------
+
+
+class WakeWatcher(threading.Thread):
+    """Follows every parked execution's ``wake_at`` in the database; each move W -> W' is one
+    poll that ran at ``W' - poll`` (see the module docstring), ``lateness = W' - poll - W``."""
+
+    def __init__(self, sqlite_path: str, poll: timedelta, interval: float):
+        super().__init__(daemon=True)
+        self._db = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True,
+                                   check_same_thread=False, timeout=10)
+        self._poll, self._interval = poll, interval
+        self._last: dict[int, datetime] = {}
+        self._halt = threading.Event()
+        self.phase = ""  # samples are kept only while a phase is named
+        self._phase_started = 0.0
+        self.lateness: dict[str, list[float]] = {}
+        self.seconds: dict[str, float] = {}  # how long each phase lasted
+
+    def begin(self, phase: str) -> None:
+        self.end()
+        self.phase, self._phase_started = phase, time.perf_counter()
+        self.lateness.setdefault(phase, [])
+
+    def end(self) -> None:
+        if self.phase:
+            self.seconds[self.phase] = time.perf_counter() - self._phase_started
+        self.phase = ""
+
+    def waiting(self) -> int:
+        """Executions that have parked at least once and still wait (``wake_at`` set)."""
+        return self._db.execute("SELECT count(*) FROM dispatch_executions WHERE status = "
+                                "'executing' AND wake_at IS NOT NULL").fetchone()[0]
+
+    def run(self) -> None:
+        while not self._halt.wait(self._interval):
+            rows = self._db.execute("SELECT id, wake_at FROM dispatch_executions WHERE status "
+                                    "= 'executing' AND wake_at IS NOT NULL").fetchall()
+            for execution_id, text in rows:
+                wake_at = datetime.fromisoformat(text)
+                before = self._last.get(execution_id)
+                self._last[execution_id] = wake_at
+                if before is not None and wake_at != before and self.phase:
+                    ran_at = wake_at - self._poll
+                    self.lateness[self.phase].append(
+                        (ran_at - before).total_seconds() * 1000)
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.ident is not None:  # started
+            self.join(5)
+        self._db.close()
+
+
+# -- assign dispatches at a steady rate ---------------------------------------------------------
+
+
+def fire(url: str, keys: list[str], rate: float) -> list[tuple[int, datetime]]:
+    """Open loop: POST ``i`` is sent at ``i / rate`` from a pool, so a slow answer delays no
+    later one; each trigger's id with the wall-clock time its POST was sent."""
+    local = threading.local()
+
+    def one(key: str) -> tuple[int, datetime]:
+        if not hasattr(local, "session"):
+            local.session = requests.Session()
+        sent = datetime.now(UTC)
+        return post_trigger(local.session, url, "jira_automation", key), sent
+
+    futures: list[Future] = []
+    with ThreadPoolExecutor(32) as pool:
+        start = time.perf_counter()
+        for n, key in enumerate(keys):
+            time.sleep(max(0.0, start + n / rate - time.perf_counter()))
+            futures.append(pool.submit(one, key))
+        return [future.result() for future in futures]
+
+
+def outcomes(url: str, fired: list[tuple[int, datetime]], timeout: float,
+             ) -> list[tuple[float, str]]:
+    """(milliseconds from the POST to the execution's ``completed_at``, final status) of each
+    dispatch. One slow poller, not one tight poller per dispatch: pollers share the HTTP
+    threads with the sandbox fakes, and a first version polling every 10 ms from 64 threads
+    slowed the very executions it timed. The server stamps ``completed_at`` from the same
+    system clock as ``sent``."""
+    deadline = time.monotonic() + timeout
+    results = []
+    with requests.Session() as session:
+        for trigger_id, sent in fired:
+            trigger = wait_for(session, f"{url}{API}/dispatch/triggers/{trigger_id}",
+                               ("completed", "failed"), deadline)
+            ids = trigger["output"]["execution_ids"]
+            if not ids:
+                results.append((float("nan"), f"trigger {trigger['status']}, no execution"))
+                continue
+            execution = wait_for(session, f"{url}{API}/dispatch/executions/{ids[0]}", TERMINAL,
+                                 deadline)
+            done = parse_rfc3339(execution["completed_at"])
+            results.append(((done - sent).total_seconds() * 1000, execution["status"]))
+    return results
+
+
+def wait_for(session: requests.Session, url: str, statuses: tuple[str, ...],
+             deadline: float) -> dict:
+    while True:
+        body = session.get(url, timeout=30).json()
+        if body["status"] in statuses:
+            return body
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{url} still {body['status']}; giving up")
+        time.sleep(0.5)
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def measure_phase(server: Server, keys: list[str], rate: float, timeout: float) -> dict:
+    """Fire the assign dispatches and wait for all of them; the pool as the admin view saw it
+    every second meanwhile."""
+    cpu, wall = server.cpu(), time.perf_counter()
+    pool: list[dict] = []
+    stop = threading.Event()
+
+    def sample_pool() -> None:
+        while not stop.wait(1):
+            pool.append(actors(server.url)["pool"])
+
+    sampler = threading.Thread(target=sample_pool, daemon=True)
+    sampler.start()
+    results = outcomes(server.url, fire(server.url, keys, rate), timeout)
+    stop.set()
+    sampler.join()
+    wall = time.perf_counter() - wall
+    latencies = [ms for ms, status in results if status == "succeeded"]
+    return {"count": len(results), "failed": len(results) - len(latencies),
+            "p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
+            "max": max(latencies, default=float("nan")),
+            "cpu": 100 * (server.cpu() - cpu) / wall, "rss": server.rss_mib(),
+            "parked": _range(sample["parked"] for sample in pool),
+            "queue": _range(sample["queue_length"] for sample in pool)}
+
+
+def _range(values) -> tuple[int, int]:
+    values = list(values)
+    return min(values, default=0), max(values, default=0)
+
+
+def park_all(server: Server, watcher: WakeWatcher, count: int, timeout: float) -> float:
+    """Post the reserved-source triggers; seconds until every execution waits for an ACK."""
+    started = time.perf_counter()
+    in_threads(lambda session, n: post_trigger(session, server.url, "jira_assignment_assignee",
+                                               f"GTOC-{1000 + n}"), range(count))
+    while watcher.waiting() < count:
+        if time.perf_counter() - started > timeout:
+            raise SystemExit(f"only {watcher.waiting()} of {count} executions parked after "
+                             f"{timeout:.0f} s; see the server log")
+        time.sleep(0.5)
+    return time.perf_counter() - started
+
+
+def run(args: argparse.Namespace) -> None:
+    policy = json.loads(NOTIFY_POLICY.read_text())
+    page = next(action["page_assignment"] for rule in policy["rules"] for action in rule["then"]
+                if action["type"] == "page_assignment")
+    poll, ack_timeout = parse_duration(page["poll_interval"]), parse_duration(page["ack_timeout"])
+    per_phase = max(1, round(args.rate * args.duration))
+    with tempfile.TemporaryDirectory() as tmp, fresh_database(None) as database_url:
+        server = Server(database_url, Path(tmp), args.http_threads)
+        watcher = WakeWatcher(database_url.removeprefix("sqlite:///"), poll, args.sample)
+        try:
+            rss_start = server.rss_mib()
+            idle_keys = [f"TCID-{10000 + n}" for n in range(per_phase)]
+            loaded_keys = [f"TCID-{20000 + n}" for n in range(per_phase)]
+            create_issues(server.url, [assign_issue(key) for key in idle_keys + loaded_keys]
+                          + [notification_issue(n) for n in range(args.executions)])
+            idle = measure_phase(server, idle_keys, args.rate, args.ramp_timeout)
+            watcher.start()
+            first_page = time.perf_counter()
+            ramp = park_all(server, watcher, args.executions, args.ramp_timeout)
+            view = actors(server.url)
+            watcher.begin("parked only")
+            time.sleep(args.settle)
+            watcher.begin("parked + dispatches")
+            loaded = measure_phase(server, loaded_keys, args.rate, args.ramp_timeout)
+            watcher.end()
+            ran = timedelta(seconds=time.perf_counter() - first_page)
+        except BaseException:
+            sys.stderr.write(server.log.read_text()[-4000:])
+            raise
+        finally:
+            server.stop()  # first: a failing watcher must not leave the server running
+            watcher.stop()
+    if ran >= ack_timeout - poll:  # a wait clamped at its deadline breaks W' - poll
+        print(f"warning: the run outlasted the ACK timeout ({page['ack_timeout']}); "
+              "some lateness samples may be wrong")
+    report(args, page, idle, loaded, rss_start, ramp, view, watcher, poll)
+
+
+def report(args, page, idle, loaded, rss_start, ramp, view, watcher, poll) -> None:
+    n = args.executions
+    print(f"{n} urgent notification executions parked in page_assignment (poll "
+          f"{page['poll_interval']}, ACK timeout {page['ack_timeout']}), execution_slots 10, "
+          f"SQLite, serve --sandbox (fakes in the same process, http.threads "
+          f"{args.http_threads})")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"all {n} were in their ACK wait {ramp:.1f} s after the first trigger; admin/actors "
+          f"then: parked "
+          f"{view['pool']['parked']}, busy {view['pool']['busy']}, queue "
+          f"{view['pool']['queue_length']}, timers {view['scheduler']['timers']}")
+    print()
+    print(f"assign dispatches at {args.rate:g}/s for {args.duration:g} s "
+          "(POST sent -> execution completed_at)")
+    print(f"  {'':28}{'idle':>14}{f'{n} parked':>16}")
+    rows = [("dispatches (failed)", lambda p: f"{p['count']} ({p['failed']})"),
+            ("latency p50", lambda p: f"{p['p50']:.0f} ms"),
+            ("latency p95", lambda p: f"{p['p95']:.0f} ms"),
+            ("latency max", lambda p: f"{p['max']:.0f} ms"),
+            ("pool parked (min-max)", lambda p: f"{p['parked'][0]}-{p['parked'][1]}"),
+            ("pool queue (min-max)", lambda p: f"{p['queue'][0]}-{p['queue'][1]}"),
+            ("server CPU", lambda p: f"{p['cpu']:.0f}% of a core"),
+            ("server VmRSS at end", lambda p: f"{p['rss'][0]:.1f} MiB"),
+            ("server VmHWM (peak)", lambda p: f"{p['rss'][1]:.1f} MiB")]
+    for name, cell in rows:
+        print(f"  {name:28}{cell(idle):>14}{cell(loaded):>16}")
+    print(f"  (VmRSS right after start: {rss_start[0]:.1f} MiB)")
+    print()
+    expected = n / poll.total_seconds()
+    print(f"wake lateness: the poll's start minus its wake_at (expected {expected:.0f} wakes/s)")
+    print(f"  {'phase':22}{'wakes':>7}{'wakes/s':>9}{'p50':>10}{'p99':>10}{'max':>10}")
+    for phase, values in watcher.lateness.items():
+        print(f"  {phase:22}{len(values):7}{len(values) / watcher.seconds[phase]:9.0f}"
+              f"{percentile(values, 50):8.0f}ms{percentile(values, 99):8.0f}ms"
+              f"{max(values, default=float('nan')):8.0f}ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executions", type=int, default=1000, help="parked notifications")
+    parser.add_argument("--rate", type=float, default=5, help="assign dispatches per second")
+    parser.add_argument("--duration", type=float, default=30,
+                        help="seconds of assign dispatches, idle and again loaded")
+    parser.add_argument("--settle", type=float, default=10,
+                        help="seconds of wake sampling with only the parked executions")
+    parser.add_argument("--sample", type=float, default=0.5,
+                        help="seconds between two reads of the parked executions' wake_at")
+    parser.add_argument("--http-threads", type=int, default=16)
+    parser.add_argument("--ramp-timeout", type=float, default=180,
+                        help="give up when not every execution has parked after this")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
