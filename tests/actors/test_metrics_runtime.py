@@ -187,3 +187,44 @@ def test_pool_gauges_show_the_parked_wait_with_its_slot_free(world):
 
     assert value(world, "pool_slots") == 10
     assert (value(world, "pool_busy"), value(world, "pool_parked")) == (0, 1)
+
+
+# -- logs an operator can follow (N§12) -----------------------------------------------------
+
+
+def test_each_notification_step_logs_one_line_with_the_context_keys(world, caplog):
+    caplog.set_level("INFO", logger="ticket_dispatcher")
+    execution_id = start_urgent(world)
+    world.lark.readers[f"om_td-{execution_id}-0-0"] = ["ou_alice"]
+    world.advance(POLL)
+
+    steps = [r for r in caplog.records if r.name == "ticket_dispatcher.notification"]
+    assert [r.getMessage() for r in steps] == [
+        "card sent", "notification comment written", "urgent sent", "page accepted",
+        "notification comment written", "assignment acknowledged", "ack comment written"]
+    for record in steps:
+        assert (record.issue_key, record.execution_id, record.role, record.source,
+                record.target_account_id) == ("TCID-1", execution_id, "assignee", ASSIGNEE,
+                                              "acc-alice")
+    page_line = steps[3]
+    assert (page_line.attempt, page_line.deadline) == (
+        1, page_context(world.execution(execution_id))["deadline"])
+    assert steps[5].reason == "read"
+    [finished] = [r for r in caplog.records if r.getMessage() == "execution finished"]
+    assert (finished.status, finished.failure_code, finished.execution_id) == (
+        "succeeded", "", execution_id)
+    assert finished.duration_seconds == POLL
+
+
+def test_a_timed_out_wait_and_a_failed_page_log_warnings(world, caplog):
+    caplog.set_level("INFO", logger="ticket_dispatcher")
+    world.oncall.outcomes = [PageResult(PageOutcome.FAILED, call_error="no_phone_number")]
+    start_urgent(world)
+    for _ in range(TIMEOUT // POLL):
+        world.advance(POLL)
+
+    warnings = [(r.getMessage(), r.reason) for r in caplog.records
+                if r.name == "ticket_dispatcher.notification" and r.levelname == "WARNING"]
+    assert warnings == [
+        ("page failed", "page attempt 1: not accepted (no phone number)"),
+        ("ACK wait timed out", "timeout")]

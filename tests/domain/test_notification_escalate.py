@@ -119,6 +119,17 @@ def test_three_timeouts_escalate_only_to_the_direct_leader_intent_first():
     assert world.triggers.ensured == [("jira_assignment_assignee", "TCID-1")]
 
 
+def test_the_hop_is_logged_with_its_from_and_to_accounts(caplog):
+    caplog.set_level("INFO", logger="ticket_dispatcher.notification")
+    world = EscalateWorld()
+
+    world.finish()
+
+    [hop] = [r for r in caplog.records if r.getMessage() == "escalated to the direct leader"]
+    assert (hop.escalation_from, hop.escalation_to, hop.role, hop.issue_key) == (
+        "acc-alice", "acc-bob", "assignee", "TCID-1")
+
+
 def test_l2_role_escalation_writes_the_l2_field_into_its_own_slot():
     world = EscalateWorld()
     world.execution = _execution()

@@ -11,6 +11,7 @@ by the later actions (see ``rule1_context``): ``snapshot`` (``role``, ``label``,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,8 @@ from ticket_dispatcher.domain.conditions import ConditionError, evaluate
 from ticket_dispatcher.domain.execution import ActionExecution, Execution, RuleExecution
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown
+
+log = logging.getLogger("ticket_dispatcher.notification")
 
 SEND = ActionType.SEND_ASSIGNMENT_NOTIFICATION.value
 PAGE = ActionType.PAGE_ASSIGNMENT.value
@@ -112,6 +115,26 @@ def warn(context: dict, text: str) -> None:
     context.setdefault("warnings", []).append(text)
 
 
+def log_step(run: ActionRun, context: dict, message: str, *, warning: bool = False,
+             **fields: Any) -> None:
+    """One log line per notification step (N§12): card, urgent, page attempt, comments, ACK,
+    invalidation, escalation, with the N§12 context keys. Only account IDs and the reason go
+    out: no email, phone number or message text."""
+    expected = context.get("expected") or context.get("snapshot") or {}
+    target = expected.get("target") or context.get("snapshot", {}).get("target") or {}
+    role = expected.get("role", "")
+    extra = {"issue_key": run.execution.issue_key, "trigger_id": run.execution.trigger_id,
+             "execution_id": run.execution.id, "policy_id": run.execution.policy_id,
+             "source": source_of(role) if role else "", "role": role,
+             "target_account_id": target.get("account_id", "")}
+    if "attempt" in context:
+        extra["attempt"] = context["attempt"]
+    if "deadline" in context:
+        extra["deadline"] = context["deadline"]
+    extra.update(fields)
+    (log.warning if warning else log.info)(message, extra=extra)
+
+
 def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], success: str,
          record: Callable[[Any], None] | None = None,
          status_of: Callable[[Any], str] | None = None) -> None:
@@ -130,6 +153,8 @@ def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], succ
         warn(context, f"{name}: interrupted after it started; not repeated (outcome unknown)")
         context[phase] = "finished"
         run.checkpoint()
+        log_step(run, context, f"{name.replace('_', ' ')} unknown", warning=True,
+                 reason="interrupted after it started; not repeated")
         return
     context[phase] = "started"
     run.checkpoint()
@@ -146,6 +171,11 @@ def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], succ
         warn(context, f"{name}: failed ({exc.message})")
     context[phase] = "finished"
     run.checkpoint()
+    done = context[status]
+    log_step(run, context, f"{name.replace('_', ' ')} {done}",
+             warning=done not in (success, "sent"),
+             reason=context["warnings"][-1] if done != success and context.get("warnings")
+             else "")
 
 
 def fresh_issue(run: ActionRun, context: dict, purpose: str) -> Issue | None:

@@ -43,6 +43,7 @@ from ticket_dispatcher.domain.actions.notification import validate_no_config
 from ticket_dispatcher.domain.actions.notification_common import (
     PAGE,
     find_action,
+    log_step,
     role_user,
     rule1_context,
     source_of,
@@ -147,6 +148,7 @@ class EscalateAssignmentToLeader:
         context["outcome"], context["reason"] = "no_leader", reason
         warn(context, f"escalation: {reason}; Jira not changed")
         run.checkpoint()
+        log_step(run, context, "escalation without a leader", warning=True, reason=reason)
         return None
 
     def _guarded_write(self, run: ActionRun, context: dict, intent: dict) -> ActionResult:
@@ -181,6 +183,8 @@ class EscalateAssignmentToLeader:
         context["intent"] = {**intent, "state": APPLIED}
         context["outcome"], context["wakeup_phase"] = "escalated", "required"
         run.checkpoint()
+        log_step(run, context, "escalated to the direct leader",
+                 escalation_from=intent["from_account_id"], escalation_to=intent["to_account_id"])
         _wake_up(run, context)
         return ActionResult.proceed()
 
@@ -201,6 +205,8 @@ class EscalateAssignmentToLeader:
         context["outcome"], context["reason"] = outcome, why
         warn(context, f"escalation: {why}; intent dropped")
         run.checkpoint()
+        log_step(run, context, f"escalation {outcome}", warning=True, reason=why,
+                 escalation_from=intent["from_account_id"], escalation_to=intent["to_account_id"])
         return ActionResult.proceed()
 
     def _blocked(self, run: ActionRun, context: dict, verdict: str) -> ActionResult:
@@ -212,6 +218,8 @@ class EscalateAssignmentToLeader:
             warn(context, f"escalation: {verdict.replace('_', ' ')} since this workflow looked; "
                           "nothing written")
         run.checkpoint()
+        log_step(run, context, "escalation blocked", warning=verdict != NO_GRAND_LEADER,
+                 reason=verdict)
         return ActionResult.proceed()
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.notification_common import (
     fresh_issue,
+    log_step,
     once,
     role_user,
     rule1_context,
@@ -75,6 +76,8 @@ def decided(run: ActionRun, context: dict, pending_statuses: list[str] | None) -
     context["outcome"] = "ack" if verdict.ack else "invalidated"
     context["reason"] = verdict.ack or verdict.invalidated
     run.checkpoint()
+    log_step(run, context, "assignment acknowledged" if verdict.ack
+             else "assignment notification invalidated", reason=context["reason"])
     return True
 
 

@@ -32,6 +32,7 @@ from ticket_dispatcher.domain.actions.notification import validate_page_config
 from ticket_dispatcher.domain.actions.notification_common import (
     ROLE_NAMES,
     find_action,
+    log_step,
     once,
     warn,
 )
@@ -117,6 +118,7 @@ class PageAssignment:
             return end_workflow(run, context)
         if run.now >= _deadline(context):
             context["outcome"] = "timeout"
+            log_step(run, context, "ACK wait timed out", warning=True, reason="timeout")
             return ActionResult.proceed()
         return self._park(run, context)
 
