@@ -118,3 +118,13 @@ def test_a_status_ack_after_the_page_is_seen_at_the_next_poll(world):
     ex = world.execution(execution_id)
     assert (page_context(ex)["outcome"], page_context(ex)["reason"]) == ("ack", "status")
     assert ex.status is ExecutionStatus.SUCCEEDED
+
+
+def test_each_poll_of_a_parked_wait_reads_the_issue_from_jira_once(world):
+    start(world)
+    before = len(world.jira.loads)
+
+    world.advance(POLL)
+
+    # the woken execution loads the live issue, and its guard uses that very answer
+    assert len(world.jira.loads) - before == 1

@@ -52,6 +52,7 @@ class ExecutionActor(TrackedActor):
         self._execution: Execution | None = None
         self._issue: Issue | None = None
         self._cancel_reason: str | None = None
+        self._issue_live = False  # the issue was loaded for the next step (SPEC §3 wake)
 
     def handle(self, message):
         if isinstance(message, Cancel):
@@ -86,8 +87,9 @@ class ExecutionActor(TrackedActor):
         if self._cancel_reason is not None:
             self._behavior.abort(execution, FailureCode.CANCELLED, self._cancel_reason)
             return self._report(Finished(self.execution_id))
+        live, self._issue_live = self._issue_live, False
         try:
-            step = self._behavior.step(execution, self._issue)
+            step = self._behavior.step(execution, self._issue, live=live)
         except Conflict:  # already terminal in the store (cancelled elsewhere)
             return self._report(Finished(self.execution_id))
         if step.kind is StepKind.ADVANCED:
@@ -118,6 +120,7 @@ class ExecutionActor(TrackedActor):
         if execution.load_attempts:
             store.executions.reset_load_attempts(execution.id)
         self._execution = execution
+        self._issue_live = True
         return True
 
     def _load_failed(self, execution: Execution, code: FailureCode, reason: str) -> bool:

@@ -69,7 +69,9 @@ class Behavior:
         self._now = now  # the runtime's Clock.now; domain/ imports nothing from actors/
         self._ports = ports if ports is not None else Ports()  # none wired: NotConfigured
 
-    def step(self, execution: Execution, issue: Issue) -> Step:
+    def step(self, execution: Execution, issue: Issue, *, live: bool = False) -> Step:
+        """One stage. ``live``: ``issue`` was loaded from Jira just before this step (not the
+        run's snapshot), so the step's first fresh read may use it."""
         if execution.status.terminal:
             return FINISHED
         if execution.status is ExecutionStatus.CREATED:
@@ -83,7 +85,7 @@ class Behavior:
                 continue
             action = _next_action(rule)
             if action is not None:
-                return self._run_action(execution, rule, action, issue)
+                return self._run_action(execution, rule, action, issue, live)
             if rule.on_success is OnSuccess.TERMINATE:
                 break
         return self._finish(execution)
@@ -116,7 +118,7 @@ class Behavior:
         return ADVANCED
 
     def _run_action(self, execution: Execution, rule: RuleExecution, action: ActionExecution,
-                    issue: Issue) -> Step:
+                    issue: Issue, live: bool = False) -> Step:
         if action.status is ActionStatus.PENDING:
             action.status = ActionStatus.EXECUTING
             action.started_at = self._now()
@@ -127,7 +129,8 @@ class Behavior:
                                      f"no executor for action type {action.type!r}")
         run = ActionRun(execution=execution, issue=issue, config=action.config,
                         context=action.context, now=self.business_now(execution),
-                        ports=self._ports, checkpoint=lambda: self._save(execution, [rule]))
+                        ports=self._ports, checkpoint=lambda: self._save(execution, [rule]),
+                        live_issue=issue if live else None)
         if action.planned_at is None:
             try:
                 executor.plan(run)

@@ -69,6 +69,9 @@ class ActionRun:
     # before an external side effect it must never repeat (a phase ``started``, N§8.2), so a
     # restart finds the phase and does not call again. The behavior provides it.
     checkpoint: Callable[[], None] = field(default=lambda: None)
+    # The issue as Jira answered it for this very step (a woken execution loads it just before
+    # its first step): the step's first live read may use it instead of asking again.
+    live_issue: Issue | None = None
 
 
 class ActionExecutor(Protocol):

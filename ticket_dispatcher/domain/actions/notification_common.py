@@ -180,7 +180,11 @@ def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], succ
 
 def fresh_issue(run: ActionRun, context: dict, purpose: str) -> Issue | None:
     """A live read of the issue (not the rule snapshot, N§5.3); None with a warning when Jira
-    cannot answer."""
+    cannot answer. The issue loaded for this step counts once: a woken wait's guard need not
+    read Jira twice in a row, while a later read in the step (the label post-check) asks."""
+    if run.live_issue is not None:
+        issue, run.live_issue = run.live_issue, None
+        return issue
     try:
         return run.ports.jira.load_issue(run.issue.key)
     except DispatcherError as exc:
