@@ -10,10 +10,11 @@ from datetime import timedelta
 import pytest
 
 from tests.actors.test_notification_card_runtime import ASSIGNEE, NotificationHarness, put
-from tests.domain.test_notification_card import LABEL, SEND, SEVERITY
+from tests.domain.test_notification_card import BOB, LABEL, SEND, SEVERITY
 from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT, page
 from tests.harness import rule
 from ticket_dispatcher.domain.execution import ActionStatus, Execution, ExecutionStatus
+from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.timeutil import format_time
 
 
@@ -128,3 +129,68 @@ def test_each_poll_of_a_parked_wait_reads_the_issue_from_jira_once(world):
 
     # the woken execution loads the live issue, and its guard uses that very answer
     assert len(world.jira.loads) - before == 1
+
+
+# -- N§13.6 on the runtime: what is no ACK, what ends the workflow, what still pages ----------
+
+
+def _pages_by_attempt(ex: Execution) -> list[str]:
+    return [a.status.value for a in ex.rule_executions[1].action_executions[1:]]
+
+
+@pytest.mark.parametrize("read", ["someone else", "an older card"])
+def test_a_read_that_is_not_the_targets_of_this_card_is_no_ack(world, read):
+    execution_id, _ = start(world)
+    if read == "someone else":
+        world.lark.readers[f"om_td-{execution_id}-0-0"] = ["ou_bob"]
+    else:
+        world.lark.readers["om_td-1-0-0-an-older-card"] = ["ou_alice"]
+
+    for _ in range(TIMEOUT // POLL):
+        world.advance(POLL)
+
+    ex = world.execution(execution_id)
+    assert page_context(ex)["outcome"] == "timeout" and len(world.oncall.pages) == 2
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"assignee": BOB}, "target changed"),
+    ({"assignee": None}, "target changed"),
+    ({"severity": "S3"}, "urgency downgraded"),
+])
+def test_an_invalidation_mid_wait_ends_the_workflow_without_an_ack_comment(world, change,
+                                                                          reason):
+    execution_id, _ = start(world)
+    world.jira.put(replace(world.jira.issues["TCID-1"], **change))
+
+    world.advance(POLL)
+
+    ex = world.execution(execution_id)
+    assert ex.status is ExecutionStatus.SUCCEEDED
+    assert (page_context(ex)["outcome"], page_context(ex)["reason"]) == ("invalidated", reason)
+    assert _pages_by_attempt(ex) == ["succeeded", "skipped", "skipped"]
+    comments = [text for _, _, text in world.jira.calls("add_internal_comment")]
+    assert not any("acknowledged" in c for c in comments)
+    world.advance(3 * TIMEOUT)
+    assert len(world.oncall.pages) == 1
+
+
+def test_an_ack_already_there_when_the_urgent_rule_runs_means_no_page(world):
+    put(world, severity="S1", status="In Progress")  # someone already works on it
+
+    trigger = world.post_trigger(source=ASSIGNEE)
+
+    ex = world.execution(trigger.execution_ids[0])
+    assert ex.status is ExecutionStatus.SUCCEEDED and world.oncall.pages == []
+    urgent = ex.rule_executions[1].action_executions[0].context["urgent"]
+    assert (urgent["outcome"], urgent["reason"]) == ("ack", "status")
+
+
+@pytest.mark.parametrize("failing", ["send_card", "urgent_app"])
+def test_a_failed_card_or_urgent_still_goes_on_to_page(world, failing):
+    world.lark.fail[failing] = [IntegrationError("lark down", service="lark")]
+
+    execution_id, ex = start(world)
+
+    assert len(world.oncall.pages) == 1 and ex.status is ExecutionStatus.EXECUTING
+    assert page_context(ex)["page_status"] == "accepted"
