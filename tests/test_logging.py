@@ -107,7 +107,9 @@ def test_configured_secret_is_redacted_from_msg_extra_and_exception(log_lines):
 
 @pytest.mark.parametrize(
     "phone",
-    ["+8613812345678", "+86 138 1234 5678", "+1-415-555-0100", "+44 20 7946 0958", "13812345678"],
+    ["+8613812345678", "+86 138 1234 5678", "+1-415-555-0100", "+44 20 7946 0958", "13812345678",
+     "138-1234-5678", "138 1234 5678", "8613812345678", "(415) 555-0100", "415-555-0100",
+     "415.555.0100"],
 )
 def test_phone_numbers_are_redacted(log_lines, phone):
     try:
@@ -130,6 +132,7 @@ def test_phone_numbers_are_redacted(log_lines, phone):
         ("Authorization: Basic Ym90OnRva2Vu", "Authorization: ***"),
         ("headers={'Authorization': 'Bearer t-abc'}", "headers={'Authorization': '***'}"),
         ("sent Bearer t-abcdef to lark", "sent Bearer *** to lark"),
+        ("jira said: Basic Ym90QGV4YW1wbGUuY29tOnRva2Vu [x]", "jira said: Basic *** [x]"),
         ("X-API-KEY: op-secret-key", "X-API-KEY: ***"),
         ('{"tenant_access_token":"t-g104","expire":7200}',
          '{"tenant_access_token":"***","expire":7200}'),
@@ -148,6 +151,8 @@ def test_credentials_are_redacted_by_shape(text, expected):
         "execution 7 of trigger 42 on TCID-12345 attempt 2",
         "token bucket refilled: 20 tokens",
         "open_id ou_7d8a6e6df7621556ce0d21922b676706ccs",
+        "version 2026-11-30, took 1234567 ms from 10.0.0.1, v1.2.3",
+        "basic round robin over 3 engineers",
     ],
 )
 def test_ordinary_text_is_left_alone(text):

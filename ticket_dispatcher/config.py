@@ -21,6 +21,7 @@ one deadline from SIGTERM to exit, whatever is in flight.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import re
@@ -294,6 +295,13 @@ class JiraConfig:
     severity_field_id: str = setting(DEFAULT_SEVERITY_FIELD_ID, _field_id())
     auto_assign_label: str = setting(DEFAULT_AUTO_ASSIGN_LABEL, text())
 
+    def basic_credential(self) -> str:
+        """What HTTP Basic sends for ``email:api_token``; a Jira error may echo it back, and
+        it is as good as the token, so it is a secret too ("" without a token)."""
+        if not self.api_token:
+            return ""
+        return base64.b64encode(f"{self.email}:{self.api_token}".encode()).decode("ascii")
+
 
 @dataclass(frozen=True)
 class LarkConfig:
@@ -353,7 +361,8 @@ class Config:
 
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for the log redactor."""
-        values = [self.jira.api_token, self.lark.app_secret, self.oncall.token, self.core.token]
+        values = [self.jira.api_token, self.lark.app_secret, self.oncall.token, self.core.token,
+                  self.jira.basic_credential()]
         password = urlsplit(self.database_url).password or ""
         # The URL carries the password percent-encoded; a driver error may show either form.
         values += [password, unquote(password)]

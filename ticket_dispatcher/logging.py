@@ -57,6 +57,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         rf"\1\2{MASK}",
     ),
     (re.compile(r"(?i)\b(bearer)\s+[^\s\"',;}]+"), rf"\1 {MASK}"),
+    # A Basic credential on its own (an error body echoing the header's value).
+    (re.compile(r"(?i)\b(basic)\s+[A-Za-z0-9+/]{12,}={0,2}"), rf"\1 {MASK}"),
     # key=value / "key": "value" pairs whose key names a credential (Lark tenant tokens, ...).
     (
         re.compile(
@@ -69,8 +71,11 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(://[^:/@\s]+:)[^@\s/]+@"), rf"\1{MASK}@"),
     # E.164-ish numbers: '+' and 7 to 15 digits, optionally grouped by spaces or dashes.
     (re.compile(r"\+\d(?:[ -]?\d){6,14}(?!\d)"), MASK),
-    # Mainland China mobile numbers written without a country code (11 digits, 1[3-9]...).
-    (re.compile(r"(?<![\d.])1[3-9]\d{9}(?![\d.])"), MASK),
+    # Mainland China mobile numbers without a '+': 11 digits 1[3-9]..., also grouped 3-4-4 by
+    # spaces or dashes, and with the country code 86 in front.
+    (re.compile(r"(?<![\d.])(?:86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}(?![\d.])"), MASK),
+    # North American numbers: (202) 555-0143, 202-555-0143, 202.555.0143.
+    (re.compile(r"(?<![\d.])(?:\(\d{3}\)\s?|\d{3}[-.])\d{3}[-.]\d{4}(?![\d.])"), MASK),
 )
 
 

@@ -242,11 +242,12 @@ class HttpClient:
                                    detail=detail)
 
     def safe(self, text: str) -> str:
-        """Truncated, with secrets, credentials and phone numbers masked."""
-        text = " ".join(str(text).split())
+        """Secrets, credentials and phone numbers masked, then truncated: cut first, a secret
+        or a number across the cut would survive in part, past any later redaction."""
+        text = Redactor(self._secrets).text(" ".join(str(text).split()))
         if len(text) > DETAIL_LIMIT:
             text = text[:DETAIL_LIMIT] + "…"
-        return Redactor(self._secrets).text(text)
+        return text
 
 
 def _service_error(response: requests.Response) -> tuple[Any, str]:

@@ -39,7 +39,7 @@ class JiraClient:
         self.http = HttpClient(
             SERVICE, config.base_url, auth=HTTPBasicAuth(config.email, config.api_token),
             connect_timeout=connect_timeout, read_timeout=read_timeout, sleep=sleep, clock=clock,
-            secrets=(config.api_token,))
+            secrets=(config.api_token, config.basic_credential()))
 
     def close(self) -> None:
         self.http.close()
@@ -52,9 +52,9 @@ class JiraClient:
         try:
             return issue_from_jira(raw, l2_field_id=self.l2_field_id,
                                    severity_field_id=self.severity_field_id)
-        except InvalidInput as exc:
-            raise IntegrationError(f"jira GET {path}: {exc.message}", status=200,
-                                   service=SERVICE) from None
+        except InvalidInput as exc:  # the message quotes what Jira sent: mask it too
+            raise IntegrationError(f"jira GET {path}: {self.http.safe(exc.message)}",
+                                   status=200, service=SERVICE) from None
 
     def assign(self, key: str, account_id: str | None) -> None:
         """Set the Assignee (None unassigns)."""
