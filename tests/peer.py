@@ -344,7 +344,7 @@ class FakeJira:
     def _app(self, environ: dict, start_response: Callable) -> list[bytes]:
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
         route, key = _route(method, path)
-        call = Call(method, path, route, key, _body(environ))
+        call = Call(method, path, route, key, read_body(environ))
         with self._condition:
             self._calls.append(call)
             self._enter(route)
@@ -508,7 +508,8 @@ def _route(method: str, path: str) -> tuple[Route | None, str | None]:
     return None, None
 
 
-def _body(environ: dict) -> Any:
+def read_body(environ: dict) -> Any:
+    """The request's JSON body; text when it is not JSON; None when empty."""
     length = int(environ.get("CONTENT_LENGTH") or 0)
     raw = environ["wsgi.input"].read(length) if length > 0 else b""
     try:

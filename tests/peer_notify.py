@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 from wsgiref.simple_server import WSGIServer
 
-from tests.peer import serve
+from tests.peer import read_body, serve
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class _Peer:
         route, key = self._route(method, path)
         query = {name: values[0] for name, values in
                  parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True).items()}
-        call = Call(method, path, route, key, query, _body(environ))
+        call = Call(method, path, route, key, query, read_body(environ))
         with self._condition:
             index = len(self._calls)
             self._calls.append(call)
@@ -521,12 +521,3 @@ class FakeCore(_BearerPeer):
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             504: "Gateway Timeout"}
-
-
-def _body(environ: dict) -> Any:
-    length = int(environ.get("CONTENT_LENGTH") or 0)
-    raw = environ["wsgi.input"].read(length) if length > 0 else b""
-    try:
-        return json.loads(raw) if raw else None
-    except ValueError:
-        return raw.decode(errors="replace")

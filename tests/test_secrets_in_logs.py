@@ -48,6 +48,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 import requests
 
+from tests.peer import read_body
 from tests.process import BASE, Dispatcher, Processes, wait_until
 from ticket_dispatcher.integrations.http import DETAIL_LIMIT
 
@@ -331,7 +332,7 @@ class HostilePeer:
     # -- WSGI -----------------------------------------------------------------------------------
 
     def __call__(self, environ: dict, start_response: Any) -> list[bytes]:
-        body = _read_body(environ)
+        body = read_body(environ)
         route, key = _match(environ, body)
         authorization = environ.get("HTTP_AUTHORIZATION", "")
         request = Request(route, key, authorization, _credential(authorization, body), body)
@@ -481,14 +482,6 @@ def _key(route: str, environ: dict, body: Any) -> str:
         return str(body.get("issue_key", ""))
     return ""
 
-
-def _read_body(environ: dict) -> Any:
-    length = int(environ.get("CONTENT_LENGTH") or 0)
-    raw = environ["wsgi.input"].read(length) if length > 0 else b""
-    try:
-        return json.loads(raw) if raw else None
-    except ValueError:
-        return raw.decode(errors="replace")
 
 
 def _json(value: Any) -> bytes:

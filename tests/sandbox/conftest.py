@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import threading
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
 import pytest
 from falcon import testing
 
 from tests.sandbox.calls import CREATED, sandbox_app
 from ticket_dispatcher.clock import ManualClock
-from ticket_dispatcher.sandbox import Sandbox
+from ticket_dispatcher.sandbox import Sandbox, service_urls
 from ticket_dispatcher.sandbox.jira import SandboxIssue
 
 
@@ -45,3 +48,19 @@ def sandbox(clock, sleeps) -> Sandbox:
 @pytest.fixture
 def client(sandbox) -> testing.TestClient:
     return testing.TestClient(sandbox_app(sandbox))
+
+
+@pytest.fixture
+def served(sandbox):
+    """The sandbox on a real local port, for the requests-based clients."""
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    server = make_server("127.0.0.1", 0, sandbox_app(sandbox), handler_class=QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    yield service_urls(f"http://127.0.0.1:{server.server_port}")
+    server.shutdown()
+    server.server_close()

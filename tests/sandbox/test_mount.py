@@ -3,12 +3,9 @@ URLs, and the real clients against the served sandbox (both sides of SPEC §11).
 
 from __future__ import annotations
 
-import threading
-
-import pytest
 from falcon import testing
 
-from tests.sandbox.calls import CONTROL, JIRA, JIRA_AUTH, sandbox_app
+from tests.sandbox.calls import CONTROL, JIRA, JIRA_AUTH
 from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.http.app import Services, create_app
@@ -37,24 +34,6 @@ def test_service_urls_point_the_clients_at_the_mount():
         "oncall": "http://127.0.0.1:8080/sandbox/oncall",
         "core": "http://127.0.0.1:8080/sandbox/core",
     }
-
-
-@pytest.fixture
-def served(sandbox):
-    """The sandbox on a real local port, for the requests-based clients."""
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-    class QuietHandler(WSGIRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-    server = make_server("127.0.0.1", 0, sandbox_app(sandbox), handler_class=QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    yield service_urls(f"http://127.0.0.1:{server.server_port}")
-    server.shutdown()
-    server.server_close()
 
 
 def test_the_real_clients_speak_the_sandbox(served, sandbox):

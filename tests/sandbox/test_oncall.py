@@ -4,15 +4,13 @@ outcomes (and what the real client makes of them); the internal services' Bearer
 from __future__ import annotations
 
 import threading
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 
-from tests.sandbox.calls import BEARER, CONTROL, CORE, ONCALL, page, sandbox_app
+from tests.sandbox.calls import BEARER, CONTROL, CORE, ONCALL, page
 from ticket_dispatcher.config import OncallConfig
 from ticket_dispatcher.domain.ports import PageOutcome
 from ticket_dispatcher.integrations.oncall import OncallClient
-from ticket_dispatcher.sandbox import service_urls
 
 
 def test_oncall_responders_primary_first(client):
@@ -116,23 +114,12 @@ def test_forced_outcome_times_are_used_up_once_under_concurrent_pages(sandbox):
 
 
 @pytest.fixture
-def oncall_client(sandbox):
+def oncall_client(served):
     """The real Oncall client against the sandbox served on a local port."""
-
-    class QuietHandler(WSGIRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-    server = make_server("127.0.0.1", 0, sandbox_app(sandbox), handler_class=QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    base_url = service_urls(f"http://127.0.0.1:{server.server_port}")["oncall"]
-    client = OncallClient(OncallConfig(base_url=base_url, token="t"), sleep=lambda _: None)
+    client = OncallClient(OncallConfig(base_url=served["oncall"], token="t"),
+                          sleep=lambda _: None)
     yield client
     client.close()
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.mark.parametrize("outcome,email,expected", [
