@@ -142,8 +142,10 @@ class PolicyRepository:
             policy = self._with_rules([row])[0]
             problems = validate_policy(policy.spec.to_json(), self.registry)
             if problems:
-                raise PolicyInvalid(f"policy {policy_id} is not valid; fix it in a replacement",
-                                    problems)
+                how = ("edit the draft (PUT) and activate it again"
+                       if PolicyStatus(row.status) is PolicyStatus.DRAFT
+                       else "fix it in a replacement")
+                raise PolicyInvalid(f"policy {policy_id} is not valid; {how}", problems)
             # Supersede first: the one-active index is checked per statement.
             PolicyRow.update(status=PolicyStatus.SUPERSEDED.value, updated_at=now).where(
                 (PolicyRow.family_id == row.family_id)

@@ -7,7 +7,8 @@ phases in order, each one at most once (N§8.2): card (``card_phase`` prepared �
 finished, ``card_status`` sent|failed|unknown), then — only for a sent card — the notification
 comment (``Urgent: no``), then the label (notification_label.py). A card that failed is a
 completed-with-warning outcome, never a failed execution: Rule 2 may still page (N§6.2 item 5).
-Ports: ``jira``, ``lark``, ``core`` (``Directory.user`` for the Lark open_id), ``triggers``.
+Ports: ``jira``, ``lark``, ``core`` (``Directory.user`` for the Lark open_id), ``triggers``,
+``contexts`` (the role's escalation slot is settled before the card, N§7.3).
 """
 
 from __future__ import annotations
