@@ -13,7 +13,12 @@ from tests.actors.test_notification_card_runtime import ASSIGNEE, NotificationHa
 from tests.domain.test_notification_card import BOB, LABEL, SEND, SEVERITY
 from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT, page
 from tests.harness import rule
-from ticket_dispatcher.domain.execution import ActionStatus, Execution, ExecutionStatus
+from ticket_dispatcher.domain.execution import (
+    ActionStatus,
+    Execution,
+    ExecutionStatus,
+    TriggerStatus,
+)
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.timeutil import format_time
 
@@ -194,3 +199,22 @@ def test_a_failed_card_or_urgent_still_goes_on_to_page(world, failing):
 
     assert len(world.oncall.pages) == 1 and ex.status is ExecutionStatus.EXECUTING
     assert page_context(ex)["page_status"] == "accepted"
+
+
+def test_a_deferred_trigger_reads_the_latest_target_once_the_family_is_free(world):
+    first_id, _ = start(world)  # alice's workflow waits in page 1
+    put(world, assignee=BOB, severity="S1", status=PENDING)  # reassigned: the label is back
+    deferred = world.post_trigger(source=ASSIGNEE)
+    duplicate = world.post_trigger(source=ASSIGNEE)  # Automation fired twice
+    assert deferred.status is TriggerStatus.PENDING
+    assert duplicate.status is TriggerStatus.COMPLETED  # coalesced into the deferred one
+
+    world.advance(POLL)  # alice's guard sees bob: her workflow ends
+    assert page_context(world.execution(first_id))["reason"] == "target changed"
+    world.advance(5)  # the deferred trigger's next try finds the family free
+
+    [second_id] = world.trigger(deferred.id).execution_ids
+    second = world.execution(second_id)
+    card = second.rule_executions[0].action_executions[0].context["notification"]
+    assert card["snapshot"]["target"]["account_id"] == BOB.account_id
+    assert [send[0] for send in world.lark.sends] == ["ou_alice", "ou_bob"]
