@@ -273,6 +273,46 @@ def test_reconcile_of_an_intent_whose_target_changed_meanwhile_abandons_it():
     assert world.jira.issues["TCID-1"].assignee == DAVE
 
 
+def _crash_once_the_marker_is_stored(world: EscalateWorld) -> None:
+    """The process dies right after the slot says applied, before the execution saves it."""
+    stored = world.contexts.update_notification_slot
+
+    def update(issue_key, role, mutate, now):
+        answer = stored(issue_key, role, mutate, now)
+        if (world.contexts.slot(issue_key, role) or {}).get("auto_escalated_to_account_id"):
+            world.contexts.update_notification_slot = stored
+            raise Crash("after the marker")
+        return answer
+
+    world.contexts.update_notification_slot = update
+    with pytest.raises(Crash):
+        world.finish()
+    assert world.slot() == applied("acc-alice", "acc-bob")
+
+
+def test_an_applied_marker_not_yet_saved_by_its_owner_completes_the_wake_up_on_restart():
+    world = EscalateWorld()
+    _crash_once_the_marker_is_stored(world)
+
+    ex = world.finish(world.restart())
+
+    assert escalation(ex)["outcome"] == "escalated"
+    assert world.role_writes() == [("assign", "TCID-1", "acc-bob")]
+    assert world.triggers.ensured == [("jira_assignment_assignee", "TCID-1")]
+
+
+def test_an_applied_hop_reverted_by_hand_before_the_restart_is_never_written_again():
+    world = EscalateWorld()
+    _crash_once_the_marker_is_stored(world)
+    world.jira.put(replace(world.jira.issues["TCID-1"], assignee=ALICE))  # put back by hand
+
+    ex = world.finish(world.restart())
+
+    assert escalation(ex)["outcome"] == "superseded"
+    assert world.role_writes() == [("assign", "TCID-1", "acc-bob")]  # the one write only
+    assert world.jira.issues["TCID-1"].assignee == ALICE
+
+
 def test_crash_during_the_wake_up_redoes_it_on_restart_without_a_second_write():
     world = EscalateWorld()
     with pytest.raises(Crash):
