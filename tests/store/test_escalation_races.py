@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
-from tests.domain.test_notification_card import ALICE, BOB, Crash, Crashing
+from tests.domain.test_notification_card import Crash, Crashing
 from tests.domain.test_notification_escalate import CAROL, EscalateWorld, _execution, escalation
 from tests.domain.test_notification_page import TIMEOUT
 from ticket_dispatcher.domain.execution import Execution, ExecutionStatus
@@ -280,15 +279,12 @@ def test_a_non_owner_meeting_the_pending_intent_while_the_owner_reconciles_fails
 def test_the_leaders_workflow_meeting_the_intent_after_the_owners_write_completes_it(store):
     race = Race(store)
     owner = crash_in_the_write(race)
-    race.jira.put(replace(race.jira.issues["TCID-1"], assignee=BOB))
-    leader = race.to_the_deadline(race.second)  # Bob's own workflow, planned for Bob
-    race.jira.put(replace(race.jira.issues["TCID-1"], assignee=ALICE))
     written, leader_done = threading.Event(), threading.Event()
 
-    def leaders_workflow():
+    def leaders_workflow():  # Bob's own workflow, woken by the write: card to escalation
         waited(written)
         try:
-            return race.second.run(leader)
+            return race.second.run(race.to_the_deadline(race.second))
         finally:
             leader_done.set()
 
