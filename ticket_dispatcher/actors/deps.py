@@ -58,7 +58,8 @@ class RuntimeDeps:
             "duration_seconds": seconds})
 
     def _policy_name(self, policy_id: int) -> str:
-        """A version's name never changes (SPEC §6), so one read per version is enough."""
+        """One read per version: a published version's name never changes (SPEC §6); a draft's
+        may, and its dry runs then keep counting under the first name read."""
         if policy_id not in self._policy_names:
             try:
                 self._policy_names[policy_id] = self.store.policies.get(policy_id).name
