@@ -15,6 +15,13 @@ from ticket_dispatcher.timeutil import to_utc
 _OPEN = (TriggerStatus.PENDING.value, TriggerStatus.PROCESSING.value)
 
 
+def _pending(source: str, issue_key: str) -> peewee.Select:
+    """The ``pending`` triggers of ``source`` for ``issue_key`` (their ids)."""
+    return TriggerRow.select(TriggerRow.id).where(
+        (TriggerRow.source == source) & (TriggerRow.issue_key == issue_key)
+        & (TriggerRow.status == TriggerStatus.PENDING.value))
+
+
 def trigger_from_row(row: TriggerRow) -> Trigger:
     return Trigger(
         id=row.id, source=row.source, issue_key=row.issue_key, policy_id=row.policy_id,
@@ -46,23 +53,15 @@ class TriggerRepository:
         is reused (N§3.4: duplicate wake-ups may be coalesced, a missing one may not), else one
         is created; the trigger poll picks it up."""
         with write_lock(self.db):
-            pending = (TriggerRow.select(TriggerRow.id)
-                       .where((TriggerRow.source == source) & (TriggerRow.issue_key == issue_key)
-                              & (TriggerRow.status == TriggerStatus.PENDING.value))
-                       .exists())
-            if not pending:
+            if not _pending(source, issue_key).exists():
                 self.create(source, issue_key, policy_id=None, dryrun=None, now=now)
 
     def pending_twin(self, trigger: Trigger) -> int | None:
         """Another ``pending`` trigger of the same source for the same issue, the oldest, or
         None: deferring both would be two wake-ups where one reads the same latest state."""
         with unit_of_work(self.db):
-            row = (TriggerRow.select(TriggerRow.id)
-                   .where((TriggerRow.source == trigger.source)
-                          & (TriggerRow.issue_key == trigger.issue_key)
-                          & (TriggerRow.status == TriggerStatus.PENDING.value)
-                          & (TriggerRow.id != trigger.id))
-                   .order_by(TriggerRow.id).first())
+            row = (_pending(trigger.source, trigger.issue_key)
+                   .where(TriggerRow.id != trigger.id).order_by(TriggerRow.id).first())
         return row.id if row else None
 
     def get(self, trigger_id: int) -> Trigger:

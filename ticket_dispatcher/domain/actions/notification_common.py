@@ -120,8 +120,8 @@ def log_step(run: ActionRun, context: dict, message: str, *, warning: bool = Fal
     """One log line per notification step (N§12): card, urgent, page attempt, comments, ACK,
     invalidation, escalation, with the N§12 context keys. Only account IDs and the reason go
     out: no email, phone number or message text."""
-    expected = context.get("expected") or context.get("snapshot") or {}
-    target = expected.get("target") or context.get("snapshot", {}).get("target") or {}
+    expected = context.get("expected") or context.get("snapshot") or {}  # urgent ones or card
+    target = expected.get("target") or {}
     role = expected.get("role", "")
     extra = {"issue_key": run.execution.issue_key, "trigger_id": run.execution.trigger_id,
              "execution_id": run.execution.id, "policy_id": run.execution.policy_id,

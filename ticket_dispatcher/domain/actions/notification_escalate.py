@@ -95,13 +95,9 @@ class EscalateAssignmentToLeader:
         # N§8.2: this execution's own intent, prepared or already applied (the process died
         # before saving the outcome), is reconciled with the same leader: the marker and the
         # wake-up are completed, never a new leader chosen
-        if intent and intent["owner_execution_id"] == run.execution.id:
-            if intent.get("state") == PREPARED:
-                return self._guarded_write(run, context, intent)
-            if intent.get("state") == APPLIED:  # written for sure: never write it again
-                if _current(run, role) == intent["to_account_id"]:
-                    return self._applied(run, context, intent)
-                return self._superseded(run, context, intent, "someone else holds the role now")
+        if intent and intent.get("state") in (PREPARED, APPLIED) and \
+                intent["owner_execution_id"] == run.execution.id:
+            return self._guarded_write(run, context, intent)
         rule, action = find_action(run.execution, run.context)
         if decided(run, context, _previous_pending_statuses(rule, action.index)):
             return end_workflow(run, context)
@@ -163,7 +159,8 @@ class EscalateAssignmentToLeader:
         current = _current(run, role)
         if current == intent["to_account_id"]:
             return self._applied(run, context, intent)
-        if current != intent["from_account_id"]:
+        # an applied intent was written for sure: ``from`` again is a hand-made change back
+        if current != intent["from_account_id"] or intent.get("state") == APPLIED:
             return self._superseded(run, context, intent, "someone else holds the role now")
         write = run.ports.jira.set_l2_assignee if role == "l2_assignee" else run.ports.jira.assign
         try:
