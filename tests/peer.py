@@ -231,8 +231,40 @@ def serve(app: Callable, name: str) -> tuple[WSGIServer, threading.Thread]:
     return server, thread
 
 
-class FakeJira:
+class Served:
+    """A fake served by ``serve``: ``start``/``stop`` (or ``with``), and its ``base_url``. A
+    subclass gives ``_app`` and ``NAME``, and opens what it holds before ``stop``."""
+
+    NAME = "peer"
+    _server: WSGIServer | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self):
+        self._server, self._thread = serve(self._app, f"fake-{self.NAME}")
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(timeout=10)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+class FakeJira(Served):
     """The fake Jira Cloud; ``with FakeJira() as jira:`` serves it on a free local port."""
+
+    NAME = "jira"
 
     def __init__(self, *, email: str = "bot@example.com", api_token: str = "fake-jira-token",
                  hold_limit: float = 30):
@@ -251,29 +283,11 @@ class FakeJira:
 
     # -- life cycle -----------------------------------------------------------------------------
 
-    def start(self) -> FakeJira:
-        self._server, self._thread = serve(self._app, "fake-jira")
-        return self
-
     def stop(self) -> None:
         """Open every gate and stop serving; held requests end (their clients are gone)."""
         for gate in list(self._gates):
             gate.release(Release.REFUSE)
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=10)
-
-    def __enter__(self) -> FakeJira:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        super().stop()
 
     # -- the world ------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 from wsgiref.simple_server import WSGIServer
 
-from tests.peer import read_body, serve
+from tests.peer import Served, read_body
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class PeerError(Exception):
         self.body = body
 
 
-class _Peer:
+class _Peer(Served):
     """Serving, routing, the call log and gates; a subclass names its routes and answers."""
 
     NAME = "peer"
@@ -105,28 +105,10 @@ class _Peer:
 
     # -- life cycle -----------------------------------------------------------------------------
 
-    def start(self):
-        self._server, self._thread = serve(self._app, f"fake-{self.NAME}")
-        return self
-
     def stop(self) -> None:
         for gate in list(self._gates):
             gate.release()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=10)
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        super().stop()
 
     # -- control and observation ----------------------------------------------------------------
 
