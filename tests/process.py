@@ -30,6 +30,32 @@ BASE = "/api/v1/ticketmanager"
 POLL_SECONDS = 0.05
 
 
+def assignee_notification_policy(name: str, project: str, *, urgent: list[str],
+                                 attempts: int, ack_timeout: str, poll_interval: str,
+                                 pending: str = "Todo", escalate: bool = False) -> dict:
+    """An assignee family as ops/examples shapes it (card, then for an urgent priority
+    App-urgent, ``attempts`` pages and optionally the leader escalation), for one project."""
+    pages = [{"type": "page_assignment", "page_assignment": {
+        "attempt": attempt, "ack_pending_statuses": [pending], "ack_timeout": ack_timeout,
+        "poll_interval": poll_interval}} for attempt in range(1, attempts + 1)]
+    escalation = [{"type": "escalate_assignment_to_leader"}] if escalate else []
+    return {
+        "name": name,
+        "trigger": {"enable": True, "source_in": ["jira_assignment_assignee"],
+                    "project_key_in": [project], "issue_label_all": ["notify-assignee"]},
+        "rules": [
+            {"name": "send-assignment-notification", "priority": 10, "when": {"always": True},
+             "then": [{"type": "send_assignment_notification", "send_assignment_notification":
+                       {"role": "assignee", "label": "notify-assignee"}}],
+             "transition": {"on_success": "continue"}},
+            {"name": "urgent-assignment-notification", "priority": 20,
+             "when": {"field": "issue.priority", "operator": "in", "values": urgent},
+             "then": [{"type": "mark_assignment_message_urgent"}, *pages, *escalation],
+             "transition": {"on_success": "terminate"}},
+        ],
+    }
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll ``check`` every ``POLL_SECONDS`` until it returns something truthy."""
     deadline = time.monotonic() + timeout

@@ -21,7 +21,7 @@ import pytest
 
 from tests.peer import FakeJira
 from tests.peer_notify import FakeCore, FakeLark, FakeOncall, LarkRoute, OncallRoute
-from tests.process import Dispatcher, Processes, wait_until
+from tests.process import Dispatcher, Processes, assignee_notification_policy, wait_until
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.timeutil import parse_rfc3339
 
@@ -32,29 +32,11 @@ PENDING = "Todo"  # ack_pending_statuses: still waiting for the first response
 POLL, ACK_TIMEOUT = "1s", "20s"
 
 
-def page_action(attempt: int) -> dict:
-    return {"type": "page_assignment", "page_assignment": {
-        "attempt": attempt, "ack_pending_statuses": [PENDING], "ack_timeout": ACK_TIMEOUT,
-        "poll_interval": POLL}}
-
-
 def notification_policy() -> dict:
     """The priority-assignee family of ops/examples, for one project and two attempts."""
-    return {
-        "name": "Assignment Notification - PAGE Assignee",
-        "trigger": {"enable": True, "source_in": [SOURCE], "project_key_in": [PROJECT],
-                    "issue_label_all": [LABEL]},
-        "rules": [
-            {"name": "send-assignment-notification", "priority": 10, "when": {"always": True},
-             "then": [{"type": "send_assignment_notification",
-                       "send_assignment_notification": {"role": "assignee", "label": LABEL}}],
-             "transition": {"on_success": "continue"}},
-            {"name": "urgent-assignment-notification", "priority": 20,
-             "when": {"field": "issue.priority", "operator": "in", "values": ["P0", "P1"]},
-             "then": [{"type": "mark_assignment_message_urgent"}, page_action(1), page_action(2)],
-             "transition": {"on_success": "terminate"}},
-        ],
-    }
+    return assignee_notification_policy(
+        "Assignment Notification - PAGE Assignee", PROJECT, urgent=["P0", "P1"], attempts=2,
+        ack_timeout=ACK_TIMEOUT, poll_interval=POLL, pending=PENDING)
 
 
 # --- the world: four fakes and the processes --------------------------------------------------

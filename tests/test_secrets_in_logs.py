@@ -49,7 +49,7 @@ import pytest
 import requests
 
 from tests.peer import read_body
-from tests.process import BASE, Dispatcher, Processes, wait_until
+from tests.process import BASE, Dispatcher, Processes, assignee_notification_policy, wait_until
 from ticket_dispatcher.integrations.http import DETAIL_LIMIT
 
 # --- the secrets and the phone numbers ------------------------------------------------------------
@@ -656,25 +656,9 @@ def assign_policy(rules: list[dict]) -> dict:
 
 def notification_policy() -> dict:
     """Card, App-urgent, three pages of a second each and the leader escalation (N§5)."""
-    pages = [{"type": "page_assignment", "page_assignment": {
-        "attempt": attempt, "ack_pending_statuses": ["Todo"], "ack_timeout": "1s",
-        "poll_interval": "250ms"}} for attempt in (1, 2, 3)]
-    return {
-        "name": "Assignment Notification - NTF Assignee",
-        "trigger": {"enable": True, "source_in": [NOTIFY_SOURCE], "project_key_in": [NTF],
-                    "issue_label_all": [NOTIFY_LABEL]},
-        "rules": [
-            {"name": "send-assignment-notification", "priority": 10, "when": {"always": True},
-             "then": [{"type": "send_assignment_notification", "send_assignment_notification":
-                       {"role": "assignee", "label": NOTIFY_LABEL}}],
-             "transition": {"on_success": "continue"}},
-            {"name": "urgent-assignment-notification", "priority": 20,
-             "when": {"field": "issue.priority", "operator": "in", "values": ["P0"]},
-             "then": [{"type": "mark_assignment_message_urgent"}, *pages,
-                      {"type": "escalate_assignment_to_leader"}],
-             "transition": {"on_success": "terminate"}},
-        ],
-    }
+    return assignee_notification_policy(
+        "Assignment Notification - NTF Assignee", NTF, urgent=["P0"], attempts=3,
+        ack_timeout="1s", poll_interval="250ms", escalate=True)
 
 
 # --- the process ----------------------------------------------------------------------------------
