@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness import Harness
+from tests.actors.test_notification_card_runtime import ASSIGNEE, NotificationHarness
+from tests.domain.test_notification_card import LABEL, SEND, SEVERITY
+from tests.domain.test_notification_page import page
+from tests.harness import Harness, rule
 
 
 @pytest.fixture
@@ -19,3 +22,15 @@ def make_harness(store):
     for harness in started:
         harness.stop()
 
+
+@pytest.fixture
+def urgent_world(store):
+    """The notification harness with a Severity assignee family: card, then for S1/S2
+    App-urgent and three pages (N§5.2)."""
+    harness = NotificationHarness(store).start()
+    harness.policy(rule(SEND, name="send", priority=10, on_success="continue"),
+                   rule({"type": "mark_assignment_message_urgent"}, page(1), page(2), page(3),
+                        name="urgent", priority=20, when=SEVERITY),
+                   source_in=(ASSIGNEE,), labels=(LABEL,))
+    yield harness
+    harness.stop()

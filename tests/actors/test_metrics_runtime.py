@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.actors.test_notification_card_runtime import ASSIGNEE, NotificationHarness, put
+from tests.actors.test_notification_card_runtime import ASSIGNEE, put
 from tests.actors.test_notification_page_runtime import page_context
-from tests.domain.test_notification_card import LABEL, SEND, SEVERITY
-from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT, page
-from tests.harness import rule
+from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT
 from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.domain.ports import PageOutcome, PageResult
 from ticket_dispatcher.metrics import PREFIX
@@ -20,14 +18,8 @@ CARD, URGENT, PAGE = ("send_assignment_notification", "mark_assignment_message_u
 
 
 @pytest.fixture
-def world(store):
-    harness = NotificationHarness(store).start()
-    harness.policy(rule(SEND, name="send", priority=10, on_success="continue"),
-                   rule({"type": "mark_assignment_message_urgent"}, page(1), page(2), page(3),
-                        name="urgent", priority=20, when=SEVERITY),
-                   source_in=(ASSIGNEE,), labels=(LABEL,))
-    yield harness
-    harness.stop()
+def world(urgent_world):
+    return urgent_world
 
 
 def value(h, name: str, **labels) -> float:

@@ -9,10 +9,9 @@ from datetime import timedelta
 
 import pytest
 
-from tests.actors.test_notification_card_runtime import ASSIGNEE, NotificationHarness, put
-from tests.domain.test_notification_card import BOB, LABEL, SEND, SEVERITY
-from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT, page
-from tests.harness import rule
+from tests.actors.test_notification_card_runtime import ASSIGNEE, put
+from tests.domain.test_notification_card import BOB
+from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT
 from ticket_dispatcher.domain.execution import (
     ActionStatus,
     Execution,
@@ -24,14 +23,8 @@ from ticket_dispatcher.timeutil import format_time
 
 
 @pytest.fixture
-def world(store):
-    harness = NotificationHarness(store).start()
-    harness.policy(rule(SEND, name="send", priority=10, on_success="continue"),
-                   rule({"type": "mark_assignment_message_urgent"}, page(1), page(2), page(3),
-                        name="urgent", priority=20, when=SEVERITY),
-                   source_in=(ASSIGNEE,), labels=(LABEL,))
-    yield harness
-    harness.stop()
+def world(urgent_world):
+    return urgent_world
 
 
 def start(h) -> tuple[int, Execution]:
