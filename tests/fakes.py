@@ -110,7 +110,8 @@ class MemoryCheckpoints:
     def __init__(self):
         self.saved: list[Execution] = []
 
-    def save(self, execution: Execution, rules: list[RuleExecution]) -> None:
+    def save(self, execution: Execution, rules: list[RuleExecution], *,
+             parked: bool = False) -> None:
         self.saved.append(copy.deepcopy(execution))
 
     @property

@@ -68,14 +68,14 @@ class Injector:
         """Hook the execution repository's ``save`` (the behavior's checkpoint port)."""
         real = repository.save
 
-        def save(execution: Execution, rules: list) -> None:
+        def save(execution: Execution, rules: list, **fencing: Any) -> None:
             self._alive()
             if self.watched is None:
                 self.watched = execution.id
             hit = execution.id == self.watched and self._hits(SAVE, execution)
             if hit and self.when == BEFORE:
                 self._die()
-            real(execution, rules)
+            real(execution, rules, **fencing)
             if hit:
                 self._die()
 

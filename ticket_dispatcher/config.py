@@ -331,6 +331,40 @@ class IntegrationsConfig:
 
 
 @dataclass(frozen=True)
+class DatabaseConfig:
+    """How long the service waits on its database before calling it unavailable.
+
+    Every wait is bounded, so a request answers 503 within seconds instead of hanging while
+    the database is away: ``connect_timeout`` for a new PostgreSQL connection (libpq counts
+    whole seconds), ``statement_timeout`` for one PostgreSQL statement (also its lock wait),
+    ``busy_timeout`` for SQLite's write lock held by another connection or process, and
+    ``pool_wait`` for a free pooled connection.
+    """
+
+    connect_timeout: timedelta = setting(
+        timedelta(seconds=5), duration(timedelta(seconds=1), timedelta(minutes=5)))
+    statement_timeout: timedelta = setting(
+        timedelta(seconds=15), duration(timedelta(milliseconds=100), timedelta(hours=1)))
+    busy_timeout: timedelta = setting(
+        timedelta(seconds=5), duration(timedelta(0), timedelta(minutes=5)))
+    pool_wait: timedelta = setting(
+        timedelta(seconds=5), duration(timedelta(milliseconds=100), timedelta(minutes=5)))
+
+
+@dataclass(frozen=True)
+class LeasesConfig:
+    """Claimed triggers and running executions carry a lease: an owner (this process), an
+    epoch and an expiry that a heartbeat renews every ``heartbeat``. Work whose lease has not
+    been renewed for ``duration`` is taken over by the sweeper (which runs every
+    ``heartbeat``), and every checkpoint write of the old holder is refused from then on."""
+
+    heartbeat: timedelta = setting(
+        timedelta(seconds=5), duration(timedelta(milliseconds=100), timedelta(minutes=5)))
+    duration: timedelta = setting(
+        timedelta(seconds=30), duration(timedelta(seconds=1), timedelta(hours=1)))
+
+
+@dataclass(frozen=True)
 class Config:
     database_url: str = setting("sqlite:///ticket-dispatcher.db", _database_url())
     execution_slots: int = setting(10, integer(1, 100))
@@ -345,6 +379,8 @@ class Config:
     shutdown_timeout: timedelta = setting(timedelta(seconds=10), duration())  # SIGTERM to exit
     log_level: str = setting("INFO", _log_level())
     http: HttpConfig = section(HttpConfig)
+    database: DatabaseConfig = section(DatabaseConfig)
+    leases: LeasesConfig = section(LeasesConfig)
     auth: AuthConfig = section(AuthConfig)
     notifications: NotificationsConfig = section(NotificationsConfig)
     jira: JiraConfig = section(JiraConfig)
@@ -391,6 +427,11 @@ def _check_across_keys(config: Config, problems: Problems) -> None:
     if config.auth.failure_rate > 0 and config.auth.failure_burst < 1:
         problems.add("auth.failure_burst", "must be at least 1 while auth.failure_rate is not 0")
     _check_client_pool(config, problems)
+    if (not problems.refused("leases.heartbeat", "leases.duration")
+            and config.leases.duration < 2 * config.leases.heartbeat):
+        problems.add(problems.source_name("leases.duration"),
+                     "must be at least twice leases.heartbeat, so one "
+                     "missed heartbeat does not lose a lease")
 
 
 def _check_client_pool(config: Config, problems: Problems) -> None:

@@ -48,6 +48,28 @@ class PolicyInvalid(DispatcherError):
     """A well-formed policy that validation rejects (HTTP 422, exit 1)."""
 
 
+class StoreUnavailable(DispatcherError):
+    """The database could not do its part just now: a lost or refused connection, "database is
+    locked", a lock or statement timeout, a serialization failure, too many connections.
+
+    Retryable by definition: nothing of the failed unit of work was committed unless the commit
+    itself lost its answer, which every caller treats like a lost external answer (re-read,
+    never repeat). ``kind`` names the failure for metrics and logs (``connection``, ``locked``,
+    ``timeout``, ``serialization``, ``too_many_connections``, ``other``); the message never
+    carries a host, a user or a password.
+    """
+
+    def __init__(self, message: str, kind: str = "other"):
+        super().__init__(message)
+        self.kind = kind
+
+
+class LeaseLost(DispatcherError):
+    """A fenced write was refused: another holder took over this trigger or execution after
+    its lease expired. The loser stops before its next external call and leaves the work to
+    the new holder."""
+
+
 class ConfigError(DispatcherError):
     """A configuration key is unknown or its value is bad; the message names the key."""
 

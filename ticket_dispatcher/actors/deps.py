@@ -7,11 +7,12 @@ import threading
 from dataclasses import dataclass, field
 
 from ticket_dispatcher.actors.activity import Activity
+from ticket_dispatcher.actors.leases import process_identity
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
-from ticket_dispatcher.domain.behavior import Behavior
+from ticket_dispatcher.domain.behavior import Behavior, Checkpoints
 from ticket_dispatcher.domain.execution import Execution
 from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.errors import NotFound
@@ -31,13 +32,18 @@ class RuntimeDeps:
     scheduler: Scheduler
     activity: Activity
     metrics: Metrics = field(default_factory=Metrics)
+    # Who holds this process's leases (actors/leases.py).
+    owner: str = field(default_factory=process_identity)
     _policy_names: dict[int, str] = field(default_factory=dict, repr=False)
     # Set once the shutdown begins: no new step, claim or execution actor starts after it.
     stopping: threading.Event = field(default_factory=threading.Event)
 
-    def behavior(self) -> Behavior:
-        return Behavior(self.registry, self.store.executions, self.clock.now, ports=self.ports,
-                        on_finished=self.execution_finished)
+    def behavior(self, checkpoints: Checkpoints | None = None,
+                 ports: Ports | None = None) -> Behavior:
+        """The state machine over the store (unfenced: for a cancel or an abort from outside
+        an actor), or over one actor's fenced ``checkpoints`` and guarded ``ports``."""
+        return Behavior(self.registry, checkpoints or self.store.executions, self.clock.now,
+                        ports=ports or self.ports, on_finished=self.execution_finished)
 
     def execution_finished(self, execution: Execution) -> None:
         """Once per execution, after the save that made it terminal (N§12): the metrics from

@@ -8,6 +8,11 @@ It holds no database connection of its own: each checkpoint is one short unit of
 pooled connection, so none is held across a Jira, Lark, Oncall or Core call (SPEC §7, M§10).
 When the runtime stops, it starts no further step, and a step whose integration call was
 abandoned ends where it is: the action stays ``executing`` and resumes after the restart.
+
+It claims the execution's lease before its first write and works through a ``Hold``
+(actors/leases.py): its checkpoints are fenced by the lease, and its ports refuse to call out
+once the lease is lost. A step that meets a database failure or a lost lease is interrupted:
+nothing of it past the last saved checkpoint counts, and the pool tries it again later.
 """
 
 from __future__ import annotations
@@ -19,7 +24,16 @@ import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
-from ticket_dispatcher.actors.messages import Cancel, Crashed, Finished, Parked, Progress, Step
+from ticket_dispatcher.actors.leases import FencedCheckpoints, Hold, guarded_ports
+from ticket_dispatcher.actors.messages import (
+    Cancel,
+    Crashed,
+    Finished,
+    Interrupted,
+    Parked,
+    Progress,
+    Step,
+)
 from ticket_dispatcher.domain.behavior import StepKind
 from ticket_dispatcher.domain.execution import (
     ActionStatus,
@@ -29,7 +43,14 @@ from ticket_dispatcher.domain.execution import (
     RuleOutcome,
 )
 from ticket_dispatcher.domain.model import Issue
-from ticket_dispatcher.errors import CallAbandoned, Conflict, DispatcherError, NotFound
+from ticket_dispatcher.errors import (
+    CallAbandoned,
+    Conflict,
+    DispatcherError,
+    LeaseLost,
+    NotFound,
+    StoreUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +64,17 @@ def load_backoff(attempt: int) -> timedelta:
 
 
 class ExecutionActor(TrackedActor):
-    def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef):
+    def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef,
+                 hold: Hold | None = None, run: int = 0):
         super().__init__()
         self.execution_id = execution_id
         self._deps = deps
         self._pool = pool
-        self._behavior = deps.behavior()
+        self._run = run  # which of the pool's starts of this execution this actor is
+        self._hold = hold or Hold(deps.clock.now())
+        self._behavior = deps.behavior(
+            FencedCheckpoints(deps.store.executions, self._hold, deps.clock.now),
+            guarded_ports(deps.ports, self._hold, deps.clock.now))
         self._execution: Execution | None = None
         self._issue: Issue | None = None
         self._cancel_reason: str | None = None
@@ -66,13 +92,30 @@ class ExecutionActor(TrackedActor):
         except CallAbandoned:  # shutting down: the checkpoint stays as it is (SPEC §7)
             log.info("execution stopped mid-step for shutdown; it resumes after the restart",
                      extra={"execution_id": self.execution_id})
+        except (StoreUnavailable, LeaseLost) as exc:
+            if self._deps.stopping.is_set():
+                return
+            self._interrupted(exc)
         except Exception as exc:  # report up, then stop: the supervisor decides on a restart
             if self._deps.stopping.is_set():  # e.g. the pool or the store already closed
                 log.info("execution stopped for shutdown", extra={
                     "execution_id": self.execution_id, "reason": type(exc).__name__})
                 return
             log.exception("execution actor crashed", extra={"execution_id": self.execution_id})
-            self._report(Crashed(self.execution_id, f"{type(exc).__name__}: {exc}"))
+            self._report(Crashed(self.execution_id, f"{type(exc).__name__}: {exc}", self._run))
+
+    def _interrupted(self, exc: StoreUnavailable | LeaseLost) -> None:
+        """Stop where the last checkpoint is: the pool resumes from it after a backoff. A
+        database failure is the store health's to log (once per outage), not each step's."""
+        if isinstance(exc, LeaseLost):
+            self._hold.lost = True
+            log.warning("execution lease lost; stopping before any further call", extra={
+                "execution_id": self.execution_id, "reason": exc.message})
+        else:
+            log.debug("execution step interrupted by the database", extra={
+                "execution_id": self.execution_id, "reason": exc.kind})
+        self._report(Interrupted(self.execution_id, f"{type(exc).__name__}: {exc.message}",
+                                 self._run))
 
     def _report(self, message) -> None:
         self._deps.activity.tell(self._pool, message)
@@ -86,35 +129,48 @@ class ExecutionActor(TrackedActor):
         execution = self._execution
         if self._cancel_reason is not None:
             self._behavior.abort(execution, FailureCode.CANCELLED, self._cancel_reason)
-            return self._report(Finished(self.execution_id))
+            return self._report(Finished(self.execution_id, self._run))
         live, self._issue_live = self._issue_live, False
         try:
             step = self._behavior.step(execution, self._issue, live=live)
         except Conflict:  # already terminal in the store (cancelled elsewhere)
-            return self._report(Finished(self.execution_id))
+            return self._report(Finished(self.execution_id, self._run))
         if step.kind is StepKind.ADVANCED:
             self._deps.activity.tell(self._pool, Progress(
                 self.execution_id, execution.issue_key, execution.policy_id,
-                *_position(execution)))
+                *_position(execution), run=self._run))
             self._deps.activity.tell(self.actor_ref, Step())
         elif step.kind is StepKind.PARKED:
-            self._report(Parked(self.execution_id, step.wake_at))
+            self._report(Parked(self.execution_id, step.wake_at, self._run))
         else:
-            self._report(Finished(self.execution_id))
+            self._report(Finished(self.execution_id, self._run))
 
     def _load(self) -> bool:
-        """Reload the checkpoint, the live issue and the policy (M§4.1 RunExecution)."""
-        store = self._deps.store
+        """Claim the execution, then reload its checkpoint, the live issue and the policy
+        (M§4.1 RunExecution)."""
+        deps = self._deps
+        store, now = deps.store, deps.clock.now()
         execution = store.executions.get(self.execution_id)
         if execution.status.terminal:
-            self._report(Finished(self.execution_id))
+            self._report(Finished(self.execution_id, self._run))
             return False
+        lease = store.executions.claim(self.execution_id, owner=deps.owner, now=now,
+                                       expires_at=now + deps.config.leases.duration)
+        if lease is None:  # ended meanwhile, or another live holder has it
+            log.info("execution not claimed: it ended or another holder has it",
+                     extra={"execution_id": self.execution_id})
+            self._report(Finished(self.execution_id, self._run))
+            return False
+        self._hold.claimed(lease, now, deps.config.leases.duration)
         try:
             store.policies.get(execution.policy_id)
         except NotFound as exc:
             return self._load_failed(execution, FailureCode.POLICY_LOAD_FAILED, exc.message)
         try:
-            self._issue = self._deps.ports.jira.load_issue(execution.issue_key)
+            self._hold.check(deps.clock.now())
+            self._issue = deps.ports.jira.load_issue(execution.issue_key)
+        except (LeaseLost, StoreUnavailable):
+            raise
         except DispatcherError as exc:
             return self._load_failed(execution, FailureCode.ISSUE_LOAD_FAILED, exc.message)
         if execution.load_attempts:
@@ -128,15 +184,15 @@ class ExecutionActor(TrackedActor):
         retries = self._deps.config.execution_load_retries
         if attempts > retries:
             self._behavior.abort(execution, code, f"{reason} (after {retries} retries)")
-            self._report(Finished(self.execution_id))
+            self._report(Finished(self.execution_id, self._run))
             return False
         wake_at: datetime = self._deps.clock.now() + load_backoff(attempts)
         log.warning("execution load failed; retrying", extra={
             "execution_id": execution.id, "issue_key": execution.issue_key, "reason": reason,
             "attempt": attempts, "deadline": wake_at.isoformat()})
         execution.wake_at = wake_at
-        self._deps.store.executions.save(execution, [])
-        self._report(Parked(self.execution_id, wake_at))
+        self._deps.store.executions.save(execution, [], lease=self._hold.lease, parked=True)
+        self._report(Parked(self.execution_id, wake_at, self._run))
         return False
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ticket_dispatcher.domain.execution import Execution, Trigger
+from ticket_dispatcher.domain.execution import Execution, Lease, Trigger
 
 
 # -- to the trigger actors (tell) ------------------------------------------------------------
@@ -17,6 +17,7 @@ from ticket_dispatcher.domain.execution import Execution, Trigger
 class ProcessTrigger:
     trigger_id: int
     recovering: bool = False  # boot recovery may take over a trigger left ``processing``
+    token: int = 0  # which submission of the trigger this is (the router's ``TriggerWork``)
 
 
 # -- to the execution pool ------------------------------------------------------------------
@@ -32,6 +33,7 @@ class CreateExecutions:  # ask, from a trigger actor; answers a CreationResult
     explicit: bool  # the trigger named its policy
     reserved_label: str | None = None  # the role label of a reserved-source trigger (N§3.4)
     issue_labels: tuple[str, ...] = ()
+    lease: Lease | None = None  # the trigger actor's claim: every trigger write is fenced by it
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,19 @@ class Wake:  # tell, from a scheduler timer
     execution_id: int
 
 
+@dataclass(frozen=True)
+class Retry:  # tell, from a scheduler timer: the backoff after an interrupted step is over
+    execution_id: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:  # tell, from the heartbeat timer: renew what is held, resume what is stale
+    pass
+
+
 # -- from an execution actor to the pool (tell) ----------------------------------------------
+# ``run`` numbers the pool's starts of an execution: a report from an actor the pool has
+# already replaced (a hung one whose lease was taken over) is told apart and ignored.
 @dataclass(frozen=True)
 class Progress:
     execution_id: int
@@ -70,23 +84,38 @@ class Progress:
     policy_id: int
     rule: str
     action: str
+    run: int = 0
 
 
 @dataclass(frozen=True)
 class Finished:
     execution_id: int
+    run: int = 0
 
 
 @dataclass(frozen=True)
 class Parked:
     execution_id: int
     wake_at: datetime
+    run: int = 0
 
 
 @dataclass(frozen=True)
 class Crashed:
     execution_id: int
     error: str
+    run: int = 0
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """The step met a database failure (``StoreUnavailable``) or found its lease gone
+    (``LeaseLost``): nothing of it past the last saved checkpoint counts, and the execution is
+    tried again after a backoff."""
+
+    execution_id: int
+    reason: str
+    run: int = 0
 
 
 # -- to an execution actor (tell) ------------------------------------------------------------
@@ -105,6 +134,7 @@ class Cancel:
 class ChildCrashed:
     execution_id: int
     error: str
+    attempt: int = 0  # tries to handle this crash that a database failure interrupted
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,20 @@
   creation order.
 - While the runtime stops, no new execution actor starts: what is queued stays ``created`` or
   ``executing`` in the store and boot recovery picks it up.
+- A step interrupted by the database (or by a lost lease) frees its slot; the execution is
+  queued again after a capped, jittered backoff and resumes from its last checkpoint.
+- On every heartbeat the pool renews the leases of its running executions and sweeps: an
+  execution that should run and that no live lease covers (its enqueue was lost, its actor is
+  gone, or its actor showed no progress for a whole lease and is presumed hung) is queued
+  again; a hung actor is replaced, and its own writes are refused from then on.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import pykka
@@ -23,6 +30,7 @@ import pykka
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.execution import ExecutionActor
+from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import (
     Cancel,
     CancelExecution,
@@ -32,32 +40,52 @@ from ticket_dispatcher.actors.messages import (
     CreationResult,
     Enqueue,
     Finished,
+    Heartbeat,
+    Interrupted,
     Parked,
     PoolStatus,
     Progress,
+    Retry,
     RunningActors,
     Step,
     Wake,
 )
 from ticket_dispatcher.domain.admission import Outcome, admit
 from ticket_dispatcher.domain.execution import FailureCode
-from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
 from ticket_dispatcher.store.database import unit_of_work
 from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
 PARKED_SHOWN = 50  # parked executions listed in GET /admin/actors (all are counted)
+RECLAIMED_SHOWN = 20  # the sweeper's latest reclaims listed in GET /admin/actors
 
 
 @dataclass
 class Running:
     ref: pykka.ActorRef
     since: datetime
+    hold: Hold
+    run: int
     issue_key: str = ""
     policy_id: int | None = None
     rule: str = ""
     action: str = ""
+
+
+@dataclass
+class SweepRecord:
+    """What the sweeper did, for the admin view."""
+
+    last_at: datetime | None = None
+    reclaimed_total: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECLAIMED_SHOWN))
+
+    def reclaimed(self, execution_id: int, why: str, at: datetime) -> None:
+        self.reclaimed_total += 1
+        self.recent.appendleft({"execution_id": execution_id, "reason": why,
+                                "at": format_time(at)})
 
 
 class SlotQueue:
@@ -103,6 +131,10 @@ class ExecutionPool(TrackedActor):
         self._queue = SlotQueue()
         self._running: dict[int, Running] = {}
         self._parked: dict[int, datetime] = {}
+        self._retrying: dict[int, datetime] = {}  # interrupted: queued again at this time
+        self._interruptions: dict[int, int] = {}  # interrupted steps in a row
+        self._runs = itertools.count(1)
+        self._sweeps = SweepRecord()
 
     def handle(self, message):
         try:
@@ -122,19 +154,29 @@ class ExecutionPool(TrackedActor):
             case Wake(execution_id):
                 self._parked.pop(execution_id, None)
                 self._enqueue(execution_id, wake=True)
-            case Progress(execution_id, issue_key, policy_id, rule, action):
-                if running := self._running.get(execution_id):
+            case Retry(execution_id):
+                if self._retrying.pop(execution_id, None) is not None:
+                    self._enqueue(execution_id)
+            case Progress(execution_id, issue_key, policy_id, rule, action, run):
+                if running := self._current(execution_id, run):
                     running.issue_key, running.policy_id = issue_key, policy_id
                     running.rule, running.action = rule, action
-            case Finished(execution_id):
-                self._release(execution_id)
-            case Parked(execution_id, wake_at):
-                self._release(execution_id)
-                self._park(execution_id, wake_at)
-            case Crashed(execution_id, error):
-                self._release(execution_id)
-                if self._supervisor is not None:
+                    self._interruptions.pop(execution_id, None)
+            case Finished(execution_id, run):
+                if self._release(execution_id, run):
+                    self._interruptions.pop(execution_id, None)
+            case Parked(execution_id, wake_at, run):
+                if self._release(execution_id, run):
+                    self._interruptions.pop(execution_id, None)
+                    self._park(execution_id, wake_at)
+            case Interrupted(execution_id, reason, run):
+                if self._release(execution_id, run):
+                    self._retry_later(execution_id, reason)
+            case Crashed(execution_id, error, run):
+                if self._release(execution_id, run) and self._supervisor is not None:
                     self._deps.activity.tell(self._supervisor, ChildCrashed(execution_id, error))
+            case Heartbeat():
+                self._heartbeat()
             case CreateExecutions():
                 return self._create(message)
             case CancelExecution(execution_id, reason):
@@ -144,11 +186,17 @@ class ExecutionPool(TrackedActor):
             case RunningActors():  # for the shutdown, which stops them all under one deadline
                 return [running.ref for running in self._running.values()]
 
+    def _current(self, execution_id: int, run: int) -> Running | None:
+        """The running entry ``run`` reports about; None for a replaced actor's report."""
+        running = self._running.get(execution_id)
+        return running if running is not None and running.run == run else None
+
     # -- queue and slots ----------------------------------------------------------------------
 
     def _enqueue(self, execution_id: int, *, wake: bool = False) -> None:
         if execution_id in self._queue or execution_id in self._running:
             return  # dedupe: it will run (or is running) anyway
+        self._retrying.pop(execution_id, None)  # it runs now; its retry timer finds nothing
         self._queue.push(execution_id, self._deps.clock.now(), wake=wake)
         self._fill_slots()
 
@@ -159,14 +207,78 @@ class ExecutionPool(TrackedActor):
             self._start(self._queue.pop())
 
     def _start(self, execution_id: int) -> None:
-        # The actor loads its checkpoint itself and reports issue, policy and position.
-        ref = ExecutionActor.start(execution_id, self._deps, self.actor_ref)
-        self._running[execution_id] = Running(ref, since=self._deps.clock.now())
+        # The actor claims and loads its checkpoint itself and reports issue, policy and
+        # position; the hold it claims with is shared, so the heartbeat can renew it.
+        now, run = self._deps.clock.now(), next(self._runs)
+        hold = Hold(now)
+        ref = ExecutionActor.start(execution_id, self._deps, self.actor_ref, hold, run)
+        self._running[execution_id] = Running(ref, since=now, hold=hold, run=run)
         self._deps.activity.tell(ref, Step())  # told from here, so the run is in flight at once
 
-    def _release(self, execution_id: int) -> None:
-        self._running.pop(execution_id, None)
+    def _release(self, execution_id: int, run: int) -> bool:
+        """Free the slot of ``run``; False when that actor had already been replaced."""
+        if self._current(execution_id, run) is None:
+            return False
+        del self._running[execution_id]
         self._fill_slots()
+        return True
+
+    def _retry_later(self, execution_id: int, reason: str) -> None:
+        attempt = self._interruptions.get(execution_id, 0) + 1
+        self._interruptions[execution_id] = attempt
+        due = self._deps.clock.now() + retry_backoff(attempt)
+        self._retrying[execution_id] = due
+        log.info("execution interrupted; retrying from its last checkpoint", extra={
+            "execution_id": execution_id, "attempt": attempt, "reason": reason,
+            "deadline": format_time(due)})
+        activity, ref = self._deps.activity, self.actor_ref
+
+        def retry() -> None:
+            activity.tell(ref, Retry(execution_id))
+
+        self._deps.scheduler.call_at(due, retry, label="retry")
+
+    # -- leases: renew what runs here, resume what nobody runs ------------------------------------
+
+    def _heartbeat(self) -> None:
+        deps = self._deps
+        now, duration = deps.clock.now(), deps.config.leases.duration
+        alive = {execution_id: running.hold for execution_id, running in self._running.items()
+                 if running.hold.lease is not None and not running.hold.hung(now, duration)}
+        try:
+            held = deps.store.executions.renew(deps.owner, list(alive), now + duration)
+            stale = deps.store.executions.stale(now)
+        except StoreUnavailable:
+            return  # the store's health reports the outage; the next beat tries again
+        for execution_id, hold in alive.items():
+            if execution_id in held:
+                hold.valid_until = now + duration
+            else:
+                hold.lost = True  # another holder has it: this actor stops at its next call
+        for execution_id in stale:
+            self._sweep(execution_id, now, duration)
+        self._sweeps.last_at = now
+
+    def _sweep(self, execution_id: int, now: datetime, duration) -> None:
+        """Resume an execution the store says nobody holds, unless it is in hand here."""
+        running = self._running.get(execution_id)
+        if running is not None:
+            if not running.hold.hung(now, duration):
+                return  # just started and not yet claimed, or renewed after this read
+            running.hold.lost = True  # its own writes and calls are refused from now on
+            del self._running[execution_id]
+            running.ref.stop(block=False)
+            log.warning("execution actor showed no progress for a whole lease; replacing it",
+                        extra={"execution_id": execution_id, "issue_key": running.issue_key})
+            self._sweeps.reclaimed(execution_id, "hung actor replaced", now)
+        elif (execution_id in self._queue or execution_id in self._parked
+              or execution_id in self._retrying):
+            return
+        else:
+            log.warning("resuming an execution that no actor held", extra={
+                "execution_id": execution_id})
+            self._sweeps.reclaimed(execution_id, "no actor held it", now)
+        self._enqueue(execution_id)
 
     def _park(self, execution_id: int, wake_at: datetime) -> None:
         self._parked[execution_id] = wake_at
@@ -187,17 +299,18 @@ class ExecutionPool(TrackedActor):
             admission = admit(request.executions, store.executions.busy_lock_keys(keys),
                               explicit=request.explicit, role_label=request.reserved_label,
                               issue_labels=request.issue_labels)
+            lease = request.lease
             if admission.outcome is Outcome.CONFLICT:
-                store.triggers.fail(trigger.id, admission.reason, now)
+                store.triggers.fail(trigger.id, admission.reason, now, lease=lease)
                 return CreationResult(outcome="failed", reason=admission.reason)
             if admission.outcome is Outcome.DEFERRED:
                 # N§3.4: duplicates coalesce, but one wake-up always stays pending
                 if (twin := store.triggers.pending_twin(trigger)) is not None:
                     reason = f"{admission.reason}; coalesced into pending trigger {twin}"
-                    store.triggers.complete(trigger.id, [], now, reason=reason)
+                    store.triggers.complete(trigger.id, [], now, reason=reason, lease=lease)
                     return CreationResult(outcome="coalesced", reason=reason)
                 until = now + self._deps.config.trigger_defer_interval
-                store.triggers.defer(trigger.id, until, now)
+                store.triggers.defer(trigger.id, until, now, lease=lease)
                 return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "
                                                                  f"until {format_time(until)}")
             idle = [request.executions[i] for i in admission.admitted]
@@ -205,9 +318,9 @@ class ExecutionPool(TrackedActor):
                 # the missing default context is persisted for live runs only (M§4.2)
                 ids = store.executions.create(trigger.id, idle, issue_key=trigger.issue_key,
                                               ensure_context=bool(idle) and trigger.dryrun is None,
-                                              now=now, reason=admission.reason)
+                                              now=now, reason=admission.reason, lease=lease)
             except Conflict as exc:  # another writer won a lock key between check and insert
-                store.triggers.fail(trigger.id, exc.message, now)
+                store.triggers.fail(trigger.id, exc.message, now, lease=lease)
                 return CreationResult(outcome="failed", reason=exc.message)
         for execution_id in ids:  # only after commit, in creation order
             self._enqueue(execution_id)
@@ -232,6 +345,7 @@ class ExecutionPool(TrackedActor):
                 return "finished"
             self._deps.behavior().abort(execution, FailureCode.CANCELLED, reason)
         self._parked.pop(execution_id, None)  # its timer will find it terminal and do nothing
+        self._retrying.pop(execution_id, None)
         return "applied"
 
     def _status(self) -> dict:
@@ -250,10 +364,22 @@ class ExecutionPool(TrackedActor):
                 for execution_id, wake_at in sorted(self._parked.items(),
                                                     key=lambda item: item[1])[:PARKED_SHOWN]],
             "next_wake_at": format_time(next_wake),
+            "retrying": len(self._retrying),
+            "sweeper": {"last_at": format_time(self._sweeps.last_at),
+                        "reclaimed_total": self._sweeps.reclaimed_total,
+                        "recent": list(self._sweeps.recent)},
             "running": [
                 {"execution_id": execution_id, "issue_key": r.issue_key,
                  "policy_id": r.policy_id, "rule": r.rule, "action": r.action,
-                 "since": format_time(r.since)}
+                 "since": format_time(r.since), "lease": _lease_view(r.hold)}
                 for execution_id, r in sorted(self._running.items())
             ],
         }
+
+
+def _lease_view(hold: Hold) -> dict | None:
+    """The lease a running execution works under, as this process last renewed it."""
+    if hold.lease is None:
+        return None
+    return {"owner": hold.lease.owner, "epoch": hold.lease.epoch,
+            "expires_at": format_time(hold.valid_until), "lost": hold.lost}

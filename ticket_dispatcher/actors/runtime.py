@@ -137,10 +137,14 @@ class Runtime:
     def status(self) -> dict:
         timers, next_timer = self.scheduler.pending()
         pool = self._pool.ask(PoolStatus(), timeout=ASK_TIMEOUT)
+        leases = self.deps.config.leases
         return {
             "supervisor": {"alive": self._supervisor.is_alive(), "recovered": self.recovered,
                            "in_flight": self.activity.in_flight},
             "scheduler": {"timers": timers, "next_at": format_time(next_timer)},
+            "leases": {"owner": self.deps.owner,
+                       "heartbeat_seconds": leases.heartbeat.total_seconds(),
+                       "duration_seconds": leases.duration.total_seconds()},
             "pool": {k: v for k, v in pool.items()
                      if k not in ("running", "parked_executions")},
             "executions": pool["running"],

@@ -2,9 +2,13 @@
 
 Start-up order (SPEC §3, M§11): scheduler → execution pool → trigger actors → boot recovery of
 executions (creation order; parked ones at their ``wake_at``) and of pending/processing
-triggers → the periodic trigger poll. ``Runtime.stop`` stops the same children in reverse,
-under one deadline. A crashed execution is re-enqueued from its checkpoint at most
-``actor_restarts`` times, then failed with ``internal_error``.
+triggers → the periodic trigger poll and the lease heartbeat. ``Runtime.stop`` stops the same
+children in reverse, under one deadline. A crashed execution is re-enqueued from its
+checkpoint at most ``actor_restarts`` times, then failed with ``internal_error``; when the
+database cannot record the crash, the restart is tried again after a backoff, never dropped.
+
+This process is the only one serving its database, so boot recovery gives back every lease
+the previous process held: its work resumes at once instead of after its leases expire.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.leases import retry_backoff
 from ticket_dispatcher.actors.messages import (
     Boot,
     ChildCrashed,
     Enqueue,
+    Heartbeat,
     ObserveBacklog,
     Parked,
     PollTriggers,
@@ -27,6 +33,7 @@ from ticket_dispatcher.actors.messages import (
 from ticket_dispatcher.actors.pool import ExecutionPool
 from ticket_dispatcher.actors.trigger import TriggerRouter
 from ticket_dispatcher.domain.execution import FailureCode
+from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.metrics import Backlog
 from ticket_dispatcher.store.database import unit_of_work
 
@@ -51,12 +58,18 @@ class Supervisor(TrackedActor):
             return  # boot recovery at the next start covers what this would have done
         if isinstance(message, ObserveBacklog):
             return self._observe_backlog()  # its own units of work: a failure is counted
+        if isinstance(message, Heartbeat):
+            return self._heartbeat()
         try:
             with unit_of_work(self._deps.store.db):
                 if isinstance(message, ChildCrashed):
                     self._restart(message)
                 elif isinstance(message, PollTriggers):
                     self._poll()
+        except StoreUnavailable:
+            # The store's health logs the outage; a crash is retried, a poll comes again.
+            if isinstance(message, ChildCrashed):
+                self._restart_later(message)
         except Exception:
             log.exception("supervisor failed on %s", type(message).__name__)
 
@@ -66,7 +79,8 @@ class Supervisor(TrackedActor):
         self.pool = ExecutionPool.start(deps, self.actor_ref)
         self.triggers = TriggerRouter(deps, self.pool, deps.config.trigger_actors)
         with unit_of_work(deps.store.db):
-            executions = deps.store.executions.recoverable()  # raises: the start fails
+            released = deps.store.executions.release_leases()  # raises: the start fails
+            executions = deps.store.executions.recoverable()
             triggers = deps.store.triggers.recoverable()
         now = deps.clock.now()
         for execution_id, wake_at in executions:
@@ -77,8 +91,10 @@ class Supervisor(TrackedActor):
         for trigger_id in triggers:
             self.triggers.submit(trigger_id, recovering=True)
         log.info("boot recovery done", extra={
-            "reason": f"{len(executions)} executions, {len(triggers)} triggers"})
+            "reason": f"{len(executions)} executions ({released} leases given back), "
+                      f"{len(triggers)} triggers"})
         self._schedule_poll()
+        self._schedule_heartbeat()
         self._schedule_backlog(BACKLOG_FIRST)
         return self.pool, self.triggers
 
@@ -90,6 +106,27 @@ class Supervisor(TrackedActor):
 
         deps.scheduler.call_at(deps.clock.now() + deps.config.trigger_poll_interval, poll,
                                label="trigger-poll")
+
+    def _schedule_heartbeat(self) -> None:
+        deps, ref = self._deps, self.actor_ref
+
+        def beat() -> None:
+            deps.activity.tell(ref, Heartbeat())
+
+        deps.scheduler.call_at(deps.clock.now() + deps.config.leases.heartbeat, beat,
+                               label="lease-heartbeat")
+
+    def _heartbeat(self) -> None:
+        """Renew and sweep the triggers here, then the executions (the pool's own beat)."""
+        try:
+            self.triggers.heartbeat()
+        except StoreUnavailable:
+            pass  # the store's health reports the outage; the next beat tries again
+        except Exception:
+            log.exception("trigger lease heartbeat failed")
+        finally:
+            self._deps.activity.tell(self.pool, Heartbeat())
+            self._schedule_heartbeat()
 
     def _schedule_backlog(self, after: timedelta) -> None:
         deps, ref = self._deps, self.actor_ref
@@ -124,14 +161,21 @@ class Supervisor(TrackedActor):
         finally:
             self._schedule_poll()
 
+    def _restart_later(self, crash: ChildCrashed) -> None:
+        """The crash could not be handled for a database failure: try again after a backoff,
+        so the execution is never left without an actor."""
+        deps, ref = self._deps, self.actor_ref
+        retried = ChildCrashed(crash.execution_id, crash.error, crash.attempt + 1)
+
+        def again() -> None:
+            deps.activity.tell(ref, retried)
+
+        deps.scheduler.call_at(deps.clock.now() + retry_backoff(retried.attempt), again,
+                               label="restart")
+
     def _restart(self, crash: ChildCrashed) -> None:
         deps = self._deps
-        try:
-            restarts = deps.store.executions.record_restart(crash.execution_id)
-        except Exception:  # the database is down too: boot recovery will pick it up
-            log.exception("cannot record a crash; the execution waits for the next start",
-                          extra={"execution_id": crash.execution_id})
-            return
+        restarts = deps.store.executions.record_restart(crash.execution_id)
         if restarts <= deps.config.actor_restarts:
             log.warning("restarting crashed execution from its checkpoint", extra={
                 "execution_id": crash.execution_id, "attempt": restarts, "reason": crash.error})

@@ -7,27 +7,63 @@ for the first actor that frees, so a trigger never waits behind a slow issue loa
 No database connection is held across the issue load or the creation ask: every store call is
 its own short unit of work (SPEC §7, M§10). A trigger whose processing the shutdown interrupts
 stays ``processing`` (or ``pending``) and boot recovery takes it over.
+
+A trigger is claimed under a lease (actors/leases.py) and every write that closes it is fenced
+by that lease. A trigger whose processing meets a database failure (or an execution pool that
+does not answer in time) is never failed for it: it keeps its claim and is processed again
+after a capped, jittered backoff. The router knows every trigger this process has in hand
+(queued, processing or waiting to retry), so a trigger is never in hand twice, and the
+supervisor's heartbeat renews their leases and resumes the ones nobody holds.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.leases import retry_backoff
 from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
-from ticket_dispatcher.domain.execution import Trigger
+from ticket_dispatcher.domain.execution import Lease, Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
 from ticket_dispatcher.domain.matching import is_notification_policy, match_policies
-from ticket_dispatcher.errors import CallAbandoned, DispatcherError, NotFound
+from ticket_dispatcher.errors import (
+    CallAbandoned,
+    DispatcherError,
+    LeaseLost,
+    NotFound,
+    StoreUnavailable,
+)
+from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
 NOTIFICATIONS_DISABLED = "assignment notification disabled"
+# The longest a trigger actor waits for the execution pool to create its executions.
+CREATE_TIMEOUT_SECONDS = 30
+
+
+@dataclass
+class TriggerWork:
+    """One trigger this process has in hand: queued, processing or waiting to retry."""
+
+    trigger_id: int
+    recovering: bool = False
+    lease: Lease | None = None
+    progress_at: datetime | None = None  # claimed (or retried) at; None while queued
+    valid_until: datetime | None = None
+    attempts: int = 0  # interrupted attempts in a row
+    token: int = field(default=0)
+
+    def hung(self, now: datetime, duration: timedelta) -> bool:
+        return self.progress_at is not None and now - self.progress_at > duration
 
 
 class TriggerProcessor:
@@ -35,59 +71,89 @@ class TriggerProcessor:
         self._deps = deps
         self._pool = pool
 
-    def process(self, trigger_id: int, recovering: bool = False) -> None:
+    def process(self, trigger_id: int, recovering: bool = False,
+                work: TriggerWork | None = None) -> str | None:
+        """Process one trigger; its outcome, "retry" when a database failure interrupted it
+        (it keeps its claim and is tried again), None when it was not ours to process."""
         if self._deps.stopping.is_set():
-            return  # still pending: the poll or boot recovery picks it up
-        store, now = self._deps.store, self._deps.clock.now()
-        trigger = store.triggers.claim(trigger_id, now, recovering=recovering)
+            return None  # still pending: the poll or boot recovery picks it up
+        deps, now = self._deps, self._deps.clock.now()
+        try:
+            trigger = deps.store.triggers.claim(
+                trigger_id, now, recovering=recovering,
+                retrying=work is not None and work.attempts > 0, owner=deps.owner,
+                expires_at=now + deps.config.leases.duration)
+        except StoreUnavailable:
+            return "retry"
         if trigger is None:
-            return  # another actor has it, it is not due yet, or it is already done
+            return None  # another actor has it, it is not due yet, or it is already done
+        if work is not None:
+            work.lease, work.progress_at = trigger.lease, now
+            work.valid_until = now + deps.config.leases.duration
         try:
             outcome = self._process(trigger)
         except (CallAbandoned, pykka.ActorDeadError):  # shutdown: boot recovery takes it over
             log.info("trigger left processing for shutdown", extra={"trigger_id": trigger.id})
-            return
+            return None
+        except (StoreUnavailable, pykka.Timeout) as exc:
+            log.debug("trigger processing interrupted; it is retried", extra={
+                "trigger_id": trigger.id, "reason": type(exc).__name__})
+            return "retry"
+        except LeaseLost as exc:
+            log.warning("trigger lease lost; another holder processes it", extra={
+                "trigger_id": trigger.id, "reason": exc.message})
+            return None
         except Exception:
             log.exception("trigger processing failed", extra={"trigger_id": trigger.id})
-            store.triggers.fail(trigger.id, "internal error while processing the trigger",
-                                self._deps.clock.now())
+            try:
+                deps.store.triggers.fail(trigger.id, "internal error while processing the "
+                                         "trigger", deps.clock.now(), lease=trigger.lease)
+            except (StoreUnavailable, LeaseLost):
+                return "retry"
             outcome = "failed"
-        self._deps.metrics.trigger_processed(outcome)
+        deps.metrics.trigger_processed(outcome)
+        return outcome
 
     def _process(self, trigger: Trigger) -> str:
         """The trigger's outcome: completed, failed, deferred or coalesced."""
         store, now = self._deps.store, self._deps.clock.now()
         role = reserved_role(trigger.source)
+        lease = trigger.lease
         if role and not self._deps.config.notifications.enabled:  # SPEC §5.7
-            store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED)
+            store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED,
+                                    lease=lease)
             return "completed"
         try:
             issue = self._deps.ports.jira.load_issue(trigger.issue_key)
         except DispatcherError as exc:
-            store.triggers.fail(trigger.id, f"issue load failed: {exc.message}", now)
+            store.triggers.fail(trigger.id, f"issue load failed: {exc.message}", now,
+                                lease=lease)
             return "failed"
         if trigger.policy_id is not None:  # explicit: no trigger/status check (M§4.2)
             try:
                 policies = [store.policies.get(trigger.policy_id)]
             except NotFound as exc:
-                store.triggers.fail(trigger.id, f"policy load failed: {exc.message}", now)
+                store.triggers.fail(trigger.id, f"policy load failed: {exc.message}", now,
+                                    lease=lease)
                 return "failed"
             # The switch is a kill switch: no explicit live run may card or page either.
             if trigger.dryrun is None and not self._deps.config.notifications.enabled \
                     and is_notification_policy(policies[0]):
-                store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED)
+                store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED,
+                                        lease=lease)
                 return "completed"
         else:
             policies = match_policies(store.policies.list_active(), trigger.source, issue)
         if not policies:
-            store.triggers.complete(trigger.id, [], now)
+            store.triggers.complete(trigger.id, [], now, lease=lease)
             return "completed"
         context = store.contexts.find(trigger.issue_key)
         executions = [new_execution(trigger, policy, issue, context, self._deps.registry, now)
                       for policy in policies]
         result = self._pool.ask(CreateExecutions(
             trigger=trigger, executions=executions, explicit=trigger.policy_id is not None,
-            reserved_label=role.label if role else None, issue_labels=issue.labels))
+            reserved_label=role.label if role else None, issue_labels=issue.labels,
+            lease=lease), timeout=CREATE_TIMEOUT_SECONDS)
         log.info("trigger processed", extra={
             "trigger_id": trigger.id, "issue_key": trigger.issue_key, "source": trigger.source,
             "reason": result.reason or f"{result.outcome}: executions {result.execution_ids}"})
@@ -104,11 +170,15 @@ class TriggerActor(TrackedActor):
     def handle(self, message):
         if not isinstance(message, ProcessTrigger):
             return
+        work = self._router.work(message)
+        outcome = None
         try:
-            self._processor.process(message.trigger_id, message.recovering)
+            if work is not None:  # else a retry of a trigger handed on by the sweeper
+                outcome = self._processor.process(message.trigger_id, message.recovering, work)
         except Exception:  # never let one trigger stop the actor
             log.exception("trigger actor failed", extra={"trigger_id": message.trigger_id})
         finally:
+            self._router.processed(work, retry=outcome == "retry")
             # Told before this message's activity ends, so a queued trigger is never idle time.
             if (following := self._router.next_for(self.actor_ref)) is not None:
                 self._deps.activity.tell(self.actor_ref, following)
@@ -116,23 +186,59 @@ class TriggerActor(TrackedActor):
 
 class TriggerRouter:
     """An idle trigger actor gets the trigger at once; when all are busy it waits in one FIFO
-    queue, and the first actor to finish takes it (``next_for``)."""
+    queue, and the first actor to finish takes it (``next_for``).
+
+    It also knows every trigger in hand here (``_in_hand``: queued, processing or waiting to
+    retry), so submitting one already in hand does nothing, and the heartbeat can renew the
+    leases of the ones being processed (``heartbeat``)."""
 
     def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, size: int):
         self._deps = deps
         self._lock = threading.Lock()
         self._queue: deque[ProcessTrigger] = deque()
+        self._in_hand: dict[int, TriggerWork] = {}
+        self._tokens = itertools.count(1)
         self._actors = [TriggerActor.start(deps, pool, self) for _ in range(size)]
         self._idle: list[pykka.ActorRef] = list(self._actors)
+        self.reclaimed_total = 0
 
     def submit(self, trigger_id: int, recovering: bool = False) -> None:
-        message = ProcessTrigger(trigger_id, recovering)
+        with self._lock:
+            if trigger_id in self._in_hand:
+                return  # queued, processing or waiting to retry here already
+            work = TriggerWork(trigger_id, recovering, token=next(self._tokens))
+            self._in_hand[trigger_id] = work
+        self._dispatch(ProcessTrigger(trigger_id, recovering, work.token))
+
+    def _dispatch(self, message: ProcessTrigger) -> None:
         with self._lock:
             if not self._idle:
                 self._queue.append(message)
                 return
             actor = self._idle.pop()
         self._deps.activity.tell(actor, message)
+
+    def work(self, message: ProcessTrigger) -> TriggerWork | None:
+        """The work ``message`` is about; None when it was given up meanwhile."""
+        with self._lock:
+            work = self._in_hand.get(message.trigger_id)
+            return work if work is not None and work.token == message.token else None
+
+    def processed(self, work: TriggerWork | None, *, retry: bool) -> None:
+        """The trigger is done here, or waits for its retry after a backoff."""
+        if work is None:
+            return
+        with self._lock:
+            if self._in_hand.get(work.trigger_id) is not work:
+                return  # replaced by the sweeper meanwhile
+            if not retry or self._deps.stopping.is_set():
+                del self._in_hand[work.trigger_id]
+                return
+            work.attempts += 1
+            work.progress_at = None  # waiting, not hung: its lease is renewed meanwhile
+        due = self._deps.clock.now() + retry_backoff(work.attempts)
+        message = ProcessTrigger(work.trigger_id, work.recovering, work.token)
+        self._deps.scheduler.call_at(due, lambda: self._dispatch(message), label="retry")
 
     def next_for(self, actor: pykka.ActorRef) -> ProcessTrigger | None:
         """The queued trigger ``actor`` should take now, or None (and it is idle again)."""
@@ -142,6 +248,34 @@ class TriggerRouter:
             self._idle.append(actor)
             return None
 
+    def heartbeat(self) -> None:
+        """Renew the leases of the triggers processed here, then resume the stale ones:
+        unheld, or held by an actor that showed no progress for a whole lease."""
+        deps = self._deps
+        now, duration = deps.clock.now(), deps.config.leases.duration
+        with self._lock:
+            alive = {work.trigger_id: work for work in self._in_hand.values()
+                     if work.lease is not None and not work.hung(now, duration)}
+        held = deps.store.triggers.renew(deps.owner, list(alive), now + duration)
+        for trigger_id, work in alive.items():
+            if trigger_id in held:
+                work.valid_until = now + duration
+        for trigger_id in deps.store.triggers.stale(now):
+            self._resume(trigger_id, now, duration)
+
+    def _resume(self, trigger_id: int, now: datetime, duration: timedelta) -> None:
+        with self._lock:
+            work = self._in_hand.get(trigger_id)
+            if work is not None and not work.hung(now, duration):
+                return  # in hand and healthy; its lease is renewed on the next beat
+            if work is not None:
+                del self._in_hand[trigger_id]  # the hung actor's writes are refused now
+        log.warning("resuming a trigger that nobody processes", extra={
+            "trigger_id": trigger_id,
+            "reason": "its actor showed no progress" if work else "its lease expired"})
+        self.reclaimed_total += 1
+        self.submit(trigger_id)
+
     def stop(self) -> list[pykka.Future]:
         """Tell every trigger actor to stop; the futures say when they have."""
         return [actor.stop(block=False) for actor in self._actors]
@@ -149,6 +283,11 @@ class TriggerRouter:
     def status(self) -> dict:
         with self._lock:
             idle, queued = len(self._idle), len(self._queue)
+            leases = [{"trigger_id": work.trigger_id, "epoch": work.lease.epoch,
+                       "expires_at": format_time(work.valid_until)}
+                      for work in self._in_hand.values() if work.lease is not None]
+            retrying = sum(1 for work in self._in_hand.values() if work.attempts)
         return {"actors": len(self._actors), "busy": len(self._actors) - idle,
-                "queue_length": queued,
+                "queue_length": queued, "retrying": retrying, "leases": leases,
+                "reclaimed_total": self.reclaimed_total,
                 "alive": sum(1 for actor in self._actors if actor.is_alive())}

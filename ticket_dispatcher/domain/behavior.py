@@ -32,11 +32,15 @@ from ticket_dispatcher.timeutil import format_time
 
 
 class Checkpoints(Protocol):
-    def save(self, execution: Execution, rules: list[RuleExecution]) -> None:
-        """Persist the execution row and these rule executions in one short transaction.
+    def save(self, execution: Execution, rules: list[RuleExecution], *,
+             parked: bool = False) -> None:
+        """Persist the execution row and these rule executions in one short transaction;
+        ``parked``: the execution waits until its ``wake_at`` and holds nothing meanwhile.
 
         Raises ``errors.Conflict`` when the execution is already terminal in the store (for
-        example cancelled), so the caller stops driving it.
+        example cancelled), so the caller stops driving it; ``errors.LeaseLost`` when another
+        holder took it over; ``errors.StoreUnavailable`` when the database failed (the step is
+        retried from the last checkpoint that was saved).
         """
 
 
@@ -148,7 +152,7 @@ class Behavior:
                                      exc.code or FailureCode.EXECUTE_FAILED, exc.message)
         if result.kind is ResultKind.PARK:
             execution.wake_at = result.until
-            self._save(execution, [rule])
+            self._save(execution, [rule], parked=True)
             return Step(StepKind.PARKED, result.until)
         return self._complete_action(execution, rule, action, result.kind)
 
@@ -198,9 +202,13 @@ class Behavior:
             return execution.business_now
         return self._now()
 
-    def _save(self, execution: Execution, rules: list[RuleExecution]) -> None:
+    def _save(self, execution: Execution, rules: list[RuleExecution], *,
+              parked: bool = False) -> None:
         execution.updated_at = self._now()
-        self._checkpoints.save(execution, rules)
+        if parked:
+            self._checkpoints.save(execution, rules, parked=True)
+        else:
+            self._checkpoints.save(execution, rules)
 
 
 def _next_action(rule: RuleExecution) -> ActionExecution | None:

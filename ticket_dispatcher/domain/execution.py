@@ -68,6 +68,16 @@ class FailureCode(StrEnum):
     INTERNAL_ERROR = "internal_error"  # the runtime crashed on it more than actor_restarts times
 
 
+@dataclass(frozen=True)
+class Lease:
+    """A claim on a trigger or an execution: who holds it (a process identity) and which claim
+    this is. Every claim increments the epoch, so a write made under an older claim is refused
+    (fencing); the expiry lives in the store and is renewed by the holder's heartbeat."""
+
+    owner: str
+    epoch: int
+
+
 @dataclass
 class Trigger:
     id: int
@@ -82,6 +92,7 @@ class Trigger:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     completed_at: datetime | None = None
+    lease: Lease | None = None  # the claim it was processed under; never shown in the API
 
     @property
     def mode(self) -> ExecutionMode:

@@ -20,11 +20,12 @@ from ticket_dispatcher.domain.execution import (
     Execution,
     ExecutionMode,
     ExecutionStatus,
+    Lease,
     RuleExecution,
     RuleOutcome,
     TriggerStatus,
 )
-from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     fetch_page,
@@ -37,9 +38,19 @@ from ticket_dispatcher.store.models import (
     RuleExecutionRow,
     TriggerRow,
 )
+from ticket_dispatcher.store.triggers import held
 from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
 
 _RUNNING = (ExecutionStatus.CREATED.value, ExecutionStatus.EXECUTING.value)
+
+
+def _fenced(execution_id: int, lease: Lease | None) -> peewee.Expression:
+    """The execution row while it is still running, and under ``lease`` when one is given."""
+    where = (ExecutionRow.id == execution_id) & ExecutionRow.status.in_(_RUNNING)
+    if lease is None:
+        return where
+    return where & ((ExecutionRow.lease_owner == lease.owner)
+                    & (ExecutionRow.lease_epoch == lease.epoch))
 
 
 class ExecutionRepository:
@@ -60,12 +71,14 @@ class ExecutionRepository:
             return {row.live_lock_key for row in query}
 
     def create(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
-               ensure_context: bool, now: datetime, reason: str = "") -> list[int]:
+               ensure_context: bool, now: datetime, reason: str = "",
+               lease: Lease | None = None) -> list[int]:
         """Insert the executions (in order) with every rule execution, the default context when
         asked and missing, and complete the trigger with their IDs (and ``reason``, e.g. the
         busy policies it skipped) — all or nothing.
 
-        Raises ``Conflict`` when a live lock key is already held (nothing is written).
+        Raises ``Conflict`` when a live lock key is already held, and ``LeaseLost`` when the
+        trigger is no longer processing under ``lease`` (nothing is written either way).
         """
         now = to_utc(now)
         try:
@@ -73,11 +86,14 @@ class ExecutionRepository:
                 ids = [self._insert(execution) for execution in executions]
                 if ensure_context:
                     self._contexts.ensure_default(issue_key, now)
-                (TriggerRow.update(status=TriggerStatus.COMPLETED.value,
-                                   output_json={"execution_ids": ids}, failure_reason=reason,
-                                   updated_at=now, completed_at=now)
-                 .where(TriggerRow.id == trigger_id).execute())
-        except peewee.IntegrityError:
+                completed = (TriggerRow.update(
+                    status=TriggerStatus.COMPLETED.value, output_json={"execution_ids": ids},
+                    failure_reason=reason, updated_at=now, completed_at=now,
+                    lease_owner=None, lease_expires_at=None)
+                    .where(held(trigger_id, lease)).execute())
+                if lease is not None and not completed:
+                    raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
+        except (peewee.IntegrityError, Conflict):
             raise Conflict(f"a live execution for {issue_key} already holds the lock") from None
         for execution, execution_id in zip(executions, ids, strict=True):
             execution.id = execution_id
@@ -103,22 +119,26 @@ class ExecutionRepository:
 
     # -- the behavior's checkpoints -------------------------------------------------------------
 
-    def save(self, execution: Execution, rules: list[RuleExecution]) -> None:
+    def save(self, execution: Execution, rules: list[RuleExecution], *,
+             lease: Lease | None = None, parked: bool = False) -> None:
         """Persist the execution row and these rules in one short transaction.
 
         The row is only updated while it is still running, so a concurrent cancel is never
-        overwritten; ``Conflict`` tells the caller the execution ended elsewhere.
+        overwritten (``Conflict``: the execution ended elsewhere), and, with a ``lease``, only
+        while that lease is the current one (``LeaseLost``: another holder took over). A
+        terminal or ``parked`` execution gives its lease back in the same UPDATE.
         """
+        released = execution.status.terminal or parked
+        lease_columns = {"lease_owner": None, "lease_expires_at": None} if released else {}
         with write_lock(self.db):
             updated = (ExecutionRow.update(
                 status=execution.status.value, failure_code=execution.failure_code,
                 failure_reason=execution.failure_reason, wake_at=execution.wake_at,
                 live_lock_key=execution.live_lock_key, updated_at=execution.updated_at,
-                completed_at=execution.completed_at)
-                .where((ExecutionRow.id == execution.id) & ExecutionRow.status.in_(_RUNNING))
-                .execute())
+                completed_at=execution.completed_at, **lease_columns)
+                .where(_fenced(execution.id, lease)).execute())
             if not updated:
-                raise Conflict(f"execution {execution.id} is no longer running")
+                raise self._refusal(execution.id, lease)
             for rule in rules:
                 (RuleExecutionRow.update(
                     outcome=rule.outcome.value, evaluation_json=rule.evaluation,
@@ -126,6 +146,77 @@ class ExecutionRepository:
                  .where((RuleExecutionRow.execution == execution.id)
                         & (RuleExecutionRow.sequence == rule.sequence))
                  .execute())
+
+    def _refusal(self, execution_id: int, lease: Lease | None) -> Exception:
+        """Why a fenced write matched no row: the execution ended, or the lease moved on."""
+        row = (ExecutionRow.select(ExecutionRow.status)
+               .where(ExecutionRow.id == execution_id).first())
+        if lease is not None and row is not None and row.status in _RUNNING:
+            return LeaseLost(f"execution {execution_id} is no longer held by this process")
+        return Conflict(f"execution {execution_id} is no longer running")
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def claim(self, execution_id: int, *, owner: str, now: datetime,
+              expires_at: datetime) -> Lease | None:
+        """Take a running execution under a new lease (the epoch goes up by one): when nobody
+        holds it, its lease expired, or ``owner`` (this process) holds it already and hands
+        it to a new actor. None when it is terminal or another live holder has it."""
+        with write_lock(self.db):
+            rows = list(ExecutionRow.update(
+                lease_owner=owner, lease_epoch=ExecutionRow.lease_epoch + 1,
+                lease_expires_at=to_utc(expires_at))
+                .where(_fenced(execution_id, None)
+                       & (ExecutionRow.lease_owner.is_null() | (ExecutionRow.lease_owner == owner)
+                          | (ExecutionRow.lease_expires_at < to_utc(now))))
+                .returning(ExecutionRow.lease_epoch))
+        return Lease(owner, rows[0].lease_epoch) if rows else None
+
+    def renew(self, owner: str, execution_ids: list[int], expires_at: datetime) -> set[int]:
+        """Extend ``owner``'s leases on these running executions; the ids still held."""
+        if not execution_ids:
+            return set()
+        with unit_of_work(self.db):
+            rows = (ExecutionRow.update(lease_expires_at=to_utc(expires_at))
+                    .where(ExecutionRow.id.in_(execution_ids)
+                           & (ExecutionRow.lease_owner == owner)
+                           & ExecutionRow.status.in_(_RUNNING))
+                    .returning(ExecutionRow.id))
+            return {row.id for row in rows}
+
+    def stale(self, now: datetime, limit: int = 500) -> list[int]:
+        """Running executions that should run now and that no live lease covers: nobody holds
+        them (``created`` ones whose enqueue was lost, parked ones now due) or their holder's
+        lease expired. The sweeper resumes them; oldest first."""
+        now = to_utc(now)
+        with unit_of_work(self.db):
+            query = (ExecutionRow.select(ExecutionRow.id)
+                     .where(ExecutionRow.status.in_(_RUNNING)
+                            & (ExecutionRow.lease_owner.is_null()
+                               | (ExecutionRow.lease_expires_at < now))
+                            & (ExecutionRow.wake_at.is_null() | (ExecutionRow.wake_at <= now)))
+                     .order_by(ExecutionRow.id).limit(limit))
+            return [row.id for row in query]
+
+    def release_leases(self) -> int:
+        """Give back every running execution's lease: at the boot of the one process that
+        serves this database, whoever held them is gone. The number released."""
+        with unit_of_work(self.db):
+            return (ExecutionRow.update(lease_owner=None, lease_expires_at=None)
+                    .where(ExecutionRow.status.in_(_RUNNING)
+                           & ExecutionRow.lease_owner.is_null(False))
+                    .execute())
+
+    def leases(self, owner: str, limit: int = 50) -> list[dict]:
+        """The leases ``owner`` holds, soonest expiry first (the admin view)."""
+        with unit_of_work(self.db):
+            query = (ExecutionRow.select(ExecutionRow.id, ExecutionRow.lease_epoch,
+                                         ExecutionRow.lease_expires_at)
+                     .where((ExecutionRow.lease_owner == owner)
+                            & ExecutionRow.status.in_(_RUNNING))
+                     .order_by(ExecutionRow.lease_expires_at).limit(limit))
+            return [{"execution_id": row.id, "epoch": row.lease_epoch,
+                     "expires_at": row.lease_expires_at} for row in query]
 
     def record_restart(self, execution_id: int) -> int:
         """Count one more runtime crash; the new count."""

@@ -170,11 +170,25 @@ def _notification_state(db: peewee.Database) -> None:
         )
 
 
+def _leases(db: peewee.Database) -> None:
+    """The lease of a claimed trigger or a running execution: owner, epoch, expiry. Rows that
+    exist keep no owner, which reads as unclaimed."""
+    t = _types(db)
+    for table in ("dispatch_triggers", "dispatch_executions"):
+        columns = {column.name for column in db.get_columns(table)}
+        for name, kind in (("lease_owner", "TEXT NULL"),
+                           ("lease_epoch", "INTEGER NOT NULL DEFAULT 0"),
+                           ("lease_expires_at", f"{t.time} NULL")):
+            if name not in columns:
+                db.execute_sql(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+
+
 Migration = tuple[int, str, Callable[[peewee.Database], None]]
 
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
+    (3, "leases on dispatch_triggers and dispatch_executions", _leases),
 )
 
 

@@ -99,6 +99,10 @@ class TriggerRow(BaseModel):
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
     completed_at = UTCDateTimeField(null=True)
+    # The claim of the process processing it (actors/leases.py); NULL when unclaimed.
+    lease_owner = peewee.TextField(null=True)
+    lease_epoch = peewee.IntegerField(default=0)
+    lease_expires_at = UTCDateTimeField(null=True)
 
     class Meta:
         table_name = "dispatch_triggers"
@@ -126,6 +130,10 @@ class ExecutionRow(BaseModel):
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
     completed_at = UTCDateTimeField(null=True)
+    # The claim of the process running it; NULL while it is queued, parked or terminal.
+    lease_owner = peewee.TextField(null=True)
+    lease_epoch = peewee.IntegerField(default=0)
+    lease_expires_at = UTCDateTimeField(null=True)
 
     class Meta:
         table_name = "dispatch_executions"

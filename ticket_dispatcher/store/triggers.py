@@ -6,13 +6,24 @@ from datetime import datetime
 
 import peewee
 
-from ticket_dispatcher.domain.execution import Trigger, TriggerStatus
-from ticket_dispatcher.errors import NotFound
+from ticket_dispatcher.domain.execution import Lease, Trigger, TriggerStatus
+from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import seconds_since, unit_of_work, write_lock
 from ticket_dispatcher.store.models import TriggerRow
 from ticket_dispatcher.timeutil import to_utc
 
 _OPEN = (TriggerStatus.PENDING.value, TriggerStatus.PROCESSING.value)
+_RELEASED = {"lease_owner": None, "lease_expires_at": None}
+
+
+def held(trigger_id: int, lease: Lease | None) -> peewee.Expression:
+    """The trigger row, fenced: still ``processing`` under ``lease`` (any row when None)."""
+    where = TriggerRow.id == trigger_id
+    if lease is None:
+        return where
+    return where & ((TriggerRow.status == TriggerStatus.PROCESSING.value)
+                    & (TriggerRow.lease_owner == lease.owner)
+                    & (TriggerRow.lease_epoch == lease.epoch))
 
 
 def _pending(source: str, issue_key: str) -> peewee.Select:
@@ -71,48 +82,103 @@ class TriggerRepository:
             raise NotFound(f"trigger {trigger_id} not found")
         return trigger_from_row(row)
 
-    def claim(self, trigger_id: int, now: datetime, *, recovering: bool = False
+    def claim(self, trigger_id: int, now: datetime, *, recovering: bool = False,
+              retrying: bool = False, owner: str = "", expires_at: datetime | None = None
               ) -> Trigger | None:
-        """``pending`` → ``processing`` by a conditional UPDATE, so a second claimer loses.
-
-        At boot, ``recovering`` also takes over a trigger left ``processing`` by the previous
-        process. Returns None when the trigger is not ours to process.
+        """Claim a due trigger under a new lease (``Trigger.lease``) by one conditional
+        UPDATE, so a second claimer loses: a ``pending`` one, or a ``processing`` one that
+        nobody holds any more (no owner, or its lease expired). ``retrying``: ``owner`` takes
+        up again a trigger it holds itself (its processing was interrupted). ``recovering``:
+        boot recovery of the one process that serves this database takes over any
+        ``processing`` trigger, since whoever held it is gone. None when the trigger is not
+        ours to process. Without ``expires_at`` the lease never expires.
         """
         now = to_utc(now)
-        claimable = [TriggerStatus.PENDING.value]
-        if recovering:
-            claimable.append(TriggerStatus.PROCESSING.value)
-        with unit_of_work(self.db):
-            claimed = (TriggerRow.update(status=TriggerStatus.PROCESSING.value, updated_at=now)
-                       .where((TriggerRow.id == trigger_id)
-                              & TriggerRow.status.in_(claimable)
-                              & (TriggerRow.available_at <= now))
-                       .execute())
-            if not claimed:
-                return None
-            return trigger_from_row(TriggerRow.get_by_id(trigger_id))
+        processing = TriggerRow.status == TriggerStatus.PROCESSING.value
+        if not recovering:
+            free = TriggerRow.lease_owner.is_null() | (TriggerRow.lease_expires_at < now)
+            if retrying:
+                free |= TriggerRow.lease_owner == owner
+            processing &= free
+        with write_lock(self.db):
+            rows = list(TriggerRow.update(
+                status=TriggerStatus.PROCESSING.value, updated_at=now, lease_owner=owner,
+                lease_epoch=TriggerRow.lease_epoch + 1,
+                lease_expires_at=to_utc(expires_at) if expires_at else None)
+                .where((TriggerRow.id == trigger_id) & (TriggerRow.available_at <= now)
+                       & ((TriggerRow.status == TriggerStatus.PENDING.value) | processing))
+                .returning(TriggerRow))
+        if not rows:
+            return None
+        trigger = trigger_from_row(rows[0])
+        trigger.lease = Lease(owner, rows[0].lease_epoch)
+        return trigger
 
     def complete(self, trigger_id: int, execution_ids: list[int], now: datetime,
-                 reason: str = "") -> None:
-        self._close(trigger_id, TriggerStatus.COMPLETED, now, execution_ids, reason)
+                 reason: str = "", *, lease: Lease | None = None) -> None:
+        self._close(trigger_id, TriggerStatus.COMPLETED, now, execution_ids, reason, lease)
 
-    def fail(self, trigger_id: int, reason: str, now: datetime) -> None:
-        self._close(trigger_id, TriggerStatus.FAILED, now, [], reason)
+    def fail(self, trigger_id: int, reason: str, now: datetime, *,
+             lease: Lease | None = None) -> None:
+        self._close(trigger_id, TriggerStatus.FAILED, now, [], reason, lease)
 
     def _close(self, trigger_id: int, status: TriggerStatus, now: datetime,
-               execution_ids: list[int], reason: str) -> None:
+               execution_ids: list[int], reason: str, lease: Lease | None) -> None:
         now = to_utc(now)
         with unit_of_work(self.db):
-            (TriggerRow.update(status=status.value, output_json={"execution_ids": execution_ids},
-                               failure_reason=reason, updated_at=now, completed_at=now)
-             .where(TriggerRow.id == trigger_id).execute())
+            updated = (TriggerRow.update(
+                status=status.value, output_json={"execution_ids": execution_ids},
+                failure_reason=reason, updated_at=now, completed_at=now, **_RELEASED)
+                .where(held(trigger_id, lease)).execute())
+        if lease is not None and not updated:
+            raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
 
-    def defer(self, trigger_id: int, until: datetime, now: datetime) -> None:
+    def defer(self, trigger_id: int, until: datetime, now: datetime, *,
+              lease: Lease | None = None) -> None:
         """Back to ``pending``, due again at ``until`` (N§3.4)."""
         with unit_of_work(self.db):
-            (TriggerRow.update(status=TriggerStatus.PENDING.value, available_at=to_utc(until),
-                               updated_at=to_utc(now))
-             .where(TriggerRow.id == trigger_id).execute())
+            updated = (TriggerRow.update(status=TriggerStatus.PENDING.value,
+                                         available_at=to_utc(until), updated_at=to_utc(now),
+                                         **_RELEASED)
+                       .where(held(trigger_id, lease)).execute())
+        if lease is not None and not updated:
+            raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    def renew(self, owner: str, trigger_ids: list[int], expires_at: datetime) -> set[int]:
+        """Extend ``owner``'s leases on these ``processing`` triggers; the ids still held."""
+        if not trigger_ids:
+            return set()
+        with unit_of_work(self.db):
+            rows = (TriggerRow.update(lease_expires_at=to_utc(expires_at))
+                    .where(TriggerRow.id.in_(trigger_ids) & (TriggerRow.lease_owner == owner)
+                           & (TriggerRow.status == TriggerStatus.PROCESSING.value))
+                    .returning(TriggerRow.id))
+            return {row.id for row in rows}
+
+    def stale(self, now: datetime, limit: int = 100) -> list[int]:
+        """``processing`` triggers whose lease has expired or that nobody holds, oldest
+        first: the sweeper resumes them."""
+        now = to_utc(now)
+        with unit_of_work(self.db):
+            query = (TriggerRow.select(TriggerRow.id)
+                     .where((TriggerRow.status == TriggerStatus.PROCESSING.value)
+                            & (TriggerRow.lease_owner.is_null()
+                               | (TriggerRow.lease_expires_at < now)))
+                     .order_by(TriggerRow.id).limit(limit))
+            return [row.id for row in query]
+
+    def leases(self, owner: str, limit: int = 50) -> list[dict]:
+        """The leases ``owner`` holds, soonest expiry first (the admin view)."""
+        with unit_of_work(self.db):
+            query = (TriggerRow.select(TriggerRow.id, TriggerRow.lease_epoch,
+                                       TriggerRow.lease_expires_at)
+                     .where((TriggerRow.lease_owner == owner)
+                            & (TriggerRow.status == TriggerStatus.PROCESSING.value))
+                     .order_by(TriggerRow.lease_expires_at).limit(limit))
+            return [{"trigger_id": row.id, "epoch": row.lease_epoch,
+                     "expires_at": row.lease_expires_at} for row in query]
 
     def due(self, now: datetime, limit: int = 100) -> list[int]:
         """Pending triggers whose ``available_at`` has come, oldest first (the poll)."""
