@@ -250,11 +250,9 @@ class ExecutionPool(TrackedActor):
             stale = deps.store.executions.stale(now)
         except StoreUnavailable:
             return  # the store's health reports the outage; the next beat tries again
-        for execution_id, hold in alive.items():
-            if execution_id in held:
-                hold.valid_until = now + duration
-            else:
-                hold.lost = True  # another holder has it: this actor stops at its next call
+        for execution_id in held:
+            # Not renewed (ended meanwhile, or taken over): its validity simply runs out.
+            alive[execution_id].valid_until = now + duration
         for execution_id in stale:
             self._sweep(execution_id, now, duration)
         self._sweeps.last_at = now
