@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: a migrated store on each engine, and a query counter.
+"""Fixtures shared by the whole suite: a migrated store on each engine, a query counter, and the
+notification peers of the real-process tests.
 
 PostgreSQL runs only when TICKET_DISPATCHER_TEST_DATABASE_URL is set (SPEC §14). Each test gets
 a fresh schema of its own (tests/databases.py, which the benches share).
@@ -13,6 +14,8 @@ import peewee
 import pytest
 
 from tests.databases import postgres_schema, sqlite_url
+from tests.peer_notify import FakeCore, FakeLark, FakeOncall
+from tests.process import notification_peers
 from ticket_dispatcher.store import Store
 
 PG_URL_ENV = "TICKET_DISPATCHER_TEST_DATABASE_URL"
@@ -88,3 +91,29 @@ class QueryCounter:
 def query_counter(store) -> Callable[[], QueryCounter]:
     """``with query_counter() as queries: ...`` then ``queries.count``."""
     return lambda: QueryCounter(store.db)
+
+
+# -- notification peers for real-process tests --------------------------------------------------
+# Fakes of Lark, Oncall and Core that know the one person a module's ``person`` fixture names
+# (email, name, Lark open_id).
+
+
+@pytest.fixture
+def peers(person: tuple[str, str, str]) -> Iterator[tuple[FakeLark, FakeOncall, FakeCore]]:
+    with notification_peers(*person) as fakes:
+        yield fakes
+
+
+@pytest.fixture
+def lark(peers) -> FakeLark:
+    return peers[0]
+
+
+@pytest.fixture
+def oncall(peers) -> FakeOncall:
+    return peers[1]
+
+
+@pytest.fixture
+def core(peers) -> FakeCore:
+    return peers[2]

@@ -19,12 +19,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import requests
 
 from tests.peer import FakeJira
+from tests.peer_notify import FakeCore, FakeLark, FakeOncall
 
 BASE = "/api/v1/ticketmanager"
 POLL_SECONDS = 0.05
@@ -53,6 +55,30 @@ def assignee_notification_policy(name: str, project: str, *, urgent: list[str],
              "then": [{"type": "mark_assignment_message_urgent"}, *pages, *escalation],
              "transition": {"on_success": "terminate"}},
         ],
+    }
+
+
+@contextmanager
+def notification_peers(email: str, name: str, open_id: str
+                       ) -> Iterator[tuple[FakeLark, FakeOncall, FakeCore]]:
+    """Fakes of Lark, Oncall and Core that know one person: her Lark open_id, her phone and
+    her Core user."""
+    with FakeLark() as lark, FakeOncall() as oncall, FakeCore() as core:
+        lark.add_user(email, open_id)
+        oncall.add_phone(email)
+        core.add_user(email, name, open_id=open_id)
+        yield lark, oncall, core
+
+
+def notification_settings(lark: FakeLark, oncall: FakeOncall, core: FakeCore) -> dict[str, str]:
+    """The ``TICKET_DISPATCHER_*`` settings (without the prefix) that turn the notification on
+    and point Lark, Oncall and Core at these fakes."""
+    return {
+        "NOTIFICATIONS_ENABLED": "true",
+        "LARK_BASE_URL": lark.base_url, "LARK_APP_ID": lark.app_id,
+        "LARK_APP_SECRET": lark.app_secret,
+        "ONCALL_BASE_URL": oncall.base_url, "ONCALL_TOKEN": oncall.token,
+        "CORE_BASE_URL": core.base_url, "CORE_TOKEN": core.token,
     }
 
 

@@ -1,5 +1,6 @@
 """The package's layering, read from its imports with ``ast``: data flows http → actors → domain
-→ integrations/store, and nothing imports upward (STYLE.md "The shape we want")."""
+→ integrations/store, nothing imports upward (STYLE.md "The shape we want"), and the database
+drivers are the store's alone."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 for leaf in LEAVES:
     ALLOWED.setdefault(leaf, set())
+# Driver errors never leave the store: everything else sees StoreUnavailable and Conflict.
+DATABASE_LIBRARIES = {"peewee", "playhouse", "psycopg2", "psycopg", "sqlite3"}
 
 
 def _part(module: str) -> str | None:
@@ -36,9 +39,9 @@ def _part(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else "ticket_dispatcher"
 
 
-def _imports() -> dict[str, set[tuple[str, str]]]:
-    """part → {(imported part, where)} for every ``ticket_dispatcher`` import, nested ones too."""
-    found: dict[str, set[tuple[str, str]]] = defaultdict(set)
+def _imported_modules() -> list[tuple[str, str, str]]:
+    """(part, imported module, where) for every absolute import, nested ones too."""
+    found = []
     for path in PACKAGE.rglob("*.py"):
         relative = path.relative_to(PACKAGE)
         source = relative.parts[0].removesuffix(".py")
@@ -49,10 +52,17 @@ def _imports() -> dict[str, set[tuple[str, str]]]:
                 modules = [alias.name for alias in node.names]
             else:
                 continue
-            for module in modules:
-                target = _part(module)
-                if target is not None and target != source:
-                    found[source].add((target, f"{relative}:{node.lineno}"))
+            found += [(source, module, f"{relative}:{node.lineno}") for module in modules]
+    return found
+
+
+def _imports() -> dict[str, set[tuple[str, str]]]:
+    """part → {(imported part, where)} for every ``ticket_dispatcher`` import, nested ones too."""
+    found: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for source, module, where in _imported_modules():
+        target = _part(module)
+        if target is not None and target != source:
+            found[source].add((target, where))
     return found
 
 
@@ -92,3 +102,10 @@ def test_only_the_composition_root_imports_the_sandbox():
                         for target, _ in targets if target == "sandbox"})
 
     assert set(importers) <= {"service", "examples"}
+
+
+def test_only_the_store_imports_a_database_library():
+    outside = sorted(f"{where}: {module}" for source, module, where in _imported_modules()
+                     if source != "store" and module.split(".")[0] in DATABASE_LIBRARIES)
+
+    assert outside == []

@@ -20,8 +20,14 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.peer import FakeJira
-from tests.peer_notify import FakeCore, FakeLark, FakeOncall, LarkRoute, OncallRoute
-from tests.process import Dispatcher, Processes, assignee_notification_policy, wait_until
+from tests.peer_notify import LarkRoute, OncallRoute
+from tests.process import (
+    Dispatcher,
+    Processes,
+    assignee_notification_policy,
+    notification_settings,
+    wait_until,
+)
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.timeutil import parse_rfc3339
 
@@ -51,37 +57,17 @@ def jira() -> Iterator[FakeJira]:
 
 
 @pytest.fixture
-def lark() -> Iterator[FakeLark]:
-    with FakeLark() as fake:
-        fake.add_user(EMAIL, OPEN_ID)
-        yield fake
-
-
-@pytest.fixture
-def oncall() -> Iterator[FakeOncall]:
-    with FakeOncall() as fake:
-        fake.add_phone(EMAIL)
-        yield fake
-
-
-@pytest.fixture
-def core() -> Iterator[FakeCore]:
-    with FakeCore() as fake:
-        fake.add_user(EMAIL, NAME, open_id=OPEN_ID)
-        yield fake
+def person() -> tuple[str, str, str]:
+    """Who the notification peers know (the ``lark``, ``oncall`` and ``core`` fixtures of
+    tests/conftest.py)."""
+    return EMAIL, NAME, OPEN_ID
 
 
 @pytest.fixture
 def dispatchers(db_url, jira, lark, oncall, core) -> Iterator[Callable[[], Dispatcher]]:
     """``dispatchers()`` starts a serve process on the test's database (once per engine) with
     the notification on and every peer pointing at its fake; all are stopped at the end."""
-    settings = {
-        "NOTIFICATIONS_ENABLED": "true",
-        "LARK_BASE_URL": lark.base_url, "LARK_APP_ID": lark.app_id,
-        "LARK_APP_SECRET": lark.app_secret,
-        "ONCALL_BASE_URL": oncall.base_url, "ONCALL_TOKEN": oncall.token,
-        "CORE_BASE_URL": core.base_url, "CORE_TOKEN": core.token,
-    }
+    settings = notification_settings(lark, oncall, core)
     started = Processes()
     yield lambda: started.start(db_url, jira, **settings)
     started.stop_all()

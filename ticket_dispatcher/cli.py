@@ -191,7 +191,7 @@ def _run_migrate(args: argparse.Namespace) -> int:
 
     config = _config(args)
     with _database_errors(config):
-        store = Store.open(config.database_url)
+        store = Store.open(config.database_url, database=config.database)
         try:
             applied = store.migrate()
             version = current_version(store.db)
@@ -221,15 +221,13 @@ def _run_serve(args: argparse.Namespace) -> int:
 @contextmanager
 def _database_errors(config: Config) -> Iterator[None]:
     """An unreachable or unusable database is one line, not a driver traceback (SPEC §13)."""
-    import peewee
-
     from ticket_dispatcher.logging import Redactor
+    from ticket_dispatcher.store import DATABASE_ERRORS, driver_detail
 
     try:
         yield
-    except peewee.PeeweeException as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        detail = Redactor(config.secrets()).text(first_line)
+    except DATABASE_ERRORS as exc:
+        detail = Redactor(config.secrets()).text(driver_detail(exc))
         url = masked(config)["database_url"]
         raise DatabaseFailure(f"database {url}: {detail}") from None
 

@@ -336,9 +336,9 @@ class DatabaseConfig:
 
     Every wait is bounded, so a request answers 503 within seconds instead of hanging while
     the database is away: ``connect_timeout`` for a new PostgreSQL connection (libpq counts
-    whole seconds), ``statement_timeout`` for one PostgreSQL statement (also its lock wait),
-    ``busy_timeout`` for SQLite's write lock held by another connection or process, and
-    ``pool_wait`` for a free pooled connection.
+    whole seconds), ``statement_timeout`` for one PostgreSQL statement, ``busy_timeout`` for a
+    lock another connection or process holds (SQLite's write lock; a PostgreSQL row lock, as
+    its ``lock_timeout``), and ``pool_wait`` for a free pooled connection.
     """
 
     connect_timeout: timedelta = setting(

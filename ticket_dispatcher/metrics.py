@@ -9,7 +9,10 @@ that sees the fact happen:
   twice); the N§12 action, ACK and workflow families count live executions only;
 - ``backlog``: the job that reads the database every 60 s (first 1 s after the start); a failed
   read keeps the whole previous sample and counts the failure;
-- the intake, trigger results, pool gauges and integration calls, as they happen.
+- the intake, trigger results, pool gauges and integration calls, as they happen;
+- ``database_available`` and ``store_failed``: the store's health (``Metrics`` is a
+  ``StoreHealthListener``; service.py subscribes it), on every database failure and at the
+  start and end of each outage.
 
 No label ever carries an issue key or an ID (N§12); ``source`` is capped at ``MAX_SOURCES``
 distinct values (later ones are ``other``), since any caller may name a source.
@@ -40,6 +43,10 @@ TRIGGER_STATUSES = ("pending", "processing")
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 WORKFLOW_BUCKETS = (1, 10, 60, 300, 600, 1200, 1800, 3600, 7200, 14400)
 CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# The kinds of StoreUnavailable (store/faults.py FaultKind; a test keeps the two equal): metrics
+# may not import the store, and every series exists from the first scrape.
+STORE_ERROR_KINDS = ("connection", "locked", "timeout", "serialization", "too_many_connections",
+                     "pool_exhausted", "other")
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,13 @@ class Metrics:
         self.queue_wait = histogram("client_queue_wait_seconds", "Time a call waited for a "
                                     "free client actor", ("client",), CALL_BUCKETS)
         self.job_failures = counter("metrics_job_failures", "Failed backlog samples")
+        self.database_up = gauge("database_up", "1 while the database answers, 0 from the "
+                                 "first failure of an outage to the next success")
+        self.database_up.set(1)  # until the store says otherwise (it does on subscription)
+        self.store_errors = counter("store_errors", "Database failures (StoreUnavailable) by "
+                                    "kind", ("kind",))
+        for kind in STORE_ERROR_KINDS:
+            self.store_errors.labels(kind=kind)
         self.instance = gauge("instance_info", "1 per running process", ("version",))
         self.instance.labels(version=version).set(1)
         for mode in MODES:  # every series exists from the first scrape, at 0
@@ -176,6 +190,12 @@ class Metrics:
 
     def client_queue_wait(self, client: str, seconds: float) -> None:
         self.queue_wait.labels(client=client).observe(seconds)
+
+    def database_available(self, available: bool) -> None:
+        self.database_up.set(1 if available else 0)
+
+    def store_failed(self, kind: str) -> None:
+        self.store_errors.labels(kind=kind if kind in STORE_ERROR_KINDS else "other").inc()
 
     # -- reading ------------------------------------------------------------------------------
 

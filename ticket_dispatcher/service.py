@@ -55,7 +55,8 @@ class Service:
         self.registry = product_registry(config.jira.auto_assign_label)
         # One pool of connections, sized for every thread that may hold one at once (SPEC §9).
         self.store = Store.open(config.database_url, registry=self.registry,
-                                max_connections=connection_budget(config))
+                                max_connections=connection_budget(config),
+                                database=config.database)
         try:
             self.store.check_capacity(config)  # refuse what the database cannot serve
             applied = self.store.migrate()
@@ -65,6 +66,7 @@ class Service:
         if applied:
             log.info("database migrated", extra={"reason": f"applied {applied}"})
         self.metrics = Metrics(version=__version__)
+        self.store.health.subscribe(self.metrics)  # database_up and store_errors_total
         self.services = Services(store=self.store, config=config, clock=self.clock,
                                  registry=self.registry, metrics=self.metrics)
         self.app = create_app(self.services, auth_enabled=self.auth_enabled)

@@ -129,8 +129,9 @@ def test_healthz_answers_while_the_pool_is_exhausted(api, monkeypatch):
     assert api.get("/healthz").status_code == 200
     refused = api.get("/engineers")
     assert refused.status_code == 503
-    assert refused.headers["Retry-After"] == "1"
+    assert refused.headers["Retry-After"] == "2"
     assert refused.json["code"] == "unavailable"
+    assert api.services.store.db.is_closed()
 
 
 def test_readiness_reports_an_unreachable_database_as_a_check(api, monkeypatch):

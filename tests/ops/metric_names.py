@@ -46,6 +46,8 @@ PLANNED_METRICS: dict[str, str] = {
     "ticket_manager_dispatch_client_queue_wait_seconds": "histogram",
     "ticket_manager_dispatch_metrics_job_failures_total": "counter",
     "ticket_manager_dispatch_instance_info": "gauge",
+    "ticket_manager_dispatch_database_up": "gauge",
+    "ticket_manager_dispatch_store_errors_total": "counter",
 }
 
 # The alerts of the plan, in its order (group "ticket-dispatcher").
@@ -60,6 +62,7 @@ PLANNED_ALERTS: tuple[str, ...] = (
     "TicketDispatcherMoreThanOnePod",
     "TicketDispatcherExecutionRunningTooLong",
     "TicketDispatcherMetricsJobFailing",
+    "TicketDispatcherDatabaseUnavailable",
 )
 
 # A histogram is exported as NAME_bucket, NAME_sum and NAME_count; queries name those series.

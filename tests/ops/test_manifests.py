@@ -45,7 +45,8 @@ SHUTDOWN_SLACK = timedelta(seconds=2)
 # Kinds that would run a second pod next to the first (N§11: no HPA); KEDA's makes an HPA.
 AUTOSCALER_KINDS = {"HorizontalPodAutoscaler", "ScaledObject"}
 PLANNED_FOR = {"TicketDispatcherDeferredTriggerStuck": "5m",
-               "TicketDispatcherWorkersSaturated": "10m"}
+               "TicketDispatcherWorkersSaturated": "10m",
+               "TicketDispatcherDatabaseUnavailable": "1m"}
 SEVERITIES = {"warning", "critical"}
 # Stand-ins for the values the Secret provides; any value of the right shape will do.
 SECRET_STAND_INS = {
@@ -380,6 +381,7 @@ HEALTHY_SERIES = [
     (f'{P}instance_info{{version="0.1.0"}}', "1x30"),
     (f'{P}oldest_executing_execution_age_seconds{{mode="live"}}', "600x30"),
     (f"{P}metrics_job_failures_total", "2+0x30"),
+    (f"{P}database_up", "1x30"),
 ]
 # For each alert: series that must fire it and series next to them that must not, and how many
 # alerts (one per firing series) the expression gives 20 minutes in.
@@ -437,6 +439,11 @@ FIRING_CASES = {
     ], 1),
     "TicketDispatcherMetricsJobFailing": ([
         (f"{P}metrics_job_failures_total", "0+1x30"),
+    ], 1),
+    # An outage since minute 10 on one instance; a blip of under a minute on another.
+    "TicketDispatcherDatabaseUnavailable": ([
+        (f'{P}database_up{{instance="a"}}', "1x10 0x20"),
+        (f'{P}database_up{{instance="b"}}', "1x10 0 1x19"),
     ], 1),
 }
 

@@ -86,7 +86,7 @@ def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
         middleware=[ApiKeyAuth(services.config.auth, enabled=auth_enabled,
                                now=services.clock.now),
                     TextParameters(),
-                    DatabaseConnection(services.store.db)],
+                    DatabaseConnection(services.store)],
         cors_enable=False,
     )
     app.req_options.strip_url_path_trailing_slash = True

@@ -10,7 +10,7 @@ from ticket_dispatcher.domain.admission import LockCandidate, Outcome, admit
 from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus
 from ticket_dispatcher.domain.fanout import reserved_role
 from ticket_dispatcher.domain.matching import lock_key
-from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem
+from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem, StoreUnavailable
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import AUTOMATION, AUTOMATION_READ, VIEWER
 from ticket_dispatcher.http.binding import (
@@ -76,7 +76,15 @@ _INTAKE_OUTCOMES = {429: "rate_limited", 503: "unavailable"}
 
 
 class TriggerCollection:
+    """``POST /dispatch/triggers``: 202 once the pending trigger is committed. While the
+    database is unavailable: 503 with ``Retry-After``, nothing stored, counted as
+    ``unavailable``."""
+
     roles = {"POST": AUTOMATION}
+    # Takes its connection itself, after the rate limit and the body are judged, so a 429 or
+    # 400 costs none and a database failure is counted in the intake metric (http/middleware.py
+    # would refuse the request before the handler could count it).
+    uses_database = False
 
     def __init__(self, services):
         self._services = services
@@ -95,6 +103,9 @@ class TriggerCollection:
         except Conflict:
             intake["outcome"] = "conflict"
             raise
+        except StoreUnavailable:
+            intake["outcome"] = "unavailable"
+            raise
         finally:
             self._services.metrics.trigger_received(intake["source"], intake["outcome"])
 
@@ -107,10 +118,11 @@ class TriggerCollection:
         source, issue_key, policy_id, dryrun = _bind_trigger(
             read_json(req, limit, max_depth=self._services.max_json_depth))
         intake["source"] = source
-        if policy_id is not None:
-            self._check_explicit_policy(policy_id, issue_key, live=dryrun is None)
-        trigger = self._services.running().accept_trigger(source, issue_key, policy_id=policy_id,
-                                                        dryrun=dryrun)
+        with self._services.store.connection():  # one check-out for the checks and the insert
+            if policy_id is not None:
+                self._check_explicit_policy(policy_id, issue_key, live=dryrun is None)
+            trigger = self._services.running().accept_trigger(
+                source, issue_key, policy_id=policy_id, dryrun=dryrun)
         resp.status = falcon.HTTP_202
         resp.location = f"{API_BASE}/dispatch/triggers/{trigger.id}"
         resp.media = trigger.to_json()

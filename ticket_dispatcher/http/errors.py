@@ -2,7 +2,9 @@
 
 ``{"code", "title", "description", "errors"}``; domain errors map to one status each, falcon's own
 errors (404 route, 405, 415 …) are reshaped, and anything unexpected becomes a logged 500 with no
-detail, never a stack trace.
+detail, never a stack trace. A database that cannot answer (``StoreUnavailable``, from any
+handler or the request's connection) is a 503 with ``Retry-After``: the client may retry, and
+nothing of the refused request was stored.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ticket_dispatcher.errors import (
     InvalidInput,
     NotFound,
     PolicyInvalid,
+    StoreUnavailable,
 )
 
 log = logging.getLogger(__name__)
@@ -42,7 +45,11 @@ _DOMAIN_STATUS = (
     (NotFound, falcon.HTTP_404),
     (Conflict, falcon.HTTP_409),
     (PolicyInvalid, falcon.HTTP_422),
+    (StoreUnavailable, falcon.HTTP_503),
 )
+# Seconds a client should wait before retrying while the database is unavailable: outages
+# this short are the common ones (a lock held by a slow writer, a restarted connection).
+RETRY_AFTER_SECONDS = "2"
 
 
 class ApiError(falcon.HTTPError):
@@ -73,7 +80,9 @@ def serialize_error(req: falcon.Request, resp: falcon.Response, exc: falcon.HTTP
 def handle_dispatcher_error(req, resp, exc: DispatcherError, params) -> None:
     for cls, status in _DOMAIN_STATUS:
         if isinstance(exc, cls):
-            raise ApiError(status, exc.message, exc.problems)
+            headers = ({"Retry-After": RETRY_AFTER_SECONDS}
+                       if isinstance(exc, StoreUnavailable) else None)
+            raise ApiError(status, exc.message, exc.problems, headers=headers)
     raise ApiError(falcon.HTTP_400, exc.message, exc.problems)
 
 

@@ -17,7 +17,10 @@ class Liveness:
 
 
 class Readiness:
-    """Ready = the database answers and boot recovery has finished (SPEC §10)."""
+    """Ready = the database answers and boot recovery has finished (SPEC §10).
+
+    ``store.ping()`` never hangs: it is bounded by the store's timeouts (connect_timeout on
+    PostgreSQL, busy_timeout for a SQLite write lock, pool_wait for a free connection)."""
 
     roles = {"GET": PUBLIC}
     # ``ping`` takes its own connection and reports a failure as not ready, where the

@@ -1,4 +1,4 @@
-"""One database connection per HTTP request (issue 7, part 3: connections have one owner).
+"""One database connection per HTTP request: connections have one owner.
 
 ``DatabaseConnection`` takes the request thread's connection from the pool once the request is
 routed and authorised, and returns it when the response is ready, whether the handler succeeded
@@ -7,26 +7,23 @@ check-out however many repository calls it makes.
 
 Only routed resources take one (``process_resource`` is not called for an unrouted request),
 and a resource that declares ``uses_database = False`` never does: ``/healthz`` must answer
-while every connection is busy. Register it after ``ApiKeyAuth``: falcon calls
+while every connection is busy, and a resource that takes its connection later
+(``Store.connection()``) declares it too. Register it after ``ApiKeyAuth``: falcon calls
 ``process_resource`` in registration order and stops at the first that raises, so a request
 refused by authentication takes no connection. ``process_response`` runs for every middleware
-(falcon's default ``independent_middleware``), in reverse order; it closes only what is open.
+(falcon's default ``independent_middleware``), in reverse order; it returns only what is open.
+
+When no connection can be had (the pool stayed empty for its whole wait, the server refused or
+is unreachable), the store raises ``StoreUnavailable``, which the error handlers answer with a
+503 and ``Retry-After`` (``http/errors.py``); the store's health logs the outage, once.
+A connection the driver found lost during the request is discarded, not pooled again.
 """
 
 from __future__ import annotations
 
-import logging
-
 import falcon
-import peewee
-from playhouse.pool import MaxConnectionsExceeded
 
-from ticket_dispatcher.http.errors import ApiError
-
-log = logging.getLogger(__name__)
-
-# Seconds a client should wait before retrying when no connection could be had.
-RETRY_AFTER_SECONDS = "1"
+from ticket_dispatcher.store import Store
 
 
 def uses_database(resource: object) -> bool:
@@ -37,24 +34,15 @@ def uses_database(resource: object) -> bool:
 class DatabaseConnection:
     """Falcon middleware: the request's connection, opened late and always returned."""
 
-    def __init__(self, db: peewee.Database):
-        self._db = db
+    def __init__(self, store: Store):
+        self._store = store
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource,
                          params) -> None:
         if resource is None or not uses_database(resource):
             return
-        try:
-            self._db.connect(reuse_if_open=True)
-        except (MaxConnectionsExceeded, peewee.OperationalError) as exc:
-            # The pool stayed empty for its whole wait, or the server refused: a retryable
-            # 503, not a logged 500 (the exception text may name the host; only its type).
-            log.warning("no database connection for %s %s: %s", req.method, req.path,
-                        type(exc).__name__)
-            raise ApiError(falcon.HTTP_503, "the database is not available; retry later",
-                           headers={"Retry-After": RETRY_AFTER_SECONDS}) from None
+        self._store.checkout()
 
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource,
                          req_succeeded: bool) -> None:
-        if not self._db.is_closed():
-            self._db.close()  # a pooled database returns the connection to its pool
+        self._store.checkin()  # closes only what is open: a refused request took nothing

@@ -1,52 +1,77 @@
 """The store: peewee models, one repository per aggregate, migrations (SPEC §9).
 
-``Store.open(url, registry=..., max_connections=connection_budget(config))`` builds the pooled
-database for a ``database_url`` and binds the models to it; it neither connects nor migrates.
+``Store.open(url, registry=..., max_connections=connection_budget(config),
+database=config.database)`` builds the pooled database for a ``database_url``, its waits bounded
+by ``[database]``, and binds the models to it; it neither connects nor migrates.
 The action registry (the product's by default) is what policy activation validates against.
 Repositories take this thread's connection from the pool per unit of work (see ``database.py``),
 so one ``Store`` is shared by every waitress worker and actor thread.
 ``Store.check_capacity(config)`` refuses at start a configuration the database server cannot
 serve.
+
+A failing database surfaces as ``StoreUnavailable`` (retryable, with a ``kind``) or, for an
+integrity violation, ``Conflict``; no driver error leaves the store. ``Store.health`` follows
+outages (``health.py``); ``Store.connection()`` / ``checkout()`` / ``checkin()`` hold one
+connection across several repository calls (an HTTP request).
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 
 import peewee
 
-from ticket_dispatcher.config import Config
+from ticket_dispatcher.config import Config, DatabaseConfig
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.actions.registry import product_registry
+from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.store import migrations
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
+    DEFAULT_DATABASE,
     DEFAULT_MAX_CONNECTIONS,
+    attach_health,
     bind,
     check_capacity,
+    checkin,
+    checkout,
     close_database,
     connection_budget,
     is_postgres,
     lock_rows,
     open_database,
     unit_of_work,
+    without_statement_timeouts,
     write_lock,
 )
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.executions import ExecutionRepository
+from ticket_dispatcher.store.faults import FaultKind, driver_detail
+from ticket_dispatcher.store.health import StoreHealth, StoreHealthListener
 from ticket_dispatcher.store.policies import PolicyRepository
 from ticket_dispatcher.store.triggers import TriggerRepository
 
 logger = logging.getLogger(__name__)
 
+# What a command that opens the store may meet from the database: the typed failure, or a
+# driver error the store does not type (bad SQL, a missing privilege). ``driver_detail`` says
+# what happened, for the operator who configured the database.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (StoreUnavailable, peewee.PeeweeException)
+
 __all__ = [
+    "DATABASE_ERRORS",
     "ContextRepository",
     "EngineerRepository",
     "ExecutionRepository",
+    "FaultKind",
     "PolicyRepository",
     "Store",
+    "StoreHealth",
+    "StoreHealthListener",
     "TriggerRepository",
     "connection_budget",
+    "driver_detail",
     "is_postgres",
     "lock_rows",
     "open_database",
@@ -61,6 +86,8 @@ class Store:
         # from any database is always the one its repositories query.
         bind(db)
         self.db = db
+        # Outages of this database: its units of work report here, the metrics listen.
+        self.health: StoreHealth = attach_health(db)
         # The actions this service runs: activation refuses a policy they cannot (SPEC §6).
         self.registry = registry if registry is not None else product_registry()
         self.policies = PolicyRepository(db, self.registry)
@@ -71,14 +98,16 @@ class Store:
 
     @classmethod
     def open(cls, url: str, *, registry: ActionRegistry | None = None,
-             max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Store:
+             max_connections: int = DEFAULT_MAX_CONNECTIONS,
+             database: DatabaseConfig = DEFAULT_DATABASE) -> Store:
         """The store for ``url`` (``ConfigError`` when unusable); does not connect or migrate.
 
         ``registry``: the action types policies may use, the product's by default.
         ``max_connections`` sizes the connection pool: ``connection_budget(config)`` for the
-        service; the default is the budget of the default configuration.
+        service; the default is the budget of the default configuration. ``database``: the
+        timeouts of every wait on the database (``config.database``).
         """
-        return cls(open_database(url, max_connections), registry)
+        return cls(open_database(url, max_connections, database), registry)
 
     def check_capacity(self, config: Config) -> None:
         """``ConfigError`` when ``config`` could need more connections than the PostgreSQL
@@ -86,14 +115,37 @@ class Store:
         check_capacity(self.db, config)
 
     def migrate(self) -> list[int]:
-        """Apply missing schema migrations; the versions applied now."""
-        return migrations.migrate(self.db)
+        """Apply missing schema migrations; the versions applied now. They run without the
+        statement and lock timeouts meant for requests: a long index build, or waiting for
+        another instance's migration, is not an outage."""
+        with without_statement_timeouts(self.db):
+            return migrations.migrate(self.db)
+
+    def connection(self) -> AbstractContextManager[peewee.Database]:
+        """Hold this thread's connection across the repository calls of the block (one
+        check-out for all of them); ``StoreUnavailable`` when none can be had."""
+        return unit_of_work(self.db)
+
+    def checkout(self) -> bool:
+        """Take this thread's connection until ``checkin`` (``database.checkout``): True when
+        this call took it. For a holder that cannot use ``connection()``'s block."""
+        return checkout(self.db)
+
+    def checkin(self) -> None:
+        """Return this thread's connection to the pool (a lost one is discarded)."""
+        checkin(self.db)
 
     def ping(self) -> bool:
-        """A cheap ``SELECT 1`` for readiness (SPEC §10): True when the database answers."""
+        """Readiness: True when the database answers, within the configured
+        timeouts, never raising. PostgreSQL: ``SELECT 1``. SQLite: the same inside a write
+        transaction, since another process holding the write lock stops every write while
+        reads go on; an empty transaction writes nothing."""
+        probe = unit_of_work if is_postgres(self.db) else write_lock
         try:
-            with unit_of_work(self.db):
+            with probe(self.db):
                 self.db.execute_sql("SELECT 1").fetchone()
+        except StoreUnavailable:
+            return False  # the store's health has logged the outage
         except Exception as exc:  # readiness reports, it never raises
             logger.warning("database ping failed: %s", type(exc).__name__)
             return False

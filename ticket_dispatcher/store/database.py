@@ -23,12 +23,29 @@ Both engines pool their physical connections, so nothing is reopened per unit of
 
 Each pool holds at most ``connection_budget(config)`` connections: one for every thread that
 can hold one at the same time. A thread that finds the pool empty waits up to
-``POOL_WAIT_SECONDS`` for a connection to come back, then fails with ``MaxConnectionsExceeded``.
+``database.pool_wait`` for a connection to come back, then fails (``pool_exhausted``).
 ``check_capacity`` refuses, at start, a budget a PostgreSQL server cannot serve.
+
+Every wait on the database is bounded by ``[database]`` (``DatabaseConfig``), so a request
+answers 503 within seconds while the database is away instead of hanging:
+
+- PostgreSQL: libpq's ``connect_timeout`` for a new connection; ``statement_timeout`` for one
+  statement and ``lock_timeout`` (``busy_timeout``, at most the statement timeout) for one lock
+  wait, both sent as ``options`` before the URL's own (which therefore win); TCP keepalives and
+  ``tcp_user_timeout`` so a connection whose peer vanished errors out instead of waiting for an
+  answer that never comes. URL query parameters override any of these.
+- SQLite: ``busy_timeout`` for the write lock held by another connection or process, as the
+  pragma (set first on each new connection) and as sqlite3's own timeout.
+
+Driver errors never leave the store: ``unit_of_work`` and ``write_lock`` (outermost or nested)
+and ``checkout`` turn them into ``StoreUnavailable(kind)`` or ``Conflict`` (``faults.py``),
+report each unit to the database's ``StoreHealth`` (``health.py``), and a unit that owns its
+connection discards it, instead of pooling it again, when the connection failed.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,8 +58,10 @@ from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 import peewee
 from playhouse.pool import PooledDatabase, PooledPostgresqlDatabase, PooledSqliteDatabase
 
-from ticket_dispatcher.config import Config
-from ticket_dispatcher.errors import ConfigError
+from ticket_dispatcher.config import Config, DatabaseConfig
+from ticket_dispatcher.errors import ConfigError, StoreUnavailable
+from ticket_dispatcher.store.faults import FaultKind, store_error
+from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.timeutil import to_utc
 
 # The only module-level state of the store (SPEC §9): models reach the database through it.
@@ -50,7 +69,6 @@ database_proxy = peewee.DatabaseProxy()
 
 SQLITE_PRAGMAS = (
     ("journal_mode", "wal"),  # readers never block the writer
-    ("busy_timeout", 5000),  # wait for the write lock instead of failing at once
     ("foreign_keys", 1),  # ON DELETE CASCADE of rules and rule executions
     ("synchronous", "normal"),  # durable enough with WAL, much faster than FULL
 )
@@ -58,9 +76,13 @@ SQLITE_PRAGMAS = (
 # execution pool actor, plus a margin for the main thread, the scheduler and the CLI or harness.
 RUNTIME_CONNECTIONS = 2
 MARGIN_CONNECTIONS = 4
-POOL_WAIT_SECONDS = 10  # how long a thread waits for a free pooled connection
 PG_STALE_SECONDS = 300
-PG_CONNECT_TIMEOUT_SECONDS = "5"
+# TCP keepalive probes of an idle PostgreSQL connection (one waiting for an answer is idle to
+# TCP): the first after connect_timeout, then every PG_KEEPALIVE_INTERVAL seconds, and the
+# connection is dropped after PG_KEEPALIVE_COUNT unanswered ones.
+PG_KEEPALIVE_INTERVAL = 1
+PG_KEEPALIVE_COUNT = 3
+DEFAULT_DATABASE = DatabaseConfig()
 
 _USAGE = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME"
 
@@ -80,11 +102,14 @@ def connection_budget(config: Config) -> int:
 DEFAULT_MAX_CONNECTIONS = connection_budget(Config())
 
 
-def open_database(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> peewee.Database:
+def open_database(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                  database: DatabaseConfig = DEFAULT_DATABASE) -> peewee.Database:
     """Build (without connecting) the pooled database a ``database_url`` names.
 
-    ``max_connections`` bounds the pool; pass ``connection_budget(config)``. Raises
-    ``ConfigError`` naming ``database_url``; the message never repeats a password.
+    ``max_connections`` bounds the pool; pass ``connection_budget(config)``. ``database``: its
+    timeouts (``config.database``). The database carries its own ``StoreHealth``
+    (``health_of``). Raises ``ConfigError`` naming ``database_url``; the message never repeats
+    a password.
     """
     if max_connections < 1:
         raise ValueError("max_connections must be at least 1")
@@ -97,13 +122,17 @@ def open_database(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> p
         raise ConfigError(f"database_url: malformed URL; {_USAGE}") from None
     scheme = parts.scheme.lower()
     if scheme == "sqlite":
-        return _open_sqlite(parts, max_connections)
-    if scheme in ("postgresql", "postgres"):
-        return _open_postgres(parts, max_connections)
-    raise ConfigError(f"database_url: unsupported scheme {scheme!r}; {_USAGE}")
+        db: peewee.Database = _open_sqlite(parts, max_connections, database)
+    elif scheme in ("postgresql", "postgres"):
+        db = _open_postgres(parts, max_connections, database)
+    else:
+        raise ConfigError(f"database_url: unsupported scheme {scheme!r}; {_USAGE}")
+    attach_health(db)
+    return db
 
 
-def _open_sqlite(parts: SplitResult, max_connections: int) -> PooledSqliteDatabase:
+def _open_sqlite(parts: SplitResult, max_connections: int,
+                 database: DatabaseConfig) -> PooledSqliteDatabase:
     path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
     if parts.netloc or not path or parts.query:
         raise ConfigError(f"database_url: malformed SQLite URL; {_USAGE}")
@@ -120,21 +149,26 @@ def _open_sqlite(parts: SplitResult, max_connections: int) -> PooledSqliteDataba
     # lock_type: every SQLite transaction takes the write lock up front. A deferred transaction
     # that upgrades from reading to writing fails at once with SQLITE_BUSY in WAL mode instead
     # of honouring busy_timeout (SPEC §9: atomic('IMMEDIATE') takes the write lock).
-    # The pool's ``timeout`` is its wait for a free connection; sqlite3's own busy timeout keeps
-    # peewee's default (5 s), the same as the busy_timeout pragma.
-    return PooledSqliteDatabase(
+    # busy_timeout comes first, so the other pragmas already wait for a lock as long.
+    busy = database.busy_timeout.total_seconds()
+    db = PooledSqliteDatabase(
         path,
         max_connections=max_connections,
-        timeout=POOL_WAIT_SECONDS,
-        pragmas=SQLITE_PRAGMAS,
+        timeout=database.pool_wait.total_seconds(),  # the pool's wait for a free connection
+        pragmas=(("busy_timeout", round(busy * 1000)), *SQLITE_PRAGMAS),
         lock_type="IMMEDIATE",
         returning_clause=True,
         autoconnect=False,
         check_same_thread=False,  # a pooled connection moves between threads (see above)
     )
+    # sqlite3.connect's own ``timeout``: the pool takes the ``timeout`` keyword for its wait,
+    # so peewee would keep its default (5 s) for the connect itself.
+    db._timeout = busy
+    return db
 
 
-def _open_postgres(parts: SplitResult, max_connections: int) -> PooledPostgresqlDatabase:
+def _open_postgres(parts: SplitResult, max_connections: int,
+                   database: DatabaseConfig) -> PooledPostgresqlDatabase:
     try:
         import psycopg2  # noqa: F401
     except ImportError:
@@ -147,7 +181,10 @@ def _open_postgres(parts: SplitResult, max_connections: int) -> PooledPostgresql
         raise ConfigError(f"database_url: malformed PostgreSQL URL; {_USAGE}")
     # Query parameters are libpq connection parameters (sslmode, options, application_name…).
     params: dict[str, object] = dict(parse_qsl(parts.query, keep_blank_values=True))
-    params.setdefault("connect_timeout", PG_CONNECT_TIMEOUT_SECONDS)
+    for name, value in _postgres_timeouts(database).items():
+        params.setdefault(name, value)
+    params["options"] = " ".join(filter(None, (_postgres_options(database),
+                                               params.get("options"))))
     if parts.hostname:  # without one libpq uses its default (the local socket)
         params["host"] = parts.hostname
     if parts.port:
@@ -160,10 +197,33 @@ def _open_postgres(parts: SplitResult, max_connections: int) -> PooledPostgresql
         dbname,
         max_connections=max_connections,
         stale_timeout=PG_STALE_SECONDS,
-        timeout=POOL_WAIT_SECONDS,
+        timeout=database.pool_wait.total_seconds(),
         autoconnect=False,
         **params,
     )
+
+
+def _postgres_timeouts(database: DatabaseConfig) -> dict[str, str]:
+    """libpq connection parameters that bound a connect and a vanished peer."""
+    connect = math.ceil(database.connect_timeout.total_seconds())  # libpq: whole seconds
+    return {
+        "connect_timeout": str(connect),
+        "keepalives": "1",
+        "keepalives_idle": str(connect),
+        "keepalives_interval": str(PG_KEEPALIVE_INTERVAL),
+        "keepalives_count": str(PG_KEEPALIVE_COUNT),
+        # Data sent and not acknowledged for this long (the peer is gone) drops the connection.
+        "tcp_user_timeout": str(connect * 1000),
+    }
+
+
+def _postgres_options(database: DatabaseConfig) -> str:
+    """The server settings each connection starts with: bounded statements and lock waits.
+    A lock wait is bounded like SQLite's (busy_timeout), so ``locked`` means the same on both
+    engines; PostgreSQL's lock_timeout 0 would mean no bound, hence at least 1 ms."""
+    statement = max(1, round(database.statement_timeout.total_seconds() * 1000))
+    lock = min(statement, max(1, round(database.busy_timeout.total_seconds() * 1000)))
+    return f"-c statement_timeout={statement} -c lock_timeout={lock}"
 
 
 def pool_size(db: peewee.Database) -> int:
@@ -232,30 +292,176 @@ def is_postgres(db: peewee.Database) -> bool:
     return isinstance(_real(db), peewee.PostgresqlDatabase)
 
 
+def attach_health(db: peewee.Database) -> StoreHealth:
+    """``db``'s ``StoreHealth``, created the first time (``open_database`` and ``Store`` call
+    this before any unit of work runs)."""
+    real = _real(db)
+    health = getattr(real, "store_health", None)
+    if health is None:
+        health = real.store_health = StoreHealth()
+    return health
+
+
+def health_of(db: peewee.Database) -> StoreHealth | None:
+    """The ``StoreHealth`` units of work on ``db`` report to (None: not attached)."""
+    return getattr(_real(db), "store_health", None)
+
+
 @contextmanager
 def unit_of_work(db: peewee.Database) -> Iterator[peewee.Database]:
     """This thread's connection for one unit of work; reuses an already open one.
 
-    The outermost unit takes a connection from the pool and returns it when it ends.
+    The outermost unit takes a connection from the pool and returns it when it ends, or
+    discards it when the connection failed. Every unit, outermost or nested, raises
+    ``StoreUnavailable`` or ``Conflict`` for a driver error (an inner unit's passes through
+    unchanged) and reports to the database's ``StoreHealth``.
     """
-    if not db.is_closed():
-        yield db
-        return
-    with db.connection_context():
-        yield db
+    health = health_of(db)
+    try:
+        owner = db.is_closed()
+        if owner:
+            db.connect()
+        try:
+            changes = _changes(db, health)
+            yield db
+            wrote = _wrote(db, health, changes)
+        except BaseException as exc:
+            if owner:
+                _give_back(db, broken=_connection_failed(db, exc))
+            raise
+        if owner:
+            _give_back(db, broken=False)
+    except Exception as exc:
+        typed = _typed(db, exc)
+        if typed is exc:
+            raise
+        raise typed from None  # the driver's text may name the host: not in tracebacks
+    if health is not None:
+        health.succeeded(wrote)
 
 
 @contextmanager
 def write_lock(db: peewee.Database) -> Iterator[peewee.Database]:
     """A short write transaction; nested inside another one it becomes a savepoint.
 
-    SQLite: ``BEGIN IMMEDIATE`` takes the database write lock at once. PostgreSQL: a plain
+    SQLite: ``BEGIN IMMEDIATE`` takes the database write lock at once (or raises
+    ``StoreUnavailable`` of kind ``locked`` after ``busy_timeout``). PostgreSQL: a plain
     transaction; callers lock the rows they will change with ``lock_rows`` (SPEC §9).
     """
     with unit_of_work(db):
         atomic = db.atomic("IMMEDIATE") if not is_postgres(db) else db.atomic()
         with atomic:
             yield db
+        if db.transaction_depth() == 0:  # this one committed: writes work again
+            _succeeded(db, wrote=True)
+
+
+def checkout(db: peewee.Database) -> bool:
+    """Take this thread's connection now, for the units of work that follow (an HTTP request
+    holds one): True when this call took it, and the caller must ``checkin``; False when
+    one was already open. Raises ``StoreUnavailable`` when none can be had."""
+    if not db.is_closed():
+        return False
+    try:
+        db.connect()
+    except Exception as exc:
+        typed = _typed(db, exc)
+        if typed is exc:
+            raise
+        raise typed from None
+    return True
+
+
+def checkin(db: peewee.Database) -> None:
+    """Return this thread's connection (``checkout``) to the pool; a connection the driver
+    found lost is discarded instead, so the next check-out opens a fresh one."""
+    if not db.is_closed():
+        _give_back(db, broken=_driver_lost(db))
+
+
+def _typed(db: peewee.Database, exc: Exception) -> Exception:
+    """What ``exc`` becomes at the store's boundary; a ``StoreUnavailable`` is reported."""
+    typed = store_error(exc)
+    if typed is None:
+        return exc
+    if isinstance(typed, StoreUnavailable):
+        health = health_of(db)
+        if health is not None:
+            health.failed(typed.kind)
+    return typed
+
+
+def _succeeded(db: peewee.Database, wrote: bool) -> None:
+    health = health_of(db)
+    if health is not None:
+        health.succeeded(wrote)
+
+
+def _changes(db: peewee.Database, health: StoreHealth | None) -> int | None:
+    """SQLite's count of rows this connection changed, read only while an outage waits for a
+    write to end it (see ``_wrote``); None otherwise."""
+    if health is None or health.available or db.is_closed():
+        return None
+    return getattr(db.connection(), "total_changes", None)
+
+
+def _wrote(db: peewee.Database, health: StoreHealth | None, changes: int | None) -> bool:
+    """Whether a unit that succeeded during an outage proves writes work again. A ``locked``
+    outage ends only so (``health.py``): on SQLite, rows this unit changed (a write outside
+    ``write_lock``, such as an autocommit INSERT, counts too). On PostgreSQL a lock timeout is
+    contention on the rows one statement waited for, and any answer ends the outage."""
+    if health is None or health.available:
+        return False
+    if is_postgres(db):
+        return True
+    return (changes is not None and not db.is_closed()
+            and getattr(db.connection(), "total_changes", changes) != changes)
+
+
+def _connection_failed(db: peewee.Database, exc: BaseException) -> bool:
+    """Whether ``exc`` (raw or already typed) lost this thread's connection."""
+    typed = exc if isinstance(exc, StoreUnavailable) else store_error(exc)
+    lost = isinstance(typed, StoreUnavailable) and typed.kind == FaultKind.CONNECTION
+    return lost or _driver_lost(db)
+
+
+def _driver_lost(db: peewee.Database) -> bool:
+    """psycopg marks a connection ``closed`` when it finds the server gone (sqlite3 has no
+    such flag: a SQLite connection is never lost)."""
+    return not db.is_closed() and bool(getattr(db.connection(), "closed", False))
+
+
+def _give_back(db: peewee.Database, broken: bool) -> None:
+    """End this thread's use of its connection: back to the pool, or closed and forgotten
+    when ``broken`` (peewee's ``manual_close``), so nothing hands out a dead connection."""
+    real = _real(db)
+    if real.is_closed():
+        return
+    if broken and isinstance(real, PooledDatabase):
+        real.manual_close()
+    else:
+        real.close()
+
+
+@contextmanager
+def without_statement_timeouts(db: peewee.Database) -> Iterator[peewee.Database]:
+    """This thread's connection with PostgreSQL's statement and lock timeouts lifted, for
+    work that may rightly take longer than a request: schema migrations (an index on a large
+    table, waiting for another instance's migration). The timeouts are restored before the
+    connection goes back to the pool; a connection that failed is discarded anyway. SQLite
+    keeps its busy_timeout."""
+    with unit_of_work(db):
+        if not is_postgres(db):
+            yield db
+            return
+        db.execute_sql("SET statement_timeout = 0")
+        db.execute_sql("SET lock_timeout = 0")
+        try:
+            yield db
+        finally:
+            if not _driver_lost(db):
+                db.execute_sql("RESET statement_timeout")  # to the connection's own options
+                db.execute_sql("RESET lock_timeout")
 
 
 def lock_rows(query: peewee.Select, db: peewee.Database) -> peewee.Select:

@@ -93,7 +93,7 @@ class ExecutionRepository:
                     .where(held(trigger_id, lease)).execute())
                 if lease is not None and not completed:
                     raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
-        except (peewee.IntegrityError, Conflict):
+        except Conflict:  # the live_lock_key UNIQUE index
             raise Conflict(f"a live execution for {issue_key} already holds the lock") from None
         for execution, execution_id in zip(executions, ids, strict=True):
             execution.id = execution_id
