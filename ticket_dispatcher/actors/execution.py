@@ -124,12 +124,11 @@ class ExecutionActor(TrackedActor):
     def _step(self) -> None:
         if self._deps.stopping.is_set():
             return  # the shutdown stops this actor next; the store has the last checkpoint
+        if self._cancel_reason is not None:
+            return self._cancel()
         if self._execution is None and not self._load():
             return
         execution = self._execution
-        if self._cancel_reason is not None:
-            self._behavior.abort(execution, FailureCode.CANCELLED, self._cancel_reason)
-            return self._report(Finished(self.execution_id, self._run))
         live, self._issue_live = self._issue_live, False
         try:
             step = self._behavior.step(execution, self._issue, live=live)
@@ -144,6 +143,17 @@ class ExecutionActor(TrackedActor):
             self._report(Parked(self.execution_id, step.wake_at, self._run))
         else:
             self._report(Finished(self.execution_id, self._run))
+
+    def _cancel(self) -> None:
+        """End the execution as cancelled from its last checkpoint, without loading the issue:
+        a cancel must work while Jira does not."""
+        execution = self._execution or self._deps.store.executions.get(self.execution_id)
+        if not execution.status.terminal:
+            try:
+                self._behavior.abort(execution, FailureCode.CANCELLED, self._cancel_reason)
+            except Conflict:
+                pass  # it ended elsewhere meanwhile
+        self._report(Finished(self.execution_id, self._run))
 
     def _load(self) -> bool:
         """Claim the execution, then reload its checkpoint, the live issue and the policy

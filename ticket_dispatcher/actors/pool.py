@@ -132,6 +132,9 @@ class ExecutionPool(TrackedActor):
         self._running: dict[int, Running] = {}
         self._parked: dict[int, datetime] = {}
         self._retrying: dict[int, datetime] = {}  # interrupted: queued again at this time
+        # Cancels told to a running actor, until the execution ends: an actor that stops
+        # before its next step (a park, an interruption) hands the cancel to the next one.
+        self._cancels: dict[int, str] = {}
         self._interruptions: dict[int, int] = {}  # interrupted steps in a row
         self._runs = itertools.count(1)
         self._sweeps = SweepRecord()
@@ -165,10 +168,14 @@ class ExecutionPool(TrackedActor):
             case Finished(execution_id, run):
                 if self._release(execution_id, run):
                     self._interruptions.pop(execution_id, None)
+                    self._cancels.pop(execution_id, None)
             case Parked(execution_id, wake_at, run):
                 if self._release(execution_id, run):
                     self._interruptions.pop(execution_id, None)
-                    self._park(execution_id, wake_at)
+                    if execution_id in self._cancels:
+                        self._enqueue(execution_id)  # cancelled meanwhile: end it now
+                    else:
+                        self._park(execution_id, wake_at)
             case Interrupted(execution_id, reason, run):
                 if self._release(execution_id, run):
                     self._retry_later(execution_id, reason)
@@ -213,6 +220,8 @@ class ExecutionPool(TrackedActor):
         hold = Hold(now)
         ref = ExecutionActor.start(execution_id, self._deps, self.actor_ref, hold, run)
         self._running[execution_id] = Running(ref, since=now, hold=hold, run=run)
+        if execution_id in self._cancels:  # seen before its first step
+            ref.tell(Cancel(self._cancels[execution_id]))
         self._deps.activity.tell(ref, Step())  # told from here, so the run is in flight at once
 
     def _release(self, execution_id: int, run: int) -> bool:
@@ -331,6 +340,7 @@ class ExecutionPool(TrackedActor):
         if running := self._running.get(execution_id):
             try:  # a flag for its next step; the step chain itself is what is in flight
                 running.ref.tell(Cancel(reason))
+                self._cancels[execution_id] = reason  # and for the next actor, if it parks
                 return "signalled"
             except pykka.ActorDeadError:
                 pass  # it has just finished: decide on the stored state below
