@@ -381,3 +381,19 @@ class FakeContexts:
 
     def slot(self, issue_key: str, role: str) -> dict | None:
         return self.states.get(issue_key, {}).get(role)
+
+
+class FakeCalls:
+    """The ``NotificationCalls`` port: every counted call as ``(call, result, role, attempt)``.
+    ``seen``, when given, is asked at each count and its answers kept in ``witnessed``, so a
+    test can check what had been saved by then."""
+
+    def __init__(self, seen: Callable[[], Any] | None = None):
+        self.counted: list[tuple[str, str, str, str]] = []
+        self.witnessed: list[Any] = []
+        self._seen = seen
+
+    def call_settled(self, call: str, result: str, role: str, attempt: str) -> None:
+        self.counted.append((call, result, role, attempt))
+        if self._seen is not None:
+            self.witnessed.append(self._seen())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import EXAMPLES, policy_body
+from tests.factories import EXAMPLES, example_policy, policy_body
 from ticket_dispatcher import __version__
 from ticket_dispatcher.cli import main
 from ticket_dispatcher.config import Config
@@ -502,3 +502,182 @@ def test_unreachable_postgres_is_one_line_without_the_password(capsys, monkeypat
     assert_one_line_error(err)
     assert "postgresql://dispatcher:***@127.0.0.1:1/td" in err
     assert SECRET not in err
+
+
+# --- a policy as the API returns it ------------------------------------------------------------
+
+SERVER_FIELDS_NOTE = ("ignored server-assigned fields: id, family_id, version, status, "
+                      "created_at, updated_at, activated_at, rules[].id")
+
+
+def as_the_api_returns_it(body: dict) -> dict:
+    """``body`` the way ``GET /dispatch/policies/{id}`` answers it."""
+    return {"id": 7, "family_id": "pf_abc", "version": 2, "status": "active", **body,
+            "rules": [{"id": 10 + index, **rule} for index, rule in enumerate(body["rules"])],
+            "created_at": "2026-01-01T00:00:00.000Z", "updated_at": "2026-01-01T00:00:00.000Z",
+            "activated_at": None}
+
+
+def test_policy_validate_reads_a_policy_as_the_api_returns_it_with_a_note(capsys, write_json):
+    path = write_json("p.json", as_the_api_returns_it(policy_body()))
+
+    code, out, err = run(capsys, "policy", "validate", path)
+
+    assert (code, out) == (0, "valid\n")
+    assert err == (f"ticket-dispatcher: note: {path}: {SERVER_FIELDS_NOTE} (a create or edit "
+                   "body must not carry them)\n")
+
+
+def test_policy_validate_judges_the_rest_of_a_fetched_policy(capsys, write_json):
+    body = as_the_api_returns_it(policy_body())
+    body["trigger"]["source_in"] = ["Jira Automation"]
+
+    code, out, err = run(capsys, "policy", "validate", write_json("p.json", body))
+
+    assert code == 1
+    assert out.startswith('trigger.source_in[0]: "Jira Automation" is not a lower-case source '
+                          "name like jira_automation")
+    assert SERVER_FIELDS_NOTE in err and "1 problem" in err
+
+
+def test_policy_test_reads_a_policy_as_the_api_returns_it(capsys, write_json):
+    policy = write_json("p.json", as_the_api_returns_it(example_policy("assign-tcid")))
+
+    code, out, err = run(capsys, "policy", "test", policy, "--issue",
+                         write_json("issue.json", snapshot_issue("P1")),
+                         "--now", TUESDAY_11_SHANGHAI, "--json")
+
+    assert code == 0
+    assert json.loads(out)["warnings"] == []
+    assert [r["outcome"] for r in json.loads(out)["rules"]] == ["matched", "not_evaluated"]
+    assert SERVER_FIELDS_NOTE in err
+
+
+def broken_timezone_policy() -> dict:
+    body = example_policy("assign-tcid")
+    body["rules"][0]["when"]["all"][1]["time_window"]["timezone"] = "Asia/Shangai"
+    return body
+
+
+def test_policy_test_lists_invalid_conditions_as_warnings_and_walks_the_rules(capsys,
+                                                                              write_json):
+    code, out, err = run(
+        capsys, "policy", "test", write_json("p.json", broken_timezone_policy()),
+        "--issue", write_json("issue.json", snapshot_issue("P1")), "--now", TUESDAY_11_SHANGHAI,
+    )
+
+    zone = ('rules[0].when.all[1].time_window.timezone: unknown time zone "Asia/Shangai"; use '
+            'an IANA name like "Asia/Shanghai"')
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "policy 'Assign TCID tickets' on TCID-7 at 2026-12-01T03:00:00.000Z",
+        "warnings (1 problem; it could not be activated):",
+        f"  {zone}",
+        "rule 'business hours' (priority 10): condition_error",
+        "  reason: the condition cannot be evaluated: when.all[1].time_window.timezone: unknown "
+        'time zone "Asia/Shangai"; use an IANA name like "Asia/Shanghai"',
+        "rule 'everything else' (priority 20): not_evaluated",
+        "  reason: not evaluated: the execution fails at rule 'business hours' (condition_error)",
+    ]
+
+
+def test_policy_test_json_reports_the_condition_error_on_its_rule(capsys, write_json):
+    code, out, _ = run(
+        capsys, "policy", "test", write_json("p.json", broken_timezone_policy()),
+        "--issue", write_json("issue.json", snapshot_issue("P1")), "--json",
+    )
+
+    report = json.loads(out)
+    assert code == 0
+    assert [w["path"] for w in report["warnings"]] == [
+        "rules[0].when.all[1].time_window.timezone"]
+    assert [(r["name"], r["outcome"]) for r in report["rules"]] == [
+        ("business hours", "condition_error"), ("everything else", "not_evaluated")]
+
+
+# --- exit codes, as README.md "Command line" documents them ------------------------------------
+
+
+def test_version_exits_0(capsys):
+    assert run(capsys, "version")[0] == 0
+
+
+def test_config_show_exits_0_and_2_for_a_bad_configuration(capsys, monkeypatch):
+    assert run(capsys, "config", "show")[0] == 0
+    monkeypatch.setenv("TICKET_DISPATCHER_EXECUTION_SLOTS", "0")
+    assert run(capsys, "config", "show")[0] == 2
+
+
+def test_migrate_with_postgres_but_without_its_driver_is_a_configuration_error_exit_2(
+    capsys, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # `import psycopg2` now fails
+    monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", "postgresql://td@127.0.0.1:1/td")
+
+    code, out, err = run(capsys, "migrate")
+
+    assert (code, out) == (2, "")
+    assert_one_line_error(err)
+    assert "postgres' extra" in err
+
+
+def test_serve_exits_1_when_the_database_cannot_be_reached(capsys, fake_server):
+    from peewee import OperationalError
+
+    fake_server.error = OperationalError("connection refused")
+
+    code, out, err = run(capsys, "serve")
+
+    assert (code, out) == (1, "")
+    assert_one_line_error(err)
+    assert "connection refused" in err
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["frobnicate"], 2),
+    (["policy", "validate"], 2),
+    (["migrate", "--frobnicate"], 2),
+])
+def test_usage_errors_exit_2_for_every_command(capsys, argv, code):
+    assert run(capsys, *argv)[0] == code
+
+
+def test_an_interrupted_command_exits_130(capsys, fake_server):
+    fake_server.error = KeyboardInterrupt()
+
+    assert run(capsys, "serve")[0] == 130
+
+
+def test_policy_test_exit_codes(capsys, write_json):
+    issue = write_json("issue.json", snapshot_issue())
+
+    assert run(capsys, "policy", "test", ASSIGN_TCID, "--issue", issue)[0] == 0
+    assert run(capsys, "policy", "test", write_json("p.json", {"rules": 1}),
+               "--issue", issue)[0] == 1
+    assert run(capsys, "policy", "test", ASSIGN_TCID, "--issue", "absent.json")[0] == 2
+
+
+def _commands(parser, prefix: str = "") -> list[str]:
+    """Every runnable command of the parser: ``serve``, ``config show``, ``policy test``..."""
+    found = []
+    for action in parser._actions:
+        for name, sub in (getattr(action, "choices", None) or {}).items():
+            if isinstance(sub, type(parser)):
+                nested = _commands(sub, f"{prefix}{name} ")
+                found += nested or [f"{prefix}{name}"]
+    return found
+
+
+def test_readme_gives_the_exit_codes_of_every_command():
+    from ticket_dispatcher.cli import _build_parser
+
+    rows = {}
+    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[0].startswith("`ticket-dispatcher ") and len(cells) == 3:
+            words = cells[0].strip("`").split()[1:]
+            command = " ".join(w for w in words if w.islower() and w.isalpha())
+            rows[command] = cells[2]
+
+    assert set(rows) == set(_commands(_build_parser()))
+    assert all(codes.startswith("0") for codes in rows.values()), rows

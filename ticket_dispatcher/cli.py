@@ -1,8 +1,15 @@
 """``ticket-dispatcher`` command line (SPEC §13).
 
-Exit codes: 0 success; 1 an invalid policy (``policy validate``, ``policy test``) or a database
-that cannot be reached or migrated (``migrate``, ``serve``); 2 a usage error, an unreadable file,
-a bad configuration or any other user error. Each is one line on stderr, never a traceback.
+Exit codes, as README.md "Command line" documents them per command: 0 success; 1 the work
+could not be done with what was given: an invalid policy (``policy validate``), a file that is
+not a readable policy (``policy test``), a database that cannot be reached or migrated
+(``migrate``, ``serve``); 2 the command cannot start: a usage error, an unreadable file, a bad
+configuration (a ``database_url`` naming a missing SQLite directory or needing the missing
+``postgres`` extra, no API keys, a port in use); 130 interrupted. A failure is one line on
+stderr, never a traceback.
+
+``policy validate`` and ``policy test`` read a policy exactly as ``GET /dispatch/policies/{id}``
+answers it: the server-assigned fields are ignored, with a note on stderr.
 
 The store and the HTTP server are imported inside their commands, so ``version``, ``config show``
 and the offline ``policy`` commands load neither peewee nor waitress.
@@ -24,7 +31,11 @@ from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.explain import explain_policy
 from ticket_dispatcher.domain.issues import issue_from_any
 from ticket_dispatcher.domain.model import PolicySpec
-from ticket_dispatcher.domain.validation import parse_policy_spec, validate_policy
+from ticket_dispatcher.domain.validation import (
+    parse_policy_spec,
+    validate_policy,
+    without_server_fields,
+)
 from ticket_dispatcher.errors import DispatcherError, InvalidInput, Problem
 from ticket_dispatcher.safejson import read_json_file
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339
@@ -164,6 +175,16 @@ def _config(args: argparse.Namespace) -> Config:
     return load_config(getattr(args, "config", None))
 
 
+def _read_policy(path: str) -> Any:
+    """The policy file as a body: the fields the server assigns (a file saved from
+    ``GET /dispatch/policies/{id}``) are dropped, with a note."""
+    raw, ignored = without_server_fields(_read_json(path, "policy file"))
+    if ignored:
+        print(f"{PROG}: note: {path}: ignored server-assigned fields: {', '.join(ignored)} "
+              "(a create or edit body must not carry them)", file=sys.stderr)
+    return raw
+
+
 def _read_json(path: str, what: str) -> Any:
     try:
         # Depth-capped like a request body, so no file reaches RecursionError.
@@ -234,7 +255,7 @@ def _database_errors(config: Config) -> Iterator[None]:
 
 def _run_validate(args: argparse.Namespace) -> int:
     # Against the actions this build runs: what activation on the server will decide (SPEC §6).
-    problems = validate_policy(_read_json(args.file, "policy file"), product_registry())
+    problems = validate_policy(_read_policy(args.file), product_registry())
     if not problems:
         print("valid")
         return EXIT_OK
@@ -255,7 +276,7 @@ def _count(number: int, noun: str) -> str:
 def _run_policy_test(args: argparse.Namespace) -> int:
     now = _parse_now(args.now)
     config = _config(args)
-    raw_policy = _read_json(args.file, "policy file")
+    raw_policy = _read_policy(args.file)
     raw_issue = _read_json(args.issue, "issue file")
     registry = product_registry(config.jira.auto_assign_label)
     try:
@@ -275,14 +296,9 @@ def _run_policy_test(args: argparse.Namespace) -> int:
         )
     except InvalidInput as exc:
         raise UsageError(f"issue file {args.issue}: {exc.message}") from None
-    try:
-        reports = explain_policy(spec, issue, now)
-    except DispatcherError as exc:
-        # A condition defect (bad regex, zone, ...) the validator also reported (SPEC §4.3).
-        for problem in warnings:
-            print(_problem_line(problem))
-        print(f"{args.file}: cannot evaluate the policy: {exc.message}", file=sys.stderr)
-        return EXIT_INVALID
+    # Validation problems are warnings: the rules are still walked as far as they can be; a
+    # condition that cannot be evaluated is reported on its rule (condition_error).
+    reports = explain_policy(spec, issue, now)
     if args.json:
         print(json.dumps(_report_json(spec, issue.key, now, warnings, reports), indent=2))
     else:

@@ -64,6 +64,11 @@ class StoreUnavailable(DispatcherError):
         self.kind = kind
 
 
+class RuntimeUnavailable(DispatcherError):
+    """The actor runtime did not answer a request in time: it is stopping, or an actor is
+    stuck. Retryable, like ``StoreUnavailable``."""
+
+
 class LeaseLost(DispatcherError):
     """A fenced write was refused: another holder took over this trigger or execution after
     its lease expired. The loser stops before its next external call and leaves the work to

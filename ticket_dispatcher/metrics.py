@@ -7,6 +7,9 @@ that sees the fact happen:
 - ``execution_finished``: once, from the behavior, right after the save that made an execution
   terminal (a recovered terminal execution is never saved terminal again, so never counted
   twice); the N§12 action, ACK and workflow families count live executions only;
+- ``call_settled``: each card, App-urgent and page call of a live workflow, right after the
+  checkpoint that saved its result (the ``NotificationCalls`` port, wired by the runtime), so
+  the prompt alerts need not wait for the terminal families;
 - ``backlog``: the job that reads the database every 60 s (first 1 s after the start); a failed
   read keeps the whole previous sample and counts the failure;
 - the intake, trigger results, pool gauges and integration calls, as they happen;
@@ -20,6 +23,7 @@ distinct values (later ones are ``other``), since any caller may name a source.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -32,8 +36,11 @@ from prometheus_client import (
     generate_latest,
 )
 
+from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode
 from ticket_dispatcher.domain.observations import summarize
+
+log = logging.getLogger(__name__)
 
 PREFIX = "ticket_manager_dispatch_"
 MAX_SOURCES = 32
@@ -47,6 +54,20 @@ CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 # may not import the store, and every series exists from the first scrape.
 STORE_ERROR_KINDS = ("connection", "locked", "timeout", "serialization", "too_many_connections",
                      "pool_exhausted", "other")
+# assignment_calls_total: the calls counted as they happen, and their results.
+CALLS = ("card", "urgent", "page")
+CALL_RESULTS = ("succeeded", "failed", "unknown")
+PAGE_ATTEMPTS = ("1", "2", "3")
+
+
+def _call_series() -> list[tuple[str, str, str, str]]:
+    """Every ``assignment_calls_total`` series that exists from the start: each call and
+    result for each role, pages for the attempts 1–3 the docs describe (a fourth attempt
+    still counts, its series born at its first call)."""
+    roles = [role.role for role in NOTIFICATION_ROLES]
+    attempts = {"card": ("",), "urgent": ("",), "page": PAGE_ATTEMPTS}
+    return [(call, result, role, attempt) for call in CALLS for result in CALL_RESULTS
+            for role in roles for attempt in attempts[call]]
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,9 @@ class Metrics:
         self.actions = counter("assignment_action", "Results of card, App-urgent, page and "
                                "leader escalation actions", ("action", "result", "role",
                                                              "attempt"))
+        self.call_results = counter("assignment_calls", "Card, App-urgent and page calls "
+                                    "of live notification workflows, counted when their "
+                                    "result is saved", ("call", "result", "role", "attempt"))
         self.acks = counter("assignment_ack", "ACK guard outcomes by attempt "
                             "(0 = before App-urgent)", ("outcome", "role", "attempt"))
         self.ack_wait = histogram("assignment_ack_wait_seconds", "Time from the start of a "
@@ -130,6 +154,10 @@ class Metrics:
         for status in TRIGGER_STATUSES:
             self.triggers.labels(status=status)
             self.trigger_age.labels(status=status)
+        # At 0 from the first scrape, so increase() sees the very first failed call (a series
+        # born at 1 would show no increase, and the prompt alerts would miss it).
+        for call, result, role, attempt in _call_series():
+            self.call_results.labels(call=call, result=result, role=role, attempt=attempt)
 
     # -- writers ------------------------------------------------------------------------------
 
@@ -154,6 +182,15 @@ class Metrics:
         if summary.workflow_seconds is not None:
             self.workflow.labels(outcome=summary.workflow_outcome,
                                  role=role).observe(summary.workflow_seconds)
+
+    def call_settled(self, call: str, result: str, role: str, attempt: str) -> None:
+        """The ``NotificationCalls`` port (domain/ports.py): one card, urgent or page call
+        whose result was just saved; never raises into the action that made it."""
+        try:
+            self.call_results.labels(call=call, result=result, role=role,
+                                     attempt=attempt).inc()
+        except Exception:  # counting must never change how a notification goes on
+            log.exception("counting a notification call failed")
 
     def backlog(self, sample: Backlog) -> None:
         """Replace the whole sample at once (the job computed all of it first)."""

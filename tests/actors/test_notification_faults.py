@@ -86,8 +86,9 @@ class FaultHarness(Harness):
                       engineers=self.store.engineers,
                       triggers=hook("triggers", self.store.triggers),
                       contexts=hook("contexts", self.store.contexts))
+        # one Metrics across the restart, like the sum of both processes' counters
         self.runtime = Runtime(self.config, self.store, self.clock, ports=ports,
-                               registry=self.registry)
+                               registry=self.registry, metrics=self.metrics)
         self.runtime.start()
         return self
 

@@ -10,7 +10,6 @@ import pytest
 
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.catalog import OnSuccess
-from ticket_dispatcher.domain.conditions import ConditionError
 from ticket_dispatcher.domain.explain import RuleReport, explain_policy
 from ticket_dispatcher.domain.model import Issue, PolicySpec, RuleSpec
 from ticket_dispatcher.domain.validation import parse_policy_spec
@@ -95,11 +94,21 @@ def test_report_serializes_for_the_cli():
         "actions": [{"type": "triage", "triage": {"labels_add": ["r"]}}]}
 
 
-def test_invalid_condition_is_a_condition_error():
-    spec = PolicySpec(name="p", rules=(RuleSpec("r", 1, {"field": "issue.x", "operator": "eq",
-                                                         "value": "1"}, []),))
-    with pytest.raises(ConditionError):
-        explain_policy(spec, Issue(key="X-1", project_key="X"), MONDAY_10_SHANGHAI)
+def test_invalid_condition_is_a_condition_error_and_later_rules_are_not_evaluated():
+    spec = PolicySpec(name="p", rules=(
+        rule("before", 1, False, OnSuccess.CONTINUE),
+        RuleSpec("broken", 2, {"field": "issue.x", "operator": "eq", "value": "1"}, []),
+        rule("after", 3, True, OnSuccess.TERMINATE),
+    ))
+
+    reports = explain_policy(spec, Issue(key="X-1", project_key="X"), MONDAY_10_SHANGHAI)
+
+    assert [(r.name, r.outcome) for r in reports] == [
+        ("before", "not_matched"), ("broken", "condition_error"), ("after", "not_evaluated")]
+    assert reports[1].reason == ('the condition cannot be evaluated: when.field: unknown field '
+                                 '"issue.x"; see GET /dispatch/options')
+    assert reports[2].reason == ("not evaluated: the execution fails at rule 'broken' "
+                                 "(condition_error)")
 
 
 @pytest.mark.parametrize("key", ["not", "all"])
@@ -108,9 +117,9 @@ def test_500_deep_condition_is_a_condition_error_not_a_recursion_error(key):
     for _ in range(500):
         when = {"not": when} if key == "not" else {"all": [when]}
     spec = PolicySpec(name="p", rules=(RuleSpec("r", 1, when, []),))
-    with pytest.raises(ConditionError) as caught:
-        explain_policy(spec, Issue(key="X-1", project_key="X"), MONDAY_10_SHANGHAI)
-    assert "deeper than 16 levels" in caught.value.problems[0].message
+    [report] = explain_policy(spec, Issue(key="X-1", project_key="X"), MONDAY_10_SHANGHAI)
+    assert report.outcome == "condition_error"
+    assert "deeper than 16 levels" in report.reason
 
 
 def test_hostile_summary_is_explained_promptly():

@@ -14,12 +14,14 @@ from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.domain.actions.notification_escalate import judge
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import (
+    ActionStatus,
     Execution,
     ExecutionMode,
     ExecutionStatus,
     build_rule_executions,
 )
 from ticket_dispatcher.domain.model import JiraUser, Policy, PolicyStatus, PolicyTrigger, Rule
+from ticket_dispatcher.domain.observations import summarize
 from ticket_dispatcher.domain.ports import DirectoryUser, Ports
 from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
 
@@ -167,6 +169,60 @@ def test_empty_inactive_self_or_unmapped_leader_writes_nothing_to_jira(setup, re
     assert escalation(ex)["warnings"]
     assert world.role_writes() == [] and world.contexts.updates == []
     assert world.triggers.ensured == []
+    # by design, not a failure: the metrics count the escalation skipped
+    assert escalation_result(ex) == "skipped"
+
+
+def escalation_result(ex: Execution) -> str:
+    """The ``result`` the metrics count for the escalation of this finished execution."""
+    summary = summarize(ex)
+    assert summary is not None
+    [result] = [r for action, r, _ in summary.actions if action == ESCALATE["type"]]
+    return result
+
+
+class FailingLookup:
+    """A port whose ``method`` raises ``failure``, everything else as ``port`` answers."""
+
+    def __init__(self, port, method: str, failure: Exception):
+        self._port, self._method, self._failure = port, method, failure
+
+    def __getattr__(self, name):
+        if name == self._method:
+            def refuse(*args, **kwargs):
+                raise self._failure
+            return refuse
+        return getattr(self._port, name)
+
+
+@pytest.mark.parametrize("port,method,failure", [
+    ("core", "leader", IntegrationError("core GET /users/x/leader: HTTP 500", status=500,
+                                        service="core")),
+    ("core", "leader", OutcomeUnknown("core read timed out", service="core")),
+    ("jira", "find_user_by_email", IntegrationError("jira user search: HTTP 503", status=503,
+                                                    service="jira")),
+], ids=["core-500", "core-timeout", "jira-search-503"])
+def test_a_failed_leader_lookup_is_its_own_failed_outcome_not_no_leader(port, method, failure,
+                                                                        caplog):
+    caplog.set_level("INFO", logger="ticket_dispatcher.notification")
+    world = EscalateWorld()
+    failing = FailingLookup(getattr(world, port), method, failure)
+
+    ex = world.finish(**{port: failing})
+
+    context = escalation(ex)
+    assert context["outcome"] == "leader_lookup_failed"
+    assert context["reason"] == f"the leader could not be looked up ({failure.message})"
+    assert context["warnings"] == [f"escalation: {context['reason']}; Jira not changed"]
+    # nothing written, nothing woken, and the workflow still ends as a finished execution
+    assert world.role_writes() == [] and world.contexts.updates == []
+    assert world.triggers.ensured == []
+    assert ex.status is ExecutionStatus.SUCCEEDED
+    assert ex.rule_executions[1].action_executions[2].status is ActionStatus.SUCCEEDED
+    assert escalation_result(ex) == "failed"  # what TicketDispatcherLeaderEscalationFailed sees
+    [line] = [r for r in caplog.records if "escalation" in r.getMessage()]
+    assert (line.getMessage(), line.levelname, line.reason) == (
+        "escalation leader lookup failed", "WARNING", context["reason"])
 
 
 def test_ack_before_the_escalation_terminates_without_a_write():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import FakeContexts, FakeDirectory, FakeJira, FakeOnCall
+from tests.fakes import FakeCalls, FakeContexts, FakeDirectory, FakeJira, FakeOnCall
 from ticket_dispatcher.actors.clients import ClientPool, CorePool, JiraPool, LarkPool, OncallPool
 from ticket_dispatcher.domain import ports as ports_module
 from ticket_dispatcher.domain.ports import (
@@ -26,16 +26,19 @@ from ticket_dispatcher.domain.ports import (
     NotConfiguredNotificationState,
     NotConfiguredOnCall,
     NotConfiguredTriggers,
+    NotificationCalls,
     NotificationState,
     OnCall,
     Ports,
     TriggerIntake,
+    UncountedCalls,
 )
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.core import CoreClient
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient
+from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.triggers import TriggerRepository
@@ -87,6 +90,8 @@ IMPLEMENTATIONS = [
     (EngineerRepository, EngineerStore), (TriggerRepository, TriggerIntake),
     (ContextRepository, NotificationState), (FakeContexts, NotificationState),
     (FakeJira, Jira), (FakeDirectory, Directory), (FakeOnCall, OnCall),
+    (Metrics, NotificationCalls), (UncountedCalls, NotificationCalls),
+    (FakeCalls, NotificationCalls),
 ]
 POOLS = [(JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory)]
 NOT_CONFIGURED = [(NotConfiguredJira, Jira, "jira"), (NotConfiguredMessenger, Messenger, "lark"),
@@ -155,7 +160,8 @@ def test_ports_left_out_are_not_configured_and_ports_cannot_grow():
 
     assert [type(getattr(ports, f.name)) for f in dataclasses.fields(Ports)] == [
         FakeJira, NotConfiguredMessenger, NotConfiguredOnCall, NotConfiguredDirectory,
-        NotConfiguredEngineers, NotConfiguredTriggers, NotConfiguredNotificationState]
+        NotConfiguredEngineers, NotConfiguredTriggers, NotConfiguredNotificationState,
+        UncountedCalls]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ports.jira = FakeJira()  # type: ignore[misc]
     with pytest.raises(TypeError):

@@ -20,6 +20,7 @@ from ticket_dispatcher.domain.validation import (
     parse_policy_spec,
     shape_problems,
     validate_policy,
+    without_server_fields,
 )
 from ticket_dispatcher.errors import InvalidInput, Problem
 
@@ -771,3 +772,153 @@ def test_a_quoted_value_is_cut_and_has_its_control_characters_escaped():
     assert message.startswith('unknown field "issue.\\x1b[31m' + "x" * 20)
     assert '"…;' in message and "\x1b" not in message
     assert len(message) < 200
+
+
+# --- names: the rule the intake, Jira or the clients apply, never a looser one ---------------
+
+
+def trigger_with(**lists) -> dict:
+    body = ordinary()
+    body["trigger"].update(lists)
+    return body
+
+
+@pytest.mark.parametrize("source", ["Jira Automation", "Jira_Automation", "1abc", "_x",
+                                    "jira automation", "a" * 65, "jira\u00e9"])
+def test_source_in_entry_the_intake_would_refuse_is_a_rule_problem(source):
+    problems = validate(trigger_with(source_in=["jira_automation", source]))
+
+    assert paths(problems) == [("trigger.source_in[1]", "rule")]
+    assert problems[0].message.startswith(
+        f'"{source}" is not a lower-case source name like jira_automation (1 to 64 characters')
+
+
+@pytest.mark.parametrize("source", ["jira_automation", "manual", "a", "a" * 64, "policy.check-2"])
+def test_source_in_accepts_every_source_the_intake_accepts(source):
+    assert validate(trigger_with(source_in=[source])) == []
+
+
+@pytest.mark.parametrize("key", ["tcid", "Tcid", "1TC", "TC-ID", "TC ID", "\u00dcX", "A" * 33])
+def test_project_key_that_no_issue_key_can_carry_is_a_rule_problem(key):
+    problems = validate(trigger_with(project_key_in=["TCID", key]))
+
+    assert paths(problems) == [("trigger.project_key_in[1]", "rule")]
+    assert "is not a Jira project key like TCID" in problems[0].message
+
+
+def test_project_keys_accept_what_issue_keys_carry():
+    assert validate(trigger_with(project_key_in=["TCID", "T", "A_1", "A" * 32])) == []
+
+
+@pytest.mark.parametrize("label", ["notify assignee", "tab\there", "x" * 256])
+def test_issue_label_jira_cannot_hold_is_a_rule_problem(label):
+    problems = validate(trigger_with(issue_label_all=["auto-dispatch", label]))
+
+    assert paths(problems) == [("trigger.issue_label_all[1]", "rule")]
+    assert "is not a Jira label (no spaces, at most 255 characters)" in problems[0].message
+
+
+def test_a_blank_trigger_entry_is_reported_once():
+    problems = validate(trigger_with(source_in=[" "], project_key_in=[""]))
+
+    assert [(p.path, p.message) for p in problems] == [
+        ("trigger.source_in[0]", "must not be empty"),
+        ("trigger.project_key_in[0]", "must not be empty"),
+    ]
+
+
+@pytest.mark.parametrize("email", ["alice@localhost", "alice", "a@b@c.d", "a b@c.d",
+                                   "a@" + "b" * 250 + ".com"])
+def test_receiver_email_no_engineer_record_can_have_is_a_rule_problem(email):
+    body = ordinary()
+    body["rules"][1]["then"][0]["assign"]["receiver"] = {"type": "users",
+                                                         "users": ["alice@example.com", email]}
+    body["rules"][0]["then"][0]["assign"]["receiver"] = {"type": "user", "user": email}
+
+    problems = validate(body)
+
+    assert paths(problems) == [("rules[0].then[0].assign.receiver.user", "rule"),
+                               ("rules[1].then[0].assign.receiver.users[1]", "rule")]
+    assert problems[0].message.endswith("is not an email address")
+
+
+def test_receiver_email_in_capitals_is_accepted_as_engineer_emails_are_compared_lower_case():
+    body = ordinary()
+    body["rules"][0]["then"][0]["assign"]["receiver"] = {"type": "user",
+                                                         "user": "Alice@Example.COM"}
+    assert validate(body) == []
+
+
+@pytest.mark.parametrize("kind", ["group", "oncall_team"])
+@pytest.mark.parametrize("name", ["..", ".", " sre", "sre "])
+def test_group_or_team_name_no_client_url_can_address_is_a_rule_problem(kind, name):
+    body = ordinary()
+    body["rules"][0]["then"][0]["assign"]["receiver"] = {"type": kind, kind: name}
+
+    problems = validate(body)
+
+    assert paths(problems) == [(f"rules[0].then[0].assign.receiver.{kind}", "rule")]
+    assert "is not a group or team name (not . or .., and no spaces around it)" in (
+        problems[0].message)
+
+
+@pytest.mark.parametrize("name", ["sre", "l2-sre", "SRE on call", "a/b", "..."])
+def test_group_names_the_clients_can_address_are_accepted(name):
+    body = ordinary()
+    body["rules"][0]["then"][0]["assign"]["receiver"] = {"type": "group", "group": name}
+    assert validate(body) == []
+
+
+@pytest.mark.parametrize("key", ["labels_add", "labels_remove"])
+def test_triage_label_jira_would_refuse_is_a_rule_problem(key):
+    problems = validate(with_action({"type": "triage", "triage": {key: ["ok", "needs review"]}}))
+
+    assert paths(problems) == [(f"rules[0].then[0].triage.{key}[1]", "rule")]
+
+
+@pytest.mark.parametrize(("key", "value"), [("ack_timeout", "8d"), ("ack_timeout", "4000000d"),
+                                            ("poll_interval", "200000h")])
+def test_page_wait_beyond_seven_days_is_a_rule_problem(key, value):
+    changes = {key: value, "ack_timeout": "8d"} if key == "poll_interval" else {key: value}
+    problems = validate(in_urgent_rule(page(**changes)))
+
+    assert (f"rules[1].then[0].page_assignment.{key}", "rule") in paths(problems)
+    messages = [p.message for p in problems if p.path.endswith(key)]
+    assert messages == [f'"{changes[key]}" is longer than the maximum of 7d']
+
+
+def test_page_wait_of_exactly_seven_days_is_accepted():
+    assert validate(in_urgent_rule(page(ack_timeout="7d", poll_interval="1h"))) == []
+
+
+# --- what the server assigns: read away for files, refused in bodies ------------------------
+
+
+def as_the_api_returns_it(body: dict) -> dict:
+    """``body`` the way ``GET /dispatch/policies/{id}`` answers it."""
+    return {"id": 7, "family_id": "pf_abc", "version": 2, "status": "active", **body,
+            "rules": [{"id": 10 + index, **rule} for index, rule in enumerate(body["rules"])],
+            "created_at": "2026-01-01T00:00:00.000Z", "updated_at": "2026-01-01T00:00:00.000Z",
+            "activated_at": None}
+
+
+def test_without_server_fields_gives_back_the_body_and_names_what_it_dropped():
+    body = ordinary()
+
+    stripped, ignored = without_server_fields(as_the_api_returns_it(body))
+
+    assert stripped == body
+    assert ignored == ["id", "family_id", "version", "status", "created_at", "updated_at",
+                       "activated_at", "rules[].id"]
+
+
+@pytest.mark.parametrize("raw", [ordinary(), [], "x", {"rules": ["not a rule"]}])
+def test_without_server_fields_leaves_a_body_without_them_alone(raw):
+    assert without_server_fields(raw) == (raw, [])
+
+
+def test_a_body_as_the_api_returns_it_is_still_refused_by_the_validator():
+    problems = validate(as_the_api_returns_it(ordinary()))
+
+    assert {p.message for p in problems} == {"is assigned by the server"}
+    assert len(problems) == 7 + len(ordinary()["rules"])

@@ -26,6 +26,7 @@ DASHBOARD_FILE = REPO / "ops" / "grafana" / "dashboard.json"
 PLANNED_METRICS: dict[str, str] = {
     "ticket_manager_dispatch_assignment_notification_events_total": "counter",
     "ticket_manager_dispatch_assignment_action_total": "counter",
+    "ticket_manager_dispatch_assignment_calls_total": "counter",
     "ticket_manager_dispatch_assignment_ack_total": "counter",
     "ticket_manager_dispatch_assignment_ack_wait_seconds": "histogram",
     "ticket_manager_dispatch_assignment_workflow_duration_seconds": "histogram",

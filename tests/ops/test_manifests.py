@@ -363,9 +363,22 @@ def alert_expression(name: str) -> str:
 
 
 P = "ticket_manager_dispatch_"
+
+
+def call(name: str, result: str, role: str = "assignee", attempt: str = "") -> str:
+    """An ``assignment_calls_total`` series (counted as the call happens)."""
+    return (f'{P}assignment_calls_total{{call="{name}",result="{result}",role="{role}",'
+            f'attempt="{attempt}"}}')
+
+
 HEALTHY_SERIES = [
-    (f'{P}assignment_notification_events_total{{event="card_failed"}}', "3+0x30"),
-    (f'{P}assignment_notification_events_total{{event="page_failed"}}', "1+0x30"),
+    (call("card", "failed"), "3+0x30"),
+    (call("page", "failed", attempt="1"), "1+0x30"),
+    (call("page", "unknown", attempt="2"), "0x5 1+0x25"),  # 14 minutes ago: over
+    (call("page", "succeeded", attempt="1"), "0+1x30"),
+    # late terminal counts of those old failures, as their workflows end: no new alert
+    (f'{P}assignment_notification_events_total{{event="card_failed"}}', "0x17 1+0x12"),
+    (f'{P}assignment_notification_events_total{{event="page_failed"}}', "0x17 1+0x12"),
     (f'{P}trigger_results_total{{outcome="failed"}}', "2+0x30"),
     (f'{P}trigger_results_total{{outcome="completed"}}', "0+5x30"),
     (f'{P}execution_outcomes_total{{mode="live",status="failed",failure_code="x",policy="p"}}',
@@ -387,14 +400,19 @@ HEALTHY_SERIES = [
 # alerts (one per firing series) the expression gives 20 minutes in.
 FIRING_CASES = {
     "TicketDispatcherCardOrUrgentFailed": ([
-        (f'{P}assignment_notification_events_total{{event="card_failed"}}', "0+0x5 1+0x25"),
-        (f'{P}assignment_notification_events_total{{event="urgent_failed"}}', "0+1x30"),
-        (f'{P}assignment_notification_events_total{{event="ack_timeout"}}', "0+1x30"),
+        (call("card", "failed"), "0x17 1+0x12"),
+        (call("urgent", "unknown", role="l2_assignee"), "0+1x30"),
+        (call("card", "succeeded"), "0+1x30"),
+        (call("page", "failed", attempt="1"), "0+1x30"),
+        (f'{P}assignment_notification_events_total{{event="card_failed"}}', "0+1x30"),
     ], 2),
     "TicketDispatcherOncallPageFailed": ([
+        (call("page", "failed", attempt="1"), "0+1x30"),
+        (call("page", "unknown", role="l2_assignee", attempt="2"), "0x17 1+0x12"),
+        (call("page", "succeeded", attempt="1"), "0+1x30"),
+        (call("card", "failed"), "0+1x30"),
         (f'{P}assignment_notification_events_total{{event="page_failed"}}', "0+1x30"),
-        (f'{P}assignment_notification_events_total{{event="card_failed"}}', "0+1x30"),
-    ], 1),
+    ], 2),
     "TicketDispatcherTriggersFailed": ([
         (f'{P}trigger_results_total{{outcome="failed"}}', "0+1x30"),
         (f'{P}trigger_results_total{{outcome="deferred"}}', "0+1x30"),
@@ -448,17 +466,28 @@ FIRING_CASES = {
 }
 
 
-def expression_test(series: list[tuple[str, str]], expected: dict[str, int]) -> dict:
-    """A promtool unit test: ``count(<alert expression>)`` for each alert after 20 minutes."""
+def expression_test(series: list[tuple[str, str]], expected: dict[str, int],
+                    at: str = "20m") -> dict:
+    """A promtool unit test: ``count(<alert expression>)`` for each alert at ``at`` (after
+    20 minutes unless told)."""
     return {
         "interval": "1m",
         "input_series": [{"series": name, "values": values} for name, values in series],
         "promql_expr_test": [
-            {"expr": f"count({alert_expression(alert)})", "eval_time": "20m",
+            {"expr": f"count({alert_expression(alert)})", "eval_time": at,
              "exp_samples": [{"labels": "{}", "value": count}] if count else []}
             for alert, count in expected.items()
         ],
     }
+
+
+def run_promtool_tests(tmp_path: Path, tests: list[dict]) -> subprocess.CompletedProcess:
+    unit_tests = tmp_path / "alerts_test.yaml"
+    unit_tests.write_text(yaml.safe_dump({
+        "rule_files": [str(ALERTS_FILE)], "evaluation_interval": "1m", "tests": tests,
+    }))
+    return subprocess.run([promtool(), "test", "rules", str(unit_tests)],
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_alerts_fire_on_their_series_and_stay_quiet_on_a_healthy_service(tmp_path):
@@ -466,15 +495,34 @@ def test_alerts_fire_on_their_series_and_stay_quiet_on_a_healthy_service(tmp_pat
              for alert, (series, count) in FIRING_CASES.items()]
     # Old failures that stopped counting, a full but unqueued pool, one process: no alert.
     tests.append(expression_test(HEALTHY_SERIES, dict.fromkeys(PLANNED_ALERTS, 0)))
-    unit_tests = tmp_path / "alerts_test.yaml"
-    unit_tests.write_text(yaml.safe_dump({
-        "rule_files": [str(ALERTS_FILE)], "evaluation_interval": "1m", "tests": tests,
-    }))
 
-    result = subprocess.run([promtool(), "test", "rules", str(unit_tests)],
-                            capture_output=True, text=True, timeout=60)
+    result = run_promtool_tests(tmp_path, tests)
 
     assert set(FIRING_CASES) == set(PLANNED_ALERTS)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Page attempt 1 fails at minute 2; its workflow waits out three ACK windows and ends at
+# minute 17, when the terminal families count it. The alert fires from the call on, for the
+# five minutes of its window, and not again when the workflow ends. The card alert likewise.
+LATE_TERMINAL_SERIES = [
+    (call("page", "failed", attempt="1"), "0 0 1+0x28"),
+    (call("card", "failed"), "0 0 1+0x28"),
+    (f'{P}assignment_notification_events_total{{event="page_failed"}}', "0x16 1+0x13"),
+    (f'{P}assignment_notification_events_total{{event="card_failed"}}', "0x16 1+0x13"),
+    (f'{P}assignment_action_total{{action="page_assignment",result="failed",role="assignee",'
+     f'attempt="1"}}', "0x16 1+0x13"),
+]
+PROMPT_ALERTS = ("TicketDispatcherOncallPageFailed", "TicketDispatcherCardOrUrgentFailed")
+
+
+@pytest.mark.parametrize("minute,firing", [(1, 0), (2, 1), (3, 1), (6, 1), (8, 0), (17, 0),
+                                           (20, 0)])
+def test_page_and_card_alerts_fire_when_the_call_fails_not_when_the_workflow_ends(
+        tmp_path, minute, firing):
+    result = run_promtool_tests(tmp_path, [expression_test(
+        LATE_TERMINAL_SERIES, dict.fromkeys(PROMPT_ALERTS, firing), at=f"{minute}m")])
+
     assert result.returncode == 0, result.stdout + result.stderr
 
 

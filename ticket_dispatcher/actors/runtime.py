@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pykka
 
@@ -23,8 +24,8 @@ from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import ActionStatus, Execution, Trigger
-from ticket_dispatcher.domain.ports import NotConfigured, Ports
-from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.domain.ports import NotConfigured, Ports, UncountedCalls
+from ticket_dispatcher.errors import Conflict, NotFound, RuntimeUnavailable, StoreUnavailable
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.database import unit_of_work
@@ -33,6 +34,9 @@ from ticket_dispatcher.timeutil import format_time
 log = logging.getLogger(__name__)
 
 ASK_TIMEOUT = 30  # seconds an HTTP request waits on an actor before giving up
+# What the admin view says of a parked execution it cannot describe, or one waiting to load.
+DETAILS_UNAVAILABLE = "unavailable: the database cannot be read"
+RETRYING_LOAD = "retrying the issue load"
 INTEGRATIONS = ("jira", "lark", "oncall", "core")  # the Ports fields served by client pools
 
 
@@ -51,16 +55,20 @@ class Runtime:
                  ports: Ports | None = None, registry: ActionRegistry | None = None,
                  metrics: Metrics | None = None):
         """``ports`` defaults to no integration configured (``NotConfigured``) and the
-        store's engineers."""
+        store's engineers; calls nobody counts (``UncountedCalls``) are counted in
+        ``metrics`` (docs/operations.md, "Metrics")."""
         self.activity = Activity()
         self.scheduler = Scheduler(clock)
+        metrics = metrics or Metrics()
         if ports is None:
             ports = Ports(engineers=store.engineers, triggers=store.triggers,
                           contexts=store.contexts)
+        if isinstance(ports.calls, UncountedCalls):
+            ports = replace(ports, calls=metrics)
         self.deps = RuntimeDeps(config=config, store=store, clock=clock,
                                 registry=registry or ActionRegistry(), ports=ports,
                                 scheduler=self.scheduler, activity=self.activity,
-                                metrics=metrics or Metrics())
+                                metrics=metrics)
         self._supervisor: pykka.ActorRef | None = None
         self._pool: pykka.ActorRef | None = None
         self._triggers: TriggerRouter | None = None
@@ -124,22 +132,37 @@ class Runtime:
     def cancel(self, execution_id: int, reason: str) -> str:
         """"applied" when it was not running, "signalled" when its actor stops at its next step;
         ``NotFound`` or ``Conflict`` (already terminal) otherwise."""
-        outcome = self._pool.ask(CancelExecution(execution_id, reason), timeout=ASK_TIMEOUT)
+        outcome = self._ask_pool(CancelExecution(execution_id, reason))
         if outcome == "missing":
             raise NotFound(f"execution {execution_id} not found")
         if outcome == "finished":
             raise Conflict(f"execution {execution_id} has already finished")
         return outcome
 
+    def _ask_pool(self, message):
+        """The pool's answer to an HTTP request's ``message``; ``RuntimeUnavailable`` (a 503)
+        when it does not come within ``ASK_TIMEOUT`` or the runtime is stopping."""
+        pool = self._pool
+        if pool is None:
+            raise RuntimeUnavailable("the actor runtime is not running")
+        try:
+            return pool.ask(message, timeout=ASK_TIMEOUT)
+        except (pykka.Timeout, pykka.ActorDeadError):
+            raise RuntimeUnavailable("the actor runtime did not answer in time; "
+                                     "retry later") from None
+
     def wait_idle(self, timeout: float = 10) -> bool:
         return self.activity.wait_idle(timeout)
 
     def status(self) -> dict:
+        supervisor = self._supervisor  # read once: ``stop`` may clear it meanwhile
+        if supervisor is None:
+            raise RuntimeUnavailable("the actor runtime is not running")
         timers, next_timer = self.scheduler.pending()
-        pool = self._pool.ask(PoolStatus(), timeout=ASK_TIMEOUT)
+        pool = self._ask_pool(PoolStatus())
         leases = self.deps.config.leases
         return {
-            "supervisor": {"alive": self._supervisor.is_alive(), "recovered": self.recovered,
+            "supervisor": {"alive": supervisor.is_alive(), "recovered": self.recovered,
                            "in_flight": self.activity.in_flight},
             "scheduler": {"timers": timers, "next_at": format_time(next_timer)},
             "leases": {"owner": self.deps.owner,
@@ -155,8 +178,16 @@ class Runtime:
 
     def _parked_views(self, parked: list[dict]) -> list[dict]:
         """Parked executions as an operator wants them: what each waits in, and for what (the
-        ACK wait's attempt and absolute deadline, N§6.4); read from the store in one go."""
-        executions = self.deps.store.executions.get_many(p["execution_id"] for p in parked)
+        ACK wait's attempt and absolute deadline, or the issue load it retries); read from the
+        store in one go. While the database cannot be read, each keeps what the pool knows (its
+        id and ``wake_at``) and says ``details`` are unavailable: the admin view is what an
+        operator reads during an outage, so it must not fail with it (docs/operations.md)."""
+        if not parked:
+            return []  # nothing to read: no connection needed
+        try:
+            executions = self.deps.store.executions.get_many(p["execution_id"] for p in parked)
+        except StoreUnavailable:  # the store's health logs the outage, once
+            return [dict(entry, details=DETAILS_UNAVAILABLE) for entry in parked]
         views = []
         for entry in parked:
             view = dict(entry, issue_key="", action="", attempt=None, deadline=None)
@@ -189,7 +220,11 @@ def client_pools(ports: Ports) -> dict[str, ClientPool]:
 
 
 def _waiting_in(execution: Execution) -> dict:
-    """The action an execution is parked in, with its ACK wait's attempt and deadline."""
+    """The action an execution is parked in, with its ACK wait's attempt and deadline; or,
+    parked after a failed issue (or policy) load, the load it retries and how many loads have
+    failed so far (actors/execution.py ``_load_failed``), whatever action it is in."""
+    if execution.load_attempts:
+        return {"action": RETRYING_LOAD, "attempt": execution.load_attempts, "deadline": None}
     for rule in execution.rule_executions:
         for action in rule.action_executions:
             if action.status is ActionStatus.EXECUTING:

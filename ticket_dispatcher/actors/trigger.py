@@ -46,6 +46,7 @@ from ticket_dispatcher.timeutil import format_time
 log = logging.getLogger(__name__)
 
 NOTIFICATIONS_DISABLED = "assignment notification disabled"
+INTERNAL_ERROR = "internal error while processing the trigger"
 # The longest a trigger actor waits for the execution pool to create its executions.
 CREATE_TIMEOUT_SECONDS = 30
 
@@ -91,7 +92,7 @@ class TriggerProcessor:
             work.lease, work.progress_at = trigger.lease, now
             work.valid_until = now + deps.config.leases.duration
         try:
-            outcome = self._process(trigger)
+            outcome, reason = self._process(trigger)
         except (CallAbandoned, pykka.ActorDeadError):  # shutdown: boot recovery takes it over
             log.info("trigger left processing for shutdown", extra={"trigger_id": trigger.id})
             return None
@@ -105,48 +106,53 @@ class TriggerProcessor:
             return None
         except Exception:
             log.exception("trigger processing failed", extra={"trigger_id": trigger.id})
+            outcome, reason = "failed", INTERNAL_ERROR
             try:
-                deps.store.triggers.fail(trigger.id, "internal error while processing the "
-                                         "trigger", deps.clock.now(), lease=trigger.lease)
+                deps.store.triggers.fail(trigger.id, reason, deps.clock.now(),
+                                         lease=trigger.lease)
             except (StoreUnavailable, LeaseLost):
                 return "retry"
-            outcome = "failed"
+        if outcome == "failed":  # the one place every failure passes: one line per trigger
+            log.warning("trigger failed", extra={
+                "trigger_id": trigger.id, "issue_key": trigger.issue_key,
+                "source": trigger.source, "reason": reason})
         deps.metrics.trigger_processed(outcome)
         return outcome
 
-    def _process(self, trigger: Trigger) -> str:
-        """The trigger's outcome: completed, failed, deferred or coalesced."""
+    def _process(self, trigger: Trigger) -> tuple[str, str]:
+        """The trigger's outcome (completed, failed, deferred or coalesced) and its reason,
+        once the trigger is closed or deferred in the store."""
         store, now = self._deps.store, self._deps.clock.now()
         role = reserved_role(trigger.source)
         lease = trigger.lease
         if role and not self._deps.config.notifications.enabled:  # SPEC §5.7
             store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED,
                                     lease=lease)
-            return "completed"
+            return "completed", NOTIFICATIONS_DISABLED
         try:
             issue = self._deps.ports.jira.load_issue(trigger.issue_key)
         except DispatcherError as exc:
-            store.triggers.fail(trigger.id, f"issue load failed: {exc.message}", now,
-                                lease=lease)
-            return "failed"
+            reason = f"issue load failed: {exc.message}"
+            store.triggers.fail(trigger.id, reason, now, lease=lease)
+            return "failed", reason
         if trigger.policy_id is not None:  # explicit: no trigger/status check (M§4.2)
             try:
                 policies = [store.policies.get(trigger.policy_id)]
             except NotFound as exc:
-                store.triggers.fail(trigger.id, f"policy load failed: {exc.message}", now,
-                                    lease=lease)
-                return "failed"
+                reason = f"policy load failed: {exc.message}"
+                store.triggers.fail(trigger.id, reason, now, lease=lease)
+                return "failed", reason
             # The switch is a kill switch: no explicit live run may card or page either.
             if trigger.dryrun is None and not self._deps.config.notifications.enabled \
                     and is_notification_policy(policies[0]):
                 store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED,
                                         lease=lease)
-                return "completed"
+                return "completed", NOTIFICATIONS_DISABLED
         else:
             policies = match_policies(store.policies.list_active(), trigger.source, issue)
         if not policies:
             store.triggers.complete(trigger.id, [], now, lease=lease)
-            return "completed"
+            return "completed", ""
         context = store.contexts.find(trigger.issue_key)
         executions = [new_execution(trigger, policy, issue, context, self._deps.registry, now)
                       for policy in policies]
@@ -154,10 +160,13 @@ class TriggerProcessor:
             trigger=trigger, executions=executions, explicit=trigger.policy_id is not None,
             reserved_label=role.label if role else None, issue_labels=issue.labels,
             lease=lease), timeout=CREATE_TIMEOUT_SECONDS)
-        log.info("trigger processed", extra={
-            "trigger_id": trigger.id, "issue_key": trigger.issue_key, "source": trigger.source,
-            "reason": result.reason or f"{result.outcome}: executions {result.execution_ids}"})
-        return result.outcome
+        if result.outcome != "failed":  # a failure is logged once, by ``process``
+            log.info("trigger processed", extra={
+                "trigger_id": trigger.id, "issue_key": trigger.issue_key,
+                "source": trigger.source,
+                "reason": result.reason or f"{result.outcome}: executions "
+                                           f"{result.execution_ids}"})
+        return result.outcome, result.reason
 
 
 class TriggerActor(TrackedActor):

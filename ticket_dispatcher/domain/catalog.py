@@ -6,9 +6,11 @@ operator exists everywhere or nowhere.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class FieldKind(StrEnum):
@@ -97,6 +99,63 @@ RESERVED_SOURCES = frozenset(role.source for role in NOTIFICATION_ROLES)
 
 # Rule 2 of an assignment-notification policy may test only these fields, with ``in`` (N§5.4).
 URGENCY_FIELDS = ("issue.priority", "issue.custom_fields.severity")
+
+
+# --- names: one rule each, for every place that reads them -----------------------------------
+# A policy may only name what the service can ever see: a trigger source the intake accepts
+# (http/dispatch.py), a project key an issue key can carry (domain/issues.py), a label Jira can
+# hold, an email an engineer record can have (http/engineers.py), a group or team name the Core
+# and Oncall clients can put into one URL path segment. Anything else would pass validation and
+# then never match, or fail at run time. Patterns are used with ``fullmatch``: "$" would let a
+# final "\n" through.
+
+SOURCE_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+PROJECT_KEY = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+MAX_EMAIL_LENGTH = 254
+MAX_LABEL_LENGTH = 255  # Jira refuses longer labels
+# "." and ".." are dot segments: an HTTP client resolves ``/groups/../members`` to another path.
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
+@dataclass(frozen=True)
+class NameRule:
+    """What one kind of name must look like: ``accepts`` decides; a refusal reads
+    ``"<value>" is not <what> (<hint>)``."""
+
+    what: str
+    hint: str
+    accepts: Callable[[str], bool]
+
+    def __call__(self, value: Any) -> bool:
+        return isinstance(value, str) and self.accepts(value)
+
+
+SOURCE = NameRule(
+    "a lower-case source name like jira_automation",
+    "1 to 64 characters of a-z, 0-9, _, . and -, starting with a letter",
+    lambda text: SOURCE_NAME.fullmatch(text) is not None,
+)
+PROJECT = NameRule(
+    "a Jira project key like TCID",
+    "upper-case letters, digits and _, starting with a letter, at most 32",
+    lambda text: PROJECT_KEY.fullmatch(text) is not None,
+)
+LABEL = NameRule(
+    "a Jira label",
+    f"no spaces, at most {MAX_LABEL_LENGTH} characters",
+    lambda text: 0 < len(text) <= MAX_LABEL_LENGTH and not any(c.isspace() for c in text),
+)
+ENGINEER_EMAIL = NameRule(
+    "an email address",
+    "",
+    lambda text: len(text) <= MAX_EMAIL_LENGTH and EMAIL.fullmatch(text) is not None,
+)
+DIRECTORY_NAME = NameRule(
+    "a group or team name",
+    "not . or .., and no spaces around it",
+    lambda text: text != "" and text.strip() == text and text not in _DOT_SEGMENTS,
+)
 
 
 def options(runnable: Iterable[str] | None = None) -> dict:

@@ -9,9 +9,12 @@ them, so none of them needs another to phrase a problem.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ticket_dispatcher.errors import Problem
+
+if TYPE_CHECKING:
+    from ticket_dispatcher.domain.catalog import NameRule
 
 QUOTE_LIMIT = 100  # characters of a rejected value shown in a message
 
@@ -132,6 +135,23 @@ def check_text_list(
     if unique and repeated:
         problems.rule(path, f"must not contain duplicates: {quoted(dict.fromkeys(repeated))}")
     return value
+
+
+def check_name(value: Any, path: str, rule: NameRule, problems: Problems) -> bool:
+    """False, with a rule problem, for a non-blank string ``rule`` refuses (a draft may hold it;
+    it cannot be activated). A blank or non-string value is ``check_text``'s to report, so each
+    mistake is reported once."""
+    if not isinstance(value, str) or not value.strip() or rule(value):
+        return True
+    hint = f" ({rule.hint})" if rule.hint else ""
+    problems.rule(path, f"{quote(value)} is not {rule.what}{hint}")
+    return False
+
+
+def check_names(values: Any, path: str, rule: NameRule, problems: Problems) -> None:
+    """``check_name`` for each element of a list (a non-list is ``check_text_list``'s)."""
+    for index, value in enumerate(values if isinstance(values, list) else ()):
+        check_name(value, at(path, index), rule, problems)
 
 
 # Integers are stored in 32-bit columns (rule priority) or compared in the database; a value

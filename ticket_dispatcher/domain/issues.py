@@ -10,6 +10,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from ticket_dispatcher.domain.catalog import PROJECT_KEY
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.timeutil import parse_rfc3339
@@ -17,7 +18,8 @@ from ticket_dispatcher.timeutil import parse_rfc3339
 # A Jira issue key as every entry point accepts it (the API, the sandbox): project, dash, number.
 # Use it with ``fullmatch``; the \A..\Z anchors keep even ``match`` whole (``$`` would let
 # "TCID-1\n" through, and Jira would be asked for "TCID-1%0A", issue 8).
-ISSUE_KEY = re.compile(r"\A[A-Z][A-Z0-9_]{0,31}-[1-9][0-9]{0,12}\Z")
+# The project part is ``catalog.PROJECT_KEY``, the rule ``project_key_in`` is validated by.
+ISSUE_KEY = re.compile(rf"\A(?:{PROJECT_KEY.pattern})-[1-9][0-9]{{0,12}}\Z")
 
 # The Jira defaults of SPEC §13 (``[jira]``), written once for config, actions and sandbox.
 DEFAULT_L2_FIELD_ID = "customfield_10053"  # N§4

@@ -6,9 +6,9 @@ histogram observations once, when the execution becomes terminal. Labels carry n
 ID (N§12): ``action``, ``result``, ``role``, ``attempt``, ``outcome``, ``event``.
 
 - action results: ``succeeded`` (card sent, urgent sent, page accepted, leader written),
-  ``failed`` (a refused call; a leader lookup or write that failed), ``unknown`` (the call's
-  outcome was lost), ``skipped`` (not run: ACK or invalidation first, no card, blocked or no
-  leader);
+  ``failed`` (a refused call; an escalation ``leader_lookup_failed`` or ``failed``, its Jira
+  write), ``unknown`` (the call's outcome was lost), ``skipped`` (not run: ACK or invalidation
+  first, no card, ``blocked`` or ``no_leader``);
 - events: ``card_failed`` / ``urgent_failed`` / ``page_failed`` for a failed or unknown call,
   ``ack_timeout`` for a page wait that ran out, ``leader_escalated`` for a written hop;
 - ACK outcomes by the attempt whose guard found them: ``0`` before App-urgent, ``1``–``3`` the
@@ -36,7 +36,8 @@ URGENT = ActionType.MARK_ASSIGNMENT_MESSAGE_URGENT.value
 PAGE = ActionType.PAGE_ASSIGNMENT.value
 ESCALATE = ActionType.ESCALATE_ASSIGNMENT_TO_LEADER.value
 
-_CALL_RESULTS = {"sent": "succeeded", "accepted": "succeeded", "failed": "failed",
+# A call's saved status as a metric result; shared with the counters of notification_common.py.
+CALL_RESULTS = {"sent": "succeeded", "accepted": "succeeded", "failed": "failed",
                  "unknown": "unknown"}
 _ACK_OUTCOMES = {"read": "message_read", "status": "status_changed",
                  "target changed": "target_changed", "urgency downgraded": "urgency_downgraded",
@@ -117,17 +118,17 @@ def _action_result(action: ActionExecution) -> str:
     if action.type != ESCALATE:
         status = context.get({CARD: "card_status", URGENT: "urgent_status",
                               PAGE: "page_status"}[action.type])
-        if status in _CALL_RESULTS:
-            return _CALL_RESULTS[status]
+        if status in CALL_RESULTS:
+            return CALL_RESULTS[status]
     if action.status is ActionStatus.FAILED:
         return "failed"
     if action.status in (ActionStatus.SKIPPED, ActionStatus.PENDING):
         return "skipped"
     if action.type == ESCALATE:
-        outcome, reason = context.get("outcome"), context.get("reason", "")
+        outcome = context.get("outcome")
         if outcome == "escalated":
             return "succeeded"
-        if outcome == "failed" or reason.startswith("the leader could not be looked up"):
+        if outcome in ("failed", "leader_lookup_failed"):
             return "failed"
         return "skipped"
     return "skipped"  # succeeded without a call: no card to mark urgent, an ACK first

@@ -8,7 +8,9 @@ client. Who implements them:
   production, and under ``serve --sandbox`` where the same clients talk to the sandbox;
 - ``store.engineers.EngineerRepository`` for the ``EngineerStore``;
 - the test fakes in ``tests/fakes.py``;
-- the ``NotConfigured*`` classes below, for an integration with no ``base_url``.
+- the ``NotConfigured*`` classes below, for an integration with no ``base_url``;
+- for ``NotificationCalls``, ``metrics.Metrics`` (the runtime wires it), or
+  ``UncountedCalls``, counting nothing.
 
 ``tests/domain/test_ports.py`` checks every one of them against its Protocol.
 """
@@ -183,6 +185,21 @@ class NotificationState(Protocol):
         ...
 
 
+class NotificationCalls(Protocol):
+    """Told of each Lark card, App-urgent and Oncall page of a live notification workflow as
+    soon as its result is saved, long before the workflow ends (the terminal metrics wait for
+    that): the runtime counts it for the prompt alerts (docs/operations.md, "Metrics").
+    ``actors/runtime.py`` wires the service's ``metrics.Metrics``; left out of a bare
+    ``Ports``, nothing is counted (``UncountedCalls``)."""
+
+    def call_settled(self, call: str, result: str, role: str, attempt: str) -> None:
+        """``call`` card|urgent|page; ``result`` succeeded|failed|unknown; ``role`` the
+        notified role; ``attempt`` the page attempt ("" for a card or an urgent). Called once
+        per call, after the checkpoint that saved its result (so a restart never tells it
+        twice); must not raise."""
+        ...
+
+
 # -- an integration with no base_url -------------------------------------------------------------
 
 
@@ -303,14 +320,22 @@ class NotConfiguredNotificationState(NotConfigured):
         raise self._refused("update_notification_slot")
 
 
+class UncountedCalls:
+    """No counter wired (a Behavior or a Ports built bare in a test): calls go uncounted."""
+
+    def call_settled(self, call: str, result: str, role: str, attempt: str) -> None:
+        return None
+
+
 # -- what an action receives ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
 class Ports:
     """The ports handed to triggers, executions and actions. A port left out is
-    ``NotConfigured``; the service passes a client pool for every configured integration and
-    the store's engineer repository, the tests pass fakes."""
+    ``NotConfigured`` (``calls``: ``UncountedCalls``, which the runtime replaces by its
+    metrics); the service passes a client pool for every configured integration and the
+    store's engineer repository, the tests pass fakes."""
 
     jira: Jira = field(default_factory=NotConfiguredJira)
     lark: Messenger = field(default_factory=NotConfiguredMessenger)
@@ -319,3 +344,4 @@ class Ports:
     engineers: EngineerStore = field(default_factory=NotConfiguredEngineers)
     triggers: TriggerIntake = field(default_factory=NotConfiguredTriggers)
     contexts: NotificationState = field(default_factory=NotConfiguredNotificationState)
+    calls: NotificationCalls = field(default_factory=UncountedCalls)

@@ -37,10 +37,14 @@ from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.catalog import (
+    LABEL,
     NOTIFICATION_ROLES,
+    PROJECT,
     RESERVED_SOURCES,
+    SOURCE,
     URGENCY_FIELDS,
     ActionType,
+    NameRule,
     NotificationRole,
     OnSuccess,
 )
@@ -49,6 +53,7 @@ from ticket_dispatcher.domain.checks import (
     at,
     check_int,
     check_keys,
+    check_names,
     check_object,
     check_text,
     check_text_list,
@@ -68,6 +73,11 @@ _SERVER_KEYS = frozenset(
 )
 _POLICY_KEYS = ("name", "description", "trigger", "rules")
 _TRIGGER_KEYS = ("enable", "source_in", "project_key_in", "issue_label_all")
+# Each trigger list holds names the intake and Jira judge by these rules: an entry they would
+# never produce could never match, so it is refused (domain/catalog.py).
+_TRIGGER_NAMES: dict[str, NameRule] = {
+    "source_in": SOURCE, "project_key_in": PROJECT, "issue_label_all": LABEL,
+}
 _RULE_KEYS = ("name", "priority", "when", "then", "transition")
 _SEND = ActionType.SEND_ASSIGNMENT_NOTIFICATION.value
 _CATALOG_ACTION_TYPES = frozenset(t.value for t in ActionType)
@@ -90,6 +100,23 @@ def validate_policy(raw: Any, registry: ActionRegistry) -> list[Problem]:
     if is_notification_policy(raw):
         _check_notification_family(raw, registry, problems)
     return problems
+
+
+def without_server_fields(raw: Any) -> tuple[Any, list[str]]:
+    """``raw`` without the fields the server assigns (a policy as ``GET /dispatch/policies/{id}``
+    answers it), and their names in body order, each rule's ``id`` named once as
+    ``rules[].id``. The command line reads such a file as the body it came from; the API
+    refuses these fields, so a body names only what its author chooses."""
+    if not isinstance(raw, dict):
+        return raw, []
+    body = {key: value for key, value in raw.items() if key not in _SERVER_KEYS}
+    ignored = [key for key in raw if key in _SERVER_KEYS]
+    rules = body.get("rules")
+    if isinstance(rules, list) and any(isinstance(r, dict) and "id" in r for r in rules):
+        body["rules"] = [{k: v for k, v in r.items() if k != "id"} if isinstance(r, dict) else r
+                         for r in rules]
+        ignored.append("rules[].id")
+    return body, ignored
 
 
 def shape_problems(raw: Any, registry: ActionRegistry) -> list[Problem]:
@@ -123,9 +150,9 @@ def _check_trigger(trigger: Any, problems: Problems) -> None:
     check_keys(trigger, "trigger", _TRIGGER_KEYS, problems)
     if "enable" in trigger and not isinstance(trigger["enable"], bool):
         problems.shape("trigger.enable", "must be true or false")
-    for key in _TRIGGER_KEYS[1:]:
-        if key in trigger:
-            check_text_list(trigger[key], f"trigger.{key}", problems)
+    for key, rule in _TRIGGER_NAMES.items():
+        if key in trigger and check_text_list(trigger[key], f"trigger.{key}", problems):
+            check_names(trigger[key], f"trigger.{key}", rule, problems)
 
 
 def _check_rules(raw: dict, registry: ActionRegistry, problems: Problems) -> None:

@@ -8,6 +8,10 @@ from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 
 
 class ActorStatus:
+    """``GET /admin/actors``: answered from memory. Only the parked executions' details need
+    the database (one read of its own); while it cannot be read they are marked unavailable
+    and the rest still answers: 200, never a 503 or a 500 for the outage."""
+
     roles = {"GET": VIEWER}
     uses_database = False  # asks the actors; no connection held while they answer
 

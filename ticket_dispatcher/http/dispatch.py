@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+from datetime import datetime
 
 import falcon
 
 from ticket_dispatcher.domain.admission import LockCandidate, Outcome, admit
-from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus
+from ticket_dispatcher.domain.catalog import SOURCE_NAME
+from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus, TriggerStatus
 from ticket_dispatcher.domain.fanout import reserved_role
 from ticket_dispatcher.domain.matching import lock_key
 from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem, StoreUnavailable
@@ -25,10 +29,10 @@ from ticket_dispatcher.http.binding import (
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
-from ticket_dispatcher.timeutil import parse_rfc3339
+from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
 
 TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB (SPEC §13)
-_SOURCE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")  # used with fullmatch: "$" allows a final "\n"
+_SOURCE = SOURCE_NAME  # the rule policy validation applies to source_in too; use fullmatch
 
 
 def _bind_trigger(raw) -> tuple[str, str, int | None, dict | None]:
@@ -71,6 +75,77 @@ def _bind_dryrun(raw: dict, problems: list[Problem]) -> dict:
     return {"overwrite_data": overwrite}
 
 
+# --- the trigger list: filters and its cursor -------------------------------------------------
+
+# A cursor is "t1:<the last id of the page>" in unpadded base64url: opaque to clients, so the
+# key it pages by can change without breaking them (the "t1" names this version of it).
+_CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_CURSOR = re.compile(r"t1:([1-9][0-9]{0,18})")
+
+
+def encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"t1:{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> int:
+    """The id a page continues below; ``InvalidInput`` for anything this server did not give
+    out (a cursor is never parsed leniently: a wrong page would look like a right one)."""
+    decoded = None
+    if _CURSOR_TEXT.fullmatch(text):
+        try:
+            raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_",
+                                   validate=True)
+            decoded = _CURSOR.fullmatch(raw.decode("ascii"))
+        except (binascii.Error, UnicodeDecodeError):
+            decoded = None
+    if decoded is None or int(decoded[1]) > MAX_ID:
+        raise InvalidInput("query parameter cursor is not a cursor this server gave out; "
+                           "start again without it", [Problem("cursor", "is not a valid "
+                                                                       "cursor")])
+    return int(decoded[1])
+
+
+def _query_time(req: falcon.Request, name: str) -> datetime | None:
+    text = req.get_param(name)
+    if text is None:
+        return None
+    try:
+        # A time beyond year 9999 or before year 1 in UTC cannot be compared: refused here.
+        return to_utc(parse_rfc3339(text))
+    except (ValueError, OverflowError):
+        pass
+    message = ("must be an RFC 3339 time with an offset, like 2026-12-01T02:00:00Z (in a URL, "
+               "write the + of an offset as %2B)")
+    raise InvalidInput(f"query parameter {name} {message}", [Problem(name, message)])
+
+
+def _trigger_filters(req: falcon.Request) -> dict:
+    """The ``GET /dispatch/triggers`` filters as ``TriggerRepository.list`` keywords; every
+    bad value is a 400 naming its parameter."""
+    if req.get_param("offset") is not None:  # a client paging by offset would loop forever
+        raise InvalidInput("this list pages with cursor, not offset: pass the next_cursor of "
+                           "the previous page", [Problem("offset", "use cursor")])
+    source, issue_key = req.get_param("source"), req.get_param("issue_key")
+    if source is not None and not _SOURCE.fullmatch(source):
+        raise InvalidInput("query parameter source must be a lower-case source name like "
+                           "jira_automation", [Problem("source", "must be a lower-case source "
+                                                                 "name like jira_automation")])
+    after, before = _query_time(req, "created_after"), _query_time(req, "created_before")
+    if after is not None and before is not None and after >= before:
+        raise InvalidInput("created_after must be earlier than created_before",
+                           [Problem("created_before", "must be later than created_after")])
+    cursor = req.get_param("cursor")
+    return {
+        "status": query_choice(req, "status", TriggerStatus,
+                               "one of " + ", ".join(TriggerStatus)),
+        "source": source,
+        "issue_key": checked_issue_key(issue_key) if issue_key is not None else None,
+        "created_after": after, "created_before": before,
+        "before_id": decode_cursor(cursor) if cursor is not None else None,
+        "limit": query_int(req, "limit", default=50, minimum=1, maximum=200),
+    }
+
+
 # The trigger intake counter's outcome of a refused request (SPEC §12).
 _INTAKE_OUTCOMES = {429: "rate_limited", 503: "unavailable"}
 
@@ -78,12 +153,18 @@ _INTAKE_OUTCOMES = {429: "rate_limited", 503: "unavailable"}
 class TriggerCollection:
     """``POST /dispatch/triggers``: 202 once the pending trigger is committed. While the
     database is unavailable: 503 with ``Retry-After``, nothing stored, counted as
-    ``unavailable``."""
+    ``unavailable``.
 
-    roles = {"POST": AUTOMATION}
+    ``GET /dispatch/triggers`` (viewer): triggers newest first, filtered, a page at a time by
+    an opaque cursor: ``{"items": [...], "next_cursor": "..." | null}``. No ``total``: with a
+    cursor it would cost a COUNT over the whole filtered history on every page, and be stale
+    by the next one; follow ``next_cursor`` until it is null."""
+
+    roles = {"POST": AUTOMATION, "GET": VIEWER}
     # Takes its connection itself, after the rate limit and the body are judged, so a 429 or
     # 400 costs none and a database failure is counted in the intake metric (http/middleware.py
-    # would refuse the request before the handler could count it).
+    # would refuse the request before the handler could count it). A GET takes one in its
+    # single repository call, after its parameters are judged.
     uses_database = False
 
     def __init__(self, services):
@@ -108,6 +189,11 @@ class TriggerCollection:
             raise
         finally:
             self._services.metrics.trigger_received(intake["source"], intake["outcome"])
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        items, following = self._services.store.triggers.list(**_trigger_filters(req))
+        resp.media = {"items": [trigger.to_json() for trigger in items],
+                      "next_cursor": encode_cursor(following) if following else None}
 
     def _accept(self, req: falcon.Request, resp: falcon.Response, intake: dict) -> None:
         wait = self._buckets.take(req.context.api_key_name or req.remote_addr or "")

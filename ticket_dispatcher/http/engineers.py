@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import re
-
 import falcon
 
+from ticket_dispatcher.domain.catalog import ENGINEER_EMAIL
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import bind_object, page, paging, query_choice, read_json
 
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")  # used with fullmatch
-
 
 def normalise_email(text: str) -> str:
     email = text.strip().lower()
-    if not _EMAIL.fullmatch(email) or len(email) > 254:
+    if not ENGINEER_EMAIL(email):  # the rule assign receivers are validated by
         raise InvalidInput("the path must name an engineer by email address",
                            [Problem("email", "must be an email address")])
     return email

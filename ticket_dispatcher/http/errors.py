@@ -19,6 +19,7 @@ from ticket_dispatcher.errors import (
     InvalidInput,
     NotFound,
     PolicyInvalid,
+    RuntimeUnavailable,
     StoreUnavailable,
 )
 
@@ -46,6 +47,7 @@ _DOMAIN_STATUS = (
     (Conflict, falcon.HTTP_409),
     (PolicyInvalid, falcon.HTTP_422),
     (StoreUnavailable, falcon.HTTP_503),
+    (RuntimeUnavailable, falcon.HTTP_503),
 )
 # Seconds a client should wait before retrying while the database is unavailable: outages
 # this short are the common ones (a lock held by a slow writer, a restarted connection).
@@ -81,7 +83,7 @@ def handle_dispatcher_error(req, resp, exc: DispatcherError, params) -> None:
     for cls, status in _DOMAIN_STATUS:
         if isinstance(exc, cls):
             headers = ({"Retry-After": RETRY_AFTER_SECONDS}
-                       if isinstance(exc, StoreUnavailable) else None)
+                       if isinstance(exc, (StoreUnavailable, RuntimeUnavailable)) else None)
             raise ApiError(status, exc.message, exc.problems, headers=headers)
     raise ApiError(falcon.HTTP_400, exc.message, exc.problems)
 

@@ -167,6 +167,16 @@ _ISSUE_KEY = [_path_param("issue_key", {"type": "string", "pattern": ISSUE_KEY_P
 _EMAIL = [_path_param("email", {"type": "string", "pattern": EMAIL_PATTERN, "maxLength": 254},
                       "alice@example.com")]
 
+_TRIGGER_FILTERS = [
+    _query("status", _enum(TriggerStatus)),
+    _query("source", {"type": "string", "pattern": SOURCE_PATTERN}),
+    _query("issue_key", {"type": "string", "pattern": ISSUE_KEY_PATTERN}),
+    _query("created_after", TIME, "Created at or after this time (RFC 3339 with an offset)"),
+    _query("created_before", TIME, "Created before this time; later than created_after"),
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
+    _query("cursor", {"type": "string"}, "The next_cursor of the previous page, as given"),
+]
+
 
 def _page_of(name: str) -> dict:
     return _object({"items": {"type": "array", "items": _ref(name)},
@@ -240,10 +250,14 @@ def _dispatch_paths() -> dict:
                           "exists)", {"204": {"description": "Deleted"}}, params=_ISSUE_KEY,
                           errors=("404", "409")),
         },
-        f"{API_BASE}/dispatch/triggers": {"post": _op(
-            "Post a trigger: persisted pending, processed asynchronously",
-            {"202": _json(_ref("Trigger"), "Accepted; Location names the trigger", _LOCATION)},
-            body="TriggerBody", errors=("409",))},
+        f"{API_BASE}/dispatch/triggers": {
+            "get": _op("List triggers (newest first), a page at a time by cursor",
+                       {"200": _json(_ref("TriggerPage"))}, params=_TRIGGER_FILTERS),
+            "post": _op(
+                "Post a trigger: persisted pending, processed asynchronously",
+                {"202": _json(_ref("Trigger"), "Accepted; Location names the trigger",
+                              _LOCATION)},
+                body="TriggerBody", errors=("409",))},
         f"{API_BASE}/dispatch/triggers/{{trigger_id}}": {"get": _op(
             "Read a trigger", {"200": _json(_ref("Trigger"))},
             params=[_path_param("trigger_id", ID, 1)], errors=("404",))},
@@ -263,7 +277,8 @@ def _operator_paths() -> dict:
     return {
         f"{API_BASE}/admin/actors": {"get": _op(
             "The live actor system: supervisor, pool, running executions, parked, trigger "
-            "actors, clients", {"200": _json(_ref("ActorStatus"))}, errors=("503",),
+            "actors, clients; from memory, also while the database is down (503: no actor "
+            "runtime)", {"200": _json(_ref("ActorStatus"))}, errors=("503",),
             database=False)},
         f"{API_BASE}/admin/executions/{{execution_id}}/cancel": {"post": _op(
             "Cancel a non-terminal execution", {
@@ -498,6 +513,12 @@ def _dispatch_schemas() -> dict:
             "policy_id": {**ID, "nullable": True,
                           "description": "Run exactly this policy; not with a reserved source"},
             "dryrun": dryrun_body}, ["source", "input"], example=TRIGGER_EXAMPLE),
+        "TriggerPage": _object({
+            "items": {"type": "array", "items": _ref("Trigger")},
+            "next_cursor": {"type": "string", "nullable": True,
+                            "description": "Pass as cursor for the next page; null on the "
+                                           "last page"}},
+            description="No total: follow next_cursor until it is null"),
         "Trigger": _object({
             "id": ID, "source": {"type": "string"},
             "input": _object({"issue_key": {"type": "string"}}),
@@ -569,9 +590,13 @@ def _service_schemas() -> dict:
             "parked_executions": {"type": "array", "items": _object({
                 "execution_id": {"type": "integer"}, "issue_key": {"type": "string"},
                 "wake_at": {"type": "string", "format": "date-time", "nullable": True},
-                "action": {"type": "string"},
+                "action": {"type": "string", "description": "rule: index:type, or "
+                                                            "retrying the issue load"},
                 "attempt": {"type": "integer", "nullable": True},
-                "deadline": {"type": "string", "nullable": True}})},
+                "deadline": {"type": "string", "nullable": True},
+                "details": {"type": "string", "description": "Only while the database "
+                            "cannot be read: the entry then holds execution_id and wake_at"}},
+                ["execution_id", "wake_at"])},
             "trigger_actors": {"type": "object"}, "clients": {"type": "object"}},
             closed=False),
         "EngineerBody": _object({

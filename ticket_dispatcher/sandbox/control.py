@@ -4,6 +4,7 @@ world and look at what the dispatcher did to it.
 | method and path | what |
 | --- | --- |
 | `GET/POST /issues`, `GET/PATCH /issues/{key}` | list, create or replace, read as stored, change |
+| `POST /issues/{key}/rearm` | put an issue back as it was created (``JiraState.rearm``) |
 | `GET/POST /users` | the directory; create or replace one person |
 | `PUT /groups/{group}` `{"members"}` | a Core group |
 | `PUT /teams/{team}` `{"responders"}` | an Oncall team, primary first |
@@ -15,6 +16,9 @@ world and look at what the dispatcher did to it.
 
 A forced page outcome is `accepted`, `no_phone_number` or `call_error` (``oncall.py``), for
 everybody or one `email`, for `times` pages or until `DELETE`; `GET` lists those in force.
+
+Users read about every route in ``ops/examples/README.md``; tests/sandbox/test_control_docs.py
+fails when a route has no row there.
 
 Bad input is a 400 in the project's error shape (SPEC §10); the parsers here are shared with
 ``examples.py``, so ``ops/examples/sandbox.json`` uses exactly these bodies.
@@ -28,7 +32,7 @@ from typing import Any
 import falcon
 
 from ticket_dispatcher.domain.issues import ISSUE_KEY
-from ticket_dispatcher.errors import InvalidInput, NotFound, Problem
+from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem
 from ticket_dispatcher.safejson import bind_object
 from ticket_dispatcher.sandbox.base import PUBLIC, read_json_body
 from ticket_dispatcher.sandbox.jira import SandboxIssue, UnknownIssue
@@ -285,6 +289,23 @@ class IssueControl(ControlResource):
         resp.media = self.issue_view(key)
 
 
+class IssueRearmControl(ControlResource):
+    """Put an issue back as ``sandbox.json`` (or its ``POST /issues``) defined it: a finished
+    notification workflow removed ``notify-assignee`` and an assignment removed
+    ``auto-dispatch``, so the README's demos can run again. No body."""
+
+    roles = {"POST": PUBLIC}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, key: str) -> None:
+        try:
+            self.sandbox.jira.rearm(key)
+        except UnknownIssue as exc:
+            raise NotFound(exc.message) from None
+        except UnknownUser as exc:  # a person of the issue was replaced since
+            raise Conflict(f"issue {key} cannot be re-armed: {exc.message}") from None
+        resp.media = self.issue_view(key)
+
+
 class UsersControl(ControlResource):
     roles = {"GET": PUBLIC, "POST": PUBLIC}
 
@@ -413,6 +434,7 @@ def routes(sandbox: Sandbox) -> list[tuple[str, object]]:
     return [
         ("/issues", IssuesControl(sandbox)),
         ("/issues/{key}", IssueControl(sandbox)),
+        ("/issues/{key}/rearm", IssueRearmControl(sandbox)),
         ("/users", UsersControl(sandbox)),
         ("/groups/{group}", GroupControl(sandbox)),
         ("/teams/{team}", TeamControl(sandbox)),

@@ -77,10 +77,12 @@ class JiraState:
         self.severity_field_id = severity_field_id
         self._lock = threading.Lock()
         self._issues: dict[str, SandboxIssue] = {}
+        self._armed: dict[str, SandboxIssue] = {}  # each issue as it was put, for ``rearm``
         self._comment_count = 0
 
     def put_issue(self, issue: SandboxIssue) -> bool:
-        """Create or replace (comments and history start afresh). True when created."""
+        """Create or replace (comments and history start afresh). True when created. The
+        issue as put is what ``rearm`` goes back to."""
         issue = copy.deepcopy(issue)
         issue.key = issue.key.upper()
         with self._lock:
@@ -89,7 +91,21 @@ class JiraState:
                 issue.created_at = self.now()
             created = issue.key not in self._issues
             self._issues[issue.key] = issue
+            self._armed[issue.key] = copy.deepcopy(issue)
             return created
+
+    def rearm(self, key: str) -> None:
+        """Put an issue back as it was put (``sandbox.json`` or ``POST /issues``): every field
+        of ``ISSUE_FIELDS`` and the raw fields, so a demo that a workflow has finished can run
+        again. It is one edit ``via="rearm"`` in the histories; the comments stay."""
+        with self._lock:
+            issue = self._issue(key)
+            armed = self._armed[issue.key]
+            changes = {name: copy.deepcopy(getattr(armed, name)) for name in ISSUE_FIELDS}
+            self._check_accounts({name: changes[name] for name in USER_FIELDS})
+            self._apply(issue, changes, (), via="rearm")
+            issue.labels = list(armed.labels)  # the file's order, not the order of re-adding
+            issue.extra_fields = copy.deepcopy(armed.extra_fields)
 
     def issue(self, key: str) -> SandboxIssue:
         with self._lock:
@@ -134,19 +150,23 @@ class JiraState:
         with self._lock:
             issue = self._issue(key)
             self._check_accounts({k: v for k, v in changes.items() if k in USER_FIELDS})
-            at = format_time(self.now())
-            for name, value in changes.items():
-                if name == "labels":
-                    _set_labels(issue, list(value), at, via)
-                    continue
-                before = getattr(issue, name)
-                if before != value:
-                    issue.history.append({"at": at, "field": name, "from": _plain(before),
-                                          "to": _plain(value), "via": via})
-                    setattr(issue, name, list(value) if name == "components" else value)
-            for action, label in label_ops:
-                _change_label(issue, action, label, at, via)
+            self._apply(issue, changes, label_ops, via=via)
             issue.extra_fields.update(copy.deepcopy(extra_fields or {}))
+
+    def _apply(self, issue: SandboxIssue, changes: dict[str, Any],
+               label_ops: Iterable[tuple[str, str]], *, via: str) -> None:
+        at = format_time(self.now())
+        for name, value in changes.items():
+            if name == "labels":
+                _set_labels(issue, list(value), at, via)
+                continue
+            before = getattr(issue, name)
+            if before != value:
+                issue.history.append({"at": at, "field": name, "from": _plain(before),
+                                      "to": _plain(value), "via": via})
+                setattr(issue, name, list(value) if name == "components" else value)
+        for action, label in label_ops:
+            _change_label(issue, action, label, at, via)
 
     def _check_accounts(self, fields: dict[str, str | None]) -> None:
         for name, account_id in fields.items():

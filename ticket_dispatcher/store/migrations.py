@@ -183,12 +183,29 @@ def _leases(db: peewee.Database) -> None:
                 db.execute_sql(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
 
+def _trigger_list_indexes(db: peewee.Database) -> None:
+    """``GET /dispatch/triggers`` reads newest first (by id) under a filter: by status (the
+    failed ones of a long history), by source, or by a time range of ``created_at``. Without
+    these it would walk the whole table for a rare value. ``issue_key`` is served by
+    ``ix_dispatch_triggers_issue_source`` already."""
+    for statement in (
+        """CREATE INDEX IF NOT EXISTS ix_dispatch_triggers_status_id
+            ON dispatch_triggers (status, id)""",
+        """CREATE INDEX IF NOT EXISTS ix_dispatch_triggers_source_id
+            ON dispatch_triggers (source, id)""",
+        """CREATE INDEX IF NOT EXISTS ix_dispatch_triggers_created
+            ON dispatch_triggers (created_at)""",
+    ):
+        db.execute_sql(statement)
+
+
 Migration = tuple[int, str, Callable[[peewee.Database], None]]
 
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
     (3, "leases on dispatch_triggers and dispatch_executions", _leases),
+    (4, "indexes for listing dispatch_triggers", _trigger_list_indexes),
 )
 
 

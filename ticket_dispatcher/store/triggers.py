@@ -82,6 +82,31 @@ class TriggerRepository:
             raise NotFound(f"trigger {trigger_id} not found")
         return trigger_from_row(row)
 
+    def list(self, *, status: TriggerStatus | None = None, source: str | None = None,
+             issue_key: str | None = None, created_after: datetime | None = None,
+             created_before: datetime | None = None, before_id: int | None = None,
+             limit: int = 50) -> tuple[list[Trigger], int | None]:
+        """Newest first (by id): at most ``limit`` triggers with an id below ``before_id``
+        (all when None), ``created_at`` in [``created_after``, ``created_before``). Also the
+        ``before_id`` of the next page, None on the last one. One query: a row more than
+        ``limit`` says whether another page follows, so no COUNT is needed."""
+        query = TriggerRow.select()
+        for column, value in ((TriggerRow.status, status and status.value),
+                              (TriggerRow.source, source),
+                              (TriggerRow.issue_key, issue_key)):
+            if value is not None:
+                query = query.where(column == value)
+        if created_after is not None:
+            query = query.where(TriggerRow.created_at >= to_utc(created_after))
+        if created_before is not None:
+            query = query.where(TriggerRow.created_at < to_utc(created_before))
+        if before_id is not None:
+            query = query.where(TriggerRow.id < before_id)
+        with unit_of_work(self.db):
+            rows = list(query.order_by(TriggerRow.id.desc()).limit(limit + 1))
+        following = rows[limit - 1].id if len(rows) > limit else None
+        return [trigger_from_row(row) for row in rows[:limit]], following
+
     def claim(self, trigger_id: int, now: datetime, *, recovering: bool = False,
               retrying: bool = False, owner: str = "", expires_at: datetime | None = None
               ) -> Trigger | None:

@@ -12,22 +12,27 @@ used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members
 from __future__ import annotations
 
 import logging
-import re
 from datetime import datetime
 from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
-from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
+from ticket_dispatcher.domain.catalog import (
+    DIRECTORY_NAME,
+    ENGINEER_EMAIL,
+    ActionType,
+    ReceiverType,
+    Strategy,
+)
 from ticket_dispatcher.domain.checks import (
     Problems,
-    at,
     check_config_object,
     check_enum,
     check_keys,
+    check_name,
+    check_names,
     check_object,
     check_text,
     check_text_list,
-    quote,
 )
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
@@ -37,7 +42,6 @@ from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown, Problem
 log = logging.getLogger(__name__)
 
 _RECEIVER_TYPES = tuple(t.value for t in ReceiverType)
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+")  # fullmatch; loose: the directory is the real check
 
 
 class AssignExecutor:
@@ -215,15 +219,12 @@ def _check_receiver(receiver: dict, path: str, problems: Problems) -> None:
         problems.shape(target_path, "missing key")
     elif kind == ReceiverType.USERS:
         emails = check_text_list(receiver[kind], target_path, problems, non_empty=True)
-        for index, email in enumerate(emails or ()):
-            _check_email(email, at(target_path, index), problems)
-    elif check_text(receiver[kind], target_path, problems) and kind == ReceiverType.USER:
-        _check_email(receiver[kind], target_path, problems)
-
-
-def _check_email(email: str, path: str, problems: Problems) -> None:
-    if email.strip() and not _EMAIL.fullmatch(email):
-        problems.rule(path, f"{quote(email)} is not an email address")
+        check_names(emails, target_path, ENGINEER_EMAIL, problems)
+    elif check_text(receiver[kind], target_path, problems):
+        # A user is matched against engineer records, a group or team is asked for by name
+        # in a Core or Oncall URL: the same rules those apply (domain/catalog.py).
+        rule = ENGINEER_EMAIL if kind == ReceiverType.USER else DIRECTORY_NAME
+        check_name(receiver[kind], target_path, rule, problems)
 
 
 def _dedupe(emails: list[str]) -> list[str]:

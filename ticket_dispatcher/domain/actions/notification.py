@@ -28,6 +28,10 @@ from ticket_dispatcher.errors import Problem
 from ticket_dispatcher.timeutil import parse_duration
 
 _PAGE_KEYS = ("attempt", "ack_pending_statuses", "ack_timeout", "poll_interval")
+# The longest ACK wait or poll, far above any real one. The wait's deadline and wake-up are
+# clock times: a duration of centuries overflows the scheduler's timer wait, of millennia the
+# date range, and either would break at run time what validation let through.
+MAX_PAGE_WAIT = timedelta(days=7)
 
 
 def validate_send_config(config: Any, path: str) -> list[Problem]:
@@ -102,5 +106,9 @@ def _duration(config: dict, key: str, path: str, problems: Problems) -> timedelt
         return None
     if duration.total_seconds() <= 0:
         problems.rule(f"{path}.{key}", f"{quote(value)} must be longer than zero")
+        return None
+    if duration > MAX_PAGE_WAIT:
+        problems.rule(f"{path}.{key}", f"{quote(value)} is longer than the maximum of "
+                      f"{MAX_PAGE_WAIT.days}d")
         return None
     return duration

@@ -19,6 +19,7 @@ from ticket_dispatcher.domain.actions.base import ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.notification import validate_send_config
 from ticket_dispatcher.domain.actions.notification_common import (
     ROLE_NAMES,
+    count_call,
     find_action,
     once,
     role_user,
@@ -97,13 +98,15 @@ class SendAssignmentNotification:
                 context["card_status"] = "failed"
                 context["card_phase"] = "finished"
                 run.checkpoint()
+                count_call(run, context, "card")  # counted like a refused send
                 return
             context["target_lark_id"] = open_id
         card = _card(run.issue, context)
         once(run, context, "card",
              lambda: run.ports.lark.send_card(context["target_lark_id"], card,
                                               context["card_uuid"]),
-             "sent", record=lambda message_id: context.update(message_id=message_id))
+             "sent", record=lambda message_id: context.update(message_id=message_id),
+             counted=True)
 
 
 def _invalid_target(user: JiraUser | None) -> str:

@@ -1,6 +1,7 @@
 """What the assignment-notification executors share (N§6, N§8.1): the Rule 1 snapshot they all
 read, urgency classification, the fresh Jira guard and read ACK (N§6.5), and at-most-once
-external steps with ``started``/``finished`` phases (N§8.2).
+external steps with ``started``/``finished`` phases (N§8.2). The card, App-urgent and page
+calls are counted through ``ports.calls`` as soon as their result is saved (``count_call``).
 
 Context written by ``send_assignment_notification`` under ``context["notification"]`` and read
 by the later actions (see ``rule1_context``): ``snapshot`` (``role``, ``label``, ``source``,
@@ -21,6 +22,7 @@ from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, URGENCY_FIELDS,
 from ticket_dispatcher.domain.conditions import ConditionError, evaluate
 from ticket_dispatcher.domain.execution import ActionExecution, Execution, RuleExecution
 from ticket_dispatcher.domain.model import Issue, JiraUser
+from ticket_dispatcher.domain.observations import CALL_RESULTS
 from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown
 
 log = logging.getLogger("ticket_dispatcher.notification")
@@ -137,14 +139,15 @@ def log_step(run: ActionRun, context: dict, message: str, *, warning: bool = Fal
 
 def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], success: str,
          record: Callable[[Any], None] | None = None,
-         status_of: Callable[[Any], str] | None = None) -> None:
+         status_of: Callable[[Any], str] | None = None, counted: bool = False) -> None:
     """Run ``call`` at most once across restarts (N§8.2): ``<name>_phase`` is saved ``started``
     before it; a ``started`` phase found on entry means the result was lost, so the status is
     ``unknown`` and nothing is called. On success ``record`` keeps the answer in the context,
     saved with the status; ``status_of`` names the status from the answer instead of
     ``success`` (a page answers accepted|failed|unknown). ``OutcomeUnknown`` → ``unknown``;
     any other ``DispatcherError`` → ``failed``; ``CallAbandoned`` (shutdown) passes through
-    with the phase ``started``."""
+    with the phase ``started``. ``counted``: the settled status goes to ``ports.calls``
+    (``count_call``) right after the checkpoint that saved it."""
     phase, status = f"{name}_phase", f"{name}_status"
     if context.get(phase) == "finished":
         return
@@ -153,6 +156,8 @@ def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], succ
         warn(context, f"{name}: interrupted after it started; not repeated (outcome unknown)")
         context[phase] = "finished"
         run.checkpoint()
+        if counted:
+            count_call(run, context, name)
         log_step(run, context, f"{name.replace('_', ' ')} unknown", warning=True,
                  reason="interrupted after it started; not repeated")
         return
@@ -171,11 +176,29 @@ def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], succ
         warn(context, f"{name}: failed ({exc.message})")
     context[phase] = "finished"
     run.checkpoint()
+    if counted:
+        count_call(run, context, name)
     done = context[status]
     log_step(run, context, f"{name.replace('_', ' ')} {done}",
              warning=done not in (success, "sent"),
              reason=context["warnings"][-1] if done != success and context.get("warnings")
              else "")
+
+
+def count_call(run: ActionRun, context: dict, call: str) -> None:
+    """Tell ``ports.calls`` the saved ``<call>_status`` of a card, urgent or page call as it
+    happens, so an alert need not wait for the workflow's end (docs/operations.md, "Metrics").
+    Called only after the checkpoint that saved the status: a restart finds the phase
+    ``finished`` and counts nothing, and a call whose ``started`` phase is found after a
+    restart counts once, as ``unknown``. A process that dies between that checkpoint and this
+    call loses the count; it never counts twice. Live executions only: a dry run never calls
+    out, and is never counted."""
+    result = CALL_RESULTS.get(context.get(f"{call}_status", ""))
+    if result is None or run.execution.dry_run:
+        return
+    expected = context.get("expected") or context.get("snapshot") or {}
+    attempt = str(context["attempt"]) if call == "page" else ""
+    run.ports.calls.call_settled(call, result, expected.get("role", ""), attempt)
 
 
 def fresh_issue(run: ActionRun, context: dict, purpose: str) -> Issue | None:

@@ -20,7 +20,10 @@ never around an external call::
    (no Grand Leader); a pending intent of another execution blocks (fail closed, no write);
    a marker or intent about someone else (a manual change to D) is cleared;
 4. the direct leader from Core; empty, inactive, self or not mappable to a Jira account →
-   a warning and no Jira write (N§7.1);
+   ``no_leader``, a warning and no Jira write (N§7.1; by design); a lookup that failed (Core
+   or Jira's user search refusing or not answering) → ``leader_lookup_failed``, also without
+   a write, but a failed escalation (the metrics count it failed and
+   ``TicketDispatcherLeaderEscalationFailed`` fires, docs/runbook.md);
 5. the intent is persisted (``prepared``, re-judging the slot under the lock) before the
    guarded write: re-read Jira, write the role field only while it still holds ``from``,
    re-read to reconcile;
@@ -29,7 +32,8 @@ never around an external call::
 
 Context ``escalation``: ``expected`` (Rule 1's role, project, target, message, label),
 ``leader`` {email, account_id}, ``intent`` (what was persisted), ``outcome``
-escalated|blocked|no_leader|superseded|failed|ack|invalidated, ``reason``, ``warnings``.
+escalated|blocked|no_leader|leader_lookup_failed|superseded|failed|ack|invalidated, ``reason``,
+``warnings``.
 Every outcome but a technical error (Jira unreadable while an intent is pending) completes
 the action; only ACK and invalidation terminate.
 """
@@ -122,9 +126,11 @@ class EscalateAssignmentToLeader:
     # -- steps ----------------------------------------------------------------------------------
 
     def _leader(self, run: ActionRun, context: dict, target: dict) -> dict | None:
-        """The direct leader as ``{email, account_id}``, or None with a warning (N§7.1)."""
+        """The direct leader as ``{email, account_id}``, or None with a warning and the
+        outcome saved: ``no_leader`` when there is none to escalate to (N§7.1),
+        ``leader_lookup_failed`` when Core or Jira could not say."""
         email = (target.get("email") or "").lower()
-        reason = ""
+        outcome, reason = "no_leader", ""
         try:
             leader = run.ports.core.leader(email) if email else None
             if leader is None:
@@ -143,12 +149,14 @@ class EscalateAssignmentToLeader:
                     context["leader"] = {"email": leader.email.lower(),
                                          "account_id": account.account_id}
                     return context["leader"]
-        except DispatcherError as exc:
-            reason = f"the leader could not be looked up ({exc.message})"
-        context["outcome"], context["reason"] = "no_leader", reason
+        except DispatcherError as exc:  # not "no leader": nobody knows whether there is one
+            outcome, reason = "leader_lookup_failed", \
+                f"the leader could not be looked up ({exc.message})"
+        context["outcome"], context["reason"] = outcome, reason
         warn(context, f"escalation: {reason}; Jira not changed")
         run.checkpoint()
-        log_step(run, context, "escalation without a leader", warning=True, reason=reason)
+        log_step(run, context, "escalation without a leader" if outcome == "no_leader"
+                 else "escalation leader lookup failed", warning=True, reason=reason)
         return None
 
     def _guarded_write(self, run: ActionRun, context: dict, intent: dict) -> ActionResult:

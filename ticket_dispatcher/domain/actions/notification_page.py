@@ -109,7 +109,7 @@ class PageAssignment:
              lambda: run.ports.oncall.page(target.get("email", ""), title, message,
                                            run.issue.key, dedup_key),
              PageOutcome.ACCEPTED.value, record=record,
-             status_of=lambda result: result.outcome.value)
+             status_of=lambda result: result.outcome.value, counted=True)
 
     def _poll(self, run: ActionRun, context: dict) -> ActionResult:
         """One look of the ACK wait (N§6.4 step 8), against the saved absolute deadline."""

@@ -56,13 +56,19 @@ class MarkAssignmentMessageUrgent:
             context["urgent_status"] = "skipped"
             warn(context, "urgent: no card message to mark urgent")
         else:
+            target = expected["target_lark_id"]
+
+            def record(invalid: list[str]) -> None:
+                context["invalid_user_ids"] = invalid
+                if target in invalid:
+                    warn(context, "urgent: Lark rejected the target's user ID")
+
+            # Lark refusing this user is a failed urgent, saved (and counted) as such
             once(run, context, "urgent",
-                 lambda: run.ports.lark.urgent_app(expected["message_id"],
-                                                   expected["target_lark_id"]),
-                 "sent", record=lambda invalid: context.update(invalid_user_ids=invalid))
-            if expected["target_lark_id"] in context.get("invalid_user_ids", ()):
-                context["urgent_status"] = "failed"  # Lark refused this user
-                warn(context, "urgent: Lark rejected the target's user ID")
+                 lambda: run.ports.lark.urgent_app(expected["message_id"], target),
+                 "sent", record=record,
+                 status_of=lambda invalid: "failed" if target in invalid else "sent",
+                 counted=True)
         context["outcome"] = "continued"
         return ActionResult.proceed()
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
+from ticket_dispatcher.domain.catalog import LABEL
 from ticket_dispatcher.domain.checks import (
     Problems,
     check_config_object,
     check_keys,
+    check_names,
     check_object,
     check_text,
     check_text_list,
@@ -86,6 +88,8 @@ def _check_triage(config: dict, path: str, problems: Problems) -> None:
         for key in ("components", "labels_add", "labels_remove")
         if key in config
     }
+    for key in ("labels_add", "labels_remove"):  # Jira refuses the whole edit otherwise
+        check_names(lists.get(key), f"{path}.{key}", LABEL, problems)
     both = set(lists.get("labels_add") or ()) & set(lists.get("labels_remove") or ())
     if both:
         problems.rule(f"{path}.labels_remove", f"labels both added and removed: "

@@ -1,0 +1,85 @@
+"""The admin view's parked executions (``Runtime.status``): what each waits for, including a
+retry of its issue load, and what memory still knows while the database cannot be read."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.actors.test_notification_card_runtime import ASSIGNEE, put
+from tests.domain.test_notification_page import PENDING, POLL
+from tests.fakes import RecordingAction
+from tests.harness import rule
+from ticket_dispatcher.actors.execution import load_backoff
+from ticket_dispatcher.errors import StoreUnavailable
+from ticket_dispatcher.timeutil import format_time
+
+
+@pytest.fixture
+def world(urgent_world):
+    return urgent_world
+
+
+def parked_entry(harness, execution_id: int) -> dict:
+    [entry] = [p for p in harness.runtime.status()["parked_executions"]
+               if p["execution_id"] == execution_id]
+    return entry
+
+
+def test_an_execution_retrying_its_issue_load_shows_the_load_not_its_page(world):
+    put(world, severity="S1", status=PENDING)
+    execution_id = world.post_trigger(source=ASSIGNEE).execution_ids[0]
+    in_page = parked_entry(world, execution_id)
+    assert in_page["action"].endswith("1:page_assignment") and in_page["attempt"] == 1
+    issue_key = in_page["issue_key"]
+    world.jira.fail_next(issue_key, times=2)
+
+    world.advance(POLL)  # wakes for its ACK poll: the load fails, it parks for a retry
+    world.advance(load_backoff(1).total_seconds())  # the retry fails too
+    retrying = parked_entry(world, execution_id)
+
+    assert retrying == {
+        "execution_id": execution_id, "issue_key": issue_key,
+        "wake_at": format_time(world.clock.now() + load_backoff(2)),
+        "action": "retrying the issue load", "attempt": 2, "deadline": None}
+    assert world.execution(execution_id).load_attempts == 2
+
+    world.advance(load_backoff(2).total_seconds())  # the load succeeds: back in its ACK wait
+    back = parked_entry(world, execution_id)
+    assert back["action"].endswith("1:page_assignment") and back["attempt"] == 1
+    assert back["deadline"] == in_page["deadline"]
+
+
+def test_while_the_database_cannot_be_read_parked_entries_keep_what_memory_has(
+        make_harness, monkeypatch):
+    harness = make_harness(RecordingAction("test_wait", park_for=60))
+    harness.policy(rule("test_wait"))
+    execution_id = harness.post_trigger().execution_ids[0]
+    healthy = harness.runtime.status()
+
+    def unreadable(execution_ids):
+        raise StoreUnavailable("the database is locked", "locked")
+
+    monkeypatch.setattr(harness.store.executions, "get_many", unreadable)
+    status = harness.runtime.status()
+
+    wake_at = format_time(harness.clock.now() + timedelta(seconds=60))
+    assert status["parked_executions"] == [{
+        "execution_id": execution_id, "wake_at": wake_at,
+        "details": "unavailable: the database cannot be read"}]
+    assert {k: v for k, v in status.items() if k != "parked_executions"} == {
+        k: v for k, v in healthy.items() if k != "parked_executions"}
+    assert "details" not in healthy["parked_executions"][0]
+
+
+def test_with_nothing_parked_the_view_reads_nothing_from_the_database(make_harness,
+                                                                     monkeypatch):
+    harness = make_harness()
+
+    def unreadable(execution_ids):
+        raise AssertionError("no parked execution: nothing to read")
+
+    monkeypatch.setattr(harness.store.executions, "get_many", unreadable)
+
+    assert harness.runtime.status()["parked_executions"] == []

@@ -1,0 +1,126 @@
+"""Listing triggers (``TriggerRepository.list``): newest first, filtered, paged below an id, in
+one query, on both engines; the indexes that keep the filters from walking the table."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from ticket_dispatcher.domain.execution import TriggerStatus
+from ticket_dispatcher.store import unit_of_work
+
+T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
+
+
+def _create(store, issue_key="TCID-1", source="jira_automation", minute=0):
+    return store.triggers.create(source, issue_key, policy_id=None, dryrun=None,
+                                 now=T0 + timedelta(minutes=minute)).id
+
+
+@pytest.fixture
+def history(store) -> dict[str, int]:
+    """Five triggers a minute apart: two failed, one completed, one processing, one pending."""
+    ids = {
+        "failed_old": _create(store, "TCID-1", minute=0),
+        "completed": _create(store, "TCID-2", minute=1),
+        "failed_new": _create(store, "GTOC-1", "jira_assignment_assignee", minute=2),
+        "processing": _create(store, "TCID-1", minute=3),
+        "pending": _create(store, "TCID-3", "jira_assignment_assignee", minute=4),
+    }
+    later = T0 + timedelta(minutes=10)
+    store.triggers.fail(ids["failed_old"], "issue load failed: HTTP 404", later)
+    store.triggers.fail(ids["failed_new"], "issue load failed: HTTP 401", later)
+    store.triggers.complete(ids["completed"], [], later)
+    assert store.triggers.claim(ids["processing"], later, owner="me") is not None
+    return ids
+
+
+def ids_of(result) -> list[int]:
+    items, _ = result
+    return [trigger.id for trigger in items]
+
+
+def test_every_trigger_newest_first_without_a_filter(store, history):
+    items, following = store.triggers.list()
+
+    assert [t.id for t in items] == sorted(history.values(), reverse=True)
+    assert following is None
+    failed = next(t for t in items if t.id == history["failed_old"])
+    assert failed.status is TriggerStatus.FAILED
+    assert failed.failure_reason == "issue load failed: HTTP 404"
+    assert failed.to_json() == store.triggers.get(failed.id).to_json()
+
+
+@pytest.mark.parametrize("filters,expected", [
+    ({"status": TriggerStatus.FAILED}, ["failed_new", "failed_old"]),
+    ({"status": TriggerStatus.PENDING}, ["pending"]),
+    ({"status": TriggerStatus.PROCESSING}, ["processing"]),
+    ({"source": "jira_assignment_assignee"}, ["pending", "failed_new"]),
+    ({"issue_key": "TCID-1"}, ["processing", "failed_old"]),
+    ({"issue_key": "TCID-1", "status": TriggerStatus.FAILED}, ["failed_old"]),
+    ({"source": "nobody"}, []),
+])
+def test_filters_are_combined(store, history, filters, expected):
+    assert ids_of(store.triggers.list(**filters)) == [history[name] for name in expected]
+
+
+def test_the_time_range_is_at_or_after_and_strictly_before(store, history):
+    listed = ids_of(store.triggers.list(created_after=T0 + timedelta(minutes=1),
+                                        created_before=T0 + timedelta(minutes=3)))
+
+    assert listed == [history["failed_new"], history["completed"]]
+
+
+def test_the_time_range_compares_instants_whatever_the_offset(store, history):
+    shanghai = T0.astimezone(ZoneInfo("Asia/Shanghai"))  # 09:00 there
+
+    listed = ids_of(store.triggers.list(created_before=shanghai + timedelta(minutes=1)))
+
+    assert listed == [history["failed_old"]]
+
+
+def test_pages_follow_below_the_last_id_until_none(store, history):
+    first, after_first = store.triggers.list(limit=2)
+    second, after_second = store.triggers.list(limit=2, before_id=after_first)
+    third, after_third = store.triggers.list(limit=2, before_id=after_second)
+
+    assert [t.id for t in first + second + third] == sorted(history.values(), reverse=True)
+    assert after_first == first[-1].id and after_second == second[-1].id
+    assert after_third is None
+
+
+def test_a_page_that_ends_exactly_at_the_last_row_has_no_next(store, history):
+    items, following = store.triggers.list(limit=len(history))
+
+    assert len(items) == len(history) and following is None
+
+
+def test_a_filtered_page_follows_under_the_same_filter(store, history):
+    first, following = store.triggers.list(status=TriggerStatus.FAILED, limit=1)
+    second, last = store.triggers.list(status=TriggerStatus.FAILED, limit=1,
+                                       before_id=following)
+
+    assert [t.id for t in first + second] == [history["failed_new"], history["failed_old"]]
+    assert last is None
+
+
+def test_a_page_costs_one_query_whatever_the_filters(store, history, query_counter):
+    with query_counter() as queries:
+        store.triggers.list(status=TriggerStatus.FAILED, source="jira_automation",
+                            issue_key="TCID-1", created_after=T0,
+                            created_before=T0 + timedelta(hours=1), before_id=99, limit=1)
+
+    assert queries.count == 1
+
+
+def test_listing_indexes_exist_after_migration(store):
+    with unit_of_work(store.db):
+        indexes = {index.name: index.columns
+                   for index in store.db.get_indexes("dispatch_triggers")}
+
+    assert indexes["ix_dispatch_triggers_status_id"] == ["status", "id"]
+    assert indexes["ix_dispatch_triggers_source_id"] == ["source", "id"]
+    assert indexes["ix_dispatch_triggers_created"] == ["created_at"]
+    assert indexes["ix_dispatch_triggers_issue_source"] == ["issue_key", "source"]
