@@ -66,3 +66,25 @@ def test_serve_refuses_to_start_without_api_keys(tmp_path):
     error = process.stderr.read()
     assert "no API keys are configured" in error
     assert "Traceback" not in error
+
+
+def test_a_second_process_on_the_same_sqlite_file_is_refused_at_start(tmp_path):
+    first, port = start(tmp_path, "--insecure-no-auth")
+    try:
+        wait_until_serving(first)
+        second, _ = start(tmp_path, "--insecure-no-auth")
+
+        assert second.wait(timeout=30) == 2
+        error = second.stderr.read()
+        assert f"(pid {first.pid}) already serves this SQLite database" in error
+        assert "Traceback" not in error
+        assert get(port, "/readyz")["status"] == "ready"  # the first one is untouched
+    finally:
+        first.kill()
+        first.wait(timeout=30)
+
+    third, _ = start(tmp_path, "--insecure-no-auth")  # killed: its claim is gone with it
+    try:
+        wait_until_serving(third)
+    finally:
+        third.kill()

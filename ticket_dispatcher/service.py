@@ -58,6 +58,7 @@ class Service:
                                 max_connections=connection_budget(config),
                                 database=config.database)
         try:
+            self.store.claim_for_serving()  # a SQLite file has one serving process
             self.store.check_capacity(config)  # refuse what the database cannot serve
             applied = self.store.migrate()
         except BaseException:

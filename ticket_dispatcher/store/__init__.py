@@ -31,6 +31,7 @@ from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     DEFAULT_DATABASE,
     DEFAULT_MAX_CONNECTIONS,
+    ProcessLock,
     attach_health,
     bind,
     check_capacity,
@@ -41,6 +42,7 @@ from ticket_dispatcher.store.database import (
     is_postgres,
     lock_rows,
     open_database,
+    process_lock,
     unit_of_work,
     without_statement_timeouts,
     write_lock,
@@ -95,6 +97,7 @@ class Store:
         self.contexts = ContextRepository(db)
         self.triggers = TriggerRepository(db)
         self.executions = ExecutionRepository(db, self.contexts)
+        self._process_lock: ProcessLock | None = None  # held while serving a SQLite file
 
     @classmethod
     def open(cls, url: str, *, registry: ActionRegistry | None = None,
@@ -151,5 +154,16 @@ class Store:
             return False
         return True
 
+    def claim_for_serving(self) -> None:
+        """Refuse (``ConfigError``) to serve a SQLite file another process already serves;
+        the claim lasts until ``close``. PostgreSQL needs none."""
+        lock = process_lock(self.db)
+        if lock is not None:
+            lock.acquire()
+            self._process_lock = lock
+
     def close(self) -> None:
         close_database(self.db)
+        if self._process_lock is not None:
+            self._process_lock.release()
+            self._process_lock = None

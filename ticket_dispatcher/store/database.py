@@ -45,7 +45,9 @@ connection discards it, instead of pooling it again, when the connection failed.
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -224,6 +226,50 @@ def _postgres_options(database: DatabaseConfig) -> str:
     statement = max(1, round(database.statement_timeout.total_seconds() * 1000))
     lock = min(statement, max(1, round(database.busy_timeout.total_seconds() * 1000)))
     return f"-c statement_timeout={statement} -c lock_timeout={lock}"
+
+
+class ProcessLock:
+    """This process's claim on a SQLite database file: an exclusive ``flock`` on
+    ``<file>.serve.lock``, which holds the claiming process's PID. The kernel lets go of it when
+    the process ends, however it ends (``kill -9`` included), so it is never stale."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = None
+
+    def acquire(self) -> None:
+        """Take the claim; ``ConfigError`` when another process holds it."""
+        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise ConfigError(
+                f"database_url: another ticket-dispatcher process (pid {holder}) already serves "
+                f"this SQLite database; a SQLite database belongs to one process (use "
+                f"PostgreSQL to run several)") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._file = handle
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor drops the flock
+            self._file = None
+
+
+def process_lock(db: peewee.Database) -> ProcessLock | None:
+    """The claim ``serve`` must hold on ``db``: a SQLite file is served by one process only
+    (its write lock and this process's pool, queue and leases assume so). None for
+    PostgreSQL, where that is the database's business."""
+    real = _real(db)
+    if not isinstance(real, peewee.SqliteDatabase):
+        return None
+    return ProcessLock(Path(f"{real.database}.serve.lock"))
 
 
 def pool_size(db: peewee.Database) -> int:
