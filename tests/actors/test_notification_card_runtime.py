@@ -1,5 +1,5 @@
-"""The card and App-urgent actions on the real runtime and database (N§6.2, N§6.3, N§13.5–7):
-a reserved-source trigger goes all the way to a card, a comment and a consumed label."""
+"""The card and App-urgent actions on the real runtime and database: a reserved-source trigger
+goes all the way to a card, a comment and a consumed label."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_a_crash_after_the_card_left_never_sends_it_twice(world):
     world.advance(60)  # let the supervisor's restart run
 
     ex = world.execution(trigger.execution_ids[0])
-    assert len(lark.sends) == 1  # at most once (N§8.2)
+    assert len(lark.sends) == 1  # at most once
     assert contexts(ex)[0][0]["notification"]["card_status"] == "unknown"
     assert ex.status is ExecutionStatus.SUCCEEDED
     assert world.jira.calls("add_internal_comment") == []

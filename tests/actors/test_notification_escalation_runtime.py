@@ -1,6 +1,6 @@
-"""``escalate_assignment_to_leader`` end to end on the real runtime and database (N§7, N§8.2,
-N§13.8): three timeouts, one hop to the direct leader, the leader's own workflow woken by the
-trigger poll and never escalated further, reconcile by the owner after a restart.
+"""``escalate_assignment_to_leader`` end to end on the real runtime and database (docs/design.md,
+"The escalation slot"): three timeouts, one hop to the direct leader, the leader's own workflow
+woken by the trigger poll and never escalated further, reconcile by the owner after a restart.
 
 People: Alice's direct leader is Bob, Bob's is Carol (the Grand Leader: never written), Dave's
 is Erin, Erin's is Frank.
@@ -41,7 +41,7 @@ RUN_OUT_STEPS = 4  # three whole ACK waits, and a margin
 
 
 class RecordingDirectory(FakeDirectory):
-    """Core, recording whose direct leader was asked for (N§7.1 step 2)."""
+    """Core, recording whose direct leader was asked for."""
 
     def __init__(self):
         super().__init__(users={u.email: DirectoryUser(u.email, u.display_name)
@@ -123,7 +123,7 @@ class EscalationHarness(Harness):
         return self
 
     def workflow_policy(self, send: dict = SEND, source: str = ASSIGNEE, label: str = LABEL):
-        """A Severity policy (N§5.2): the card, then urgent, three pages and the escalation."""
+        """A Severity policy: the card, then urgent, three pages and the escalation."""
         return self.policy(rule(send, name="send", priority=10, on_success="continue"),
                            rule({"type": "mark_assignment_message_urgent"}, page(1), page(2),
                                 page(3), ESCALATE, name="urgent", priority=20, when=SEVERITY),
@@ -153,7 +153,7 @@ def change(h, **changes) -> None:
 
 
 def automation(h, source: str = ASSIGNEE, label: str = LABEL) -> int | None:
-    """Jira Automation on a role change or an urgent transition (N§3.1): the role label, then
+    """Jira Automation on a role change or an urgent transition: the role label, then
     the reserved-source trigger; the new execution's ID, if one was created."""
     if label not in h.jira.issues["TCID-1"].labels:
         change(h, labels=(*h.jira.issues["TCID-1"].labels, label))
@@ -220,7 +220,7 @@ def escalate_alice(h) -> Execution:
     return ex
 
 
-# -- one hop (N§7.1) --------------------------------------------------------------------------
+# -- one hop ----------------------------------------------------------------------------------
 
 
 def test_three_timeouts_write_only_the_direct_leader_and_wake_the_leaders_workflow(world):
@@ -262,7 +262,7 @@ def test_the_leader_urgent_again_later_is_notified_and_paged_again_but_still_not
         world):
     first = escalate_alice(world)
     run_out(world, next_execution(world, first.id).id)
-    change(world, severity="S3")  # downgraded, then urgent again: Automation fires (N§3.1)
+    change(world, severity="S3")  # downgraded, then urgent again: Automation fires
     change(world, severity="S1")
 
     again = run_out(world, automation(world))
@@ -319,7 +319,7 @@ def test_an_empty_inactive_self_or_unmappable_leader_writes_nothing_to_jira(worl
     assert [e.id for e in world.executions()] == [ex.id]
 
 
-# -- reconcile after a restart (N§7.3, N§8.2) ------------------------------------------------
+# -- reconcile after a restart ----------------------------------------------------------------
 
 
 def die_in_assign(h, landed: bool, then: Callable[[], None] | None = None) -> None:
@@ -390,7 +390,7 @@ def run_out_until_escalating(h, execution_id: int) -> None:
 
 
 def test_a_write_that_landed_without_its_marker_is_completed_by_the_leaders_workflow(world):
-    """The owner failed at the marker checkpoint after its Jira write (N§13.8): Bob's own
+    """The owner failed at the marker checkpoint after its Jira write: Bob's own
     workflow completes the marker and never writes Carol."""
     world.slots.fail_applied = True
     put(world)
@@ -430,7 +430,7 @@ def test_a_non_owner_meeting_a_pending_intent_fails_closed(world):
     assert slot(world) == pending
 
 
-# -- duplicate wake-ups and manual changes (N§3.4, N§7.1) ------------------------------------
+# -- duplicate wake-ups and manual changes ----------------------------------------------------
 
 
 @pytest.mark.parametrize("arrival", ["after_the_hop", "with_the_next_poll"])
@@ -438,7 +438,7 @@ def test_the_ensured_wake_up_and_a_duplicate_automation_trigger_notify_the_leade
                                                                                       arrival):
     first = escalate_alice(world)
 
-    # Automation saw the assignee change; the label is already there (N§3.1, N§3.4)
+    # Automation saw the assignee change; the label is already there
     if arrival == "after_the_hop":
         automation(world)
     else:
@@ -475,7 +475,7 @@ def test_a_manual_reassignment_before_the_guarded_read_is_not_overwritten(world,
     assert world.triggers.ensured == []
 
 
-# -- both roles at once (N§7.2) ---------------------------------------------------------------
+# -- both roles at once -----------------------------------------------------------------------
 
 
 def test_assignee_and_l2_escalations_at_the_same_time_keep_both_slots(world):

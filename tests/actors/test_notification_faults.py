@@ -1,6 +1,7 @@
-"""Fault injection on the real runtime and both databases (SPEC §14, N§8.2, N§13.7): the process
-dies right before or right after each checkpoint of the assignment-notification workflow, a new
-actor system boots on the same database, and the workflow is driven to its end.
+"""Fault injection on the real runtime and both databases (docs/design.md, "Checkpoints and
+at-most-once"): the process dies right before or right after each checkpoint of the
+assignment-notification workflow, a new actor system boots on the same database, and the
+workflow is driven to its end.
 
 The crash hook is ``tests/faults.py``: it dies once at an execution save whose in-memory state
 matches the checkpoint (before the write, or after it committed), at a role-slot write of the
@@ -51,7 +52,7 @@ DOWNTIME = 3  # seconds the process stays down before the restart
 MAX_STEPS = 30
 URGENT = {"type": "mark_assignment_message_urgent"}
 ESCALATE = {"type": "escalate_assignment_to_leader"}
-ONCE = ("card", "notification_comment", "urgent", "page", "ack_comment")  # N§8.2 at-most-once
+ONCE = ("card", "notification_comment", "urgent", "page", "ack_comment")  # each at most once
 LABEL_ORDER = ("pending", "remove_started", "removed", "restored")
 
 
@@ -145,8 +146,8 @@ STATUS_OF: dict[str, Callable[[Execution], str | None]] = {
        for n in (1, 2, 3)},
     "ack_comment": lambda ex: paging(2)(ex).get("ack_comment_status"),
 }
-# What needs the answer of a call: no message ID, no comment and no App urgent (N§6.2, §6.3);
-# a page not known accepted writes no Urgent: yes comment (N§6.4 step 6).
+# What needs the answer of a call: no message ID, no comment and no App urgent;
+# a page not known accepted writes no Urgent: yes comment.
 NEEDS_ANSWER = {"card": ("card_comment", "urgent"), **{f"page{n}": (f"page{n}_comment",)
                                                         for n in (1, 2, 3)}}
 
@@ -301,7 +302,7 @@ def make(store):
 
 
 def reassign_after_first_delete(h: FaultHarness) -> None:
-    """Automation reassigns to Bob right after our label delete (N§6.2 post-check)."""
+    """Automation reassigns to Bob right after our label delete."""
     real, done = h.jira.edit_labels, []
 
     def edit(key, add=(), remove=()):
@@ -367,7 +368,7 @@ def effects(h: FaultHarness, execution_id: int) -> dict[str, int]:
 
 
 def assert_boundary_kept(before: Execution, after: Execution) -> None:
-    """Nothing finished before the crash moved back or changed (M§5.2, N§8.2)."""
+    """Nothing finished before the crash moved back or changed."""
     if before.status.terminal:
         assert (after.status, after.completed_at) == (before.status, before.completed_at)
     for rule_before, rule_after in zip(before.rule_executions, after.rule_executions,
@@ -388,7 +389,7 @@ def assert_context_kept(was: dict, now: dict, where: str) -> None:
         phase, status = was.get(f"{name}_phase"), f"{name}_status"
         if phase == "finished":  # a confirmed result stays what it was
             assert now.get(status) == was.get(status), f"{where}: {status}"
-        elif phase == "started":  # interrupted: unknown, never redone (N§8.2)
+        elif phase == "started":  # interrupted: unknown, never redone
             assert (now.get(f"{name}_phase"), now.get(status)) == ("finished", "unknown"), \
                 f"{where}: {name} started before the crash"
     for key in ("deadline", "message_id", "target_lark_id", "card_uuid", "snapshot"):
@@ -403,7 +404,7 @@ def assert_context_kept(was: dict, now: dict, where: str) -> None:
 
 def assert_deadlines(h: FaultHarness, ex: Execution) -> None:
     """Each deadline is its page's time plus the timeout, and a timed-out wait ended at it
-    (late by the downtime at most): never a fresh full timeout after a restart (N§8.2)."""
+    (late by the downtime at most): never a fresh full timeout after a restart."""
     for attempt in (1, 2, 3):
         context = paging(attempt)(ex)
         if "deadline" not in context:

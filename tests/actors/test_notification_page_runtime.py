@@ -1,6 +1,6 @@
-"""``page_assignment`` on the real runtime and database (SPEC §3, N§6.4, N§13.6): the ACK wait
-is parked with its slot freed, wakes at poll intervals, ends on an ACK, and three attempts
-without one are three pages."""
+"""``page_assignment`` on the real runtime and database: the ACK wait is parked with its slot
+freed, wakes at poll intervals, ends on an ACK, and three attempts without one are three
+pages."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_each_poll_of_a_parked_wait_reads_the_issue_from_jira_once(world):
     assert len(world.jira.loads) - before == 1
 
 
-# -- N§13.6 on the runtime: what is no ACK, what ends the workflow, what still pages ----------
+# -- on the runtime: what is no ACK, what ends the workflow, what still pages ------------------
 
 
 def _pages_by_attempt(ex: Execution) -> list[str]:

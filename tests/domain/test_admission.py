@@ -1,4 +1,4 @@
-"""The one admission rule: create, conflict, defer or nothing to do (SPEC §5.3-§5.4, N§3.4)."""
+"""The one admission rule: create, conflict, defer or nothing to do."""
 
 from __future__ import annotations
 

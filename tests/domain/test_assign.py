@@ -1,4 +1,4 @@
-"""The assign and assign_l2 executors with plain fakes and a real engineer table (SPEC §8.1)."""
+"""The assign and assign_l2 executors with plain fakes and a real engineer table."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.fakes import FakeDirectory, FakeJira, FakeOnCall, issue
+from tests.fakes import FakeDirectory, FakeJira, FakeOnCall, bare_ports, issue
 from ticket_dispatcher.domain.actions.assign import AssignExecutor
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode
-from ticket_dispatcher.domain.ports import GroupMember, Ports, Responder
+from ticket_dispatcher.domain.ports import GroupMember, Responder
 from ticket_dispatcher.errors import CallAbandoned, OutcomeUnknown
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -28,8 +28,8 @@ def world(sqlite_store):
     for email in ("a@example.com", "b@example.com", "carol@example.com", "gone@example.com"):
         sqlite_store.engineers.put(email, dispatch_enabled=True, now=NOW)
         jira.add_user(email)
-    ports = Ports(jira=jira, core=directory, oncall=oncall,
-                  engineers=sqlite_store.engineers)
+    ports = bare_ports(jira=jira, core=directory, oncall=oncall,
+                       engineers=sqlite_store.engineers)
     return ports
 
 
@@ -41,7 +41,12 @@ def run_of(ports, config: dict, the_issue=None, executor=None) -> tuple[ActionRu
                           rule_executions=[])
     context = executor.build_context(the_issue, None, config)
     return ActionRun(execution=execution, issue=the_issue, config=config, context=context,
-                     now=NOW, ports=ports), executor
+                     now=NOW, ports=ports, checkpoint=no_checkpoint), executor
+
+
+def no_checkpoint() -> None:
+    """``assign`` never saves mid-step: it is idempotent by reading the issue first."""
+    raise AssertionError("assign asked for a checkpoint")
 
 
 def receiver_config(receiver: dict, strategy: str = "first") -> dict:
@@ -205,7 +210,7 @@ def test_no_jira_user_with_that_email_fails_the_action(world):
         executor.execute(run)
 
 
-# --- an unknown outcome is decided by re-reading the issue (SPEC §8.1, issue 7) ---------------
+# --- an unknown outcome is decided by re-reading the issue ---------------------------------
 
 
 def write_then_lose_the_answer(ports, method: str, lands: bool,

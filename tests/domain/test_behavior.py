@@ -1,4 +1,4 @@
-"""The execution state machine without threads or a database (SPEC §7, M§13 "behavior")."""
+"""The execution state machine without threads or a database."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.fakes import MemoryCheckpoints, RecordingAction, issue
-from ticket_dispatcher.clock import ManualClock
+from tests.clocks import ManualClock
+from tests.fakes import MemoryCheckpoints, RecordingAction, bare_ports, issue
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.behavior import Behavior, StepKind
 from ticket_dispatcher.domain.execution import (
@@ -47,7 +47,8 @@ class Runner:
     def __init__(self, *actions):
         self.clock = ManualClock()
         self.checkpoints = MemoryCheckpoints()
-        self.behavior = Behavior(ActionRegistry(actions), self.checkpoints, self.clock.now)
+        self.behavior = Behavior(ActionRegistry(actions), self.checkpoints, self.clock.now,
+                                 bare_ports())
 
     def run(self, ex: Execution, the_issue=None, max_steps=100):
         the_issue = the_issue or issue()
@@ -230,7 +231,7 @@ def test_cancel_fails_with_cancelled_and_skips_unfinished_actions():
 
 
 class CheckpointingAction(RecordingAction):
-    """Saves a phase from inside execute, then dies before its side effect (N§8.2)."""
+    """Saves a phase from inside execute, then dies before its side effect."""
 
     def execute(self, run):
         run.context["phase"] = "started"

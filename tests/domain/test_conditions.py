@@ -1,4 +1,4 @@
-"""Condition compile and evaluate (SPEC §4.3, M§6)."""
+"""Condition compile and evaluate (docs/policies.md, "Conditions")."""
 
 from __future__ import annotations
 
@@ -484,7 +484,7 @@ def test_compile_accepts_every_operator_of_every_field_kind():
         assert compile_condition(raw)[1] == []
 
 
-# --- regular expressions run on RE2 (SPEC §4.3, issue 8) ---------------------------------------
+# --- regular expressions run on RE2: linear time, whatever the pattern and text --------------
 
 
 @pytest.mark.parametrize(
@@ -621,7 +621,7 @@ def test_short_values_get_no_cut_note_in_the_reason():
     assert reason == 'issue.summary "Database is down" matches /down/'
 
 
-# --- condition depth (issue 8: no input reaches RecursionError) ---------------------------------
+# --- condition depth: no input reaches RecursionError ------------------------------------------
 
 
 def nested(levels: int, key: str = "not", inner: dict = P1) -> dict:

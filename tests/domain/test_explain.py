@@ -1,4 +1,7 @@
-"""Offline rule walk for ``policy test`` (SPEC §13, §4.2, §7)."""
+"""Offline rule walk for ``policy test``.
+
+What the command shows: docs/policies.md, "2. Test it against an issue (offline)".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue snapshots from Jira REST v2 JSON and from their own JSON (SPEC §4.1, §11, N§4)."""
+"""Issue snapshots from Jira REST v2 JSON and from their own JSON."""
 
 from __future__ import annotations
 

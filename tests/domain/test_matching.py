@@ -1,4 +1,7 @@
-"""Policy matching and lock keys (SPEC §4.2, §5, N§3.3, N§3.4, N§13.2)."""
+"""Policy matching and lock keys.
+
+The rules: docs/policies.md, "Trigger: which triggers and issues a policy matches".
+"""
 
 from __future__ import annotations
 
@@ -115,7 +118,7 @@ def test_match_policies_returns_ascending_ids():
     assert [p.id for p in match_policies(policies, "jira", make_issue())] == [1, 4, 9]
 
 
-# --- the three assignment-notification families (N§5.1) -------------------------------------
+# --- the three assignment-notification families --------------------------------------------
 
 
 FAMILIES = [
@@ -149,7 +152,7 @@ def test_notification_family_needs_its_role_label():
     assert [p.id for p in match_policies(FAMILIES, "jira_assignment_l2_assignee", issue)] == [2]
 
 
-# --- lock keys (SPEC §5.3, N§3.4) -----------------------------------------------------------
+# --- lock keys: per policy, or per family for notification policies --------------------------
 
 
 def test_ordinary_policy_locks_per_policy():

@@ -1,6 +1,6 @@
-"""``send_assignment_notification`` through the behavior with plain fakes (N§6.2, N§13.5,
-N§13.7): the snapshot, the card phases, the comment, the guarded label consume and recovery
-from a crash at every external call."""
+"""``send_assignment_notification`` through the behavior with plain fakes: the snapshot, the
+card phases, the comment, the guarded label consume and recovery from a crash at every external
+call."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.clocks import ManualClock
 from tests.fakes import (
     FakeContexts,
     FakeDirectory,
@@ -16,10 +17,11 @@ from tests.fakes import (
     FakeLark,
     FakeTriggers,
     MemoryCheckpoints,
+    NotConfiguredTriggers,
     RecordingAction,
+    bare_ports,
     issue,
 )
-from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.actions.notification import validate_page_config
 from ticket_dispatcher.domain.actions.registry import product_registry
@@ -60,7 +62,7 @@ def notification_issue(**overrides):
 
 
 class World:
-    """One execution of a Severity Assignee policy (N§5.2) on the real behavior; the page
+    """One execution of a Severity Assignee policy on the real behavior; the page
     action is a recording stand-in."""
 
     def __init__(self, the_issue=None):
@@ -81,7 +83,7 @@ class World:
         ports = dict(jira=self.jira, lark=self.lark, core=self.core, triggers=self.triggers,
                      contexts=self.contexts)
         ports.update(override)
-        return Ports(**ports)
+        return bare_ports(**ports)
 
     def run(self, ex: Execution | None = None, **ports) -> Execution:
         """Drive to the end (or a park); a fresh Behavior each time, as after a restart."""
@@ -165,7 +167,7 @@ def test_plan_persists_the_snapshot_before_any_external_call():
     assert world.jira.writes == [] and world.lark.sends == []
 
 
-# -- the normal workflow (N§13.5) -------------------------------------------------------------
+# -- the normal workflow ----------------------------------------------------------------------
 
 
 def test_normal_ticket_gets_one_card_one_comment_and_the_label_consumed():
@@ -327,14 +329,14 @@ def test_a_wake_up_that_cannot_be_ensured_is_a_warning():
     world = World()
     jira = ChangeOn(world.jira, after_loads=1, assignee=BOB)
 
-    ex = world.run(jira=jira, triggers=Ports().triggers)  # not wired: NotConfigured
+    ex = world.run(jira=jira, triggers=NotConfiguredTriggers())  # no outbox
 
     context = card_context(ex)
     assert context["trigger_phase"] == "failed" and ex.status is ExecutionStatus.SUCCEEDED
     assert LABEL in world.jira.issues["TCID-1"].labels
 
 
-# -- crash and restart at every external call (N§8.2, N§13.7) --------------------------------
+# -- crash and restart at every external call -------------------------------------------------
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -411,7 +413,7 @@ def test_crash_around_ensuring_the_wake_up_ensures_it_again(when):
 
     ex = world.run(world.restart())
 
-    # a duplicate wake-up is allowed, a missing one is not (N§6.2 item 4)
+    # a duplicate wake-up is allowed, a missing one is not
     assert len(world.triggers.ensured) == (2 if when == "after" else 1)
     assert card_context(ex)["trigger_phase"] == "ensured"
     assert len(world.lark.sends) == 1 and len(world.jira.calls("edit_labels")) == 2
@@ -427,7 +429,7 @@ def test_dry_run_plans_without_any_external_call():
     assert world.lark.sends == [] and world.jira.writes == []
 
 
-# -- the escalation slot seen by the card (N§7.3) ---------------------------------------------
+# -- the escalation slot seen by the card -----------------------------------------------------
 
 
 def _slot(intent_state: str | None, to: str, marker: str | None, owner: int = 99) -> dict:

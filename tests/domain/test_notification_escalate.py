@@ -1,5 +1,5 @@
-"""``escalate_assignment_to_leader`` through the behavior with plain fakes (N§7, N§8.2,
-N§13.8): one hop, intent before the Jira write, reconcile by owner only, no Grand Leader."""
+"""``escalate_assignment_to_leader`` through the behavior with plain fakes: one hop, intent
+before the Jira write, reconcile by owner only, no Grand Leader."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from tests.clocks import ManualClock
 from tests.domain.test_notification_card import ALICE, BOB, SEND, SEVERITY, Crash, Crashing
 from tests.domain.test_notification_page import POLL, TIMEOUT, PageWorld, page
 from tests.fakes import FakeContexts
-from ticket_dispatcher.clock import ManualClock
-from ticket_dispatcher.domain.actions.notification_escalate import judge
+from ticket_dispatcher.domain.actions.escalation_slot import slot_verdict
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import (
     ActionStatus,
@@ -282,7 +282,7 @@ def test_non_owner_meeting_a_pending_intent_fails_closed():
 
 
 def test_non_owner_seeing_the_intent_already_applied_in_jira_completes_the_marker():
-    """The owner's write landed but its marker checkpoint failed (N§13.8): B's workflow
+    """The owner's write landed but its marker checkpoint failed: B's workflow
     completes the marker and never writes C."""
     world = EscalateWorld(replace(EscalateWorld().jira.issues["TCID-1"], assignee=BOB))
     world.contexts.states["TCID-1"] = {"assignee": prepared("acc-alice", "acc-bob", owner=99)}
@@ -295,7 +295,7 @@ def test_non_owner_seeing_the_intent_already_applied_in_jira_completes_the_marke
     assert world.slot() == applied("acc-alice", "acc-bob", owner=99)
 
 
-# -- reconcile after a crash (N§8.2) ----------------------------------------------------------
+# -- reconcile after a crash ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
@@ -401,13 +401,14 @@ def test_a_write_that_did_not_apply_drops_the_intent(failure, outcome):
     assert world.jira.issues["TCID-1"].assignee == ALICE
 
 
-# -- the slot judgement ------------------------------------------------------------------------
+# -- the slot verdict ---------------------------------------------------------------------------
 
 
-def test_judge_keeps_roles_apart_and_reads_like_n7_3():
-    assert judge(None, "acc-alice") == (None, "go")
-    assert judge(applied("acc-alice", "acc-bob"), "acc-bob")[1] == "no_grand_leader"
-    assert judge(applied("acc-alice", "acc-bob"), "acc-dave") == (None, "go")
-    assert judge(prepared("acc-alice", "acc-bob", 9), "acc-alice")[1] == "pending_intent"
-    assert judge(prepared("acc-alice", "acc-bob", 9), "acc-bob") == (
+def test_slot_verdict_blocks_a_second_hop_and_clears_what_is_about_someone_else():
+    assert slot_verdict(None, "acc-alice") == (None, "go")
+    assert slot_verdict(applied("acc-alice", "acc-bob"), "acc-bob")[1] == "no_grand_leader"
+    assert slot_verdict(applied("acc-alice", "acc-bob"), "acc-dave") == (None, "go")
+    assert slot_verdict(prepared("acc-alice", "acc-bob", 9), "acc-alice")[1] == \
+        "pending_intent"
+    assert slot_verdict(prepared("acc-alice", "acc-bob", 9), "acc-bob") == (
         applied("acc-alice", "acc-bob", 9), "no_grand_leader")

@@ -1,5 +1,5 @@
-"""``page_assignment`` through the behavior with plain fakes (N§6.4, N§6.5, N§8.2, N§13.6,
-N§13.7): one page plus one parked ACK wait per attempt, three attempts in a policy."""
+"""``page_assignment`` through the behavior with plain fakes: one page plus one parked ACK wait
+per attempt, three attempts in a policy."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from tests.clocks import ManualClock
 from tests.domain.test_notification_card import (
     BOB,
     SEND,
@@ -19,7 +20,6 @@ from tests.domain.test_notification_card import (
     notification_issue,
 )
 from tests.fakes import FakeOnCall
-from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.domain.actions.notification_page import PageAssignment
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import (
@@ -46,7 +46,7 @@ def page(attempt: int) -> dict:
 
 
 class PageWorld(World):
-    """The Severity Assignee workflow (N§5.2) minus escalation: card, urgent, three pages."""
+    """The Severity Assignee workflow minus escalation: card, urgent, three pages."""
 
     def __init__(self, the_issue=None):
         super().__init__(the_issue or notification_issue(severity="S1"))
@@ -191,7 +191,7 @@ def test_no_phone_number_is_named_in_the_warning():
     assert page_context(ex)["warnings"] == ["page attempt 1: not accepted (no phone number)"]
 
 
-# -- ACK and invalidation (N§6.5) ---------------------------------------------------------------
+# -- ACK and invalidation -----------------------------------------------------------------------
 
 
 def test_target_reading_the_card_mid_wait_is_an_ack_written_once_and_ends_the_workflow():
@@ -287,7 +287,7 @@ def test_invalidation_before_the_page_means_no_page():
     assert [c for c in world.comments() if "acknowledged" in c] == []
 
 
-# -- recovery (N§8.2, N§13.7) -----------------------------------------------------------------
+# -- recovery -----------------------------------------------------------------------------------
 
 
 def test_a_restart_mid_wait_keeps_the_original_deadline():

@@ -1,5 +1,4 @@
-"""``mark_assignment_message_urgent`` through the behavior with plain fakes (N§6.3, N§6.5,
-N§13.6, N§13.7)."""
+"""``mark_assignment_message_urgent`` through the behavior with plain fakes."""
 
 from __future__ import annotations
 

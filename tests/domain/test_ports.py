@@ -10,8 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import FakeCalls, FakeContexts, FakeDirectory, FakeJira, FakeOnCall
-from ticket_dispatcher.actors.clients import ClientPool, CorePool, JiraPool, LarkPool, OncallPool
+from tests.fakes import (
+    FakeCalls,
+    FakeContexts,
+    FakeDirectory,
+    FakeJira,
+    FakeOnCall,
+    NotConfiguredEngineers,
+    NotConfiguredNotificationState,
+    NotConfiguredTriggers,
+)
+from ticket_dispatcher.actors.client_pool import ClientPool
+from ticket_dispatcher.actors.client_ports import CorePool, JiraPool, LarkPool, OncallPool
 from ticket_dispatcher.domain import ports as ports_module
 from ticket_dispatcher.domain.ports import (
     Directory,
@@ -20,12 +30,9 @@ from ticket_dispatcher.domain.ports import (
     Messenger,
     NotConfigured,
     NotConfiguredDirectory,
-    NotConfiguredEngineers,
     NotConfiguredJira,
     NotConfiguredMessenger,
-    NotConfiguredNotificationState,
     NotConfiguredOnCall,
-    NotConfiguredTriggers,
     NotificationCalls,
     NotificationState,
     OnCall,
@@ -155,17 +162,28 @@ def test_not_configured_implements_exactly_its_protocol_and_refuses_every_call(
         assert refused.value.service == service
 
 
-def test_ports_left_out_are_not_configured_and_ports_cannot_grow():
-    ports = Ports(jira=FakeJira())
+def test_integrations_left_out_are_not_configured_and_ports_cannot_grow():
+    store_ports = dict(engineers=NotConfiguredEngineers(), triggers=NotConfiguredTriggers(),
+                       contexts=FakeContexts())
+    ports = Ports(jira=FakeJira(), **store_ports)
 
     assert [type(getattr(ports, f.name)) for f in dataclasses.fields(Ports)] == [
         FakeJira, NotConfiguredMessenger, NotConfiguredOnCall, NotConfiguredDirectory,
-        NotConfiguredEngineers, NotConfiguredTriggers, NotConfiguredNotificationState,
-        UncountedCalls]
+        NotConfiguredEngineers, NotConfiguredTriggers, FakeContexts, UncountedCalls]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ports.jira = FakeJira()  # type: ignore[misc]
     with pytest.raises(TypeError):
-        Ports(notifier=object())  # type: ignore[call-arg]
+        Ports(notifier=object(), **store_ports)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("left_out", ["engineers", "triggers", "contexts"])
+def test_the_stores_ports_have_no_stand_in_in_the_product(left_out):
+    store_ports = dict(engineers=NotConfiguredEngineers(), triggers=NotConfiguredTriggers(),
+                       contexts=NotConfiguredNotificationState())
+    del store_ports[left_out]
+
+    with pytest.raises(TypeError, match=left_out):  # the runtime always passes the store's
+        Ports(jira=FakeJira(), **store_ports)
 
 
 def test_the_ports_module_imports_only_the_domain_and_errors():

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.fakes import FakeJira, issue
+from tests.fakes import FakeJira, bare_ports, issue
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
 from ticket_dispatcher.domain.actions.triage import TriageExecutor
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode
-from ticket_dispatcher.domain.ports import Ports, TriageChange
+from ticket_dispatcher.domain.ports import TriageChange
 
 
 def run_of(config: dict, jira: FakeJira) -> ActionRun:
@@ -21,7 +21,13 @@ def run_of(config: dict, jira: FakeJira) -> ActionRun:
                           rule_executions=[])
     return ActionRun(execution=execution, issue=the_issue, config=config,
                      context=TriageExecutor().build_context(the_issue, None, config),
-                     now=datetime(2026, 11, 30, tzinfo=UTC), ports=Ports(jira=jira))
+                     now=datetime(2026, 11, 30, tzinfo=UTC), ports=bare_ports(jira=jira),
+                     checkpoint=no_checkpoint)
+
+
+def no_checkpoint() -> None:
+    """``triage`` never saves mid-step: one edit, idempotent (it sets values)."""
+    raise AssertionError("triage asked for a checkpoint")
 
 
 @pytest.fixture

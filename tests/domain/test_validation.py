@@ -1,8 +1,8 @@
-"""The policy validator (SPEC §6, N§5.4): each rule accepted and rejected, every problem at once.
+"""The policy validator: each rule accepted and rejected, every problem at once.
 
-``PRODUCT`` is this build's registry, which runs no notification action yet (SPEC §8.2 lands
-later). ``WITH_NOTIFICATIONS`` adds stand-in executors that check their configuration with the
-real checks, so the N§5.4 family rules and the notification configs are still exercised.
+``PRODUCT`` is this build's registry. ``WITH_NOTIFICATIONS`` replaces its notification executors
+with recording stand-ins (tests/fakes.py) that check their configuration with the real checks,
+so the assignment-notification family rules and the notification configs are exercised.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def test_notification_actions_without_config_accept_absent_null_or_empty():
 
 
 def test_each_page_action_is_checked_on_its_own():
-    # N§5.4 stands over N§9/N§13.2: attempts need not be 1/2/3, ACK settings need not agree.
+    # Each page is checked alone: attempts need not be 1/2/3, ACK settings need not agree.
     body = severity()
     body["rules"][1]["then"] = [page(attempt=7), page(attempt=2, ack_pending_statuses=["A", "B"],
                                                        ack_timeout="1m", poll_interval="1m")]
@@ -347,7 +347,7 @@ def test_server_assigned_rule_id_is_rejected():
     assert problems[0].message == "is assigned by the server"
 
 
-# --- page_assignment (SPEC §4.4, N§5.4) -----------------------------------------------------
+# --- page_assignment ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -383,7 +383,7 @@ def test_poll_interval_may_equal_ack_timeout():
     assert validate(in_urgent_rule(page(ack_timeout="5s", poll_interval="5s"))) == []
 
 
-# --- keys N§5.4 forbids are unknown keys ----------------------------------------------------
+# --- keys a notification action may not carry are unknown keys -----------------------------
 
 
 def test_terminal_statuses_is_rejected():
@@ -425,7 +425,7 @@ def test_retry_labels_are_rejected():
         ("rules[0].then[0].send_assignment_notification.retry_labels", "shape")]
 
 
-# --- assignment-notification families (SPEC §6, N§5.4) --------------------------------------
+# --- assignment-notification families ------------------------------------------------------
 
 
 def fam(change):
@@ -595,7 +595,7 @@ def test_parse_policy_spec_refuses_shape_problems():
     assert paths(caught.value.problems) == [("status", "shape")]
 
 
-# --- hostile conditions (SPEC §4.3, issue 8) ------------------------------------------------
+# --- hostile conditions ----------------------------------------------------------------------
 
 
 def with_when(when: dict) -> dict:
@@ -683,7 +683,7 @@ def test_depth_is_checked_per_rule_and_other_problems_still_reported():
     ]
 
 
-# --- every message quotes the value it rejects (issue 9) -----------------------------------
+# --- every message quotes the value it rejects --------------------------------------------
 
 
 def in_condition(leaf: dict) -> dict:
@@ -756,7 +756,7 @@ QUOTED_REJECTIONS = [
 @pytest.mark.parametrize(("family", "build", "path", "shown"), QUOTED_REJECTIONS,
                          ids=[case[0] for case in QUOTED_REJECTIONS])
 def test_every_rule_family_quotes_the_value_it_rejects(family, build, path, shown):
-    if build is None:  # a type SPEC §4.4 names but this build runs no executor for
+    if build is None:  # judged by the product registry, not the stand-ins
         problems = validate(with_action({"type": "escalate_assignment_to_leader"}), PRODUCT)
     else:
         problems = validate(build())

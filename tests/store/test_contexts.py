@@ -1,4 +1,4 @@
-"""Dispatch contexts (SPEC §4.7, N§7.2): default rows, guarded delete, per-role slot updates."""
+"""Dispatch contexts: default rows, guarded delete, per-role slot updates."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ticket_dispatcher.domain.actions.notification_escalate import judge
+from ticket_dispatcher.domain.actions.escalation_slot import slot_verdict
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store import unit_of_work
 from ticket_dispatcher.store.models import ContextRow
@@ -160,14 +160,14 @@ def test_concurrent_updates_of_the_two_roles_lose_nothing(store):
 
 
 def test_concurrent_intents_for_one_role_admit_exactly_one_owner(store):
-    """Two executions racing to persist an escalation intent for the same role (N§7.3):
+    """Two executions racing to persist an escalation intent for the same role:
     under the row lock one wins, the other sees a pending intent and fails closed."""
     barrier = threading.Barrier(2)
     verdicts, errors = {}, []
 
     def persist(owner):
         def put(slot):
-            new, verdict = judge(slot, "jira-account-A")
+            new, verdict = slot_verdict(slot, "jira-account-A")
             verdicts[owner] = verdict
             return {"escalation_intent": {**INTENT, "owner_execution_id": owner},
                     "auto_escalated_to_account_id": None} if verdict == "go" else new

@@ -1,9 +1,11 @@
-"""Offline dry run of a policy's rules for ``ticket-dispatcher policy test`` (SPEC §13).
+"""Offline dry run of a policy's rules for ``ticket-dispatcher policy test`` (docs/policies.md,
+"2. Test it against an issue (offline)").
 
-It walks the rules the way the execution behavior does (SPEC §4.2, §7): ``(priority, index)``
-order, a non-matching rule continues, a matching one runs its actions and then follows
-``on_success``. Actions are only listed, never planned: whether a real action would end the
-execution early (an ACK found by ``page_assignment``, N§6.1) depends on live systems.
+It walks the rules the way the execution behavior does (docs/design.md, "The life of an
+execution"): ``(priority, index)`` order, a non-matching rule continues, a matching one runs its
+actions and then follows ``on_success``. Actions are only listed, never planned: whether a real
+action would end the execution early (an ACK found by ``page_assignment``) depends on live
+systems.
 
 A condition that cannot be evaluated (the validator reports it too) is what a dry run of the
 draft would meet: the rule's outcome is ``condition_error`` with the problems as its reason,

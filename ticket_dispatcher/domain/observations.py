@@ -1,9 +1,10 @@
-"""What a finished assignment-notification execution tells the N§12 metrics, read from its
-persisted action contexts only (never from memory, so recovery changes nothing).
+"""What a finished assignment-notification execution tells the metrics, read from its saved
+action states only (never from memory, so recovery changes nothing).
 
 ``summarize`` is pure: the metrics layer turns a ``Summary`` into counter increments and
 histogram observations once, when the execution becomes terminal. Labels carry no issue key or
-ID (N§12): ``action``, ``result``, ``role``, ``attempt``, ``outcome``, ``event``.
+ID (docs/operations.md, "Metrics"): ``action``, ``result``, ``role``, ``attempt``,
+``outcome``, ``event``.
 
 - action results: ``succeeded`` (card sent, urgent sent, page accepted, leader written),
   ``failed`` (a refused call; an escalation ``leader_lookup_failed`` or ``failed``, its Jira
@@ -22,27 +23,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ticket_dispatcher.domain.catalog import ActionType
+from ticket_dispatcher.domain.actions.notification_state import (
+    CardOutcome,
+    CardState,
+    GuardedState,
+    NotificationState,
+    Outcome,
+    PageState,
+    UrgentState,
+    notification_state,
+)
+from ticket_dispatcher.domain.actions.state import CallRecord
 from ticket_dispatcher.domain.execution import (
     ActionExecution,
     ActionStatus,
     Execution,
     ExecutionStatus,
 )
-from ticket_dispatcher.timeutil import parse_duration, parse_rfc3339
-
-CARD = ActionType.SEND_ASSIGNMENT_NOTIFICATION.value
-URGENT = ActionType.MARK_ASSIGNMENT_MESSAGE_URGENT.value
-PAGE = ActionType.PAGE_ASSIGNMENT.value
-ESCALATE = ActionType.ESCALATE_ASSIGNMENT_TO_LEADER.value
+from ticket_dispatcher.timeutil import parse_duration
 
 # A call's saved status as a metric result; shared with the counters of notification_common.py.
 CALL_RESULTS = {"sent": "succeeded", "accepted": "succeeded", "failed": "failed",
-                 "unknown": "unknown"}
+                "unknown": "unknown"}
 _ACK_OUTCOMES = {"read": "message_read", "status": "status_changed",
                  "target changed": "target_changed", "urgency downgraded": "urgency_downgraded",
                  "project changed": "project_changed"}
-_FAILED_EVENT = {CARD: "card_failed", URGENT: "urgent_failed", PAGE: "page_failed"}
+_FAILED_EVENT = {CardState: "card_failed", UrgentState: "urgent_failed",
+                 PageState: "page_failed"}
 
 
 @dataclass(frozen=True)
@@ -62,90 +69,102 @@ class Summary:
     workflow_seconds: float | None = None
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One notification action of the execution, with its saved state."""
+
+    action: ActionExecution
+    state: NotificationState
+
+
 def summarize(execution: Execution) -> Summary | None:
-    """The N§12 observations of a terminal notification execution; None for any other."""
-    actions = [a for rule in execution.rule_executions for a in rule.action_executions]
-    card = next((a for a in actions if a.type == CARD), None)
+    """The observations of a terminal notification execution; None for any other."""
+    steps = [_Step(action, state) for rule in execution.rule_executions
+             for action in rule.action_executions
+             if (state := notification_state(action)) is not None]
+    card = next((step for step in steps if isinstance(step.state, CardState)), None)
     if card is None or not execution.status.terminal:
         return None
-    snapshot = card.context.get("notification", {}).get("snapshot") or {}
-    role = snapshot.get("role") or card.config.get("role") or ""
-    summary = Summary(role=role)
-    card_done = card.finished_at
+    role = card.state.role or card.action.config.get("role") or ""
+    summary = Summary(role=str(role))
     verdicts: list[str] = []
-    for action in actions:
-        if action.type not in (CARD, URGENT, PAGE, ESCALATE):
-            continue
-        result, attempt = _action_result(action), _attempt(action)
-        summary.actions.append((action.type, result, attempt))
-        if result in ("failed", "unknown") and action.type in _FAILED_EVENT:
-            summary.events.append(_FAILED_EVENT[action.type])
-        context = _context(action)
-        if action.type == PAGE and context.get("outcome") == "timeout":
-            summary.events.append("ack_timeout")
-            summary.acks.append(Ack("timeout", attempt, _page_wait(action, context)))
-        if action.type == ESCALATE and context.get("outcome") == "escalated":
-            summary.events.append("leader_escalated")
-        if context.get("outcome") in ("ack", "invalidated"):
-            outcome = _ACK_OUTCOMES.get(context.get("reason", ""), "")
-            if outcome:
-                start = _wait_start(action, context, card_done)
-                summary.acks.append(Ack(outcome, "3" if action.type == ESCALATE else attempt,
-                                        _seconds(start, action.finished_at)))
-            verdicts.append(context["outcome"])
-        if action.type == CARD and context.get("outcome") in ("target_invalid", "stale"):
-            verdicts.append("invalidated")
-    summary.workflow_outcome = _workflow_outcome(execution, actions, verdicts)
+    for step in steps:
+        _observe(step, card.action.finished_at, summary, verdicts)
+    summary.workflow_outcome = _workflow_outcome(execution, steps, verdicts)
     summary.workflow_seconds = _seconds(execution.created_at, execution.completed_at)
     return summary
 
 
-def _context(action: ActionExecution) -> dict:
-    for key in ("notification", "urgent", "page", "escalation"):
-        if key in action.context:
-            return action.context[key]
-    return {}
+def _observe(step: _Step, card_done: datetime | None, summary: Summary,
+             verdicts: list[str]) -> None:
+    action, state = step.action, step.state
+    result, attempt = _action_result(step), _attempt(step)
+    summary.actions.append((action.type, result, attempt))
+    if result in ("failed", "unknown") and type(state) in _FAILED_EVENT:
+        summary.events.append(_FAILED_EVENT[type(state)])
+    if isinstance(state, PageState) and state.outcome is Outcome.TIMEOUT:
+        summary.events.append("ack_timeout")
+        summary.acks.append(Ack("timeout", attempt, _seconds(_wait_start(step, None),
+                                                             action.finished_at)))
+    if isinstance(state, GuardedState):
+        if state.outcome is Outcome.ESCALATED:
+            summary.events.append("leader_escalated")
+        if state.ended_workflow:
+            outcome = _ACK_OUTCOMES.get(state.reason or "", "")
+            if outcome:
+                escalation = not isinstance(state, PageState | UrgentState)
+                summary.acks.append(Ack(outcome, "3" if escalation else attempt,
+                                        _seconds(_wait_start(step, card_done),
+                                                 action.finished_at)))
+            verdicts.append(str(state.outcome))
+    if isinstance(state, CardState) and state.outcome in (CardOutcome.TARGET_INVALID,
+                                                          CardOutcome.STALE):
+        verdicts.append("invalidated")
 
 
-def _attempt(action: ActionExecution) -> str:
-    return str(action.config.get("attempt", "")) if action.type == PAGE else ""
+def _attempt(step: _Step) -> str:
+    return str(step.action.config.get("attempt", "")) if isinstance(step.state, PageState) \
+        else ""
 
 
-def _action_result(action: ActionExecution) -> str:
+def _call(state: NotificationState) -> CallRecord | None:
+    """The external call an action is about; the escalation has none of its own."""
+    if isinstance(state, CardState):
+        return state.card
+    if isinstance(state, UrgentState):
+        return state.urgent
+    if isinstance(state, PageState):
+        return state.page
+    return None
+
+
+def _action_result(step: _Step) -> str:
     """The external call's own result when it was made (a page accepted and then cancelled
     in its wait still paged someone), else the action's."""
-    context = _context(action)
-    if action.type != ESCALATE:
-        status = context.get({CARD: "card_status", URGENT: "urgent_status",
-                              PAGE: "page_status"}[action.type])
-        if status in CALL_RESULTS:
-            return CALL_RESULTS[status]
+    action, state = step.action, step.state
+    call = _call(state)
+    if call is not None and (call.status or "") in CALL_RESULTS:
+        return CALL_RESULTS[call.status or ""]
     if action.status is ActionStatus.FAILED:
         return "failed"
     if action.status in (ActionStatus.SKIPPED, ActionStatus.PENDING):
         return "skipped"
-    if action.type == ESCALATE:
-        outcome = context.get("outcome")
-        if outcome == "escalated":
+    if call is None:  # the escalation
+        outcome = state.outcome if isinstance(state, GuardedState) else None
+        if outcome is Outcome.ESCALATED:
             return "succeeded"
-        if outcome in ("failed", "leader_lookup_failed"):
+        if outcome in (Outcome.FAILED, Outcome.LEADER_LOOKUP_FAILED):
             return "failed"
-        return "skipped"
     return "skipped"  # succeeded without a call: no card to mark urgent, an ACK first
 
 
-def _page_wait(action: ActionExecution, context: dict) -> float | None:
-    return _seconds(_wait_start(action, context, None), action.finished_at)
-
-
-def _wait_start(action: ActionExecution, context: dict,
-                card_done: datetime | None) -> datetime | None:
+def _wait_start(step: _Step, card_done: datetime | None) -> datetime | None:
     """A page wait starts with its page (its deadline less ``ack_timeout``); the wait before
     App-urgent (attempt 0) starts when the card was done."""
-    if action.type == PAGE and context.get("deadline"):
-        timeout = parse_duration(action.config.get("ack_timeout", "0s"))
-        return parse_rfc3339(context["deadline"]) - timeout
-    if action.type == URGENT:
+    action, state = step.action, step.state
+    if isinstance(state, PageState) and state.deadline is not None:
+        return state.deadline - parse_duration(action.config.get("ack_timeout", "0s"))
+    if isinstance(state, UrgentState):
         return card_done
     return action.started_at
 
@@ -156,18 +175,16 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return max((end - start).total_seconds(), 0.0)
 
 
-def _workflow_outcome(execution: Execution, actions: list[ActionExecution],
-                      verdicts: list[str]) -> str:
+def _workflow_outcome(execution: Execution, steps: list[_Step], verdicts: list[str]) -> str:
     if execution.status is ExecutionStatus.FAILED:
         return "failed"
     if "invalidated" in verdicts:
         return "invalidated"
     if "ack" in verdicts:
         return "acked"
-    escalations = [_context(a).get("outcome") for a in actions if a.type == ESCALATE]
-    if "escalated" in escalations:
+    outcomes = [step.state.outcome for step in steps if isinstance(step.state, GuardedState)]
+    if Outcome.ESCALATED in outcomes:
         return "escalated"
-    pages = [_context(a).get("outcome") for a in actions if a.type == PAGE]
-    if "timeout" in pages:
+    if Outcome.TIMEOUT in outcomes:
         return "unacknowledged"
     return "completed"

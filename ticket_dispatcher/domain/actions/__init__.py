@@ -1,1 +1,2 @@
-"""Action executors: one module per action family (SPEC §4.4, §8)."""
+"""Action executors: one module per action family (docs/policies.md, "Actions"), each with its
+typed, versioned state (``state.py``)."""

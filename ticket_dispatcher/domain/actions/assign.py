@@ -1,4 +1,5 @@
-"""``assign`` and ``assign_l2`` (SPEC §8.1, M§7, M§8.1).
+"""``assign`` and ``assign_l2``: choose a dispatch-enabled engineer and make them the assignee
+(or the L2 assignee) in Jira (docs/policies.md, "assign and assign_l2").
 
 ``plan`` resolves the receiver to dispatch-enabled engineers in configured order and applies the
 strategy; ``execute`` resolves the Jira account, writes the assignee (or the L2 user picker),
@@ -8,14 +9,20 @@ by re-reading the issue; a field that already holds the account is not written a
 used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
 (``OnCall.responders``), ``engineers`` (``EngineerStore``).
 """
-
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
+from ticket_dispatcher.domain.actions.base import (
+    ActionError,
+    ActionResult,
+    ActionRun,
+    config_problems,
+)
+from ticket_dispatcher.domain.actions.state import ActionState
 from ticket_dispatcher.domain.catalog import (
     DIRECTORY_NAME,
     ENGINEER_EMAIL,
@@ -25,7 +32,6 @@ from ticket_dispatcher.domain.catalog import (
 )
 from ticket_dispatcher.domain.checks import (
     Problems,
-    check_config_object,
     check_enum,
     check_keys,
     check_name,
@@ -44,6 +50,24 @@ log = logging.getLogger(__name__)
 _RECEIVER_TYPES = tuple(t.value for t in ReceiverType)
 
 
+@dataclass
+class AssignState(ActionState):
+    """What ``assign`` keeps: what it started from, whom it chose and why, and what it did."""
+
+    KEY = "assign"
+
+    receiver: dict | None = None  # the configured receiver
+    strategy: str | None = None
+    current_assignee: str | None = None  # the field's holder at creation (email, "" if none)
+    candidates: list[str] | None = None  # dispatch-enabled engineers, in receiver order
+    assignee: str | None = None  # the chosen engineer's email
+    reason: str | None = None  # why that one, or why nobody
+    account_id: str | None = None  # the chosen engineer's Jira account ("" until known)
+    jira_outcome: str | None = None  # how the write was settled, when it was not plain
+    jira_updated: bool | None = None
+    label_removed: str | None = None  # the auto-assign label, once removed
+
+
 class AssignExecutor:
     """One executor serves both types; ``l2`` picks the L2 user picker instead of the assignee."""
 
@@ -52,47 +76,42 @@ class AssignExecutor:
         self._l2 = action_type is ActionType.ASSIGN_L2
         self._auto_assign_label = auto_assign_label
 
-    # -- validate (SPEC §4.4, §6) -------------------------------------------------------------
+    # -- validate -------------------------------------------------------------------------------
 
     def validate_config(self, config: Any, path: str) -> list[Problem]:
-        problems = Problems()
-        if check_config_object(config, path, problems):
-            _check_assign(config, path, problems)
-        return problems
+        return config_problems(config, path, _check_assign)
 
     def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
                       config: dict) -> dict:
-        current = issue.l2_assignee if self._l2 else issue.assignee
-        return {"assign": {
-            "receiver": config.get("receiver"),
-            "strategy": config.get("strategy"),
-            "current_assignee": current.email if current else "",
-            "candidates": [],
-            "assignee": "",
-            "reason": "",
-        }}
+        current = self._user(issue)
+        state = AssignState(receiver=config.get("receiver"), strategy=config.get("strategy"),
+                            current_assignee=current.email if current else "", candidates=[],
+                            assignee="", reason="")
+        return {AssignState.KEY: state.dump()}
 
     # -- plan ---------------------------------------------------------------------------------
 
     def plan(self, run: ActionRun) -> None:
-        context = run.context.setdefault("assign", {})
+        with AssignState.editing(run) as state:
+            self._plan(run, state)
+
+    def _plan(self, run: ActionRun, state: AssignState) -> None:
         receiver = run.config["receiver"]
         try:
             emails = _dedupe(self._receiver_emails(run, receiver))
             enabled = {e.email: e for e in run.ports.engineers.enabled_by_email(emails)}
         except DispatcherError as exc:
-            context["reason"] = f"receiver could not be resolved: {exc.message}"
-            raise ActionError(context["reason"], FailureCode.PLAN_FAILED) from None
+            state.reason = f"receiver could not be resolved: {exc.message}"
+            raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
         candidates = [enabled[email] for email in emails if email in enabled]
-        context["candidates"] = [e.email for e in candidates]
+        state.candidates = [e.email for e in candidates]
         if not candidates:
-            context["reason"] = (f"no candidates: {_describe(receiver)} resolved to "
-                                 f"{emails or 'nobody'}, none of them dispatch-enabled")
-            raise ActionError(context["reason"], FailureCode.NO_CANDIDATES)
-        chosen, reason = _choose(candidates, Strategy(run.config["strategy"]))
-        context["assignee"] = chosen.email
-        context["reason"] = reason
-        context["account_id"] = chosen.jira_account_id  # the engineer's cache; "" when unknown
+            state.reason = (f"no candidates: {_describe(receiver)} resolved to "
+                            f"{emails or 'nobody'}, none of them dispatch-enabled")
+            raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
+        chosen, state.reason = _choose(candidates, Strategy(run.config["strategy"]))
+        state.assignee = chosen.email
+        state.account_id = chosen.jira_account_id  # the engineer's cache; "" when unknown
 
     def _receiver_emails(self, run: ActionRun, receiver: dict) -> list[str]:
         kind = ReceiverType(receiver["type"])
@@ -107,35 +126,36 @@ class AssignExecutor:
     # -- execute --------------------------------------------------------------------------------
 
     def execute(self, run: ActionRun) -> ActionResult:
-        context = run.context["assign"]
-        email = context["assignee"]
-        account_id = context.get("account_id") or self._find_account_id(run, email)
-        context["account_id"] = account_id
-        if self._holder(run.issue) == account_id:
-            # ``run.issue`` is loaded fresh whenever the execution actor (re)starts: on a resume
-            # after a restart whose first PUT landed, this is how we never assign twice (SPEC §7).
-            context["jira_outcome"] = "already assigned"
-        else:
-            self._write_to_jira(run, account_id)
-        context["jira_updated"] = True
-        self._record_dispatch(run, email)
-        self._remove_auto_assign_label(run)
-        return ActionResult.proceed()
+        with AssignState.editing(run) as state:
+            email = state.assignee or ""
+            state.account_id = state.account_id or self._find_account_id(run, email)
+            if self._holder(run.issue) == state.account_id:
+                # ``run.issue`` is loaded fresh whenever the execution actor (re)starts: on a
+                # resume after a restart whose first PUT landed, this is how we never assign
+                # twice
+                state.jira_outcome = "already assigned"
+            else:
+                self._write_to_jira(run, state)
+            state.jira_updated = True
+            self._record_dispatch(run, email)
+            self._remove_auto_assign_label(run, state)
+            return ActionResult.proceed()
 
-    def _write_to_jira(self, run: ActionRun, account_id: str) -> None:
+    def _write_to_jira(self, run: ActionRun, state: AssignState) -> None:
         # ``CallAbandoned`` (shutdown) is no DispatcherError and passes through untouched: the
-        # action stays ``executing`` and resumes after the restart (SPEC §7).
+        # action stays ``executing`` and resumes after the restart
+        account_id = state.account_id or ""
         try:
             if self._l2:
                 run.ports.jira.set_l2_assignee(run.issue.key, account_id)
             else:
                 run.ports.jira.assign(run.issue.key, account_id)
-        except OutcomeUnknown as exc:  # sent, answer lost: Jira may have acted (issue 7)
-            self._confirm_by_rereading(run, account_id, exc)
-        except DispatcherError as exc:  # no engineer update (M§8.1)
+        except OutcomeUnknown as exc:  # sent, answer lost: Jira may have acted
+            self._confirm_by_rereading(run, state, exc)
+        except DispatcherError as exc:  # the engineer's dispatch state is not updated
             raise ActionError(f"Jira refused to set the {self._field}: {exc.message}") from None
 
-    def _confirm_by_rereading(self, run: ActionRun, account_id: str,
+    def _confirm_by_rereading(self, run: ActionRun, state: AssignState,
                               unknown: OutcomeUnknown) -> None:
         """The write's outcome is unknown: the issue as Jira now has it decides."""
         first = f"setting the Jira {self._field} had an unknown outcome ({unknown.message})"
@@ -144,11 +164,10 @@ class AssignExecutor:
         except DispatcherError as exc:
             raise ActionError(f"{first}, and re-reading the issue failed too: "
                               f"{exc.message}") from None
-        if self._holder(issue) != account_id:
+        if self._holder(issue) != state.account_id:
             raise ActionError(f"{first}; re-reading the issue found the {self._field} is "
-                              f"{_describe_user(self._user(issue))}, not "
-                              f"{run.context['assign']['assignee']}")
-        run.context["assign"]["jira_outcome"] = "unknown; confirmed by re-reading the issue"
+                              f"{_describe_user(self._user(issue))}, not {state.assignee}")
+        state.jira_outcome = "unknown; confirmed by re-reading the issue"
 
     @property
     def _field(self) -> str:
@@ -177,20 +196,20 @@ class AssignExecutor:
         try:
             updated = run.ports.engineers.update_dispatch_state(
                 email, dispatched_at=run.now, issue_key=run.issue.key, now=run.now)
-        except Exception as exc:  # the Jira assignment stays (M§8.1)
+        except Exception as exc:  # the Jira assignment stays: it was made
             raise ActionError(f"Jira assignment kept, but the engineer's dispatch state was "
                               f"not recorded: {type(exc).__name__}") from None
         if not updated:
             raise ActionError(f"Jira assignment kept, but engineer {email} no longer exists")
 
-    def _remove_auto_assign_label(self, run: ActionRun) -> None:
+    def _remove_auto_assign_label(self, run: ActionRun, state: AssignState) -> None:
         label = self._auto_assign_label
         if not label or label not in run.issue.labels:
             return
         try:
             run.ports.jira.edit_labels(run.issue.key, remove=[label])
-            run.context["assign"]["label_removed"] = label
-        except DispatcherError as exc:  # only logged (M§8.1)
+            state.label_removed = label
+        except DispatcherError as exc:  # only logged: the assignment is done
             log.warning("could not remove the auto-assign label", extra={
                 "issue_key": run.issue.key, "execution_id": run.execution.id,
                 "reason": exc.message})
@@ -228,7 +247,7 @@ def _check_receiver(receiver: dict, path: str, problems: Problems) -> None:
 
 
 def _dedupe(emails: list[str]) -> list[str]:
-    """Lower-cased, configured order kept, duplicates dropped (M§7)."""
+    """Lower-cased, configured order kept, duplicates dropped."""
     seen: dict[str, None] = {}
     for email in emails:
         seen.setdefault(email.strip().lower(), None)

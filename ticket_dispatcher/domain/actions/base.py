@@ -1,21 +1,22 @@
-"""The action executor contract (M§8, N§6.1) and the registry that finds one by type.
+"""The action executor contract and the registry that finds one by type.
 
 An executor is a plain object. ``validate_config`` checks the action's configuration when a
-policy is validated (SPEC §6: the executor owns its config, so a type with no executor cannot
-be activated). ``build_context`` snapshots what the action starts from at execution creation,
-``plan`` fills the context in place (no external writes), ``execute`` does the side effect and
-answers a result. Expected business outcomes are results and context fields; only a technical
-error raises ``ActionError``.
+policy is validated (the executor owns its configuration, so a type with no executor cannot be
+activated). ``build_context`` snapshots what the action starts from at execution creation,
+``plan`` fills the context (no external writes), ``execute`` does the side effect and answers a
+result. Each executor keeps its context as one typed state (``state.py``). Expected business
+outcomes are results and context fields; only a technical error raises ``ActionError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
+from ticket_dispatcher.domain.checks import Problems, check_config_object
 from ticket_dispatcher.domain.execution import Execution, FailureCode
 from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.ports import Ports
@@ -57,7 +58,8 @@ class ActionError(Exception):
 
 @dataclass
 class ActionRun:
-    """Everything one plan/execute call sees. ``context`` is the action's own, mutated in place."""
+    """Everything one plan/execute call sees. ``context`` is the action's own: its executor
+    reads its typed state from it and writes the state back (``ActionState.editing``)."""
 
     execution: Execution
     issue: Issue
@@ -66,9 +68,11 @@ class ActionRun:
     now: datetime  # business time: frozen for dry-runs, the clock for live runs
     ports: Ports  # what the action may call: Jira, Lark, Oncall, Core, the engineers
     # Persists the execution with this action's context as it is now. An action calls it
-    # before an external side effect it must never repeat (a phase ``started``, N§8.2), so a
-    # restart finds the phase and does not call again. The behavior provides it.
-    checkpoint: Callable[[], None] = field(default=lambda: None)
+    # (through ``ActionState.save``) before an external side effect it must never repeat (a
+    # phase ``started``), so a restart finds the phase and does not call again; this is what
+    # keeps those calls at most once (docs/design.md, "Checkpoints and at-most-once"). The
+    # behavior provides it; there is no default, so it cannot be forgotten.
+    checkpoint: Callable[[], None]
     # The issue as Jira answered it for this very step (a woken execution loads it just before
     # its first step): the step's first live read may use it instead of asking again.
     live_issue: Issue | None = None
@@ -89,6 +93,16 @@ class ActionExecutor(Protocol):
     def plan(self, run: ActionRun) -> None: ...
 
     def execute(self, run: ActionRun) -> ActionResult: ...
+
+
+def config_problems(config: Any, path: str,
+                    check: Callable[[dict, str, Problems], None]) -> list[Problem]:
+    """The problems of an action's configuration: it must be an object (``None``: the key is
+    missing), then ``check`` adds the action's own rules."""
+    problems = Problems()
+    if check_config_object(config, path, problems):
+        check(config, path, problems)
+    return problems
 
 
 class ActionRegistry:

@@ -1,9 +1,11 @@
-"""The configuration checks of the four assignment-notification actions (SPEC §4.4, N§5.4).
+"""The configuration checks of the four assignment-notification actions (docs/policies.md,
+"The assignment-notification actions").
 
-Their executors (SPEC §8.2) answer ``validate_config`` with these: notification_card.py and
-notification_urgent.py so far. A policy naming a type with no executor yet is invalid ("no
-executor runs action type ..."); tests register stand-in executors that use these checks to
-exercise the N§5.4 family rules of ``domain/validation.py``.
+Their executors answer ``validate_config`` with these: notification_card.py,
+notification_urgent.py, notification_page.py and notification_escalate.py. The rules that
+span a whole policy family (one card per policy, the urgency rule, the page attempts) are the
+policy validator's (``domain/validation.py``); tests register stand-in executors that use
+these checks to exercise those rules.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ MAX_PAGE_WAIT = timedelta(days=7)
 
 
 def validate_send_config(config: Any, path: str) -> list[Problem]:
-    """``send_assignment_notification``: ``role`` and ``label`` (N§6.2). That they match the
-    policy's reserved source is a family rule, checked by the policy validator."""
+    """``send_assignment_notification``: ``role`` and ``label``. That they match the policy's
+    reserved source is a family rule, checked by the policy validator."""
     problems = Problems()
     if check_config_object(config, path, problems):
         check_keys(config, path, ("role", "label"), problems, required=("role", "label"))
@@ -53,8 +55,8 @@ def validate_send_config(config: Any, path: str) -> list[Problem]:
 
 
 def validate_page_config(config: Any, path: str) -> list[Problem]:
-    """``page_assignment`` (N§6.4), each one on its own (N§5.4); ``terminal_statuses`` is an
-    unknown key (N§6.5)."""
+    """``page_assignment``, each one on its own (how the attempts fit together is a family
+    rule); ``terminal_statuses`` is an unknown key: an ACK is leaving the pending statuses."""
     problems = Problems()
     if not check_config_object(config, path, problems):
         return problems
@@ -76,8 +78,8 @@ def validate_page_config(config: Any, path: str) -> list[Problem]:
 
 def validate_no_config(config: Any, path: str) -> list[Problem]:
     """``mark_assignment_message_urgent`` and ``escalate_assignment_to_leader`` take nothing:
-    the key may be absent, null or ``{}``; anything in it (``max_hops``: escalation is one hop,
-    N§7; urgency lists: the policy's rule 2 decides, N§5.4) is an unknown key."""
+    the key may be absent, null or ``{}``; anything in it (``max_hops``: escalation is one hop;
+    urgency lists: the policy's urgency rule decides) is an unknown key."""
     problems = Problems()
     if config is not None and check_object(config, path, problems):
         check_keys(config, path, (), problems)

@@ -1,34 +1,41 @@
-"""``send_assignment_notification`` (SPEC §8.2, N§6.2): the ordinary Lark card, its
-``[ticket-manager]`` comment, and the guarded consume of the role label.
+"""``send_assignment_notification``: the ordinary Lark card, its ``[ticket-manager]`` comment,
+and the guarded consume of the role label (docs/design.md, "The assignment-notification
+workflow").
 
-``plan`` freezes the Rule 1 snapshot (role, target, project, urgency, status, label) and the
-card's idempotency key; the behavior saves it before any external call. ``execute`` runs the
-phases in order, each one at most once (N§8.2): card (``card_phase`` prepared → started →
-finished, ``card_status`` sent|failed|unknown), then — only for a sent card — the notification
+``plan`` freezes the snapshot (role, target, project, urgency, status, label) and the card's
+idempotency key; the behavior saves them before any external call. ``execute`` runs the
+phases in order, each external call at most once: the card (``card_phase`` prepared → started
+→ finished, ``card_status`` sent|failed|unknown), then, only for a sent card, the notification
 comment (``Urgent: no``), then the label (notification_label.py). A card that failed is a
-completed-with-warning outcome, never a failed execution: Rule 2 may still page (N§6.2 item 5).
-Ports: ``jira``, ``lark``, ``core`` (``Directory.user`` for the Lark open_id), ``triggers``,
-``contexts`` (the role's escalation slot is settled before the card, N§7.3).
+completed workflow with a warning, never a failed execution: the urgent rule may still page.
+Before the card, the role's escalation slot is settled for the target (escalation_slot.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ticket_dispatcher.domain.actions.base import ActionResult, ActionRun
+from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
+from ticket_dispatcher.domain.actions.escalation_slot import settle_slot
 from ticket_dispatcher.domain.actions.notification import validate_send_config
 from ticket_dispatcher.domain.actions.notification_common import (
-    ROLE_NAMES,
+    call_at_most_once,
     count_call,
-    find_action,
-    once,
-    role_user,
-    target_json,
+    idempotency_key,
+    notification_comment,
     urgency,
-    warn,
+    write_comment_at_most_once,
 )
-from ticket_dispatcher.domain.actions.notification_escalate import settle_slot
 from ticket_dispatcher.domain.actions.notification_label import consume_label
+from ticket_dispatcher.domain.actions.notification_state import (
+    CardOutcome,
+    CardState,
+    LabelPhase,
+    Role,
+    Snapshot,
+    Target,
+)
+from ticket_dispatcher.domain.actions.state import CallPhase, CallStatus
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.model import DispatchContext, Issue, JiraUser
 from ticket_dispatcher.errors import DispatcherError, Problem
@@ -42,75 +49,88 @@ class SendAssignmentNotification:
 
     def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
                       config: dict) -> dict:
-        return {"notification": {"role": config.get("role"), "label": config.get("label")}}
+        role = config.get("role")
+        card = CardState(configured_role=Role(role) if role else None, label=config.get("label"))
+        return {CardState.KEY: card.dump()}
 
-    # -- plan: the recovery anchor, no external call (N§5.3) ---------------------------------
+    # -- plan: what a restart recovers from; no external call -------------------------------
 
     def plan(self, run: ActionRun) -> None:
-        context = run.context.setdefault("notification", {})
-        role, label = run.config["role"], run.config["label"]
-        target = role_user(run.issue, role)
-        context["snapshot"] = {
-            "role": role, "label": label, "project": run.issue.project_key,
-            "target": target_json(target),
-            "urgency": urgency(run.execution, run.issue, run.now),
-            "status": run.issue.status,
-        }
-        rule, action = find_action(run.execution, run.context)
-        # Lark deduplicates a send with the same uuid, so a retried request is one card (§11).
-        context["card_uuid"] = f"td-{run.execution.id}-{rule.sequence}-{action.index}"
-        context["label_phase"] = "pending"
-        invalid = _invalid_target(target)
-        if invalid:
-            context["target_invalid"] = invalid
-            warn(context, f"no notification: the {ROLE_NAMES[role]} {invalid}")
-        else:
-            context["card_phase"] = "prepared"
+        with CardState.editing(run) as card:
+            role = Role(run.config["role"])
+            target = role.user(run.issue)
+            card.snapshot = Snapshot(role, run.config["label"], run.issue.project_key,
+                                     Target.of(target),
+                                     urgency(run.execution, run.issue, run.now),
+                                     run.issue.status)
+            card.card_uuid = idempotency_key(run)  # Lark sends one card per uuid
+            card.label_phase = LabelPhase.PENDING
+            invalid = _invalid_target(target)
+            if invalid:
+                card.target_invalid = invalid
+                card.warn(f"no notification: the {role.title} {invalid}")
+            else:
+                card.card.phase = CallPhase.PREPARED
 
     # -- execute --------------------------------------------------------------------------------
 
     def execute(self, run: ActionRun) -> ActionResult:
-        context = run.context["notification"]
-        if context.get("target_invalid"):  # N§6.2 item 2: consume the marker and stop
-            consume_label(run, context)
-            context["outcome"] = "target_invalid"
+        with CardState.editing(run) as card:
+            return self._execute(run, card)
+
+    def _execute(self, run: ActionRun, card: CardState) -> ActionResult:
+        if card.target_invalid:  # nobody to notify: consume the marker and end
+            consume_label(run, card)
+            card.outcome = CardOutcome.TARGET_INVALID
             return ActionResult.terminate()
-        self._send_card(run, context)
-        if context.get("card_status") == "sent":
-            once(run, context, "notification_comment",
-                 lambda: run.ports.jira.add_internal_comment(run.issue.key,
-                                                             _comment(context)), "written")
-        stale = consume_label(run, context)
+        self._send_card(run, card)
+        if card.card.status is CallStatus.SENT:
+            write_comment_at_most_once(run, card, card.comment,
+                                       notification_comment(card.planned_snapshot.target))
+        stale = consume_label(run, card)
         if stale:
-            context["outcome"] = "stale"
-        elif context.get("card_status") == "sent" and not context.get("warnings"):
-            context["outcome"] = "sent"
+            card.outcome = CardOutcome.STALE
+        elif card.card.status is CallStatus.SENT and not card.warnings:
+            card.outcome = CardOutcome.SENT
         else:
-            context["outcome"] = "completed_with_warning"
+            card.outcome = CardOutcome.COMPLETED_WITH_WARNING
         return ActionResult.terminate() if stale else ActionResult.proceed()
 
-    def _send_card(self, run: ActionRun, context: dict) -> None:
-        if context.get("card_phase") == "prepared" and not context.get("target_lark_id"):
-            snapshot = context["snapshot"]
-            settle_slot(run, snapshot["role"], snapshot["target"]["account_id"])
-            open_id = _lark_id(run, context)
-            if not open_id:  # an identity failure is a card failure (N§6.2 item 2)
-                context["card_status"] = "failed"
-                context["card_phase"] = "finished"
-                run.checkpoint()
-                count_call(run, context, "card")  # counted like a refused send
+    def _send_card(self, run: ActionRun, card: CardState) -> None:
+        snapshot = card.planned_snapshot
+        if card.card.phase is CallPhase.PREPARED and not card.target_lark_id:
+            target = _target(snapshot)
+            try:  # never held up by the slot: an unreadable one is a warning
+                settle_slot(run, snapshot.role, target.account_id)
+            except ActionError as exc:
+                card.warn(exc.message)
+            open_id = _lark_id(run, card, target.email)
+            if not open_id:  # an identity failure is a card failure
+                card.card.status, card.card.phase = CallStatus.FAILED, CallPhase.FINISHED
+                card.save(run)
+                count_call(run, card, card.card)  # counted like a refused send
                 return
-            context["target_lark_id"] = open_id
-        card = _card(run.issue, context)
-        once(run, context, "card",
-             lambda: run.ports.lark.send_card(context["target_lark_id"], card,
-                                              context["card_uuid"]),
-             "sent", record=lambda message_id: context.update(message_id=message_id),
-             counted=True)
+            card.target_lark_id = open_id
+        content = _card(run.issue, snapshot)
+
+        def keep_message_id(message_id: str) -> None:
+            card.message_id = message_id
+
+        call_at_most_once(
+            run, card, card.card,
+            lambda: run.ports.lark.send_card(card.target_lark_id or "", content,
+                                             card.card_uuid or ""),
+            CallStatus.SENT, on_answer=keep_message_id, counted=True)
+
+
+def _target(snapshot: Snapshot) -> Target:
+    if snapshot.target is None:  # the plan marked it invalid, and execute never sends
+        raise ActionError("the card has no target to send to")
+    return snapshot.target
 
 
 def _invalid_target(user: JiraUser | None) -> str:
-    """Why the target cannot be notified (N§6.2 item 2); empty when it can."""
+    """Why the target cannot be notified; empty when it can."""
     if user is None:
         return "is empty"
     if not user.active:
@@ -122,47 +142,34 @@ def _invalid_target(user: JiraUser | None) -> str:
     return ""
 
 
-def _lark_id(run: ActionRun, context: dict) -> str:
-    """The target's Lark open_id: Core's first, else Lark's lookup by email (N§4)."""
-    email = context["snapshot"]["target"]["email"]
+def _lark_id(run: ActionRun, card: CardState, email: str) -> str:
+    """The target's Lark open_id: Core's first, else Lark's lookup by email."""
     try:
         user = run.ports.core.user(email)
         if user is not None and user.open_id:
             return user.open_id
     except DispatcherError as exc:
-        warn(context, f"Core user lookup failed ({exc.message}); asking Lark")
+        card.warn(f"Core user lookup failed ({exc.message}); asking Lark")
     try:
         open_id = run.ports.lark.open_ids_by_email([email]).get(email, "")
     except DispatcherError as exc:
-        warn(context, f"card: the target's Lark ID could not be resolved ({exc.message})")
+        card.warn(f"card: the target's Lark ID could not be resolved ({exc.message})")
         return ""
     if not open_id:
-        warn(context, "card: Lark knows no user with the target's email")
+        card.warn("card: Lark knows no user with the target's email")
     return open_id
 
 
-def _card(issue: Issue, context: dict) -> dict:
-    snapshot = context["snapshot"]
-    role = ROLE_NAMES[snapshot["role"]]
-    urgency = snapshot["urgency"]
-    lines = [f"**{issue.key}** {issue.summary}", f"Project: {snapshot['project']}",
-             f"Status: {snapshot['status'] or '-'}"]
-    if urgency["field"]:
-        lines.append(f"{urgency['field'].rsplit('.', 1)[-1].capitalize()}: "
-                     f"{urgency['value'] or '-'}")
+def _card(issue: Issue, snapshot: Snapshot) -> dict:
+    urgency = snapshot.urgency
+    lines = [f"**{issue.key}** {issue.summary}", f"Project: {snapshot.project}",
+             f"Status: {snapshot.status or '-'}"]
+    if urgency.field:
+        lines.append(f"{urgency.field.rsplit('.', 1)[-1].capitalize()}: "
+                     f"{urgency.value or '-'}")
     return {
         "config": {"wide_screen_mode": True},
         "header": {"title": {"tag": "plain_text",
-                             "content": f"You are the {role} of {issue.key}"}},
+                             "content": f"You are the {snapshot.role.title} of {issue.key}"}},
         "elements": [{"tag": "div", "text": {"tag": "lark_md", "content": "\n".join(lines)}}],
     }
-
-
-def _comment(context: dict) -> str:
-    """The notification comment: the target, and ``Urgent: no`` — only an accepted page says
-    yes (N§6.2 item 4)."""
-    target = context["snapshot"]["target"]
-    name = target["display_name"] or target["email"]
-    return ("[ticket-manager] Assignment notification sent\n"
-            f"Target: {name} ({target['email']})\n"
-            "Urgent: no")

@@ -1,13 +1,8 @@
-"""What the assignment-notification executors share (N§6, N§8.1): the Rule 1 snapshot they all
-read, urgency classification, the fresh Jira guard and read ACK (N§6.5), and at-most-once
-external steps with ``started``/``finished`` phases (N§8.2). The card, App-urgent and page
+"""What the assignment-notification actions share: where the running action sits in its
+execution, its idempotency key, the issue's urgency by the execution's own rule, the ACK
+statuses of a page, fresh reads of the issue, the comments, the log lines, and external calls
+made at most once (docs/design.md, "Checkpoints and at-most-once"). Card, App-urgent and page
 calls are counted through ``ports.calls`` as soon as their result is saved (``count_call``).
-
-Context written by ``send_assignment_notification`` under ``context["notification"]`` and read
-by the later actions (see ``rule1_context``): ``snapshot`` (``role``, ``label``, ``source``,
-``project``, ``target`` {account_id, email, display_name, active} or null, ``urgency``
-{field, value, urgent}, ``status``), ``target_lark_id``, ``card_phase``, ``card_status``,
-``message_id``.
 """
 
 from __future__ import annotations
@@ -18,68 +13,25 @@ from datetime import datetime
 from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionRun
-from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, URGENCY_FIELDS, ActionType
+from ticket_dispatcher.domain.actions.notification_state import (
+    NotificationState,
+    Target,
+    Urgency,
+)
+from ticket_dispatcher.domain.actions.state import CallPhase, CallRecord, CallStatus
+from ticket_dispatcher.domain.catalog import URGENCY_FIELDS, ActionType
 from ticket_dispatcher.domain.conditions import ConditionError, evaluate
 from ticket_dispatcher.domain.execution import ActionExecution, Execution, RuleExecution
-from ticket_dispatcher.domain.model import Issue, JiraUser
+from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.domain.observations import CALL_RESULTS
 from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown
 
 log = logging.getLogger("ticket_dispatcher.notification")
 
-SEND = ActionType.SEND_ASSIGNMENT_NOTIFICATION.value
-PAGE = ActionType.PAGE_ASSIGNMENT.value
-ROLE_NAMES = {"assignee": "Assignee", "l2_assignee": "L2 Assignee"}
+COMMENT_PREFIX = "[ticket-manager] "
 
 
-def source_of(role: str) -> str:
-    """The reserved trigger source of a role (N§3, catalog)."""
-    return next(r.source for r in NOTIFICATION_ROLES if r.role == role)
-
-
-def role_user(issue: Issue, role: str) -> JiraUser | None:
-    return issue.l2_assignee if role == "l2_assignee" else issue.assignee
-
-
-def target_json(user: JiraUser | None) -> dict | None:
-    if user is None:
-        return None
-    return {"account_id": user.account_id, "email": user.email,
-            "display_name": user.display_name, "active": user.active}
-
-
-def same_target(user: JiraUser | None, snapshot: dict | None) -> bool:
-    """Targets compare by Jira account ID (N§4); both empty is the same (no target)."""
-    if user is None or not user.account_id:
-        return snapshot is None or not snapshot.get("account_id")
-    return snapshot is not None and user.account_id == snapshot.get("account_id")
-
-
-# -- the execution's own rules ------------------------------------------------------------------
-
-
-def urgency_condition(execution: Execution) -> dict | None:
-    """Rule 2's condition: the first rule testing an urgency field with ``in`` (N§5.2, N§5.4)."""
-    for rule in execution.rule_executions:
-        when = rule.when or {}
-        if when.get("field") in URGENCY_FIELDS and when.get("operator") == "in":
-            return when
-    return None
-
-
-def urgency(execution: Execution, issue: Issue, now: datetime) -> dict:
-    """``{field, value, urgent}`` of ``issue`` by the execution's frozen Rule 2; a missing or
-    unknown value is non-urgent (N§1.7)."""
-    when = urgency_condition(execution)
-    if when is None:
-        return {"field": None, "value": None, "urgent": False}
-    field = when["field"]
-    value = issue.severity if field == "issue.custom_fields.severity" else issue.priority
-    try:
-        urgent, _ = evaluate(when, issue, now)
-    except ConditionError:
-        urgent = False
-    return {"field": field, "value": value, "urgent": urgent}
+# -- the running action in its execution ----------------------------------------------------------
 
 
 def find_action(execution: Execution, context: dict) -> tuple[RuleExecution, ActionExecution]:
@@ -91,118 +43,56 @@ def find_action(execution: Execution, context: dict) -> tuple[RuleExecution, Act
     raise LookupError("the running action is not part of its execution")
 
 
-def rule1_context(execution: Execution) -> dict | None:
-    """The ``notification`` context of the execution's ``send_assignment_notification``."""
-    for rule in execution.rule_executions:
-        for action in rule.action_executions:
-            if action.type == SEND:
-                return action.context.get("notification")
-    return None
+def idempotency_key(run: ActionRun) -> str:
+    """The running action's key for a peer that refuses a duplicate: Lark a second card with
+    it, Oncall a second page. Stable across restarts: the execution, the rule, the action."""
+    rule, action = find_action(run.execution, run.context)
+    return f"td-{run.execution.id}-{rule.sequence}-{action.index}"
 
 
-def ack_pending_statuses(rule: RuleExecution, after: int) -> list[str] | None:
-    """The statuses of the next ``page_assignment`` of ``rule`` after action ``after``; None
-    when there is none (then only a read ACK counts)."""
-    for action in rule.action_executions[after + 1:]:
-        if action.type == PAGE:
+def ack_pending_statuses(rule: RuleExecution, index: int, *,
+                         before: bool = False) -> list[str] | None:
+    """The ``ack_pending_statuses`` of the ``page_assignment`` nearest to action ``index`` of
+    ``rule``: the next one after it, or with ``before`` the last one before it. None when
+    there is none: then only the target reading the card is an ACK."""
+    actions = rule.action_executions
+    nearest = reversed(actions[:index]) if before else iter(actions[index + 1:])
+    for action in nearest:
+        if action.type == ActionType.PAGE_ASSIGNMENT:
             return list(action.config.get("ack_pending_statuses") or [])
     return None
 
 
-# -- context bookkeeping ------------------------------------------------------------------------
+# -- the issue ------------------------------------------------------------------------------------
 
 
-def warn(context: dict, text: str) -> None:
-    """A business warning (completed-with-warning, N§8.3); never a token or phone number."""
-    context.setdefault("warnings", []).append(text)
+def urgency_condition(execution: Execution) -> dict | None:
+    """The urgency rule's condition: the first rule testing an urgency field with ``in``
+    (docs/policies.md, "Assignment-notification policies")."""
+    for rule in execution.rule_executions:
+        when = rule.when or {}
+        if when.get("field") in URGENCY_FIELDS and when.get("operator") == "in":
+            return when
+    return None
 
 
-def log_step(run: ActionRun, context: dict, message: str, *, warning: bool = False,
-             **fields: Any) -> None:
-    """One log line per notification step (N§12): card, urgent, page attempt, comments, ACK,
-    invalidation, escalation, with the N§12 context keys. Only account IDs and the reason go
-    out: no email, phone number or message text."""
-    expected = context.get("expected") or context.get("snapshot") or {}  # urgent ones or card
-    target = expected.get("target") or {}
-    role = expected.get("role", "")
-    extra = {"issue_key": run.execution.issue_key, "trigger_id": run.execution.trigger_id,
-             "execution_id": run.execution.id, "policy_id": run.execution.policy_id,
-             "source": source_of(role) if role else "", "role": role,
-             "target_account_id": target.get("account_id", "")}
-    if "attempt" in context:
-        extra["attempt"] = context["attempt"]
-    if "deadline" in context:
-        extra["deadline"] = context["deadline"]
-    extra.update(fields)
-    (log.warning if warning else log.info)(message, extra=extra)
-
-
-def once(run: ActionRun, context: dict, name: str, call: Callable[[], Any], success: str,
-         record: Callable[[Any], None] | None = None,
-         status_of: Callable[[Any], str] | None = None, counted: bool = False) -> None:
-    """Run ``call`` at most once across restarts (N§8.2): ``<name>_phase`` is saved ``started``
-    before it; a ``started`` phase found on entry means the result was lost, so the status is
-    ``unknown`` and nothing is called. On success ``record`` keeps the answer in the context,
-    saved with the status; ``status_of`` names the status from the answer instead of
-    ``success`` (a page answers accepted|failed|unknown). ``OutcomeUnknown`` → ``unknown``;
-    any other ``DispatcherError`` → ``failed``; ``CallAbandoned`` (shutdown) passes through
-    with the phase ``started``. ``counted``: the settled status goes to ``ports.calls``
-    (``count_call``) right after the checkpoint that saved it."""
-    phase, status = f"{name}_phase", f"{name}_status"
-    if context.get(phase) == "finished":
-        return
-    if context.get(phase) == "started":
-        context[status] = "unknown"
-        warn(context, f"{name}: interrupted after it started; not repeated (outcome unknown)")
-        context[phase] = "finished"
-        run.checkpoint()
-        if counted:
-            count_call(run, context, name)
-        log_step(run, context, f"{name.replace('_', ' ')} unknown", warning=True,
-                 reason="interrupted after it started; not repeated")
-        return
-    context[phase] = "started"
-    run.checkpoint()
+def urgency(execution: Execution, issue: Issue, now: datetime) -> Urgency:
+    """The urgency of ``issue`` by the execution's frozen urgency rule; a missing or unknown
+    value is not urgent."""
+    when = urgency_condition(execution)
+    if when is None:
+        return Urgency(None, None, False)
+    field = when["field"]
+    value = issue.severity if field == "issue.custom_fields.severity" else issue.priority
     try:
-        answer = call()
-        if record is not None:
-            record(answer)
-        context[status] = status_of(answer) if status_of is not None else success
-    except OutcomeUnknown as exc:
-        context[status] = "unknown"
-        warn(context, f"{name}: outcome unknown ({exc.message})")
-    except DispatcherError as exc:
-        context[status] = "failed"
-        warn(context, f"{name}: failed ({exc.message})")
-    context[phase] = "finished"
-    run.checkpoint()
-    if counted:
-        count_call(run, context, name)
-    done = context[status]
-    log_step(run, context, f"{name.replace('_', ' ')} {done}",
-             warning=done not in (success, "sent"),
-             reason=context["warnings"][-1] if done != success and context.get("warnings")
-             else "")
+        urgent, _ = evaluate(when, issue, now)
+    except ConditionError:
+        urgent = False
+    return Urgency(field, value, urgent)
 
 
-def count_call(run: ActionRun, context: dict, call: str) -> None:
-    """Tell ``ports.calls`` the saved ``<call>_status`` of a card, urgent or page call as it
-    happens, so an alert need not wait for the workflow's end (docs/operations.md, "Metrics").
-    Called only after the checkpoint that saved the status: a restart finds the phase
-    ``finished`` and counts nothing, and a call whose ``started`` phase is found after a
-    restart counts once, as ``unknown``. A process that dies between that checkpoint and this
-    call loses the count; it never counts twice. Live executions only: a dry run never calls
-    out, and is never counted."""
-    result = CALL_RESULTS.get(context.get(f"{call}_status", ""))
-    if result is None or run.execution.dry_run:
-        return
-    expected = context.get("expected") or context.get("snapshot") or {}
-    attempt = str(context["attempt"]) if call == "page" else ""
-    run.ports.calls.call_settled(call, result, expected.get("role", ""), attempt)
-
-
-def fresh_issue(run: ActionRun, context: dict, purpose: str) -> Issue | None:
-    """A live read of the issue (not the rule snapshot, N§5.3); None with a warning when Jira
+def fresh_issue(run: ActionRun, state: NotificationState, purpose: str) -> Issue | None:
+    """A live read of the issue (not the execution's snapshot); None with a warning when Jira
     cannot answer. The issue loaded for this step counts once: a woken wait's guard need not
     read Jira twice in a row, while a later read in the step (the label post-check) asks."""
     if run.live_issue is not None:
@@ -211,5 +101,130 @@ def fresh_issue(run: ActionRun, context: dict, purpose: str) -> Issue | None:
     try:
         return run.ports.jira.load_issue(run.issue.key)
     except DispatcherError as exc:
-        warn(context, f"{purpose}: the issue could not be read ({exc.message})")
+        state.warn(f"{purpose}: the issue could not be read ({exc.message})")
         return None
+
+
+# -- the comments ---------------------------------------------------------------------------------
+
+
+def notification_comment(target: Target | None, *, attempt: int | None = None) -> str:
+    """The comment of a card (``Urgent: no``) or of an accepted page (``Urgent: yes`` with its
+    attempt): only an accepted page says yes."""
+    lines = ["Assignment notification sent", _target_line(target)]
+    lines += ["Urgent: no"] if attempt is None else ["Urgent: yes", f"Attempt: {attempt}"]
+    return COMMENT_PREFIX + "\n".join(lines)
+
+
+def ack_comment(target: Target | None) -> str:
+    """The ACK comment: the target only, no role, channel or reason."""
+    return COMMENT_PREFIX + "\n".join(["Assignment notification acknowledged",
+                                       _target_line(target)])
+
+
+def _target_line(target: Target | None) -> str:
+    name, email = (target.name, target.email) if target else ("", "")
+    return f"Target: {name} ({email})"
+
+
+def write_comment_at_most_once(run: ActionRun, state: NotificationState, call: CallRecord,
+                               text: str) -> None:
+    """Write ``text`` as an internal Jira comment, at most once (``call``)."""
+    call_at_most_once(run, state, call,
+                      lambda: run.ports.jira.add_internal_comment(run.issue.key, text),
+                      CallStatus.WRITTEN)
+
+
+# -- calls made at most once ----------------------------------------------------------------------
+
+
+def call_at_most_once(run: ActionRun, state: NotificationState, call: CallRecord,
+                      make_call: Callable[[], Any], success: CallStatus, *,
+                      on_answer: Callable[[Any], None] | None = None,
+                      status_of: Callable[[Any], CallStatus] | None = None,
+                      counted: bool = False) -> None:
+    """Make ``make_call`` at most once across restarts.
+
+    ``call.phase`` is saved ``started`` before the call; a ``started`` phase found on entry
+    means the result was lost, so the status is ``unknown`` and nothing is called. On an
+    answer, ``on_answer`` keeps it in the state, saved with the status; ``status_of`` names
+    the status from the answer instead of ``success`` (a page answers accepted, failed or
+    unknown). ``OutcomeUnknown`` is ``unknown``, any other ``DispatcherError`` ``failed``;
+    ``CallAbandoned`` (shutdown) passes through with the phase ``started``. ``counted``: the
+    settled status goes to ``ports.calls`` right after the checkpoint that saved it."""
+    if call.phase is CallPhase.FINISHED:
+        return
+    if call.phase is CallPhase.STARTED:
+        call.status = CallStatus.UNKNOWN
+        state.warn(f"{call.name}: interrupted after it started; not repeated (outcome unknown)")
+        _settle(run, state, call, counted, warning=True,
+                reason="interrupted after it started; not repeated")
+        return
+    call.phase = CallPhase.STARTED
+    state.save(run)
+    call.status = _make(state, call.name, make_call, success, on_answer, status_of)
+    reason = state.warnings[-1] if call.status != success and state.warnings else ""
+    _settle(run, state, call, counted, warning=call.status not in (success, CallStatus.SENT),
+            reason=reason)
+
+
+def _make(state: NotificationState, name: str, make_call: Callable[[], Any],
+          success: CallStatus, on_answer: Callable[[Any], None] | None,
+          status_of: Callable[[Any], CallStatus] | None) -> CallStatus:
+    """The call's status; a failure is a warning, never an error."""
+    try:
+        answer = make_call()
+    except OutcomeUnknown as exc:
+        state.warn(f"{name}: outcome unknown ({exc.message})")
+        return CallStatus.UNKNOWN
+    except DispatcherError as exc:
+        state.warn(f"{name}: failed ({exc.message})")
+        return CallStatus.FAILED
+    if on_answer is not None:
+        on_answer(answer)
+    return status_of(answer) if status_of is not None else success
+
+
+def _settle(run: ActionRun, state: NotificationState, call: CallRecord, counted: bool, *,
+            warning: bool, reason: str) -> None:
+    """Save the settled status (phase ``finished``), count it, and log it."""
+    call.phase = CallPhase.FINISHED
+    state.save(run)
+    if counted:
+        count_call(run, state, call)
+    log_step(run, state, f"{call.name.replace('_', ' ')} {call.status}", warning=warning,
+             reason=reason)
+
+
+def count_call(run: ActionRun, state: NotificationState, call: CallRecord) -> None:
+    """Tell ``ports.calls`` the saved status of a card, urgent or page call as it happens, so
+    an alert need not wait for the workflow's end (docs/operations.md, "Metrics").
+
+    Called only after the checkpoint that saved the status: a restart finds the phase
+    ``finished`` and counts nothing, and a call whose ``started`` phase is found after a
+    restart counts once, as ``unknown``. A process that dies between that checkpoint and this
+    call loses the count; it never counts twice. Live executions only: a dry run never calls
+    out, and is never counted."""
+    result = CALL_RESULTS.get(call.status or "")
+    if result is None or run.execution.dry_run:
+        return
+    role = state.role.value if state.role else ""
+    attempt = state.metric_attempt if call.name == "page" else ""
+    run.ports.calls.call_settled(call.name, result, role, attempt)
+
+
+# -- logs -----------------------------------------------------------------------------------------
+
+
+def log_step(run: ActionRun, state: NotificationState, message: str, *, warning: bool = False,
+             **fields: Any) -> None:
+    """One log line per notification step (card, urgent, page attempt, comments, ACK,
+    invalidation, escalation) with the workflow's keys (docs/operations.md, "Logs"). Only
+    account IDs and the reason go out: no email, phone number or message text."""
+    role, target = state.role, state.target
+    extra = {"issue_key": run.execution.issue_key, "trigger_id": run.execution.trigger_id,
+             "execution_id": run.execution.id, "policy_id": run.execution.policy_id,
+             "source": role.source if role else "", "role": role.value if role else "",
+             "target_account_id": target.account_id if target else "",
+             **state.log_fields(), **fields}
+    (log.warning if warning else log.info)(message, extra=extra)

@@ -1,27 +1,75 @@
-"""The fresh guard of the urgent actions (N§6.3, N§6.4 step 2, N§6.5): invalidation first,
-then ACK, and the ACK comment written exactly once by the action that found the ACK.
+"""The fresh guard of the urgent, page and escalation actions (docs/design.md, "The
+assignment-notification workflow"): invalidation first, then ACK; a verdict ends the workflow,
+and an ACK writes its comment exactly once, by the action that found it.
 
-``expected`` is what an urgent action copied from Rule 1 at plan (``expected_context``):
-``role``, ``project``, ``target``, ``message_id``, ``target_lark_id``.
+``Expected`` is what such an action copied from the card's state at plan
+(``expected_from_card``): the role, project and target to compare, and the card's message.
+``GuardedAction`` is what the three executors share around it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.notification_common import (
+    ack_comment,
     fresh_issue,
     log_step,
-    once,
-    role_user,
-    rule1_context,
-    same_target,
     urgency,
-    warn,
+    write_comment_at_most_once,
 )
+from ticket_dispatcher.domain.actions.notification_state import (
+    Expected,
+    GuardedState,
+    Outcome,
+    card_state_of,
+    same_target,
+)
+from ticket_dispatcher.domain.actions.state import CallStatus
 from ticket_dispatcher.domain.execution import FailureCode
-from ticket_dispatcher.errors import DispatcherError
+from ticket_dispatcher.domain.model import DispatchContext, Issue
+from ticket_dispatcher.errors import DispatcherError, Problem
+
+
+class GuardedAction:
+    """An action the guard runs before: urgent, page, escalation. Its state (``state_type``)
+    is read at the start of ``plan`` and ``execute`` and written back at the end; ``plan``
+    copies what the guard compares from the card's state (``expected_from_card``)."""
+
+    type: ClassVar[str]
+    state_type: ClassVar[type[GuardedState]]
+    # the action's configuration check (notification.py), a staticmethod
+    config_check: ClassVar[Callable[[Any, str], list[Problem]]]
+    with_label: ClassVar[bool] = False  # the escalation puts the role label back
+
+    def validate_config(self, config: Any, path: str) -> list[Problem]:
+        return self.config_check(config, path)
+
+    def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
+                      config: dict) -> dict:
+        return {self.state_type.KEY: self.created(config).dump()}
+
+    def created(self, config: dict) -> GuardedState:
+        """The state at execution creation."""
+        return self.state_type()
+
+    def plan(self, run: ActionRun) -> None:
+        with self.state_type.editing(run) as state:
+            state.expected = expected_from_card(run, with_label=self.with_label)
+            self.plan_state(run, state)
+
+    def plan_state(self, run: ActionRun, state: Any) -> None:
+        """What else the plan saves (nothing by default)."""
+
+    def execute(self, run: ActionRun) -> ActionResult:
+        with self.state_type.editing(run) as state:
+            return self.execute_state(run, state)
+
+    def execute_state(self, run: ActionRun, state: Any) -> ActionResult:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -30,81 +78,86 @@ class Verdict:
     ack: str = ""  # "read" or "status"
 
 
-def expected_context(run: ActionRun) -> dict:
-    """What an urgent action needs from Rule 1's persisted context (N§6.3: "从 Rule 1 已持久化的
-    context 读取 expected target 和 message ID"); a card that was not sent has no message."""
-    rule1 = rule1_context(run.execution)
-    if not rule1 or "snapshot" not in rule1:
+def expected_from_card(run: ActionRun, *, with_label: bool = False) -> Expected:
+    """What the guard compares, read from the card's saved state (never from memory); a card
+    that was not sent has no message. ``with_label``: the role label too (the escalation puts
+    it back)."""
+    card = card_state_of(run.execution)
+    if card is None or card.snapshot is None:
         raise ActionError("no send_assignment_notification context to read the expected "
                           "target from", FailureCode.PLAN_FAILED)
-    snapshot = rule1["snapshot"]
-    sent = rule1.get("card_status") == "sent"
-    return {"role": snapshot["role"], "project": snapshot["project"],
-            "target": snapshot["target"],
-            "message_id": rule1.get("message_id", "") if sent else "",
-            "target_lark_id": rule1.get("target_lark_id", "")}
+    snapshot = card.snapshot
+    sent = card.card.status is CallStatus.SENT
+    return Expected(snapshot.role, snapshot.project, snapshot.target,
+                    card.message_id or "" if sent else "", card.target_lark_id or "",
+                    snapshot.label if with_label else None)
 
 
-def check(run: ActionRun, context: dict, pending_statuses: list[str] | None) -> Verdict:
-    """Invalidated or ACKed now? Unreadable Jira or Lark is a warning and no verdict: the
-    phone channel must not be blocked by a failed read (N§1.10)."""
-    expected = context["expected"]
-    issue = fresh_issue(run, context, "guard")
+def guard_ending(run: ActionRun, state: GuardedState, pending_statuses: list[str] | None, *,
+                 look: bool) -> ActionResult | None:
+    """How the guard ends the workflow, or None to go on.
+
+    A verdict saved by an earlier step (the action resumed after it) ends the workflow again,
+    without asking anyone. Else, with ``look``, the guard looks now: an ACK or an invalidation
+    is saved as the action's ``outcome`` and ``reason`` and ends it. An ACK's comment is
+    written once, by the action that found it."""
+    if not state.ended_workflow and not (look and _record_verdict(run, state,
+                                                                  pending_statuses)):
+        return None
+    if state.outcome is Outcome.ACK:
+        target = state.expected.target if state.expected else None
+        write_comment_at_most_once(run, state, state.ack_comment, ack_comment(target))
+    return ActionResult.terminate()
+
+
+def _record_verdict(run: ActionRun, state: GuardedState,
+                    pending_statuses: list[str] | None) -> bool:
+    """Look; save an ACK or an invalidation (True)."""
+    verdict = look_now(run, state, pending_statuses)
+    if not (verdict.invalidated or verdict.ack):
+        return False
+    state.outcome = Outcome.ACK if verdict.ack else Outcome.INVALIDATED
+    state.reason = verdict.ack or verdict.invalidated
+    state.save(run)
+    log_step(run, state, "assignment acknowledged" if verdict.ack
+             else "assignment notification invalidated", reason=state.reason)
+    return True
+
+
+def look_now(run: ActionRun, state: GuardedState,
+             pending_statuses: list[str] | None) -> Verdict:
+    """Invalidated or ACKed now? ``pending_statuses`` None: only a read of the card is an
+    ACK. Unreadable Jira or Lark is a warning and no verdict: the phone channel must not be
+    blocked by a failed read."""
+    expected = state.expected
+    if expected is None:
+        raise ActionError("the guard has nothing to compare: the action was never planned",
+                          FailureCode.EXECUTE_FAILED)
+    issue = fresh_issue(run, state, "guard")
     if issue is not None:
-        if expected["target"] is None or not same_target(role_user(issue, expected["role"]),
-                                                         expected["target"]):
+        if expected.target is None or not same_target(expected.role.user(issue),
+                                                      expected.target):
             return Verdict(invalidated="target changed")
-        if issue.project_key != expected["project"]:
+        if issue.project_key != expected.project:
             return Verdict(invalidated="project changed")
-        if not urgency(run.execution, issue, run.now)["urgent"]:
+        if not urgency(run.execution, issue, run.now).urgent:
             return Verdict(invalidated="urgency downgraded")
-        # a missing status is no ACK; only leaving the pending statuses is (N§6.5)
+        # a missing status is no ACK; only leaving the pending statuses is
         if pending_statuses is not None and issue.status and \
                 issue.status not in pending_statuses:
             return Verdict(ack="status")
-    if _read_by_target(run, context, expected):
+    if _read_by_target(run, state, expected):
         return Verdict(ack="read")
     return Verdict()
 
 
-def decided(run: ActionRun, context: dict, pending_statuses: list[str] | None) -> bool:
-    """Run the guard; an ACK or an invalidation is saved as the action's ``outcome`` and
-    ``reason`` (True), so a resumed action ends the same way without asking again."""
-    verdict = check(run, context, pending_statuses)
-    if not (verdict.invalidated or verdict.ack):
-        return False
-    context["outcome"] = "ack" if verdict.ack else "invalidated"
-    context["reason"] = verdict.ack or verdict.invalidated
-    run.checkpoint()
-    log_step(run, context, "assignment acknowledged" if verdict.ack
-             else "assignment notification invalidated", reason=context["reason"])
-    return True
-
-
-def end_workflow(run: ActionRun, context: dict) -> ActionResult:
-    """An ACK or an invalidation ends the workflow; an ACK first writes its comment once."""
-    if context["outcome"] == "ack":
-        write_ack_comment(run, context)
-    return ActionResult.terminate()
-
-
-def _read_by_target(run: ActionRun, context: dict, expected: dict) -> bool:
-    """Only the expected target reading this card counts (N§6.5)."""
-    if not expected["message_id"] or not expected["target_lark_id"]:
+def _read_by_target(run: ActionRun, state: GuardedState, expected: Expected) -> bool:
+    """Only the expected target reading this very card counts."""
+    if not expected.message_id or not expected.target_lark_id:
         return False
     try:
-        readers = run.ports.lark.read_user_ids(expected["message_id"])
+        readers = run.ports.lark.read_user_ids(expected.message_id)
     except DispatcherError as exc:
-        warn(context, f"guard: the card's read users could not be read ({exc.message})")
+        state.warn(f"guard: the card's read users could not be read ({exc.message})")
         return False
-    return expected["target_lark_id"] in readers
-
-
-def write_ack_comment(run: ActionRun, context: dict) -> None:
-    """The ACK comment, once (N§6.5): target only, no role, channel or detection reason."""
-    target = context["expected"]["target"] or {}
-    name = target.get("display_name") or target.get("email", "")
-    text = ("[ticket-manager] Assignment notification acknowledged\n"
-            f"Target: {name} ({target.get('email', '')})")
-    once(run, context, "ack_comment",
-         lambda: run.ports.jira.add_internal_comment(run.issue.key, text), "written")
+    return expected.target_lark_id in readers

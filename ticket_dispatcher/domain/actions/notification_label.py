@@ -1,120 +1,127 @@
-"""The guarded consume of the role label (N§6.2 "Label 消费"), one phase at a time.
+"""The role label: the card's guarded consume of it, and putting it back with a wake-up trigger
+(docs/design.md, "The assignment-notification workflow").
 
-``label_phase``: ``pending`` → ``remove_started`` → ``removed`` → (``restored``), or ``kept``
-when the target changed before the delete; ``label_check`` says what the guards saw.
-Removing or adding a label is idempotent, so a restart redoes the phase it finds (N§8.2:
-"Label remove 后未完成 post-check → 重做"). A reserved-source wake-up is ensured only when
-the post-delete read saw the target or the urgency class differ from the plan snapshot: a
-pending or processing duplicate trigger is no evidence of a new event (N§6.2 item 3).
-``trigger_phase``: ``required`` → ``ensured|failed``.
+The consume runs one phase at a time (``LabelPhase``): ``pending`` → ``remove_started`` →
+``removed`` → (``restored``), or ``kept`` when the target changed before the delete;
+``label_check`` says what the guards saw. Removing or adding a label is idempotent, so a restart
+redoes the phase it finds: a delete that may have happened is checked again, a post-check that
+was not saved is made again. A wake-up is ensured only when the read right after the delete saw
+the target or the urgency class differ from the card's snapshot: a pending or processing
+duplicate trigger is no evidence of a new event.
 """
 
 from __future__ import annotations
 
 from ticket_dispatcher.domain.actions.base import ActionRun
-from ticket_dispatcher.domain.actions.notification_common import (
-    fresh_issue,
-    role_user,
+from ticket_dispatcher.domain.actions.notification_common import fresh_issue, urgency
+from ticket_dispatcher.domain.actions.notification_state import (
+    CardState,
+    EscalationState,
+    LabelPhase,
+    Role,
+    Snapshot,
+    Wakeup,
     same_target,
-    source_of,
-    urgency,
-    warn,
 )
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown
 
 
-def consume_label(run: ActionRun, context: dict) -> bool:
+def consume_label(run: ActionRun, card: CardState) -> bool:
     """Consume the label under its guard; True when the workflow is stale (the target or the
-    urgency changed) and must terminate."""
-    phase = context.get("label_phase", "pending")
-    if phase in ("pending", "remove_started"):
-        stale = _remove(run, context)
+    urgency changed) and must end."""
+    phase = card.label_phase or LabelPhase.PENDING
+    if phase in (LabelPhase.PENDING, LabelPhase.REMOVE_STARTED):
+        stale = _remove(run, card)
         if stale is not None:
             return stale
-        phase = context["label_phase"]
-    if phase == "removed":
-        if "after_delete" in context.get("label_check", {}):
+        phase = card.label_phase
+    if phase is LabelPhase.REMOVED:
+        if "after_delete" in (card.label_check or {}):
             return False  # consumed and checked: nothing changed
-        return _post_check(run, context)
-    if phase == "restored":
-        _ensure_trigger(run, context)
+        return _post_check(run, card)
+    if phase is LabelPhase.RESTORED:
+        snapshot = card.planned_snapshot
+        restore_label_and_wake(run, card, snapshot.role, snapshot.label)
         return True
-    return phase == "kept"
+    return phase is LabelPhase.KEPT
 
 
-def _remove(run: ActionRun, context: dict) -> bool | None:
+def restore_label_and_wake(run: ActionRun, state: CardState | EscalationState, role: Role,
+                           label: str) -> None:
+    """Put ``label`` back on the issue, then ensure a trigger of the role's reserved source,
+    so the workflow the change calls for runs: the new target's, or the leader's after an
+    escalation. The label goes back first: a reserved trigger that meets a live workflow of
+    the family is deferred only while the label is on the issue.
+
+    ``state.wakeup`` says how far it got; each step is saved. Both calls are idempotent, so a
+    restart redoes the step it finds; a failure of either is a warning, and a trigger that
+    could not be ensured ends ``failed``."""
+    if state.wakeup is Wakeup.REQUIRED:
+        try:
+            run.ports.jira.edit_labels(run.issue.key, add=[label])
+        except DispatcherError as exc:  # the wake-up below still re-reads the latest state
+            state.warn(f"label {label} could not be restored ({exc.message})")
+        state.wakeup = Wakeup.LABEL_RESTORED
+        state.save(run)
+    if state.wakeup is Wakeup.LABEL_RESTORED:
+        try:
+            run.ports.triggers.ensure_reserved_trigger(role.source, run.issue.key, run.now)
+            state.wakeup = Wakeup.ENSURED
+        except DispatcherError as exc:
+            state.wakeup = Wakeup.FAILED
+            state.warn(f"the {role.source} wake-up could not be ensured ({exc.message})")
+        state.save(run)
+
+
+def _remove(run: ActionRun, card: CardState) -> bool | None:
     """Pre-check and delete. None when the delete happened (go on to the post-check), else
-    whether to terminate."""
-    snapshot, label = context["snapshot"], context["snapshot"]["label"]
-    issue = fresh_issue(run, context, "label consume")
+    whether to end the workflow."""
+    snapshot = card.planned_snapshot
+    label = snapshot.label
+    issue = fresh_issue(run, card, "label consume")
     if issue is None:  # cannot guard: keep the marker rather than delete a newer one
-        warn(context, f"label {label} not consumed")
+        card.warn(f"label {label} not consumed")
         return False
-    if not same_target(role_user(issue, snapshot["role"]), snapshot["target"]):
-        context["label_phase"] = "kept"  # it belongs to the new target's notification
-        context["label_check"] = {"before_delete": "target changed"}
+    if not same_target(snapshot.role.user(issue), snapshot.target):
+        card.label_phase = LabelPhase.KEPT  # it belongs to the new target's notification
+        card.label_check = {"before_delete": "target changed"}
         return True
     if label in issue.labels:
-        context["label_phase"] = "remove_started"
-        run.checkpoint()
+        card.label_phase = LabelPhase.REMOVE_STARTED
+        card.save(run)
         try:
             run.ports.jira.edit_labels(run.issue.key, remove=[label])
         except OutcomeUnknown as exc:  # the post-check reads what Jira now has
-            warn(context, f"label {label} removal outcome unknown ({exc.message})")
+            card.warn(f"label {label} removal outcome unknown ({exc.message})")
         except DispatcherError as exc:
-            context["label_phase"] = "pending"
-            warn(context, f"label {label} not consumed ({exc.message})")
+            card.label_phase = LabelPhase.PENDING
+            card.warn(f"label {label} not consumed ({exc.message})")
             return False
-    context["label_phase"] = "removed"
-    run.checkpoint()
+    card.label_phase = LabelPhase.REMOVED
+    card.save(run)
     return None
 
 
-def _post_check(run: ActionRun, context: dict) -> bool:
-    snapshot = context["snapshot"]
-    issue = fresh_issue(run, context, "label post-check")
+def _post_check(run: ActionRun, card: CardState) -> bool:
+    snapshot = card.planned_snapshot
+    issue = fresh_issue(run, card, "label post-check")
     if issue is None:
         return False
     changes = _changes(run, snapshot, issue)
-    context["label_check"] = {"after_delete": ", ".join(changes) or "unchanged"}
+    card.label_check = {"after_delete": ", ".join(changes) or "unchanged"}
     if not changes:
-        run.checkpoint()
+        card.save(run)
         return False
-    _restore(run, context)
-    _ensure_trigger(run, context)
+    card.label_phase, card.wakeup = LabelPhase.RESTORED, Wakeup.REQUIRED
+    restore_label_and_wake(run, card, snapshot.role, snapshot.label)
     return True
 
 
-def _changes(run: ActionRun, snapshot: dict, issue: Issue) -> list[str]:
+def _changes(run: ActionRun, snapshot: Snapshot, issue: Issue) -> list[str]:
     changes = []
-    if not same_target(role_user(issue, snapshot["role"]), snapshot["target"]):
+    if not same_target(snapshot.role.user(issue), snapshot.target):
         changes.append("target changed")
-    now_urgent = urgency(run.execution, issue, run.now)["urgent"]
-    if now_urgent != snapshot["urgency"]["urgent"]:
+    if urgency(run.execution, issue, run.now).urgent != snapshot.urgency.urgent:
         changes.append("urgency changed")
     return changes
-
-
-def _restore(run: ActionRun, context: dict) -> None:
-    label = context["snapshot"]["label"]
-    try:
-        run.ports.jira.edit_labels(run.issue.key, add=[label])
-    except DispatcherError as exc:  # the wake-up below still re-reads the latest state
-        warn(context, f"label {label} could not be restored ({exc.message})")
-    context["label_phase"] = "restored"
-    context["trigger_phase"] = "required"
-    run.checkpoint()
-
-
-def _ensure_trigger(run: ActionRun, context: dict) -> None:
-    if context.get("trigger_phase") != "required":
-        return
-    source = source_of(context["snapshot"]["role"])
-    try:
-        run.ports.triggers.ensure_reserved_trigger(source, run.issue.key, run.now)
-        context["trigger_phase"] = "ensured"
-    except DispatcherError as exc:
-        context["trigger_phase"] = "failed"
-        warn(context, f"the {source} wake-up could not be ensured ({exc.message})")
-    run.checkpoint()

@@ -1,146 +1,135 @@
-"""``page_assignment`` (SPEC §8.2, N§6.4, N§6.5): one Oncall phone page plus one ACK wait.
+"""``page_assignment``: one Oncall phone page and one ACK wait (docs/design.md, "The
+assignment-notification workflow").
 
-Three attempts are three actions of the policy; each one pages at most once, so there is never
-a fourth page. ``plan`` copies the expected target and this card's message ID from Rule 1's
-context. ``execute`` is re-entered after every park (SPEC §3) and after a restart, and
-consults its own phases in order:
+Three attempts are three actions of the policy; each pages at most once, so there is never a
+fourth page. ``plan`` copies the expected target and the card's message from the card's state.
+``execute`` is entered again after every park and after a restart, and goes by its own phases:
 
-1. no ``page_phase`` yet: the fresh guard (N§6.4 steps 2–3); an ACK or an invalidation
-   terminates without a page (the ACK comment once, by this action);
-2. ``deadline`` (now + ``ack_timeout``, absolute) is saved with ``page_phase=started`` before
-   the Oncall call and never recomputed (N§8.2); the page (``page_status``
-   accepted|failed|unknown, ``call_id``, ``call_error``) runs at most once — a ``started``
+1. no ``page_phase`` yet: the fresh guard; an ACK or an invalidation ends the workflow
+   without a page (the ACK comment once, by this action);
+2. the ``deadline`` (now + ``ack_timeout``, absolute) is saved with ``page_phase`` ``started``
+   before the Oncall call and never computed again; the page (``page_status``
+   accepted|failed|unknown, ``call_id``, ``call_error``) runs at most once: a ``started``
    phase found after a restart is ``unknown`` and not repeated;
-3. an accepted page writes its own ``Urgent: yes`` comment with the attempt number
-   (``notification_comment_phase/status``, at most once, a failure only warns);
-4. the wait: parked until ``min(next poll, deadline)``; each poll re-runs the guard (ACK →
-   ACK comment once → terminate; invalidated → terminate); the deadline passed without an ACK
-   → continue to the next attempt or the escalation.
+3. an accepted page writes its own ``Urgent: yes`` comment with the attempt number (at most
+   once; a failure only warns);
+4. the wait: parked until ``min(next poll, deadline)``; each poll runs the guard again (an
+   ACK or an invalidation ends the workflow); the deadline passed without an ACK: on to the
+   next attempt or the escalation (``outcome`` ``timeout``).
 
-Every page outcome — no phone number, another ``call_error``, a timeout — uses up the attempt
-and still waits (N§6.4). ``outcome`` is ack|invalidated|timeout once decided, ``polls`` counts
-the guard's looks during the wait.
+Every page result (no phone number, another ``call_error``, a timeout) uses up the attempt and
+still waits. ``polls`` counts the guard's looks during the wait.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
-from ticket_dispatcher.domain.actions.base import ActionResult, ActionRun
+from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.notification import validate_page_config
 from ticket_dispatcher.domain.actions.notification_common import (
-    ROLE_NAMES,
-    find_action,
+    call_at_most_once,
+    idempotency_key,
     log_step,
-    once,
-    warn,
+    notification_comment,
+    write_comment_at_most_once,
 )
-from ticket_dispatcher.domain.actions.notification_guard import (
-    decided,
-    end_workflow,
-    expected_context,
-)
+from ticket_dispatcher.domain.actions.notification_guard import GuardedAction, guard_ending
+from ticket_dispatcher.domain.actions.notification_state import Outcome, PageState
+from ticket_dispatcher.domain.actions.state import CallPhase, CallStatus
 from ticket_dispatcher.domain.catalog import ActionType
-from ticket_dispatcher.domain.model import DispatchContext, Issue
+from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.ports import PageOutcome, PageResult
-from ticket_dispatcher.errors import Problem
-from ticket_dispatcher.timeutil import format_time, parse_duration, parse_rfc3339
+from ticket_dispatcher.timeutil import parse_duration
 
 NO_PHONE = "no_phone_number"
 
 
-class PageAssignment:
+class PageAssignment(GuardedAction):
     type = ActionType.PAGE_ASSIGNMENT.value
+    state_type = PageState
+    config_check = staticmethod(validate_page_config)
 
-    def validate_config(self, config: Any, path: str) -> list[Problem]:
-        return validate_page_config(config, path)
+    def created(self, config: dict) -> PageState:
+        return PageState(attempt=config.get("attempt"))
 
-    def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
-                      config: dict) -> dict:
-        return {"page": {"attempt": config.get("attempt")}}
+    def plan_state(self, run: ActionRun, page: PageState) -> None:
+        page.attempt = run.config["attempt"]
 
-    def plan(self, run: ActionRun) -> None:
-        context = run.context.setdefault("page", {})
-        context["attempt"] = run.config["attempt"]
-        context["expected"] = expected_context(run)
-
-    def execute(self, run: ActionRun) -> ActionResult:
-        context = run.context["page"]
-        if context.get("outcome") in ("ack", "invalidated"):
-            return end_workflow(run, context)  # resumed after the verdict was saved
-        if context.get("outcome") == "timeout":
+    def execute_state(self, run: ActionRun, page: PageState) -> ActionResult:
+        statuses = list(run.config["ack_pending_statuses"])
+        ending = guard_ending(run, page, statuses, look=page.page.phase is None)
+        if ending is not None:
+            return ending
+        if page.outcome is Outcome.TIMEOUT:
             return ActionResult.proceed()
-        if "page_phase" not in context:  # N§6.4 steps 2–3: no page once ACKed or invalidated
-            if decided(run, context, list(run.config["ack_pending_statuses"])):
-                return end_workflow(run, context)
-            context["deadline"] = format_time(run.now + _seconds(run, "ack_timeout"))
-        paging = context.get("page_phase") != "finished"
+        if page.page.phase is None:  # the guard let it through: this attempt's deadline
+            page.deadline = _as_stored(run.now + _seconds(run, "ack_timeout"))
+        paging = page.page.phase is not CallPhase.FINISHED
         if paging:
-            self._page(run, context)
-        if context.get("page_status") == "accepted":
-            once(run, context, "notification_comment",
-                 lambda: run.ports.jira.add_internal_comment(run.issue.key,
-                                                             _comment(context)), "written")
-        if paging and run.now < _deadline(context):
-            return self._park(run, context)  # the first look is one poll after the page
-        return self._poll(run, context)
+            self._page(run, page)
+        if page.page.status is CallStatus.ACCEPTED:
+            target = page.expected.target if page.expected else None
+            write_comment_at_most_once(run, page, page.comment,
+                                       notification_comment(target, attempt=page.attempt))
+        if paging and run.now < _deadline(page):
+            return self._park(run, page)  # the first look is one poll after the page
+        return self._poll(run, page, statuses)
 
     # -- steps ----------------------------------------------------------------------------------
 
-    def _page(self, run: ActionRun, context: dict) -> None:
-        """The Oncall call at most once; ``once`` saves ``started`` (with the deadline already
-        in the context) before it, so a restart never pages this attempt again (N§8.2)."""
-        target = context["expected"]["target"] or {}
-        rule, action = find_action(run.execution, run.context)
-        dedup_key = f"td-{run.execution.id}-{rule.sequence}-{action.index}"
-        role = ROLE_NAMES[context["expected"]["role"]]
+    def _page(self, run: ActionRun, page: PageState) -> None:
+        """The Oncall call, at most once: ``started`` is saved (with the deadline already in
+        the state) before it, so a restart never pages this attempt again."""
+        expected = page.expected
+        target = expected.target if expected else None
+        role = expected.role.title if expected else ""
         title = f"Urgent {run.issue.key}: you are the {role}"
-        message = f"{run.issue.key} {run.issue.summary} (attempt {context['attempt']})"
+        message = f"{run.issue.key} {run.issue.summary} (attempt {page.attempt})"
+        dedup_key = idempotency_key(run)
 
-        def record(result: PageResult) -> None:
-            context.update(call_id=result.call_id, call_error=result.call_error)
+        def keep_result(result: PageResult) -> None:
+            page.call_id, page.call_error = result.call_id, result.call_error
             if result.outcome is not PageOutcome.ACCEPTED:
                 what = "no phone number" if result.call_error == NO_PHONE else (
                     result.call_error or result.outcome.value)
-                warn(context, f"page attempt {context['attempt']}: not accepted ({what})")
+                page.warn(f"page attempt {page.attempt}: not accepted ({what})")
 
-        once(run, context, "page",
-             lambda: run.ports.oncall.page(target.get("email", ""), title, message,
-                                           run.issue.key, dedup_key),
-             PageOutcome.ACCEPTED.value, record=record,
-             status_of=lambda result: result.outcome.value, counted=True)
+        call_at_most_once(
+            run, page, page.page,
+            lambda: run.ports.oncall.page(target.email if target else "", title, message,
+                                          run.issue.key, dedup_key),
+            CallStatus.ACCEPTED, on_answer=keep_result,
+            status_of=lambda result: CallStatus(result.outcome.value), counted=True)
 
-    def _poll(self, run: ActionRun, context: dict) -> ActionResult:
-        """One look of the ACK wait (N§6.4 step 8), against the saved absolute deadline."""
-        context["polls"] = context.get("polls", 0) + 1
-        if decided(run, context, list(run.config["ack_pending_statuses"])):
-            return end_workflow(run, context)
-        if run.now >= _deadline(context):
-            context["outcome"] = "timeout"
-            log_step(run, context, "ACK wait timed out", warning=True, reason="timeout")
+    def _poll(self, run: ActionRun, page: PageState, statuses: list[str]) -> ActionResult:
+        """One look of the ACK wait, against the saved absolute deadline."""
+        page.polls = (page.polls or 0) + 1
+        ending = guard_ending(run, page, statuses, look=True)
+        if ending is not None:
+            return ending
+        if run.now >= _deadline(page):
+            page.outcome = Outcome.TIMEOUT
+            log_step(run, page, "ACK wait timed out", warning=True, reason="timeout")
             return ActionResult.proceed()
-        return self._park(run, context)
+        return self._park(run, page)
 
-    def _park(self, run: ActionRun, context: dict) -> ActionResult:
+    def _park(self, run: ActionRun, page: PageState) -> ActionResult:
         return ActionResult.park(min(run.now + _seconds(run, "poll_interval"),
-                                     _deadline(context)))
+                                     _deadline(page)))
 
 
 def _seconds(run: ActionRun, key: str) -> timedelta:
     return parse_duration(run.config[key])
 
 
-def _deadline(context: dict) -> datetime:
-    return parse_rfc3339(context["deadline"])
+def _as_stored(time: datetime) -> datetime:
+    """``time`` to the millisecond, as it is stored: the wait keeps the deadline it saved."""
+    return time.replace(microsecond=time.microsecond // 1000 * 1000)
 
 
-def _comment(context: dict) -> str:
-    """This attempt's own notification comment (N§6.4 step 6): only an accepted page says
-    ``Urgent: yes``."""
-    target = context["expected"]["target"] or {}
-    name = target.get("display_name") or target.get("email", "")
-    return ("[ticket-manager] Assignment notification sent\n"
-            f"Target: {name} ({target.get('email', '')})\n"
-            "Urgent: yes\n"
-            f"Attempt: {context['attempt']}")
+def _deadline(page: PageState) -> datetime:
+    if page.deadline is None:
+        raise ActionError("the page has no deadline: it never started",
+                          FailureCode.EXECUTE_FAILED)
+    return page.deadline

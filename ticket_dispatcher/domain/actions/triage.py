@@ -1,4 +1,5 @@
-"""``triage``: bring the issue's triage fields to the configured values (SPEC §8.3).
+"""``triage``: bring the issue's triage fields to the configured values (docs/policies.md,
+"triage").
 
 ``plan`` computes only the real changes against the snapshot into ``context.triage.changes``
 (nothing to change → ``skipped_reason``); ``execute`` hands them to the Jira writer as one
@@ -8,13 +9,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
+from ticket_dispatcher.domain.actions.base import (
+    ActionError,
+    ActionResult,
+    ActionRun,
+    config_problems,
+)
+from ticket_dispatcher.domain.actions.state import ActionState
 from ticket_dispatcher.domain.catalog import LABEL
 from ticket_dispatcher.domain.checks import (
     Problems,
-    check_config_object,
     check_keys,
     check_names,
     check_object,
@@ -30,22 +37,33 @@ from ticket_dispatcher.errors import DispatcherError, Problem
 _KEYS = ("priority", "components", "labels_add", "labels_remove", "fields")
 
 
+@dataclass
+class TriageState(ActionState):
+    """What ``triage`` keeps: the fields before, the planned changes, and whether they were
+    applied."""
+
+    KEY = "triage"
+
+    before: dict | None = None  # priority, components and labels at creation
+    # what will change: priority and components {from, to}, labels {add, remove}, raw fields
+    changes: dict | None = None
+    skipped_reason: str | None = None  # why nothing changes; "" when something does
+    applied: bool | None = None
+
+
 class TriageExecutor:
     type = "triage"
 
     def validate_config(self, config: Any, path: str) -> list[Problem]:
-        """SPEC §4.4: at least one of the keys; a label is not both added and removed."""
-        problems = Problems()
-        if check_config_object(config, path, problems):
-            _check_triage(config, path, problems)
-        return problems
+        """At least one of the keys; a label is not both added and removed."""
+        return config_problems(config, path, _check_triage)
 
     def build_context(self, issue: Issue, dispatch_context: DispatchContext | None,
                       config: dict) -> dict:
-        return {"triage": {"before": {"priority": issue.priority,
-                                      "components": list(issue.components),
-                                      "labels": list(issue.labels)},
-                           "changes": {}, "skipped_reason": ""}}
+        before = {"priority": issue.priority, "components": list(issue.components),
+                  "labels": list(issue.labels)}
+        return {TriageState.KEY: TriageState(before=before, changes={},
+                                             skipped_reason="").dump()}
 
     def plan(self, run: ActionRun) -> None:
         issue, config = run.issue, run.config
@@ -61,20 +79,20 @@ class TriageExecutor:
             changes["labels"] = {"add": add, "remove": remove}
         if config.get("fields"):  # raw Jira values: the snapshot cannot compare them
             changes["fields"] = dict(config["fields"])
-        context = run.context.setdefault("triage", {})
-        context["changes"] = changes
-        context["skipped_reason"] = "" if changes else "the issue already has these values"
+        with TriageState.editing(run) as state:
+            state.changes = changes
+            state.skipped_reason = "" if changes else "the issue already has these values"
 
     def execute(self, run: ActionRun) -> ActionResult:
-        changes = run.context["triage"]["changes"]
-        if not changes:
+        with TriageState.editing(run) as state:
+            if not state.changes:
+                return ActionResult.proceed()
+            try:
+                run.ports.jira.apply_triage(run.issue.key, _triage_change(state.changes))
+            except DispatcherError as exc:
+                raise ActionError(f"Jira refused the triage edit: {exc.message}") from None
+            state.applied = True
             return ActionResult.proceed()
-        try:
-            run.ports.jira.apply_triage(run.issue.key, _triage_change(changes))
-        except DispatcherError as exc:
-            raise ActionError(f"Jira refused the triage edit: {exc.message}") from None
-        run.context["triage"]["applied"] = True
-        return ActionResult.proceed()
 
 
 def _check_triage(config: dict, path: str, problems: Problems) -> None:
