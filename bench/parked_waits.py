@@ -1,7 +1,8 @@
-"""Parked ACK waits: what 1,000 executions waiting in ``page_assignment`` cost (issue 10).
+"""Parked ACK waits: what 1,000 executions waiting in ``page_assignment`` cost.
 
-SPEC §3 says a parked execution holds no slot and a scheduler timer wakes it at ``wake_at``;
-§8.2 and N§6.4 make every urgent notification such a wait, polled every ``poll_interval``.
+A parked execution holds no slot and a scheduler timer wakes it at ``wake_at`` (docs/design.md,
+"The life of an execution"); every page of an urgent notification is such a wait, polled every
+``poll_interval``.
 This bench parks ``--executions`` of them at once and prints, idle next to loaded:
 
 - the latency of ordinary assign dispatches fired at a steady ``--rate`` for ``--duration``

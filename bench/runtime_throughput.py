@@ -59,7 +59,8 @@ def run(url: str, slots: int, triggers: int) -> float:
                                       [{"type": "bench_noop", "bench_noop": {}}]),))
     policy = store.policies.create(spec, now=clock.now())
     store.policies.activate(policy.id, now=clock.now())
-    ports = Ports(jira=MemoryJira(), engineers=store.engineers)
+    ports = Ports(jira=MemoryJira(), engineers=store.engineers, triggers=store.triggers,
+                  contexts=store.contexts)
     runtime = Runtime(config, store, clock, ports=ports, registry=registry)
     runtime.start()
     started = time.perf_counter()

@@ -1,8 +1,8 @@
 """Fixtures shared by the whole suite: a migrated store on each engine, a query counter, and the
 notification peers of the real-process tests.
 
-PostgreSQL runs only when TICKET_DISPATCHER_TEST_DATABASE_URL is set (SPEC §14). Each test gets
-a fresh schema of its own (tests/databases.py, which the benches share).
+PostgreSQL runs only when TICKET_DISPATCHER_TEST_DATABASE_URL is set. Each test gets a fresh
+schema of its own (tests/databases.py, which the benches share).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Test data built in one place (STYLE: factories)."""
+"""Test data built in one place: tests build their objects here, not inline."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """Plain fakes: the ports of domain/ports.py in memory (``FakeJira``, ``FakeDirectory``,
-``FakeOnCall``; tests/domain/test_ports.py checks them against their Protocols), test-only
-actions and an in-memory checkpoint store."""
+``FakeOnCall``; tests/domain/test_ports.py checks them against their Protocols), the store's
+ports refusing every call (``bare_ports``, for a test without a store), test-only actions and
+an in-memory checkpoint store."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,12 +14,14 @@ from typing import Any
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.notification import NOTIFICATION_CONFIG_CHECKS
 from ticket_dispatcher.domain.execution import Execution, FailureCode, RuleExecution
-from ticket_dispatcher.domain.model import DispatchContext, Issue, JiraUser
+from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.domain.ports import (
     DirectoryUser,
     GroupMember,
+    NotConfigured,
     PageOutcome,
     PageResult,
+    Ports,
     Responder,
     TriageChange,
 )
@@ -397,3 +400,51 @@ class FakeCalls:
         self.counted.append((call, result, role, attempt))
         if self._seen is not None:
             self.witnessed.append(self._seen())
+
+
+# -- the store's ports, for a test without a store ---------------------------------------------
+# The runtime always passes the store's repositories; a Behavior or an action run built bare in
+# a test gets these instead, and any call it makes is refused like a missing integration's.
+
+
+class NotConfiguredEngineers(NotConfigured):
+    service = "engineers"
+
+    def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]:
+        raise self._refused("enabled_by_email")
+
+    def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
+        raise self._refused("set_jira_account_id")
+
+    def update_dispatch_state(self, email: str, *, dispatched_at: datetime, issue_key: str,
+                              now: datetime) -> bool:
+        raise self._refused("update_dispatch_state")
+
+
+class NotConfiguredTriggers(NotConfigured):
+    """No trigger outbox: the action records the wake-up as failed, with a warning."""
+
+    service = "triggers"
+
+    def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
+        raise self._refused("ensure_reserved_trigger")
+
+
+class NotConfiguredNotificationState(NotConfigured):
+    """No context store: an escalation cannot persist its intent, so it writes nothing."""
+
+    service = "contexts"
+
+    def find(self, issue_key: str) -> DispatchContext | None:
+        raise self._refused("find")
+
+    def update_notification_slot(self, issue_key: str, role: str,
+                                 mutate: Callable[[dict | None], dict | None],
+                                 now: datetime) -> DispatchContext:
+        raise self._refused("update_notification_slot")
+
+
+def bare_ports(**ports: Any) -> Ports:
+    """``Ports`` for a test without a store: the store's ports not given refuse every call."""
+    return Ports(**{"engineers": NotConfiguredEngineers(), "triggers": NotConfiguredTriggers(),
+                    "contexts": NotConfiguredNotificationState(), **ports})

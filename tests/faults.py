@@ -1,10 +1,10 @@
-"""A crash hook for the actor harness (SPEC §14, N§13.7): the process "dies" once, right before
-or right after a named checkpoint, and stays dead until the test restarts it.
+"""A crash hook for the actor harness: the process "dies" once, right before or right after a
+named checkpoint, and stays dead until the test restarts it.
 
 A checkpoint is either an execution save (the behavior's ``Checkpoints.save``, where every
-action phase is persisted, N§8.2), an external call made through a port (``"jira.assign"``,
+action phase is persisted), an external call made through a port (``"jira.assign"``,
 ``"triggers.ensure_reserved_trigger"``, ...), or a write of a notification role slot
-(``"slot"``: the escalation intent and marker of N§7.2, judged by the slot being stored).
+(``"slot"``: the escalation intent and marker, judged by the slot being stored).
 
 * before: the exception is raised before the write or call, so nothing of it happened. A slot
   write dies inside its transaction, which rolls back.
@@ -15,7 +15,7 @@ Dying sets the runtime's ``stopping`` flag and makes every later execution save 
 crashed ExecutionActor treats the exception as a shutdown (it neither reports a crash nor is
 restarted in-process by the supervisor), no execution step starts or persists anything more, and
 the test stops the runtime and boots a new one on the same database — a real process restart
-with boot recovery (M§11). Port calls are not refused while dead: only a trigger actor already in
+with boot recovery. Port calls are not refused while dead: only a trigger actor already in
 flight could make one, and what it does is what it would have done just before the crash.
 """
 

@@ -1,13 +1,13 @@
-"""The actor harness (SPEC §14): the real actor system on a fresh database, driven by a test.
+"""The actor harness: the real actor system on a fresh database, driven by a test.
 
 Time moves only by ``advance``; settling is the explicit, bounded ``wait_idle``. Nothing sleeps.
 """
 
 from __future__ import annotations
 
+from tests.clocks import ManualClock
 from tests.fakes import FakeDirectory, FakeJira, FakeOnCall, issue
 from ticket_dispatcher.actors.runtime import Runtime
-from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.catalog import OnSuccess
@@ -31,7 +31,7 @@ class Harness:
         for action in actions:
             self.registry.register(action)
         # The same database, judged by the same actions the runtime runs: the store validates
-        # every activation (SPEC §6), so the test-only actions must be known to it.
+        # every activation, so the test-only actions must be known to it.
         self.store = Store(store.db, self.registry)
         environ = {"TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots)}
         environ.update({f"TICKET_DISPATCHER_{k.upper()}": v for k, v in config.items()})
@@ -42,15 +42,16 @@ class Harness:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> Harness:
-        self.runtime = Runtime(self.config, self.store, self.clock,
-                               ports=Ports(jira=self.jira, core=self.directory,
-                                           oncall=self.oncall,
-                                           engineers=self.store.engineers,
-                                           triggers=self.store.triggers,
-                                           contexts=self.store.contexts),
+        self.runtime = Runtime(self.config, self.store, self.clock, ports=self.ports(),
                                registry=self.registry, metrics=self.metrics)
         self.runtime.start()
         return self
+
+    def ports(self) -> Ports:
+        """The fakes for Jira, Core and Oncall, and the store's repositories."""
+        return Ports(jira=self.jira, core=self.directory, oncall=self.oncall,
+                     engineers=self.store.engineers, triggers=self.store.triggers,
+                     contexts=self.store.contexts)
 
     def stop(self) -> None:
         if self.runtime is not None:

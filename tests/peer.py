@@ -1,11 +1,11 @@
-"""An independent fake of the Jira Cloud REST API (SPEC §11), served over real HTTP.
+"""An independent fake of the Jira Cloud REST API, served over real HTTP.
 
-It knows only what an ``assign`` dispatch and the assignment notification (SPEC §8.2) need:
+It knows only what an ``assign`` dispatch and the assignment notification need:
 read an issue (assignee, priority, status, severity), set its assignee, edit its fields and
 labels, search users by email, write internal comments. It shares no code with the product or
 its sandbox,
 so a test that drives a real ``ticket-dispatcher serve`` process against it checks the product
-against the spec, not against itself.
+against Jira's API, not against itself.
 
 Besides answering, it lets a test control and observe the peer:
 
@@ -41,13 +41,13 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-L2_FIELD_ID = "customfield_10053"  # SPEC §13 default jira.l2_field_id
-SEVERITY_FIELD_ID = "customfield_10076"  # SPEC §11 default jira.severity_field_id
-CREATED = "2026-01-05T09:30:00.000+0000"  # Jira's own time format (SPEC §11)
+L2_FIELD_ID = "customfield_10053"  # default jira.l2_field_id
+SEVERITY_FIELD_ID = "customfield_10076"  # default jira.severity_field_id
+CREATED = "2026-01-05T09:30:00.000+0000"  # Jira's own time format
 
 
 class Route(StrEnum):
-    """The Jira endpoints an assign dispatch and the assignment notification use (SPEC §11)."""
+    """The Jira endpoints an assign dispatch and the assignment notification use."""
 
     GET_ISSUE = "GET /rest/api/2/issue/{key}"
     ASSIGN = "PUT /rest/api/2/issue/{key}/assignee"
@@ -97,7 +97,7 @@ class Release(StrEnum):
 
 @dataclass(frozen=True)
 class Comment:
-    """A Service Desk comment; ``public: false`` is an internal one (SPEC §11)."""
+    """A Service Desk comment; ``public: false`` is an internal one."""
 
     body: str
     public: bool

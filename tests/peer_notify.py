@@ -1,9 +1,9 @@
-"""Independent fakes of Feishu/Lark, Oncall and Core (SPEC §11), served over real HTTP.
+"""Independent fakes of Feishu/Lark, Oncall and Core, served over real HTTP.
 
 Like ``tests/peer.py`` (the fake Jira) they share no code with the product or its sandbox:
-they are written from SPEC §11 alone, so a test that drives a real ``ticket-dispatcher
-serve`` process against them checks the product against the spec, not against itself. Each
-fake knows only what the assignment notification (SPEC §8.2, N§6, N§7) calls:
+they are written from the services' APIs alone, so a test that drives a real
+``ticket-dispatcher serve`` process against them checks the product against those APIs, not
+against itself. Each fake knows only what the assignment notification calls:
 
 - ``FakeLark``: the tenant token (flat answer, checked on every other call), open_id lookup by
   email, the interactive card (deduplicated by ``uuid``, as Lark does), App-urgent and the
@@ -181,7 +181,7 @@ class _Peer(Served):
 
 
 class _BearerPeer(_Peer):
-    """Oncall and Core: ``Authorization: Bearer <token>`` with one static token (SPEC §11)."""
+    """Oncall and Core: ``Authorization: Bearer <token>`` with one static token."""
 
     def __init__(self, token: str, hold_limit: float = 30):
         super().__init__(hold_limit)
@@ -261,7 +261,7 @@ class FakeLark(_Peer):
                             list(m.readers)) for m in self._messages.values()]
 
     def mark_read(self, message_id: str, open_id: str, at_ms: int = 1_767_225_600_000) -> None:
-        """``open_id`` opens the card (N§6.5: a read ACK when it is the expected target)."""
+        """``open_id`` opens the card (a read ACK when it is the expected target)."""
         with self._condition:
             self._messages[message_id].readers.append((open_id, at_ms))
             self._condition.notify_all()
@@ -291,7 +291,7 @@ class FakeLark(_Peer):
             return 400, {"code": APP_SECRET_INVALID, "msg": "app secret invalid"}
         token = f"t-fake-{next(self._sequence)}"
         self._tokens.add(token)
-        # the token answer is flat, unlike every other envelope (SPEC §11)
+        # the token answer is flat, unlike every other envelope
         return 200, {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": 7200}
 
     def _batch_get_id(self, call: Call) -> tuple[int, Any]:
@@ -318,7 +318,7 @@ class FakeLark(_Peer):
         if body.get("receive_id") not in self._users.values():
             raise PeerError(400, self._error(400, "invalid receive_id"))
         uuid = body.get("uuid") or ""
-        if uuid and uuid in self._by_uuid:  # the same send again: the same message (SPEC §11)
+        if uuid and uuid in self._by_uuid:  # the same send again: the same message
             return 200, _ok({"message_id": self._by_uuid[uuid]})
         message = Message(f"om_fake_{next(self._sequence)}", body["receive_id"], card, uuid)
         self._messages[message.message_id] = message

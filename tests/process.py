@@ -181,7 +181,7 @@ class Dispatcher:
 
     def log_problems(self) -> list[str]:
         """Lines that are not one JSON object, or are at level ERROR/CRITICAL, or carry a
-        traceback (SPEC §12: one JSON object per line; an orderly run logs no ERROR)."""
+        traceback (the log is one JSON object per line; an orderly run logs no ERROR)."""
         problems = []
         for line in self.lines:
             try:

@@ -1,4 +1,4 @@
-"""The ``ticket-dispatcher`` command line (SPEC §13): exit codes, output, no tracebacks."""
+"""The ``ticket-dispatcher`` command line: exit codes, output, no tracebacks."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def assert_one_line_error(err: str) -> None:
 
 
 def jira_issue(priority: str = "P1") -> dict:
-    """A ``GET /rest/api/2/issue/{key}`` answer (SPEC §11)."""
+    """A ``GET /rest/api/2/issue/{key}`` answer."""
     return {
         "key": "TCID-12345",
         "fields": {
@@ -76,7 +76,7 @@ def jira_issue(priority: str = "P1") -> dict:
 
 
 def snapshot_issue(priority: str = "P3") -> dict:
-    """The issue snapshot of SPEC §4.1."""
+    """The issue snapshot (``model.Issue``)."""
     return Issue(
         key="TCID-7", project_key="TCID", priority=priority, status="Open",
         created_at=datetime(2026, 11, 30, tzinfo=UTC),

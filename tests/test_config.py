@@ -1,4 +1,4 @@
-"""Configuration file, environment overrides and API keys (SPEC §10, §13).
+"""Configuration file, environment overrides and API keys (docs/operations.md, "Configure").
 
 Matching a presented key and what each role may call: tests/http/test_api_keys.py.
 """
@@ -17,7 +17,7 @@ from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.settings import format_duration
 
 SECRET = "s3cr3t-value-never-shown"
-LONG_KEY = "long-enough-key-0123456789"  # plain keys need 24 characters (SPEC §13)
+LONG_KEY = "long-enough-key-0123456789"  # plain keys need 24 characters
 
 
 def sha256(text: str) -> str:
@@ -491,7 +491,7 @@ def test_secrets_lists_every_configured_secret():
     assert Config().secrets() == []
 
 
-# --- hostile-input limits (issue 8) ------------------------------------------------------------
+# --- hostile-input limits ----------------------------------------------------------------------
 
 SHORT_KEY = "x7Qp-short-secret"  # 17 characters
 

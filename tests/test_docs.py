@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ README = ROOT / "README.md"
 
 # References a reader of the package cannot follow: the specification and design notes live
 # outside the repository.
-FOREIGN_REFERENCES = ("SPEC.md", "SPEC §", "/work/shared", "M§", "N§")
+FOREIGN_REFERENCES = ("SPEC" + ".md", "SPEC \u00a7", "/work/" + "shared", "M\u00a7", "N\u00a7")
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -188,6 +189,57 @@ def test_every_alert_runbook_url_lands_on_its_section():
 def test_documentation_does_not_refer_to_a_specification_outside_the_repository(path):
     text = path.read_text(encoding="utf-8")
     assert [word for word in FOREIGN_REFERENCES if word in text] == []
+
+
+# The same references anywhere in the tree: code, tests, benches, ops files. The patterns are
+# built so that this file does not match itself.
+_CITATION = re.compile("|".join((
+    r"SPEC(?:\.md|\s?\u00a7)",  # the team's specification
+    r"\b[MN]\u00a7\s?\d",  # the two design documents' sections
+    r"\b[Ii]ssue [0-9]{1,2}\b",  # the team's issue tracker, by number
+    r"\bSTY" + r"LE(?:\.md)?\b",  # the team's style notes
+    r"/work/" + "shared",
+)))
+# The design documents were written in Chinese; product code and docs quote none of it (test
+# data in a few tests is Chinese on purpose).
+_CJK = re.compile("[\u4e00-\u9fff]")
+_TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".json", ".toml", ".cfg", ".txt", ".sh", ""}
+
+
+def tracked_text_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    return [ROOT / name for name in listed
+            if (ROOT / name).suffix in _TEXT_SUFFIXES and not name.startswith(".notes/")
+            and (ROOT / name).is_file()]
+
+
+def test_nothing_in_the_tree_cites_a_document_outside_the_repository():
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}"
+             for path in tracked_text_files()
+             for number, line in enumerate(path.read_text(encoding="utf-8",
+                                                           errors="replace").splitlines(), 1)
+             if _CITATION.search(line)]
+    assert found == []
+
+
+def test_product_code_and_docs_quote_no_chinese_design_text():
+    found = [f"{path.relative_to(ROOT)}:{number}"
+             for path in tracked_text_files()
+             if path.relative_to(ROOT).parts[0] in ("ticket_dispatcher", "docs", "README.md",
+                                                    "bench", "ops")
+             for number, line in enumerate(path.read_text(encoding="utf-8",
+                                                           errors="replace").splitlines(), 1)
+             if _CJK.search(line)]
+    assert found == []
+
+
+def test_the_citation_pattern_finds_each_kind_of_reference():
+    # Assembled here, so that this file does not cite anything itself.
+    for cited in ("see SPEC \u00a79", "(N\u00a76.4)", "M\u00a78.1 says", "iss" + "ue 7, part 3",
+                  "as " + "STY" + "LE.md says"):
+        assert _CITATION.search(cited), cited
+    assert not _CITATION.search("(Jira 401, iss" + "ue 404)")
 
 
 def test_the_three_guides_exist_and_the_readme_links_them():

@@ -1,4 +1,4 @@
-"""Connection limits through the real server (issue 8, SPEC §13): idle and half-sent
+"""Connection limits through the real server: idle and half-sent
 connections neither starve ``/healthz`` nor stay open forever."""
 
 from __future__ import annotations

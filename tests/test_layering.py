@@ -1,5 +1,5 @@
 """The package's layering, read from its imports with ``ast``: data flows http → actors → domain
-→ integrations/store, nothing imports upward (STYLE.md "The shape we want"), and the database
+→ integrations/store, nothing imports upward (docs/design.md, "The parts"), and the database
 drivers are the store's alone."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Structured JSON logs with redaction (SPEC §12, N§12)."""
+"""Structured JSON logs with redaction (docs/operations.md, "Logs")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``GET /metrics`` of a real server (SPEC §12): every metric an alert or the dashboard uses is
+"""``GET /metrics`` of a real server: every metric an alert or the dashboard uses is
 exported, the endpoint is public or viewer-only as ``auth.metrics_public`` says, and a dispatch
 shows up in the intake and integration families without any issue key in a label."""
 

@@ -1,6 +1,6 @@
-"""Issue 10 through a real process: ``kill -9`` the served process during an ACK wait, restart
-it on the same database: no page repeats, and the next poll keeps the original deadline
-(SPEC §3, §8.2, §9; N§6.4, N§6.5, N§8.2).
+"""Parked ACK waits through a real process: ``kill -9`` the served process during an ACK wait,
+restart it on the same database: no page repeats, and the next poll keeps the original deadline
+(docs/design.md, "Checkpoints and at-most-once").
 
 A real ``ticket-dispatcher serve`` (tests/process.py) runs with the assignment notification on,
 against the independent fakes of Jira (tests/peer.py) and Lark, Oncall and Core
@@ -32,7 +32,7 @@ from ticket_dispatcher.store import Store
 from ticket_dispatcher.timeutil import parse_rfc3339
 
 PROJECT, KEY = "PAGE", "PAGE-1"
-SOURCE, LABEL = "jira_assignment_assignee", "notify-assignee"  # N§3.3, the assignee role
+SOURCE, LABEL = "jira_assignment_assignee", "notify-assignee"  # the assignee role
 EMAIL, ACCOUNT, OPEN_ID, NAME = "alice@example.com", "acc-alice", "ou_alice", "Alice Example"
 PENDING = "Todo"  # ack_pending_statuses: still waiting for the first response
 POLL, ACK_TIMEOUT = "1s", "20s"

@@ -1,12 +1,13 @@
-"""Runtime edges of issue 7, through a real ``ticket-dispatcher serve`` process against the fake
+"""Runtime edges, through a real ``ticket-dispatcher serve`` process against the fake
 Jira of ``tests/peer.py``: a slow peer holds only its own caller, shutdown keeps its one
 deadline and releases the port last, 40 slots run at once, and PostgreSQL at the largest
 accepted configuration never runs out of pooled connections.
 
-Everything is set up over the product's HTTP API (SPEC §10); the fake Jira is the only peer.
+Everything is set up over the product's HTTP API; the fake Jira is the only peer.
 The process itself (start, log, API, stop) is tests/process.py's.
 Tests wait for states (the fake's conditions, or polling the API at short intervals), never
-for fixed times; the timing assertions are the deadlines the issue sets.
+for fixed times; the timing assertions are the service's own deadlines (docs/operations.md,
+"Shutdown and restarts").
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ticket_dispatcher.store import Store
 
 PROJECT = "EDGE"
 ENGINEERS = {"alice@example.com": "acc-alice", "bob@example.com": "acc-bob"}
-AUTO_ASSIGN_LABEL = "auto-dispatch"  # SPEC §13 default jira.auto_assign_label
+AUTO_ASSIGN_LABEL = "auto-dispatch"  # default jira.auto_assign_label
 TERMINAL = ("succeeded", "failed")
 
 
@@ -183,7 +184,7 @@ def test_sigterm_with_a_call_stuck_in_its_read_timeout_exits_in_time_and_resumes
 
     calls, applied = assignments(jira, key)
     assert applied == 1
-    # Landed: the resumed action sees the issue assigned and does not PUT again (SPEC §7).
+    # Landed: the resumed action sees the issue assigned and does not PUT again.
     # Refused: it PUTs once more, and that one lands.
     assert calls == (1 if held_call is Release.APPLY else 2)
     assert jira.assignee(key) == assigned_account(resumed)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ticket_dispatcher.clock import ManualClock
+from tests.clocks import ManualClock
 from ticket_dispatcher.domain.model import PolicyStatus
 from ticket_dispatcher.errors import InvalidInput
 from ticket_dispatcher.seeding import seed_store

@@ -1,4 +1,4 @@
-"""``ticket-dispatcher`` command line (SPEC §13).
+"""``ticket-dispatcher`` command line (README.md, "Command line").
 
 Exit codes, as README.md "Command line" documents them per command: 0 success; 1 the work
 could not be done with what was given: an invalid policy (``policy validate``), a file that is
@@ -241,7 +241,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 @contextmanager
 def _database_errors(config: Config) -> Iterator[None]:
-    """An unreachable or unusable database is one line, not a driver traceback (SPEC §13)."""
+    """An unreachable or unusable database is one line, not a driver traceback."""
     from ticket_dispatcher.logging import Redactor
     from ticket_dispatcher.store import DATABASE_ERRORS, driver_detail
 
@@ -254,7 +254,7 @@ def _database_errors(config: Config) -> Iterator[None]:
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    # Against the actions this build runs: what activation on the server will decide (SPEC §6).
+    # Against the actions this build runs: what activation on the server will decide.
     problems = validate_policy(_read_policy(args.file), product_registry())
     if not problems:
         print("valid")

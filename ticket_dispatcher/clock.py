@@ -1,71 +1,63 @@
-"""The one source of time (SPEC §3): ``SystemClock`` in production, ``ManualClock`` in tests."""
+"""The one source of time.
+
+- ``Clock`` is business time: ``now()``, aware and in UTC. Everything the service stores or
+  compares with a stored time reads it.
+- ``TimerClock`` adds what the scheduler (actors/scheduler.py) needs to wait: a ``monotonic()``
+  reading, which a wall-clock step (NTP, an operator) never moves, and ``drive(timers)``, which
+  decides who fires the timers as they come due.
+
+``SystemClock`` is the production clock: the real time, and a thread of the scheduler's own
+that waits on the monotonic clock. Tests pass a manual clock instead (tests/clocks.py) that
+moves only when a test says so and fires every due timer itself; the scheduler has one code
+path for both.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+import time
+from datetime import UTC, datetime
 from typing import Protocol
 
 
 class Clock(Protocol):
-    #: True when time moves only by ``advance``; the Scheduler then waits for a nudge from
-    #: ``subscribe`` instead of a real-time timeout.
-    manual: bool
-
     def now(self) -> datetime:
         """The current time, aware, in UTC."""
         ...
 
-    def subscribe(self, listener: Callable[[], None]) -> None:
-        """Call ``listener`` after every jump of a manual clock (no-op for real time)."""
+
+class Timers(Protocol):
+    """What a ``TimerClock`` drives: the scheduler's timers."""
+
+    def run(self) -> None:
+        """Fire each timer when the monotonic clock reaches it, until stopped (blocks)."""
+        ...
+
+    def fire_due(self) -> None:
+        """Fire every timer that is due now, in the calling thread."""
+        ...
+
+
+class TimerClock(Clock, Protocol):
+    def monotonic(self) -> float:
+        """Seconds on a clock that only moves forward at the rate of real time; timer waits
+        are measured on it, so a step of the wall clock neither delays nor hastens them."""
+        ...
+
+    def drive(self, timers: Timers) -> None:
+        """Make ``timers`` fire as they come due; called once, when the scheduler starts."""
         ...
 
 
 class SystemClock:
-    manual = False
+    """Real time; the timers run on a daemon thread of their own."""
 
     def now(self) -> datetime:
         return datetime.now(UTC)
 
-    def subscribe(self, listener: Callable[[], None]) -> None:
-        pass
+    def monotonic(self) -> float:
+        return time.monotonic()
 
-
-class ManualClock:
-    """A clock that moves only when a test says so."""
-
-    manual = True
-
-    def __init__(self, start: datetime | None = None):
-        self._now = start or datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
-        if self._now.tzinfo is None:
-            raise ValueError("ManualClock needs an aware start time")
-        self._lock = threading.Lock()
-        self._listeners: list[Callable[[], None]] = []
-
-    def subscribe(self, listener: Callable[[], None]) -> None:
-        self._listeners.append(listener)
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float = 0, **delta: float) -> datetime:
-        """Move time forward; due timers fire (as tells) before this returns."""
-        with self._lock:
-            self._now += timedelta(seconds=seconds, **delta)
-            now = self._now
-        self._notify()
-        return now
-
-    def set(self, value: datetime) -> None:
-        if value.tzinfo is None:
-            raise ValueError("ManualClock needs aware times")
-        with self._lock:
-            self._now = value
-        self._notify()
-
-    def _notify(self) -> None:
-        for listener in list(self._listeners):
-            listener()
+    def drive(self, timers: Timers) -> None:
+        # A daemon: a timer callback only tells, and shutdown must never wait for this thread.
+        threading.Thread(target=timers.run, name="scheduler", daemon=True).start()

@@ -1,16 +1,18 @@
-"""Configuration: a TOML file plus ``TICKET_DISPATCHER_*`` environment overrides (SPEC §13).
+"""The service's configuration keys: a TOML file plus ``TICKET_DISPATCHER_*`` environment
+overrides (docs/operations.md, "Configure").
 
+This module declares every section and key; the machinery that reads them is ``settings.py``.
 Each key below is a ``setting`` with its default and bounds; ``settings.py`` reads the file and
 the environment into it (defaults < file < environment) and stops the start with a
 ``ConfigError`` naming every bad key. Values of secret keys never appear in an error message,
-and plain API keys are hashed at load so the process never keeps them (SPEC §10). Which role
-may call what is the HTTP layer's business (``http/auth.py``).
+and plain API keys are hashed at load so the process never keeps them. Which role may call
+what is the HTTP layer's business (``http/auth.py``).
 
-Beyond the file of SPEC §13 two additions an operator needs to run the service:
-``log_level`` (top level, default ``"INFO"``) and ``[integrations] connect_timeout`` /
-``read_timeout`` (defaults ``"3s"`` / ``"10s"``, the timeouts of every integration call, §11).
+Every key is listed in docs/operations.md, "Every key"; among them ``log_level`` (top level,
+default ``"INFO"``) and ``[integrations] connect_timeout`` / ``read_timeout`` (defaults ``"3s"``
+/ ``"10s"``, the timeouts of every integration call).
 
-Bounds that keep the thread and connection counts finite (issue 7): ``execution_slots`` 1..100,
+Bounds that keep the thread and connection counts finite: ``execution_slots`` 1..100,
 ``trigger_actors`` 1..32, ``http.threads`` 1..64. Together they size the database connection
 pool (``store.connection_budget``), which the service checks against the server at start.
 ``client_pool_size`` 0 (the default) gives one client actor per execution slot and trigger
@@ -41,7 +43,7 @@ from ticket_dispatcher.settings import (
     MASK,
     Invalid,
     Kind,
-    Problems,
+    SettingProblems,
     Source,
     boolean,
     compound,
@@ -61,7 +63,7 @@ from ticket_dispatcher.settings import masked as masked  # re-exported for ``con
 
 ENV_PREFIX = "TICKET_DISPATCHER_"
 CONFIG_ENV = "TICKET_DISPATCHER_CONFIG"
-# Test-suite settings (e.g. TICKET_DISPATCHER_TEST_DATABASE_URL, §14) share the prefix.
+# Test-suite settings (e.g. TICKET_DISPATCHER_TEST_DATABASE_URL) share the prefix.
 _TEST_ENV_PREFIX = "TICKET_DISPATCHER_TEST_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -107,11 +109,11 @@ def _log_level() -> Kind:
     return Kind(expected, parse, parse)
 
 
-# --- API keys (SPEC §10, §13) ------------------------------------------------------------------
+# --- API keys ----------------------------------------------------------------------------------
 
 
 class Role(StrEnum):
-    """The roles an API key carries (SPEC §10); what each may call is decided in http/auth.py."""
+    """The roles an API key carries; what each may call is decided in http/auth.py."""
 
     AUTOMATION = "automation"
     VIEWER = "viewer"
@@ -132,15 +134,15 @@ def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-# A shorter plain key can be guessed or was typed by hand (issue 8, SPEC §13); the message
-# names the key, never its value. Hashed keys cannot be measured.
+# A shorter plain key can be guessed or was typed by hand; the message names the key, never
+# its value. Hashed keys cannot be measured.
 MIN_API_KEY_LENGTH = 24
 _SHA256_HEX = re.compile(r"\A[0-9a-fA-F]{64}\Z")  # fullmatch: "$" would allow a final "\n"
 _KEY_ENTRY_FIELDS = ("name", "role", "key", "key_sha256")
 
 
 def _read_api_keys(file: Source | None, env: Source | None,
-                   problems: Problems) -> tuple[ApiKey, ...]:
+                   problems: SettingProblems) -> tuple[ApiKey, ...]:
     """``[[auth.api_keys]]`` plus ``TICKET_DISPATCHER_AUTH_API_KEYS``: the variable adds keys
     to the file's instead of replacing them."""
     keys: list[ApiKey | None] = []
@@ -157,7 +159,7 @@ def _read_api_keys(file: Source | None, env: Source | None,
     return tuple(found)
 
 
-def _file_key(path: str, entry: Any, problems: Problems) -> ApiKey | None:
+def _file_key(path: str, entry: Any, problems: SettingProblems) -> ApiKey | None:
     if not isinstance(entry, dict):
         problems.add(path, "expected a table with name, role and key or key_sha256")
         return None
@@ -177,7 +179,7 @@ def _file_key(path: str, entry: Any, problems: Problems) -> ApiKey | None:
     return ApiKey(name.strip(), Role(role), digest)
 
 
-def _file_key_digest(path: str, entry: dict, problems: Problems) -> str | None:
+def _file_key_digest(path: str, entry: dict, problems: SettingProblems) -> str | None:
     plain, hashed = entry.get("key"), entry.get("key_sha256")
     if (plain is None) == (hashed is None):
         problems.add(path, "expected exactly one of key or key_sha256")
@@ -196,7 +198,7 @@ def _file_key_digest(path: str, entry: dict, problems: Problems) -> str | None:
     return hashed.lower()
 
 
-def _env_keys(env: Source, problems: Problems) -> list[ApiKey]:
+def _env_keys(env: Source, problems: SettingProblems) -> list[ApiKey]:
     """``name:role:key,name:role:key`` (the key may contain ':' but not ',')."""
     keys: list[ApiKey] = []
     for position, entry in enumerate((e.strip() for e in env.value.split(",")), start=1):
@@ -221,7 +223,7 @@ def _short_key(name: Any) -> str:
     return f"{named} is shorter than {MIN_API_KEY_LENGTH} characters; use a long random key"
 
 
-def _check_unique(keys: list[ApiKey], problems: Problems) -> None:
+def _check_unique(keys: list[ApiKey], problems: SettingProblems) -> None:
     names: set[str] = set()
     owners: dict[str, str] = {}
     for key in keys:
@@ -243,7 +245,7 @@ def _show_api_keys(keys: tuple[ApiKey, ...]) -> list[dict]:
 
 @dataclass(frozen=True)
 class HttpConfig:
-    """The HTTP server (waitress) and request limits (SPEC §10, §13, issue 8).
+    """The HTTP server (waitress) and request limits.
 
     ``connection_limit`` and ``channel_timeout`` are sized for a webhook service behind a proxy:
     waitress's own defaults (100 connections, 120 s) let 150 idle half-sent requests hold every
@@ -267,7 +269,7 @@ class HttpConfig:
 
 @dataclass(frozen=True)
 class AuthConfig:
-    """API keys and the throttle on failed attempts (SPEC §10, issue 8).
+    """API keys and the throttle on failed attempts.
 
     ``failure_burst`` failed attempts (no key, or a wrong one) from one client address are
     answered 401; beyond them 429 with ``Retry-After`` until the bucket refills at
@@ -283,7 +285,7 @@ class AuthConfig:
 
 @dataclass(frozen=True)
 class NotificationsConfig:
-    enabled: bool = setting(False, boolean())  # SPEC §5.7: one switch, default off
+    enabled: bool = setting(False, boolean())  # one switch for the whole workflow, default off
 
 
 @dataclass(frozen=True)
@@ -324,7 +326,7 @@ class CoreConfig:
 
 @dataclass(frozen=True)
 class IntegrationsConfig:
-    """Timeouts of every integration call (SPEC §11 defaults 3 s / 10 s)."""
+    """Timeouts of every integration call (defaults 3 s / 10 s)."""
 
     connect_timeout: timedelta = setting(timedelta(seconds=3), duration())
     read_timeout: timedelta = setting(timedelta(seconds=10), duration())
@@ -421,7 +423,7 @@ def _not_a_setting(name: str) -> bool:
     return name == CONFIG_ENV or name.startswith(_TEST_ENV_PREFIX)
 
 
-def _check_across_keys(config: Config, problems: Problems) -> None:
+def _check_across_keys(config: Config, problems: SettingProblems) -> None:
     if config.http.trigger_rate > 0 and config.http.trigger_burst < 1:
         problems.add("http.trigger_burst", "must be at least 1 while http.trigger_rate is not 0")
     if config.auth.failure_rate > 0 and config.auth.failure_burst < 1:
@@ -434,10 +436,10 @@ def _check_across_keys(config: Config, problems: Problems) -> None:
                      "missed heartbeat does not lose a lease")
 
 
-def _check_client_pool(config: Config, problems: Problems) -> None:
+def _check_client_pool(config: Config, problems: SettingProblems) -> None:
     """An explicit ``client_pool_size`` covers every execution slot and trigger actor: with
-    fewer clients, slots wait for a client and buy nothing (issue 7: 40 slots, 8 clients ran
-    5 to 12 at a time)."""
+    fewer clients, slots wait for a client and buy nothing (40 slots with 8 clients once ran
+    only 5 to 12 at a time)."""
     if config.client_pool_size == 0 or problems.refused(
             "client_pool_size", "execution_slots", "trigger_actors"):
         return  # the default, or a value already reported: a second message would mislead

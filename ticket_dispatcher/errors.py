@@ -93,12 +93,12 @@ class OutcomeUnknown(IntegrationError):
     """The call was sent but its answer never came (a read timeout, or the caller stopped
     waiting for a call already running): the remote side may or may not have acted. Actions
     handle it explicitly: re-read before deciding, or record ``unknown`` and never repeat the
-    side effect (N§8.2)."""
+    side effect (docs/design.md, "Checkpoints and at-most-once")."""
 
 
 class CallAbandoned(Exception):
     """The runtime is shutting down and stopped waiting for this call (or never started it).
 
     Deliberately not a ``DispatcherError``: it is no business outcome. The caller stops where
-    it is and leaves its checkpoint as it was, so the work resumes after the restart (SPEC §7).
+    it is and leaves its checkpoint as it was, so the work resumes after the restart.
     """

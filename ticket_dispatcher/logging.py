@@ -1,12 +1,14 @@
-"""Structured logs: one JSON object per line on stderr, secrets redacted (SPEC §12, N§12).
+"""Structured logs: one JSON object per line on stderr, secrets redacted (docs/operations.md,
+"Logs").
 
-Each line carries ``ts`` (RFC 3339 UTC), ``level``, ``logger`` and ``msg``, then the context keys
-of N§12 given through ``extra=`` (``logger.info("paged", extra={"issue_key": ..., "attempt": 2})``),
-then any other ``extra`` keys, then ``exc`` for an exception. A redaction pass runs over the
-message, every extra value and the exception text: configured secrets, phone numbers, credentials
-in ``Authorization``/``Bearer``/``X-API-KEY`` form, ``token=``/``secret=``/``password=`` pairs and
-passwords in URLs all become ``***``, because N§12 forbids tokens, phone numbers and credentials
-in logs whatever a caller or a third-party library writes.
+Each line carries ``ts`` (RFC 3339 UTC), ``level``, ``logger`` and ``msg``, then the keys of
+``CONTEXT_KEYS`` given through ``extra=``
+(``logger.info("paged", extra={"issue_key": ..., "attempt": 2})``), then any other ``extra``
+keys, then ``exc`` for an exception. A redaction pass runs over the message, every extra value
+and the exception text: configured secrets, phone numbers, credentials in
+``Authorization``/``Bearer``/``X-API-KEY`` form, ``token=``/``secret=``/``password=`` pairs and
+passwords in URLs all become ``***``: tokens, phone numbers and credentials must never reach the
+logs, whatever a caller or a third-party library writes.
 
 Inside this module ``import logging`` is the standard library (absolute imports); the name of
 this module only matters as ``ticket_dispatcher.logging``.
@@ -26,7 +28,7 @@ from ticket_dispatcher.timeutil import format_time
 
 MASK = "***"
 
-# N§12: the context every dispatch log line may carry, in this order.
+# The context every dispatch log line may carry, in this order.
 CONTEXT_KEYS = (
     "issue_key",
     "trigger_id",

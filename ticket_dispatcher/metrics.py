@@ -1,4 +1,4 @@
-"""The service's Prometheus metrics (SPEC §12, N§12), exposed by ``GET /metrics``.
+"""The service's Prometheus metrics, exposed by ``GET /metrics`` (docs/operations.md, "Metrics").
 
 One ``Metrics`` per service, on its own ``CollectorRegistry`` (never the global one), so two
 services in one test process never share a sample. Everything here is written by the layer
@@ -6,7 +6,7 @@ that sees the fact happen:
 
 - ``execution_finished``: once, from the behavior, right after the save that made an execution
   terminal (a recovered terminal execution is never saved terminal again, so never counted
-  twice); the N§12 action, ACK and workflow families count live executions only;
+  twice); the notification action, ACK and workflow families count live executions only;
 - ``call_settled``: each card, App-urgent and page call of a live workflow, right after the
   checkpoint that saved its result (the ``NotificationCalls`` port, wired by the runtime), so
   the prompt alerts need not wait for the terminal families;
@@ -17,7 +17,7 @@ that sees the fact happen:
   ``StoreHealthListener``; service.py subscribes it), on every database failure and at the
   start and end of each outage.
 
-No label ever carries an issue key or an ID (N§12); ``source`` is capped at ``MAX_SOURCES``
+No label ever carries an issue key or an ID; ``source`` is capped at ``MAX_SOURCES``
 distinct values (later ones are ``other``), since any caller may name a source.
 """
 
@@ -94,7 +94,7 @@ class Metrics:
         def histogram(name: str, doc: str, labels: tuple[str, ...], buckets) -> Histogram:
             return Histogram(PREFIX + name, doc, labels, buckets=buckets, registry=self.registry)
 
-        # -- N§12 --------------------------------------------------------------------------
+        # -- notification families and backlog gauges -----------------------------------------
         self.events = counter("assignment_notification_events", "Notification warnings and "
                               "escalations of finished live executions", ("event",))
         self.actions = counter("assignment_action", "Results of card, App-urgent, page and "
@@ -122,7 +122,7 @@ class Metrics:
         self.triggers = gauge("triggers", "Open triggers, deferred ones included", ("status",))
         self.trigger_age = gauge("oldest_trigger_age_seconds", "Age of the oldest open trigger",
                                  ("status",))
-        # -- beyond N§12 -------------------------------------------------------------------
+        # -- intake, outcomes, pool, integrations, store, instance ----------------------------
         self.intake = counter("trigger_intake", "Trigger requests by source and outcome",
                               ("source", "outcome"))
         self.trigger_results = counter("trigger_results", "Triggers processed, by outcome",
@@ -165,7 +165,7 @@ class Metrics:
         self.outcomes.labels(mode=execution.mode.value, status=execution.status.value,
                              failure_code=execution.failure_code, policy=policy).inc()
         if execution.mode is not ExecutionMode.LIVE:
-            return  # dry-runs never pollute the N§12 families
+            return  # dry-runs never pollute the notification families
         summary = summarize(execution)
         if summary is None:
             return

@@ -1,8 +1,8 @@
 """Reading untrusted JSON (request bodies, policy, issue and example files): never a
-RecursionError, never a non-finite number, every failure an ``InvalidInput`` (SPEC §10); and
-binding a parsed object to the keys and JSON types it must have.
+RecursionError, never a non-finite number, every failure an ``InvalidInput`` (a 400, never a
+500); and binding a parsed object to the keys and JSON types it must have.
 
-- **Depth.** Nesting beyond ``max_depth`` (``http.max_json_depth``, SPEC §13, default 64) is
+- **Depth.** Nesting beyond ``max_depth`` (``http.max_json_depth``, default 64) is
   refused by a linear scan of the text *before* ``json.loads`` runs.
 - **Numbers.** ``NaN``/``Infinity`` (and ``1e400``, which Python reads as infinity) are not JSON
   and PostgreSQL's ``jsonb`` refuses them; integers too long for Python to convert are refused
@@ -25,7 +25,7 @@ MAX_ID = 2**63 - 1
 JSON_TYPES: dict[type, str] = {
     str: "a string", bool: "a boolean", int: "an integer", dict: "an object", list: "an array",
 }
-DEFAULT_JSON_DEPTH = 64  # http.max_json_depth (SPEC §13); callers pass the configured value
+DEFAULT_JSON_DEPTH = 64  # http.max_json_depth; callers pass the configured value
 # Where nesting happens; strings are skipped by the scanner, so brackets inside them never count.
 _STRUCTURE = re.compile(r'["\\\[\]{}]')
 

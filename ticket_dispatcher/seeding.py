@@ -1,4 +1,4 @@
-"""Seeding an empty database from ``ops/examples/`` for ``serve --sandbox`` (SPEC §13, §15).
+"""Seeding an empty database from ``ops/examples/`` for ``serve --sandbox``.
 
 The example engineers (``engineers.json``), the ordinary assign policy and the three
 assignment-notification families go into the store, active, and only into an empty one, so a

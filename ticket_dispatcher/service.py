@@ -1,5 +1,5 @@
 """The composition root: ``ticket-dispatcher serve`` builds the store, the HTTP app, the clients
-and the actor system, serves with waitress, and stops them in reverse (SPEC §3, §13)."""
+and the actor system, serves with waitress, and stops them in reverse."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from types import FrameType
 import waitress
 
 from ticket_dispatcher import __version__
-from ticket_dispatcher.actors.clients import build_client_pools
+from ticket_dispatcher.actors.client_ports import build_client_pools
 from ticket_dispatcher.actors.runtime import Runtime, stop_remaining_actors
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
-from ticket_dispatcher.clock import Clock, SystemClock
+from ticket_dispatcher.clock import SystemClock, TimerClock
 from ticket_dispatcher.config import Config, HttpConfig
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.ports import (
@@ -46,14 +46,15 @@ class Service:
 
     def __init__(self, config: Config, *, host: str | None = None, port: int | None = None,
                  sandbox: bool = False, insecure_no_auth: bool = False,
-                 clock: Clock | None = None):
+                 clock: TimerClock | None = None):
         self.auth_enabled = _auth_enabled(config, sandbox=sandbox,
                                           insecure_no_auth=insecure_no_auth)
         self.clock = clock or SystemClock()
         # The actions this build runs: the runtime executes them, and the store, the API and
-        # /dispatch/options judge policies by them (SPEC §6).
+        # /dispatch/options judge policies by them.
         self.registry = product_registry(config.jira.auto_assign_label)
-        # One pool of connections, sized for every thread that may hold one at once (SPEC §9).
+        # One pool of connections, sized for every thread that may hold one at once
+        # (docs/operations.md, "PostgreSQL connections").
         self.store = Store.open(config.database_url, registry=self.registry,
                                 max_connections=connection_budget(config),
                                 database=config.database)
@@ -152,7 +153,7 @@ class Service:
             channel.close()
 
     def close(self) -> None:
-        """Stop everything within ``shutdown_timeout`` (SPEC §13), whatever is in flight.
+        """Stop everything within ``shutdown_timeout``, whatever is in flight.
 
         The serving loop has already returned, so no request is taken any more. The actors
         stop first (callers blocked on an integration are woken), then the client actors,
@@ -178,7 +179,7 @@ class Service:
 
 
 def server_limits(http: HttpConfig) -> dict:
-    """waitress's adjustments from ``[http]`` (SPEC §13, issue 8).
+    """waitress's adjustments from ``[http]``.
 
     - ``connection_limit`` / ``channel_timeout``: idle and half-sent connections are closed
       after the timeout (waitress counts whole seconds) and may not fill the server before it.

@@ -1,10 +1,12 @@
-"""Settings: how a dataclass field is read from a TOML file and from the environment (SPEC §13).
+"""The configuration machinery: how a dataclass of settings is read from a TOML file and from
+the environment. It knows no key of this service; ``config.py`` declares those (the sections,
+the keys, their defaults and bounds) with the helpers below and calls ``load``.
 
 A configuration is a frozen dataclass whose fields are made with three helpers:
 
 - ``setting(default, kind)``: one value; the ``Kind`` says how it is read from TOML (typed) and
   from a variable (text), what an error says it expected, and how ``config show`` prints it.
-- ``section(Cls)``: a ``[table]`` of settings (one level deep, as in SPEC §13).
+- ``section(Cls)``: a ``[table]`` of settings, one level deep.
 - ``compound(default, read, show)``: a value its own parser builds from the file and the
   variable together, where neither overrides the other (``[[auth.api_keys]]``).
 
@@ -220,7 +222,7 @@ class Source:
 class Compound:
     """A setting built by ``read(file_source, env_source, problems)`` from both sources."""
 
-    read: Callable[[Source | None, Source | None, Problems], Any]
+    read: Callable[[Source | None, Source | None, SettingProblems], Any]
     show: Callable[[Any], Any]
 
 
@@ -232,7 +234,7 @@ def section(factory: Callable[[], Any]) -> Any:
     return field(default_factory=factory, metadata={_SECTION: True})
 
 
-def compound(default: Any, read: Callable[[Source | None, Source | None, Problems], Any],
+def compound(default: Any, read: Callable[[Source | None, Source | None, SettingProblems], Any],
              show: Callable[[Any], Any]) -> Any:
     return field(default=default, metadata={_SETTING: Compound(read, show)})
 
@@ -265,7 +267,7 @@ def _keys(root: type, prefix: str) -> dict[str, _Key]:
 # --- loading -----------------------------------------------------------------------------------
 
 
-class Problems:
+class SettingProblems:
     """What is wrong so far, and where each effective value came from (for cross-key checks)."""
 
     def __init__(self) -> None:
@@ -311,11 +313,11 @@ def read_toml(path: str) -> dict:
 
 def load(root: type[Root], document: Mapping[str, Any], environ: Mapping[str, str], *,
          prefix: str, ignored: Callable[[str], bool] = lambda name: False,
-         check: Callable[[Root, Problems], None] | None = None) -> Root:
+         check: Callable[[Root, SettingProblems], None] | None = None) -> Root:
     """``root`` read from ``document`` (a parsed TOML file) and the ``prefix`` variables of
     ``environ`` (except ``ignored`` ones), then ``check``-ed across keys; ``ConfigError``
     naming every problem."""
-    keys, problems = _keys(root, prefix), Problems()
+    keys, problems = _keys(root, prefix), SettingProblems()
     file = _collect_file(root, document, keys, problems)
     env = _collect_env(environ, keys, prefix, ignored, problems)
     problems.sources = {**file, **env}  # the environment wins over the file
@@ -329,7 +331,7 @@ def load(root: type[Root], document: Mapping[str, Any], environ: Mapping[str, st
 
 
 def _collect_file(root: type, document: Mapping[str, Any], keys: dict[str, _Key],
-                  problems: Problems) -> dict[str, Source]:
+                  problems: SettingProblems) -> dict[str, Source]:
     sections = _sections(root)
     found: dict[str, Source] = {}
     for name, value in document.items():
@@ -347,7 +349,7 @@ def _collect_file(root: type, document: Mapping[str, Any], keys: dict[str, _Key]
 
 
 def _collect_table(section_name: str, table: dict, keys: dict[str, _Key],
-                   problems: Problems) -> dict[str, Source]:
+                   problems: SettingProblems) -> dict[str, Source]:
     found: dict[str, Source] = {}
     for name, value in table.items():
         path = f"{section_name}.{name}"
@@ -360,7 +362,7 @@ def _collect_table(section_name: str, table: dict, keys: dict[str, _Key],
 
 
 def _collect_env(environ: Mapping[str, str], keys: dict[str, _Key], prefix: str,
-                 ignored: Callable[[str], bool], problems: Problems) -> dict[str, Source]:
+                 ignored: Callable[[str], bool], problems: SettingProblems) -> dict[str, Source]:
     by_name = {key.env: key.path for key in keys.values()}
     found: dict[str, Source] = {}
     for name in sorted(environ):
@@ -374,7 +376,7 @@ def _collect_env(environ: Mapping[str, str], keys: dict[str, _Key], prefix: str,
 
 
 def _parse(keys: dict[str, _Key], file: dict[str, Source], env: dict[str, Source],
-           problems: Problems) -> dict[str, Any]:
+           problems: SettingProblems) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for path, key in keys.items():
         if isinstance(key.spec, Compound):

@@ -26,7 +26,7 @@ def make_harness(store):
 @pytest.fixture
 def urgent_world(store):
     """The notification harness with a Severity assignee family: card, then for S1/S2
-    App-urgent and three pages (N§5.2)."""
+    App-urgent and three pages."""
     harness = NotificationHarness(store).start()
     harness.policy(rule(SEND, name="send", priority=10, on_success="continue"),
                    rule({"type": "mark_assignment_message_urgent"}, page(1), page(2), page(3),

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from ticket_dispatcher.actors.activity import Activity, ActivityError, Ticket, TrackedActor
+from ticket_dispatcher.actors.activity import Activity, ActivityError, InFlight, TrackedActor
 
 
 class Blocking(TrackedActor):
@@ -47,13 +47,13 @@ def test_a_told_message_is_in_flight_until_its_handler_returns(blocking):
 
 def test_ending_the_same_message_twice_is_an_error():
     activity = Activity()
-    ticket = Ticket(activity)
-    with activity._cond:  # a ticket as Activity.tell makes it
+    unit = InFlight(activity)
+    with activity._cond:  # counted, as Activity.tell counts it
         activity._count += 1
-    ticket.end()
+    unit.end()
 
     with pytest.raises(ActivityError):
-        ticket.end()
+        unit.end()
     assert activity.in_flight == 0
 
 

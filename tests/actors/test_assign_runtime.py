@@ -1,5 +1,5 @@
-"""Assignments through the whole runtime: round-robin fairness and concurrent dispatch state
-(SPEC §8.1, M§7), on SQLite and PostgreSQL."""
+"""Assignments through the whole runtime: round-robin fairness and concurrent dispatch state,
+on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

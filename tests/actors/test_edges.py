@@ -1,5 +1,5 @@
 """Runtime edges through the harness: a slow peer holds only its own caller, and a shutdown
-keeps one deadline and records no business failure (SPEC §3, §7)."""
+keeps one deadline and records no business failure."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import time
 
 from tests.fakes import FakeJira, issue
 from tests.harness import Harness, assign, rule
-from ticket_dispatcher.actors.clients import JiraPool
+from ticket_dispatcher.actors.client_ports import JiraPool
 from ticket_dispatcher.domain.execution import ActionStatus, ExecutionStatus, TriggerStatus
+from ticket_dispatcher.metrics import Metrics
 
 HOLD = 20  # seconds a gate waits at most, so a broken test fails instead of hanging
 
@@ -72,7 +73,8 @@ def test_a_trigger_whose_issue_load_hangs_holds_only_itself(store):
 def test_shutdown_with_a_call_stuck_keeps_its_deadline_and_resumes_after_restart(store):
     jira = GatedJira(issue(key="TCID-1"))
     jira.held_assigns.add("TCID-1")
-    pool = JiraPool("jira", lambda: jira, size=2).start()
+    pool = JiraPool("jira", lambda: jira, 2, call_timeout=60, queue_timeout=60,
+                    metrics=Metrics()).start()
     h = _harness(store, jira, slots=2)
     h.stop()
     h.jira = pool  # the runtime talks to Jira through a real client pool, as in production

@@ -1,4 +1,4 @@
-"""The N§12 metrics on the real runtime and database: counted once per live execution when it
+"""The workflow metrics on the real runtime and database: counted once per live execution when it
 becomes terminal, from its persisted contexts; unchanged by a restart; never from dry-runs;
 and the backlog gauges sampled by their job (first after 1 s, then every 60 s)."""
 
@@ -33,7 +33,7 @@ def action(h, action_type: str, result: str, attempt: str = "") -> float:
 
 
 def n12_samples(h) -> dict:
-    """Every sample of the N§12 counter and histogram families, for before/after compares."""
+    """Every sample of the notification counters and histograms, for before/after compares."""
     families = ("assignment_notification_events", "assignment_action", "assignment_ack",
                 "assignment_ack_wait_seconds", "assignment_workflow_duration_seconds")
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -132,7 +132,7 @@ def test_a_dry_run_never_counts_in_the_notification_families(world):
                  failure_code="", policy="test policy") == 1
 
 
-# -- the backlog job (N§12) --------------------------------------------------------------------
+# -- the backlog job ---------------------------------------------------------------------------
 
 
 def test_the_backlog_job_samples_first_after_one_second_then_every_minute(world):
@@ -181,7 +181,7 @@ def test_pool_gauges_show_the_parked_wait_with_its_slot_free(world):
     assert (value(world, "pool_busy"), value(world, "pool_parked")) == (0, 1)
 
 
-# -- logs an operator can follow (N§12) -----------------------------------------------------
+# -- logs an operator can follow ----------------------------------------------------------------
 
 
 def test_each_notification_step_logs_one_line_with_the_context_keys(world, caplog):

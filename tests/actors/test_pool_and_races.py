@@ -1,4 +1,4 @@
-"""Slots, dedupe, live mutual exclusion under races, recovery and cancel (M§11, SPEC §3, §7)."""
+"""Slots, dedupe, live mutual exclusion under races, recovery and cancel."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from datetime import timedelta
 import pykka
 import pytest
 
+from tests.clocks import ManualClock
 from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import Harness, rule
 from ticket_dispatcher.actors.messages import Enqueue
 from ticket_dispatcher.actors.pool import ExecutionPool, SlotQueue
 from ticket_dispatcher.actors.runtime import Runtime
-from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import (
     ExecutionStatus,
@@ -201,7 +201,8 @@ def test_start_fails_when_the_recovery_query_fails(sqlite_store, monkeypatch):
 
     monkeypatch.setattr(sqlite_store.executions, "recoverable", broken)
     harness = Harness(sqlite_store)
-    runtime = Runtime(harness.config, sqlite_store, ManualClock())
+    runtime = Runtime(harness.config, sqlite_store, ManualClock(), ports=harness.ports(),
+                      registry=harness.registry)
 
     with pytest.raises(RuntimeError, match="database is gone"):
         runtime.start()

@@ -1,4 +1,5 @@
-"""Reserved sources: the notification switch and the defer of N§3.4 (SPEC §5.4, §5.7)."""
+"""Reserved sources: the notification switch, and the defer of a trigger whose family is busy
+while its role label is still on the issue (docs/design.md, "The life of a trigger")."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ URGENT_ONLY = {"field": "issue.priority", "operator": "in", "values": ["P0"]}
 
 
 def notification_policy(h):
-    """A valid assignee family (N§5.4) run by stand-in executors that park for 60 s."""
+    """A valid assignee family run by stand-in executors that park for 60 s."""
     return h.policy(rule(SEND, name="notify", priority=10, on_success="continue"),
                     rule("mark_assignment_message_urgent", name="urgent", priority=20,
                          when=URGENT_ONLY),

@@ -1,5 +1,4 @@
-"""From a posted trigger to a finished execution through the real actor system (SPEC §3, §5, §7;
-M§13 "service")."""
+"""From a posted trigger to a finished execution through the real actor system."""
 
 from __future__ import annotations
 
@@ -200,6 +199,23 @@ def test_restart_mid_execution_resumes_without_duplicating_the_action(make_harne
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert len(execution.rule_executions[0].action_executions) == 1
     assert [c[0] for c in waiting.calls] == ["plan", "execute", "execute"]
+
+
+def test_a_parked_execution_recovered_at_boot_waits_for_its_own_wake_at(make_harness):
+    waiting = RecordingAction("test_wait", park_for=62)  # not on a heartbeat (every 5 s)
+    h = make_harness(waiting)
+    h.policy(rule("test_wait"))
+    execution_id = h.post_trigger().execution_ids[0]
+
+    h.restart()
+    parked = h.runtime.status()["parked_executions"]
+    h.advance(61)
+    before = h.execution(execution_id).status
+    h.advance(1)
+
+    assert [p["execution_id"] for p in parked] == [execution_id]  # with its timer again
+    assert before is ExecutionStatus.EXECUTING
+    assert h.execution(execution_id).status is ExecutionStatus.SUCCEEDED
 
 
 def test_crash_inside_an_action_restarts_it_from_the_checkpoint(make_harness):

@@ -3,16 +3,16 @@ from __future__ import annotations
 import pytest
 from falcon import testing
 
-from ticket_dispatcher.clock import ManualClock
+from tests.clocks import ManualClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.http.app import Services, create_app
 
-# At least 24 characters: shorter plain keys stop the start (SPEC §13).
+# At least 24 characters: shorter plain keys stop the start.
 KEYS = {"operator": "op-secret-key-0123456789abcdef", "viewer": "view-secret-key-0123456789abcdef",
         "automation": "auto-secret-key-0123456789abcdef"}
 API_KEYS = ",".join(f"{role}-key:{role}:{key}" for role, key in KEYS.items())
 BASE = "/api/v1/ticketmanager"
-# Routes outside the API base (SPEC §10); everything else is relative to BASE.
+# Routes outside the API base; everything else is relative to BASE.
 ROOT_PATHS = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/api/", "/sandbox/")
 
 

@@ -1,4 +1,4 @@
-"""Matching a presented ``X-API-KEY`` and what each role may call (SPEC §10).
+"""Matching a presented ``X-API-KEY`` and what each role may call (docs/operations.md, "API keys").
 
 The keys themselves are read by the configuration (tests/test_config.py).
 """

@@ -1,4 +1,4 @@
-"""One database connection per HTTP request, returned with the response (issue 7, part 3)."""
+"""One database connection per HTTP request, returned with the response."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trigger intake, the execution read API and the admin endpoints (SPEC §5, §7, §10)."""
+"""Trigger intake, the execution read API and the admin endpoints."""
 
 from __future__ import annotations
 

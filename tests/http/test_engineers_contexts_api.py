@@ -1,4 +1,4 @@
-"""Engineer and dispatch-context endpoints (SPEC §4.7, §4.8, §10)."""
+"""Engineer and dispatch-context endpoints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every error status of SPEC §10 for bad input, in the one error shape."""
+"""Every error status the API answers for bad input, in the one error shape."""
 
 from __future__ import annotations
 

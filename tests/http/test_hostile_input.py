@@ -1,4 +1,4 @@
-"""Hostile input over the API (issue 8): never a 500, never a freeze, the same on both engines.
+"""Hostile input over the API: never a 500, never a freeze, the same on both engines.
 
 Each test asserts the status code and that ``/healthz`` still answers promptly afterwards.
 Bodies are sent as ASCII JSON text (``\\u0000``, ``\\udfff`` escapes): valid JSON that a

@@ -1,5 +1,5 @@
-"""Hostile policies over HTTP (issue 8): a regex or a condition tree can neither freeze the
-process nor reach a 500 (SPEC §4.3, §6, §10)."""
+"""Hostile policies over HTTP: a regex or a condition tree can neither freeze the process nor
+reach a 500."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The OpenAPI document says what the validator and the bindings say (issue 8, item 6).
+"""The OpenAPI document says what the validator and the bindings say.
 
 The fuzz run (test_openapi_fuzz.py) proves the server's answers match the document; these tests
 prove the document's vocabularies and patterns come from the server's, so a client that follows

@@ -1,4 +1,4 @@
-"""The OpenAPI document is the truth (issue 8, item 6): schemathesis against the served app.
+"""The OpenAPI document is the truth: schemathesis against the served app.
 
 Every documented operation is fuzzed in-process (WSGI) against the app of ``create_app`` with the
 real actor runtime behind it (the harness: real actors, fake Jira), on each engine. Each operation
@@ -36,7 +36,7 @@ from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.http.openapi import POLICY_EXAMPLE, document
 
-# An operator key (operator may call every operation) of at least 24 characters (issue 8).
+# An operator key (operator may call every operation) of at least 24 characters.
 OPERATOR_KEY = "fuzz-operator-key-0123456789abcdef"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]

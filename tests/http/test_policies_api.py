@@ -1,4 +1,4 @@
-"""Policy endpoints end to end on the real store (SPEC §4.2, §6, §10)."""
+"""Policy endpoints end to end on the real store."""
 
 from __future__ import annotations
 

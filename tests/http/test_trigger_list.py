@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from falcon import testing
 
+from tests.clocks import ManualClock
 from tests.http.conftest import API_KEYS, Api
-from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.http.dispatch import decode_cursor, encode_cursor

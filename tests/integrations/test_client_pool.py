@@ -1,4 +1,4 @@
-"""Client actor pools (SPEC §3, issue 7): a call goes to an idle actor or waits in one FIFO
+"""Client actor pools: a call goes to an idle actor or waits in one FIFO
 queue, queue time and call time are separate limits, shutdown support, stats; the typed pools
 serve the ports of domain/ports.py.
 
@@ -10,16 +10,17 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+from dataclasses import dataclass
 
 import pykka
 import pytest
 import responses
 
+from tests.clocks import ManualClock
 from tests.fakes import FakeJira, issue
-from ticket_dispatcher.actors.clients import (
-    Call,
-    ClientActor,
-    ClientPool,
+from ticket_dispatcher.actors import client_pool
+from ticket_dispatcher.actors.client_pool import ClientActor, ClientPool
+from ticket_dispatcher.actors.client_ports import (
     CorePool,
     JiraPool,
     LarkPool,
@@ -27,13 +28,18 @@ from ticket_dispatcher.actors.clients import (
     _ask_timeout,
     build_client_pools,
 )
-from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import Config, CoreConfig, JiraConfig, LarkConfig, OncallConfig
 from ticket_dispatcher.domain.ports import Jira
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.jira import JiraClient
+from ticket_dispatcher.metrics import Metrics
 
 WAIT = 5  # seconds: the bound on every wait for something that should happen at once
+
+
+def limits() -> dict:
+    """A pool's limits, and metrics of its own."""
+    return {"call_timeout": WAIT, "queue_timeout": WAIT, "metrics": Metrics()}
 
 
 class Log:
@@ -193,6 +199,7 @@ def echo(log, started):
 
         options.setdefault("call_timeout", WAIT)
         options.setdefault("queue_timeout", WAIT)
+        options.setdefault("metrics", Metrics())
         pool = started(ClientPool("echo", factory, size, **options))
         pool.made = made
         return pool
@@ -229,7 +236,7 @@ def test_calls_run_in_daemon_actor_threads(echo):
     thread = pool.call("thread")
 
     assert thread is not threading.current_thread()
-    # A read stuck in a socket must never keep the process alive past shutdown (issue 7).
+    # A read stuck in a socket must never keep the process alive past shutdown.
     assert thread.daemon and ClientActor.use_daemon_thread
 
 
@@ -254,11 +261,11 @@ def test_a_pool_routes_no_client_method_by_attribute(echo):
 
 def test_pool_needs_at_least_one_actor(log):
     with pytest.raises(ValueError):
-        ClientPool("echo", lambda: EchoClient(0, log), 0)
+        ClientPool("echo", lambda: EchoClient(0, log), 0, **limits())
 
 
 def test_a_call_before_start_is_refused(log):
-    pool = ClientPool("echo", lambda: EchoClient(0, log), 1)
+    pool = ClientPool("echo", lambda: EchoClient(0, log), 1, **limits())
 
     with pytest.raises(IntegrationError, match="not started"):
         pool.call("add", 1)
@@ -337,7 +344,7 @@ def test_a_caller_that_gives_up_while_queued_never_makes_its_call(echo, log):
 def test_a_jira_call_given_up_while_queued_never_reaches_jira(started):
     base = "https://j.example"
     pool = started(JiraPool("jira", lambda: JiraClient(JiraConfig(base_url=base)), 1,
-                            call_timeout=WAIT, queue_timeout=0.05))
+                            call_timeout=WAIT, queue_timeout=0.05, metrics=Metrics()))
     entered, release = threading.Event(), threading.Event()
 
     def slow_issue(request):
@@ -426,17 +433,40 @@ def test_abandon_wakes_queued_and_running_callers_and_refuses_new_calls(echo, lo
     assert pool.stats()["abandoned"] is True
 
 
+@dataclass(frozen=True)
+class Direct:
+    """Asked of one client actor behind its pool's back: run ``client.<method>(*args)``."""
+
+    method: str
+    args: tuple = ()
+
+
+class DirectlyAskable(ClientActor):
+    """A ClientActor that also answers a ``Direct`` ask, which its pool never sends."""
+
+    def on_receive(self, message):
+        if isinstance(message, Direct):
+            return getattr(self._client, message.method)(*message.args)
+        return super().on_receive(message)
+
+
+@pytest.fixture
+def askable(monkeypatch):
+    """The pools started from here on run ``DirectlyAskable`` actors."""
+    monkeypatch.setattr(client_pool, "ClientActor", DirectlyAskable)
+
+
 def occupy_behind_the_pools_back(pool: ClientPool, log: Log, tag: str) -> pykka.ActorRef:
     """Keep the actor the pool will hand out next busy with a direct ask, so that the next
     pooled call waits in that actor's inbox: sent, but not begun."""
     actor = pool._idle[0]
     log.gate(tag)
-    actor.ask(Call("hold", (tag,)), block=False)
+    actor.ask(Direct("hold", (tag,)), block=False)
     assert log.entered[tag].wait(WAIT)
     return actor
 
 
-def test_a_call_sent_but_not_begun_when_abandoned_never_begins(echo, log):
+def test_a_call_sent_but_not_begun_when_abandoned_never_begins(askable, echo, log):
     pool = echo(size=1)
     occupy_behind_the_pools_back(pool, log, "direct")
     pool._running = probe = SentProbe()
@@ -454,7 +484,7 @@ def test_a_call_sent_but_not_begun_when_abandoned_never_begins(echo, log):
     assert pool.stats()["calls"] == 0
 
 
-def test_a_call_behind_a_stop_from_outside_goes_to_another_actor(echo, log):
+def test_a_call_behind_a_stop_from_outside_goes_to_another_actor(askable, echo, log):
     pool = echo(size=2)
     doomed = occupy_behind_the_pools_back(pool, log, "direct")
     doomed.stop(block=False)  # queued behind "direct": the pool does not know yet
@@ -650,7 +680,7 @@ def config(**sections) -> Config:
 def test_services_without_base_url_get_no_pool():
     pools = build_client_pools(config(jira=JiraConfig(base_url="https://j.example"),
                                       core=CoreConfig(base_url="https://c.example")),
-                               ManualClock(), start=False)
+                               ManualClock(), metrics=Metrics(), start=False)
 
     assert sorted(pools) == ["core", "jira"]
     assert all(pool.size == 2 for pool in pools.values())
@@ -659,14 +689,14 @@ def test_services_without_base_url_get_no_pool():
 def test_pool_size_defaults_to_one_actor_per_slot_and_trigger_actor():
     pools = build_client_pools(
         config(jira=JiraConfig(base_url="https://j.example"), client_pool_size=0,
-               execution_slots=7, trigger_actors=3), ManualClock(), start=False)
+               execution_slots=7, trigger_actors=3), ManualClock(), metrics=Metrics(), start=False)
 
     assert pools["jira"].size == 10
 
 
 def test_call_and_queue_timeouts_come_from_the_http_timeouts():
     pools = build_client_pools(config(jira=JiraConfig(base_url="https://j.example")),
-                               ManualClock(), start=False)
+                               ManualClock(), metrics=Metrics(), start=False)
 
     expected = _ask_timeout(3, 10)  # the default connect and read timeouts
     assert (pools["jira"].call_timeout, pools["jira"].queue_timeout) == (expected, expected)
@@ -674,7 +704,8 @@ def test_call_and_queue_timeouts_come_from_the_http_timeouts():
 
 
 def test_lark_without_an_app_id_gets_no_pool_despite_its_default_url():
-    pools = build_client_pools(config(lark=LarkConfig()), ManualClock(), start=False)
+    pools = build_client_pools(config(lark=LarkConfig()), ManualClock(), metrics=Metrics(),
+                               start=False)
 
     assert LarkConfig().base_url and "lark" not in pools
 
@@ -683,7 +714,7 @@ def test_every_configured_service_gets_a_started_pool():
     pools = build_client_pools(config(
         jira=JiraConfig(base_url="https://j.example"), lark=LarkConfig(app_id="cli_app"),
         oncall=OncallConfig(base_url="https://o.example"),
-        core=CoreConfig(base_url="https://c.example")), ManualClock())
+        core=CoreConfig(base_url="https://c.example")), ManualClock(), metrics=Metrics())
     try:
         assert sorted(pools) == ["core", "jira", "lark", "oncall"]
         assert {name: type(pool) for name, pool in pools.items()} == {
@@ -697,7 +728,7 @@ def test_every_configured_service_gets_a_started_pool():
 def test_built_jira_pool_loads_an_issue_through_its_actor():
     jira_config = JiraConfig(base_url="https://j.example", email="bot@example.com",
                              api_token="tok")
-    pools = build_client_pools(config(jira=jira_config), ManualClock())
+    pools = build_client_pools(config(jira=jira_config), ManualClock(), metrics=Metrics())
     try:
         with responses.RequestsMock() as mocked:
             mocked.get("https://j.example/rest/api/2/issue/TCID-1", json={
@@ -723,7 +754,7 @@ def test_a_jira_pool_exposes_exactly_the_jira_protocols_methods():
 def test_a_typed_pool_method_runs_the_same_named_client_method(started):
     jira = FakeJira(issue())
     jira.add_user("alice@example.com", "acc-a")
-    pool = started(JiraPool("jira", lambda: jira, 1, call_timeout=WAIT, queue_timeout=WAIT))
+    pool = started(JiraPool("jira", lambda: jira, 1, **limits()))
 
     pool.assign("TCID-1", "acc-a")
     pool.edit_labels("TCID-1", remove=(label for label in ["auto-dispatch"]))

@@ -1,4 +1,4 @@
-"""The Core client: group members, users and direct leaders (SPEC §11, N§7.1)."""
+"""The Core client: group members, users and direct leaders."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The shared session helper: request shape, errors, Retry-After, safe logs (SPEC §11, §12)."""
+"""The shared session helper: request shape, errors, Retry-After, safe logs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import requests
 from responses import matchers
 
-from ticket_dispatcher.clock import ManualClock
+from tests.clocks import ManualClock
 from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.http import (
     BearerAuth,
@@ -149,7 +149,7 @@ def test_read_timeout_is_an_unknown_outcome_without_status(mocked):
         client().request("GET", "/x", params={"email": "a@example.com"})
 
     error = caught.value
-    # Sent, but unanswered: the peer may have acted (issue 7).
+    # Sent, but unanswered: the peer may have acted.
     assert isinstance(error, OutcomeUnknown)
     assert (error.status, error.service, error.timeout) == (None, "svc", True)
     assert error.__cause__ is None and error.__suppress_context__

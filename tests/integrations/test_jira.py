@@ -1,4 +1,4 @@
-"""The Jira client: exactly the calls of SPEC §11, parsed per §4.1/N§4."""
+"""The Jira client: exactly the calls the service needs, parsed into the issue snapshot."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Lark client: tenant token, envelope, cards, urgent, read users (SPEC §11)."""
+"""The Lark client: tenant token, envelope, cards, urgent, read users."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import requests
 import responses
 from responses import matchers
 
-from ticket_dispatcher.clock import ManualClock
+from tests.clocks import ManualClock
 from ticket_dispatcher.config import LarkConfig
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import IntegrationRejected, IntegrationTimeout

@@ -1,4 +1,4 @@
-"""The Oncall client: responders and pages; every page outcome consumes the attempt (N§6.4)."""
+"""The Oncall client: responders and pages; every page outcome consumes the attempt."""
 
 from __future__ import annotations
 

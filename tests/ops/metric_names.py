@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 ALERTS_FILE = REPO / "ops" / "prometheus" / "alerts.yaml"
 DASHBOARD_FILE = REPO / "ops" / "grafana" / "dashboard.json"
 
-# name -> kind, as docs/operations.md lists them (N§12 and beyond)
+# name -> kind, as docs/operations.md, "Metrics" lists them
 PLANNED_METRICS: dict[str, str] = {
     "ticket_manager_dispatch_assignment_notification_events_total": "counter",
     "ticket_manager_dispatch_assignment_action_total": "counter",

@@ -1,6 +1,7 @@
-"""ops/: the Kubernetes manifests, the Dockerfile, the alert rules and the dashboard (SPEC §15,
-N§11, N§12). Docker and a cluster are not needed: the manifests are checked against the
-Kubernetes schemas and against the service's own configuration loader, the rules with promtool.
+"""ops/: the Kubernetes manifests, the Dockerfile, the alert rules and the dashboard
+(docs/operations.md, "Deploy" and "Metrics"). Docker and a cluster are not needed: the
+manifests are checked against the Kubernetes schemas and against the service's own
+configuration loader, the rules with promtool.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ KUBERNETES = OPS / "kubernetes"
 SECRET_TEMPLATE = KUBERNETES / "secret.template.yaml"
 # README "Shutdown and restarts": the process exits within shutdown_timeout + 2 s.
 SHUTDOWN_SLACK = timedelta(seconds=2)
-# Kinds that would run a second pod next to the first (N§11: no HPA); KEDA's makes an HPA.
+# Kinds that would run a second pod next to the first (so no HPA); KEDA's makes an HPA.
 AUTOSCALER_KINDS = {"HorizontalPodAutoscaler", "ScaledObject"}
 PLANNED_FOR = {"TicketDispatcherDeferredTriggerStuck": "5m",
                "TicketDispatcherWorkersSaturated": "10m",
@@ -155,7 +156,7 @@ def test_kustomization_applies_every_manifest_except_the_secret_template():
 def test_deployment_runs_one_replica_replaced_by_recreate():
     spec = one("Deployment")["spec"]
 
-    # N§11: two pods would both send the card and page the engineer
+    # one pod only: two would both send the card and page the engineer
     assert spec["replicas"] == 1
     assert spec["strategy"] == {"type": "Recreate"}
 
@@ -214,7 +215,7 @@ def test_secret_template_cannot_start_the_service_unchanged(config_file):
     with pytest.raises(ConfigError) as refused:
         load_config(None, environ=environment(config_file, placeholders))
 
-    # the placeholder API keys are too short (SPEC §13), and the message shows no value
+    # the placeholder API keys are shorter than 24 characters, and the message shows no value
     assert "TICKET_DISPATCHER_AUTH_API_KEYS" in refused.value.message
     assert "CHANGE-ME" not in refused.value.message
 

@@ -6,8 +6,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 from falcon import testing
 
+from tests.clocks import ManualClock
 from tests.sandbox.calls import CREATED, sandbox_app
-from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.sandbox import Sandbox, service_urls
 from ticket_dispatcher.sandbox.jira import SandboxIssue
 

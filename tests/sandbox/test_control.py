@@ -1,5 +1,5 @@
 """The control API under /sandbox/_control: issues, users, groups, teams, reads, what was sent,
-forced page outcomes; bad input in the project's error shape (SPEC §10)."""
+forced page outcomes; bad input in the project's error shape."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fake Core directory (SPEC §11): group members, users, direct leaders."""
+"""The fake Core directory: group members, users, direct leaders."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fake Jira (SPEC §11): the issue shape, assign, edit, user search, comments, Basic auth."""
+"""The fake Jira: the issue shape, assign, edit, user search, comments, Basic auth."""
 
 from __future__ import annotations
 

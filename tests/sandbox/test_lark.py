@@ -1,4 +1,4 @@
-"""The fake Lark (SPEC §11): tenant tokens, open_ids, idempotent cards, urgents, read receipts."""
+"""The fake Lark: tenant tokens, open_ids, idempotent cards, urgents, read receipts."""
 
 from __future__ import annotations
 

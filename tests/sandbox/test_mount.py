@@ -1,12 +1,12 @@
 """The sandbox mounted on the real app (public under the API-key middleware), the clients'
-URLs, and the real clients against the served sandbox (both sides of SPEC §11)."""
+URLs, and the real clients against the served sandbox (both sides of each service's API)."""
 
 from __future__ import annotations
 
 from falcon import testing
 
+from tests.clocks import ManualClock
 from tests.sandbox.calls import CONTROL, JIRA, JIRA_AUTH
-from ticket_dispatcher.clock import ManualClock
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.sandbox import mount_sandbox, service_urls

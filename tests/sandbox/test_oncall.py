@@ -1,4 +1,4 @@
-"""The fake Oncall (SPEC §11): responders primary first, pages and their dedup, forced page
+"""The fake Oncall: responders primary first, pages and their dedup, forced page
 outcomes (and what the real client makes of them); the internal services' Bearer token."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Database URLs, pooled connections per unit of work and UTC times (SPEC §9, §13)."""
+"""Database URLs, pooled connections per unit of work and UTC times."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_naive_times_are_refused_by_the_column(store):
                            created_at=datetime(2026, 1, 1), updated_at=T0).execute()
 
 
-# --- one pool per engine (issue 7, part 3) -------------------------------------------------------
+# --- one pool per engine -----------------------------------------------------------------------
 
 
 def _config(slots: int = 10, trigger_actors: int = 4, threads: int = 8) -> Config:

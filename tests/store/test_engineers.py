@@ -1,4 +1,4 @@
-"""Engineer repository (SPEC §4.8, M§7): put semantics and single-statement dispatch state."""
+"""Engineer repository: put semantics and single-statement dispatch state."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Races around the escalation role slots with real threads on both engines (N§7.2, N§7.3,
-N§13.8): the row lock keeps Assignee and L2 apart, one of two executions racing for one role
-writes Jira, and an owner's reconcile never lets a non-owner write or escalate.
+"""Races around the escalation role slots with real threads on both engines (docs/design.md,
+"The escalation slot"): the row lock keeps Assignee and L2 apart, one of two executions racing
+for one role writes Jira, and an owner's reconcile never lets a non-owner write or escalate.
 
 The escalations run through the real behavior and ``escalate_assignment_to_leader`` against
 the plain fakes of tests/domain (one Jira, Lark and Core shared by both executions) and the
@@ -152,7 +152,7 @@ def verdict(ex: Execution) -> tuple[str, str | None]:
 
 def test_assignee_and_l2_slot_updates_from_two_threads_never_lose_one(store):
     """Each thread records every step in its own role's slot, on fresh contexts (the
-    insert-on-conflict path) and on existing ones (the row lock), many times (N§7.2)."""
+    insert-on-conflict path) and on existing ones (the row lock), many times."""
     keys, rounds = [f"TCID-{n}" for n in range(1, 13)], 4
     barrier = threading.Barrier(2, timeout=WAIT)
 
@@ -206,7 +206,7 @@ def test_two_executions_racing_for_one_role_write_jira_once_and_the_loser_fails_
 @pytest.mark.parametrize("leader", ["unchanged", "changed_meanwhile"])
 def test_a_loser_storing_its_intent_after_the_winner_applied_takes_nothing_over(store, leader):
     """Both passed the first look; the loser reaches the lock only after the winner's write
-    and marker (N§7.3). It must neither take the escalation over nor wake Bob again, and
+    and marker. It must neither take the escalation over nor wake Bob again, and
     Bob's own workflow afterwards must still not go on to the Grand Leader."""
     race = Race(store)
     first, second = race.to_the_deadline(race.first), race.to_the_deadline(race.second)
@@ -242,7 +242,7 @@ def test_a_loser_storing_its_intent_after_the_winner_applied_takes_nothing_over(
 
 
 def crash_in_the_write(race: Race) -> Execution:
-    """Execution 7 stored its intent and died before its Jira write (N§8.2); what boot
+    """Execution 7 stored its intent and died before its Jira write; what boot
     recovery reloads."""
     ex = race.to_the_deadline(race.first)
     with pytest.raises(Crash):

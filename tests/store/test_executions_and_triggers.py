@@ -1,4 +1,4 @@
-"""The execution and trigger repositories on both engines (SPEC §9, M§9, M§10)."""
+"""The execution and trigger repositories on both engines."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Migrations (SPEC §9): versioned, idempotent, safe on an older database."""
+"""Migrations: versioned, idempotent, safe on an older database."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_older_database_gets_only_the_missing_migrations_and_keeps_its_rows(empt
     context = empty_store.contexts.get("TCID-1")
     assert applied == list(range(2, latest_version() + 1))
     assert context.assignee == "a@x.com"
-    assert context.assignment_notification_state == {}  # historical NULL reads empty (N§7.2)
+    assert context.assignment_notification_state == {}  # historical NULL reads empty
     assert not context.holds_notification_state
     empty_store.contexts.delete("TCID-1")
 

@@ -1,4 +1,4 @@
-"""Policy repository: JSON round-trip, the version lifecycle of SPEC §4.2, query counts."""
+"""Policy repository: JSON round-trip, the version lifecycle, query counts."""
 
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ def test_activation_refuses_an_invalid_version_and_changes_nothing(store):
 
 def test_activation_validates_against_the_stores_action_registry(store):
     """An action type no executor of this store's registry runs cannot be activated; a store
-    built with a registry that runs it activates the same version (SPEC §6, issue 9)."""
+    built with a registry that runs it activates the same version."""
     body = policy_body()
     body["rules"][0]["then"] = [{"type": "test_noop", "test_noop": {}}]
     draft = store.policies.create(PolicySpec.from_json(body), T0)

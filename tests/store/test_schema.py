@@ -1,4 +1,4 @@
-"""Constraints and JSON columns of the execution tables (SPEC §9, M§9.1-M§9.2)."""
+"""Constraints and JSON columns of the execution tables."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_live_lock_key_is_refused_on_dry_runs_and_terminal_executions(store):
         with pytest.raises(peewee.IntegrityError), store.db.atomic():
             ExecutionRow.update(status="succeeded").where(ExecutionRow.id == held.id).execute()
 
-        # SPEC §9: cleared in the same UPDATE that makes it terminal.
+        # Cleared in the same UPDATE that makes it terminal.
         ExecutionRow.update(status="succeeded", live_lock_key=None, completed_at=T0).where(
             ExecutionRow.id == held.id).execute()
         execution(parent, live_lock_key="TCID-1/policy/1")

@@ -1,8 +1,8 @@
 """Counts the messages in flight through the actor system, so "wait until settled" is one
 bounded call, and is the one way actors tell each other things.
 
-``Activity.tell(ref, message)`` begins a unit of activity and sends the message wrapped with
-its ``Ticket``; the receiving ``TrackedActor`` ends that ticket exactly once, when its handler
+``Activity.tell(ref, message)`` begins a unit of activity (an ``InFlight``) and sends the
+message wrapped with it; the receiving ``TrackedActor`` ends it exactly once, when its handler
 has returned or raised. A handler that sends a message before it returns keeps the count above
 zero, so a chain of work (a trigger creating executions, an execution stepping, a finished one
 freeing a slot for the next) is in flight until its last message is handled. The harness and
@@ -24,11 +24,11 @@ log = logging.getLogger(__name__)
 
 
 class ActivityError(RuntimeError):
-    """A ticket ended twice: a bug in the runtime, never clamped away."""
+    """A message's activity ended twice: a bug in the runtime, never clamped away."""
 
 
-class Ticket:
-    """One told message's share of the activity count."""
+class InFlight:
+    """One told message's share of the activity count, ended once its handler is done."""
 
     __slots__ = ("_activity", "_ended")
 
@@ -42,10 +42,10 @@ class Ticket:
 
 @dataclass(frozen=True)
 class Tracked:
-    """A told message and the ticket its handler ends."""
+    """A told message and its share of the activity count, which its handler ends."""
 
     message: Any
-    ticket: Ticket
+    in_flight: InFlight
 
 
 class Activity:
@@ -56,22 +56,22 @@ class Activity:
     def tell(self, ref: pykka.ActorRef, message: Any) -> bool:
         """Tell ``message`` to ``ref`` as one unit of activity; False (and nothing in flight)
         when the actor has already stopped, which only happens while shutting down."""
-        ticket = Ticket(self)
+        unit = InFlight(self)
         with self._cond:
             self._count += 1
         try:
-            ref.tell(Tracked(message, ticket))
+            ref.tell(Tracked(message, unit))
         except pykka.ActorDeadError:
-            ticket.end()
+            unit.end()
             log.debug("%s not delivered: %s has stopped", type(message).__name__, ref)
             return False
         return True
 
-    def _end(self, ticket: Ticket) -> None:
+    def _end(self, unit: InFlight) -> None:
         with self._cond:
-            if ticket._ended:
+            if unit._ended:
                 raise ActivityError("a message's activity was ended twice")
-            ticket._ended = True
+            unit._ended = True
             self._count -= 1
             self._cond.notify_all()
 
@@ -106,7 +106,7 @@ class TrackedActor(pykka.ThreadingActor):
         try:
             return self.handle(message.message)
         finally:
-            message.ticket.end()
+            message.in_flight.end()
 
     def handle(self, message: Any) -> Any:
         raise NotImplementedError
@@ -118,7 +118,7 @@ class TrackedActor(pykka.ThreadingActor):
         self.drop_unhandled()
 
     def drop_unhandled(self) -> None:
-        """pykka drops told messages still in the inbox of a stopped actor; end their tickets
+        """pykka drops told messages still in the inbox of a stopped actor; end their activity
         so the count stays true. Asks are put back for pykka to answer with ActorDeadError."""
         asks = []
         while True:
@@ -127,7 +127,7 @@ class TrackedActor(pykka.ThreadingActor):
             except queue.Empty:
                 break
             if isinstance(envelope.message, Tracked):
-                envelope.message.ticket.end()
+                envelope.message.in_flight.end()
             else:
                 asks.append(envelope)
         for envelope in asks:

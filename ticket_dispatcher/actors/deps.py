@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ticket_dispatcher.actors.activity import Activity
@@ -21,6 +23,42 @@ from ticket_dispatcher.store import Store
 
 log = logging.getLogger(__name__)
 
+POLICY_NAMES_KEPT = 256  # policy versions whose names are remembered for the metrics
+
+
+class PolicyNames:
+    """Policy version names by id, for the ``policy`` label of the execution metrics.
+
+    Every execution thread asks when its execution finishes, so the names are guarded by a
+    lock; only the ``size`` most recently asked are kept, since a process that runs for months
+    sees ever new versions. Only a draft can be changed (docs/policies.md, "Versions and
+    families"): its dry runs keep counting under the name first read. The store is read
+    outside the lock: two threads may read the same name at once, which is harmless."""
+
+    def __init__(self, read: Callable[[int], str], size: int = POLICY_NAMES_KEPT):
+        self._read = read
+        self._size = size
+        self._lock = threading.Lock()
+        self._names: OrderedDict[int, str] = OrderedDict()
+
+    def get(self, policy_id: int) -> str:
+        """The name; raises what ``read`` raises (``NotFound`` for a deleted draft)."""
+        with self._lock:
+            if policy_id in self._names:
+                self._names.move_to_end(policy_id)
+                return self._names[policy_id]
+        name = self._read(policy_id)
+        with self._lock:
+            self._names[policy_id] = name
+            self._names.move_to_end(policy_id)
+            while len(self._names) > self._size:
+                self._names.popitem(last=False)
+        return name
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._names)
+
 
 @dataclass
 class RuntimeDeps:
@@ -34,9 +72,12 @@ class RuntimeDeps:
     metrics: Metrics = field(default_factory=Metrics)
     # Who holds this process's leases (actors/leases.py).
     owner: str = field(default_factory=process_identity)
-    _policy_names: dict[int, str] = field(default_factory=dict, repr=False)
     # Set once the shutdown begins: no new step, claim or execution actor starts after it.
     stopping: threading.Event = field(default_factory=threading.Event)
+    policy_names: PolicyNames = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.policy_names = PolicyNames(lambda policy_id: self.store.policies.get(policy_id).name)
 
     def behavior(self, checkpoints: Checkpoints | None = None,
                  ports: Ports | None = None) -> Behavior:
@@ -46,7 +87,7 @@ class RuntimeDeps:
                         ports=ports or self.ports, on_finished=self.execution_finished)
 
     def execution_finished(self, execution: Execution) -> None:
-        """Once per execution, after the save that made it terminal (N§12): the metrics from
+        """Once per execution, after the save that made it terminal: the metrics from
         its persisted contexts, and the one log line an operator follows."""
         try:
             self.metrics.execution_finished(execution, self._policy_name(execution.policy_id))
@@ -64,11 +105,7 @@ class RuntimeDeps:
             "duration_seconds": seconds})
 
     def _policy_name(self, policy_id: int) -> str:
-        """One read per version: a published version's name never changes (SPEC §6); a draft's
-        may, and its dry runs then keep counting under the first name read."""
-        if policy_id not in self._policy_names:
-            try:
-                self._policy_names[policy_id] = self.store.policies.get(policy_id).name
-            except NotFound:
-                return ""
-        return self._policy_names[policy_id]
+        try:
+            return self.policy_names.get(policy_id)
+        except NotFound:  # a draft deleted meanwhile
+            return ""

@@ -1,13 +1,14 @@
 """ExecutionActor: drives one execution from its checkpoint to a terminal state or a park.
 
-One actor per *running* execution (SPEC §3). Each behavior step is its own message, so a cancel
-told meanwhile is seen before the next step. Everything it reports goes up to the pool as a
-``tell``; a crash is caught here and reported, never left to kill the actor silently.
+One actor per *running* execution; a parked one has none. Each behavior step is its own
+message, so a cancel told meanwhile is seen before the next step. Everything it reports goes up
+to the pool as a ``tell``; a crash is caught here and reported, never left to kill the actor
+silently.
 
 It holds no database connection of its own: each checkpoint is one short unit of work on a
-pooled connection, so none is held across a Jira, Lark, Oncall or Core call (SPEC §7, M§10).
-When the runtime stops, it starts no further step, and a step whose integration call was
-abandoned ends where it is: the action stays ``executing`` and resumes after the restart.
+pooled connection, so none is held across a Jira, Lark, Oncall or Core call. When the runtime
+stops, it starts no further step, and a step whose integration call was abandoned ends where
+it is: the action stays ``executing`` and resumes after the restart.
 
 It claims the execution's lease before its first write and works through a ``Hold``
 (actors/leases.py): its checkpoints are fenced by the lease, and its ports refuse to call out
@@ -30,9 +31,9 @@ from ticket_dispatcher.actors.messages import (
     Crashed,
     Finished,
     Interrupted,
+    NextStep,
     Parked,
     Progress,
-    Step,
 )
 from ticket_dispatcher.domain.behavior import StepKind
 from ticket_dispatcher.domain.execution import (
@@ -59,37 +60,37 @@ LOAD_BACKOFF_MAX = timedelta(minutes=5)
 
 
 def load_backoff(attempt: int) -> timedelta:
-    """5 s doubling up to 5 min (SPEC §7)."""
+    """The wait before the next load of the issue and policy: 5 s, doubling up to 5 min."""
     return min(LOAD_BACKOFF_START * (2 ** max(attempt - 1, 0)), LOAD_BACKOFF_MAX)
 
 
 class ExecutionActor(TrackedActor):
     def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef,
-                 hold: Hold | None = None, run: int = 0):
+                 hold: Hold, run: int):
         super().__init__()
         self.execution_id = execution_id
         self._deps = deps
         self._pool = pool
         self._run = run  # which of the pool's starts of this execution this actor is
-        self._hold = hold or Hold(deps.clock.now())
+        self._hold = hold  # shared with the pool, whose heartbeat renews it
         self._behavior = deps.behavior(
             FencedCheckpoints(deps.store.executions, self._hold, deps.clock.now),
             guarded_ports(deps.ports, self._hold, deps.clock.now))
         self._execution: Execution | None = None
         self._issue: Issue | None = None
         self._cancel_reason: str | None = None
-        self._issue_live = False  # the issue was loaded for the next step (SPEC §3 wake)
+        self._issue_live = False  # the issue was loaded for the next step (every wake reloads it)
 
     def handle(self, message):
         if isinstance(message, Cancel):
             self._cancel_reason = message.reason
-        elif isinstance(message, Step):
+        elif isinstance(message, NextStep):
             self._guarded(self._step)
 
     def _guarded(self, work) -> None:
         try:
             work()
-        except CallAbandoned:  # shutting down: the checkpoint stays as it is (SPEC §7)
+        except CallAbandoned:  # shutting down: the checkpoint stays as it is
             log.info("execution stopped mid-step for shutdown; it resumes after the restart",
                      extra={"execution_id": self.execution_id})
         except (StoreUnavailable, LeaseLost) as exc:
@@ -131,16 +132,16 @@ class ExecutionActor(TrackedActor):
         execution = self._execution
         live, self._issue_live = self._issue_live, False
         try:
-            step = self._behavior.step(execution, self._issue, live=live)
+            outcome = self._behavior.step(execution, self._issue, live=live)
         except Conflict:  # already terminal in the store (cancelled elsewhere)
             return self._report(Finished(self.execution_id, self._run))
-        if step.kind is StepKind.ADVANCED:
+        if outcome.kind is StepKind.ADVANCED:
             self._deps.activity.tell(self._pool, Progress(
                 self.execution_id, execution.issue_key, execution.policy_id,
                 *_position(execution), run=self._run))
-            self._deps.activity.tell(self.actor_ref, Step())
-        elif step.kind is StepKind.PARKED:
-            self._report(Parked(self.execution_id, step.wake_at, self._run))
+            self._deps.activity.tell(self.actor_ref, NextStep())
+        elif outcome.kind is StepKind.PARKED:
+            self._report(Parked(self.execution_id, outcome.wake_at, self._run))
         else:
             self._report(Finished(self.execution_id, self._run))
 
@@ -157,7 +158,7 @@ class ExecutionActor(TrackedActor):
 
     def _load(self) -> bool:
         """Claim the execution, then reload its checkpoint, the live issue and the policy
-        (M§4.1 RunExecution)."""
+        (docs/design.md, "The life of an execution")."""
         deps = self._deps
         store, now = deps.store, deps.clock.now()
         execution = store.executions.get(self.execution_id)

@@ -16,8 +16,8 @@ from ticket_dispatcher.domain.execution import Execution, Lease, Trigger
 @dataclass(frozen=True)
 class ProcessTrigger:
     trigger_id: int
-    recovering: bool = False  # boot recovery may take over a trigger left ``processing``
-    token: int = 0  # which submission of the trigger this is (the router's ``TriggerWork``)
+    recovering: bool  # boot recovery may take over a trigger left ``processing``
+    token: int  # which submission of the trigger this is (the router's ``TriggerWork``)
 
 
 # -- to the execution pool ------------------------------------------------------------------
@@ -31,9 +31,11 @@ class CreateExecutions:  # ask, from a trigger actor; answers a CreationResult
     trigger: Trigger
     executions: list[Execution]
     explicit: bool  # the trigger named its policy
-    reserved_label: str | None = None  # the role label of a reserved-source trigger (N§3.4)
-    issue_labels: tuple[str, ...] = ()
-    lease: Lease | None = None  # the trigger actor's claim: every trigger write is fenced by it
+    # The role label of a reserved-source trigger: a busy lock key defers it while the label
+    # is still on the issue (docs/design.md, "The life of a trigger").
+    reserved_label: str | None
+    issue_labels: tuple[str, ...]
+    lease: Lease | None  # the trigger actor's claim: every trigger write is fenced by it
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,12 @@ class PoolStatus:  # ask; answers a dict for GET /admin/actors
 @dataclass(frozen=True)
 class RunningActors:  # ask, from the shutdown; answers the refs of the running execution actors
     pass
+
+
+@dataclass(frozen=True)
+class RecoverParked:  # tell, from boot recovery: an execution parked before the restart
+    execution_id: int
+    wake_at: datetime
 
 
 @dataclass(frozen=True)
@@ -84,27 +92,27 @@ class Progress:
     policy_id: int
     rule: str
     action: str
-    run: int = 0
+    run: int
 
 
 @dataclass(frozen=True)
 class Finished:
     execution_id: int
-    run: int = 0
+    run: int
 
 
 @dataclass(frozen=True)
 class Parked:
     execution_id: int
     wake_at: datetime
-    run: int = 0
+    run: int
 
 
 @dataclass(frozen=True)
 class Crashed:
     execution_id: int
     error: str
-    run: int = 0
+    run: int
 
 
 @dataclass(frozen=True)
@@ -115,12 +123,12 @@ class Interrupted:
 
     execution_id: int
     reason: str
-    run: int = 0
+    run: int
 
 
 # -- to an execution actor (tell) ------------------------------------------------------------
 @dataclass(frozen=True)
-class Step:
+class NextStep:  # take the execution's next step (one ``Behavior.step``)
     pass
 
 
@@ -148,5 +156,5 @@ class PollTriggers:  # tell, from the poll timer
 
 
 @dataclass(frozen=True)
-class ObserveBacklog:  # tell, from the backlog metrics timer (N§12)
+class ObserveBacklog:  # tell, from the backlog metrics timer
     pass

@@ -1,10 +1,10 @@
 """ExecutionPool: the execution slots, the FIFO queue, and the one writer of new executions.
 
 - At most ``execution_slots`` ExecutionActors run at once; the rest wait in FIFO order.
-- An execution ID that is queued or running is never queued again (dedupe, M§11).
+- An execution ID that is queued or running is never queued again (dedupe).
 - Parked executions hold no slot; a scheduler timer tells ``Wake`` at their ``wake_at``.
-- Creating executions is serialized here (SPEC §3): the busy check (``domain.admission``) and
-  the insert happen in this one thread, and the ``live_lock_key`` UNIQUE index guards against
+- Creating executions is serialized here: the busy check (``domain.admission``) and the
+  insert happen in this one thread, and the ``live_lock_key`` UNIQUE index guards against
   anything else. Enqueueing happens only after the creating transaction has committed, in
   creation order.
 - While the runtime stops, no new execution actor starts: what is queued stays ``created`` or
@@ -42,12 +42,13 @@ from ticket_dispatcher.actors.messages import (
     Finished,
     Heartbeat,
     Interrupted,
+    NextStep,
     Parked,
     PoolStatus,
     Progress,
+    RecoverParked,
     Retry,
     RunningActors,
-    Step,
     Wake,
 )
 from ticket_dispatcher.domain.admission import Outcome, admit
@@ -123,7 +124,7 @@ class SlotQueue:
 
 
 class ExecutionPool(TrackedActor):
-    def __init__(self, deps: RuntimeDeps, supervisor: pykka.ActorRef | None = None):
+    def __init__(self, deps: RuntimeDeps, supervisor: pykka.ActorRef):
         super().__init__()
         self._deps = deps
         self._slots = deps.config.execution_slots
@@ -154,6 +155,8 @@ class ExecutionPool(TrackedActor):
         match message:
             case Enqueue(execution_id):
                 self._enqueue(execution_id)
+            case RecoverParked(execution_id, wake_at):
+                self._park(execution_id, wake_at)
             case Wake(execution_id):
                 self._parked.pop(execution_id, None)
                 self._enqueue(execution_id, wake=True)
@@ -180,7 +183,7 @@ class ExecutionPool(TrackedActor):
                 if self._release(execution_id, run):
                     self._retry_later(execution_id, reason)
             case Crashed(execution_id, error, run):
-                if self._release(execution_id, run) and self._supervisor is not None:
+                if self._release(execution_id, run):
                     self._deps.activity.tell(self._supervisor, ChildCrashed(execution_id, error))
             case Heartbeat():
                 self._heartbeat()
@@ -222,7 +225,7 @@ class ExecutionPool(TrackedActor):
         self._running[execution_id] = Running(ref, since=now, hold=hold, run=run)
         if execution_id in self._cancels:  # seen before its first step
             ref.tell(Cancel(self._cancels[execution_id]))
-        self._deps.activity.tell(ref, Step())  # told from here, so the run is in flight at once
+        self._deps.activity.tell(ref, NextStep())  # told from here, so the run is in flight at once
 
     def _release(self, execution_id: int, run: int) -> bool:
         """Free the slot of ``run``; False when that actor had already been replaced."""
@@ -311,9 +314,9 @@ class ExecutionPool(TrackedActor):
                 store.triggers.fail(trigger.id, admission.reason, now, lease=lease)
                 return CreationResult(outcome="failed", reason=admission.reason)
             if admission.outcome is Outcome.DEFERRED:
-                # N§3.4: duplicates coalesce, but one wake-up always stays pending
-                if (twin := store.triggers.pending_twin(trigger)) is not None:
-                    reason = f"{admission.reason}; coalesced into pending trigger {twin}"
+                # duplicates coalesce, but one wake-up always stays pending
+                if (waiting := store.triggers.pending_duplicate(trigger)) is not None:
+                    reason = f"{admission.reason}; coalesced into pending trigger {waiting}"
                     store.triggers.complete(trigger.id, [], now, reason=reason, lease=lease)
                     return CreationResult(outcome="coalesced", reason=reason)
                 until = now + self._deps.config.trigger_defer_interval
@@ -322,7 +325,7 @@ class ExecutionPool(TrackedActor):
                                                                  f"until {format_time(until)}")
             idle = [request.executions[i] for i in admission.admitted]
             try:
-                # the missing default context is persisted for live runs only (M§4.2)
+                # the missing default context is persisted for live runs only
                 ids = store.executions.create(trigger.id, idle, issue_key=trigger.issue_key,
                                               ensure_context=bool(idle) and trigger.dryrun is None,
                                               now=now, reason=admission.reason, lease=lease)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pykka
 
 from ticket_dispatcher.actors.activity import Activity
-from ticket_dispatcher.actors.clients import ClientPool
+from ticket_dispatcher.actors.client_pool import ClientPool
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import (
     Boot,
@@ -20,9 +20,10 @@ from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.actors.supervisor import Supervisor
 from ticket_dispatcher.actors.trigger import TriggerRouter
-from ticket_dispatcher.clock import Clock
+from ticket_dispatcher.clock import TimerClock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
+from ticket_dispatcher.domain.actions.notification_state import page_wait
 from ticket_dispatcher.domain.execution import ActionStatus, Execution, Trigger
 from ticket_dispatcher.domain.ports import NotConfigured, Ports, UncountedCalls
 from ticket_dispatcher.errors import Conflict, NotFound, RuntimeUnavailable, StoreUnavailable
@@ -41,7 +42,7 @@ INTEGRATIONS = ("jira", "lark", "oncall", "core")  # the Ports fields served by 
 
 
 def stop_remaining_actors(deadline: Deadline) -> None:
-    """The backstop of SPEC §3: stop every actor still registered and name the ones that did
+    """The backstop of a shutdown: stop every actor still registered and name the ones that did
     not stop in time (their threads are daemons, so they cannot hold the process)."""
     if await_stopped(pykka.ActorRegistry.stop_all(block=False), deadline):
         return
@@ -51,22 +52,18 @@ def stop_remaining_actors(deadline: Deadline) -> None:
 
 
 class Runtime:
-    def __init__(self, config: Config, store: Store, clock: Clock, *,
-                 ports: Ports | None = None, registry: ActionRegistry | None = None,
-                 metrics: Metrics | None = None):
-        """``ports`` defaults to no integration configured (``NotConfigured``) and the
-        store's engineers; calls nobody counts (``UncountedCalls``) are counted in
-        ``metrics`` (docs/operations.md, "Metrics")."""
+    def __init__(self, config: Config, store: Store, clock: TimerClock, *, ports: Ports,
+                 registry: ActionRegistry, metrics: Metrics | None = None):
+        """``ports``: the integrations (a client pool each, or ``NotConfigured``) and the
+        store's repositories; ``registry``: the actions it runs. Calls nobody counts
+        (``UncountedCalls``) are counted in ``metrics`` (docs/operations.md, "Metrics")."""
         self.activity = Activity()
         self.scheduler = Scheduler(clock)
         metrics = metrics or Metrics()
-        if ports is None:
-            ports = Ports(engineers=store.engineers, triggers=store.triggers,
-                          contexts=store.contexts)
         if isinstance(ports.calls, UncountedCalls):
             ports = replace(ports, calls=metrics)
         self.deps = RuntimeDeps(config=config, store=store, clock=clock,
-                                registry=registry or ActionRegistry(), ports=ports,
+                                registry=registry, ports=ports,
                                 scheduler=self.scheduler, activity=self.activity,
                                 metrics=metrics)
         self._supervisor: pykka.ActorRef | None = None
@@ -94,7 +91,7 @@ class Runtime:
         No new step, claim or execution starts once this begins; callers blocked on an
         integration are woken; every actor is told to stop without blocking and their futures
         are awaited together. Nothing is marked failed: running work stays ``executing`` and
-        resumes at the next boot (SPEC §7).
+        resumes at the next boot.
         """
         if self._supervisor is None:
             return True
@@ -121,7 +118,7 @@ class Runtime:
     def accept_trigger(self, source: str, issue_key: str, *, policy_id: int | None = None,
                        dryrun: dict | None = None) -> Trigger:
         """Persist a ``pending`` trigger in one short transaction and hand it to the trigger
-        actors without waiting for them (SPEC §3, §5.1)."""
+        actors without waiting for them."""
         store, now = self.deps.store, self.deps.clock.now()
         with unit_of_work(store.db):
             trigger = store.triggers.create(source, issue_key, policy_id=policy_id,
@@ -228,7 +225,8 @@ def _waiting_in(execution: Execution) -> dict:
     for rule in execution.rule_executions:
         for action in rule.action_executions:
             if action.status is ActionStatus.EXECUTING:
-                wait = action.context.get("page") or {}
+                page = page_wait(action)  # only a page's wait has an attempt and a deadline
                 return {"action": f"{rule.name}: {action.index}:{action.type}",
-                        "attempt": wait.get("attempt"), "deadline": wait.get("deadline")}
+                        "attempt": page.attempt if page else None,
+                        "deadline": format_time(page.deadline) if page else None}
     return {}

@@ -1,9 +1,15 @@
-"""The timer wheel: one heap, one thread, driven by the Clock (SPEC §3).
+"""The timers: one heap, driven by the clock (clock.py ``TimerClock``).
 
 pykka has no timers. Parked executions and periodic jobs register a callback (always a cheap
-``tell``) at an absolute time; the scheduler thread runs it when the clock reaches it. With a
-``ManualClock`` nothing fires until a test advances time, and then everything due fires before
-``advance`` returns.
+``tell``) for a business time; the scheduler runs it when that time comes.
+
+Each timer's wait is measured on the monotonic clock: at registration, ``when - now()`` becomes
+a monotonic deadline. A later step of the wall clock (NTP, an operator) therefore neither delays
+nor hastens a timer; what was due in five minutes fires five minutes later. Who fires the due
+timers is the clock's choice (``TimerClock.drive``): the production clock runs ``run`` on a
+thread of its own, which waits on a condition with a timeout; a test's manual clock calls
+``fire_due`` itself each time it advances. A timer that is already due when it is registered
+fires at once, in the registering thread, whichever clock drives.
 """
 
 from __future__ import annotations
@@ -13,74 +19,93 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-from ticket_dispatcher.clock import Clock
+from ticket_dispatcher.clock import TimerClock
 
 log = logging.getLogger(__name__)
 
+_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass(order=True)
+class _Timer:
+    deadline: int  # microseconds on the clock's monotonic scale (whole: sums stay exact)
+    sequence: int  # registration order breaks ties
+    when: datetime = field(compare=False)  # the business time asked for (the admin view)
+    callback: Callable[[], None] = field(compare=False)
+    label: str = field(compare=False)
+
 
 class Scheduler:
-    def __init__(self, clock: Clock):
+    def __init__(self, clock: TimerClock):
         self._clock = clock
-        self._heap: list[tuple[datetime, int, Callable[[], None], str]] = []
+        self._heap: list[_Timer] = []
         self._sequence = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
-        self._thread: threading.Thread | None = None
-        clock.subscribe(self.fire_due)
 
     def start(self) -> None:
-        if self._clock.manual:
-            return  # ManualClock.advance fires due timers itself; no thread needed
-        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
-        self._thread.start()
+        self._clock.drive(self)
 
     def stop(self) -> None:
-        """Drop every timer and let the thread end; never blocks (a callback only tells)."""
+        """Drop every timer and let ``run`` end; never blocks (a callback only tells)."""
         with self._cond:
             self._stopped = True
             self._heap.clear()
             self._cond.notify_all()
 
-    def call_at(self, when: datetime, callback: Callable[[], None], label: str = "") -> None:
+    def call_at(self, when: datetime, callback: Callable[[], None], label: str) -> None:
+        """Run ``callback`` (a cheap ``tell``) at business time ``when``: after ``when - now()``
+        seconds of monotonic time, or at once when that is not positive."""
         with self._cond:
             if self._stopped:
                 return
-            heapq.heappush(self._heap, (when, next(self._sequence), callback, label))
-            self._cond.notify_all()
-        if self._clock.manual and when <= self._clock.now():
-            self.fire_due()  # no thread watches a manual clock; a due timer fires now
+            wait = (when - self._clock.now()) // _MICROSECOND
+            deadline = self._monotonic_micros() + wait
+            heapq.heappush(self._heap, _Timer(deadline, next(self._sequence), when, callback,
+                                              label))
+            self._cond.notify_all()  # the earliest deadline may have changed
+        if wait <= 0:
+            self.fire_due()
 
     def pending(self) -> tuple[int, datetime | None]:
-        """How many timers wait, and when the next one is due (for the admin view)."""
+        """How many timers wait, and the business time of the next one (for the admin view)."""
         with self._cond:
-            return len(self._heap), (self._heap[0][0] if self._heap else None)
+            return len(self._heap), (self._heap[0].when if self._heap else None)
 
     def fire_due(self) -> None:
-        for callback, label in self._pop_due():
+        for timer in self._pop_due():
             try:
-                callback()
-            except Exception:  # a timer must never take the wheel down
-                log.exception("timer %s failed", label)
+                timer.callback()
+            except Exception:  # a timer must never take the scheduler down
+                log.exception("timer %s failed", timer.label)
 
-    def _pop_due(self) -> list[tuple[Callable[[], None], str]]:
-        now = self._clock.now()
-        due = []
-        with self._cond:
-            while self._heap and self._heap[0][0] <= now:
-                _, _, callback, label = heapq.heappop(self._heap)
-                due.append((callback, label))
-        return due
-
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Wait for the earliest deadline (or a new timer, or ``stop``), fire what is due, and
+        again, until stopped."""
         while True:
             with self._cond:
                 if self._stopped:
                     return
-                timeout = None
-                if self._heap:
-                    timeout = max(0.0, (self._heap[0][0] - self._clock.now()).total_seconds())
+                timeout = self._seconds_to_next_locked()
                 if timeout is None or timeout > 0:
                     self._cond.wait(timeout=timeout)
             self.fire_due()
+
+    def _seconds_to_next_locked(self) -> float | None:
+        if not self._heap:
+            return None
+        return max(0, self._heap[0].deadline - self._monotonic_micros()) / 1_000_000
+
+    def _pop_due(self) -> list[_Timer]:
+        due = []
+        with self._cond:
+            now = self._monotonic_micros()
+            while self._heap and self._heap[0].deadline <= now:
+                due.append(heapq.heappop(self._heap))
+        return due
+
+    def _monotonic_micros(self) -> int:
+        return round(self._clock.monotonic() * 1_000_000)

@@ -1,6 +1,6 @@
 """Supervisor: ordered start-up, boot recovery, the trigger poll, restarts, ordered shutdown.
 
-Start-up order (SPEC §3, M§11): scheduler → execution pool → trigger actors → boot recovery of
+Start-up order: scheduler → execution pool → trigger actors → boot recovery of
 executions (creation order; parked ones at their ``wake_at``) and of pending/processing
 triggers → the periodic trigger poll and the lease heartbeat. ``Runtime.stop`` stops the same
 children in reverse, under one deadline. A crashed execution is re-enqueued from its
@@ -27,8 +27,8 @@ from ticket_dispatcher.actors.messages import (
     Enqueue,
     Heartbeat,
     ObserveBacklog,
-    Parked,
     PollTriggers,
+    RecoverParked,
 )
 from ticket_dispatcher.actors.pool import ExecutionPool
 from ticket_dispatcher.actors.trigger import TriggerRouter
@@ -39,7 +39,7 @@ from ticket_dispatcher.store.database import unit_of_work
 
 log = logging.getLogger(__name__)
 
-# N§12: the backlog gauges are sampled every minute, the first time one second after the start.
+# The backlog gauges are sampled every minute, the first time one second after the start.
 BACKLOG_FIRST = timedelta(seconds=1)
 BACKLOG_EVERY = timedelta(seconds=60)
 
@@ -85,7 +85,7 @@ class Supervisor(TrackedActor):
         now = deps.clock.now()
         for execution_id, wake_at in executions:
             if wake_at is not None and wake_at > now:
-                deps.activity.tell(self.pool, Parked(execution_id, wake_at))
+                deps.activity.tell(self.pool, RecoverParked(execution_id, wake_at))
             else:
                 deps.activity.tell(self.pool, Enqueue(execution_id))
         for trigger_id in triggers:
@@ -137,7 +137,7 @@ class Supervisor(TrackedActor):
         deps.scheduler.call_at(deps.clock.now() + after, observe, label="backlog-metrics")
 
     def _observe_backlog(self) -> None:
-        """One whole sample, or none: a failed read keeps the previous sample (N§12)."""
+        """One whole sample, or none: a failed read keeps the previous sample."""
         deps = self._deps
         try:
             now = deps.clock.now()

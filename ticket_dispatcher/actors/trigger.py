@@ -1,12 +1,13 @@
 """TriggerActors: claim a pending trigger, load the issue, match, hand executions to the pool.
 
-``TriggerProcessor`` holds the logic (SPEC §5, M§4); ``TriggerActor`` is the thin actor around
-it, and ``TriggerRouter`` hands each trigger to an idle actor or queues it, first in first out,
-for the first actor that frees, so a trigger never waits behind a slow issue load of another.
+``TriggerProcessor`` holds the logic (docs/design.md, "The life of a trigger");
+``TriggerActor`` is the thin actor around it, and ``TriggerRouter`` hands each trigger to an
+idle actor or queues it, first in first out, for the first actor that frees, so a trigger never
+waits behind a slow issue load of another.
 
 No database connection is held across the issue load or the creation ask: every store call is
-its own short unit of work (SPEC §7, M§10). A trigger whose processing the shutdown interrupts
-stays ``processing`` (or ``pending``) and boot recovery takes it over.
+its own short unit of work. A trigger whose processing the shutdown interrupts stays
+``processing`` (or ``pending``) and boot recovery takes it over.
 
 A trigger is claimed under a lease (actors/leases.py) and every write that closes it is fenced
 by that lease. A trigger whose processing meets a database failure (or an execution pool that
@@ -72,25 +73,23 @@ class TriggerProcessor:
         self._deps = deps
         self._pool = pool
 
-    def process(self, trigger_id: int, recovering: bool = False,
-                work: TriggerWork | None = None) -> str | None:
-        """Process one trigger; its outcome, "retry" when a database failure interrupted it
-        (it keeps its claim and is tried again), None when it was not ours to process."""
+    def process(self, work: TriggerWork) -> str | None:
+        """Process the trigger of ``work``; its outcome, "retry" when a database failure
+        interrupted it (it keeps its claim and is tried again), None when it was not ours to
+        process. The claim's lease and times are recorded in ``work`` for the heartbeat."""
         if self._deps.stopping.is_set():
             return None  # still pending: the poll or boot recovery picks it up
         deps, now = self._deps, self._deps.clock.now()
         try:
             trigger = deps.store.triggers.claim(
-                trigger_id, now, recovering=recovering,
-                retrying=work is not None and work.attempts > 0, owner=deps.owner,
-                expires_at=now + deps.config.leases.duration)
+                work.trigger_id, now, recovering=work.recovering, retrying=work.attempts > 0,
+                owner=deps.owner, expires_at=now + deps.config.leases.duration)
         except StoreUnavailable:
             return "retry"
         if trigger is None:
             return None  # another actor has it, it is not due yet, or it is already done
-        if work is not None:
-            work.lease, work.progress_at = trigger.lease, now
-            work.valid_until = now + deps.config.leases.duration
+        work.lease, work.progress_at = trigger.lease, now
+        work.valid_until = now + deps.config.leases.duration
         try:
             outcome, reason = self._process(trigger)
         except (CallAbandoned, pykka.ActorDeadError):  # shutdown: boot recovery takes it over
@@ -125,7 +124,7 @@ class TriggerProcessor:
         store, now = self._deps.store, self._deps.clock.now()
         role = reserved_role(trigger.source)
         lease = trigger.lease
-        if role and not self._deps.config.notifications.enabled:  # SPEC §5.7
+        if role and not self._deps.config.notifications.enabled:  # switched off: no executions
             store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED,
                                     lease=lease)
             return "completed", NOTIFICATIONS_DISABLED
@@ -135,7 +134,7 @@ class TriggerProcessor:
             reason = f"issue load failed: {exc.message}"
             store.triggers.fail(trigger.id, reason, now, lease=lease)
             return "failed", reason
-        if trigger.policy_id is not None:  # explicit: no trigger/status check (M§4.2)
+        if trigger.policy_id is not None:  # explicit: no trigger/status check
             try:
                 policies = [store.policies.get(trigger.policy_id)]
             except NotFound as exc:
@@ -183,7 +182,7 @@ class TriggerActor(TrackedActor):
         outcome = None
         try:
             if work is not None:  # else a retry of a trigger handed on by the sweeper
-                outcome = self._processor.process(message.trigger_id, message.recovering, work)
+                outcome = self._processor.process(work)
         except Exception:  # never let one trigger stop the actor
             log.exception("trigger actor failed", extra={"trigger_id": message.trigger_id})
         finally:

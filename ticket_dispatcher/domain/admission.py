@@ -1,4 +1,4 @@
-"""The one admission rule for new live executions (SPEC §5.3–§5.4, N§3.4).
+"""The one admission rule for new live executions (docs/design.md, "The life of a trigger").
 
 Given the executions a trigger would create and the lock keys that already have a live
 execution, decide what happens: create the idle ones, refuse (an explicit policy that is busy),
@@ -20,7 +20,7 @@ class Candidate(Protocol):
 
     policy_id: int
     issue_key: str
-    live_lock_key: str | None  # None for a dry-run: never excluded (SPEC §5.6)
+    live_lock_key: str | None  # None for a dry-run: never excluded
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,9 @@ def admit(candidates: Sequence[Candidate], busy: Collection[str], *, explicit: b
           role_label: str | None = None, issue_labels: Collection[str] = ()) -> Admission:
     """Decide for ``candidates`` given the ``busy`` lock keys.
 
-    ``explicit``: the trigger named its policy (M§4.2). ``role_label``: the label of the
-    reserved source's role (N§3.4), None for ordinary sources.
+    ``explicit``: the trigger named its policy (``policy_id``). ``role_label``: the label of the
+    reserved source's role, None for ordinary sources; while it is still on the issue a busy
+    family defers the trigger instead of dropping it.
     """
     busy_ones = [c for c in candidates if c.live_lock_key and c.live_lock_key in busy]
     admitted = tuple(i for i, c in enumerate(candidates)

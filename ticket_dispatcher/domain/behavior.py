@@ -1,9 +1,9 @@
-"""The execution state machine (SPEC §7, M§5, N§6.1).
+"""The execution state machine (docs/design.md, "The life of an execution").
 
 ``Behavior.step`` advances an execution by one checkpoint — a status move, one rule evaluation or
 one action's plan/execute — and persists it through the ``Checkpoints`` port before returning, so
 a crash between any two steps resumes from the last saved state. No transaction is held across an
-action's external calls (M§10).
+action's external calls.
 """
 
 from __future__ import annotations
@@ -51,18 +51,20 @@ class StepKind(StrEnum):
 
 
 @dataclass(frozen=True)
-class Step:
+class StepOutcome:
+    """What one ``Behavior.step`` came to, for the actor that drives the execution."""
+
     kind: StepKind
     wake_at: datetime | None = None
 
 
-ADVANCED = Step(StepKind.ADVANCED)
-FINISHED = Step(StepKind.FINISHED)
+ADVANCED = StepOutcome(StepKind.ADVANCED)
+FINISHED = StepOutcome(StepKind.FINISHED)
 
 
 class Behavior:
     def __init__(self, registry: ActionRegistry, checkpoints: Checkpoints,
-                 now: Callable[[], datetime], ports: Ports | None = None,
+                 now: Callable[[], datetime], ports: Ports,
                  on_finished: Callable[[Execution], None] | None = None):
         """``on_finished`` is told once per execution, right after the save that made it
         terminal (metrics and the finish log line); a save refused because the execution was
@@ -71,9 +73,9 @@ class Behavior:
         self._checkpoints = checkpoints
         self._on_finished = on_finished
         self._now = now  # the runtime's Clock.now; domain/ imports nothing from actors/
-        self._ports = ports if ports is not None else Ports()  # none wired: NotConfigured
+        self._ports = ports
 
-    def step(self, execution: Execution, issue: Issue, *, live: bool = False) -> Step:
+    def step(self, execution: Execution, issue: Issue, *, live: bool = False) -> StepOutcome:
         """One stage. ``live``: ``issue`` was loaded from Jira just before this step (not the
         run's snapshot), so the step's first fresh read may use it."""
         if execution.status.terminal:
@@ -95,7 +97,7 @@ class Behavior:
         return self._finish(execution)
 
     def abort(self, execution: Execution, code: FailureCode, reason: str) -> None:
-        """End from outside the behavior: an operator cancel (SPEC §7), a load that kept
+        """End from outside the behavior: an operator cancel, a load that kept
         failing, or a runtime that kept crashing. Unfinished actions are skipped."""
         for rule in execution.rule_executions:
             for action in rule.action_executions:
@@ -107,7 +109,7 @@ class Behavior:
 
     # -- stages ---------------------------------------------------------------------------
 
-    def _evaluate(self, execution: Execution, rule: RuleExecution, issue: Issue) -> Step:
+    def _evaluate(self, execution: Execution, rule: RuleExecution, issue: Issue) -> StepOutcome:
         try:
             matched, reason = evaluate(rule.when, issue, self.business_now(execution))
         except ConditionError as exc:
@@ -122,7 +124,7 @@ class Behavior:
         return ADVANCED
 
     def _run_action(self, execution: Execution, rule: RuleExecution, action: ActionExecution,
-                    issue: Issue, live: bool = False) -> Step:
+                    issue: Issue, live: bool = False) -> StepOutcome:
         if action.status is ActionStatus.PENDING:
             action.status = ActionStatus.EXECUTING
             action.started_at = self._now()
@@ -143,7 +145,7 @@ class Behavior:
                                          exc.code or FailureCode.PLAN_FAILED, exc.message)
             action.planned_at = self._now()
             self._save(execution, [rule])
-        if execution.dry_run:  # dry-run plans only (M§4.2)
+        if execution.dry_run:  # dry-run plans only
             return self._complete_action(execution, rule, action, ResultKind.CONTINUE)
         try:
             result = executor.execute(run)
@@ -153,11 +155,11 @@ class Behavior:
         if result.kind is ResultKind.PARK:
             execution.wake_at = result.until
             self._save(execution, [rule], parked=True)
-            return Step(StepKind.PARKED, result.until)
+            return StepOutcome(StepKind.PARKED, result.until)
         return self._complete_action(execution, rule, action, result.kind)
 
     def _complete_action(self, execution: Execution, rule: RuleExecution,
-                         action: ActionExecution, kind: ResultKind) -> Step:
+                         action: ActionExecution, kind: ResultKind) -> StepOutcome:
         action.status = ActionStatus.SUCCEEDED
         action.result = kind.value
         action.finished_at = self._now()
@@ -168,25 +170,25 @@ class Behavior:
         return ADVANCED
 
     def _fail_action(self, execution: Execution, rule: RuleExecution, action: ActionExecution,
-                     code: FailureCode, message: str) -> Step:
+                     code: FailureCode, message: str) -> StepOutcome:
         action.status = ActionStatus.FAILED
         action.error = message
         action.finished_at = self._now()
         return self._fail(execution, code, f"rule {rule.name!r} action {action.index} "
                                            f"({action.type}): {message}")
 
-    def _finish(self, execution: Execution) -> Step:
+    def _finish(self, execution: Execution) -> StepOutcome:
         execution.status = ExecutionStatus.SUCCEEDED
         return self._close(execution)
 
-    def _fail(self, execution: Execution, code: FailureCode, reason: str) -> Step:
+    def _fail(self, execution: Execution, code: FailureCode, reason: str) -> StepOutcome:
         execution.status = ExecutionStatus.FAILED
         execution.failure_code = code.value
         execution.failure_reason = reason
         return self._close(execution)
 
-    def _close(self, execution: Execution) -> Step:
-        """Terminal: skip what never ran (M§5.2); unvisited rules stay ``not_evaluated``."""
+    def _close(self, execution: Execution) -> StepOutcome:
+        """Terminal: skip what never ran; unvisited rules stay ``not_evaluated``."""
         _skip_pending(execution.rule_executions)
         execution.completed_at = self._now()
         execution.wake_at = None
@@ -197,7 +199,7 @@ class Behavior:
         return FINISHED
 
     def business_now(self, execution: Execution) -> datetime:
-        """A dry-run's frozen time (SPEC §5.6), else the clock."""
+        """A dry-run's frozen time, else the clock."""
         if execution.dry_run and execution.business_now is not None:
             return execution.business_now
         return self._now()
@@ -213,7 +215,7 @@ class Behavior:
 
 def _next_action(rule: RuleExecution) -> ActionExecution | None:
     """The action to run now: one left ``executing`` by a park or a restart, else the next
-    pending one (M§5.2: re-run in place, never a duplicate record)."""
+    pending one (re-run in place, never a duplicate record)."""
     for action in rule.action_executions:
         if action.status in (ActionStatus.EXECUTING, ActionStatus.PENDING):
             return action

@@ -1,4 +1,4 @@
-"""The one whitelist of what a policy may say (SPEC §4.3, §4.4, N§5.4).
+"""The one whitelist of what a policy may say (docs/policies.md, "Conditions" and "Actions").
 
 The validator, the evaluator and ``GET /dispatch/options`` all read this module, so a field or
 operator exists everywhere or nowhere.
@@ -29,7 +29,7 @@ FIELDS: dict[str, FieldKind] = {
     "issue.status": FieldKind.STRING,
     "issue.custom_fields.severity": FieldKind.STRING,
     "issue.components": FieldKind.COLLECTION,
-    "issue.component": FieldKind.COLLECTION,  # alias of issue.components (M§6)
+    "issue.component": FieldKind.COLLECTION,  # alias of issue.components
     "issue.labels": FieldKind.COLLECTION,
     "issue.created_at": FieldKind.TIME,
     "now": FieldKind.TIME,
@@ -84,7 +84,7 @@ class OnSuccess(StrEnum):
 
 @dataclass(frozen=True)
 class NotificationRole:
-    """One reserved source with the role and pending-marker label it must be paired with (N§5.4)."""
+    """One reserved source with the role and pending-marker label it must be paired with."""
 
     source: str
     role: str
@@ -97,7 +97,8 @@ NOTIFICATION_ROLES: tuple[NotificationRole, ...] = (
 )
 RESERVED_SOURCES = frozenset(role.source for role in NOTIFICATION_ROLES)
 
-# Rule 2 of an assignment-notification policy may test only these fields, with ``in`` (N§5.4).
+# Rule 2 of an assignment-notification policy may test only these fields, with ``in``
+# (docs/policies.md, "Assignment-notification policies").
 URGENCY_FIELDS = ("issue.priority", "issue.custom_fields.severity")
 
 
@@ -162,7 +163,7 @@ def options(runnable: Iterable[str] | None = None) -> dict:
     """What ``GET /dispatch/options`` answers: the whole whitelist, nothing else.
 
     ``runnable``: the action types this build has executors for (``ActionRegistry.types()``);
-    only those of SPEC §4.4 that can run are listed. ``None`` lists every type the policy
+    only the catalog types that can run are listed. ``None`` lists every type the policy
     format knows (the OpenAPI document describes the format, not one build).
     """
     can_run = None if runnable is None else set(runnable)

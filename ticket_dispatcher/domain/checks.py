@@ -1,5 +1,5 @@
-"""What the policy validators share (SPEC §6): a problem list, the generic JSON checks, and
-``quote``, which every message uses to show the value it rejects (issue 9).
+"""What the policy validators share: a problem list, the generic JSON checks, and ``quote``,
+which every message uses to show the value it rejects.
 
 The policy validator (``validation.py``), the condition compiler (``conditions.py``) and each
 action executor's ``validate_config`` (``actions/``) import this module; it imports none of

@@ -1,20 +1,22 @@
-"""Rule conditions: compile operator JSON into a typed tree, then evaluate it (SPEC §4.3, M§6).
+"""Rule conditions: compile operator JSON into a typed tree, then evaluate it.
+
+The language is documented in docs/policies.md, "Conditions".
 
 ``compile_condition`` is the only place that reads condition JSON. It reports every problem at
 once (the validator relies on that) and compiles regexes, zones and times exactly once, so
 ``evaluate`` cannot meet an expression error the validator could have prevented.
 
-Semantics settled here (SPEC §4.3 leaves them to us):
+Semantics settled here:
 - A field is *missing* when it is ``None`` or an empty collection. ``""`` is a present string,
   except ``issue.reporter_email``, which is missing when the reporter is ``None`` or Jira hides
   the email (an empty email names nobody).
-- Every text operator on a collection is applied per element and any-matches (M§6), ``contains``
+- Every text operator on a collection is applied per element and any-matches, ``contains``
   included: ``issue.labels contains "db"`` is true for the label ``"db-outage"``. Membership is
   ``eq`` / ``in``. ``ne``, ``not_in`` and ``not_contains`` negate the positive any-match.
 - ``time_window`` is half-open ``[start, end)`` in local wall-clock time of its zone, so it follows
   DST changes; ``end`` may be ``"24:00"`` to reach midnight.
 
-Hostile policies and issues (SPEC §4.3; issue 8): neither can stall the process.
+Hostile policies and issues: neither can stall the process.
 - ``regex`` runs on RE2 (``google-re2``): linear in the text, no backtracking, and RE2 releases
   the GIL while it matches. What RE2 cannot run (backreferences, lookaround, possessive
   quantifiers, atomic groups, ...) is rejected at compile time with the construct named. Patterns
@@ -294,8 +296,8 @@ def _compile_value(leaf: Leaf, path: str, problems: list[Problem]) -> Leaf | Non
 # --- regular expressions (RE2) --------------------------------------------------------------
 
 # RE2 reports what it cannot run as "<reason>: <the text at fault>"; these prefixes of that text
-# name the construct a Python or PCRE author most likely meant (SPEC §4.3: "rejected at
-# validation with the construct named"). Longest prefixes first.
+# name the construct a Python or PCRE author most likely meant, so the validation message names
+# it. Longest prefixes first.
 _UNSUPPORTED = (
     ("(?P=", "backreferences are not supported"),
     ("(?P>", "recursive patterns are not supported"),
@@ -493,7 +495,7 @@ def _evaluate_composite(
 
 
 def field_value(field: str, issue: Issue, now: datetime) -> typing.Any:
-    """The value of a catalog field; ``None`` or ``()`` when missing (SPEC §4.3)."""
+    """The value of a catalog field; ``None`` or ``()`` when missing."""
     getter = _FIELD_GETTERS.get(field)
     if getter is None:
         raise ConditionError(f"unknown field {quote(field)}")
@@ -514,7 +516,7 @@ _FIELD_GETTERS: dict[str, Callable[[Issue, datetime], typing.Any]] = {
     "issue.status": lambda issue, now: issue.status,
     "issue.custom_fields.severity": lambda issue, now: issue.severity,
     "issue.components": lambda issue, now: tuple(issue.components),
-    "issue.component": lambda issue, now: tuple(issue.components),  # alias (M§6)
+    "issue.component": lambda issue, now: tuple(issue.components),  # alias
     "issue.labels": lambda issue, now: tuple(issue.labels),
     "issue.created_at": lambda issue, now: issue.created_at,
     "now": lambda issue, now: now,
@@ -530,7 +532,7 @@ def _evaluate_leaf(leaf: Leaf, issue: Issue, now: datetime) -> tuple[bool, str]:
         return exists == (leaf.operator == "exists"), shown
     negated = leaf.operator in _NEGATIONS
     if missing:
-        # Positive operators are false on a missing field, their negations true (SPEC §4.3).
+        # Positive operators are false on a missing field, their negations true.
         suffix = f", so {leaf.operator} holds" if negated else ""
         return negated, f"{leaf.field} is missing{suffix}"
     if FIELDS[leaf.field] is FieldKind.TIME:

@@ -1,7 +1,9 @@
-"""Triggers and executions: the durable records of a dispatch (SPEC §4.5, §4.6).
+"""Triggers and executions: the durable records of a dispatch.
+
+Their life is told in docs/design.md, "The life of a trigger" and "The life of an execution".
 
 An ``Execution`` is an aggregate: its rule executions and their action executions are pre-built
-at creation with each rule's condition and each action's config frozen (M§5.2, N§8.1), and the
+at creation with each rule's condition and each action's config frozen, and the
 behavior (``domain.behavior``) advances it one checkpoint at a time.
 """
 
@@ -56,7 +58,8 @@ class ActionStatus(StrEnum):
 
 
 class FailureCode(StrEnum):
-    """The fixed, documented set of execution failure codes (SPEC §4.6)."""
+    """The fixed, documented set of execution failure codes (docs/runbook.md,
+    "TicketDispatcherExecutionsFailed")."""
 
     ISSUE_LOAD_FAILED = "issue_load_failed"  # the issue could not be loaded (after retries)
     POLICY_LOAD_FAILED = "policy_load_failed"  # the policy is gone (after retries)
@@ -190,8 +193,8 @@ class Execution:
     business_now: datetime | None = None  # the business time of a dry-run; live: creation
     wake_at: datetime | None = None
     live_lock_key: str | None = None
-    restart_count: int = 0  # runtime crashes survived (SPEC §3 actor_restarts)
-    load_attempts: int = 0  # failed issue/policy loads in a row (SPEC §7 backoff)
+    restart_count: int = 0  # runtime crashes survived, up to actor_restarts
+    load_attempts: int = 0  # failed issue/policy loads in a row, for the backoff
     created_at: datetime | None = None
     updated_at: datetime | None = None
     completed_at: datetime | None = None
@@ -227,7 +230,7 @@ class Execution:
 
 def build_rule_executions(policy: Policy, contexts: list[list[dict[str, Any]]] | None = None,
                           ) -> list[RuleExecution]:
-    """Pre-build every rule and action execution in ``(priority, id)`` order (M§5.2).
+    """Pre-build every rule and action execution in ``(priority, id)`` order.
 
     ``contexts[i][j]`` is the initial context of action j of the i-th ordered rule (built by the
     action's executor from the issue and dispatch context); configs are deep-copied so a later

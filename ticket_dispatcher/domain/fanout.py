@@ -1,4 +1,4 @@
-"""What one trigger turns into: one pre-built execution per matched policy (M§4.1, M§5.2)."""
+"""What one trigger turns into: one pre-built execution per matched policy."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def new_execution(trigger: Trigger, policy: Policy, issue: Issue,
                   now: datetime) -> Execution:
     """An unsaved execution with every rule and action execution pre-built and frozen.
 
-    Each action's initial context comes from its executor's ``build_context`` (M§8); a dry-run
-    freezes its business time from ``overwrite_data.now`` or ``now`` (SPEC §5.6).
+    Each action's initial context comes from its executor's ``build_context``; a dry-run
+    freezes its business time from ``overwrite_data.now`` or ``now``.
     """
     contexts = []
     for rule in policy.ordered_rules:

@@ -1,4 +1,4 @@
-"""Build the issue snapshot of SPEC §4.1 from Jira REST v2 JSON (§11) or from its own JSON form.
+"""Build the issue snapshot (``model.Issue``) from Jira REST v2 JSON or from its own JSON form.
 
 Pure parsing: the Jira client fetches, this module reads, so ``policy test`` can read a saved
 ``GET /rest/api/2/issue/{key}`` answer offline.
@@ -17,14 +17,15 @@ from ticket_dispatcher.timeutil import parse_rfc3339
 
 # A Jira issue key as every entry point accepts it (the API, the sandbox): project, dash, number.
 # Use it with ``fullmatch``; the \A..\Z anchors keep even ``match`` whole (``$`` would let
-# "TCID-1\n" through, and Jira would be asked for "TCID-1%0A", issue 8).
+# "TCID-1\n" through, and Jira would be asked for "TCID-1%0A").
 # The project part is ``catalog.PROJECT_KEY``, the rule ``project_key_in`` is validated by.
 ISSUE_KEY = re.compile(rf"\A(?:{PROJECT_KEY.pattern})-[1-9][0-9]{{0,12}}\Z")
 
-# The Jira defaults of SPEC §13 (``[jira]``), written once for config, actions and sandbox.
-DEFAULT_L2_FIELD_ID = "customfield_10053"  # N§4
-DEFAULT_SEVERITY_FIELD_ID = "customfield_10076"  # N§4
-DEFAULT_AUTO_ASSIGN_LABEL = "auto-dispatch"  # SPEC §8.1: removed after an assignment
+# The ``[jira]`` defaults (docs/operations.md, "Every key"), written once for config, actions
+# and sandbox.
+DEFAULT_L2_FIELD_ID = "customfield_10053"  # jira.l2_field_id
+DEFAULT_SEVERITY_FIELD_ID = "customfield_10076"  # jira.severity_field_id
+DEFAULT_AUTO_ASSIGN_LABEL = "auto-dispatch"  # removed after an assignment
 
 
 def _malformed(what: str, path: str, message: str) -> InvalidInput:

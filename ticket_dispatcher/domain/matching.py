@@ -1,4 +1,5 @@
-"""Which active policies a trigger fans out to, and the live lock each one takes (SPEC §5, N§3)."""
+"""Which active policies a trigger fans out to, and the live lock each one takes
+(docs/policies.md, "Trigger: which triggers and issues a policy matches")."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ticket_dispatcher.domain.model import Issue, Policy, PolicySpec, PolicyStat
 
 
 def policy_matches(policy: Policy, source: str, issue: Issue) -> bool:
-    """SPEC §4.2 matching: status, switch, project, labels, then the ``source_in`` rule."""
+    """Matching: status, switch, project, labels, then the ``source_in`` rule."""
     trigger = policy.trigger
     if policy.status is not PolicyStatus.ACTIVE or not trigger.enable:
         return False
@@ -23,7 +24,7 @@ def policy_matches(policy: Policy, source: str, issue: Issue) -> bool:
 
 def source_admitted(source_in: Iterable[str], source: str) -> bool:
     """Non-empty ``source_in`` lists exact sources; empty is a wildcard for ordinary sources
-    only — a reserved source reaches just the policies that name it (N§3.3 rules 1–4)."""
+    only — a reserved source reaches just the policies that name it."""
     listed = tuple(source_in)
     if listed:
         return source in listed
@@ -39,8 +40,8 @@ def match_policies(policies: Iterable[Policy], source: str, issue: Issue) -> lis
 
 
 def lock_key(policy: Policy, issue_key: str) -> str:
-    """The live mutual-exclusion key (SPEC §5.3): per policy, or per family for notification
-    policies so a replacement cannot run a second workflow for the same role (N§3.4)."""
+    """The live mutual-exclusion key: per policy, or per family for notification policies so a
+    replacement cannot run a second workflow for the same role."""
     if is_notification_policy(policy):
         return f"{issue_key}#family:{policy.family_id}"
     return f"{issue_key}#policy:{policy.id}"
@@ -48,7 +49,7 @@ def lock_key(policy: Policy, issue_key: str) -> str:
 
 def is_notification_policy(policy: Policy | PolicySpec | Mapping[str, Any]) -> bool:
     """True when any action is an assignment-notification action or ``source_in`` names a
-    reserved source (SPEC §6). Accepts raw policy JSON too, read defensively for the validator."""
+    reserved source. Accepts raw policy JSON too, read defensively for the validator."""
     if isinstance(policy, Policy | PolicySpec):
         sources: Any = policy.trigger.source_in
         actions: Iterable[Any] = (action for rule in policy.rules for action in rule.then)
@@ -65,7 +66,7 @@ def is_notification_policy(policy: Policy | PolicySpec | Mapping[str, Any]) -> b
 
 
 def is_reserved_source(source: Any) -> bool:
-    """One of ``jira_assignment_assignee`` / ``jira_assignment_l2_assignee`` (N§3.3)."""
+    """One of ``jira_assignment_assignee`` / ``jira_assignment_l2_assignee``."""
     return isinstance(source, str) and source in RESERVED_SOURCES
 
 

@@ -1,4 +1,4 @@
-"""The typed domain model (SPEC §4).
+"""The typed domain model.
 
 Policies keep their conditions (``when``) and actions (``then``) as the JSON the operator wrote:
 they are frozen into executions verbatim, and ``conditions.compile_condition`` turns a ``when``
@@ -46,7 +46,7 @@ class JiraUser:
 
 @dataclass(frozen=True)
 class Issue:
-    """The live Jira issue as the IssueLoader returns it (SPEC §4.1)."""
+    """The live Jira issue as the IssueLoader returns it."""
 
     key: str
     project_key: str
@@ -209,7 +209,7 @@ class Policy:
 
     @property
     def ordered_rules(self) -> list[Rule]:
-        """Rules in run order: ``(priority, id)`` (M§5.2)."""
+        """Rules in run order: ``(priority, id)``."""
         return sorted(self.rules, key=lambda r: (r.priority, r.id))
 
     def to_json(self) -> dict:
@@ -254,7 +254,10 @@ class Engineer:
 
 @dataclass(frozen=True)
 class DispatchContext:
-    """Per-issue dispatch memory (SPEC §4.7, N§7.2)."""
+    """Per-issue dispatch memory, with the escalation slots.
+
+    See docs/design.md, "The escalation slot".
+    """
 
     issue_key: str
     assignee: str = ""
@@ -265,7 +268,7 @@ class DispatchContext:
 
     @property
     def holds_notification_state(self) -> bool:
-        """True while any role slot has an escalation intent or marker (N§7.2)."""
+        """True while any role slot has an escalation intent or marker."""
         for slot in self.assignment_notification_state.values():
             if slot and (slot.get("escalation_intent") or slot.get("auto_escalated_to_account_id")):
                 return True

@@ -1,14 +1,16 @@
-"""The ports: what the domain asks of the outside world, declared once (STYLE "Ports").
+"""The ports: what the domain asks of the outside world, declared once.
 
 Actions, the behavior and the runtime are typed against these ``Protocol``s, never against a
 client. Who implements them:
 
-- the client pools of ``actors/clients.py`` (``JiraPool``, ``LarkPool``, ``OncallPool``,
+- the client pools of ``actors/client_ports.py`` (``JiraPool``, ``LarkPool``, ``OncallPool``,
   ``CorePool``), each running the matching ``integrations/`` client on its actors — in
   production, and under ``serve --sandbox`` where the same clients talk to the sandbox;
-- ``store.engineers.EngineerRepository`` for the ``EngineerStore``;
+- the store's repositories for ``EngineerStore``, ``TriggerIntake`` and
+  ``NotificationState`` (``store.engineers``, ``store.triggers``, ``store.contexts``);
 - the test fakes in ``tests/fakes.py``;
-- the ``NotConfigured*`` classes below, for an integration with no ``base_url``;
+- the ``NotConfigured*`` classes below, for an integration with no ``base_url`` (the store's
+  ports have no such stand-in: the runtime always has a store);
 - for ``NotificationCalls``, ``metrics.Metrics`` (the runtime wires it), or
   ``UncountedCalls``, counting nothing.
 
@@ -31,7 +33,7 @@ from ticket_dispatcher.errors import IntegrationError
 
 @dataclass(frozen=True)
 class GroupMember:
-    """A member of a Core group (SPEC §11)."""
+    """A member of a Core group."""
 
     email: str  # lower-cased
     active: bool = True
@@ -39,17 +41,17 @@ class GroupMember:
 
 @dataclass(frozen=True)
 class DirectoryUser:
-    """A Core user, or a user's direct leader (SPEC §11, N§7.1)."""
+    """A Core user, or a user's direct leader."""
 
     email: str  # lower-cased
     name: str = ""
     active: bool = True
-    open_id: str | None = None  # N§4: preferred over a Lark lookup by email
+    open_id: str | None = None  # preferred over a Lark lookup by email
 
 
 @dataclass(frozen=True)
 class Responder:
-    """An on-call responder of a team, primary first (SPEC §11)."""
+    """An on-call responder of a team, primary first."""
 
     email: str  # lower-cased
     name: str = ""
@@ -63,7 +65,7 @@ class PageOutcome(StrEnum):
 
 @dataclass(frozen=True)
 class PageResult:
-    """What a page came to; every outcome consumes the attempt (N§6.4)."""
+    """What a page came to; every outcome consumes the attempt."""
 
     outcome: PageOutcome
     call_id: str = ""
@@ -72,7 +74,7 @@ class PageResult:
 
 @dataclass(frozen=True)
 class TriageChange:
-    """What ``triage`` changes on an issue, in the domain's words (SPEC §8.3); the Jira
+    """What ``triage`` changes on an issue, in the domain's words; the Jira
     writer turns it into one edit. ``None`` leaves a field as it is; ``components`` replaces
     the issue's components; ``fields`` are raw Jira field values by field ID."""
 
@@ -87,13 +89,13 @@ class TriageChange:
 
 
 class IssueLoader(Protocol):
-    """The live issue snapshot (SPEC §4.1), read by triggers, executions and ``assign``."""
+    """The live issue snapshot, read by triggers, executions and ``assign``."""
 
     def load_issue(self, key: str) -> Issue: ...
 
 
 class JiraWriter(Protocol):
-    """The Jira writes of the actions (SPEC §8, §11), and the user search ``assign`` needs."""
+    """The Jira writes of the actions, and the user search ``assign`` needs."""
 
     def assign(self, key: str, account_id: str | None) -> None: ...
 
@@ -147,7 +149,7 @@ class Messenger(Protocol):
 
 
 class EngineerStore(Protocol):
-    """The engineers ``assign`` reads and updates (M§7): ``store.engineers``."""
+    """The engineers ``assign`` reads and updates: ``store.engineers``."""
 
     def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]: ...
 
@@ -160,19 +162,19 @@ class EngineerStore(Protocol):
 class TriggerIntake(Protocol):
     """The durable trigger outbox, as an action needs it: after a guarded label consume saw
     the target or urgency change, ``send_assignment_notification`` restores the label and
-    ensures a wake-up of the same reserved source (N§6.2). To be implemented by
+    ensures a wake-up of the same reserved source. To be implemented by
     ``store.triggers.TriggerRepository``."""
 
     def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
         """A ``pending`` trigger of ``source`` for ``issue_key`` exists afterwards (an open one
-        is reused: a duplicate wake-up is harmless, a missing one is not, N§3.4)."""
+        is reused: a duplicate wake-up is harmless, a missing one is not)."""
         ...
 
 
 class NotificationState(Protocol):
     """The per-role escalation slots of ``dispatch_contexts.assignment_notification_state``
-    (N§7.2), as ``escalate_assignment_to_leader`` needs them: ``store.contexts``
-    (``ContextRepository``)."""
+    (docs/design.md, "The escalation slot"), as ``escalate_assignment_to_leader`` needs them:
+    ``store.contexts`` (``ContextRepository``)."""
 
     def find(self, issue_key: str) -> DispatchContext | None: ...
 
@@ -280,48 +282,8 @@ class NotConfiguredMessenger(NotConfigured):
         raise self._refused("read_user_ids")
 
 
-class NotConfiguredEngineers(NotConfigured):
-    """Only where no store is wired (a Behavior built bare in a test); the runtime always
-    hands in ``store.engineers``."""
-
-    service = "engineers"
-
-    def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]:
-        raise self._refused("enabled_by_email")
-
-    def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
-        raise self._refused("set_jira_account_id")
-
-    def update_dispatch_state(self, email: str, *, dispatched_at: datetime, issue_key: str,
-                              now: datetime) -> bool:
-        raise self._refused("update_dispatch_state")
-
-
-class NotConfiguredTriggers(NotConfigured):
-    """No trigger outbox wired: the action records the wake-up as failed, with a warning."""
-
-    service = "triggers"
-
-    def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
-        raise self._refused("ensure_reserved_trigger")
-
-
-class NotConfiguredNotificationState(NotConfigured):
-    """No context store wired: an escalation cannot persist its intent, so it writes nothing."""
-
-    service = "contexts"
-
-    def find(self, issue_key: str) -> DispatchContext | None:
-        raise self._refused("find")
-
-    def update_notification_slot(self, issue_key: str, role: str,
-                                 mutate: Callable[[dict | None], dict | None],
-                                 now: datetime) -> DispatchContext:
-        raise self._refused("update_notification_slot")
-
-
 class UncountedCalls:
-    """No counter wired (a Behavior or a Ports built bare in a test): calls go uncounted."""
+    """No counter wired: calls go uncounted (the runtime wires its metrics instead)."""
 
     def call_settled(self, call: str, result: str, role: str, attempt: str) -> None:
         return None
@@ -332,16 +294,18 @@ class UncountedCalls:
 
 @dataclass(frozen=True, kw_only=True)
 class Ports:
-    """The ports handed to triggers, executions and actions. A port left out is
-    ``NotConfigured`` (``calls``: ``UncountedCalls``, which the runtime replaces by its
-    metrics); the service passes a client pool for every configured integration and the
-    store's engineer repository, the tests pass fakes."""
+    """The ports handed to triggers, executions and actions.
+
+    An integration left out is ``NotConfigured``: the service passes a client pool for every
+    configured one. The store's ports (``engineers``, ``triggers``, ``contexts``) have no
+    stand-in: the runtime always works over a store, so they are always passed. ``calls`` left
+    out is ``UncountedCalls``, which the runtime replaces by its metrics."""
 
     jira: Jira = field(default_factory=NotConfiguredJira)
     lark: Messenger = field(default_factory=NotConfiguredMessenger)
     oncall: OnCall = field(default_factory=NotConfiguredOnCall)
     core: Directory = field(default_factory=NotConfiguredDirectory)
-    engineers: EngineerStore = field(default_factory=NotConfiguredEngineers)
-    triggers: TriggerIntake = field(default_factory=NotConfiguredTriggers)
-    contexts: NotificationState = field(default_factory=NotConfiguredNotificationState)
+    engineers: EngineerStore
+    triggers: TriggerIntake
+    contexts: NotificationState
     calls: NotificationCalls = field(default_factory=UncountedCalls)

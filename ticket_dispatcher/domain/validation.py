@@ -1,30 +1,33 @@
-"""The one policy validator (SPEC §6, M§6, N§5.4): every problem at once, each with its JSON path.
+"""The one policy validator: every problem at once, each with its JSON path.
+
+What it refuses and why is documented in docs/policies.md, "Validation: what is refused, and why".
 
 ``validate_policy(raw, registry)`` checks the policy's shape, its conditions
-(``conditions.py``) and the N§5.4 family rules here, and asks the action registry for each
-action's executor: the executor checks its own configuration (``validate_config``), and an action
-type no executor runs in this build is a problem at ``rules[i].then[j].type`` (issue 9). Every
-message quotes the value it rejects (``checks.quote``).
+(``conditions.py``) and the assignment-notification family rules here, and asks the action
+registry for each action's executor: the executor checks its own configuration
+(``validate_config``), and an action type no executor runs in this build is a problem at
+``rules[i].then[j].type``. Every message quotes the value it rejects (``checks.quote``).
 
 Problems of kind ``shape`` (wrong JSON type, unknown, missing or server-assigned key, an enum
 value the typed model cannot hold) make a body unreadable: HTTP 400. Problems of kind ``rule``
 make a readable policy unfit to run: a draft may be saved with them, activation needs none (422).
 
-Assignment-notification policies (N§5.4) — choices where the seeds leave room:
+Assignment-notification policies (docs/policies.md, "Assignment-notification policies") —
+choices where the design leaves room:
 - A policy is judged by the family rules when it names a reserved source, or when it has
   notification actions and no ordinary ones. Reserved sources without notification actions, or
   notification actions beside ordinary ones without a reserved source, are reported where they
-  stand instead (SPEC §6: notification actions only in such policies, and such policies only
-  with a reserved source).
+  stand instead (notification actions only in such policies, and such policies only with a
+  reserved source).
 - ``issue_label_all`` must contain the role's pending-marker label and not the other role's:
-  every family of N§5.1 routes on source + project + label (N§1.4), and a label-less family would
+  every family routes on source + project + label, and a label-less family would
   fire on triggers whose marker was already consumed.
 - Only notification actions may appear in them: rule 1 is exactly one
   ``send_assignment_notification``; rule 2 may hold ``mark_assignment_message_urgent``,
-  ``page_assignment`` and ``escalate_assignment_to_leader`` in any number and order (N§5.4),
-  but no ``assign``/``triage``: these policies lock per family (N§3.4) and re-check the role target
-  as their guard (N§6.5), so an action that changes the target inside them would break both.
-- Which projects use priority or severity is not checked: the policy carries it (N§5.4), so the
+  ``page_assignment`` and ``escalate_assignment_to_leader`` in any number and order,
+  but no ``assign``/``triage``: these policies lock per family and re-check the role target as
+  their guard, so an action that changes the target inside them would break both.
+- Which projects use priority or severity is not checked: the policy carries it, so the
   validator keeps no project whitelist.
 - The family rules are policy-shape rules and hold whether or not this build runs the
   notification actions; without their executors such a policy is invalid for that alone too.
@@ -207,7 +210,7 @@ def _check_then(then: Any, path: str, registry: ActionRegistry, problems: Proble
         _check_action(action, f"{path}[{index}]", registry, problems)
 
 
-# --- actions (SPEC §4.4): the executor checks its own configuration ----------------------
+# --- actions: the executor checks its own configuration ------------------------------------
 
 
 def _check_action(action: Any, path: str, registry: ActionRegistry, problems: Problems) -> None:
@@ -232,14 +235,14 @@ def _check_action(action: Any, path: str, registry: ActionRegistry, problems: Pr
 
 def _no_executor(action_type: str, registry: ActionRegistry) -> str:
     if action_type in _CATALOG_ACTION_TYPES:
-        # SPEC §4.4 names it, but nothing in this build runs it: activating would only make
+        # The catalog names it, but nothing in this build runs it: activating would only make
         # every execution fail with plan_failed.
         return f"no executor runs action type {quote(action_type)} in this build"
     return (f"unknown action type {quote(action_type)}; allowed: "
             + ", ".join(registry.types()))
 
 
-# --- assignment-notification families (SPEC §6, N§5.4) --------------------------------------
+# --- assignment-notification families ------------------------------------------------------
 
 
 def _check_notification_family(raw: dict, registry: ActionRegistry, problems: Problems) -> None:
@@ -285,7 +288,7 @@ def _actions_with_paths(rules: list) -> Iterator[tuple[str, dict]]:
 
 
 def _action_kind(action: dict, registry: ActionRegistry) -> str:
-    """``notification`` by type (N§5.4), whether or not this build runs it; ``ordinary`` for
+    """``notification`` by type, whether or not this build runs it; ``ordinary`` for
     any other type an executor runs; ``""`` for a type nothing runs (reported already)."""
     action_type = action.get("type")
     if is_notification_action_type(action_type):
@@ -355,7 +358,7 @@ def _check_notification_action(
 
 def _run_order(rules: list, problems: Problems) -> tuple[int, int]:
     """Indices of the two rules in run order, ``(priority, index)``; equal priorities would
-    leave the order to server-assigned ids, so they are rejected (N§5.4)."""
+    leave the order to server-assigned ids, so they are rejected."""
     priorities = [
         rule.get("priority") if isinstance(rule, dict) and _is_int(rule.get("priority")) else None
         for rule in rules
@@ -375,7 +378,7 @@ def _check_notice_rule(rule: Any, path: str, problems: Problems) -> None:
     if not isinstance(rule, dict):
         return
     if "when" in rule and rule["when"] != {"always": True}:
-        problems.rule(f"{path}.when", 'the first rule must be {"always": true} (N§5.2)')
+        problems.rule(f"{path}.when", 'the first rule must be {"always": true}')
     then = rule.get("then")
     only_send = (
         isinstance(then, list) and len(then) == 1

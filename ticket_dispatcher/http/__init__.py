@@ -1,3 +1,3 @@
-"""The Falcon WSGI API (SPEC §10)."""
+"""The Falcon WSGI API, documented by its OpenAPI document (``openapi.py``)."""
 
 API_BASE = "/api/v1/ticketmanager"

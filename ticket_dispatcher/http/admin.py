@@ -1,4 +1,5 @@
-"""Operator endpoints: the live actor system and execution cancel (SPEC §7, §10)."""
+"""Operator endpoints: the live actor system and execution cancel
+(docs/operations.md, "The admin view")."""
 
 from __future__ import annotations
 

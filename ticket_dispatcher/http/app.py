@@ -1,8 +1,7 @@
-"""The Falcon app factory: routes, middleware and error handling (SPEC §10)."""
+"""The Falcon app factory: routes, middleware and error handling."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import falcon
@@ -47,7 +46,6 @@ class Services:
     config: Config
     clock: Clock
     runtime: Runtime | None = None
-    recovered: Callable[[], bool] | None = None  # overrides the runtime's own flag (tests)
     # The actions this service runs (service.py: the product registry). Defaults to the
     # store's, so validation answers what activation will decide.
     registry: ActionRegistry | None = None
@@ -59,8 +57,7 @@ class Services:
             self.registry = self.store.registry
 
     def recovery_done(self) -> bool:
-        if self.recovered is not None:
-            return self.recovered()
+        """Boot recovery has finished; an app built without a runtime recovers nothing."""
         return self.runtime.recovered if self.runtime is not None else True
 
     @property

@@ -1,10 +1,10 @@
-"""``X-API-KEY`` authentication and role checks (SPEC §10).
+"""``X-API-KEY`` authentication and role checks (docs/operations.md, "API keys").
 
 Each resource declares ``roles``: HTTP method → the roles that may call it (``PUBLIC`` for
 anyone). A method a resource does not declare is refused, so a new responder cannot be exposed
 by accident. The presented key is never logged.
 
-Failed attempts are throttled per client address (issue 8): after ``auth.failure_burst``
+Failed attempts are throttled per client address: after ``auth.failure_burst``
 failures (no key, or a wrong one) the address gets 429 with ``Retry-After`` instead of 401, until
 its bucket refills at ``auth.failure_rate`` per second. Only failures are counted and only
 failures are refused: a correct key always passes. Behind a proxy every caller shares the
@@ -54,8 +54,8 @@ def authenticate(auth: AuthConfig, presented: str | None) -> ApiKey | None:
 def role_allows(have: Role, need: Role) -> bool:
     """operator ⊃ viewer; automation covers only automation; nothing else is implied.
 
-    An operator does *not* implicitly get automation endpoints: SPEC §10 lists the roles of each
-    endpoint explicitly (``POST /dispatch/triggers`` is "automation, operator"), so use
+    An operator does *not* implicitly get automation endpoints: each endpoint lists its roles
+    explicitly (``POST /dispatch/triggers`` is "automation, operator"), so use
     ``allowed`` with the endpoint's set of roles.
     """
     return have == need or (have is Role.OPERATOR and need is Role.VIEWER)

@@ -1,7 +1,6 @@
 """Reading request bodies and query strings into checked values (400/413/415, never 500).
 
-Every body passes three fences before a resource sees it (issue 8, SPEC §10 "never a 500 for
-bad input"):
+Every body passes three fences before a resource sees it:
 
 - **Depth and numbers**: ``safejson.parse_json`` (no ``RecursionError``, no non-finite number).
 - **Text.** Every string, object keys included, is checked for C0 control characters
@@ -140,7 +139,7 @@ class TextParameters:
     """Falcon middleware: query parameters (names and values) and string path parameters are
     single-line text, or the request is a 400 naming the parameter.
 
-    ``GET /dispatch/policies?family_id=%00`` was a 500 on PostgreSQL (issue 8); checking here
+    ``GET /dispatch/policies?family_id=%00`` was once a 500 on PostgreSQL; checking here
     covers every route, present and future. Register it after ``ApiKeyAuth`` (an unknown
     caller learns nothing but 401) and before ``DatabaseConnection`` (a refusal takes no
     connection).
@@ -195,7 +194,7 @@ def query_choice(req: falcon.Request, name: str, parse: Callable[[str], Any],
 
 
 def paging(req: falcon.Request) -> tuple[int, int]:
-    """``limit`` (1..200, default 50) and ``offset`` (>= 0) of a list endpoint (SPEC §10)."""
+    """``limit`` (1..200, default 50) and ``offset`` (>= 0) of a list endpoint."""
     return (query_int(req, "limit", default=50, minimum=1, maximum=200),
             query_int(req, "offset", default=0, maximum=MAX_ID))
 

@@ -1,4 +1,5 @@
-"""Dispatch context endpoints (SPEC §4.7, §10, N§7.2)."""
+"""Dispatch context endpoints: per-issue memory, including the escalation slots
+(docs/design.md, "The escalation slot")."""
 
 from __future__ import annotations
 

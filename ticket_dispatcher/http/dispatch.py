@@ -1,4 +1,4 @@
-"""Trigger intake and the execution read API (SPEC §5, §10)."""
+"""Trigger intake and the execution read API (docs/design.md, "The life of a trigger")."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
 from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
 
-TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB (SPEC §13)
+TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB
 _SOURCE = SOURCE_NAME  # the rule policy validation applies to source_in too; use fullmatch
 
 
@@ -146,7 +146,7 @@ def _trigger_filters(req: falcon.Request) -> dict:
     }
 
 
-# The trigger intake counter's outcome of a refused request (SPEC §12).
+# The trigger intake counter's outcome of a refused request (docs/operations.md, "Metrics").
 _INTAKE_OUTCOMES = {429: "rate_limited", 503: "unavailable"}
 
 
@@ -221,7 +221,7 @@ class TriggerCollection:
             raise InvalidInput(f"policy {policy_id} does not exist",
                                [Problem("policy_id", "no such policy")]) from None
         if not live:
-            return  # dry-runs are never excluded (SPEC §5.6)
+            return  # dry-runs are never excluded
         # The pool decides again when it creates the execution; this answers 409 early.
         candidate = LockCandidate(policy_id, issue_key, lock_key(policy, issue_key))
         admission = admit([candidate], store.executions.busy_lock_keys(

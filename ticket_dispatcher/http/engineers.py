@@ -1,4 +1,4 @@
-"""Engineer endpoints: the dispatch switch and identity cache (SPEC §4.8, §10)."""
+"""Engineer endpoints: the dispatch switch and identity cache."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One error shape for every failure (SPEC §10).
+"""One error shape for every failure.
 
 ``{"code", "title", "description", "errors"}``; domain errors map to one status each, falcon's own
 errors (404 route, 405, 415 …) are reshaped, and anything unexpected becomes a logged 500 with no

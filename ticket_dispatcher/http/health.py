@@ -17,7 +17,7 @@ class Liveness:
 
 
 class Readiness:
-    """Ready = the database answers and boot recovery has finished (SPEC §10).
+    """Ready = the database answers and boot recovery has finished.
 
     ``store.ping()`` never hangs: it is bounded by the store's timeouts (connect_timeout on
     PostgreSQL, busy_timeout for a SQLite write lock, pool_wait for a free connection)."""
@@ -41,8 +41,8 @@ class Readiness:
 
 
 class MetricsExposition:
-    """``GET /metrics`` (SPEC §12): prometheus-client's text format. Public unless
-    ``auth.metrics_public`` is false, then a viewer (or operator) key."""
+    """``GET /metrics`` (docs/operations.md, "Metrics"): prometheus-client's text format.
+    Public unless ``auth.metrics_public`` is false, then a viewer (or operator) key."""
 
     uses_database = False  # gauges are sampled by the backlog job, never at scrape time
 
@@ -57,7 +57,7 @@ class MetricsExposition:
 
 
 class Options:
-    """The whitelist, with only the action types this build can run (SPEC §10)."""
+    """The whitelist, with only the action types this build can run."""
 
     roles = {"GET": VIEWER}
     uses_database = False  # the catalog and the registry are code, not data

@@ -1,15 +1,15 @@
-"""The OpenAPI 3 document of the API, served at ``/openapi.json`` (SPEC §10).
+"""The OpenAPI 3 document of the API, served at ``/openapi.json``.
 
 Written out by hand so it says what a client needs, and kept true by tests:
 ``tests/http/test_service_endpoints.py`` checks that every route and method the app serves is
 documented here and nothing more, and ``tests/http/test_openapi_fuzz.py`` runs schemathesis
-against the served app on both engines (issue 8): every status, content type and response body
+against the served app on both engines: every status, content type and response body
 the server answers must be the one documented here.
 
-Request bodies describe what a *valid* policy holds (SPEC §4.3, §4.4), with the field, operator,
+Request bodies describe what a *valid* policy holds (docs/policies.md), with the field, operator,
 weekday and action vocabularies read from ``domain/catalog.py`` so the document cannot drift from
 the validator. Responses describe what the server can answer, which is wider: a draft may be
-saved with problems that only block its activation (SPEC §6), so a stored rule's ``when`` and
+saved with problems that only block its activation, so a stored rule's ``when`` and
 ``then`` are documented by their JSON shape only.
 """
 
@@ -74,7 +74,7 @@ def _anchored(pattern: re.Pattern) -> str:
 # The server's own patterns (http/dispatch.py, http/engineers.py, domain/issues.py).
 SOURCE_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
 ISSUE_KEY_PATTERN = _anchored(ISSUE_KEY)
-# Path segments cannot hold "/"; the server lower-cases and trims the email (SPEC §10).
+# Path segments cannot hold "/"; the server lower-cases and trims the email.
 EMAIL_PATTERN = r"^[^@\s/]+@[^@\s/]+\.[^@\s/]+$"
 PROJECT_KEY_PATTERN = r"^[A-Z][A-Z0-9_]{0,31}$"
 HHMM_PATTERN = r"^(?:[01][0-9]|2[0-3]):[0-5][0-9]$"
@@ -305,7 +305,7 @@ def _paths() -> dict:
     return {**_service_paths(), **_policy_paths(), **_dispatch_paths(), **_operator_paths()}
 
 
-# --- conditions (SPEC §4.3): one leaf variant per operand shape, vocabularies from catalog -------
+# --- conditions: one leaf variant per operand shape, vocabularies from catalog -----------------
 
 # Which operand each operator takes (domain/conditions.py); a new operator in the catalog without
 # an entry here fails the document's tests.
@@ -385,7 +385,7 @@ def _condition_schemas() -> dict:
     }
 
 
-# --- actions (SPEC §4.4) -----------------------------------------------------------------------
+# --- actions -----------------------------------------------------------------------------------
 
 
 def _receiver_schemas() -> dict:
@@ -437,7 +437,7 @@ def _action_schemas() -> dict:
 
 # --- bodies and resources ----------------------------------------------------------------------
 
-# The policy of SPEC §4.2 as a client writes it; a test checks that it is valid.
+# A policy as a client writes it; a test checks that it is valid.
 POLICY_EXAMPLE = {
     "name": "Assign TCID tickets", "description": "",
     "trigger": {"enable": True, "source_in": [], "project_key_in": ["TCID"],

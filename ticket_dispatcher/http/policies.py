@@ -1,4 +1,5 @@
-"""Policy endpoints: list, draft CRUD, lifecycle moves and validation (SPEC §4.2, §6, §10)."""
+"""Policy endpoints: list, draft CRUD, lifecycle moves and validation (docs/policies.md,
+"From file to live: validate, test, dry run, activate")."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class PolicyActivation:
         self._services = services
 
     def on_post(self, req, resp, policy_id: int) -> None:
-        # The store validates inside the activation (422 with every problem, SPEC §6).
+        # The store validates inside the activation (422 with every problem).
         policy = self._services.store.policies.activate(policy_id, now=self._services.clock.now())
         resp.media = policy.to_json()
 

@@ -1,5 +1,5 @@
-"""Token buckets: per API key for ``POST /dispatch/triggers`` (SPEC §10), and per client address
-for failed authentication (http/auth.py)."""
+"""Token buckets: per API key for ``POST /dispatch/triggers`` (``http.trigger_rate``), and per
+client address for failed authentication (http/auth.py)."""
 
 from __future__ import annotations
 

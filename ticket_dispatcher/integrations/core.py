@@ -1,4 +1,4 @@
-"""The internal Core directory: group members, users, direct leaders (SPEC §11, N§7.1)."""
+"""The internal Core directory: group members, users, direct leaders."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class CoreClient(BearerServiceClient):
         return self._user_at(f"/api/v1/users/{segment(email.strip().lower())}")
 
     def leader(self, email: str) -> DirectoryUser | None:
-        """The direct leader (N§7.1), or None when the user has none."""
+        """The direct leader (the escalation target), or None when the user has none."""
         return self._user_at(f"/api/v1/users/{segment(email.strip().lower())}/leader")
 
     def _user_at(self, path: str) -> DirectoryUser | None:

@@ -1,4 +1,4 @@
-"""The one HTTP session helper every integration client uses (SPEC §3, §11, §12).
+"""The one HTTP session helper every integration client uses.
 
 One ``requests.Session`` per instance (each client actor owns one), connect/read timeouts on
 every call, bounded ``Retry-After`` handling for 429 and 503, and one way to turn a failure into
@@ -26,14 +26,15 @@ from ticket_dispatcher.logging import Redactor
 log = logging.getLogger(__name__)
 
 DETAIL_LIMIT = 200  # characters of a service's error text kept in a message
-RETRY_STATUSES = frozenset({429, 503})  # SPEC §11: these honour Retry-After
+RETRY_STATUSES = frozenset({429, 503})  # these honour Retry-After
 
 
 class IntegrationTimeout(OutcomeUnknown):
     """The request was sent but its answer did not come within the read timeout (``status`` is
-    None). Whether the remote side acted is unknown: an Oncall page records ``unknown`` (N§6.4),
-    ``assign`` re-reads the issue (SPEC §8.1). A *connect* timeout is no such thing: the request
-    never reached the peer, so it is a plain ``IntegrationError``."""
+    None). Whether the remote side acted is unknown: an Oncall page records ``unknown``,
+    ``assign`` re-reads the issue (docs/design.md, "Checkpoints and at-most-once"). A *connect*
+    timeout is no such thing: the request never reached the peer, so it is a plain
+    ``IntegrationError``."""
 
     timeout = True
 
@@ -200,7 +201,7 @@ class HttpClient:
                 service=self.service) from None
         finally:
             self.last_latency_ms = round((time.monotonic() - started) * 1000, 1)
-            # Never headers or bodies (SPEC §12).
+            # Never headers or bodies: they may hold tokens or phone numbers.
             log.debug("%s %s %s -> %s in %s ms", self.service, method, path, status,
                       self.last_latency_ms)
 
@@ -251,7 +252,7 @@ class HttpClient:
 
 
 def _service_error(response: requests.Response) -> tuple[Any, str]:
-    """``(code, text)`` from the JSON error shapes of §11; a non-JSON body gives no text,
+    """``(code, text)`` from the services' JSON error shapes; a non-JSON body gives no text,
     since an HTML error page may echo anything."""
     try:
         body = response.json()

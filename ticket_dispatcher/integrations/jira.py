@@ -1,4 +1,4 @@
-"""Jira Cloud REST v2 and the Service Desk comment API (SPEC §11, N§4)."""
+"""Jira Cloud REST v2 and the Service Desk comment API."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ticket_dispatcher.errors import IntegrationError, InvalidInput
 from ticket_dispatcher.integrations.http import HttpClient, segment
 
 SERVICE = "jira"
-# SPEC §4.1: everything the issue snapshot reads, plus the two configured custom fields.
+# Everything the issue snapshot (``model.Issue``) reads, plus the two configured custom fields.
 ISSUE_FIELDS = ("summary", "project", "environment", "reporter", "assignee", "created",
                 "components", "labels", "priority", "status")
 
@@ -62,7 +62,7 @@ class JiraClient:
                           json={"accountId": account_id}, expected=(204,))
 
     def set_l2_assignee(self, key: str, account_id: str | None) -> None:
-        """Set the L2 single-user picker (N§4: ``jira.l2_field_id``)."""
+        """Set the L2 single-user picker (``jira.l2_field_id``)."""
         value = None if account_id is None else {"accountId": account_id}
         self._edit(key, {"fields": {self.l2_field_id: value}})
 
@@ -73,7 +73,7 @@ class JiraClient:
             self._edit(key, {"update": {"labels": operations}})
 
     def apply_triage(self, key: str, change: TriageChange) -> None:
-        """The whole triage change in one edit (SPEC §8.3): priority, components and raw
+        """The whole triage change in one edit: priority, components and raw
         fields are set under ``fields``, labels added and removed under ``update``."""
         fields = dict(change.fields)
         if change.priority is not None:
@@ -88,7 +88,7 @@ class JiraClient:
 
     def find_user_by_email(self, email: str) -> JiraUser | None:
         """The account whose email matches exactly (case-insensitive); Jira's search is fuzzy,
-        so a prefix or display-name hit never counts (SPEC §11). Several exact hits: the first
+        so a prefix or display-name hit never counts. Several exact hits: the first
         active one."""
         wanted = email.strip().lower()
         if not wanted:

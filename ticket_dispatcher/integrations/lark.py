@@ -1,4 +1,4 @@
-"""Feishu/Lark open platform: tenant token, user lookup, cards, App urgent, read users (SPEC §11).
+"""Feishu/Lark open platform: tenant token, user lookup, cards, App urgent, read users.
 
 Every answer is an envelope ``{"code": 0, "msg": "ok", "data": {...}}``; a non-zero ``code`` is a
 failure whatever the HTTP status. The tenant token is cached, refreshed a little before it
@@ -69,7 +69,7 @@ class LarkClient:
         return found
 
     def send_card(self, open_id: str, card: dict, uuid: str) -> str:
-        """Send an interactive card; ``uuid`` makes a retried send the same message (§11)."""
+        """Send an interactive card; ``uuid`` makes a retried send the same message."""
         path = "/open-apis/im/v1/messages"
         data = self._call("POST", path, params={"receive_id_type": "open_id"}, json={
             "receive_id": open_id,
@@ -84,13 +84,14 @@ class LarkClient:
         return message_id
 
     def urgent_app(self, message_id: str, open_id: str) -> list[str]:
-        """App-urgent our own card for ``open_id`` (N§6.3); the user IDs Lark rejected."""
+        """App-urgent our own card for ``open_id``; the user IDs Lark rejected."""
         data = self._call("PATCH", f"/open-apis/im/v1/messages/{segment(message_id)}/urgent_app",
                           params={"user_id_type": "open_id"}, json={"user_id_list": [open_id]})
         return [item for item in data.get("invalid_user_id_list") or [] if isinstance(item, str)]
 
     def read_user_ids(self, message_id: str) -> list[str]:
-        """Open IDs of everyone who read the message, across all pages (N§6.5 ACK)."""
+        """Open IDs of everyone who read the message, across all pages (a read by the
+        target is an ACK)."""
         path = f"/open-apis/im/v1/messages/{segment(message_id)}/read_users"
         readers: list[str] = []
         token = ""

@@ -1,4 +1,4 @@
-"""The internal Oncall service: team responders and phone pages (SPEC §11, N§6.4)."""
+"""The internal Oncall service: team responders and phone pages."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class OncallClient(BearerServiceClient):
     def page(self, email: str, title: str, message: str, issue_key: str,
              dedup_key: str) -> PageResult:
         """Ask Oncall to phone ``email``. Never raises for a failed call: every outcome consumes
-        the attempt (N§6.4); the caller stores the result and waits for the ACK."""
+        the attempt; the caller stores the result and waits for the ACK."""
         body = {"email": email, "title": title, "message": message, "issue_key": issue_key,
                 "dedup_key": dedup_key}
         try:

@@ -1,4 +1,5 @@
-"""The sandbox: Jira, Lark, Oncall and Core in memory, with the paths and JSON shapes of SPEC §11.
+"""The sandbox: Jira, Lark, Oncall and Core in memory, with the paths and JSON shapes the real
+clients (``integrations/``) call.
 
 Its own wing, wired only by the service: ``serve --sandbox`` mounts it on the service's Falcon
 app, points the clients at ``http://host:port/sandbox/{jira,lark,oncall,core}`` and loads
@@ -37,7 +38,7 @@ def mount_sandbox(app: falcon.App, sandbox: Sandbox, prefix: str = PREFIX) -> No
     ``{prefix}/_control``. Every resource declares PUBLIC roles for the API-key middleware;
     the fake services check their own fake credentials instead."""
     prefix = prefix.rstrip("/")
-    # Fake-service errors keep the real service's shape, not the project's (SPEC §10).
+    # Fake-service errors keep the real service's shape, not the project's.
     app.add_error_handler(ServiceError, handle_service_error)
     services = {
         "jira": jira.routes(sandbox.jira, sandbox.traffic),

@@ -2,7 +2,7 @@
 injected faults, fake auth, and the marker that keeps them out of the API keys' way.
 
 A fake service must answer like the real one, so its errors bypass the project's error shape
-(SPEC §10): they are raised as ``ServiceError`` carrying the service's own body, and
+(``http/errors.py``): they are raised as ``ServiceError`` carrying the service's own body, and
 ``mount_sandbox`` installs a handler that writes that body verbatim.
 """
 
@@ -113,7 +113,7 @@ def bearer_token(req: falcon.Request) -> str:
 
 class InternalServiceResource(ServiceResource):
     """Oncall and Core: our own internal services, ``{"error": message}`` errors and a Bearer
-    token that must be present (SPEC §11); the sandbox accepts any token."""
+    token that must be present; the sandbox accepts any token."""
 
     def error(self, status: int, message: str,
               headers: dict[str, str] | None = None) -> ServiceError:

@@ -1,4 +1,4 @@
-"""The sandbox's control API under ``/sandbox/_control`` (SPEC §11 *Sandbox*): shape the fake
+"""The sandbox's control API under ``/sandbox/_control``: shape the fake
 world and look at what the dispatcher did to it.
 
 | method and path | what |
@@ -20,8 +20,8 @@ everybody or one `email`, for `times` pages or until `DELETE`; `GET` lists those
 Users read about every route in ``ops/examples/README.md``; tests/sandbox/test_control_docs.py
 fails when a route has no row there.
 
-Bad input is a 400 in the project's error shape (SPEC §10); the parsers here are shared with
-``examples.py``, so ``ops/examples/sandbox.json`` uses exactly these bodies.
+Bad input is a 400 in the project's error shape (``http/errors.py``); the parsers here are shared
+with ``examples.py``, so ``ops/examples/sandbox.json`` uses exactly these bodies.
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def issue_view(sandbox: Sandbox, key: str) -> dict:
 
 
 def _refuse(status: int, message: str) -> Exception:
-    """A body the control API cannot read, in the project's error shape (SPEC §10)."""
+    """A body the control API cannot read, in the project's error shape."""
     if status == 413:
         return falcon.HTTPContentTooLarge(description=message)
     return InvalidInput(message)
@@ -338,7 +338,7 @@ class TeamControl(ControlResource):
 
 
 class MessageReadsControl(ControlResource):
-    """A person reads a Lark card: the ACK signal of N§6.4."""
+    """A person reads a Lark card: the read that counts as an ACK when it is the target's."""
 
     roles = {"POST": PUBLIC}
 
@@ -403,7 +403,8 @@ class FaultsControl(ControlResource):
 
 
 class OncallOutcomeControl(ControlResource):
-    """Force what the next pages come to (accepted, no phone, a failed call), N§6.4 demos."""
+    """Force what the next pages come to (accepted, no phone, a failed call), to
+    show each page outcome."""
 
     roles = {"GET": PUBLIC, "PUT": PUBLIC, "DELETE": PUBLIC}
 

@@ -1,4 +1,4 @@
-"""The fake Core directory (SPEC §11): its groups (``CoreState``) over the shared people, and the
+"""The fake Core directory: its groups (``CoreState``) over the shared people, and the
 resources for group members, a user and a user's direct leader."""
 
 from __future__ import annotations

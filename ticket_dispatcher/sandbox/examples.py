@@ -1,4 +1,4 @@
-"""Loading the sandbox's world from ``ops/examples/sandbox.json`` (SPEC §11 *Sandbox*, §15):
+"""Loading the sandbox's world from ``ops/examples/sandbox.json`` (ops/examples/README.md):
 people, Core groups, Oncall teams and Jira issues, on every start of ``serve --sandbox``.
 
 The entries are the control API's bodies (``control.py`` parses both). Writing the example

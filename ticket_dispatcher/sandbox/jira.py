@@ -1,4 +1,4 @@
-"""The fake Jira Cloud (SPEC §11): its issues and what was done to them (``JiraState``), and the
+"""The fake Jira Cloud: its issues and what was done to them (``JiraState``), and the
 resources that read an issue, assign it, edit it, search users and comment.
 
 Errors use Jira's shape ``{"errorMessages": [...], "errors": {field: message}}``. Callers must
@@ -478,7 +478,7 @@ class UserSearchResource(JiraResource):
             raise jira_error(400, ["The query parameter 'query' is required."])
         start = _int_param(req, "startAt", 0)
         size = _int_param(req, "maxResults", 50)
-        # A *contains* match, as Jira's: the client must keep only an exact email (SPEC §11).
+        # A *contains* match, as Jira's: the client must keep only an exact email.
         users = self.state.search_users(query)[start:start + size]
         resp.media = [jira_user(user) for user in users]
 

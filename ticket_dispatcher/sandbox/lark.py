@@ -1,4 +1,4 @@
-"""The fake Feishu/Lark open platform (SPEC §11): tenant tokens, cards, urgents and read
+"""The fake Feishu/Lark open platform: tenant tokens, cards, urgents and read
 receipts (``LarkState``), and the resources for the token, email → open_id, interactive cards
 (idempotent by ``uuid``), in-app urgents and read receipts (paginated).
 
@@ -31,7 +31,7 @@ from ticket_dispatcher.sandbox.people import People, SandboxError, UnknownUser, 
 from ticket_dispatcher.sandbox.traffic import Traffic
 from ticket_dispatcher.timeutil import format_time
 
-TOKEN_TTL_SECONDS = 7200  # Lark tenant tokens live two hours (SPEC §11)
+TOKEN_TTL_SECONDS = 7200  # Lark tenant tokens live two hours
 
 
 class UnknownMessage(SandboxError):
@@ -241,7 +241,7 @@ class LarkResource(ServiceResource):
         return lark_error(400, FIELD_INVALID, f"field validation failed: {message}")
 
     def require_open_id(self, req: falcon.Request, param: str) -> None:
-        """The sandbox speaks only open_id, as the clients do (SPEC §11)."""
+        """The sandbox speaks only open_id, as the clients do."""
         if req.get_param(param) != "open_id":
             raise self.invalid(f"{param} must be open_id in the sandbox")
 

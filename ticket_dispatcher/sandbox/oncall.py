@@ -1,4 +1,4 @@
-"""The fake Oncall service (SPEC §11): its teams and the pages it placed (``OncallState``), and
+"""The fake Oncall service: its teams and the pages it placed (``OncallState``), and
 the resources for a team's responders and for paging someone.
 
 A page to someone without a phone is answered ``accepted: false, call_error: no_phone_number``;
@@ -7,7 +7,7 @@ phone (``people.py``), never a number, so no answer can carry one.
 
 The control API can force the outcome of the next pages (``OutcomeOverride``): for everybody
 or for one person, for a number of pages or until cleared. A forced outcome replaces the one
-the directory gives and is answered exactly as the real service answers it (SPEC §11):
+the directory gives and is answered exactly as the real service answers it:
 ``accepted`` with a call id, ``no_phone_number`` as for someone without a phone, ``call_error``
 as a call that failed (HTTP 200, ``accepted: false``, ``call_error: call_failed``), which the
 client reports as a failed call, not as a transport error.
@@ -30,7 +30,7 @@ from ticket_dispatcher.timeutil import format_time
 PAGE_FIELDS = ("email", "title", "message", "issue_key", "dedup_key")
 NO_PHONE_NUMBER = "no_phone_number"
 # The text of a forced failed call: Oncall answers a call it could not place with its own text
-# (SPEC §11 ``call_error: TEXT``); any non-empty text is a failed call to the client.
+# (``call_error: TEXT``); any non-empty text is a failed call to the client.
 FORCED_CALL_ERROR = "call_failed"
 # Each outcome the control API can force, and the call_error it answers ("" = accepted).
 FORCED_OUTCOMES: dict[str, str] = {
@@ -98,7 +98,7 @@ class OncallState:
         self._overrides: dict[str | None, OutcomeOverride] = {}
 
     def put_team(self, name: str, emails: Iterable[str]) -> list[SandboxUser]:
-        """Responders in order: the first is the primary (SPEC §11)."""
+        """Responders in order: the first is the primary."""
         responders = self.people.known(emails)
         with self._lock:
             self._teams[name] = [user.email for user in responders]
@@ -205,7 +205,7 @@ class RespondersResource(OncallResource):
         responders = self.state.team_responders(team)
         if responders is None:
             raise self.error(404, f"team {team} not found")
-        # Primary first: the team's configured order (SPEC §11).
+        # Primary first: the team's configured order.
         resp.media = {"responders": [{"email": user.email, "name": user.display_name}
                                      for user in responders]}
 

@@ -1,4 +1,4 @@
-"""The people of the sandbox: one directory that the four fake services share (SPEC §11 *Sandbox*).
+"""The people of the sandbox: one directory that the four fake services share.
 
 A person is one record keyed by email that carries each service's identity: a Jira account id,
 a Lark open_id (or none), whether Oncall can phone them and their leader in Core. One record

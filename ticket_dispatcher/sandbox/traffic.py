@@ -1,5 +1,5 @@
-"""What reaches the fake services: the faults an operator injected and the log of requests
-(SPEC §11 *Sandbox*: "make a call fail, make an endpoint slow or return 429/500").
+"""What reaches the fake services: the faults an operator injected (make a call fail, make an
+endpoint slow or return 429/500) and the log of requests.
 
 Shared by the four services: ``base.guard`` takes a fault and logs every request before a
 responder runs. Injected latency really sleeps (``sleep`` is injectable so tests do not).

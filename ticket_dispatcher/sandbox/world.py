@@ -1,4 +1,4 @@
-"""The whole fake world (SPEC §11 *Sandbox*): the four services' states over one directory of
+"""The whole fake world: the four services' states over one directory of
 people, and the traffic (injected faults, the request log) they all go through."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The store: peewee models, one repository per aggregate, migrations (SPEC §9).
+"""The store: peewee models, one repository per aggregate, migrations.
 
 ``Store.open(url, registry=..., max_connections=connection_budget(config),
 database=config.database)`` builds the pooled database for a ``database_url``, its waits bounded
@@ -90,7 +90,7 @@ class Store:
         self.db = db
         # Outages of this database: its units of work report here, the metrics listen.
         self.health: StoreHealth = attach_health(db)
-        # The actions this service runs: activation refuses a policy they cannot (SPEC §6).
+        # The actions this service runs: activation refuses a policy they cannot.
         self.registry = registry if registry is not None else product_registry()
         self.policies = PolicyRepository(db, self.registry)
         self.engineers = EngineerRepository(db)

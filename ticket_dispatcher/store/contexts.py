@@ -1,4 +1,5 @@
-"""Dispatch contexts: per-issue memory, including the one-hop escalation slots (N§7.2).
+"""Dispatch contexts: per-issue memory, including the one-hop escalation slots
+(docs/design.md, "The escalation slot").
 
 The notification state is changed one role slot at a time under a row lock, so the assignee
 and L2 workflows of one issue never overwrite each other and no version column is needed.
@@ -46,7 +47,7 @@ class ContextRepository:
             return self._insert_default(issue_key, to_utc(now))
 
     def delete(self, issue_key: str) -> None:
-        """Refused while a role slot holds an escalation intent or marker (N§7.2)."""
+        """Refused while a role slot holds an escalation intent or marker."""
         with write_lock(self.db):
             row = self._lock(issue_key)
             if row is None:
@@ -62,7 +63,7 @@ class ContextRepository:
         self, issue_key: str, role: str, mutate: SlotMutation, now: datetime
     ) -> DispatchContext:
         """Apply ``mutate`` to one role's slot (a deep copy; ``None`` when empty) and store its
-        result, creating the context first when missing (N§7.2). Other slots and columns are
+        result, creating the context first when missing. Other slots and columns are
         untouched. Never call it around an external call: it holds a row lock."""
         if role not in _ROLES:
             raise ValueError(f"unknown notification role {role!r}")
@@ -105,7 +106,7 @@ def _context(row: ContextRow) -> DispatchContext:
         issue_key=row.issue_key,
         assignee=row.assignee,
         assignee_l2=row.assignee_l2,
-        # A NULL from before migration 2 is the empty state (N§7.2, no backfill).
+        # A NULL from before migration 2 is the empty state (no backfill).
         assignment_notification_state=row.assignment_notification_state_json or {},
         created_at=row.created_at,
         updated_at=row.updated_at,

@@ -1,6 +1,6 @@
-"""Database setup: the URL picks the engine, one proxy binds the models (SPEC §9).
+"""Database setup: the URL picks the engine, one proxy binds the models.
 
-Connections have one owner per engine: a pool (issue 7, part 3). Every repository method runs
+Connections have one owner per engine: a pool. Every repository method runs
 inside ``unit_of_work``, which takes a connection from the pool for this thread when none is
 open and hands it back when the outermost unit ends, so a waitress worker or an actor thread
 never holds a connection between units of work. An HTTP request holds one for the whole request
@@ -66,7 +66,7 @@ from ticket_dispatcher.store.faults import FaultKind, store_error
 from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.timeutil import to_utc
 
-# The only module-level state of the store (SPEC §9): models reach the database through it.
+# The only module-level state of the store: models reach the database through it.
 database_proxy = peewee.DatabaseProxy()
 
 SQLITE_PRAGMAS = (
@@ -92,7 +92,7 @@ _USAGE = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME"
 def connection_budget(config: Config) -> int:
     """The most connections the service can hold at once, the size of its pool.
 
-    One per thread that may hold a connection at the same time (issue 7, part 3):
+    One per thread that may hold a connection at the same time:
     ``http.threads`` (one per request), ``trigger_actors`` and ``execution_slots`` (one per
     step of work), 2 for the supervisor and the execution pool actor, and a margin of 4 for the
     main thread, the scheduler and the CLI or test harness.
@@ -150,7 +150,7 @@ def _open_sqlite(parts: SplitResult, max_connections: int,
         )
     # lock_type: every SQLite transaction takes the write lock up front. A deferred transaction
     # that upgrades from reading to writing fails at once with SQLITE_BUSY in WAL mode instead
-    # of honouring busy_timeout (SPEC §9: atomic('IMMEDIATE') takes the write lock).
+    # of honouring busy_timeout; atomic('IMMEDIATE') takes the write lock at BEGIN.
     # busy_timeout comes first, so the other pragmas already wait for a lock as long.
     busy = database.busy_timeout.total_seconds()
     db = PooledSqliteDatabase(
@@ -326,7 +326,7 @@ def check_capacity(db: peewee.Database, config: Config) -> None:
 
 
 def bind(db: peewee.Database) -> None:
-    """Point every model at ``db`` (SPEC §9's DatabaseProxy)."""
+    """Point every model at ``db`` through the one ``DatabaseProxy``."""
     database_proxy.initialize(db)
 
 
@@ -392,7 +392,7 @@ def write_lock(db: peewee.Database) -> Iterator[peewee.Database]:
 
     SQLite: ``BEGIN IMMEDIATE`` takes the database write lock at once (or raises
     ``StoreUnavailable`` of kind ``locked`` after ``busy_timeout``). PostgreSQL: a plain
-    transaction; callers lock the rows they will change with ``lock_rows`` (SPEC §9).
+    transaction; callers lock the rows they will change with ``lock_rows``.
     """
     with unit_of_work(db):
         atomic = db.atomic("IMMEDIATE") if not is_postgres(db) else db.atomic()

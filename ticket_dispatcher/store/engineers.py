@@ -1,7 +1,7 @@
-"""Engineers: who may receive tickets and when each last did (SPEC §4.8, M§7).
+"""Engineers: who may receive tickets and when each last did.
 
 Every write is one statement naming its columns: concurrent assigns, operator edits and the
-Jira account cache never overwrite each other's columns (M§7: no read-modify-write).
+Jira account cache never overwrite each other's columns (no read-modify-write).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ticket_dispatcher.timeutil import to_utc
 
 
 def normalize_email(email: str) -> str:
-    """Engineers are keyed by lower-case email (SPEC §4.8)."""
+    """Engineers are keyed by lower-case email."""
     normalized = (email or "").strip().lower()
     if not normalized:
         raise InvalidInput("engineer email must not be empty")
@@ -37,7 +37,8 @@ class EngineerRepository:
         dispatch_enabled: bool | None = None,
         email_in: Iterable[str] | None = None,
     ) -> tuple[list[Engineer], int]:
-        """One page ordered by email and the total (M§7 ``EmailIn``/``DispatchEnabledIs``)."""
+        """One page ordered by email and the total, filtered by ``email_in`` and
+        ``dispatch_enabled`` when given."""
         query = EngineerRow.select()
         if dispatch_enabled is not None:
             query = query.where(EngineerRow.dispatch_enabled == dispatch_enabled)
@@ -60,7 +61,7 @@ class EngineerRepository:
 
     def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]:
         """The dispatch-enabled engineers among ``emails``, ordered by email; one query.
-        Callers restore their configured order (M§7)."""
+        Callers restore their configured order."""
         wanted = sorted({normalize_email(email) for email in emails})
         if not wanted:
             return []
@@ -134,7 +135,7 @@ class EngineerRepository:
     def update_dispatch_state(
         self, email: str, *, dispatched_at: datetime, issue_key: str, now: datetime
     ) -> bool:
-        """Record a successful assignment: one UPDATE of the dispatch columns (M§7).
+        """Record a successful assignment: one UPDATE of the dispatch columns.
         False when the engineer no longer exists."""
         query = EngineerRow.update(
             last_dispatched_at=to_utc(dispatched_at),
@@ -145,7 +146,7 @@ class EngineerRepository:
             return query.execute() == 1
 
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
-        """Cache the Jira account of an engineer: one UPDATE of that column (SPEC §8.1)."""
+        """Cache the Jira account of an engineer: one UPDATE of that column."""
         query = EngineerRow.update(jira_account_id=account_id, updated_at=to_utc(now)).where(
             EngineerRow.email == normalize_email(email)
         )

@@ -1,8 +1,8 @@
-"""Executions with their pre-built rule and action executions (SPEC §4.6, §9, M§9).
+"""Executions with their pre-built rule and action executions.
 
 An execution is stored as one ``dispatch_executions`` row plus one ``dispatch_rule_executions``
 row per rule, each carrying its ordered action executions as JSON. Creation writes the whole
-aggregate, the missing default context and the trigger output in one short transaction (M§10);
+aggregate, the missing default context and the trigger output in one short transaction;
 ``save`` is the behavior's checkpoint port.
 """
 
@@ -56,7 +56,7 @@ def _fenced(execution_id: int, lease: Lease | None) -> peewee.Expression:
 class ExecutionRepository:
     def __init__(self, db: peewee.Database, contexts: ContextRepository):
         self.db = db
-        self._contexts = contexts  # creation writes the missing default context too (M§10)
+        self._contexts = contexts  # creation writes the missing default context too
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -269,8 +269,9 @@ class ExecutionRepository:
             return self._with_rules(rows), total
 
     def backlog(self, now: datetime) -> tuple[dict, dict]:
-        """(created, executing): mode → (count, age in seconds of the oldest), N§12. A created
-        execution ages from its creation; an executing one from its ``updated_at``."""
+        """(created, executing): mode → (count, age in seconds of the oldest), for the
+        backlog gauges. A created execution ages from its creation; an executing one from its
+        ``updated_at``."""
         created: dict[str, tuple[int, float]] = {}
         executing: dict[str, tuple[int, float]] = {}
         with unit_of_work(self.db):
@@ -291,7 +292,8 @@ class ExecutionRepository:
         return created, executing
 
     def recoverable(self) -> list[tuple[int, datetime | None]]:
-        """Every created/executing execution, dry-runs included, in creation order (M§11)."""
+        """Every created/executing execution, dry-runs included, in creation order
+        (for boot recovery)."""
         with unit_of_work(self.db):
             query = (ExecutionRow.select(ExecutionRow.id, ExecutionRow.wake_at)
                      .where(ExecutionRow.status.in_(_RUNNING)).order_by(ExecutionRow.id))

@@ -1,4 +1,4 @@
-"""Versioned, idempotent schema migrations (SPEC §9).
+"""Versioned, idempotent schema migrations (docs/operations.md, "Migrate").
 
 Each migration is explicit SQL for both engines, so an applied migration never changes when
 ``models.py`` does: a later schema change is a new entry at the end of ``MIGRATIONS``. ``migrate``
@@ -45,7 +45,8 @@ def _types(db: peewee.Database) -> _Types:
 
 
 def _initial_schema(db: peewee.Database) -> None:
-    """M§9: policies, rules, triggers, executions, rule executions, contexts, engineers."""
+    """The first schema: policies, rules, triggers, executions, rule executions, contexts and
+    engineers."""
     t = _types(db)
     for statement in (
         f"""CREATE TABLE IF NOT EXISTS dispatch_policies (
@@ -60,7 +61,7 @@ def _initial_schema(db: peewee.Database) -> None:
             updated_at {t.time} NOT NULL,
             activated_at {t.time} NULL,
             CONSTRAINT uq_dispatch_policies_family_version UNIQUE (family_id, version))""",
-        # SPEC §4.2: at most one active version per family, enforced by the database.
+        # At most one active version per family, enforced by the database.
         """CREATE UNIQUE INDEX IF NOT EXISTS uq_dispatch_policies_one_active
             ON dispatch_policies (family_id) WHERE status = 'active'""",
         "CREATE INDEX IF NOT EXISTS ix_dispatch_policies_status ON dispatch_policies (status)",
@@ -115,7 +116,7 @@ def _initial_schema(db: peewee.Database) -> None:
             CONSTRAINT ck_dispatch_executions_live_lock CHECK (
                 live_lock_key IS NULL
                 OR (mode = 'live' AND status IN ('created', 'executing'))))""",
-        # SPEC §9: NULLs are distinct on both engines, so only held keys collide.
+        # NULLs are distinct on both engines, so only held keys collide.
         """CREATE UNIQUE INDEX IF NOT EXISTS uq_dispatch_executions_live_lock
             ON dispatch_executions (live_lock_key)""",
         """CREATE INDEX IF NOT EXISTS ix_dispatch_executions_issue
@@ -160,8 +161,8 @@ def _initial_schema(db: peewee.Database) -> None:
 
 
 def _notification_state(db: peewee.Database) -> None:
-    """N§7.2/N§8.1: the one schema change of assignment notification. Existing rows keep NULL,
-    which reads as the empty state (no backfill)."""
+    """The one schema change of assignment notification (the escalation slots). Existing rows
+    keep NULL, which reads as the empty state (no backfill)."""
     columns = {column.name for column in db.get_columns("dispatch_contexts")}
     if "assignment_notification_state_json" not in columns:
         db.execute_sql(

@@ -1,4 +1,4 @@
-"""Peewee models of every table (SPEC §9, M§9, N§8.1).
+"""Peewee models of every table.
 
 The schema itself is owned by ``migrations.py`` (explicit SQL, so an applied migration never
 changes when this file does); these models only describe the columns for queries. Field names
@@ -17,7 +17,7 @@ _SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
 class UTCDateTimeField(peewee.FieldDatabaseHook, peewee.Field):
-    """Aware datetimes in, aware UTC datetimes out; stored as naive UTC (SPEC §9).
+    """Aware datetimes in, aware UTC datetimes out; stored as naive UTC.
 
     Naive datetimes are rejected: every time comes from the injected clock, which is aware.
     On SQLite the value is text with a fixed six-digit fraction, so text order is time order.
@@ -90,7 +90,7 @@ class TriggerRow(BaseModel):
     source = peewee.TextField()
     issue_key = peewee.TextField()
     input_json = peewee.JSONField()
-    policy_id = peewee.BigIntegerField(null=True)  # an explicit policy (M§4.2); no FK: history
+    policy_id = peewee.BigIntegerField(null=True)  # an explicit policy; no FK: history
     dryrun_json = peewee.JSONField(null=True)
     status = peewee.CharField(max_length=16)
     available_at = UTCDateTimeField()
@@ -120,13 +120,13 @@ class ExecutionRow(BaseModel):
     failure_code = peewee.CharField(max_length=64, default="")
     failure_reason = peewee.TextField(default="")
     overwrite_data_json = peewee.JSONField(null=True)
-    business_now = UTCDateTimeField(null=True)  # frozen for dry-runs (SPEC §5.6)
+    business_now = UTCDateTimeField(null=True)  # frozen for dry-runs
     wake_at = UTCDateTimeField(null=True)
     # Set while a live execution is created/executing, cleared in the UPDATE that makes it
-    # terminal; UNIQUE, and a CHECK refuses it on dry-runs and terminal rows (SPEC §9).
+    # terminal; UNIQUE, and a CHECK refuses it on dry-runs and terminal rows.
     live_lock_key = peewee.TextField(null=True)
-    restart_count = peewee.IntegerField(default=0)  # actor crashes survived (SPEC §3)
-    load_attempts = peewee.IntegerField(default=0)  # failed issue/policy loads in a row (§7)
+    restart_count = peewee.IntegerField(default=0)  # actor crashes survived
+    load_attempts = peewee.IntegerField(default=0)  # failed issue/policy loads in a row
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
     completed_at = UTCDateTimeField(null=True)
@@ -152,7 +152,7 @@ class RuleExecutionRow(BaseModel):
     transition_json = peewee.JSONField()
     outcome = peewee.CharField(max_length=16)
     evaluation_json = peewee.JSONField(null=True)
-    action_executions_json = peewee.JSONField()  # ordered array (M§9.2)
+    action_executions_json = peewee.JSONField()  # ordered array
 
     class Meta:
         table_name = "dispatch_rule_executions"
@@ -162,7 +162,7 @@ class ContextRow(BaseModel):
     issue_key = peewee.TextField(primary_key=True)
     assignee = peewee.TextField(default="")
     assignee_l2 = peewee.TextField(default="")
-    # NULL (rows from before migration 2) reads as the empty state (N§7.2).
+    # NULL (rows from before migration 2) reads as the empty state.
     assignment_notification_state_json = peewee.JSONField(null=True)
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()

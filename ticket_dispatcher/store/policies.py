@@ -1,11 +1,11 @@
-"""Policies and their rules: the versioned lifecycle of SPEC §4.2.
+"""Policies and their rules: the versioned lifecycle (docs/policies.md, "Versions and families").
 
 Only drafts change; every other version is immutable. Lifecycle moves lock the rows they
 touch (``SELECT … FOR UPDATE`` on PostgreSQL, the IMMEDIATE transaction on SQLite), and
 activation locks the whole family, so two activations in one family serialize instead of
 tripping the one-active-per-family index.
 
-The repository refuses to activate an invalid policy by itself (SPEC §6): it holds the action
+The repository refuses to activate an invalid policy by itself: it holds the action
 registry it was built with and validates the version inside the activation's transaction, so no
 caller can activate without the check, nor with another registry than the runtime's.
 """
@@ -30,12 +30,12 @@ from ticket_dispatcher.timeutil import to_utc
 # Crockford base32: upper case, no I/L/O/U, so a family ID survives being read aloud.
 _FAMILY_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _FAMILY_ID_LENGTH = 12
-# A version may be activated from these (rollback to inactive/superseded, SPEC §4.2).
+# A version may be activated from these (rollback to inactive/superseded).
 _ACTIVATABLE = (PolicyStatus.DRAFT, PolicyStatus.INACTIVE, PolicyStatus.SUPERSEDED)
 
 
 def new_family_id() -> str:
-    """``pf_`` + 12 random characters (≤ 20 characters, SPEC §4.2)."""
+    """``pf_`` + 12 random characters (≤ 20 characters)."""
     return "pf_" + "".join(secrets.choice(_FAMILY_ALPHABET) for _ in range(_FAMILY_ID_LENGTH))
 
 
@@ -71,7 +71,7 @@ class PolicyRepository:
             return self._with_rules([row])[0]
 
     def list_active(self) -> list[Policy]:
-        """Every active version, for matching (SPEC §5)."""
+        """Every active version, for matching."""
         with unit_of_work(self.db):
             rows = PolicyRow.select().where(PolicyRow.status == PolicyStatus.ACTIVE.value)
             return self._with_rules(list(rows.order_by(PolicyRow.id)))
@@ -205,7 +205,7 @@ class PolicyRepository:
 
     def _insert_rules(self, policy_id: int, spec: PolicySpec) -> list[Rule]:
         """One multi-row INSERT. Ids are assigned in VALUES order, so the operator's order
-        breaks priority ties (rules run in ``(priority, id)`` order, M§5.2)."""
+        breaks priority ties (rules run in ``(priority, id)`` order)."""
         if not spec.rules:
             return []
         inserted = (

@@ -1,4 +1,4 @@
-"""Dispatch triggers: the durable intake outbox (SPEC §4.5, §5, M§4)."""
+"""Dispatch triggers: the durable intake outbox (docs/design.md, "The life of a trigger")."""
 
 from __future__ import annotations
 
@@ -61,13 +61,13 @@ class TriggerRepository:
 
     def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
         """A ``pending`` trigger of ``source`` for ``issue_key`` exists afterwards: an open one
-        is reused (N§3.4: duplicate wake-ups may be coalesced, a missing one may not), else one
+        is reused (duplicate wake-ups may be coalesced, a missing one may not), else one
         is created; the trigger poll picks it up."""
         with write_lock(self.db):
             if not _pending(source, issue_key).exists():
                 self.create(source, issue_key, policy_id=None, dryrun=None, now=now)
 
-    def pending_twin(self, trigger: Trigger) -> int | None:
+    def pending_duplicate(self, trigger: Trigger) -> int | None:
         """Another ``pending`` trigger of the same source for the same issue, the oldest, or
         None: deferring both would be two wake-ups where one reads the same latest state."""
         with unit_of_work(self.db):
@@ -160,7 +160,7 @@ class TriggerRepository:
 
     def defer(self, trigger_id: int, until: datetime, now: datetime, *,
               lease: Lease | None = None) -> None:
-        """Back to ``pending``, due again at ``until`` (N§3.4)."""
+        """Back to ``pending``, due again at ``until``."""
         with unit_of_work(self.db):
             updated = (TriggerRow.update(status=TriggerStatus.PENDING.value,
                                          available_at=to_utc(until), updated_at=to_utc(now),
@@ -216,7 +216,7 @@ class TriggerRepository:
 
     def backlog(self, now: datetime) -> dict[str, tuple[int, float]]:
         """status → (count, age in seconds of the oldest) of open triggers, deferred ones
-        (not yet due) included (N§12)."""
+        (not yet due) included."""
         with unit_of_work(self.db):
             rows = (TriggerRow
                     .select(TriggerRow.status, peewee.fn.COUNT(TriggerRow.id).alias("count"),
@@ -227,7 +227,7 @@ class TriggerRepository:
                     for row in rows}
 
     def recoverable(self) -> list[int]:
-        """Every pending or processing trigger, oldest first (boot recovery, M§11)."""
+        """Every pending or processing trigger, oldest first (boot recovery)."""
         with unit_of_work(self.db):
             query = (TriggerRow.select(TriggerRow.id).where(TriggerRow.status.in_(_OPEN))
                      .order_by(TriggerRow.id))

@@ -1,10 +1,10 @@
-"""Client actors: a pool of actors per integration, each owning one client (SPEC §3, §11).
+"""The client pool: a few actors per integration, each owning one client, used like one client.
 
-Executions and triggers call a typed pool as the port it implements (domain/ports.py):
+The typed pools of actors/client_ports.py serve the ports of domain/ports.py on top of it:
 ``JiraPool.load_issue("TCID-1")`` runs ``JiraClient.load_issue`` on one of the pool's actors and
 answers in the caller's thread. A call goes to an idle actor at once, or waits in the pool's one
 FIFO queue for the first actor that frees; it is never queued behind a busy actor, so a slow peer
-holds only its own caller (issue 7). Requests only flow down into client actors, which ask
+holds only its own caller. Requests only flow down into client actors, which ask
 nobody, so these calls cannot deadlock.
 
 Two separate limits bound a caller:
@@ -27,38 +27,23 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
 
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
-from ticket_dispatcher.clock import Clock
-from ticket_dispatcher.config import Config
-from ticket_dispatcher.domain.model import Issue, JiraUser
-from ticket_dispatcher.domain.ports import (
-    DirectoryUser,
-    GroupMember,
-    PageResult,
-    Responder,
-    TriageChange,
-)
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown
-from ticket_dispatcher.integrations.core import CoreClient
-from ticket_dispatcher.integrations.jira import JiraClient
-from ticket_dispatcher.integrations.lark import LarkClient
-from ticket_dispatcher.integrations.oncall import OncallClient
 from ticket_dispatcher.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CALL_TIMEOUT = 60.0  # seconds; build_client_pools derives it from the HTTP timeouts
 
 
 @dataclass(frozen=True)
 class Call:
-    """Run ``client.<method>(*args, **kwargs)``; asked directly, a ClientActor answers it."""
+    """What a caller asked the pool to run: ``client.<method>(*args, **kwargs)``."""
 
     method: str
     args: tuple = ()
@@ -72,7 +57,7 @@ class _State(enum.Enum):
 
 
 @dataclass(eq=False)
-class _Ticket:
+class _PooledCall:
     """One pooled call, from the caller's arrival to its end. Guarded by the pool's lock."""
 
     call: Call
@@ -87,9 +72,9 @@ class _Ticket:
 
 @dataclass(frozen=True)
 class _Job:
-    """The message a pool sends to its actor: run the ticket's call, then hand yourself back."""
+    """The message a pool sends to its actor: run this call, then hand yourself back."""
 
-    ticket: _Ticket
+    pooled: _PooledCall
 
 
 class ClientActor(pykka.ThreadingActor):
@@ -97,81 +82,74 @@ class ClientActor(pykka.ThreadingActor):
 
     # A call can sit in a socket read for the whole read timeout. Shutdown stops these actors
     # and abandons their callers, but must never wait for such a read: a daemon thread cannot
-    # keep the process alive past its shutdown deadline (issue 7).
+    # keep the process alive past its shutdown deadline.
     use_daemon_thread = True
 
-    def __init__(self, client: Any, pool: ClientPool | None = None):
+    def __init__(self, client: Any, pool: ClientPool):
         super().__init__()
         self._client = client
         self._pool = pool
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _Job):
-            return self._run_job(message.ticket)
-        if isinstance(message, Call):
-            # An exception goes back to the asker (pykka re-raises it there); the actor lives on.
-            return self._invoke(message)
+            return self._run_job(message.pooled)
         log.warning("client actor ignored %s", type(message).__name__)
         return None
 
     def _invoke(self, call: Call) -> Any:
         return getattr(self._client, call.method)(*call.args, **call.kwargs)
 
-    def _run_job(self, ticket: _Ticket) -> None:
-        assert self._pool is not None, "a job comes only from this actor's pool"
-        if not self._pool._begin(ticket):  # its caller left before the call began
-            self._pool._finish(self.actor_ref, ticket, None, None, None)
+    def _run_job(self, pooled: _PooledCall) -> None:
+        if not self._pool._begin(pooled):  # its caller left before the call began
+            self._pool._finish(self.actor_ref, pooled, None, None, None)
             return
         started = time.monotonic()
         result: Any = None
         error: BaseException | None = None
         try:
-            result = self._invoke(ticket.call)
+            result = self._invoke(pooled.call)
         except Exception as exc:  # the caller's to raise, not this actor's
             error = exc
         except BaseException as exc:  # the actor stops, but its caller still gets an answer
             error = exc
             raise
         finally:
-            self._pool._finish(self.actor_ref, ticket, result, error, time.monotonic() - started)
+            self._pool._finish(self.actor_ref, pooled, result, error, time.monotonic() - started)
 
     def on_stop(self) -> None:
-        if self._pool is not None:
-            self._pool._retire(self.actor_ref)
+        self._pool._retire(self.actor_ref)
         close = getattr(self._client, "close", None)
         if callable(close):
             close()
 
     def on_failure(self, *exc_info: Any) -> None:
-        if self._pool is not None:
-            self._pool._retire(self.actor_ref)
+        self._pool._retire(self.actor_ref)
 
 
 class ClientPool:
     """``size`` ClientActors built by ``factory``, used like one client.
 
     ``call(method, ...)`` returns the client's answer or raises its exception in the caller's
-    thread; the typed pools below name each method of their port. The pool adds
+    thread; the typed pools (actors/client_ports.py) name each method of their port. It adds
     ``IntegrationError`` (no free actor within ``queue_timeout``, the call was not made; or the
     pool is stopped), ``OutcomeUnknown`` (no answer within ``call_timeout``, the call still
     runs) and ``CallAbandoned`` (after ``abandon()``).
     """
 
-    def __init__(self, name: str, factory: Callable[[], Any], size: int = 4, *,
-                 call_timeout: float = DEFAULT_CALL_TIMEOUT,
-                 queue_timeout: float | None = None, metrics: Metrics | None = None):
+    def __init__(self, name: str, factory: Callable[[], Any], size: int, *,
+                 call_timeout: float, queue_timeout: float, metrics: Metrics):
         if size < 1:
             raise ValueError("a client pool needs at least one actor")
         self.name = name
         self.size = size
         self.call_timeout = call_timeout
-        self.queue_timeout = call_timeout if queue_timeout is None else queue_timeout
+        self.queue_timeout = queue_timeout
         self._factory = factory
         self._lock = threading.Lock()
         self._actors: list[pykka.ActorRef] = []  # live actors, idle or busy
         self._idle: deque[pykka.ActorRef] = deque()
-        self._queue: deque[_Ticket] = deque()  # callers waiting for an actor, oldest first
-        self._running: dict[str, _Ticket] = {}  # by actor URN
+        self._queue: deque[_PooledCall] = deque()  # callers waiting for an actor, oldest first
+        self._running: dict[str, _PooledCall] = {}  # by actor URN
         self._started = False
         self._stopped = False
         self._abandoned = False
@@ -221,13 +199,13 @@ class ClientPool:
         """Shutdown: every caller waiting for an actor or for a started call raises
         ``CallAbandoned`` now, and so does every later call, without starting; a call sent to an
         actor but not yet begun never begins. Running calls go on in their actors (their outcome
-        is left to recovery, SPEC §7). Never blocks."""
+        is left to recovery after the restart). Never blocks."""
         with self._lock:
             self._abandoned = True
             waiting = list(self._queue) + list(self._running.values())
             self._queue.clear()
-            for ticket in waiting:
-                ticket.ready.notify_all()
+            for pooled in waiting:
+                pooled.ready.notify_all()
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -235,14 +213,14 @@ class ClientPool:
         """Run ``client.<method>`` on a free actor and return its answer (see the class)."""
         with self._lock:
             self._check_open_locked(method)
-            ticket = _Ticket(Call(method, args, kwargs), threading.Condition(self._lock),
+            pooled = _PooledCall(Call(method, args, kwargs), threading.Condition(self._lock),
                              queued_at=time.monotonic())
-            self._dispatch_locked(ticket)
-            self._await_actor_locked(ticket)
-            self._await_answer_locked(ticket)
-        if ticket.error is not None:
-            raise ticket.error
-        return ticket.result
+            self._dispatch_locked(pooled)
+            self._await_actor_locked(pooled)
+            self._await_answer_locked(pooled)
+        if pooled.error is not None:
+            raise pooled.error
+        return pooled.result
 
     def _check_open_locked(self, method: str) -> None:
         if self._abandoned:
@@ -252,43 +230,43 @@ class ClientPool:
         if self._stopped or not self._actors:
             raise self._stopped_error(method)
 
-    def _await_actor_locked(self, ticket: _Ticket) -> None:
+    def _await_actor_locked(self, pooled: _PooledCall) -> None:
         """Queue phase: wait until an actor runs the call (or the pool refuses it)."""
-        if ticket.state is not _State.QUEUED:
+        if pooled.state is not _State.QUEUED:
             return
-        ticket.ready.wait_for(
-            lambda: ticket.state is not _State.QUEUED or self._abandoned,
+        pooled.ready.wait_for(
+            lambda: pooled.state is not _State.QUEUED or self._abandoned,
             timeout=self.queue_timeout)
-        if ticket.state is not _State.QUEUED:
+        if pooled.state is not _State.QUEUED:
             return  # handed an actor (perhaps just as the wait ran out): the call has started
-        ticket.caller_gone = True
-        if ticket in self._queue:
-            self._queue.remove(ticket)  # so no actor is ever handed to a caller who left
+        pooled.caller_gone = True
+        if pooled in self._queue:
+            self._queue.remove(pooled)  # so no actor is ever handed to a caller who left
         if self._abandoned:
-            raise CallAbandoned(f"{self.name} {ticket.call.method}: the service is shutting "
+            raise CallAbandoned(f"{self.name} {pooled.call.method}: the service is shutting "
                                 f"down; the call was not made")
         self._gave_up_queued += 1
         raise IntegrationError(
-            f"{self.name} {ticket.call.method}: no free client within "
+            f"{self.name} {pooled.call.method}: no free client within "
             f"{self.queue_timeout:g} s; the call was not made", service=self.name)
 
-    def _await_answer_locked(self, ticket: _Ticket) -> None:
+    def _await_answer_locked(self, pooled: _PooledCall) -> None:
         """Call phase: wait for the answer at most ``call_timeout``."""
         self._waiting_on_calls += 1
         try:
-            ticket.ready.wait_for(lambda: ticket.state is _State.DONE or self._abandoned,
+            pooled.ready.wait_for(lambda: pooled.state is _State.DONE or self._abandoned,
                                   timeout=self.call_timeout)
         finally:
             self._waiting_on_calls -= 1
-        if ticket.state is _State.DONE:
+        if pooled.state is _State.DONE:
             return
-        ticket.caller_gone = True  # from now on, a call not yet begun never begins
-        method = ticket.call.method
+        pooled.caller_gone = True  # from now on, a call not yet begun never begins
+        method = pooled.call.method
         if self._abandoned:
-            made = ("the call was running and may still take effect" if ticket.started
+            made = ("the call was running and may still take effect" if pooled.started
                     else "the call was not made")
             raise CallAbandoned(f"{self.name} {method}: the service is shutting down; {made}")
-        if not ticket.started:  # only when the actor was stopping: it never took the call
+        if not pooled.started:  # only when the actor was stopping: it never took the call
             self._gave_up_queued += 1
             raise IntegrationError(f"{self.name} {method}: the client did not take the call "
                                    f"within {self.call_timeout:g} s; the call was not made",
@@ -300,57 +278,55 @@ class ClientPool:
 
     # -- hand-offs (always under the lock) ------------------------------------------------------
 
-    def _dispatch_locked(self, ticket: _Ticket, *, front: bool = False) -> None:
-        """Send ``ticket`` to an idle actor, else queue it (at the front when it had already
+    def _dispatch_locked(self, pooled: _PooledCall, *, front: bool = False) -> None:
+        """Send ``pooled`` to an idle actor, else queue it (at the front when it had already
         waited its turn)."""
         while self._idle:
-            if self._send_locked(self._idle.popleft(), ticket):
+            if self._send_locked(self._idle.popleft(), pooled):
                 return
         if not self._actors:
-            self._refuse_locked(ticket)
+            self._refuse_locked(pooled)
         elif front:
-            self._queue.appendleft(ticket)
+            self._queue.appendleft(pooled)
         else:
-            self._queue.append(ticket)
+            self._queue.append(pooled)
 
-    def _send_locked(self, actor: pykka.ActorRef, ticket: _Ticket) -> bool:
+    def _send_locked(self, actor: pykka.ActorRef, pooled: _PooledCall) -> bool:
         try:
-            actor.tell(_Job(ticket))
+            actor.tell(_Job(pooled))
         except pykka.ActorDeadError:  # stopped from outside the pool and not yet retired
             self._forget_locked(actor)
             return False
-        ticket.state = _State.RUNNING
-        self._running[actor.actor_urn] = ticket
-        ticket.ready.notify_all()
-        if self._metrics is not None:
-            self._metrics.client_queue_wait(self.name, time.monotonic() - ticket.queued_at)
+        pooled.state = _State.RUNNING
+        self._running[actor.actor_urn] = pooled
+        pooled.ready.notify_all()
+        self._metrics.client_queue_wait(self.name, time.monotonic() - pooled.queued_at)
         return True
 
-    def _begin(self, ticket: _Ticket) -> bool:
+    def _begin(self, pooled: _PooledCall) -> bool:
         """From the actor's thread, just before the client call: may it start?"""
         with self._lock:
-            if ticket.caller_gone:
+            if pooled.caller_gone:
                 return False
-            ticket.started = True
+            pooled.started = True
             self._calls += 1
             return True
 
-    def _finish(self, actor: pykka.ActorRef, ticket: _Ticket, result: Any,
+    def _finish(self, actor: pykka.ActorRef, pooled: _PooledCall, result: Any,
                 error: BaseException | None, seconds: float | None) -> None:
         """From the actor's thread when its job ended (``seconds`` is None when the call was
         skipped): answer the caller if it still waits, then hand the actor to the oldest
         queued caller or back to idle."""
         with self._lock:
-            ticket.state, ticket.result, ticket.error = _State.DONE, result, error
+            pooled.state, pooled.result, pooled.error = _State.DONE, result, error
             self._running.pop(actor.actor_urn, None)
             if seconds is not None:
                 self._latency.add(seconds)
-                if self._metrics is not None:
-                    self._metrics.integration_call(self.name, ticket.call.method,
-                                                   _call_outcome(error), seconds)
+                self._metrics.integration_call(self.name, pooled.call.method,
+                                               _call_outcome(error), seconds)
             if error is not None:
                 self._errors[type(error).__name__] += 1
-            ticket.ready.notify_all()
+            pooled.ready.notify_all()
             if self._stopped or actor not in self._actors:
                 return  # a stop message waits in its inbox
             if self._queue:
@@ -363,15 +339,15 @@ class ClientPool:
         still behind the stop) never started, so it goes to another actor or is refused."""
         with self._lock:
             self._forget_locked(actor)
-            ticket = self._running.pop(actor.actor_urn, None)
-            if ticket is not None and ticket.state is _State.RUNNING:
-                ticket.state = _State.QUEUED
-                if ticket.caller_gone:
-                    ticket.state = _State.DONE  # nobody waits for it: it just never runs
+            pooled = self._running.pop(actor.actor_urn, None)
+            if pooled is not None and pooled.state is _State.RUNNING:
+                pooled.state = _State.QUEUED
+                if pooled.caller_gone:
+                    pooled.state = _State.DONE  # nobody waits for it: it just never runs
                 elif self._stopped or self._abandoned:
-                    self._refuse_locked(ticket)
+                    self._refuse_locked(pooled)
                 else:
-                    self._dispatch_locked(ticket, front=True)
+                    self._dispatch_locked(pooled, front=True)
             if not self._actors:
                 self._fail_queued_locked()
 
@@ -385,9 +361,9 @@ class ClientPool:
         while self._queue:
             self._refuse_locked(self._queue.popleft())
 
-    def _refuse_locked(self, ticket: _Ticket) -> None:
-        ticket.state, ticket.error = _State.DONE, self._stopped_error(ticket.call.method)
-        ticket.ready.notify_all()
+    def _refuse_locked(self, pooled: _PooledCall) -> None:
+        pooled.state, pooled.error = _State.DONE, self._stopped_error(pooled.call.method)
+        pooled.ready.notify_all()
 
     def _stopped_error(self, method: str) -> IntegrationError:
         return IntegrationError(f"{self.name} {method}: the client is stopped; the call was "
@@ -417,76 +393,6 @@ class ClientPool:
             }
 
 
-# -- the ports, served by pools (domain/ports.py) --------------------------------------------------
-# One line per port method: the same name on the client, run on one of the pool's actors. An
-# iterable argument is made a tuple here, so the actor's thread never consumes the caller's.
-
-
-class JiraPool(ClientPool):
-    """The ``Jira`` port: ``integrations.jira.JiraClient`` on the pool's actors."""
-
-    def load_issue(self, key: str) -> Issue:
-        return self.call("load_issue", key)
-
-    def assign(self, key: str, account_id: str | None) -> None:
-        self.call("assign", key, account_id)
-
-    def set_l2_assignee(self, key: str, account_id: str | None) -> None:
-        self.call("set_l2_assignee", key, account_id)
-
-    def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
-        self.call("edit_labels", key, tuple(add), tuple(remove))
-
-    def apply_triage(self, key: str, change: TriageChange) -> None:
-        self.call("apply_triage", key, change)
-
-    def find_user_by_email(self, email: str) -> JiraUser | None:
-        return self.call("find_user_by_email", email)
-
-    def add_internal_comment(self, key: str, text: str) -> None:
-        self.call("add_internal_comment", key, text)
-
-
-class LarkPool(ClientPool):
-    """The ``Messenger`` port: ``integrations.lark.LarkClient`` on the pool's actors."""
-
-    def open_ids_by_email(self, emails: Iterable[str]) -> dict[str, str]:
-        return self.call("open_ids_by_email", tuple(emails))
-
-    def send_card(self, open_id: str, card: dict, uuid: str) -> str:
-        return self.call("send_card", open_id, card, uuid)
-
-    def urgent_app(self, message_id: str, open_id: str) -> list[str]:
-        return self.call("urgent_app", message_id, open_id)
-
-    def read_user_ids(self, message_id: str) -> list[str]:
-        return self.call("read_user_ids", message_id)
-
-
-class OncallPool(ClientPool):
-    """The ``OnCall`` port: ``integrations.oncall.OncallClient`` on the pool's actors."""
-
-    def responders(self, team: str) -> list[Responder]:
-        return self.call("responders", team)
-
-    def page(self, email: str, title: str, message: str, issue_key: str,
-             dedup_key: str) -> PageResult:
-        return self.call("page", email, title, message, issue_key, dedup_key)
-
-
-class CorePool(ClientPool):
-    """The ``Directory`` port: ``integrations.core.CoreClient`` on the pool's actors."""
-
-    def group_members(self, group: str) -> list[GroupMember]:
-        return self.call("group_members", group)
-
-    def user(self, email: str) -> DirectoryUser | None:
-        return self.call("user", email)
-
-    def leader(self, email: str) -> DirectoryUser | None:
-        return self.call("leader", email)
-
-
 class _Latency:
     """Call durations (monotonic, not business time), in milliseconds for the admin view."""
 
@@ -512,52 +418,7 @@ class _Latency:
                 "max_latency_ms": rounded(self.max)}
 
 
-def _seconds(value: Any) -> float:
-    return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
-
-
 def _call_outcome(error: BaseException | None) -> str:
     if error is None:
         return "ok"
     return "unknown" if isinstance(error, OutcomeUnknown) else "error"
-
-
-def build_client_pools(config: Config, clock: Clock, *, start: bool = True,
-                       sleep: Callable[[float], None] = time.sleep,
-                       metrics: Metrics | None = None) -> dict[str, ClientPool]:
-    """A typed pool per configured integration (``JiraPool``, ``LarkPool``, ``OncallPool``,
-    ``CorePool``; a service with an empty ``base_url``, or Lark without an ``app_id``, is left
-    out), started unless ``start`` is False."""
-    timeouts = {"connect_timeout": _seconds(config.integrations.connect_timeout),
-                "read_timeout": _seconds(config.integrations.read_timeout),
-                "clock": clock, "sleep": sleep}
-    # Lark's base_url has a default, so it counts as configured only with an app id.
-    factories: dict[str, tuple[bool, type[ClientPool], Callable[[], Any]]] = {
-        "jira": (bool(config.jira.base_url), JiraPool,
-                 lambda: JiraClient(config.jira, **timeouts)),
-        "lark": (bool(config.lark.base_url and config.lark.app_id), LarkPool,
-                 lambda: LarkClient(config.lark, **timeouts)),
-        "oncall": (bool(config.oncall.base_url), OncallPool,
-                   lambda: OncallClient(config.oncall, **timeouts)),
-        "core": (bool(config.core.base_url), CorePool,
-                 lambda: CoreClient(config.core, **timeouts)),
-    }
-    call_timeout = _ask_timeout(timeouts["connect_timeout"], timeouts["read_timeout"])
-    # The queue wait gets the same bound. With the default size (an actor per execution slot and
-    # trigger actor) nobody queues; with a smaller configured pool, a caller still queued after
-    # the longest time a call may take is behind something truly stuck, and giving up then is
-    # safe: a queued call was never made.
-    pools = {name: pool_class(name, factory, config.client_actors, call_timeout=call_timeout,
-                              queue_timeout=call_timeout, metrics=metrics)
-             for name, (configured, pool_class, factory) in factories.items() if configured}
-    if start:
-        for pool in pools.values():
-            pool.start()
-    return pools
-
-
-def _ask_timeout(connect: float, read: float) -> float:
-    """Room for a call with its token fetch, its retries and their waits (HttpClient defaults:
-    2 retries of at most 10 s), so a caller gives up only when something is truly stuck; the
-    HttpClient's own connect/read timeouts end a normal slow call well before."""
-    return 4 * (connect + read) + 2 * 10 + 5

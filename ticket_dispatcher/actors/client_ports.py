@@ -1,0 +1,142 @@
+"""The ports served by client pools: one typed pool per integration, and the factory that builds
+them from the configuration.
+
+Each typed pool is a ``ClientPool`` (actors/client_pool.py) over the matching ``integrations/``
+client and implements one port of domain/ports.py (``JiraPool`` the ``Jira`` port, and so on):
+one method per port method, the same name on the client, run on one of the pool's actors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ticket_dispatcher.actors.client_pool import ClientPool
+from ticket_dispatcher.clock import Clock
+from ticket_dispatcher.config import Config
+from ticket_dispatcher.domain.model import Issue, JiraUser
+from ticket_dispatcher.domain.ports import (
+    DirectoryUser,
+    GroupMember,
+    PageResult,
+    Responder,
+    TriageChange,
+)
+from ticket_dispatcher.integrations.core import CoreClient
+from ticket_dispatcher.integrations.jira import JiraClient
+from ticket_dispatcher.integrations.lark import LarkClient
+from ticket_dispatcher.integrations.oncall import OncallClient
+from ticket_dispatcher.metrics import Metrics
+
+# One line per port method. An iterable argument is made a tuple here, so the actor's thread
+# never consumes the caller's.
+
+
+class JiraPool(ClientPool):
+    """The ``Jira`` port: ``integrations.jira.JiraClient`` on the pool's actors."""
+
+    def load_issue(self, key: str) -> Issue:
+        return self.call("load_issue", key)
+
+    def assign(self, key: str, account_id: str | None) -> None:
+        self.call("assign", key, account_id)
+
+    def set_l2_assignee(self, key: str, account_id: str | None) -> None:
+        self.call("set_l2_assignee", key, account_id)
+
+    def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
+        self.call("edit_labels", key, tuple(add), tuple(remove))
+
+    def apply_triage(self, key: str, change: TriageChange) -> None:
+        self.call("apply_triage", key, change)
+
+    def find_user_by_email(self, email: str) -> JiraUser | None:
+        return self.call("find_user_by_email", email)
+
+    def add_internal_comment(self, key: str, text: str) -> None:
+        self.call("add_internal_comment", key, text)
+
+
+class LarkPool(ClientPool):
+    """The ``Messenger`` port: ``integrations.lark.LarkClient`` on the pool's actors."""
+
+    def open_ids_by_email(self, emails: Iterable[str]) -> dict[str, str]:
+        return self.call("open_ids_by_email", tuple(emails))
+
+    def send_card(self, open_id: str, card: dict, uuid: str) -> str:
+        return self.call("send_card", open_id, card, uuid)
+
+    def urgent_app(self, message_id: str, open_id: str) -> list[str]:
+        return self.call("urgent_app", message_id, open_id)
+
+    def read_user_ids(self, message_id: str) -> list[str]:
+        return self.call("read_user_ids", message_id)
+
+
+class OncallPool(ClientPool):
+    """The ``OnCall`` port: ``integrations.oncall.OncallClient`` on the pool's actors."""
+
+    def responders(self, team: str) -> list[Responder]:
+        return self.call("responders", team)
+
+    def page(self, email: str, title: str, message: str, issue_key: str,
+             dedup_key: str) -> PageResult:
+        return self.call("page", email, title, message, issue_key, dedup_key)
+
+
+class CorePool(ClientPool):
+    """The ``Directory`` port: ``integrations.core.CoreClient`` on the pool's actors."""
+
+    def group_members(self, group: str) -> list[GroupMember]:
+        return self.call("group_members", group)
+
+    def user(self, email: str) -> DirectoryUser | None:
+        return self.call("user", email)
+
+    def leader(self, email: str) -> DirectoryUser | None:
+        return self.call("leader", email)
+
+
+def _seconds(value: Any) -> float:
+    return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
+
+
+def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start: bool = True,
+                       sleep: Callable[[float], None] = time.sleep) -> dict[str, ClientPool]:
+    """A typed pool per configured integration (``JiraPool``, ``LarkPool``, ``OncallPool``,
+    ``CorePool``; a service with an empty ``base_url``, or Lark without an ``app_id``, is left
+    out), started unless ``start`` is False."""
+    timeouts = {"connect_timeout": _seconds(config.integrations.connect_timeout),
+                "read_timeout": _seconds(config.integrations.read_timeout),
+                "clock": clock, "sleep": sleep}
+    # Lark's base_url has a default, so it counts as configured only with an app id.
+    factories: dict[str, tuple[bool, type[ClientPool], Callable[[], Any]]] = {
+        "jira": (bool(config.jira.base_url), JiraPool,
+                 lambda: JiraClient(config.jira, **timeouts)),
+        "lark": (bool(config.lark.base_url and config.lark.app_id), LarkPool,
+                 lambda: LarkClient(config.lark, **timeouts)),
+        "oncall": (bool(config.oncall.base_url), OncallPool,
+                   lambda: OncallClient(config.oncall, **timeouts)),
+        "core": (bool(config.core.base_url), CorePool,
+                 lambda: CoreClient(config.core, **timeouts)),
+    }
+    call_timeout = _ask_timeout(timeouts["connect_timeout"], timeouts["read_timeout"])
+    # The queue wait gets the same bound. With the default size (an actor per execution slot and
+    # trigger actor) nobody queues; with a smaller configured pool, a caller still queued after
+    # the longest time a call may take is behind something truly stuck, and giving up then is
+    # safe: a queued call was never made.
+    pools = {name: pool_class(name, factory, config.client_actors, call_timeout=call_timeout,
+                              queue_timeout=call_timeout, metrics=metrics)
+             for name, (configured, pool_class, factory) in factories.items() if configured}
+    if start:
+        for pool in pools.values():
+            pool.start()
+    return pools
+
+
+def _ask_timeout(connect: float, read: float) -> float:
+    """Room for a call with its token fetch, its retries and their waits (HttpClient defaults:
+    2 retries of at most 10 s), so a caller gives up only when something is truly stuck; the
+    HttpClient's own connect/read timeouts end a normal slow call well before."""
+    return 4 * (connect + read) + 2 * 10 + 5
