@@ -26,13 +26,19 @@ class GateThenWait(GateAction):
         return ActionResult.park(run.now + timedelta(minutes=1))
 
 
-def test_a_cancel_during_a_step_that_parks_ends_the_execution_at_once(make_harness):
+def inside_a_step_that_will_park(make_harness):
+    """A harness whose one execution is inside a step (held at the gate) that ends in a park;
+    the gate, the action after it, and the execution's id."""
     gate, noop = GateThenWait(), RecordingAction()
     h = make_harness(gate, noop)
     h.policy(rule("test_gate_wait", "test_noop"))
     trigger = h.post_trigger(settle=False)
     gate.wait_entered(1)
-    execution_id = h.trigger(trigger.id).execution_ids[0]
+    return h, gate, noop, h.trigger(trigger.id).execution_ids[0]
+
+
+def test_a_cancel_during_a_step_that_parks_ends_the_execution_at_once(make_harness):
+    h, gate, noop, execution_id = inside_a_step_that_will_park(make_harness)
 
     outcome = h.runtime.cancel(execution_id, "cancelled by test")
     gate.open()
@@ -51,12 +57,7 @@ def test_a_cancel_during_a_step_that_parks_ends_the_execution_at_once(make_harne
 
 
 def test_a_cancel_needs_no_issue_load(make_harness):
-    gate, noop = GateThenWait(), RecordingAction()
-    h = make_harness(gate, noop)
-    h.policy(rule("test_gate_wait", "test_noop"))
-    trigger = h.post_trigger(settle=False)
-    gate.wait_entered(1)
-    execution_id = h.trigger(trigger.id).execution_ids[0]
+    h, gate, _, execution_id = inside_a_step_that_will_park(make_harness)
     h.jira.fail_next("TCID-1", times=10)  # Jira is down when the cancel is carried out
 
     h.runtime.cancel(execution_id, "cancelled by test")
