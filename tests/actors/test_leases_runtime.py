@@ -12,6 +12,7 @@ from tests.harness import assign, rule
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
 from ticket_dispatcher.domain.fanout import new_execution
+from ticket_dispatcher.store.replicas import ReplicaBeat
 
 ENGINEERS = ("a@example.com", "b@example.com")
 GONE = "gone-host:1234:abcdef"  # a process that died holding leases
@@ -158,3 +159,19 @@ def test_the_admin_view_shows_each_running_lease(make_harness):
     assert running["lease"]["epoch"] == 1
     assert running["lease"]["expires_at"] is not None
     assert status["leases"]["duration_seconds"] == 30
+
+
+def test_the_admin_view_lists_this_replica_and_the_others_by_their_heartbeats(make_harness):
+    h = make_harness(RecordingAction("test_wait", park_for=600))
+    h.policy(rule("test_wait"))
+    h.post_trigger()
+    other = ReplicaBeat(owner=GONE, host="gone-host", pid=1234, version="0.0.9",
+                        started_at=h.clock.now(), slots=10, busy=3, parked=0)
+    h.store.replicas.beat(other, h.clock.now())
+
+    h.advance(beyond_lease(h))  # this replica keeps beating; the other one is silent
+    replicas = {r["owner"]: r for r in h.runtime.status()["replicas"]}
+
+    me = replicas[h.runtime.deps.owner]
+    assert (me["self"], me["alive"], me["parked"], me["slots"]) == (True, True, 1, 10)
+    assert (replicas[GONE]["self"], replicas[GONE]["alive"]) == (False, False)

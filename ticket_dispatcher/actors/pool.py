@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import socket
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import pykka
 
+from ticket_dispatcher import __version__
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.execution import ExecutionActor
@@ -55,6 +58,7 @@ from ticket_dispatcher.domain.admission import Outcome, admit
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
 from ticket_dispatcher.store.database import unit_of_work
+from ticket_dispatcher.store.replicas import ReplicaBeat
 from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
@@ -128,6 +132,7 @@ class ExecutionPool(TrackedActor):
         super().__init__()
         self._deps = deps
         self._slots = deps.config.execution_slots
+        self._started = deps.clock.now()  # this replica's start, as the admin view shows it
         self._supervisor = supervisor
         self._queue = SlotQueue()
         self._running: dict[int, Running] = {}
@@ -260,6 +265,10 @@ class ExecutionPool(TrackedActor):
         try:
             held = deps.store.executions.renew(deps.owner, list(alive), now + duration)
             stale = deps.store.executions.stale(now)
+            deps.store.replicas.beat(ReplicaBeat(
+                owner=deps.owner, host=socket.gethostname(), pid=os.getpid(),
+                version=__version__, started_at=self._started, slots=self._slots,
+                busy=len(self._running), parked=len(self._parked)), now)
         except StoreUnavailable:
             return  # the store's health reports the outage; the next beat tries again
         for execution_id in held:

@@ -169,9 +169,25 @@ class Runtime:
                      if k not in ("running", "parked_executions")},
             "executions": pool["running"],
             "parked_executions": self._parked_views(pool["parked_executions"]),
+            "replicas": self._replica_views(),
             "trigger_actors": self._triggers.status(),
             "clients": self._client_status(),
         }
+
+    def _replica_views(self) -> list[dict] | dict:
+        """Every process serving this database as its heartbeats left it: this one (``self``)
+        and any other; ``alive`` while its last heartbeat is younger than a lease. From the
+        store, so during an outage only a note that it cannot be read."""
+        try:
+            replicas = self.deps.store.replicas.list()
+        except StoreUnavailable:
+            return {"unavailable": DETAILS_UNAVAILABLE}
+        now, duration = self.deps.clock.now(), self.deps.config.leases.duration
+        return [{"owner": r.owner, "self": r.owner == self.deps.owner, "host": r.host,
+                 "pid": r.pid, "version": r.version, "started_at": format_time(r.started_at),
+                 "last_heartbeat": format_time(r.heartbeat_at),
+                 "alive": r.stopped_at is None and now - r.heartbeat_at <= duration,
+                 "slots": r.slots, "busy": r.busy, "parked": r.parked} for r in replicas]
 
     def _parked_views(self, parked: list[dict]) -> list[dict]:
         """Parked executions as an operator wants them: what each waits in, and for what (the

@@ -597,6 +597,19 @@ def _service_schemas() -> dict:
                 "details": {"type": "string", "description": "Only while the database "
                             "cannot be read: the entry then holds execution_id and wake_at"}},
                 ["execution_id", "wake_at"])},
+            "replicas": {
+                "description": "Every process serving this database, by its heartbeats (an "
+                               "object saying it is unavailable while the database cannot be "
+                               "read)",
+                "oneOf": [{"type": "array", "items": _object({
+                    "owner": {"type": "string"}, "self": {"type": "boolean"},
+                    "host": {"type": "string"}, "pid": {"type": "integer"},
+                    "version": {"type": "string"},
+                    "started_at": {"type": "string", "format": "date-time"},
+                    "last_heartbeat": {"type": "string", "format": "date-time"},
+                    "alive": {"type": "boolean"}, "slots": {"type": "integer"},
+                    "busy": {"type": "integer"}, "parked": {"type": "integer"}})},
+                    _object({"unavailable": {"type": "string"}})]},
             "trigger_actors": {"type": "object"}, "clients": {"type": "object"}},
             closed=False),
         "EngineerBody": _object({

@@ -200,6 +200,23 @@ def _trigger_list_indexes(db: peewee.Database) -> None:
         db.execute_sql(statement)
 
 
+def _replicas(db: peewee.Database) -> None:
+    """The processes serving this database, each by its lease owner identity, with its last
+    heartbeat: what the admin view shows of the cluster."""
+    t = _types(db)
+    db.execute_sql(f"""CREATE TABLE IF NOT EXISTS dispatch_replicas (
+        owner TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        version TEXT NOT NULL,
+        started_at {t.time} NOT NULL,
+        heartbeat_at {t.time} NOT NULL,
+        stopped_at {t.time} NULL,
+        slots INTEGER NOT NULL,
+        busy INTEGER NOT NULL,
+        parked INTEGER NOT NULL)""")
+
+
 Migration = tuple[int, str, Callable[[peewee.Database], None]]
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -207,6 +224,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
     (3, "leases on dispatch_triggers and dispatch_executions", _leases),
     (4, "indexes for listing dispatch_triggers", _trigger_list_indexes),
+    (5, "dispatch_replicas", _replicas),
 )
 
 

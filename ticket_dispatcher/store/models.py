@@ -204,3 +204,19 @@ ALL_MODELS = (
     EngineerRow,
     SchemaMigrationRow,
 )
+
+
+class ReplicaRow(BaseModel):
+    owner = peewee.TextField(primary_key=True)  # the lease owner identity (host:pid:random)
+    host = peewee.TextField()
+    pid = peewee.IntegerField()
+    version = peewee.TextField()
+    started_at = UTCDateTimeField()
+    heartbeat_at = UTCDateTimeField()
+    stopped_at = UTCDateTimeField(null=True)
+    slots = peewee.IntegerField()
+    busy = peewee.IntegerField()
+    parked = peewee.IntegerField()
+
+    class Meta:
+        table_name = "dispatch_replicas"

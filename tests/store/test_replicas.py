@@ -1,0 +1,43 @@
+"""The replica registry on both engines: each serving process's heartbeat, one row per owner."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from ticket_dispatcher.store.replicas import FORGET_AFTER, ReplicaBeat
+
+NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
+
+
+def beat(owner: str, busy: int = 0) -> ReplicaBeat:
+    return ReplicaBeat(owner=owner, host="host-a", pid=10, version="1.2.3", started_at=NOW,
+                       slots=10, busy=busy, parked=2)
+
+
+def test_each_heartbeat_updates_its_replicas_one_row(store):
+    store.replicas.beat(beat("a:10:aaaaaa", busy=1), NOW)
+    store.replicas.beat(beat("a:10:aaaaaa", busy=4), NOW + timedelta(seconds=5))
+    store.replicas.beat(beat("b:20:bbbbbb"), NOW + timedelta(seconds=6))
+
+    replicas = {r.owner: r for r in store.replicas.list()}
+
+    assert set(replicas) == {"a:10:aaaaaa", "b:20:bbbbbb"}
+    first = replicas["a:10:aaaaaa"]
+    assert (first.busy, first.parked, first.slots) == (4, 2, 10)
+    assert first.heartbeat_at == NOW + timedelta(seconds=5)
+    assert first.started_at == NOW and first.stopped_at is None
+
+
+def test_a_replica_silent_for_a_day_is_forgotten(store):
+    store.replicas.beat(beat("gone:1:aaaaaa"), NOW)
+    store.replicas.beat(beat("here:2:bbbbbb"), NOW + FORGET_AFTER + timedelta(seconds=1))
+
+    assert [r.owner for r in store.replicas.list()] == ["here:2:bbbbbb"]
+
+
+def test_a_stopped_replica_keeps_its_row_with_the_time_it_stopped(store):
+    store.replicas.beat(beat("a:10:aaaaaa", busy=3), NOW)
+    store.replicas.stopped("a:10:aaaaaa", NOW + timedelta(seconds=1))
+
+    [replica] = store.replicas.list()
+    assert replica.stopped_at == NOW + timedelta(seconds=1) and replica.busy == 0
