@@ -34,10 +34,3 @@ def test_a_replica_silent_for_a_day_is_forgotten(store):
 
     assert [r.owner for r in store.replicas.list()] == ["here:2:bbbbbb"]
 
-
-def test_a_stopped_replica_keeps_its_row_with_the_time_it_stopped(store):
-    store.replicas.beat(beat("a:10:aaaaaa", busy=3), NOW)
-    store.replicas.stopped("a:10:aaaaaa", NOW + timedelta(seconds=1))
-
-    [replica] = store.replicas.list()
-    assert replica.stopped_at == NOW + timedelta(seconds=1) and replica.busy == 0

@@ -64,12 +64,6 @@ class ReplicaRepository:
              .execute())
             ReplicaRow.delete().where(ReplicaRow.heartbeat_at < now - FORGET_AFTER).execute()
 
-    def stopped(self, owner: str, now: datetime) -> None:
-        """The replica ``owner`` stopped in an orderly way."""
-        with unit_of_work(self.db):
-            (ReplicaRow.update(stopped_at=to_utc(now), busy=0)
-             .where(ReplicaRow.owner == owner).execute())
-
     def list(self) -> list[Replica]:
         """Every replica remembered, the most recently started first."""
         with unit_of_work(self.db):
