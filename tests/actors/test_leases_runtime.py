@@ -113,16 +113,22 @@ def test_a_running_execution_keeps_its_lease_while_its_actor_makes_progress(make
     assert h.runtime.status()["pool"]["sweeper"]["reclaimed_total"] == 0
 
 
-def test_a_hung_holder_is_replaced_and_only_one_of_the_two_reaches_jira(make_harness, caplog):
+def stalled_assignment(make_harness):
+    """An assign execution whose first holder is stuck in Jira's user search: the harness,
+    its StallingJira and the trigger."""
     jira = StallingJira(issue())
     h = make_harness(jira=jira)
     for email in ENGINEERS:
         h.store.engineers.put(email, dispatch_enabled=True, now=h.clock.now())
         jira.add_user(email)
     h.policy(rule(assign(*ENGINEERS)))
-
     trigger = h.post_trigger(settle=False)
     assert jira.stalled.wait(10), "the first holder never reached Jira"
+    return h, jira, trigger
+
+
+def test_a_hung_holder_is_replaced_and_only_one_of_the_two_reaches_jira(make_harness, caplog):
+    h, jira, trigger = stalled_assignment(make_harness)
     # Its thread is stuck; time passes beyond its lease. The heartbeat does not renew a
     # holder that shows no progress, and the sweeper hands the execution to a new actor.
     h.clock.advance(beyond_lease(h))
@@ -139,15 +145,7 @@ def test_a_hung_holder_is_replaced_and_only_one_of_the_two_reaches_jira(make_har
 
 
 def test_the_admin_view_shows_each_running_lease(make_harness):
-    jira = StallingJira(issue())
-    h = make_harness(jira=jira)
-    for email in ENGINEERS:
-        h.store.engineers.put(email, dispatch_enabled=True, now=h.clock.now())
-        jira.add_user(email)
-    h.policy(rule(assign(*ENGINEERS)))
-
-    h.post_trigger(settle=False)
-    assert jira.stalled.wait(10)
+    h, jira, _ = stalled_assignment(make_harness)
     try:
         status = h.runtime.status()
     finally:
