@@ -10,7 +10,7 @@ from datetime import datetime
 import falcon
 
 from ticket_dispatcher.domain.admission import LockCandidate, Outcome, admit
-from ticket_dispatcher.domain.catalog import SOURCE_NAME
+from ticket_dispatcher.domain.catalog import SOURCE
 from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus, TriggerStatus
 from ticket_dispatcher.domain.fanout import reserved_role
 from ticket_dispatcher.domain.matching import lock_key
@@ -32,16 +32,16 @@ from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
 from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
 
 TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB
-_SOURCE = SOURCE_NAME  # the rule policy validation applies to source_in too; use fullmatch
+# The intake, the list filter and policy validation (source_in) judge a source by one rule.
+_SOURCE_PROBLEM = f"must be {SOURCE.what}"
 
 
 def _bind_trigger(raw) -> tuple[str, str, int | None, dict | None]:
     body = bind_object(raw, required={"source": str, "input": dict},
                        optional={"policy_id": int, "dryrun": dict})
     problems: list[Problem] = []
-    if not _SOURCE.fullmatch(body["source"]):
-        problems.append(Problem("source", "must be a lower-case source name like "
-                                          "jira_automation"))
+    if not SOURCE(body["source"]):
+        problems.append(Problem("source", _SOURCE_PROBLEM))
     trigger_input = bind_object(body["input"], required={"issue_key": str}, optional={},
                                 path="input")
     try:
@@ -126,10 +126,9 @@ def _trigger_filters(req: falcon.Request) -> dict:
         raise InvalidInput("this list pages with cursor, not offset: pass the next_cursor of "
                            "the previous page", [Problem("offset", "use cursor")])
     source, issue_key = req.get_param("source"), req.get_param("issue_key")
-    if source is not None and not _SOURCE.fullmatch(source):
-        raise InvalidInput("query parameter source must be a lower-case source name like "
-                           "jira_automation", [Problem("source", "must be a lower-case source "
-                                                                 "name like jira_automation")])
+    if source is not None and not SOURCE(source):
+        raise InvalidInput(f"query parameter source {_SOURCE_PROBLEM}",
+                           [Problem("source", _SOURCE_PROBLEM)])
     after, before = _query_time(req, "created_after"), _query_time(req, "created_before")
     if after is not None and before is not None and after >= before:
         raise InvalidInput("created_after must be earlier than created_before",
