@@ -7,6 +7,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pykka
 
 from ticket_dispatcher.actors.activity import Activity
 from ticket_dispatcher.actors.leases import process_identity
@@ -78,6 +82,10 @@ class RuntimeDeps:
 
     def __post_init__(self) -> None:
         self.policy_names = PolicyNames(lambda policy_id: self.store.policies.get(policy_id).name)
+
+    def tell_at(self, when: datetime, ref: pykka.ActorRef, message: Any, label: str) -> None:
+        """Tell ``message`` to ``ref`` at ``when`` (the scheduler's timer only tells)."""
+        self.scheduler.call_at(when, lambda: self.activity.tell(ref, message), label=label)
 
     def behavior(self, checkpoints: Checkpoints | None = None,
                  ports: Ports | None = None) -> Behavior:

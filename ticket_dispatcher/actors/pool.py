@@ -248,12 +248,7 @@ class ExecutionPool(TrackedActor):
         log.info("execution interrupted; retrying from its last checkpoint", extra={
             "execution_id": execution_id, "attempt": attempt, "reason": reason,
             "deadline": format_time(due)})
-        activity, ref = self._deps.activity, self.actor_ref
-
-        def retry() -> None:
-            activity.tell(ref, Retry(execution_id))
-
-        self._deps.scheduler.call_at(due, retry, label="retry")
+        self._deps.tell_at(due, self.actor_ref, Retry(execution_id), label="retry")
 
     # -- leases: renew what runs here, resume what nobody runs ------------------------------------
 
@@ -301,12 +296,7 @@ class ExecutionPool(TrackedActor):
 
     def _park(self, execution_id: int, wake_at: datetime) -> None:
         self._parked[execution_id] = wake_at
-        activity, ref = self._deps.activity, self.actor_ref
-
-        def wake() -> None:
-            activity.tell(ref, Wake(execution_id))
-
-        self._deps.scheduler.call_at(wake_at, wake, label="wake")
+        self._deps.tell_at(wake_at, self.actor_ref, Wake(execution_id), label="wake")
 
     # -- creation (the one writer) --------------------------------------------------------------
 

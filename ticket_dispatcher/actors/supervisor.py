@@ -99,22 +99,14 @@ class Supervisor(TrackedActor):
         return self.pool, self.triggers
 
     def _schedule_poll(self) -> None:
-        deps, ref = self._deps, self.actor_ref
-
-        def poll() -> None:
-            deps.activity.tell(ref, PollTriggers())
-
-        deps.scheduler.call_at(deps.clock.now() + deps.config.trigger_poll_interval, poll,
-                               label="trigger-poll")
+        deps = self._deps
+        deps.tell_at(deps.clock.now() + deps.config.trigger_poll_interval, self.actor_ref,
+                     PollTriggers(), label="trigger-poll")
 
     def _schedule_heartbeat(self) -> None:
-        deps, ref = self._deps, self.actor_ref
-
-        def beat() -> None:
-            deps.activity.tell(ref, Heartbeat())
-
-        deps.scheduler.call_at(deps.clock.now() + deps.config.leases.heartbeat, beat,
-                               label="lease-heartbeat")
+        deps = self._deps
+        deps.tell_at(deps.clock.now() + deps.config.leases.heartbeat, self.actor_ref,
+                     Heartbeat(), label="lease-heartbeat")
 
     def _heartbeat(self) -> None:
         """Renew and sweep the triggers here, then the executions (the pool's own beat)."""
@@ -129,12 +121,9 @@ class Supervisor(TrackedActor):
             self._schedule_heartbeat()
 
     def _schedule_backlog(self, after: timedelta) -> None:
-        deps, ref = self._deps, self.actor_ref
-
-        def observe() -> None:
-            deps.activity.tell(ref, ObserveBacklog())
-
-        deps.scheduler.call_at(deps.clock.now() + after, observe, label="backlog-metrics")
+        deps = self._deps
+        deps.tell_at(deps.clock.now() + after, self.actor_ref, ObserveBacklog(),
+                     label="backlog-metrics")
 
     def _observe_backlog(self) -> None:
         """One whole sample, or none: a failed read keeps the previous sample."""
@@ -164,14 +153,10 @@ class Supervisor(TrackedActor):
     def _restart_later(self, crash: ChildCrashed) -> None:
         """The crash could not be handled for a database failure: try again after a backoff,
         so the execution is never left without an actor."""
-        deps, ref = self._deps, self.actor_ref
+        deps = self._deps
         retried = ChildCrashed(crash.execution_id, crash.error, crash.attempt + 1)
-
-        def again() -> None:
-            deps.activity.tell(ref, retried)
-
-        deps.scheduler.call_at(deps.clock.now() + retry_backoff(retried.attempt), again,
-                               label="restart")
+        deps.tell_at(deps.clock.now() + retry_backoff(retried.attempt), self.actor_ref, retried,
+                     label="restart")
 
     def _restart(self, crash: ChildCrashed) -> None:
         deps = self._deps
