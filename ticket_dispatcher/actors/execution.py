@@ -73,9 +73,9 @@ class ExecutionActor(TrackedActor):
         self._pool = pool
         self._run = run  # which of the pool's starts of this execution this actor is
         self._hold = hold  # shared with the pool, whose heartbeat renews it
-        self._behavior = deps.behavior(
-            FencedCheckpoints(deps.store.executions, self._hold, deps.clock.now),
-            guarded_ports(deps.ports, self._hold, deps.clock.now))
+        self._checkpoints = FencedCheckpoints(deps.store.executions, self._hold, deps.clock.now)
+        self._behavior = deps.behavior(self._checkpoints,
+                                       guarded_ports(deps.ports, self._hold, deps.clock.now))
         self._execution: Execution | None = None
         self._issue: Issue | None = None
         self._cancel_reason: str | None = None
@@ -202,7 +202,7 @@ class ExecutionActor(TrackedActor):
             "execution_id": execution.id, "issue_key": execution.issue_key, "reason": reason,
             "attempt": attempts, "deadline": wake_at.isoformat()})
         execution.wake_at = wake_at
-        self._deps.store.executions.save(execution, [], lease=self._hold.lease, parked=True)
+        self._checkpoints.save(execution, [], parked=True)
         self._report(Parked(self.execution_id, wake_at, self._run))
         return False
 
