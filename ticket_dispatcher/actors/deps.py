@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,35 +33,17 @@ POLICY_NAMES_KEPT = 256  # policy versions whose names are remembered for the me
 class PolicyNames:
     """Policy version names by id, for the ``policy`` label of the execution metrics.
 
-    Every execution thread asks when its execution finishes, so the names are guarded by a
-    lock; only the ``size`` most recently asked are kept, since a process that runs for months
-    sees ever new versions. Only a draft can be changed (docs/policies.md, "Versions and
-    families"): its dry runs keep counting under the name first read. The store is read
-    outside the lock: two threads may read the same name at once, which is harmless."""
+    Every execution thread asks when its execution finishes; ``functools.lru_cache`` keeps
+    the ``size`` most recently asked (a process that runs for months sees ever new versions)
+    and is safe from many threads. A name that cannot be read (``NotFound`` for a deleted
+    draft) is not remembered. Only a draft can be changed (docs/policies.md, "Versions and
+    families"): its dry runs keep counting under the name first read."""
 
     def __init__(self, read: Callable[[int], str], size: int = POLICY_NAMES_KEPT):
-        self._read = read
-        self._size = size
-        self._lock = threading.Lock()
-        self._names: OrderedDict[int, str] = OrderedDict()
-
-    def get(self, policy_id: int) -> str:
-        """The name; raises what ``read`` raises (``NotFound`` for a deleted draft)."""
-        with self._lock:
-            if policy_id in self._names:
-                self._names.move_to_end(policy_id)
-                return self._names[policy_id]
-        name = self._read(policy_id)
-        with self._lock:
-            self._names[policy_id] = name
-            self._names.move_to_end(policy_id)
-            while len(self._names) > self._size:
-                self._names.popitem(last=False)
-        return name
+        self.get = functools.lru_cache(maxsize=size)(read)
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._names)
+        return self.get.cache_info().currsize
 
 
 @dataclass
