@@ -79,8 +79,8 @@ def test_parking_and_finishing_give_the_lease_back(store):
     finished.status, finished.live_lock_key = ExecutionStatus.SUCCEEDED, None
     store.executions.save(finished, [], lease=claim(store, finished_id))
 
-    assert store.executions.leases(ME) == []
-    assert claim(store, parked_id, owner=OTHER) == Lease(OTHER, 2)  # free to claim at once
+    # free to claim at once, while the lease it was parked under would still run
+    assert claim(store, parked_id, owner=OTHER) == Lease(OTHER, 2)
 
 
 def test_renew_extends_only_the_owners_leases(store):
@@ -91,8 +91,8 @@ def test_renew_extends_only_the_owners_leases(store):
     held = store.executions.renew(ME, [mine, theirs], NOW + 2 * LEASE)
 
     assert held == {mine}
-    assert [lease["execution_id"] for lease in store.executions.leases(ME)] == [mine]
-    assert store.executions.leases(ME)[0]["expires_at"] == NOW + 2 * LEASE
+    assert store.executions.stale(NOW + 2 * LEASE) == [theirs]  # mine runs until then
+    assert store.executions.stale(NOW + 2 * LEASE + timedelta(seconds=1)) == [mine, theirs]
 
 
 def test_the_sweeper_finds_unheld_expired_and_due_work_only(store):

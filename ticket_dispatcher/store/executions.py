@@ -207,17 +207,6 @@ class ExecutionRepository:
                            & ExecutionRow.lease_owner.is_null(False))
                     .execute())
 
-    def leases(self, owner: str, limit: int = 50) -> list[dict]:
-        """The leases ``owner`` holds, soonest expiry first (the admin view)."""
-        with unit_of_work(self.db):
-            query = (ExecutionRow.select(ExecutionRow.id, ExecutionRow.lease_epoch,
-                                         ExecutionRow.lease_expires_at)
-                     .where((ExecutionRow.lease_owner == owner)
-                            & ExecutionRow.status.in_(_RUNNING))
-                     .order_by(ExecutionRow.lease_expires_at).limit(limit))
-            return [{"execution_id": row.id, "epoch": row.lease_epoch,
-                     "expires_at": row.lease_expires_at} for row in query]
-
     def record_restart(self, execution_id: int) -> int:
         """Count one more runtime crash; the new count."""
         return self._increment(execution_id, ExecutionRow.restart_count)

@@ -194,17 +194,6 @@ class TriggerRepository:
                      .order_by(TriggerRow.id).limit(limit))
             return [row.id for row in query]
 
-    def leases(self, owner: str, limit: int = 50) -> list[dict]:
-        """The leases ``owner`` holds, soonest expiry first (the admin view)."""
-        with unit_of_work(self.db):
-            query = (TriggerRow.select(TriggerRow.id, TriggerRow.lease_epoch,
-                                       TriggerRow.lease_expires_at)
-                     .where((TriggerRow.lease_owner == owner)
-                            & (TriggerRow.status == TriggerStatus.PROCESSING.value))
-                     .order_by(TriggerRow.lease_expires_at).limit(limit))
-            return [{"trigger_id": row.id, "epoch": row.lease_epoch,
-                     "expires_at": row.lease_expires_at} for row in query]
-
     def due(self, now: datetime, limit: int = 100) -> list[int]:
         """Pending triggers whose ``available_at`` has come, oldest first (the poll)."""
         with unit_of_work(self.db):
