@@ -25,7 +25,7 @@ def test_each_heartbeat_updates_its_replicas_one_row(store):
     first = replicas["a:10:aaaaaa"]
     assert (first.busy, first.parked, first.slots) == (4, 2, 10)
     assert first.heartbeat_at == NOW + timedelta(seconds=5)
-    assert first.started_at == NOW and first.stopped_at is None
+    assert first.started_at == NOW
 
 
 def test_a_replica_silent_for_a_day_is_forgotten(store):

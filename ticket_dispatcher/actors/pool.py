@@ -133,6 +133,7 @@ class ExecutionPool(TrackedActor):
         self._deps = deps
         self._slots = deps.config.execution_slots
         self._started = deps.clock.now()  # this replica's start, as the admin view shows it
+        self._host, self._pid = socket.gethostname(), os.getpid()
         self._supervisor = supervisor
         self._queue = SlotQueue()
         self._running: dict[int, Running] = {}
@@ -261,7 +262,7 @@ class ExecutionPool(TrackedActor):
             held = deps.store.executions.renew(deps.owner, list(alive), now + duration)
             stale = deps.store.executions.stale(now)
             deps.store.replicas.beat(ReplicaBeat(
-                owner=deps.owner, host=socket.gethostname(), pid=os.getpid(),
+                owner=deps.owner, host=self._host, pid=self._pid,
                 version=__version__, started_at=self._started, slots=self._slots,
                 busy=len(self._running), parked=len(self._parked)), now)
         except StoreUnavailable:

@@ -186,7 +186,7 @@ class Runtime:
         return [{"owner": r.owner, "self": r.owner == self.deps.owner, "host": r.host,
                  "pid": r.pid, "version": r.version, "started_at": format_time(r.started_at),
                  "last_heartbeat": format_time(r.heartbeat_at),
-                 "alive": r.stopped_at is None and now - r.heartbeat_at <= duration,
+                 "alive": now - r.heartbeat_at <= duration,
                  "slots": r.slots, "busy": r.busy, "parked": r.parked} for r in replicas]
 
     def _parked_views(self, parked: list[dict]) -> list[dict]:

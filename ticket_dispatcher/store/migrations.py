@@ -211,7 +211,6 @@ def _replicas(db: peewee.Database) -> None:
         version TEXT NOT NULL,
         started_at {t.time} NOT NULL,
         heartbeat_at {t.time} NOT NULL,
-        stopped_at {t.time} NULL,
         slots INTEGER NOT NULL,
         busy INTEGER NOT NULL,
         parked INTEGER NOT NULL)""")

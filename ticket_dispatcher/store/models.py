@@ -213,7 +213,6 @@ class ReplicaRow(BaseModel):
     version = peewee.TextField()
     started_at = UTCDateTimeField()
     heartbeat_at = UTCDateTimeField()
-    stopped_at = UTCDateTimeField(null=True)
     slots = peewee.IntegerField()
     busy = peewee.IntegerField()
     parked = peewee.IntegerField()

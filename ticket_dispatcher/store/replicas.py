@@ -13,22 +13,8 @@ from ticket_dispatcher.store.database import unit_of_work
 from ticket_dispatcher.store.models import ReplicaRow
 from ticket_dispatcher.timeutil import to_utc
 
-# A stopped or silent replica is forgotten this long after its last heartbeat.
+# A silent replica is forgotten this long after its last heartbeat.
 FORGET_AFTER = timedelta(days=1)
-
-
-@dataclass(frozen=True)
-class Replica:
-    owner: str
-    host: str
-    pid: int
-    version: str
-    started_at: datetime
-    heartbeat_at: datetime
-    stopped_at: datetime | None
-    slots: int
-    busy: int
-    parked: int
 
 
 @dataclass(frozen=True)
@@ -45,6 +31,13 @@ class ReplicaBeat:
     parked: int
 
 
+@dataclass(frozen=True)
+class Replica(ReplicaBeat):
+    """A replica as its last heartbeat left it."""
+
+    heartbeat_at: datetime
+
+
 class ReplicaRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
@@ -54,8 +47,7 @@ class ReplicaRepository:
         now = to_utc(now)
         values = {"host": beat.host, "pid": beat.pid, "version": beat.version,
                   "started_at": to_utc(beat.started_at), "heartbeat_at": now,
-                  "stopped_at": None, "slots": beat.slots, "busy": beat.busy,
-                  "parked": beat.parked}
+                  "slots": beat.slots, "busy": beat.busy, "parked": beat.parked}
         with unit_of_work(self.db):
             (ReplicaRow.insert(owner=beat.owner, **values)
              .on_conflict(conflict_target=[ReplicaRow.owner],
@@ -71,5 +63,4 @@ class ReplicaRepository:
                                                      ReplicaRow.owner))
         return [Replica(owner=row.owner, host=row.host, pid=row.pid, version=row.version,
                         started_at=row.started_at, heartbeat_at=row.heartbeat_at,
-                        stopped_at=row.stopped_at, slots=row.slots, busy=row.busy,
-                        parked=row.parked) for row in rows]
+                        slots=row.slots, busy=row.busy, parked=row.parked) for row in rows]
