@@ -55,9 +55,10 @@ def retry_backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
 
 
 class Hold:
-    """One actor's claim on an execution, shared with the pool that renews it.
+    """This process's claim on an execution (shared by its actor and the pool that renews it)
+    or on a trigger (its ``TriggerWork``, renewed by the trigger router).
 
-    ``lease`` is set once the actor has claimed the execution; ``valid_until`` is how long this
+    ``lease`` is set once the work is claimed; ``valid_until`` is how long this
     process knows the claim holds (moved on by each renewal); ``progress_at`` is the last time
     the actor showed progress (a checkpoint, a step): a hold whose actor shows none for a whole
     lease is presumed hung and is no longer renewed. ``lost`` is set when the claim is known
@@ -67,10 +68,10 @@ class Hold:
 
     __slots__ = ("lease", "valid_until", "progress_at", "lost", "store_error")
 
-    def __init__(self, now: datetime):
+    def __init__(self, now: datetime | None):
         self.lease: Lease | None = None
         self.valid_until: datetime | None = None
-        self.progress_at = now
+        self.progress_at = now  # None while the work waits (queued, or for a retry)
         self.lost = False
         self.store_error: StoreUnavailable | None = None
 
@@ -78,7 +79,7 @@ class Hold:
         self.lease, self.valid_until, self.progress_at = lease, now + duration, now
 
     def hung(self, now: datetime, duration: timedelta) -> bool:
-        return now - self.progress_at > duration
+        return self.progress_at is not None and now - self.progress_at > duration
 
     def check(self, now: datetime) -> None:
         """Raise ``LeaseLost`` unless the claim is still this process's."""

@@ -30,9 +30,9 @@ import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
-from ticket_dispatcher.actors.leases import retry_backoff
+from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
-from ticket_dispatcher.domain.execution import Lease, Trigger
+from ticket_dispatcher.domain.execution import Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
 from ticket_dispatcher.domain.matching import is_notification_policy, match_policies
 from ticket_dispatcher.errors import (
@@ -54,18 +54,14 @@ CREATE_TIMEOUT_SECONDS = 30
 
 @dataclass
 class TriggerWork:
-    """One trigger this process has in hand: queued, processing or waiting to retry."""
+    """One trigger this process has in hand: queued, processing or waiting to retry. Its
+    ``hold`` is the claim, once taken (progress is the claim itself: none while waiting)."""
 
     trigger_id: int
     recovering: bool = False
-    lease: Lease | None = None
-    progress_at: datetime | None = None  # claimed (or retried) at; None while queued
-    valid_until: datetime | None = None
     attempts: int = 0  # interrupted attempts in a row
     token: int = field(default=0)
-
-    def hung(self, now: datetime, duration: timedelta) -> bool:
-        return self.progress_at is not None and now - self.progress_at > duration
+    hold: Hold = field(default_factory=lambda: Hold(None))
 
 
 class TriggerProcessor:
@@ -88,8 +84,7 @@ class TriggerProcessor:
             return "retry"
         if trigger is None:
             return None  # another actor has it, it is not due yet, or it is already done
-        work.lease, work.progress_at = trigger.lease, now
-        work.valid_until = now + deps.config.leases.duration
+        work.hold.claimed(trigger.lease, now, deps.config.leases.duration)
         try:
             outcome, reason = self._process(trigger)
         except (CallAbandoned, pykka.ActorDeadError):  # shutdown: boot recovery takes it over
@@ -243,7 +238,7 @@ class TriggerRouter:
                 del self._in_hand[work.trigger_id]
                 return
             work.attempts += 1
-            work.progress_at = None  # waiting, not hung: its lease is renewed meanwhile
+            work.hold.progress_at = None  # waiting, not hung: its lease is renewed meanwhile
         due = self._deps.clock.now() + retry_backoff(work.attempts)
         message = ProcessTrigger(work.trigger_id, work.recovering, work.token)
         self._deps.scheduler.call_at(due, lambda: self._dispatch(message), label="retry")
@@ -263,18 +258,18 @@ class TriggerRouter:
         now, duration = deps.clock.now(), deps.config.leases.duration
         with self._lock:
             alive = {work.trigger_id: work for work in self._in_hand.values()
-                     if work.lease is not None and not work.hung(now, duration)}
+                     if work.hold.lease is not None and not work.hold.hung(now, duration)}
         held = deps.store.triggers.renew(deps.owner, list(alive), now + duration)
         for trigger_id, work in alive.items():
             if trigger_id in held:
-                work.valid_until = now + duration
+                work.hold.valid_until = now + duration
         for trigger_id in deps.store.triggers.stale(now):
             self._resume(trigger_id, now, duration)
 
     def _resume(self, trigger_id: int, now: datetime, duration: timedelta) -> None:
         with self._lock:
             work = self._in_hand.get(trigger_id)
-            if work is not None and not work.hung(now, duration):
+            if work is not None and not work.hold.hung(now, duration):
                 return  # in hand and healthy; its lease is renewed on the next beat
             if work is not None:
                 del self._in_hand[trigger_id]  # the hung actor's writes are refused now
@@ -291,9 +286,9 @@ class TriggerRouter:
     def status(self) -> dict:
         with self._lock:
             idle, queued = len(self._idle), len(self._queue)
-            leases = [{"trigger_id": work.trigger_id, "epoch": work.lease.epoch,
-                       "expires_at": format_time(work.valid_until)}
-                      for work in self._in_hand.values() if work.lease is not None]
+            leases = [{"trigger_id": work.trigger_id, "epoch": work.hold.lease.epoch,
+                       "expires_at": format_time(work.hold.valid_until)}
+                      for work in self._in_hand.values() if work.hold.lease is not None]
             retrying = sum(1 for work in self._in_hand.values() if work.attempts)
         return {"actors": len(self._actors), "busy": len(self._actors) - idle,
                 "queue_length": queued, "retrying": retrying, "leases": leases,
