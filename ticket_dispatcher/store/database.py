@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import peewee
@@ -378,10 +378,7 @@ def unit_of_work(db: peewee.Database) -> Iterator[peewee.Database]:
         if owner:
             _give_back(db, broken=False)
     except Exception as exc:
-        typed = _typed(db, exc)
-        if typed is exc:
-            raise
-        raise typed from None  # the driver's text may name the host: not in tracebacks
+        _raise_typed(db, exc)
     if health is not None:
         health.succeeded(wrote)
 
@@ -411,10 +408,7 @@ def checkout(db: peewee.Database) -> bool:
     try:
         db.connect()
     except Exception as exc:
-        typed = _typed(db, exc)
-        if typed is exc:
-            raise
-        raise typed from None
+        _raise_typed(db, exc)
     return True
 
 
@@ -423,6 +417,15 @@ def checkin(db: peewee.Database) -> None:
     found lost is discarded instead, so the next check-out opens a fresh one."""
     if not db.is_closed():
         _give_back(db, broken=_driver_lost(db))
+
+
+def _raise_typed(db: peewee.Database, exc: Exception) -> NoReturn:
+    """Raise what ``exc`` means at the store's boundary (itself when it is no driver error);
+    a typed error drops the driver's: its text may name the host, not for tracebacks."""
+    typed = _typed(db, exc)
+    if typed is exc:
+        raise exc
+    raise typed from None
 
 
 def _typed(db: peewee.Database, exc: Exception) -> Exception:
