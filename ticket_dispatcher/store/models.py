@@ -85,7 +85,17 @@ class RuleRow(BaseModel):
         table_name = "dispatch_rules"
 
 
-class TriggerRow(BaseModel):
+class LeasedRow(BaseModel):
+    """The lease columns of a row a process claims (actors/leases.py): its owner, the epoch of
+    the claim and its expiry; no owner while nobody holds it (a trigger not being processed;
+    an execution queued, parked or terminal). Only its subclasses have tables."""
+
+    lease_owner = peewee.TextField(null=True)
+    lease_epoch = peewee.IntegerField(default=0)
+    lease_expires_at = UTCDateTimeField(null=True)
+
+
+class TriggerRow(LeasedRow):
     id = peewee.AutoField()
     source = peewee.TextField()
     issue_key = peewee.TextField()
@@ -99,16 +109,12 @@ class TriggerRow(BaseModel):
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
     completed_at = UTCDateTimeField(null=True)
-    # The claim of the process processing it (actors/leases.py); NULL when unclaimed.
-    lease_owner = peewee.TextField(null=True)
-    lease_epoch = peewee.IntegerField(default=0)
-    lease_expires_at = UTCDateTimeField(null=True)
 
     class Meta:
         table_name = "dispatch_triggers"
 
 
-class ExecutionRow(BaseModel):
+class ExecutionRow(LeasedRow):
     id = peewee.AutoField()
     trigger = peewee.ForeignKeyField(TriggerRow, column_name="trigger_id", backref="executions")
     issue_key = peewee.TextField()
@@ -130,10 +136,6 @@ class ExecutionRow(BaseModel):
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
     completed_at = UTCDateTimeField(null=True)
-    # The claim of the process running it; NULL while it is queued, parked or terminal.
-    lease_owner = peewee.TextField(null=True)
-    lease_epoch = peewee.IntegerField(default=0)
-    lease_expires_at = UTCDateTimeField(null=True)
 
     class Meta:
         table_name = "dispatch_executions"
