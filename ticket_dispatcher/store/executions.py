@@ -49,8 +49,7 @@ def _fenced(execution_id: int, lease: Lease | None) -> peewee.Expression:
     where = (ExecutionRow.id == execution_id) & ExecutionRow.status.in_(_RUNNING)
     if lease is None:
         return where
-    return where & ((ExecutionRow.lease_owner == lease.owner)
-                    & (ExecutionRow.lease_epoch == lease.epoch))
+    return where & ExecutionRow.under(lease)
 
 
 class ExecutionRepository:
@@ -89,7 +88,7 @@ class ExecutionRepository:
                 completed = (TriggerRow.update(
                     status=TriggerStatus.COMPLETED.value, output_json={"execution_ids": ids},
                     failure_reason=reason, updated_at=now, completed_at=now,
-                    lease_owner=None, lease_expires_at=None)
+                    **TriggerRow.RELEASED)
                     .where(held(trigger_id, lease)).execute())
                 if lease is not None and not completed:
                     raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
@@ -129,7 +128,7 @@ class ExecutionRepository:
         terminal or ``parked`` execution gives its lease back in the same UPDATE.
         """
         released = execution.status.terminal or parked
-        lease_columns = {"lease_owner": None, "lease_expires_at": None} if released else {}
+        lease_columns = ExecutionRow.RELEASED if released else {}
         with write_lock(self.db):
             updated = (ExecutionRow.update(
                 status=execution.status.value, failure_code=execution.failure_code,
@@ -167,8 +166,7 @@ class ExecutionRepository:
                 lease_owner=owner, lease_epoch=ExecutionRow.lease_epoch + 1,
                 lease_expires_at=to_utc(expires_at))
                 .where(_fenced(execution_id, None)
-                       & (ExecutionRow.lease_owner.is_null() | (ExecutionRow.lease_owner == owner)
-                          | (ExecutionRow.lease_expires_at < to_utc(now))))
+                       & (ExecutionRow.unheld(to_utc(now)) | (ExecutionRow.lease_owner == owner)))
                 .returning(ExecutionRow.lease_epoch))
         return Lease(owner, rows[0].lease_epoch) if rows else None
 
@@ -192,8 +190,7 @@ class ExecutionRepository:
         with unit_of_work(self.db):
             query = (ExecutionRow.select(ExecutionRow.id)
                      .where(ExecutionRow.status.in_(_RUNNING)
-                            & (ExecutionRow.lease_owner.is_null()
-                               | (ExecutionRow.lease_expires_at < now))
+                            & ExecutionRow.unheld(now)
                             & (ExecutionRow.wake_at.is_null() | (ExecutionRow.wake_at <= now)))
                      .order_by(ExecutionRow.id).limit(limit))
             return [row.id for row in query]
@@ -202,7 +199,7 @@ class ExecutionRepository:
         """Give back every running execution's lease: at the boot of the one process that
         serves this database, whoever held them is gone. The number released."""
         with unit_of_work(self.db):
-            return (ExecutionRow.update(lease_owner=None, lease_expires_at=None)
+            return (ExecutionRow.update(**ExecutionRow.RELEASED)
                     .where(ExecutionRow.status.in_(_RUNNING)
                            & ExecutionRow.lease_owner.is_null(False))
                     .execute())

@@ -8,9 +8,11 @@ are the column names. All models reach the database through ``database_proxy``.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import ClassVar
 
 import peewee
 
+from ticket_dispatcher.domain.execution import Lease
 from ticket_dispatcher.store.database import database_proxy
 
 _SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
@@ -93,6 +95,19 @@ class LeasedRow(BaseModel):
     lease_owner = peewee.TextField(null=True)
     lease_epoch = peewee.IntegerField(default=0)
     lease_expires_at = UTCDateTimeField(null=True)
+
+    # The columns of a lease given back.
+    RELEASED: ClassVar[dict] = {"lease_owner": None, "lease_expires_at": None}
+
+    @classmethod
+    def under(cls, lease: Lease) -> peewee.Expression:
+        """Rows still held under ``lease``: its owner and the epoch of its claim (fencing)."""
+        return (cls.lease_owner == lease.owner) & (cls.lease_epoch == lease.epoch)
+
+    @classmethod
+    def unheld(cls, now: datetime) -> peewee.Expression:
+        """Rows no live lease covers at ``now``: nobody holds them, or the lease expired."""
+        return cls.lease_owner.is_null() | (cls.lease_expires_at < now)
 
 
 class TriggerRow(LeasedRow):

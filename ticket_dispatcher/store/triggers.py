@@ -13,7 +13,6 @@ from ticket_dispatcher.store.models import TriggerRow
 from ticket_dispatcher.timeutil import to_utc
 
 _OPEN = (TriggerStatus.PENDING.value, TriggerStatus.PROCESSING.value)
-_RELEASED = {"lease_owner": None, "lease_expires_at": None}
 
 
 def held(trigger_id: int, lease: Lease | None) -> peewee.Expression:
@@ -22,8 +21,7 @@ def held(trigger_id: int, lease: Lease | None) -> peewee.Expression:
     if lease is None:
         return where
     return where & ((TriggerRow.status == TriggerStatus.PROCESSING.value)
-                    & (TriggerRow.lease_owner == lease.owner)
-                    & (TriggerRow.lease_epoch == lease.epoch))
+                    & TriggerRow.under(lease))
 
 
 def _pending(source: str, issue_key: str) -> peewee.Select:
@@ -121,7 +119,7 @@ class TriggerRepository:
         now = to_utc(now)
         processing = TriggerRow.status == TriggerStatus.PROCESSING.value
         if not recovering:
-            free = TriggerRow.lease_owner.is_null() | (TriggerRow.lease_expires_at < now)
+            free = TriggerRow.unheld(now)
             if retrying:
                 free |= TriggerRow.lease_owner == owner
             processing &= free
@@ -153,7 +151,7 @@ class TriggerRepository:
         with unit_of_work(self.db):
             updated = (TriggerRow.update(
                 status=status.value, output_json={"execution_ids": execution_ids},
-                failure_reason=reason, updated_at=now, completed_at=now, **_RELEASED)
+                failure_reason=reason, updated_at=now, completed_at=now, **TriggerRow.RELEASED)
                 .where(held(trigger_id, lease)).execute())
         if lease is not None and not updated:
             raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
@@ -164,7 +162,7 @@ class TriggerRepository:
         with unit_of_work(self.db):
             updated = (TriggerRow.update(status=TriggerStatus.PENDING.value,
                                          available_at=to_utc(until), updated_at=to_utc(now),
-                                         **_RELEASED)
+                                         **TriggerRow.RELEASED)
                        .where(held(trigger_id, lease)).execute())
         if lease is not None and not updated:
             raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
@@ -189,8 +187,7 @@ class TriggerRepository:
         with unit_of_work(self.db):
             query = (TriggerRow.select(TriggerRow.id)
                      .where((TriggerRow.status == TriggerStatus.PROCESSING.value)
-                            & (TriggerRow.lease_owner.is_null()
-                               | (TriggerRow.lease_expires_at < now)))
+                            & TriggerRow.unheld(now))
                      .order_by(TriggerRow.id).limit(limit))
             return [row.id for row in query]
 
