@@ -413,6 +413,10 @@ class NotConfiguredEngineers(NotConfigured):
     def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]:
         raise self._refused("enabled_by_email")
 
+    def take_turn(self, emails_in_order: Iterable[str], *, issue_key: str,
+                  now: datetime) -> Engineer | None:
+        raise self._refused("take_turn")
+
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
         raise self._refused("set_jira_account_id")
 

@@ -33,15 +33,16 @@ def world(sqlite_store):
     return ports
 
 
-def run_of(ports, config: dict, the_issue=None, executor=None) -> tuple[ActionRun, AssignExecutor]:
+def run_of(ports, config: dict, the_issue=None, executor=None, *, now: datetime = NOW,
+           mode: ExecutionMode = ExecutionMode.LIVE) -> tuple[ActionRun, AssignExecutor]:
     executor = executor or AssignExecutor(ActionType.ASSIGN)
     the_issue = the_issue or ports.jira.issues["TCID-1"]
-    execution = Execution(id=1, trigger_id=1, issue_key=the_issue.key, mode=ExecutionMode.LIVE,
+    execution = Execution(id=1, trigger_id=1, issue_key=the_issue.key, mode=mode,
                           policy_id=1, policy_family_id="pf_X", policy_version=1,
                           rule_executions=[])
     context = executor.build_context(the_issue, None, config)
     return ActionRun(execution=execution, issue=the_issue, config=config, context=context,
-                     now=NOW, ports=ports, checkpoint=no_checkpoint), executor
+                     now=now, ports=ports, checkpoint=no_checkpoint), executor
 
 
 def no_checkpoint() -> None:
@@ -116,6 +117,71 @@ def test_round_robin_prefers_never_dispatched_then_oldest_then_order(world):
     executor.plan(run)
     assert run.context["assign"]["assignee"] == "a@example.com"
     assert run.context["assign"]["reason"] == "round_robin: oldest last_dispatched_at"
+
+
+ABC = {"type": "users", "users": ["a@example.com", "b@example.com", "carol@example.com"]}
+
+
+def planned(ports, config: dict, **options) -> str:
+    run, executor = run_of(ports, config, **options)
+    executor.plan(run)
+    return run.context["assign"]["assignee"]
+
+
+def test_live_round_robin_takes_the_turn_when_it_plans(world):
+    run, executor = run_of(world, receiver_config(ABC, "round_robin"))
+
+    executor.plan(run)
+
+    # advanced before any Jira call, so a concurrent plan already sees it taken
+    assert run.context["assign"]["assignee"] == "a@example.com"
+    assert run.context["assign"]["reason"] == "round_robin: never dispatched before"
+    engineer = world.engineers.get("a@example.com")
+    assert (engineer.last_dispatched_at, engineer.last_dispatched_issue) == (NOW, "TCID-1")
+    assert world.jira.writes == []
+    assert [planned(world, receiver_config(ABC, "round_robin"), now=NOW + timedelta(minutes=i))
+            for i in range(1, 4)] == ["b@example.com", "carol@example.com", "a@example.com"]
+
+
+def test_dry_run_round_robin_plans_without_advancing_the_turn(world):
+    config = receiver_config(ABC, "round_robin")
+
+    turns = [planned(world, config, mode=ExecutionMode.DRY_RUN) for _ in range(3)]
+
+    assert turns == ["a@example.com"] * 3
+    assert all(world.engineers.get(email).last_dispatched_at is None
+               for email in ABC["users"])
+
+
+def test_first_never_advances_the_turn_when_it_plans(world):
+    assert planned(world, receiver_config(ABC)) == "a@example.com"
+    assert world.engineers.get("a@example.com").last_dispatched_at is None
+
+
+def test_a_dispatch_recorded_late_keeps_the_rotation(world):
+    # Two executions: the one whose clock read earlier (now=NOW) takes its turn second.
+    config = receiver_config(ABC, "round_robin")
+    assert planned(world, config, now=NOW + timedelta(seconds=1)) == "a@example.com"
+    run, executor = run_of(world, config)
+    executor.plan(run)
+    executor.execute(run)  # records b's dispatch at NOW, before a's turn
+
+    later = [planned(world, config, now=NOW + timedelta(seconds=i)) for i in (2, 3, 4)]
+
+    assert run.context["assign"]["assignee"] == "b@example.com"
+    assert world.jira.issues["TCID-1"].assignee.email == "b@example.com"
+    assert later == ["carol@example.com", "a@example.com", "b@example.com"]
+
+
+def test_candidates_all_disabled_before_the_turn_is_no_candidates(world, monkeypatch):
+    monkeypatch.setattr(world.engineers, "take_turn", lambda *args, **kwargs: None)
+    run, executor = run_of(world, receiver_config(ABC, "round_robin"))
+
+    with pytest.raises(ActionError) as raised:
+        executor.plan(run)
+
+    assert raised.value.code == "no_candidates"
+    assert "no longer dispatch-enabled" in run.context["assign"]["reason"]
 
 
 def test_context_is_snapshotted_at_creation_and_filled_in_place_by_plan(world):

@@ -118,7 +118,8 @@ def test_the_protocols_declare_the_methods_of_each_role():
         "lark": ["open_ids_by_email", "read_user_ids", "send_card", "urgent_app"],
         "oncall": ["page", "responders"],
         "core": ["group_members", "leader", "user"],
-        "engineers": ["enabled_by_email", "set_jira_account_id", "update_dispatch_state"],
+        "engineers": ["enabled_by_email", "set_jira_account_id", "take_turn",
+                      "update_dispatch_state"],
     }
 
 

@@ -1,13 +1,17 @@
-"""Engineer repository: put semantics and single-statement dispatch state."""
+"""Engineer repository: put semantics, single-statement dispatch state and round robin's
+turn under row locks."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from ticket_dispatcher.errors import NotFound
+from ticket_dispatcher.store.database import is_postgres
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 
@@ -153,3 +157,134 @@ def test_concurrent_writers_of_different_columns_lose_nothing(store):
     assert engineer.last_dispatched_at == T0 + timedelta(minutes=last)
     assert engineer.jira_account_id == f"acc-{last}"
     assert engineer.display_name == f"Alice {last}"
+
+
+# -- round robin's turn: chosen and advanced in one transaction under row locks -------------
+
+
+def enable(store, *emails: str, enabled: bool = True) -> None:
+    for email in emails:
+        store.engineers.put(email, dispatch_enabled=enabled, now=T0)
+
+
+def test_concurrent_turns_spread_evenly_over_the_engineers(store):
+    enable(store, "a@x.com", "b@x.com", "c@x.com")
+    threads, turns = 8, 300
+    clock = itertools.count()  # each turn reads its time before it waits for the lock,
+    guard = threading.Lock()   # so the lock is often won by a later time: as in production
+    barrier = threading.Barrier(threads)
+    chosen: list[str] = []
+    errors: list[Exception] = []
+
+    def take_turns(count: int) -> None:
+        barrier.wait()
+        try:
+            for _ in range(count):
+                with guard:
+                    tick = next(clock)
+                engineer = store.engineers.take_turn(
+                    ["a@x.com", "b@x.com", "c@x.com"], issue_key=f"TCID-{tick}",
+                    now=T0 + timedelta(milliseconds=tick))
+                chosen.append(engineer.email)
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=take_turns, args=(turns // threads + (i < turns % threads),))
+               for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+    assert errors == []
+    assert Counter(chosen) == {"a@x.com": 100, "b@x.com": 100, "c@x.com": 100}
+
+
+def test_turn_goes_to_the_never_dispatched_then_the_oldest_and_advances_it(store):
+    enable(store, "a@x.com", "b@x.com")
+    store.engineers.update_dispatch_state("a@x.com", dispatched_at=T0, issue_key="X-1", now=T0)
+    later = T0 + timedelta(minutes=5)
+
+    first = store.engineers.take_turn(["A@x.com", "b@x.com"], issue_key="TCID-1", now=later)
+    second = store.engineers.take_turn(["a@x.com", "b@x.com"], issue_key="TCID-2",
+                                       now=later + timedelta(1))
+
+    # each answer is the engineer as it was before its turn: why it was chosen
+    assert (first.email, first.last_dispatched_at) == ("b@x.com", None)
+    assert (second.email, second.last_dispatched_at) == ("a@x.com", T0)
+    b, a = store.engineers.get("b@x.com"), store.engineers.get("a@x.com")
+    assert (b.last_dispatched_at, b.last_dispatched_issue, b.updated_at) == (
+        later, "TCID-1", later)
+    assert (a.last_dispatched_at, a.last_dispatched_issue) == (later + timedelta(1), "TCID-2")
+
+
+def test_turn_ties_follow_the_configured_order(store):
+    enable(store, "a@x.com", "b@x.com", "c@x.com")
+    for email in ("a@x.com", "b@x.com", "c@x.com"):
+        store.engineers.update_dispatch_state(email, dispatched_at=T0, issue_key="X-1", now=T0)
+    order = ["c@x.com", "a@x.com", "b@x.com"]
+
+    turns = [store.engineers.take_turn(order, issue_key=f"TCID-{i}",
+                                       now=T0 + timedelta(minutes=i)).email for i in range(1, 7)]
+
+    assert turns == order * 2
+
+
+def test_turn_skips_disabled_and_unknown_engineers_and_none_left_writes_nothing(store):
+    enable(store, "a@x.com", "c@x.com")
+    enable(store, "b@x.com", enabled=False)
+
+    turns = [store.engineers.take_turn(["b@x.com", "ghost@x.com", "a@x.com", "c@x.com"],
+                                       issue_key=f"TCID-{i}", now=T0 + timedelta(minutes=i)).email
+             for i in range(1, 5)]
+    nobody = store.engineers.take_turn(["b@x.com", "ghost@x.com"], issue_key="TCID-9", now=T0)
+
+    assert turns == ["a@x.com", "c@x.com", "a@x.com", "c@x.com"]
+    assert nobody is None
+    assert store.engineers.get("b@x.com").last_dispatched_at is None
+    assert store.engineers.take_turn([], issue_key="TCID-9", now=T0) is None
+
+
+def test_turn_sends_the_chosen_to_the_back_even_when_another_took_a_later_time_first(store):
+    # Another replica (or a thread that read the clock later) marked a ahead of this turn's
+    # ``now``: b must still land behind a, or b would have the next turn after c too.
+    enable(store, "a@x.com", "b@x.com", "c@x.com")
+    order = ["a@x.com", "b@x.com", "c@x.com"]
+    store.engineers.take_turn(order, issue_key="TCID-1", now=T0 + timedelta(seconds=10))
+
+    store.engineers.take_turn(order, issue_key="TCID-2", now=T0)
+    marked = store.engineers.get("b@x.com").last_dispatched_at
+    turns = [store.engineers.take_turn(order, issue_key=f"TCID-{i}",
+                                       now=T0 + timedelta(seconds=i)).email for i in range(3, 7)]
+
+    assert marked == T0 + timedelta(seconds=10, microseconds=1)
+    assert turns == ["c@x.com", "a@x.com", "b@x.com", "c@x.com"]
+
+
+def test_turn_locks_the_candidate_rows_in_one_transaction(store, query_counter):
+    enable(store, "a@x.com", "b@x.com")
+
+    with query_counter() as queries:
+        store.engineers.take_turn(["b@x.com", "a@x.com"], issue_key="TCID-1", now=T0)
+
+    select, update = queries.statements
+    assert select.startswith("SELECT") and update.startswith("UPDATE")
+    assert ("FOR UPDATE" in select) == is_postgres(store.db)  # SQLite: BEGIN IMMEDIATE
+    assert "ORDER BY" in select  # one lock order for every caller: no deadlock
+
+
+def test_dispatch_record_keeps_a_later_mark_of_the_same_issues_turn(store):
+    enable(store, "a@x.com", "b@x.com")
+    order = ["a@x.com", "b@x.com"]
+    store.engineers.take_turn(order, issue_key="TCID-1", now=T0 + timedelta(seconds=10))
+    store.engineers.take_turn(order, issue_key="TCID-2", now=T0)  # b, marked after a
+
+    store.engineers.update_dispatch_state("b@x.com", dispatched_at=T0, issue_key="TCID-2",
+                                          now=T0)
+    kept = store.engineers.get("b@x.com").last_dispatched_at
+    store.engineers.update_dispatch_state("b@x.com", dispatched_at=T0, issue_key="TCID-3",
+                                          now=T0)
+    replaced = store.engineers.get("b@x.com").last_dispatched_at
+
+    assert kept == T0 + timedelta(seconds=10, microseconds=1)
+    assert replaced == T0  # another issue's dispatch: recorded as given

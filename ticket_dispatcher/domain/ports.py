@@ -153,6 +153,15 @@ class EngineerStore(Protocol):
 
     def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]: ...
 
+    def take_turn(self, emails_in_order: Iterable[str], *, issue_key: str,
+                  now: datetime) -> Engineer | None:
+        """A live round robin's choice: in one transaction with the candidates' rows locked,
+        choose the dispatch-enabled engineer whose turn it is (``assign.next_in_turn``) and
+        advance their ``last_dispatched_at``/``last_dispatched_issue``. Returns that engineer
+        as it was before its turn; None when none of ``emails_in_order`` is
+        dispatch-enabled."""
+        ...
+
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool: ...
 
     def update_dispatch_state(self, email: str, *, dispatched_at: datetime, issue_key: str,

@@ -1,21 +1,29 @@
 """Engineers: who may receive tickets and when each last did.
 
 Every write is one statement naming its columns: concurrent assigns, operator edits and the
-Jira account cache never overwrite each other's columns (no read-modify-write).
+Jira account cache never overwrite each other's columns (no read-modify-write). The one
+exception is ``take_turn``, round robin's choose-and-advance: it reads and writes in one
+transaction with the candidates' rows locked, so concurrent executions in this process or in
+other replicas on the same PostgreSQL database take turns one after the other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import peewee
 
+from ticket_dispatcher.domain.actions.assign import next_in_turn
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import InvalidInput, NotFound
-from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
+from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.models import EngineerRow
 from ticket_dispatcher.timeutil import to_utc
+
+# The smallest step of a stored time (microseconds on both engines): a turn's mark is at least
+# this much after the newest mark among the candidates (``_turn_mark``).
+TURN_STEP = timedelta(microseconds=1)
 
 
 def normalize_email(email: str) -> str:
@@ -132,13 +140,56 @@ class EngineerRepository:
         if not deleted:
             raise NotFound(f"engineer {email} not found")
 
+    def take_turn(
+        self, emails_in_order: Iterable[str], *, issue_key: str, now: datetime
+    ) -> Engineer | None:
+        """Round robin's choose-and-advance in one transaction: lock the dispatch-enabled
+        engineers among ``emails_in_order`` (``SELECT … FOR UPDATE`` on PostgreSQL, in email
+        order so that overlapping candidate lists never deadlock; SQLite's ``IMMEDIATE``
+        transaction already serializes), choose by ``next_in_turn`` (never dispatched first,
+        then the oldest ``last_dispatched_at``, ties by the order of ``emails_in_order``) and
+        mark the chosen one's turn: ``last_dispatched_at`` (see ``_turn_mark``),
+        ``last_dispatched_issue`` and ``updated_at``.
+
+        Returns the chosen engineer as it was before its turn, whose ``last_dispatched_at``
+        says why it was chosen; None when none of ``emails_in_order`` is a dispatch-enabled
+        engineer."""
+        order = list(dict.fromkeys(normalize_email(email) for email in emails_in_order))
+        if not order:
+            return None
+        now = to_utc(now)
+        query = (
+            EngineerRow.select()
+            .where(EngineerRow.email.in_(order) & (EngineerRow.dispatch_enabled == True))  # noqa: E712
+            .order_by(EngineerRow.email)  # the lock order, the same for every caller
+        )
+        with write_lock(self.db):
+            rows = {row.email: row for row in lock_rows(query, self.db)}
+            candidates = [_engineer(rows[email]) for email in order if email in rows]
+            if not candidates:
+                return None
+            chosen = next_in_turn(candidates)
+            EngineerRow.update(
+                last_dispatched_at=_turn_mark(candidates, now),
+                last_dispatched_issue=issue_key,
+                updated_at=now,
+            ).where(EngineerRow.email == chosen.email).execute()
+        return chosen
+
     def update_dispatch_state(
         self, email: str, *, dispatched_at: datetime, issue_key: str, now: datetime
     ) -> bool:
         """Record a successful assignment: one UPDATE of the dispatch columns.
-        False when the engineer no longer exists."""
+        False when the engineer no longer exists.
+
+        A later mark of this issue's own round-robin turn (``take_turn``) is kept instead of
+        ``dispatched_at``: moving the engineer back would give them the next turn again."""
+        at = to_utc(dispatched_at)
+        column = EngineerRow.last_dispatched_at
+        kept_turn = (EngineerRow.last_dispatched_issue == issue_key) & (column > at)
         query = EngineerRow.update(
-            last_dispatched_at=to_utc(dispatched_at),
+            last_dispatched_at=peewee.Case(
+                None, [(kept_turn, column)], peewee.Value(at, converter=column.db_value)),
             last_dispatched_issue=issue_key,
             updated_at=to_utc(now),
         ).where(EngineerRow.email == normalize_email(email))
@@ -152,6 +203,17 @@ class EngineerRepository:
         )
         with unit_of_work(self.db):
             return query.execute() == 1
+
+
+def _turn_mark(candidates: list[Engineer], now: datetime) -> datetime:
+    """The chosen engineer's new ``last_dispatched_at``: ``now``, or just after the newest
+    mark among the candidates when that is not older. A concurrent execution that read its
+    clock later may have taken its turn first, and another replica's clock may run ahead; the
+    chosen engineer must still go to the back of the queue, or it would have the next turn
+    too."""
+    newest = max((e.last_dispatched_at for e in candidates if e.last_dispatched_at is not None),
+                 default=None)
+    return now if newest is None or newest < now else newest + TURN_STEP
 
 
 def _engineer(row: EngineerRow) -> Engineer:

@@ -2,9 +2,11 @@
 (or the L2 assignee) in Jira (docs/policies.md, "assign and assign_l2").
 
 ``plan`` resolves the receiver to dispatch-enabled engineers in configured order and applies the
-strategy; ``execute`` resolves the Jira account, writes the assignee (or the L2 user picker),
-records the engineer's dispatch state with one UPDATE, and finally removes the auto-assign label
-(a failure there is only logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided
+strategy: a live ``round_robin`` chooses and advances the engineer's turn in one transaction
+under row locks (``EngineerStore.take_turn``); ``first`` and dry runs only read. ``execute``
+resolves the Jira account, writes the assignee (or the L2 user picker), records the engineer's
+dispatch state with one UPDATE, and finally removes the auto-assign label (a failure there is
+only logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided
 by re-reading the issue; a field that already holds the account is not written again. Ports
 used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
 (``OnCall.responders``), ``engineers`` (``EngineerStore``).
@@ -12,6 +14,7 @@ used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -109,9 +112,32 @@ class AssignExecutor:
             state.reason = (f"no candidates: {_describe(receiver)} resolved to "
                             f"{emails or 'nobody'}, none of them dispatch-enabled")
             raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
-        chosen, state.reason = _choose(candidates, Strategy(run.config["strategy"]))
+        strategy = Strategy(run.config["strategy"])
+        if strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run:
+            chosen = self._take_turn(run, state, candidates)
+            state.reason = _round_robin_reason(chosen)
+        else:  # ``first``, and every dry run: read only
+            chosen, state.reason = _choose(candidates, strategy)
         state.assignee = chosen.email
         state.account_id = chosen.jira_account_id  # the engineer's cache; "" when unknown
+
+    def _take_turn(self, run: ActionRun, state: AssignState,
+                   candidates: list[Engineer]) -> Engineer:
+        """A live round robin chooses and advances the turn in one transaction under row locks
+        (``EngineerStore.take_turn``), so concurrent executions, in this process or in other
+        replicas, never choose the same engineer from the same state. The choice is saved
+        with the plan, so a resumed execution does not take another turn."""
+        try:
+            chosen = run.ports.engineers.take_turn(
+                [e.email for e in candidates], issue_key=run.issue.key, now=run.now)
+        except DispatcherError as exc:
+            state.reason = f"round_robin turn could not be taken: {exc.message}"
+            raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
+        if chosen is None:  # every candidate was disabled or deleted in the meantime
+            state.reason = (f"no candidates: {state.candidates} are no longer "
+                            f"dispatch-enabled")
+            raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
+        return chosen
 
     def _receiver_emails(self, run: ActionRun, receiver: dict) -> list[str]:
         kind = ReceiverType(receiver["type"])
@@ -257,18 +283,30 @@ def _dedupe(emails: list[str]) -> list[str]:
 def _choose(candidates: list[Engineer], strategy: Strategy) -> tuple[Engineer, str]:
     if strategy is Strategy.FIRST:
         return candidates[0], "first: first dispatch-enabled candidate in receiver order"
-    never = datetime.min.replace(tzinfo=None)
+    chosen = next_in_turn(candidates)
+    return chosen, _round_robin_reason(chosen)
+
+
+def next_in_turn(candidates: Sequence[Engineer]) -> Engineer:
+    """Whose turn it is in a round robin over ``candidates`` (in configured order, not empty):
+    never-dispatched first, then the oldest ``last_dispatched_at``, ties by configured order.
+    The one rule for a dry run's read-only choice and for ``EngineerStore.take_turn``."""
+    never = datetime.min
 
     def age(indexed: tuple[int, Engineer]) -> tuple:
         index, engineer = indexed
         last = engineer.last_dispatched_at
-        # never-dispatched first, then the oldest last dispatch, ties by configured order
         return (last is not None, last.replace(tzinfo=None) if last else never, index)
 
     _, chosen = min(enumerate(candidates), key=age)
+    return chosen
+
+
+def _round_robin_reason(chosen: Engineer) -> str:
+    """Why ``chosen`` (as it was before its turn) had the turn."""
     if chosen.last_dispatched_at is None:
-        return chosen, "round_robin: never dispatched before"
-    return chosen, "round_robin: oldest last_dispatched_at"
+        return "round_robin: never dispatched before"
+    return "round_robin: oldest last_dispatched_at"
 
 
 def _describe_user(user: JiraUser | None) -> str:
