@@ -425,7 +425,7 @@ def test_the_database_goes_away_and_comes_back_under_load_nothing_lost_nothing_r
     ready = client.of("/readyz", during=True)
     assert ready, "/readyz was never asked while the database was away"
     assert all(a.status == 503 and a.body["status"] == "not_ready"
-               and a.body["checks"] == {"database": False, "recovery": True}
+               and a.body["checks"] == {"database": False, "recovery": True, "running": True}
                for a in ready), ready
     assert client.of("/readyz")[-1].status == 200
     assert client.of("/healthz", during=True)

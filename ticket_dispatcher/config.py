@@ -66,6 +66,8 @@ CONFIG_ENV = "TICKET_DISPATCHER_CONFIG"
 # Test-suite settings (e.g. TICKET_DISPATCHER_TEST_DATABASE_URL) share the prefix.
 _TEST_ENV_PREFIX = "TICKET_DISPATCHER_TEST_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+SINGLE, SHARED = "single", "shared"
+CLUSTER_MODES = (SINGLE, SHARED)
 
 
 # --- kinds of this configuration ---------------------------------------------------------------
@@ -88,6 +90,17 @@ def _is_http_url(value: str) -> bool:
 
 def _database_url() -> Kind:
     return _url(_is_database_url, "a URL starting with sqlite:///, postgresql:// or postgres://")
+
+
+def _cluster_mode() -> Kind:
+    expected = "one of " + ", ".join(CLUSTER_MODES)
+
+    def parse(value: Any) -> str:
+        if not isinstance(value, str) or value.strip().lower() not in CLUSTER_MODES:
+            raise Invalid(expected)
+        return value.strip().lower()
+
+    return Kind(expected, parse, parse)
 
 
 def _http_url() -> Kind:
@@ -367,6 +380,25 @@ class LeasesConfig:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    """How many processes serve the database (docs/operations.md, "High availability").
+
+    ``single`` (the default): this process is the only one; its start gives back every lease a
+    previous process held. ``shared``: several replicas on one PostgreSQL database claim work
+    from it under leases and wake each other through LISTEN/NOTIFY. ``drain``: in shared mode,
+    how long after SIGTERM the replica still accepts triggers (for the others to process) while
+    its readiness already says no, so a load balancer stops sending before the port closes.
+    """
+
+    mode: str = setting(SINGLE, _cluster_mode())
+    drain: timedelta = setting(timedelta(seconds=5), duration(timedelta(0), timedelta(minutes=5)))
+
+    @property
+    def shared(self) -> bool:
+        return self.mode == SHARED
+
+
+@dataclass(frozen=True)
 class Config:
     database_url: str = setting("sqlite:///ticket-dispatcher.db", _database_url())
     execution_slots: int = setting(10, integer(1, 100))
@@ -383,6 +415,7 @@ class Config:
     http: HttpConfig = section(HttpConfig)
     database: DatabaseConfig = section(DatabaseConfig)
     leases: LeasesConfig = section(LeasesConfig)
+    cluster: ClusterConfig = section(ClusterConfig)
     auth: AuthConfig = section(AuthConfig)
     notifications: NotificationsConfig = section(NotificationsConfig)
     jira: JiraConfig = section(JiraConfig)
@@ -434,6 +467,22 @@ def _check_across_keys(config: Config, problems: SettingProblems) -> None:
         problems.add(problems.source_name("leases.duration"),
                      "must be at least twice leases.heartbeat, so one "
                      "missed heartbeat does not lose a lease")
+    _check_cluster(config, problems)
+
+
+def _check_cluster(config: Config, problems: SettingProblems) -> None:
+    """Shared mode coordinates replicas through PostgreSQL (row locks that skip what another
+    replica holds, advisory locks, LISTEN/NOTIFY); a SQLite file has one process."""
+    if problems.refused("cluster.mode", "database_url"):
+        return
+    if config.cluster.shared and not config.database_url.lower().startswith("postgres"):
+        problems.add(problems.source_name("cluster.mode"),
+                     'shared needs a PostgreSQL database_url: a SQLite database is served by '
+                     'one process')
+    if (config.cluster.shared and not problems.refused("cluster.drain", "shutdown_timeout")
+            and config.cluster.drain >= config.shutdown_timeout):
+        problems.add(problems.source_name("cluster.drain"),
+                     "must be below shutdown_timeout, which bounds the whole shutdown")
 
 
 def _check_client_pool(config: Config, problems: SettingProblems) -> None:

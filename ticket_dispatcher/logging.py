@@ -166,5 +166,8 @@ def configure_logging(
     handler.setFormatter(JsonFormatter(Redactor(secrets)))
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
+    # pykka logs, at INFO and with a traceback, every exception an ask hands back to its
+    # caller (a lease lost, the database away); the caller logs what it means, once.
+    logging.getLogger("pykka").setLevel(logging.WARNING)
     return handler
 

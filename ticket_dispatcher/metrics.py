@@ -80,7 +80,9 @@ class Backlog:
 
 
 class Metrics:
-    def __init__(self, version: str = ""):
+    def __init__(self, version: str = "", *, mode: str = "single"):
+        """``mode`` is the process's ``cluster.mode``, ``single`` or ``shared`` (the service
+        passes it; metrics does not read the configuration)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._sources: set[str] = set()
         self._lock = threading.Lock()
@@ -146,11 +148,13 @@ class Metrics:
                                     "kind", ("kind",))
         for kind in STORE_ERROR_KINDS:
             self.store_errors.labels(kind=kind)
-        self.instance = gauge("instance_info", "1 per running process", ("version",))
-        self.instance.labels(version=version).set(1)
-        for mode in MODES:  # every series exists from the first scrape, at 0
+        # mode: a single-mode process must run alone, shared replicas are meant to be several;
+        # the alert on more than one process counts the single ones only (docs/operations.md).
+        self.instance = gauge("instance_info", "1 per running process", ("version", "mode"))
+        self.instance.labels(version=version, mode=mode).set(1)
+        for execution_mode in MODES:  # every series exists from the first scrape, at 0
             for family in (self.created, self.created_age, self.executing, self.executing_age):
-                family.labels(mode=mode)
+                family.labels(mode=execution_mode)
         for status in TRIGGER_STATUSES:
             self.triggers.labels(status=status)
             self.trigger_age.labels(status=status)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import threading
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -33,6 +34,7 @@ from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.sandbox import Sandbox, load_examples, mount_sandbox, service_urls
 from ticket_dispatcher.seeding import seed_store
 from ticket_dispatcher.store import Store, connection_budget
+from ticket_dispatcher.store.cluster import ClusterLink
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +60,24 @@ class Service:
         self.store = Store.open(config.database_url, registry=self.registry,
                                 max_connections=connection_budget(config),
                                 database=config.database)
+        self.runtime: Runtime | None = None
+        self.link: ClusterLink | None = None
         try:
             self.store.claim_for_serving()  # a SQLite file has one serving process
             self.store.check_capacity(config)  # refuse what the database cannot serve
             applied = self.store.migrate()
+            if self.store.is_postgres:  # the mode lock, and a replica's work channel
+                self.link = ClusterLink(self.store.db, shared=config.cluster.shared,
+                                        on_work=self._work_arrived)
+                self.link.start()
         except BaseException:
+            if self.link is not None:
+                self.link.close()
             self.store.close()
             raise
         if applied:
             log.info("database migrated", extra={"reason": f"applied {applied}"})
-        self.metrics = Metrics(version=__version__)
+        self.metrics = Metrics(version=__version__, mode=config.cluster.mode)
         self.store.health.subscribe(self.metrics)  # database_up and store_errors_total
         self.services = Services(store=self.store, config=config, clock=self.clock,
                                  registry=self.registry, metrics=self.metrics)
@@ -97,8 +107,28 @@ class Service:
                 pool.abandon()
             await_stopped(self._stop_clients(), Deadline(5))
             self.server.close()
-            self.store.close()
+            self._close_store()
             raise
+        self._shutdown: Deadline | None = None  # from the SIGTERM on
+
+    def _work_arrived(self) -> None:
+        if self.runtime is not None and self.runtime.recovered:
+            self.runtime.work_arrived()
+
+    def begin_shutdown(self, deadline: Deadline) -> None:
+        """Shared mode, at SIGTERM: drain (readiness false, no new work taken, the steps
+        under way finish) while triggers are still accepted for the other replicas, for
+        ``cluster.drain``, so a load balancer has stopped sending before the port closes;
+        then ``close`` hands back what is still held. ``deadline`` (``shutdown_timeout``
+        from the signal) bounds the whole."""
+        self._shutdown = deadline
+        self.runtime.drain()
+        threading.Event().wait(min(self.config.cluster.drain.total_seconds(),
+                                   deadline.remaining()))
+        self.stop_serving()
+        timer = threading.Timer(self.config.cluster.drain.total_seconds(), self.stop_serving)
+        timer.daemon = True
+        timer.start()
 
     def _listen(self, host: str, port: int):
         """Bind the port now (serving starts in ``run``), or say clearly why not."""
@@ -161,7 +191,7 @@ class Service:
         stays ``executing`` and resumes at the next start. The store closes and the port is
         released last, so no second instance can start beside one still stopping.
         """
-        deadline = Deadline(self.config.shutdown_timeout.total_seconds())
+        deadline = self._shutdown or Deadline(self.config.shutdown_timeout.total_seconds())
         try:
             if not self.runtime.stop(deadline.remaining()):
                 log.warning("the actor runtime did not stop within the shutdown deadline")
@@ -170,8 +200,13 @@ class Service:
                 await_stopped(self._stop_clients(), deadline)
                 stop_remaining_actors(deadline)
             finally:
-                self.store.close()
+                self._close_store()
                 self.server.close()
+
+    def _close_store(self) -> None:
+        if self.link is not None:
+            self.link.close()  # gives the mode lock back
+        self.store.close()
 
     def _stop_clients(self) -> list:
         """Tell every client actor to stop; the futures say when they have."""
@@ -222,6 +257,20 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def _drain_then_stop(service: Service):
+    """The SIGTERM handler of a replica in shared mode: the drain runs in a thread of its
+    own (a signal handler must not log), and the serving loop goes on meanwhile."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, _already_stopping)
+        signal.signal(signal.SIGINT, _already_stopping)
+        deadline = Deadline(service.config.shutdown_timeout.total_seconds())
+        threading.Thread(target=service.begin_shutdown, args=(deadline,), name="drain",
+                         daemon=True).start()
+
+    return handler
+
+
 def _already_stopping(signum: int, frame: FrameType | None) -> None:
     """Ignored: the shutdown under way ends within ``shutdown_timeout`` (no logging here: a
     signal handler must not take the logging lock the interrupted code may hold)."""
@@ -232,8 +281,9 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None,
     configure_logging(level=config.log_level, secrets=config.secrets())
     service = Service(config, host=host, port=port, sandbox=sandbox,
                       insecure_no_auth=insecure_no_auth)
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = _drain_then_stop(service) if config.cluster.shared else _stop
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         service.run()
     finally:

@@ -142,7 +142,7 @@ def test_readiness_reports_an_unreachable_database_as_a_check(api, monkeypatch):
     result = api.get("/readyz")
 
     assert result.status_code == 503
-    assert result.json["checks"] == {"database": False, "recovery": True}
+    assert result.json["checks"] == {"database": False, "recovery": True, "running": True}
 
 
 def test_an_unauthenticated_request_takes_no_connection(api, counter):

@@ -33,7 +33,7 @@ def test_readyz_needs_database_and_finished_recovery(api):
 
     assert ready.status_code == 200
     assert recovering.status_code == 503
-    assert recovering.json["checks"] == {"database": True, "recovery": False}
+    assert recovering.json["checks"] == {"database": True, "recovery": False, "running": True}
 
 
 def test_options_come_from_the_validators_whitelist(api):

@@ -18,6 +18,7 @@ import psycopg2
 import pytest
 from playhouse.pool import MaxConnectionsExceeded
 
+from tests.process import wait_until
 from tests.relay import Relay, relayed_url, target_of
 from ticket_dispatcher import metrics as metrics_module
 from ticket_dispatcher.config import DatabaseConfig
@@ -265,7 +266,8 @@ def test_postgres_connections_get_the_configured_timeouts():
         "keepalives_count", "tcp_user_timeout", "options")} == {
         "connect_timeout": "3", "keepalives": "1", "keepalives_idle": "30",  # the URL's wins
         "keepalives_interval": "1", "keepalives_count": "3", "tcp_user_timeout": "3000",
-        "options": "-c statement_timeout=15000 -c lock_timeout=4000 -c search_path=x"}
+        "options": "-c statement_timeout=15000 -c lock_timeout=4000 "
+                   "-c idle_in_transaction_session_timeout=15000 -c search_path=x"}
     assert db._wait_timeout == 3
 
 
@@ -283,11 +285,42 @@ def test_postgres_sessions_run_with_the_configured_timeouts(postgres_url):
     store = Store.open(postgres_url, database=SHORT)
     with unit_of_work(store.db) as db:
         shown = [db.execute_sql(f"SHOW {name}").fetchone()[0]
-                 for name in ("statement_timeout", "lock_timeout", "search_path")]
+                 for name in ("statement_timeout", "lock_timeout",
+                              "idle_in_transaction_session_timeout", "search_path")]
     store.close()
 
-    assert shown[:2] == ["300ms", "300ms"]
-    assert shown[2].startswith("td_")  # the test URL's own options still apply
+    assert shown[:3] == ["300ms", "300ms", "300ms"]
+    assert shown[3].startswith("td_")  # the test URL's own options still apply
+
+
+@pytest.mark.postgres
+def test_a_transaction_its_client_stopped_answering_gives_its_row_locks_back(postgres_url):
+    """A paused process (SIGSTOP) in the middle of a transaction: the server ends its session
+    after the statement timeout, so another replica can claim the rows it had locked."""
+    store = Store.open(postgres_url)
+    store.migrate()
+    store.engineers.put("a@example.com", dispatch_enabled=True, now=datetime.now(UTC))
+    # A connection as the service opens them (its options), of a process that then pauses.
+    paused = open_database(postgres_url, database=SHORT)._connect()
+    paused.autocommit = False
+    with paused.cursor() as cursor:  # locked, then the client goes silent
+        cursor.execute("SELECT email FROM engineers FOR UPDATE")
+
+    def lockable() -> bool:
+        try:
+            with unit_of_work(store.db) as db:
+                db.execute_sql("SELECT email FROM engineers FOR UPDATE NOWAIT")
+            return True
+        except StoreUnavailable:
+            return False
+
+    try:
+        wait_until(lockable, 10, "the server ends the silent transaction")
+        with pytest.raises(psycopg2.Error), paused.cursor() as cursor:  # its session is gone
+            cursor.execute("SELECT 1")
+    finally:
+        paused.close()
+        store.close()
 
 
 # --- SQLite: another process holds the write lock ---------------------------------------------

@@ -78,6 +78,11 @@ class Retry:  # tell, from a scheduler timer: the backoff after an interrupted s
 
 
 @dataclass(frozen=True)
+class Pull:  # tell, shared mode: there may be executions to claim (a notification, a timer)
+    pass
+
+
+@dataclass(frozen=True)
 class Heartbeat:  # tell, from the heartbeat timer: renew what is held, resume what is stale
     pass
 

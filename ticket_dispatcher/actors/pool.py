@@ -49,6 +49,7 @@ from ticket_dispatcher.actors.messages import (
     Parked,
     PoolStatus,
     Progress,
+    Pull,
     RecoverParked,
     Retry,
     RunningActors,
@@ -57,7 +58,8 @@ from ticket_dispatcher.actors.messages import (
 from ticket_dispatcher.domain.admission import Outcome, admit
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
-from ticket_dispatcher.store.database import unit_of_work
+from ticket_dispatcher.store.cluster import lock_issue, notify_work
+from ticket_dispatcher.store.database import unit_of_work, write_lock
 from ticket_dispatcher.store.replicas import ReplicaBeat
 from ticket_dispatcher.timeutil import format_time
 
@@ -145,6 +147,11 @@ class ExecutionPool(TrackedActor):
         self._interruptions: dict[int, int] = {}  # interrupted steps in a row
         self._runs = itertools.count(1)
         self._sweeps = SweepRecord()
+        # Shared mode: the store is the queue. Whether it may hold more due executions than
+        # the last claim took, and when a timer tells the next Pull for a parked wait.
+        self._shared = deps.config.cluster.shared
+        self._more = True
+        self._pull_at: datetime | None = None
 
     def handle(self, message):
         try:
@@ -165,7 +172,15 @@ class ExecutionPool(TrackedActor):
                 self._park(execution_id, wake_at)
             case Wake(execution_id):
                 self._parked.pop(execution_id, None)
-                self._enqueue(execution_id, wake=True)
+                if self._shared:
+                    self._wake_any()
+                else:
+                    self._enqueue(execution_id, wake=True)
+            case Pull():
+                if self._pull_at is not None and self._pull_at <= self._deps.clock.now():
+                    self._pull_at = None
+                self._more = True
+                self._fill_slots()
             case Retry(execution_id):
                 if self._retrying.pop(execution_id, None) is not None:
                     self._enqueue(execution_id)
@@ -221,6 +236,44 @@ class ExecutionPool(TrackedActor):
             return
         while self._queue and len(self._running) < self._slots:
             self._start(self._queue.pop())
+        if self._shared and self._more and len(self._running) < self._slots:
+            self._pull()
+
+    # -- shared mode: claim from the store --------------------------------------------------------
+
+    def _pull(self) -> None:
+        """Claim as many due executions as there are free slots, and start them. When fewer
+        came than asked, the store holds no more due now: remember that, and set a timer for
+        the soonest parked wait nobody holds, whichever replica parked it."""
+        deps = self._deps
+        free = self._slots - len(self._running)
+        now = deps.clock.now()
+        try:
+            claimed = deps.store.executions.claim_due(
+                deps.owner, free, now=now, expires_at=now + deps.config.leases.duration)
+            self._more = len(claimed) == free
+            soonest = None if self._more else deps.store.executions.next_wake(now)
+        except StoreUnavailable:
+            return  # the store's health reports the outage; the heartbeat pulls again
+        for execution_id in claimed:
+            self._parked.pop(execution_id, None)
+            self._retrying.pop(execution_id, None)
+            self._start(execution_id)
+        if soonest is not None and (self._pull_at is None or soonest < self._pull_at):
+            self._pull_at = soonest
+            deps.tell_at(soonest, self.actor_ref, Pull(), label="wake")
+
+    def _wake_any(self) -> None:
+        """A parked wait of this replica is due: claim it (or whatever is due before it) here
+        when a slot is free, else tell the other replicas, one of which may have one."""
+        self._more = True
+        self._fill_slots()
+        if len(self._running) >= self._slots and not self._deps.stopping.is_set():
+            try:
+                with unit_of_work(self._deps.store.db):
+                    notify_work(self._deps.store.db)
+            except StoreUnavailable:
+                pass  # the others' heartbeat pulls find it
 
     def _start(self, execution_id: int) -> None:
         # The actor claims and loads its checkpoint itself and reports issue, policy and
@@ -271,8 +324,13 @@ class ExecutionPool(TrackedActor):
             # Not renewed (ended meanwhile, or taken over): its validity simply runs out.
             alive[execution_id].valid_until = now + duration
         for execution_id in stale:
+            if self._shared and execution_id not in self._running:
+                continue  # not in hand here: whichever replica has a free slot claims it
             self._sweep(execution_id, now, duration)
         self._sweeps.last_at = now
+        if self._shared:
+            self._more = True
+            self._fill_slots()
 
     def _sweep(self, execution_id: int, now: datetime, duration) -> None:
         """Resume an execution the store says nobody holds, unless it is in hand here."""
@@ -304,7 +362,11 @@ class ExecutionPool(TrackedActor):
     def _create(self, request: CreateExecutions) -> CreationResult:
         store, now = self._deps.store, self._deps.clock.now()
         trigger = request.trigger
-        with unit_of_work(store.db):
+        # Shared mode: one transaction, in which one replica at a time checks and takes an
+        # issue's live locks. Single mode: this actor is the one writer of executions.
+        with (write_lock if self._shared else unit_of_work)(store.db):
+            if self._shared:
+                lock_issue(store.db, trigger.issue_key)
             keys = [e.live_lock_key for e in request.executions if e.live_lock_key]
             admission = admit(request.executions, store.executions.busy_lock_keys(keys),
                               explicit=request.explicit, role_label=request.reserved_label,
@@ -332,6 +394,12 @@ class ExecutionPool(TrackedActor):
             except Conflict as exc:  # another writer won a lock key between check and insert
                 store.triggers.fail(trigger.id, exc.message, now, lease=lease)
                 return CreationResult(outcome="failed", reason=exc.message)
+            if self._shared and ids:
+                notify_work(store.db)  # sent at commit: a replica with a free slot claims them
+        if self._shared:
+            self._more = True
+            self._fill_slots()
+            return CreationResult(execution_ids=ids, reason=admission.reason)
         for execution_id in ids:  # only after commit, in creation order
             self._enqueue(execution_id)
         return CreationResult(execution_ids=ids, reason=admission.reason)

@@ -14,6 +14,7 @@ from ticket_dispatcher.actors.messages import (
     Boot,
     CancelExecution,
     PoolStatus,
+    Pull,
     RunningActors,
 )
 from ticket_dispatcher.actors.scheduler import Scheduler
@@ -29,7 +30,8 @@ from ticket_dispatcher.domain.ports import NotConfigured, Ports, UncountedCalls
 from ticket_dispatcher.errors import Conflict, NotFound, RuntimeUnavailable, StoreUnavailable
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
-from ticket_dispatcher.store.database import unit_of_work
+from ticket_dispatcher.store.cluster import notify_work
+from ticket_dispatcher.store.database import unit_of_work, write_lock
 from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ class Runtime:
         self._pool: pykka.ActorRef | None = None
         self._triggers: TriggerRouter | None = None
         self.recovered = False
+        self.draining = False  # shared mode: the shutdown began, work is being handed back
 
     def start(self) -> None:
         """Start every actor and run boot recovery; raises if recovery cannot be read."""
@@ -113,17 +116,64 @@ class Runtime:
             futures += [ref.stop(block=False) for ref in running]
             futures.append(self._pool.stop(block=False))
         futures.append(supervisor.stop(block=False))
-        return await_stopped(futures, deadline)
+        stopped = await_stopped(futures, deadline)
+        if self.deps.config.cluster.shared:
+            self._give_back()
+        return stopped
+
+    def drain(self) -> None:
+        """Shared mode, at SIGTERM: readiness turns false and no new step, claim or execution
+        actor starts here; the steps under way finish. Triggers posted meanwhile are still
+        stored, for the other replicas. ``stop`` then hands back whatever is still held."""
+        self.draining = True
+        self.deps.stopping.set()
+        log.info("draining: readiness is false; the steps under way finish, then every lease "
+                 "held here is given back to the other replicas")
+
+    def _give_back(self) -> None:
+        """Release every lease this replica holds and wake the others, so they resume its
+        work now rather than when the leases expire. When the database cannot be reached,
+        the leases simply expire."""
+        store, owner = self.deps.store, self.deps.owner
+        try:
+            with write_lock(store.db):
+                executions = store.executions.release_owner(owner)
+                triggers = store.triggers.release_owner(owner)
+                notify_work(store.db)
+        except StoreUnavailable:
+            log.warning("leases not given back: the database cannot be reached; the other "
+                        "replicas resume this work when they expire")
+            return
+        log.info("leases given back to the other replicas", extra={
+            "reason": f"{executions} executions, {triggers} triggers"})
+
+    def work_arrived(self) -> None:
+        """Shared mode: a notification says there may be work to claim (from any thread)."""
+        if self._pool is None or self.deps.stopping.is_set():
+            return
+        self.activity.tell(self._pool, Pull())
+        self._triggers.work_arrived()
 
     def accept_trigger(self, source: str, issue_key: str, *, policy_id: int | None = None,
                        dryrun: dict | None = None) -> Trigger:
         """Persist a ``pending`` trigger in one short transaction and hand it to the trigger
         actors without waiting for them."""
         store, now = self.deps.store, self.deps.clock.now()
-        with unit_of_work(store.db):
+        if not self.deps.config.cluster.shared:
+            with unit_of_work(store.db):
+                trigger = store.triggers.create(source, issue_key, policy_id=policy_id,
+                                                dryrun=dryrun, now=now)
+            self._triggers.submit(trigger.id)
+            return trigger
+        # Shared mode: an idle trigger actor here takes it at once; else the others are told.
+        here = self._triggers.has_idle() and not self.deps.stopping.is_set()
+        with write_lock(store.db):
             trigger = store.triggers.create(source, issue_key, policy_id=policy_id,
                                             dryrun=dryrun, now=now)
-        self._triggers.submit(trigger.id)
+            if not here:
+                notify_work(store.db)
+        if here:
+            self._triggers.submit(trigger.id)
         return trigger
 
     def cancel(self, execution_id: int, reason: str) -> str:

@@ -7,8 +7,11 @@ children in reverse, under one deadline. A crashed execution is re-enqueued from
 checkpoint at most ``actor_restarts`` times, then failed with ``internal_error``; when the
 database cannot record the crash, the restart is tried again after a backoff, never dropped.
 
-This process is the only one serving its database, so boot recovery gives back every lease
-the previous process held: its work resumes at once instead of after its leases expire.
+In single mode this process is the only one serving its database, so boot recovery gives
+back every lease the previous process held: its work resumes at once instead of after its
+leases expire. In shared mode other replicas may hold leases this very moment: a replica
+recovers nothing by itself, it claims from the store what is due and unheld, like any pull
+(docs/operations.md, "High availability").
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ticket_dispatcher.actors.messages import (
     Heartbeat,
     ObserveBacklog,
     PollTriggers,
+    Pull,
     RecoverParked,
 )
 from ticket_dispatcher.actors.pool import ExecutionPool
@@ -78,6 +82,14 @@ class Supervisor(TrackedActor):
         deps.scheduler.start()
         self.pool = ExecutionPool.start(deps, self.actor_ref)
         self.triggers = TriggerRouter(deps, self.pool, deps.config.trigger_actors)
+        if deps.config.cluster.shared:
+            deps.activity.tell(self.pool, Pull())
+            self.triggers.pull()
+            log.info("joined the replicas; claiming due work from the store")
+            self._schedule_poll()
+            self._schedule_heartbeat()
+            self._schedule_backlog(BACKLOG_FIRST)
+            return self.pool, self.triggers
         with unit_of_work(deps.store.db):
             released = deps.store.executions.release_leases()  # raises: the start fails
             executions = deps.store.executions.recoverable()
@@ -145,6 +157,8 @@ class Supervisor(TrackedActor):
     def _poll(self) -> None:
         """Pick up pending triggers whose ``available_at`` has come (deferred ones included)."""
         try:
+            if self._deps.config.cluster.shared:
+                return self.triggers.work_arrived()  # claim as many as actors are idle
             for trigger_id in self._deps.store.triggers.due(self._deps.clock.now()):
                 self.triggers.submit(trigger_id)
         finally:

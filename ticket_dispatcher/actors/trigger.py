@@ -62,6 +62,7 @@ class TriggerWork:
     attempts: int = 0  # interrupted attempts in a row
     token: int = field(default=0)
     hold: Hold = field(default_factory=lambda: Hold(None))
+    claimed: Trigger | None = None  # claimed already, by a shared-mode pull (``claim_due``)
 
 
 class TriggerProcessor:
@@ -76,8 +77,9 @@ class TriggerProcessor:
         if self._deps.stopping.is_set():
             return None  # still pending: the poll or boot recovery picks it up
         deps, now = self._deps, self._deps.clock.now()
+        trigger, work.claimed = work.claimed, None
         try:
-            trigger = deps.store.triggers.claim(
+            trigger = trigger or deps.store.triggers.claim(
                 work.trigger_id, now, recovering=work.recovering, retrying=work.attempts > 0,
                 owner=deps.owner, expires_at=now + deps.config.leases.duration)
         except StoreUnavailable:
@@ -185,6 +187,8 @@ class TriggerActor(TrackedActor):
             # Told before this message's activity ends, so a queued trigger is never idle time.
             if (following := self._router.next_for(self.actor_ref)) is not None:
                 self._deps.activity.tell(self.actor_ref, following)
+            elif self._deps.config.cluster.shared:
+                self._router.pull()  # idle now: take what waits in the store, if anything
 
 
 class TriggerRouter:
@@ -204,14 +208,56 @@ class TriggerRouter:
         self._actors = [TriggerActor.start(deps, pool, self) for _ in range(size)]
         self._idle: list[pykka.ActorRef] = list(self._actors)
         self.reclaimed_total = 0
+        # Shared mode: actors a pull is claiming for right now, and whether the store may
+        # hold more due triggers than the last pull took.
+        self._reserved = 0
+        self._more = True
 
-    def submit(self, trigger_id: int, recovering: bool = False) -> None:
+    def submit(self, trigger_id: int, recovering: bool = False, *,
+               claimed: Trigger | None = None) -> None:
         with self._lock:
-            if trigger_id in self._in_hand:
+            if (work := self._in_hand.get(trigger_id)) is not None:
+                if claimed is not None:  # its processing finds the claim taken for it
+                    work.claimed = claimed
                 return  # queued, processing or waiting to retry here already
-            work = TriggerWork(trigger_id, recovering, token=next(self._tokens))
+            work = TriggerWork(trigger_id, recovering, token=next(self._tokens), claimed=claimed)
             self._in_hand[trigger_id] = work
         self._dispatch(ProcessTrigger(trigger_id, recovering, work.token))
+
+    def has_idle(self) -> bool:
+        """An idle trigger actor would take a trigger submitted now."""
+        with self._lock:
+            return len(self._idle) > len(self._queue) + self._reserved
+
+    def work_arrived(self) -> None:
+        """Shared mode: another replica (or this one) says there may be triggers to claim."""
+        self._more = True
+        self.pull()
+
+    def pull(self) -> None:
+        """Shared mode: claim as many due triggers as there are idle trigger actors here, so
+        a busy replica leaves the rest to the others (``TriggerRepository.claim_due``)."""
+        deps = self._deps
+        if deps.stopping.is_set() or not self._more:
+            return
+        with self._lock:
+            free = len(self._idle) - len(self._queue) - self._reserved
+            if free <= 0:
+                return
+            self._reserved += free
+        claimed = []
+        try:
+            now = deps.clock.now()
+            claimed = deps.store.triggers.claim_due(
+                deps.owner, free, now=now, expires_at=now + deps.config.leases.duration)
+            self._more = len(claimed) == free
+        except StoreUnavailable:
+            pass  # the store's health reports the outage; the poll comes again
+        finally:
+            with self._lock:
+                self._reserved -= free
+        for trigger in claimed:
+            self.submit(trigger.id, claimed=trigger)
 
     def _dispatch(self, message: ProcessTrigger) -> None:
         with self._lock:
@@ -263,8 +309,13 @@ class TriggerRouter:
         for trigger_id, work in alive.items():
             if trigger_id in held:
                 work.hold.valid_until = now + duration
+        shared = deps.config.cluster.shared
         for trigger_id in deps.store.triggers.stale(now):
+            if shared and trigger_id not in self._in_hand:
+                continue  # nobody's here: the pull below claims it, if a trigger actor is idle
             self._resume(trigger_id, now, duration)
+        if shared:
+            self.work_arrived()
 
     def _resume(self, trigger_id: int, now: datetime, duration: timedelta) -> None:
         with self._lock:

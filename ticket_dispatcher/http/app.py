@@ -56,6 +56,10 @@ class Services:
         if self.registry is None:
             self.registry = self.store.registry
 
+    def draining(self) -> bool:
+        """The shutdown has begun (shared mode drains before it stops taking requests)."""
+        return self.runtime is not None and self.runtime.draining
+
     def recovery_done(self) -> bool:
         """Boot recovery has finished; an app built without a runtime recovers nothing."""
         return self.runtime.recovered if self.runtime is not None else True

@@ -17,7 +17,7 @@ class Liveness:
 
 
 class Readiness:
-    """Ready = the database answers and boot recovery has finished.
+    """Ready = the database answers, boot recovery has finished and no shutdown has begun.
 
     ``store.ping()`` never hangs: it is bounded by the store's timeouts (connect_timeout on
     PostgreSQL, busy_timeout for a SQLite write lock, pool_wait for a free connection)."""
@@ -34,6 +34,8 @@ class Readiness:
         checks = {
             "database": self._services.store.ping(),
             "recovery": self._services.recovery_done(),
+            # false from SIGTERM on: a replica in shared mode drains before it stops
+            "running": not self._services.draining(),
         }
         ready = all(checks.values())
         resp.status = falcon.HTTP_200 if ready else falcon.HTTP_503

@@ -192,7 +192,7 @@ def _service_paths() -> dict:
         "/healthz": {"get": _op("Liveness", {"200": _json(_ref("Liveness"))}, public=True,
                                 database=False)},
         "/readyz": {"get": _op(
-            "Readiness: database reachable and boot recovery done",
+            "Readiness: database reachable, boot recovery done, not shutting down",
             {"200": _json(readiness), "503": _json(readiness, "Not ready; checks says why")},
             public=True, database=False)},
         "/openapi.json": {"get": _op("This document", {"200": _json({"type": "object"})},
@@ -572,7 +572,8 @@ def _service_schemas() -> dict:
             "errors": {"type": "array", "items": _ref("Problem")}}),
         "Liveness": _object({"status": _enum(["ok"])}),
         "Readiness": _object({"status": _enum(["ready", "not_ready"]), "checks": _object(
-            {"database": {"type": "boolean"}, "recovery": {"type": "boolean"}})}),
+            {"database": {"type": "boolean"}, "recovery": {"type": "boolean"},
+             "running": {"type": "boolean"}})}),
         "Options": _object({
             "fields": {"type": "array", "items": _object(
                 {"name": _enum(catalog.FIELDS), "kind": _enum(FieldKind)})},

@@ -114,6 +114,10 @@ class Store:
         """
         return cls(open_database(url, max_connections, database), registry)
 
+    @property
+    def is_postgres(self) -> bool:
+        return is_postgres(self.db)
+
     def check_capacity(self, config: Config) -> None:
         """``ConfigError`` when ``config`` could need more connections than the PostgreSQL
         server allows (SQLite has no such limit); connects once to ask the server."""

@@ -222,10 +222,14 @@ def _postgres_timeouts(database: DatabaseConfig) -> dict[str, str]:
 def _postgres_options(database: DatabaseConfig) -> str:
     """The server settings each connection starts with: bounded statements and lock waits.
     A lock wait is bounded like SQLite's (busy_timeout), so ``locked`` means the same on both
-    engines; PostgreSQL's lock_timeout 0 would mean no bound, hence at least 1 ms."""
+    engines; PostgreSQL's lock_timeout 0 would mean no bound, hence at least 1 ms. A
+    transaction left open by a client that stopped answering (a paused process) is ended by
+    the server after the statement timeout too, so the rows it locked do not stay locked for
+    as long as the pause lasts: no transaction here waits on anything but the database."""
     statement = max(1, round(database.statement_timeout.total_seconds() * 1000))
     lock = min(statement, max(1, round(database.busy_timeout.total_seconds() * 1000)))
-    return f"-c statement_timeout={statement} -c lock_timeout={lock}"
+    return (f"-c statement_timeout={statement} -c lock_timeout={lock} "
+            f"-c idle_in_transaction_session_timeout={statement}")
 
 
 class ProcessLock:
@@ -503,20 +507,27 @@ def without_statement_timeouts(db: peewee.Database) -> Iterator[peewee.Database]
         if not is_postgres(db):
             yield db
             return
-        db.execute_sql("SET statement_timeout = 0")
-        db.execute_sql("SET lock_timeout = 0")
+        settings = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+        for name in settings:
+            db.execute_sql(f"SET {name} = 0")
         try:
             yield db
         finally:
             if not _driver_lost(db):
-                db.execute_sql("RESET statement_timeout")  # to the connection's own options
-                db.execute_sql("RESET lock_timeout")
+                for name in settings:  # to the connection's own options
+                    db.execute_sql(f"RESET {name}")
 
 
 def lock_rows(query: peewee.Select, db: peewee.Database) -> peewee.Select:
     """``SELECT … FOR UPDATE`` on PostgreSQL; on SQLite the IMMEDIATE transaction already
     holds the write lock and peewee refuses FOR UPDATE."""
     return query.for_update() if is_postgres(db) else query
+
+
+def skip_locked(query: peewee.Select, db: peewee.Database) -> peewee.Select:
+    """``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL: rows another transaction is claiming
+    are left to it. On SQLite the IMMEDIATE transaction already holds the write lock."""
+    return query.for_update(skip_locked=True) if is_postgres(db) else query
 
 
 def close_database(db: peewee.Database) -> None:

@@ -30,6 +30,7 @@ from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     fetch_page,
     seconds_since,
+    skip_locked,
     unit_of_work,
     write_lock,
 )
@@ -169,6 +170,51 @@ class ExecutionRepository:
                        & (ExecutionRow.unheld(to_utc(now)) | (ExecutionRow.lease_owner == owner)))
                 .returning(ExecutionRow.lease_epoch))
         return Lease(owner, rows[0].lease_epoch) if rows else None
+
+    def claim_due(self, owner: str, limit: int, *, now: datetime,
+                  expires_at: datetime) -> list[int]:
+        """Claim for ``owner`` up to ``limit`` running executions that are due and that no
+        live lease covers (``created`` ones, parked ones whose ``wake_at`` has come, and the
+        ones whose holder's lease expired), the longest due first; their ids. Rows another
+        replica is claiming at the same moment are skipped, not waited for (PostgreSQL's
+        ``FOR UPDATE SKIP LOCKED``), so replicas that claim together never get the same one."""
+        if limit < 1:
+            return []
+        now = to_utc(now)
+        due = (ExecutionRow.select(ExecutionRow.id)
+               .where(ExecutionRow.status.in_(_RUNNING) & ExecutionRow.unheld(now)
+                      & (ExecutionRow.wake_at.is_null() | (ExecutionRow.wake_at <= now)))
+               .order_by(peewee.fn.COALESCE(ExecutionRow.wake_at, ExecutionRow.created_at),
+                         ExecutionRow.id)
+               .limit(limit))
+        with write_lock(self.db):
+            rows = list(ExecutionRow.update(
+                lease_owner=owner, lease_epoch=ExecutionRow.lease_epoch + 1,
+                lease_expires_at=to_utc(expires_at))
+                .where(ExecutionRow.id.in_(skip_locked(due, self.db)))
+                .returning(ExecutionRow.id))
+        return sorted(row.id for row in rows)
+
+    def next_wake(self, now: datetime) -> datetime | None:
+        """The soonest ``wake_at`` after ``now`` among the parked executions nobody holds:
+        when the next claim should look again."""
+        with unit_of_work(self.db):
+            row = (ExecutionRow.select(peewee.fn.MIN(ExecutionRow.wake_at).alias("soonest"))
+                   .where(ExecutionRow.status.in_(_RUNNING)
+                          & ExecutionRow.lease_owner.is_null()
+                          & (ExecutionRow.wake_at > to_utc(now)))
+                   .dicts().get())
+        soonest = row["soonest"]
+        return ExecutionRow.wake_at.python_value(soonest) if soonest is not None else None
+
+    def release_owner(self, owner: str) -> int:
+        """Give back every lease ``owner`` holds on a running execution (a replica that
+        stops hands its work to the others); the number released."""
+        with unit_of_work(self.db):
+            return (ExecutionRow.update(**ExecutionRow.RELEASED)
+                    .where(ExecutionRow.status.in_(_RUNNING)
+                           & (ExecutionRow.lease_owner == owner))
+                    .execute())
 
     def renew(self, owner: str, execution_ids: list[int], expires_at: datetime) -> set[int]:
         """Extend ``owner``'s leases on these running executions; the ids still held."""

@@ -8,7 +8,12 @@ import peewee
 
 from ticket_dispatcher.domain.execution import Lease, Trigger, TriggerStatus
 from ticket_dispatcher.errors import LeaseLost, NotFound
-from ticket_dispatcher.store.database import seconds_since, unit_of_work, write_lock
+from ticket_dispatcher.store.database import (
+    seconds_since,
+    skip_locked,
+    unit_of_work,
+    write_lock,
+)
 from ticket_dispatcher.store.models import TriggerRow
 from ticket_dispatcher.timeutil import to_utc
 
@@ -136,6 +141,42 @@ class TriggerRepository:
         trigger = trigger_from_row(rows[0])
         trigger.lease = Lease(owner, rows[0].lease_epoch)
         return trigger
+
+    def claim_due(self, owner: str, limit: int, *, now: datetime,
+                  expires_at: datetime) -> list[Trigger]:
+        """Claim for ``owner`` up to ``limit`` triggers, oldest first: ``pending`` ones whose
+        ``available_at`` has come and ``processing`` ones nobody holds any more. Rows another
+        replica is claiming at the same moment are skipped (``FOR UPDATE SKIP LOCKED``)."""
+        if limit < 1:
+            return []
+        now = to_utc(now)
+        due = (TriggerRow.select(TriggerRow.id)
+               .where(((TriggerRow.status == TriggerStatus.PENDING.value)
+                       & (TriggerRow.available_at <= now))
+                      | ((TriggerRow.status == TriggerStatus.PROCESSING.value)
+                         & TriggerRow.unheld(now)))
+               .order_by(TriggerRow.id).limit(limit))
+        with write_lock(self.db):
+            rows = list(TriggerRow.update(
+                status=TriggerStatus.PROCESSING.value, updated_at=now, lease_owner=owner,
+                lease_epoch=TriggerRow.lease_epoch + 1, lease_expires_at=to_utc(expires_at))
+                .where(TriggerRow.id.in_(skip_locked(due, self.db)))
+                .returning(TriggerRow))
+        claimed = []
+        for row in sorted(rows, key=lambda row: row.id):
+            trigger = trigger_from_row(row)
+            trigger.lease = Lease(owner, row.lease_epoch)
+            claimed.append(trigger)
+        return claimed
+
+    def release_owner(self, owner: str) -> int:
+        """Give back every lease ``owner`` holds on a ``processing`` trigger: it stays
+        ``processing``, and another replica's claim takes it over at once."""
+        with unit_of_work(self.db):
+            return (TriggerRow.update(**TriggerRow.RELEASED)
+                    .where((TriggerRow.status == TriggerStatus.PROCESSING.value)
+                           & (TriggerRow.lease_owner == owner))
+                    .execute())
 
     def complete(self, trigger_id: int, execution_ids: list[int], now: datetime,
                  reason: str = "", *, lease: Lease | None = None) -> None:
