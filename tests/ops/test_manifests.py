@@ -40,7 +40,9 @@ KUBERNETES_VERSION = "1.30.0"
 
 OPS = REPO / "ops"
 KUBERNETES = OPS / "kubernetes"
-SECRET_TEMPLATE = KUBERNETES / "secret.template.yaml"
+# The manifests themselves; ../ (single mode) and ../ha (shared mode) are built over them.
+BASE = KUBERNETES / "base"
+SECRET_TEMPLATE = BASE / "secret.template.yaml"
 # README "Shutdown and restarts": the process exits within shutdown_timeout + 2 s.
 SHUTDOWN_SLACK = timedelta(seconds=2)
 # Kinds that would run a second pod next to the first (so no HPA); KEDA's makes an HPA.
@@ -65,16 +67,16 @@ def load_documents(path: Path) -> list[dict]:
 
 
 def kustomization() -> dict:
-    return load_documents(KUBERNETES / "kustomization.yaml")[0]
+    return load_documents(BASE / "kustomization.yaml")[0]
 
 
 def manifest_files() -> list[Path]:
     """What ``kubectl apply -k`` applies, plus the Secret template the operator fills in."""
-    return [KUBERNETES / name for name in kustomization()["resources"]] + [SECRET_TEMPLATE]
+    return [BASE / name for name in kustomization()["resources"]] + [SECRET_TEMPLATE]
 
 
 def one(kind: str, path: Path | None = None) -> dict:
-    files = [path] if path else [KUBERNETES / name for name in kustomization()["resources"]]
+    files = [path] if path else [BASE / name for name in kustomization()["resources"]]
     found = [doc for file in files for doc in load_documents(file) if doc["kind"] == kind]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
@@ -148,9 +150,34 @@ def test_manifest_is_valid_for_the_pinned_kubernetes_version(path):
 
 def test_kustomization_applies_every_manifest_except_the_secret_template():
     listed = set(kustomization()["resources"])
-    present = {path.name for path in KUBERNETES.glob("*.yaml")}
+    present = {path.name for path in BASE.glob("*.yaml")}
 
     assert listed == present - {"kustomization.yaml", SECRET_TEMPLATE.name}
+
+
+def test_kubectl_apply_k_ops_kubernetes_applies_the_base_unchanged():
+    single = load_documents(KUBERNETES / "kustomization.yaml")[0]
+
+    # the single mode is the base as it is; an image set there with `kustomize edit` is allowed
+    assert set(single) - {"images"} == {"apiVersion", "kind", "resources"}
+    assert single["resources"] == [BASE.name]
+    # only the kustomization sits beside base/ and ha/: a manifest there would be applied by no one
+    assert {path.name for path in KUBERNETES.glob("*.yaml")} == {"kustomization.yaml"}
+
+
+def test_kubectl_kustomize_builds_ops_kubernetes_as_the_base_files_say():
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed; the kustomization is read by the tests above")
+    result = subprocess.run([kubectl, "kustomize", str(KUBERNETES)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+    built = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    files = [doc for path in manifest_files() if path != SECRET_TEMPLATE
+             for doc in load_documents(path)]
+
+    assert sorted(built, key=repr) == sorted(files, key=repr)
 
 
 def test_deployment_runs_one_replica_replaced_by_recreate():
@@ -393,6 +420,9 @@ HEALTHY_SERIES = [
     (f'{P}assignment_action_total{{action="escalate_assignment_to_leader",result="failed",'
      f'role="assignee",attempt=""}}', "1+0x30"),
     (f'{P}instance_info{{version="0.1.0"}}', "1x30"),
+    # three replicas in shared mode beside it: meant to be several
+    *[(f'{P}instance_info{{version="0.1.0",mode="shared",instance="{pod}"}}', "1x30")
+      for pod in ("r1", "r2", "r3")],
     (f'{P}oldest_executing_execution_age_seconds{{mode="live"}}', "600x30"),
     (f"{P}metrics_job_failures_total", "2+0x30"),
     (f"{P}database_up", "1x30"),
@@ -426,8 +456,10 @@ FIRING_CASES = {
         (f'{P}execution_outcomes_total{{mode="live",status="succeeded",failure_code="",'
          f'policy="p"}}', "0+1x30"),
     ], 1),
+    # Every replica exports the same backlog gauges: one alert, not one per replica.
     "TicketDispatcherDeferredTriggerStuck": ([
-        (f'{P}oldest_trigger_age_seconds{{status="pending"}}', "901x30"),
+        (f'{P}oldest_trigger_age_seconds{{status="pending",instance="a",pod="a"}}', "901x30"),
+        (f'{P}oldest_trigger_age_seconds{{status="pending",instance="b",pod="b"}}', "901x30"),
         (f'{P}oldest_trigger_age_seconds{{status="processing"}}', "5000x30"),
     ], 1),
     "TicketDispatcherWorkersSaturated": ([
@@ -450,10 +482,12 @@ FIRING_CASES = {
     ], 2),
     "TicketDispatcherMoreThanOnePod": ([
         (f'{P}instance_info{{version="0.1.0",instance="a"}}', "1x30"),
-        (f'{P}instance_info{{version="0.1.0",instance="b"}}', "1x30"),
+        (f'{P}instance_info{{version="0.1.0",mode="single",instance="b"}}', "1x30"),
+        (f'{P}instance_info{{version="0.1.0",mode="shared",instance="c"}}', "1x30"),
     ], 1),
     "TicketDispatcherExecutionRunningTooLong": ([
-        (f'{P}oldest_executing_execution_age_seconds{{mode="live"}}', "1201x30"),
+        (f'{P}oldest_executing_execution_age_seconds{{mode="live",instance="a"}}', "1201x30"),
+        (f'{P}oldest_executing_execution_age_seconds{{mode="live",instance="b"}}', "1201x30"),
         (f'{P}oldest_executing_execution_age_seconds{{mode="dryrun"}}', "5000x30"),
     ], 1),
     "TicketDispatcherMetricsJobFailing": ([
