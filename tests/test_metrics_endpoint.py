@@ -11,7 +11,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ops.metric_names import alert_metric_names, dashboard_metric_names
+from ticket_dispatcher import __version__
 from ticket_dispatcher.config import load_config
+from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.service import Service
 
 BASE = "/api/v1/ticketmanager"
@@ -65,6 +67,25 @@ def test_every_metric_an_alert_or_the_dashboard_uses_is_exported(server):
     assert response.headers["Content-Type"].startswith("text/plain")
     used = alert_metric_names() | dashboard_metric_names()
     assert used and used <= exported(response.text), used - exported(response.text)
+
+
+def instance_info(text: str) -> list[dict[str, str]]:
+    return [s.labels for s in samples(text) if s.name == "ticket_manager_dispatch_instance_info"]
+
+
+def test_instance_info_names_the_version_and_the_single_mode_by_default(server):
+    _, url = server()
+
+    text = requests.get(f"{url}/metrics", timeout=10).text
+
+    assert instance_info(text) == [{"version": __version__, "mode": "single"}]
+
+
+def test_instance_info_of_a_shared_replica_carries_mode_shared():
+    text = Metrics(version="1.2.3", mode="shared").exposition()[0].decode()
+
+    # what the alert on more than one single-mode process leaves out
+    assert instance_info(text) == [{"version": "1.2.3", "mode": "shared"}]
 
 
 def test_metrics_need_a_viewer_key_when_they_are_not_public(server):
