@@ -179,6 +179,13 @@ def settled(replica: Dispatcher, posted: int) -> bool:
     return all(e["status"] in TERMINAL for e in all_executions(replica))
 
 
+def unsettled(replica: Dispatcher) -> list[dict]:
+    """What is still open, for the message of a test that waited in vain."""
+    return ([t for t in all_triggers(replica) if t["status"] not in ("completed", "failed")]
+            + [{k: e[k] for k in ("id", "issue_key", "status", "trigger_id")}
+               for e in all_executions(replica) if e["status"] not in TERMINAL])
+
+
 def busy(replica: Dispatcher) -> int:
     return replica.call("GET", "/admin/actors")["pool"]["busy"]
 
@@ -217,6 +224,27 @@ def page_of(execution: dict, attempt: int) -> dict:
     return action
 
 
+def assignee_of(execution: dict) -> str:
+    [assignee] = [action["context"]["assign"]["assignee"]
+                  for rule in execution["rule_executions"]
+                  for action in rule["action_executions"] if action["type"] == "assign"]
+    return assignee
+
+
+def first_deadlines(replica: Dispatcher, keys: list[str]) -> dict[str, str] | None:
+    """The deadline of each issue's first ACK wait, once every one of them is waiting."""
+    deadlines = {}
+    for key in keys:
+        execution = replica.execution_of(key)
+        if execution is None:
+            return None
+        deadline = page_of(execution, 1)["context"].get("page", {}).get("deadline")
+        if deadline is None:
+            return None
+        deadlines[key] = deadline
+    return deadlines
+
+
 def assert_no_overlap(executions: list[dict]) -> None:
     """No two live executions of one issue and policy (nor of one issue and family) ever ran
     at the same time: each starts after the one before it ended."""
@@ -248,17 +276,32 @@ def test_three_replicas_lose_nothing_and_repeat_nothing_through_a_kill_and_a_pau
     for key in pages:
         jira.add_issue(key, labels=[NOTIFY_LABEL], assignee=ACCOUNT, priority="P0",
                        status=PENDING)
+    # Round robin first, without faults: 150 dispatches over three replicas spread as evenly as
+    # on one, since every turn is taken under row locks.
+    calm = cluster.post_all([(key, "jira_automation") for key in assigns[150:]],
+                            cluster.replicas)
+    wait_until(lambda: settled(third, len(calm)), 60, "the first 150 dispatches are done")
+    spread = Counter(assignee_of(e) for e in all_executions(third))
+    assert set(spread) == set(ENGINEERS)
+    assert max(spread.values()) - min(spread.values()) <= 1, spread
+
+    # The notifications: each parks in its first ACK wait, on whichever replica ran it.
+    notified = calm + cluster.post_all([(key, NOTIFY_SOURCE) for key in pages],
+                                       cluster.replicas)
+    deadlines = wait_until(lambda: first_deadlines(third, pages), 60,
+                           "every notification is parked in its first ACK wait")
     # Thirty assign issues are posted twice, to two replicas at once: the second must wait
     # for the first (deferred, or coalesced), never run beside it.
     twice = assigns[:30]
-    posts = ([(key, "jira_automation") for key in assigns + twice]
-             + [(key, NOTIFY_SOURCE) for key in pages])
-    answers = cluster.post_all(posts, cluster.replicas)
+    posts = [(key, "jira_automation") for key in assigns[:150] + twice]
+    answers = notified + cluster.post_all(posts, cluster.replicas)
+    posts += [(key, "jira_automation") for key in assigns[150:]]
+    posts += [(key, NOTIFY_SOURCE) for key in pages]
     assert all(a["status"] == "pending" for a in answers)
     assert len({a["id"] for a in answers}) == len(posts)
 
     # Mid-flight: the first replica is killed while it holds work.
-    wait_until(lambda: busy(first) > 0 and second.succeeded() >= 40, 60,
+    wait_until(lambda: busy(first) > 0 and second.succeeded() >= 150 + 20, 60,
                "work is under way on the first replica")
     first.process.kill()  # SIGKILL
     first.process.wait(timeout=10)
@@ -297,7 +340,9 @@ def test_three_replicas_lose_nothing_and_repeat_nothing_through_a_kill_and_a_pau
     # -- no side effect twice, at any peer --------------------------------------------------
     for key in assigns:
         applied = [c for c in jira.calls(Route.ASSIGN, key) if c.applied]
-        assert 1 <= len(applied) <= ran[key], (key, applied)
+        assert 1 <= len(applied) <= ran[key], (key, [c.body for c in applied], [
+            e["rule_executions"] for e in executions if e["issue_key"] == key],
+            "\n".join(line for r in cluster.replicas for line in r.lines if key in line))
     cards = lark.messages()
     assert len({m.uuid for m in cards}) == len(cards) == len(pages)
     assert all(len(m.urgent_for) <= 1 for m in cards)
@@ -313,8 +358,8 @@ def test_three_replicas_lose_nothing_and_repeat_nothing_through_a_kill_and_a_pau
     by_key = {e["issue_key"]: e for e in executions}
     for key in pages:
         page = page_of(by_key[key], 1)["context"]["page"]
-        assert page["outcome"] == "timeout", (key, page)
-        assert page["deadline"] is not None
+        assert (page["outcome"], page["deadline"]) == ("timeout", deadlines[key]), (key, page)
+        assert page_of(by_key[key], 2)["context"]["page"]["outcome"] == "timeout"
     finished_by = {r.process.pid: len(log_messages(r, "execution finished"))
                    for r in (second, third)}
     assert sum(finished_by.values()) > 0
@@ -338,6 +383,7 @@ def test_a_rolling_restart_refuses_no_trigger_and_loses_none(postgres_url, proce
     configure(cluster.replicas[0])
 
     ready: set[Dispatcher] = set(cluster.replicas)
+    replaced: list[Dispatcher] = []
     stop = threading.Event()
     answers: list[tuple[str, int]] = []
 
@@ -383,6 +429,7 @@ def test_a_rolling_restart_refuses_no_trigger_and_loses_none(postgres_url, proce
             replacement = cluster.start()
             wait_until(lambda r=replacement: r in ready, 20, "the new replica is ready")
             cluster.replicas.remove(old)
+            replaced.append(old)
             ready.discard(old)
         posted = len(answers)
         wait_until(lambda: len(answers) >= posted + 20, 30, "the client posts on")
@@ -394,8 +441,12 @@ def test_a_rolling_restart_refuses_no_trigger_and_loses_none(postgres_url, proce
     assert [a for a in answers if a[1] != 202] == []
     survivor = cluster.replicas[0]
     # Well within the 60 s lease: nothing waited for a lease of a stopped replica to expire.
-    wait_until(lambda: settled(survivor, len(answers)), 30,
-               "every trigger posted during the restarts is closed and its execution ended")
+    try:
+        wait_until(lambda: settled(survivor, len(answers)), 30,
+                   "every trigger posted during the restarts is closed and its execution ended")
+    except AssertionError as exc:
+        logs = "\n".join(r.log() for r in replaced + cluster.replicas)
+        raise AssertionError(f"{exc}: {unsettled(survivor)}\n{logs}") from None
     triggers = all_triggers(survivor)
     assert Counter(t["status"] for t in triggers) == {"completed": len(answers)}
     executions = all_executions(survivor)

@@ -185,7 +185,7 @@ def duration(low: timedelta | None = None, high: timedelta | None = None) -> Kin
             parsed = parse_duration(value)
         except ValueError:
             raise Invalid(expected) from None
-        if parsed <= timedelta(0) or (bounded and not low <= parsed <= high):
+        if not low <= parsed <= high if bounded else parsed <= timedelta(0):
             raise Invalid(expected)
         return parsed
 

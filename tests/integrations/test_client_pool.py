@@ -19,7 +19,7 @@ import responses
 from tests.clocks import ManualClock
 from tests.fakes import FakeJira, issue
 from ticket_dispatcher.actors import client_pool
-from ticket_dispatcher.actors.client_pool import ClientActor, ClientPool
+from ticket_dispatcher.actors.client_pool import ClientActor, ClientPool, call_guard
 from ticket_dispatcher.actors.client_ports import (
     CorePool,
     JiraPool,
@@ -30,7 +30,7 @@ from ticket_dispatcher.actors.client_ports import (
 )
 from ticket_dispatcher.config import Config, CoreConfig, JiraConfig, LarkConfig, OncallConfig
 from ticket_dispatcher.domain.ports import Jira
-from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown
+from ticket_dispatcher.errors import CallAbandoned, IntegrationError, LeaseLost, OutcomeUnknown
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.metrics import Metrics
 
@@ -248,6 +248,36 @@ def test_client_exception_reaches_the_caller_and_the_actor_lives_on(echo):
 
     assert (caught.value.message, caught.value.status) == ("jira said no", 502)
     assert pool.call("add", 1) == 1
+
+
+def test_a_call_whose_caller_guard_fails_when_it_would_begin_is_never_made(echo, log):
+    """A lease that runs out while the call waits for an actor (a paused process): the client
+    actor checks the caller's guard just before it sends, and the call is not made."""
+    pool = echo(size=1)
+    busy = hold(pool, log, "first")
+    queue = probe_queue(pool)
+    lease = {"valid": True}
+
+    def guard() -> None:
+        if not lease["valid"]:
+            raise LeaseLost("the lease ran out")
+
+    def guarded_call() -> str:  # in the caller's thread, as the execution actor sets it
+        token = call_guard.set(guard)
+        try:
+            return pool.call("record", "second")
+        finally:
+            call_guard.reset(token)
+
+    waiting = start_caller(guarded_call)
+    queue.wait_joined()
+    lease["valid"] = False  # while "second" waits behind "first"
+    log.gates["first"].set()
+    busy.result()
+
+    assert isinstance(waiting.result()[1], LeaseLost)
+    assert log.entries == ["first"]  # "second" never reached the client
+    assert pool.call("record", "third") == "third"  # no guard: the pool goes on
 
 
 def test_a_pool_routes_no_client_method_by_attribute(echo):
@@ -748,7 +778,8 @@ def test_a_jira_pool_exposes_exactly_the_jira_protocols_methods():
     own = {name for name in dir(JiraPool) if not name.startswith("_")} - set(dir(ClientPool))
 
     assert own == protocol == {"load_issue", "assign", "set_l2_assignee", "edit_labels",
-                               "apply_triage", "find_user_by_email", "add_internal_comment"}
+                               "apply_triage", "find_user_by_email", "add_internal_comment",
+                               "count_issues", "find_users_by_email"}
 
 
 def test_a_typed_pool_method_runs_the_same_named_client_method(started):
@@ -763,3 +794,197 @@ def test_a_typed_pool_method_runs_the_same_named_client_method(started):
                            ("edit_labels", "TCID-1", (), ("auto-dispatch",))]
     assert pool.load_issue("TCID-1").assignee.account_id == "acc-a"
     assert pool.stats()["calls"] == 3
+
+
+# --- batches: call_each and the JiraSearch batches --------------------------------------------
+
+
+class Meeting:
+    """What the clients of one batch test share: how many calls are inside at once, and a
+    barrier each call waits at until ``parties`` calls are inside together (or ``WAIT``
+    passes: then it fails, so calls made one after another fail the test, never hang it)."""
+
+    def __init__(self, parties: int):
+        self.barrier = threading.Barrier(parties, timeout=WAIT)
+        self.lock = threading.Lock()
+        self.inside = 0
+        self.most_inside = 0
+        self.order: list[str] = []
+
+    def enter(self, tag: str) -> None:
+        with self.lock:
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
+            self.order.append(tag)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.inside -= 1
+
+
+class MeetingClient:
+    """A client whose ``meet`` returns only once its meeting is full; ``approximate_count``
+    is the Jira client's count, meeting too."""
+
+    def __init__(self, meeting: Meeting):
+        self.meeting = meeting
+
+    def meet(self, tag: str) -> str:
+        self.meeting.enter(tag)
+        try:
+            self.meeting.barrier.wait()
+            return tag
+        finally:
+            self.meeting.leave()
+
+    def approximate_count(self, jql: str) -> int:
+        self.meet(jql)
+        if "refused" in jql:
+            raise IntegrationError("jira POST /rest/api/2/search/approximate-count failed: "
+                                   "HTTP 400: Error in the JQL Query", status=400,
+                                   service="jira")
+        return len(jql)
+
+    def find_user_by_email(self, email: str) -> None:
+        if email.startswith("bug@"):
+            raise RuntimeError("bug")
+        return None
+
+
+def meeting_pool(started, pool_class: type[ClientPool], size: int, parties: int,
+                 **options) -> tuple[ClientPool, Meeting]:
+    meeting = Meeting(parties)
+    options = {**limits(), **options}
+    pool = started(pool_class("jira", lambda: MeetingClient(meeting), size, **options))
+    return pool, meeting
+
+
+def test_a_batch_runs_its_calls_concurrently(started):
+    pool, meeting = meeting_pool(started, ClientPool, size=4, parties=4)
+
+    answers = pool.call_each([client_pool.Call("meet", (f"c{n}",)) for n in range(4)])
+
+    # each call waited at the barrier until all four were inside: one after another, the
+    # first would have failed after WAIT
+    assert answers == [(f"c{n}", None) for n in range(4)]
+    assert meeting.most_inside == 4
+
+
+def test_a_batch_holds_at_most_the_pool_size_at_once(started):
+    pool, meeting = meeting_pool(started, ClientPool, size=3, parties=3)
+
+    answers = pool.call_each([client_pool.Call("meet", (f"c{n}",)) for n in range(9)])
+
+    assert answers == [(f"c{n}", None) for n in range(9)]
+    assert meeting.most_inside == 3  # three rounds of three
+    assert pool.stats()["calls"] == 9 and pool.stats()["queue_length"] == 0
+
+
+def test_one_failing_call_of_a_batch_leaves_the_others_answered(echo):
+    pool = echo(size=2)
+
+    answers = pool.call_each([client_pool.Call("add", (1,)),
+                              client_pool.Call("fail", ("no",)),
+                              client_pool.Call("add", (2, 3))])
+
+    assert [answer for answer, _ in answers] == [1, None, 5]
+    error = answers[1][1]
+    assert isinstance(error, IntegrationError) and error.message == "no"
+
+
+def test_an_empty_batch_calls_nobody(echo):
+    pool = echo(size=1)
+
+    assert pool.call_each([]) == []
+    assert pool.stats()["calls"] == 0
+
+
+def test_a_batch_lets_callers_queued_meanwhile_go_before_its_next_call(echo, log):
+    pool = echo(size=1)
+    log.gate("b1")
+    batch = start_caller(lambda: pool.call_each([client_pool.Call("hold", ("b1",)),
+                                                 client_pool.Call("record", ("b2",))]))
+    assert log.entered["b1"].wait(WAIT)
+    probe = probe_queue(pool)
+    other = start_caller(lambda: pool.call("record", "other"))
+    probe.wait_joined()
+
+    log.gates["b1"].set()
+
+    assert batch.result() == ([("b1", None), ("b2", None)], None)
+    assert other.result() == ("other", None)
+    assert log.entries == ["b1", "other", "b2"]
+
+
+def test_a_batch_call_queued_past_queue_timeout_is_not_made(echo, log):
+    pool = echo(size=1, queue_timeout=0.05)
+    held = hold(pool, log, "held")
+
+    answers = pool.call_each([client_pool.Call("record", ("late",))])
+
+    [(answer, error)] = answers
+    assert answer is None and isinstance(error, IntegrationError)
+    assert not isinstance(error, OutcomeUnknown)
+    assert "no free client within 0.05 s; the call was not made" in error.message
+    log.gates["held"].set()
+    assert held.result() == ("held", None)
+    assert pool.call("record", "after") == "after"
+    assert log.entries == ["held", "after"]
+    assert pool.stats()["gave_up_queued"] == 1
+
+
+def test_a_batch_call_running_past_call_timeout_is_an_unknown_outcome(echo, log):
+    pool = echo(size=2, call_timeout=0.05)
+    log.gate("slow")
+
+    answers = pool.call_each([client_pool.Call("hold", ("slow",)),
+                              client_pool.Call("add", (1,))])
+
+    assert isinstance(answers[0][1], OutcomeUnknown) and answers[1] == (1, None)
+    assert "may take effect" in answers[0][1].message
+    log.gates["slow"].set()
+    assert pool.stats()["unknown_outcomes"] == 1
+
+
+def test_abandon_ends_a_batch_and_its_unbegun_calls_never_begin(echo, log):
+    pool = echo(size=1, call_timeout=60, queue_timeout=60)
+    log.gate("first")
+    batch = start_caller(lambda: pool.call_each([client_pool.Call("hold", ("first",)),
+                                                 client_pool.Call("record", ("second",))]))
+    assert log.entered["first"].wait(WAIT)
+
+    pool.abandon()
+
+    answer, error = batch.result()
+    assert answer is None and isinstance(error, CallAbandoned)
+    log.gates["first"].set()
+    pool.stop(timeout=WAIT)
+    assert log.entries == ["first"]
+
+
+def test_a_jira_pool_counts_every_jql_concurrently(started):
+    jqls = [f'assignee = "acc-{n}" AND statusCategory != Done' for n in range(5)]
+    pool, meeting = meeting_pool(started, JiraPool, size=5, parties=5)
+
+    answers = pool.count_issues(jqls)
+
+    assert [a.value for a in answers] == [len(jql) for jql in jqls]
+    assert all(a.ok for a in answers) and meeting.most_inside == 5
+    assert sorted(meeting.order) == sorted(jqls)
+
+
+def test_a_jira_pool_answers_a_refused_count_as_that_jqls_error(started):
+    pool, _ = meeting_pool(started, JiraPool, size=2, parties=2)
+
+    answers = pool.count_issues(["assignee = refused", "assignee = fine"])
+
+    assert answers[1].value == len("assignee = fine") and answers[1].ok
+    assert answers[0].value is None and answers[0].error.status == 400
+
+
+def test_a_jira_pool_batch_raises_a_clients_bug_like_a_single_call(started):
+    pool, _ = meeting_pool(started, JiraPool, size=2, parties=1)
+
+    with pytest.raises(RuntimeError, match="bug"):
+        pool.find_users_by_email(["a@example.com", "bug@example.com"])
+    assert [a.value for a in pool.find_users_by_email(["a@example.com"])] == [None]

@@ -306,14 +306,14 @@ def test_postgres_refuses_a_configuration_above_the_server_limit(postgres_url, m
     monkeypatch.setattr(database, "server_limit",
                         lambda db: database.ServerLimit(max_connections=50, reserved=3))
 
-    store.check_capacity(_config(slots=29))  # 8 + 4 + 29 + 6 = 47: exactly what is allowed
+    store.check_capacity(_config(slots=28))  # 8 + 4 + 28 + 7 = 47: exactly what is allowed
     with pytest.raises(ConfigError) as refused:
         store.check_capacity(_config(slots=40))
     store.close()
 
     assert refused.value.message.startswith(
-        "database: the configuration needs up to 58 connections (http.threads 8 + "
-        "trigger_actors 4 + execution_slots 40 + 6 for the runtime), but the PostgreSQL server "
+        "database: the configuration needs up to 59 connections (http.threads 8 + "
+        "trigger_actors 4 + execution_slots 40 + 7 for the runtime), but the PostgreSQL server "
         "allows 47 (max_connections 50 - 3 reserved)"
     )
 

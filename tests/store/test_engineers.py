@@ -273,18 +273,22 @@ def test_turn_locks_the_candidate_rows_in_one_transaction(store, query_counter):
     assert "ORDER BY" in select  # one lock order for every caller: no deadlock
 
 
-def test_dispatch_record_keeps_a_later_mark_of_the_same_issues_turn(store):
+def test_a_dispatch_record_never_moves_a_later_mark_back(store):
+    """Concurrent executions: an engineer's turn for one issue may be taken (or another
+    dispatch recorded) before an earlier dispatch is recorded; the rotation must not go back."""
     enable(store, "a@x.com", "b@x.com")
     order = ["a@x.com", "b@x.com"]
     store.engineers.take_turn(order, issue_key="TCID-1", now=T0 + timedelta(seconds=10))
     store.engineers.take_turn(order, issue_key="TCID-2", now=T0)  # b, marked after a
+    turn = T0 + timedelta(seconds=10, microseconds=1)
 
-    store.engineers.update_dispatch_state("b@x.com", dispatched_at=T0, issue_key="TCID-2",
-                                          now=T0)
-    kept = store.engineers.get("b@x.com").last_dispatched_at
-    store.engineers.update_dispatch_state("b@x.com", dispatched_at=T0, issue_key="TCID-3",
-                                          now=T0)
-    replaced = store.engineers.get("b@x.com").last_dispatched_at
-
-    assert kept == T0 + timedelta(seconds=10, microseconds=1)
-    assert replaced == T0  # another issue's dispatch: recorded as given
+    for issue_key in ("TCID-2", "TCID-3"):  # its own issue's record, or another's
+        store.engineers.update_dispatch_state("b@x.com", dispatched_at=T0, issue_key=issue_key,
+                                              now=T0)
+        kept = store.engineers.get("b@x.com")
+        assert (kept.last_dispatched_at, kept.last_dispatched_issue) == (turn, "TCID-2")
+    later = T0 + timedelta(seconds=20)
+    store.engineers.update_dispatch_state("b@x.com", dispatched_at=later, issue_key="TCID-3",
+                                          now=later)
+    moved = store.engineers.get("b@x.com")
+    assert (moved.last_dispatched_at, moved.last_dispatched_issue) == (later, "TCID-3")

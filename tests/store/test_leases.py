@@ -141,9 +141,9 @@ def test_a_trigger_is_taken_up_again_only_by_its_own_holder_while_its_lease_runs
                                     now=NOW)
     store.triggers.claim(trigger.id, NOW, owner=ME, expires_at=NOW + LEASE)
 
-    other = store.triggers.claim(trigger.id, NOW, owner=OTHER, retrying=True,
+    other = store.triggers.claim(trigger.id, NOW, owner=OTHER,
                                  expires_at=NOW + LEASE)
-    again = store.triggers.claim(trigger.id, NOW, owner=ME, retrying=True,
+    again = store.triggers.claim(trigger.id, NOW, owner=ME,
                                  expires_at=NOW + LEASE)
 
     assert other is None

@@ -15,6 +15,11 @@ Two separate limits bound a caller:
   that gives up then gets ``OutcomeUnknown``: the call is still running and may take effect; the
   actor rejoins the pool only when the call really ends.
 
+``call_each`` runs a batch of calls for one caller concurrently (``assign``'s ``balanced``
+strategy counts every candidate's open issues at once): at most ``size`` of them are in the
+pool at a time, the next one joining the queue as one ends, so other callers' calls queued
+meanwhile go first. Each call of a batch keeps both limits of its own.
+
 Every transition (queued → running → done) happens under the pool's one lock; each caller waits
 on its own condition of that lock, so a hand-off wakes exactly the caller it concerns. The pool
 has no thread of its own: a ClientActor hands itself back from its own thread when a call ends.
@@ -27,7 +32,8 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +44,11 @@ from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnk
 from ticket_dispatcher.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+# What a caller requires at the moment its call would begin, checked in the client actor's
+# thread just before the client call (a lease still held: actors/leases.py). Set around a call
+# by the caller; an exception it raises is the call's answer, and the call is not made.
+call_guard: ContextVar[Callable[[], None] | None] = ContextVar("call_guard", default=None)
 
 
 
@@ -63,11 +74,13 @@ class _PooledCall:
     call: Call
     ready: threading.Condition  # a condition of the pool's lock, notified on every change
     queued_at: float
+    sent_at: float | None = None  # handed to an actor (``call_timeout`` runs from here)
     state: _State = _State.QUEUED
     started: bool = False  # the actor began the client call: from here it may take effect
     caller_gone: bool = False  # the caller stopped waiting: an unstarted call must not start
     result: Any = None
     error: BaseException | None = None
+    guard: Callable[[], None] | None = field(default_factory=call_guard.get)  # the caller's
 
 
 @dataclass(frozen=True)
@@ -100,8 +113,9 @@ class ClientActor(pykka.ThreadingActor):
         return getattr(self._client, call.method)(*call.args, **call.kwargs)
 
     def _run_job(self, pooled: _PooledCall) -> None:
-        if not self._pool._begin(pooled):  # its caller left before the call began
-            self._pool._finish(self.actor_ref, pooled, None, None, None)
+        refused = _refusal(pooled)
+        if refused is not None or not self._pool._begin(pooled):  # not made: skipped
+            self._pool._finish(self.actor_ref, pooled, None, refused, None)
             return
         started = time.monotonic()
         result: Any = None
@@ -124,6 +138,18 @@ class ClientActor(pykka.ThreadingActor):
 
     def on_failure(self, *exc_info: Any) -> None:
         self._pool._retire(self.actor_ref)
+
+
+def _refusal(pooled: _PooledCall) -> Exception | None:
+    """What the caller's guard raises now, at the last moment before the call; None when the
+    call may begin."""
+    if pooled.guard is None:
+        return None
+    try:
+        pooled.guard()
+    except Exception as exc:
+        return exc
+    return None
 
 
 class ClientPool:
@@ -222,6 +248,94 @@ class ClientPool:
             raise pooled.error
         return pooled.result
 
+    def call_each(self, calls: Sequence[Call]) -> list[tuple[Any, BaseException | None]]:
+        """Run every call of ``calls`` concurrently, at most ``size`` at a time, and answer
+        ``(answer, None)`` or ``(None, error)`` for each, in order. An error is what ``call``
+        would have raised for that call alone: the client's exception, ``IntegrationError``
+        (no free actor within ``queue_timeout``, not made) or ``OutcomeUnknown`` (no answer
+        within ``call_timeout``); one failing call does not stop the others. Only
+        ``CallAbandoned`` (shutdown), or a pool that is not open, ends the whole batch: it is
+        raised, and the calls not yet begun never begin."""
+        if not calls:
+            return []
+        batch = _Batch(list(calls), threading.Condition(self._lock))
+        with self._lock:
+            self._check_open_locked(calls[0].method)
+            self._waiting_on_calls += 1
+            try:
+                while not self._abandoned:
+                    self._top_up_locked(batch)
+                    self._settle_locked(batch)
+                    if batch.finished:
+                        break
+                    if not batch.can_top_up(self.size):
+                        batch.ready.wait(timeout=self._next_deadline(batch))
+            finally:
+                self._waiting_on_calls -= 1
+            if self._abandoned and not batch.finished:
+                self._leave_batch_locked(batch)
+                raise CallAbandoned(f"{self.name} {calls[0].method}: the service is shutting "
+                                    f"down; calls of the batch not begun were not made")
+        return batch.answers()
+
+    def _top_up_locked(self, batch: _Batch) -> None:
+        """Hand the batch's next calls to the pool while fewer than ``size`` are in it."""
+        while batch.can_top_up(self.size):
+            index = batch.next_index
+            batch.next_index += 1
+            pooled = _PooledCall(batch.calls[index], batch.ready, queued_at=time.monotonic())
+            batch.in_pool[index] = pooled
+            if self._stopped:  # stopped mid-batch: no actor would ever take it
+                self._refuse_locked(pooled)
+            else:
+                self._dispatch_locked(pooled)
+
+    def _settle_locked(self, batch: _Batch) -> None:
+        """Take the answer of every call of the batch that ended, and give up on every call
+        past its limit, exactly as ``call`` would."""
+        now = time.monotonic()
+        for index, pooled in list(batch.in_pool.items()):
+            if pooled.state is _State.DONE:
+                batch.settle(index, (pooled.result, pooled.error))
+            elif pooled.state is _State.QUEUED and now >= pooled.queued_at + self.queue_timeout:
+                pooled.caller_gone = True
+                if pooled in self._queue:
+                    self._queue.remove(pooled)
+                self._gave_up_queued += 1
+                batch.settle(index, (None, IntegrationError(
+                    f"{self.name} {pooled.call.method}: no free client within "
+                    f"{self.queue_timeout:g} s; the call was not made", service=self.name)))
+            elif (pooled.state is _State.RUNNING and pooled.sent_at is not None
+                  and now >= pooled.sent_at + self.call_timeout):
+                pooled.caller_gone = True
+                batch.settle(index, (None, self._overdue_locked(pooled)))
+
+    def _overdue_locked(self, pooled: _PooledCall) -> IntegrationError:
+        method = pooled.call.method
+        if not pooled.started:  # only when the actor was stopping: it never took the call
+            self._gave_up_queued += 1
+            return IntegrationError(f"{self.name} {method}: the client did not take the call "
+                                    f"within {self.call_timeout:g} s; the call was not made",
+                                    service=self.name)
+        self._unknown_outcomes += 1
+        return OutcomeUnknown(f"{self.name} {method}: no answer within {self.call_timeout:g} "
+                              f"s; the call is still running and may take effect",
+                              service=self.name)
+
+    def _next_deadline(self, batch: _Batch) -> float:
+        """Seconds until the first limit of a call of the batch runs out."""
+        deadlines = [pooled.queued_at + self.queue_timeout if pooled.state is _State.QUEUED
+                     else (pooled.sent_at or pooled.queued_at) + self.call_timeout
+                     for pooled in batch.in_pool.values()]
+        return max(0.0, min(deadlines, default=0.0) - time.monotonic())
+
+    def _leave_batch_locked(self, batch: _Batch) -> None:
+        """The caller stops waiting: no call of the batch that has not begun ever begins."""
+        for pooled in batch.in_pool.values():
+            pooled.caller_gone = True
+            if pooled in self._queue:
+                self._queue.remove(pooled)
+
     def _check_open_locked(self, method: str) -> None:
         if self._abandoned:
             raise CallAbandoned(f"{self.name} {method}: the service is shutting down")
@@ -298,6 +412,7 @@ class ClientPool:
             self._forget_locked(actor)
             return False
         pooled.state = _State.RUNNING
+        pooled.sent_at = time.monotonic()
         self._running[actor.actor_urn] = pooled
         pooled.ready.notify_all()
         self._metrics.client_queue_wait(self.name, time.monotonic() - pooled.queued_at)
@@ -391,6 +506,32 @@ class ClientPool:
                 "abandoned": self._abandoned,
                 **self._latency.stats(),
             }
+
+
+@dataclass(eq=False)
+class _Batch:
+    """The calls of one ``call_each`` and how far they got. Guarded by the pool's lock; every
+    call of the batch notifies its one condition, ``ready``."""
+
+    calls: list[Call]
+    ready: threading.Condition
+    next_index: int = 0  # the next call to hand to the pool
+    in_pool: dict[int, _PooledCall] = field(default_factory=dict)  # by index, not yet settled
+    settled: dict[int, tuple[Any, BaseException | None]] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.settled) == len(self.calls)
+
+    def can_top_up(self, size: int) -> bool:
+        return self.next_index < len(self.calls) and len(self.in_pool) < size
+
+    def settle(self, index: int, outcome: tuple[Any, BaseException | None]) -> None:
+        del self.in_pool[index]
+        self.settled[index] = outcome
+
+    def answers(self) -> list[tuple[Any, BaseException | None]]:
+        return [self.settled[index] for index in range(len(self.calls))]
 
 
 class _Latency:

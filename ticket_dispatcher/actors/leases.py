@@ -14,7 +14,8 @@ its next external call:
   so the store refuses a write made under an older claim (``LeaseLost``);
 - ``guarded_ports``: before every call to Jira, Lark, Oncall, Core or a store port, the hold
   must still be valid by this process's own clock (a process paused past its lease stops
-  without waiting for the store to say so).
+  without waiting for the store to say so); an integration call checks it once more in the
+  client actor's thread, just before it is sent (``client_pool.call_guard``).
 
 A store failure met by a port is remembered on the hold, so an action that turns it into a
 warning or a business failure cannot persist that: its next checkpoint raises the failure
@@ -32,6 +33,7 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from ticket_dispatcher.actors.client_pool import call_guard
 from ticket_dispatcher.domain.execution import Execution, Lease, RuleExecution
 from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.errors import LeaseLost, StoreUnavailable
@@ -124,12 +126,17 @@ class _GuardedPort:
         @functools.wraps(attribute)
         def call(*args: Any, **kwargs: Any) -> Any:
             self._hold.check(self._now())
+            # Checked again by the client actor just before it sends: a pause between here
+            # and there must not let a call out once the lease has run out.
+            guard = call_guard.set(lambda: self._hold.check(self._now()))
             try:
                 answer = attribute(*args, **kwargs)
             except StoreUnavailable as exc:
                 if self._store:
                     self._hold.store_error = exc
                 raise
+            finally:
+                call_guard.reset(guard)
             self._hold.progress_at = self._now()  # an answer, even a refusal, is progress
             return answer
 

@@ -219,6 +219,7 @@ class Runtime:
                      if k not in ("running", "parked_executions")},
             "executions": pool["running"],
             "parked_executions": self._parked_views(pool["parked_executions"]),
+            "cluster": {"mode": self.deps.config.cluster.mode, "draining": self.draining},
             "replicas": self._replica_views(),
             "trigger_actors": self._triggers.status(),
             "clients": self._client_status(),

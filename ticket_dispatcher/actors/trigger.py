@@ -80,8 +80,8 @@ class TriggerProcessor:
         trigger, work.claimed = work.claimed, None
         try:
             trigger = trigger or deps.store.triggers.claim(
-                work.trigger_id, now, recovering=work.recovering, retrying=work.attempts > 0,
-                owner=deps.owner, expires_at=now + deps.config.leases.duration)
+                work.trigger_id, now, recovering=work.recovering, owner=deps.owner,
+                expires_at=now + deps.config.leases.duration)
         except StoreUnavailable:
             return "retry"
         if trigger is None:
@@ -216,10 +216,10 @@ class TriggerRouter:
     def submit(self, trigger_id: int, recovering: bool = False, *,
                claimed: Trigger | None = None) -> None:
         with self._lock:
-            if (work := self._in_hand.get(trigger_id)) is not None:
-                if claimed is not None:  # its processing finds the claim taken for it
-                    work.claimed = claimed
-                return  # queued, processing or waiting to retry here already
+            if trigger_id in self._in_hand:
+                # Queued, processing or waiting to retry here already. A claim taken for it
+                # meanwhile is this process's own: its processing claims it again.
+                return
             work = TriggerWork(trigger_id, recovering, token=next(self._tokens), claimed=claimed)
             self._in_hand[trigger_id] = work
         self._dispatch(ProcessTrigger(trigger_id, recovering, work.token))

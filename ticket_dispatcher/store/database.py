@@ -78,6 +78,7 @@ SQLITE_PRAGMAS = (
 # execution pool actor, plus a margin for the main thread, the scheduler and the CLI or harness.
 RUNTIME_CONNECTIONS = 2
 MARGIN_CONNECTIONS = 4
+CLUSTER_LINK_CONNECTIONS = 1  # PostgreSQL: the mode lock and the work channel, outside the pool
 PG_STALE_SECONDS = 300
 # TCP keepalive probes of an idle PostgreSQL connection (one waiting for an answer is idle to
 # TCP): the first after connect_timeout, then every PG_KEEPALIVE_INTERVAL seconds, and the
@@ -316,13 +317,17 @@ def check_capacity(db: peewee.Database, config: Config) -> None:
     server: other clients (another instance during a rolling update, psql, backups) share it.
     """
     limit = server_limit(db)
-    needed = connection_budget(config)
-    if limit is None or needed <= limit.allowed:
+    if limit is None:
+        return
+    # The pool, and the connection every PostgreSQL process holds outside it (store/cluster.py).
+    needed = connection_budget(config) + CLUSTER_LINK_CONNECTIONS
+    if needed <= limit.allowed:
         return
     raise ConfigError(
         f"database: the configuration needs up to {needed} connections (http.threads "
         f"{config.http.threads} + trigger_actors {config.trigger_actors} + execution_slots "
-        f"{config.execution_slots} + {RUNTIME_CONNECTIONS + MARGIN_CONNECTIONS} for the "
+        f"{config.execution_slots} + "
+        f"{RUNTIME_CONNECTIONS + MARGIN_CONNECTIONS + CLUSTER_LINK_CONNECTIONS} for the "
         f"runtime), but the PostgreSQL server allows {limit.allowed} (max_connections "
         f"{limit.max_connections} - {limit.reserved} reserved); lower execution_slots, "
         f"trigger_actors or http.threads, or raise the server's max_connections"

@@ -182,15 +182,18 @@ class EngineerRepository:
         """Record a successful assignment: one UPDATE of the dispatch columns.
         False when the engineer no longer exists.
 
-        A later mark of this issue's own round-robin turn (``take_turn``) is kept instead of
-        ``dispatched_at``: moving the engineer back would give them the next turn again."""
+        The mark only moves forward: a later one (this engineer's round-robin turn for another
+        issue, taken meanwhile by ``take_turn``, or a dispatch recorded first that happened
+        later) is kept, with its issue. Moving an engineer back would give them the next turn
+        again, and the rotation over concurrent executions would go uneven."""
         at = to_utc(dispatched_at)
         column = EngineerRow.last_dispatched_at
-        kept_turn = (EngineerRow.last_dispatched_issue == issue_key) & (column > at)
+        newer = column.is_null() | (column <= peewee.Value(at, converter=column.db_value))
         query = EngineerRow.update(
             last_dispatched_at=peewee.Case(
-                None, [(kept_turn, column)], peewee.Value(at, converter=column.db_value)),
-            last_dispatched_issue=issue_key,
+                None, [(newer, peewee.Value(at, converter=column.db_value))], column),
+            last_dispatched_issue=peewee.Case(
+                None, [(newer, issue_key)], EngineerRow.last_dispatched_issue),
             updated_at=to_utc(now),
         ).where(EngineerRow.email == normalize_email(email))
         with unit_of_work(self.db):

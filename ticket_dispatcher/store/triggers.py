@@ -111,12 +111,12 @@ class TriggerRepository:
         return [trigger_from_row(row) for row in rows[:limit]], following
 
     def claim(self, trigger_id: int, now: datetime, *, recovering: bool = False,
-              retrying: bool = False, owner: str = "", expires_at: datetime | None = None
-              ) -> Trigger | None:
+              owner: str = "", expires_at: datetime | None = None) -> Trigger | None:
         """Claim a due trigger under a new lease (``Trigger.lease``) by one conditional
         UPDATE, so a second claimer loses: a ``pending`` one, or a ``processing`` one that
-        nobody holds any more (no owner, or its lease expired). ``retrying``: ``owner`` takes
-        up again a trigger it holds itself (its processing was interrupted). ``recovering``:
+        nobody holds any more (no owner, or its lease expired), or that ``owner`` holds itself
+        (this process has each trigger in hand once: its processing was interrupted, or a
+        claim of this process for its idle actors took it first). ``recovering``:
         boot recovery of the one process that serves this database takes over any
         ``processing`` trigger, since whoever held it is gone. None when the trigger is not
         ours to process. Without ``expires_at`` the lease never expires.
@@ -125,9 +125,7 @@ class TriggerRepository:
         processing = TriggerRow.status == TriggerStatus.PROCESSING.value
         if not recovering:
             free = TriggerRow.unheld(now)
-            if retrying:
-                free |= TriggerRow.lease_owner == owner
-            processing &= free
+            processing &= free | (TriggerRow.lease_owner == owner) if owner else free
         with write_lock(self.db):
             rows = list(TriggerRow.update(
                 status=TriggerStatus.PROCESSING.value, updated_at=now, lease_owner=owner,
