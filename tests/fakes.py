@@ -6,7 +6,8 @@ an in-memory checkpoint store."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,6 +17,7 @@ from ticket_dispatcher.domain.actions.notification import NOTIFICATION_CONFIG_CH
 from ticket_dispatcher.domain.execution import Execution, FailureCode, RuleExecution
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.domain.ports import (
+    Answer,
     DirectoryUser,
     GroupMember,
     NotConfigured,
@@ -134,6 +136,10 @@ class FakeJira:
         self.failures: dict[str, int] = {}  # key -> how many loads still fail
         self.spared: dict[str, int] = {}  # key -> loads that succeed before failures start
         self.loads: list[str] = []
+        # Issue counts: each JQL's first quoted string names the account it counts for.
+        self.open_issues: dict[str, int] = {}  # account id -> what its counts answer
+        self.failing_counts: set[str] = set()  # account ids whose count answers 400
+        self.counted: list[str] = []  # every JQL counted, in order
 
     def put(self, the_issue: Issue) -> Issue:
         self.issues[the_issue.key] = the_issue
@@ -192,6 +198,30 @@ class FakeJira:
     def add_internal_comment(self, key: str, text: str) -> None:
         self._write("add_internal_comment", key, text)
 
+    # -- batches (one after another here; the client pool runs them concurrently) -------------
+
+    def count_issues(self, jqls: Sequence[str]) -> list[Answer[int]]:
+        answers: list[Answer[int]] = []
+        for jql in jqls:
+            self.counted.append(jql)
+            account_id = first_jql_string(jql)
+            if account_id in self.failing_counts:
+                answers.append(Answer(error=IntegrationError(
+                    f"jira POST /rest/api/2/search/approximate-count failed: HTTP 400: "
+                    f"the JQL for {account_id} is not valid", status=400, service="jira")))
+            else:
+                answers.append(Answer(value=self.open_issues.get(account_id or "", 0)))
+        return answers
+
+    def find_users_by_email(self, emails: Sequence[str]) -> list[Answer[JiraUser | None]]:
+        answers: list[Answer[JiraUser | None]] = []
+        for email in emails:
+            try:
+                answers.append(Answer(value=self.find_user_by_email(email)))
+            except IntegrationError as exc:
+                answers.append(Answer(error=exc))
+        return answers
+
     def _write(self, method: str, *args) -> None:
         if method in self.failing_writes:
             raise IntegrationError(f"jira answered 500 to {method}", status=500, service="jira")
@@ -199,6 +229,12 @@ class FakeJira:
 
     def calls(self, method: str) -> list[tuple]:
         return [w for w in self.writes if w[0] == method]
+
+
+def first_jql_string(jql: str) -> str | None:
+    """The first double-quoted JQL string literal in ``jql``, unescaped; None when none."""
+    found = re.search(r'"((?:[^"\\]|\\.)*)"', jql)
+    return re.sub(r"\\(.)", r"\1", found.group(1)) if found else None
 
 
 class FakeDirectory:

@@ -2,10 +2,10 @@
 
 It knows only what an ``assign`` dispatch and the assignment notification need:
 read an issue (assignee, priority, status, severity), set its assignee, edit its fields and
-labels, search users by email, write internal comments. It shares no code with the product or
-its sandbox,
-so a test that drives a real ``ticket-dispatcher serve`` process against it checks the product
-against Jira's API, not against itself.
+labels, search users by email, count an assignee's issues (the JQL ``assignee = "ID"``,
+optionally ``AND statusCategory != Done``), write internal comments. It shares no code with
+the product or its sandbox, so a test that drives a real ``ticket-dispatcher serve`` process
+against it checks the product against Jira's API, not against itself.
 
 Besides answering, it lets a test control and observe the peer:
 
@@ -44,6 +44,10 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 L2_FIELD_ID = "customfield_10053"  # default jira.l2_field_id
 SEVERITY_FIELD_ID = "customfield_10076"  # default jira.severity_field_id
 CREATED = "2026-01-05T09:30:00.000+0000"  # Jira's own time format
+# The one JQL shape the fake counts: an assignee, optionally only issues not done.
+COUNT_JQL = re.compile(r'assignee\s*=\s*"((?:[^"\\]|\\.)*)"'
+                       r"(\s+AND\s+statusCategory\s*!=\s*Done)?", re.IGNORECASE)
+DONE_STATUSES = ("done", "closed", "resolved")
 
 
 class Route(StrEnum):
@@ -53,6 +57,7 @@ class Route(StrEnum):
     ASSIGN = "PUT /rest/api/2/issue/{key}/assignee"
     EDIT_ISSUE = "PUT /rest/api/2/issue/{key}"
     SEARCH_USERS = "GET /rest/api/2/user/search"
+    COUNT_ISSUES = "POST /rest/api/2/search/approximate-count"
     ADD_COMMENT = "POST /rest/servicedeskapi/request/{key}/comment"
 
 
@@ -61,6 +66,7 @@ _PATHS: tuple[tuple[str, re.Pattern[str], Route], ...] = (
     ("PUT", re.compile(r"^/rest/api/2/issue/([^/]+)/assignee$"), Route.ASSIGN),
     ("PUT", re.compile(r"^/rest/api/2/issue/([^/]+)$"), Route.EDIT_ISSUE),
     ("GET", re.compile(r"^/rest/api/2/user/search$"), Route.SEARCH_USERS),
+    ("POST", re.compile(r"^/rest/api/2/search/approximate-count$"), Route.COUNT_ISSUES),
     ("POST", re.compile(r"^/rest/servicedeskapi/request/([^/]+)/comment$"), Route.ADD_COMMENT),
 )
 
@@ -428,6 +434,8 @@ class FakeJira(Served):
         with self._condition:
             if call.route is Route.SEARCH_USERS:
                 return 200, self._search_users((query.get("query") or [""])[0])
+            if call.route is Route.COUNT_ISSUES:
+                return 200, {"count": self._count(call.body)}
             issue = self._issues.get(call.key or "")
             if issue is None:
                 raise _PeerError(404, "Issue does not exist or you do not have permission "
@@ -453,6 +461,16 @@ class FakeJira(Served):
         return [self._render_user(user) for user in self._users.values()
                 if wanted and (wanted in user.email.lower()
                                or wanted in user.display_name.lower())]
+
+    def _count(self, body: Any) -> int:
+        jql = body.get("jql") if isinstance(body, dict) else None
+        found = COUNT_JQL.fullmatch(jql.strip()) if isinstance(jql, str) else None
+        if found is None:
+            raise _PeerError(400, f"Error in the JQL Query: the fake cannot read {jql!r}")
+        account_id = re.sub(r"\\(.)", r"\1", found.group(1))
+        open_only = found.group(2) is not None
+        return sum(1 for issue in self._issues.values() if issue.assignee == account_id
+                   and not (open_only and (issue.status or "").lower() in DONE_STATUSES))
 
     @staticmethod
     def _comment(body: Any) -> Comment:

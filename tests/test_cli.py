@@ -210,7 +210,7 @@ def test_policy_validate_quotes_the_values_it_rejects(capsys, write_json):
 def test_policy_validate_prints_every_problem_with_its_path(capsys, write_json):
     body = policy_body()
     body["rules"][0]["when"] = {"field": "issue.priority", "operator": "regex", "value": "("}
-    body["rules"][0]["then"][0]["assign"]["strategy"] = "random"
+    body["rules"][0]["then"][0]["assign"]["strategy"] = "weighted"
 
     code, out, err = run(capsys, "policy", "validate", write_json("p.json", body))
 
@@ -343,7 +343,7 @@ def test_policy_test_uses_the_configured_severity_field(capsys, write_json, tmp_
 
 def test_policy_test_reports_validation_problems_as_warnings(capsys, write_json):
     policy = policy_body()
-    policy["rules"][0]["then"][0]["assign"]["strategy"] = "random"
+    policy["rules"][0]["then"][0]["assign"]["strategy"] = "weighted"
 
     code, out, _ = run(
         capsys, "policy", "test", write_json("p.json", policy),

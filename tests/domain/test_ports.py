@@ -113,8 +113,8 @@ def test_the_protocols_declare_the_methods_of_each_role():
     assert {name: sorted(protocol_methods(p)) for name, p in [
         ("jira", Jira), ("lark", Messenger), ("oncall", OnCall), ("core", Directory),
         ("engineers", EngineerStore)]} == {
-        "jira": ["add_internal_comment", "apply_triage", "assign", "edit_labels",
-                 "find_user_by_email", "load_issue", "set_l2_assignee"],
+        "jira": ["add_internal_comment", "apply_triage", "assign", "count_issues", "edit_labels",
+                 "find_user_by_email", "find_users_by_email", "load_issue", "set_l2_assignee"],
         "lark": ["open_ids_by_email", "read_user_ids", "send_card", "urgent_app"],
         "oncall": ["page", "responders"],
         "core": ["group_members", "leader", "user"],

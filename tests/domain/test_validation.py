@@ -273,7 +273,7 @@ ORDINARY_REJECTIONS = [
     (lambda: with_action({"type": "assign", "assign": []}), "rules[0].then[0].assign", "shape"),
     (mutate(lambda b: action0(b).update(triage={})), "rules[0].then[0].triage", "shape"),
     (mutate(lambda b: assign0(b).pop("strategy")), "rules[0].then[0].assign.strategy", "shape"),
-    (mutate(lambda b: assign0(b).update(strategy="random")),
+    (mutate(lambda b: assign0(b).update(strategy="weighted")),
      "rules[0].then[0].assign.strategy", "rule"),
     (mutate(lambda b: assign0(b).update(strategy=1)), "rules[0].then[0].assign.strategy", "shape"),
     (mutate(lambda b: assign0(b).update(fallback="x")),
@@ -543,7 +543,7 @@ def test_all_problems_are_returned_at_once_with_paths():
     body["id"] = 3  # 1: server-assigned
     body["trigger"]["enable"] = "yes"  # 2: wrong type
     body["rules"][0]["when"]["all"][1]["time_window"]["timezone"] = "Asia/Nowhere"  # 3
-    body["rules"][1]["then"][0]["assign"]["strategy"] = "random"  # 4
+    body["rules"][1]["then"][0]["assign"]["strategy"] = "weighted"  # 4
     body["rules"][1]["transition"]["on_success"] = "stop"  # 5
     assert paths(validate(body)) == [
         ("id", "shape"),
@@ -581,9 +581,9 @@ def test_parse_policy_spec_defaults_transition_to_terminate():
 
 def test_parse_policy_spec_accepts_a_draft_with_rule_problems():
     body = ordinary()
-    body["rules"][0]["then"][0]["assign"]["strategy"] = "random"
+    body["rules"][0]["then"][0]["assign"]["strategy"] = "weighted"
     spec = parse_policy_spec(body, WITH_NOTIFICATIONS)
-    assert spec.rules[0].then[0]["assign"]["strategy"] == "random"
+    assert spec.rules[0].then[0]["assign"]["strategy"] == "weighted"
 
 
 def test_parse_policy_spec_refuses_shape_problems():
@@ -725,8 +725,8 @@ QUOTED_REJECTIONS = [
     ("action type", lambda: with_action({"type": "close"}), "rules[0].then[0].type", '"close"'),
     ("no executor", None, "rules[0].then[0].type", '"escalate_assignment_to_leader"'),
     ("strategy", lambda: with_action({"type": "assign", "assign": {
-        "receiver": {"type": "user", "user": "a@b.c"}, "strategy": "random"}}),
-     "rules[0].then[0].assign.strategy", '"random"'),
+        "receiver": {"type": "user", "user": "a@b.c"}, "strategy": "weighted"}}),
+     "rules[0].then[0].assign.strategy", '"weighted"'),
     ("receiver type", lambda: receiver({"type": "team", "team": "x"}),
      "rules[0].then[0].assign.receiver.type", '"team"'),
     ("email", lambda: receiver({"type": "user", "user": "alice"}),

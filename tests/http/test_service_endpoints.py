@@ -47,6 +47,17 @@ def test_options_come_from_the_validators_whitelist(api):
     assert {r["source"] for r in options["reserved_sources"]} == set(catalog.RESERVED_SOURCES)
 
 
+def test_options_and_the_document_list_every_assign_strategy(api):
+    options = api.get("/dispatch/options").json
+    assign = api.get("/openapi.json").json["components"]["schemas"]["Action"]["oneOf"][0]
+    config = assign["properties"]["assign"]
+
+    assert options["strategies"] == ["first", "round_robin", "balanced", "random"]
+    assert config["properties"]["strategy"]["enum"] == options["strategies"]
+    assert config["required"] == ["receiver", "strategy"]  # count_jql is optional
+    assert "{account}" in config["properties"]["count_jql"]["description"]
+
+
 def test_options_list_the_action_types_the_services_registry_runs(services):
     registry = product_registry()
     for action in [*notification_stand_ins(), RecordingAction()]:

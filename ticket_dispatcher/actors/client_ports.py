@@ -3,26 +3,30 @@ them from the configuration.
 
 Each typed pool is a ``ClientPool`` (actors/client_pool.py) over the matching ``integrations/``
 client and implements one port of domain/ports.py (``JiraPool`` the ``Jira`` port, and so on):
-one method per port method, the same name on the client, run on one of the pool's actors.
+one method per port method, the same name on the client, run on one of the pool's actors. The
+batches of ``JiraSearch`` are the exception: each item is one call of a single-item client
+method (``approximate_count``, ``find_user_by_email``), all run concurrently (``call_each``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ticket_dispatcher.actors.client_pool import ClientPool
+from ticket_dispatcher.actors.client_pool import Call, ClientPool
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.domain.ports import (
+    Answer,
     DirectoryUser,
     GroupMember,
     PageResult,
     Responder,
     TriageChange,
 )
+from ticket_dispatcher.errors import DispatcherError
 from ticket_dispatcher.integrations.core import CoreClient
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.integrations.lark import LarkClient
@@ -56,6 +60,25 @@ class JiraPool(ClientPool):
 
     def add_internal_comment(self, key: str, text: str) -> None:
         self.call("add_internal_comment", key, text)
+
+    # A batch runs concurrently on the pool's actors, each call one single-item client method.
+
+    def count_issues(self, jqls: Sequence[str]) -> list[Answer[int]]:
+        return _answers(self.call_each([Call("approximate_count", (jql,)) for jql in jqls]))
+
+    def find_users_by_email(self, emails: Sequence[str]) -> list[Answer[JiraUser | None]]:
+        return _answers(self.call_each([Call("find_user_by_email", (email,))
+                                        for email in emails]))
+
+
+def _answers(settled: list[tuple[Any, BaseException | None]]) -> list[Answer]:
+    """A batch's outcomes as the port answers them. An error that is no ``DispatcherError`` (a
+    bug in a client) is raised, as ``call`` would raise it."""
+    for _, error in settled:
+        if error is not None and not isinstance(error, DispatcherError):
+            raise error
+    return [Answer(value=value) if error is None else Answer(error=error)  # type: ignore[arg-type]
+            for value, error in settled]
 
 
 class LarkPool(ClientPool):

@@ -75,6 +75,8 @@ class ReceiverType(StrEnum):
 class Strategy(StrEnum):
     FIRST = "first"
     ROUND_ROBIN = "round_robin"
+    BALANCED = "balanced"  # fewest open issues in Jira, ties in round-robin order
+    RANDOM = "random"  # a uniform draw, taken once when the action plans
 
 
 class OnSuccess(StrEnum):

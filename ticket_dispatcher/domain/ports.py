@@ -19,14 +19,16 @@ client. Who implements them:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
-from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.errors import DispatcherError, IntegrationError
+
+T = TypeVar("T")
 
 # -- the values the ports speak ------------------------------------------------------------------
 
@@ -85,6 +87,20 @@ class TriageChange:
     fields: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Answer(Generic[T]):
+    """One call of a batch (``JiraSearch``): its ``value``, or the ``DispatcherError`` it
+    raised. One call failing does not stop the others; the caller decides what a failure
+    means."""
+
+    value: T | None = None
+    error: DispatcherError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
 # -- the ports ------------------------------------------------------------------------------------
 
 
@@ -111,7 +127,23 @@ class JiraWriter(Protocol):
     def add_internal_comment(self, key: str, text: str) -> None: ...
 
 
-class Jira(IssueLoader, JiraWriter, Protocol):
+class JiraSearch(Protocol):
+    """The reads ``assign``'s ``balanced`` strategy makes for all its candidates at once.
+    Each answers one ``Answer`` per input, in input order. A client pool runs the calls of one
+    batch concurrently, at most its size at a time; a plain client runs them one after
+    another. ``CallAbandoned`` (shutdown) is raised for the whole batch, never answered."""
+
+    def count_issues(self, jqls: Sequence[str]) -> list[Answer[int]]:
+        """How many issues each JQL matches (Jira's approximate count: a very recent change
+        may not show yet)."""
+        ...
+
+    def find_users_by_email(self, emails: Sequence[str]) -> list[Answer[JiraUser | None]]:
+        """``find_user_by_email`` for each email."""
+        ...
+
+
+class Jira(IssueLoader, JiraWriter, JiraSearch, Protocol):
     """Jira as the runtime holds it: ``JiraPool`` over ``integrations.jira.JiraClient``."""
 
 
@@ -249,6 +281,12 @@ class NotConfiguredJira(NotConfigured):
 
     def add_internal_comment(self, key: str, text: str) -> None:
         raise self._refused("add_internal_comment")
+
+    def count_issues(self, jqls: Sequence[str]) -> list[Answer[int]]:
+        raise self._refused("count_issues")
+
+    def find_users_by_email(self, emails: Sequence[str]) -> list[Answer[JiraUser | None]]:
+        raise self._refused("find_users_by_email")
 
 
 class NotConfiguredDirectory(NotConfigured):

@@ -19,6 +19,7 @@ import re
 
 from ticket_dispatcher import __version__
 from ticket_dispatcher.domain import catalog
+from ticket_dispatcher.domain.actions import balanced
 from ticket_dispatcher.domain.catalog import FieldKind
 from ticket_dispatcher.domain.conditions import MAX_CONDITION_DEPTH
 from ticket_dispatcher.domain.execution import (
@@ -398,7 +399,13 @@ def _receiver_schemas() -> dict:
 
 
 def _action_configs() -> dict[str, dict | None]:
-    assign = _object({"receiver": _ref("Receiver"), "strategy": _enum(catalog.Strategy)})
+    assign = _object({
+        "receiver": _ref("Receiver"), "strategy": _enum(catalog.Strategy),
+        "count_jql": {**TEXT, "maxLength": balanced.MAX_COUNT_JQL_LENGTH, "description": (
+            f"balanced only: the JQL whose issues count as a candidate's open ones; "
+            f"{balanced.ACCOUNT} becomes each candidate's Jira account id, quoted. Default: "
+            f"{balanced.DEFAULT_COUNT_JQL}")}},
+        ("receiver", "strategy"))
     roles = [role.role for role in catalog.NOTIFICATION_ROLES]
     duration = {"type": "string", "pattern": DURATION_PATTERN}
     configs = {
@@ -611,6 +618,9 @@ def _service_schemas() -> dict:
                     "alive": {"type": "boolean"}, "slots": {"type": "integer"},
                     "busy": {"type": "integer"}, "parked": {"type": "integer"}})},
                     _object({"unavailable": {"type": "string"}})]},
+            "cluster": _object({
+                "mode": _enum(["single", "shared"]),
+                "draining": {"type": "boolean", "description": "the shutdown has begun"}}),
             "trigger_actors": {"type": "object"}, "clients": {"type": "object"}},
             closed=False),
         "EngineerBody": _object({

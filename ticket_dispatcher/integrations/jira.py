@@ -1,10 +1,11 @@
-"""Jira Cloud REST v2 and the Service Desk comment API."""
+"""Jira Cloud REST v2 (the platform API, whose approximate count is served under v2 as under v3)
+and the Service Desk comment API."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from requests.auth import HTTPBasicAuth
 
@@ -12,14 +13,19 @@ from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import JiraConfig
 from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.model import Issue, JiraUser
-from ticket_dispatcher.domain.ports import TriageChange
-from ticket_dispatcher.errors import IntegrationError, InvalidInput
+from ticket_dispatcher.domain.ports import Answer, TriageChange
+from ticket_dispatcher.errors import DispatcherError, IntegrationError, InvalidInput
 from ticket_dispatcher.integrations.http import HttpClient, segment
 
 SERVICE = "jira"
 # Everything the issue snapshot (``model.Issue``) reads, plus the two configured custom fields.
 ISSUE_FIELDS = ("summary", "project", "environment", "reporter", "assignee", "created",
                 "components", "labels", "priority", "status")
+# Jira Cloud's count of a JQL's issues: body {"jql": ...}, answer {"count": n}. It replaces the
+# ``total`` the deprecated ``/search`` used to give; the JQL must be bounded (restricted by a
+# field such as the assignee).
+APPROXIMATE_COUNT = "/rest/api/2/search/approximate-count"
+T = TypeVar("T")
 
 
 class JiraClient:
@@ -108,9 +114,35 @@ class JiraClient:
         self.http.request("POST", f"/rest/servicedeskapi/request/{segment(key)}/comment",
                           json={"body": text, "public": False}, expected=(201,))
 
+    def approximate_count(self, jql: str) -> int:
+        """How many issues ``jql`` matches (Jira's approximate count: a change made seconds
+        ago may not show yet). A JQL Jira cannot parse is its 400, an ``IntegrationError``."""
+        found = self.http.request_json("POST", APPROXIMATE_COUNT, json={"jql": jql})
+        count = found.get("count") if isinstance(found, dict) else None
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise IntegrationError(f"jira POST {APPROXIMATE_COUNT}: the answer has no count",
+                                   status=200, service=SERVICE)
+        return count
+
+    def count_issues(self, jqls: Sequence[str]) -> list[Answer[int]]:
+        """``approximate_count`` of each JQL, one after another (``JiraPool`` runs them
+        concurrently, each on one of its clients)."""
+        return [_answer(self.approximate_count, jql) for jql in jqls]
+
+    def find_users_by_email(self, emails: Sequence[str]) -> list[Answer[JiraUser | None]]:
+        """``find_user_by_email`` of each email, one after another."""
+        return [_answer(self.find_user_by_email, email) for email in emails]
+
     def _edit(self, key: str, body: dict[str, Any]) -> None:
         self.http.request("PUT", f"/rest/api/2/issue/{segment(key)}", json=body,
                           expected=(204,))
+
+
+def _answer(call: Callable[[str], T], argument: str) -> Answer[T]:
+    try:
+        return Answer(value=call(argument))
+    except DispatcherError as exc:
+        return Answer(error=exc)
 
 
 def _label_operations(add: Iterable[str], remove: Iterable[str]) -> list[dict[str, str]]:

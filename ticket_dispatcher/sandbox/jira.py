@@ -1,5 +1,6 @@
 """The fake Jira Cloud: its issues and what was done to them (``JiraState``), and the
-resources that read an issue, assign it, edit it, search users and comment.
+resources that read an issue, assign it, edit it, search users, count issues by JQL (the
+little JQL of ``jql.py``) and comment.
 
 Errors use Jira's shape ``{"errorMessages": [...], "errors": {field: message}}``. Callers must
 send Basic auth (any ``user:token``); the sandbox only checks that it is there. The people are
@@ -21,6 +22,7 @@ import falcon
 
 from ticket_dispatcher.domain.issues import DEFAULT_L2_FIELD_ID, DEFAULT_SEVERITY_FIELD_ID
 from ticket_dispatcher.sandbox.base import PUBLIC, ServiceError, ServiceResource, guard
+from ticket_dispatcher.sandbox.jql import UnsupportedJql, parse
 from ticket_dispatcher.sandbox.people import People, SandboxError, SandboxUser, UnknownUser
 from ticket_dispatcher.sandbox.traffic import Traffic
 from ticket_dispatcher.timeutil import format_time
@@ -191,6 +193,11 @@ class JiraState:
         with self._lock:
             keys = [self._issue(issue_key).key] if issue_key else sorted(self._issues)
             return [dict(c) for key in keys for c in self._issues[key].comments]
+
+    def count_issues(self, matches: Callable[[SandboxIssue], bool]) -> int:
+        """How many issues ``matches`` (a parsed JQL) holds for."""
+        with self._lock:
+            return sum(1 for issue in self._issues.values() if matches(issue))
 
     def search_users(self, query: str) -> list[SandboxUser]:
         """Jira's user search: a case-insensitive *contains* match on email or display name."""
@@ -483,6 +490,25 @@ class UserSearchResource(JiraResource):
         resp.media = [jira_user(user) for user in users]
 
 
+@falcon.before(guard)
+class ApproximateCountResource(JiraResource):
+    """``POST /rest/api/{2,3}/search/approximate-count``: ``{"jql": ...}`` answers
+    ``{"count": n}``; a JQL the sandbox cannot read is Jira's 400."""
+
+    roles = {"POST": PUBLIC}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = self.body(req)
+        jql = body.get("jql") if isinstance(body, dict) else None
+        if not isinstance(jql, str):
+            raise jira_error(400, ["The request body must be an object with a string 'jql'."])
+        try:
+            matches = parse(jql)
+        except UnsupportedJql as exc:
+            raise jira_error(400, [f"Error in the JQL Query: {exc}"]) from None
+        resp.media = {"count": self.state.count_issues(matches)}
+
+
 def _int_param(req: falcon.Request, name: str, default: int) -> int:
     text = req.get_param(name)
     if text is None:
@@ -521,5 +547,7 @@ def routes(jira: JiraState, traffic: Traffic) -> list[tuple[str, object]]:
         ("/rest/api/2/issue/{key}", IssueResource(jira, traffic)),
         ("/rest/api/2/issue/{key}/assignee", AssigneeResource(jira, traffic)),
         ("/rest/api/2/user/search", UserSearchResource(jira, traffic)),
+        ("/rest/api/2/search/approximate-count", ApproximateCountResource(jira, traffic)),
+        ("/rest/api/3/search/approximate-count", ApproximateCountResource(jira, traffic)),
         ("/rest/servicedeskapi/request/{key}/comment", RequestCommentResource(jira, traffic)),
     ]

@@ -3,7 +3,11 @@
 
 ``plan`` resolves the receiver to dispatch-enabled engineers in configured order and applies the
 strategy: a live ``round_robin`` chooses and advances the engineer's turn in one transaction
-under row locks (``EngineerStore.take_turn``); ``first`` and dry runs only read. ``execute``
+under row locks (``EngineerStore.take_turn``); ``first`` and dry runs only read. ``balanced``
+counts every candidate's open issues in Jira (``balanced.py``) and takes the fewest, ties in
+round-robin order (a live run takes the turn among the tied ones, as ``round_robin`` does);
+dry runs count too, since counting only reads. ``random`` draws once, uniformly, and the draw
+is saved with the plan like every choice, so a resumed execution keeps its person. ``execute``
 resolves the Jira account, writes the assignee (or the L2 user picker), records the engineer's
 dispatch state with one UPDATE, and finally removes the auto-assign label (a failure there is
 only logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided
@@ -14,11 +18,13 @@ used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ticket_dispatcher.domain.actions import balanced
 from ticket_dispatcher.domain.actions.base import (
     ActionError,
     ActionResult,
@@ -35,6 +41,7 @@ from ticket_dispatcher.domain.catalog import (
 )
 from ticket_dispatcher.domain.checks import (
     Problems,
+    at,
     check_enum,
     check_keys,
     check_name,
@@ -69,15 +76,20 @@ class AssignState(ActionState):
     jira_outcome: str | None = None  # how the write was settled, when it was not plain
     jira_updated: bool | None = None
     label_removed: str | None = None  # the auto-assign label, once removed
+    count_jql: str | None = None  # balanced: the JQL template whose issues count as open
+    counts: dict[str, int] | None = None  # balanced: each candidate's open issues, by email
 
 
 class AssignExecutor:
     """One executor serves both types; ``l2`` picks the L2 user picker instead of the assignee."""
 
-    def __init__(self, action_type: ActionType, auto_assign_label: str = DEFAULT_AUTO_ASSIGN_LABEL):
+    def __init__(self, action_type: ActionType, auto_assign_label: str = DEFAULT_AUTO_ASSIGN_LABEL,
+                 rng: random.Random | None = None):
+        """``rng``: the ``random`` strategy's source of draws (tests pass a scripted one)."""
         self.type = action_type.value
         self._l2 = action_type is ActionType.ASSIGN_L2
         self._auto_assign_label = auto_assign_label
+        self._rng = rng or random.SystemRandom()
 
     # -- validate -------------------------------------------------------------------------------
 
@@ -113,29 +125,67 @@ class AssignExecutor:
                             f"{emails or 'nobody'}, none of them dispatch-enabled")
             raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
         strategy = Strategy(run.config["strategy"])
-        if strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run:
+        if strategy is Strategy.BALANCED:
+            chosen = self._balanced(run, state, candidates)
+        elif strategy is Strategy.RANDOM:
+            chosen = candidates[self._rng.randrange(len(candidates))]
+            state.reason = f"random: drawn uniformly among {len(candidates)} candidates"
+        elif strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run:
             chosen = self._take_turn(run, state, candidates)
             state.reason = _round_robin_reason(chosen)
-        else:  # ``first``, and every dry run: read only
+        else:  # ``first``, and a dry-run ``round_robin``: read only
             chosen, state.reason = _choose(candidates, strategy)
         state.assignee = chosen.email
-        state.account_id = chosen.jira_account_id  # the engineer's cache; "" when unknown
+        # the engineer's cache ("" when unknown), or the account ``balanced`` looked up
+        state.account_id = state.account_id or chosen.jira_account_id
+
+    def _balanced(self, run: ActionRun, state: AssignState,
+                  candidates: list[Engineer]) -> Engineer:
+        """The candidate with the fewest open issues; ties in round-robin order. Every count
+        is recorded in ``state.counts``, and the chosen one's account in ``state.account_id``.
+        """
+        if len(candidates) > balanced.MAX_CANDIDATES:
+            state.reason = (f"balanced: {_describe(run.config['receiver'])} has "
+                            f"{len(candidates)} dispatch-enabled candidates; balanced counts "
+                            f"open issues for at most {balanced.MAX_CANDIDATES}")
+            raise ActionError(state.reason, FailureCode.PLAN_FAILED)
+        state.count_jql = run.config.get("count_jql") or balanced.DEFAULT_COUNT_JQL
+        state.counts = {}
+        try:
+            accounts = balanced.accounts_of(run, candidates, cache=not run.execution.dry_run)
+            workload = balanced.count_open_issues(run, candidates, accounts, state.count_jql,
+                                                  state.counts)
+        except ActionError as exc:
+            state.reason = exc.message
+            raise
+        tied = workload.least_loaded(candidates)
+        fewest = workload.counts[tied[0].email]
+        if len(tied) == 1:
+            chosen = tied[0]
+            state.reason = f"balanced: fewest open issues ({fewest})"
+        else:
+            chosen = (next_in_turn(tied) if run.execution.dry_run
+                      else self._take_turn(run, state, tied))
+            state.reason = (f"balanced: fewest open issues ({fewest}), tied with "
+                            f"{len(tied) - 1} more; {_round_robin_reason(chosen)}")
+        state.account_id = accounts[chosen.email]
+        return chosen
 
     def _take_turn(self, run: ActionRun, state: AssignState,
                    candidates: list[Engineer]) -> Engineer:
-        """A live round robin chooses and advances the turn in one transaction under row locks
+        """A live round robin (over every candidate, or over ``balanced``'s tied ones)
+        chooses and advances the turn in one transaction under row locks
         (``EngineerStore.take_turn``), so concurrent executions, in this process or in other
         replicas, never choose the same engineer from the same state. The choice is saved
         with the plan, so a resumed execution does not take another turn."""
+        emails = [e.email for e in candidates]
         try:
-            chosen = run.ports.engineers.take_turn(
-                [e.email for e in candidates], issue_key=run.issue.key, now=run.now)
+            chosen = run.ports.engineers.take_turn(emails, issue_key=run.issue.key, now=run.now)
         except DispatcherError as exc:
             state.reason = f"round_robin turn could not be taken: {exc.message}"
             raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
         if chosen is None:  # every candidate was disabled or deleted in the meantime
-            state.reason = (f"no candidates: {state.candidates} are no longer "
-                            f"dispatch-enabled")
+            state.reason = f"no candidates: {emails} are no longer dispatch-enabled"
             raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
         return chosen
 
@@ -242,11 +292,45 @@ class AssignExecutor:
 
 
 def _check_assign(config: dict, path: str, problems: Problems) -> None:
-    check_keys(config, path, ("receiver", "strategy"), problems, required=("receiver", "strategy"))
+    check_keys(config, path, ("receiver", "strategy", "count_jql"), problems,
+               required=("receiver", "strategy"))
     if "strategy" in config:
         check_enum(config["strategy"], f"{path}.strategy", Strategy, problems)
     if "receiver" in config and check_object(config["receiver"], f"{path}.receiver", problems):
         _check_receiver(config["receiver"], f"{path}.receiver", problems)
+    is_balanced = config.get("strategy") == Strategy.BALANCED
+    if "count_jql" in config:
+        _check_count_jql(config["count_jql"], f"{path}.count_jql", is_balanced, problems)
+    if is_balanced and isinstance(config.get("receiver"), dict):
+        _check_balanced_receiver(config["receiver"], f"{path}.receiver", problems)
+
+
+def _check_count_jql(jql: object, path: str, is_balanced: bool, problems: Problems) -> None:
+    if not check_text(jql, path, problems) or not isinstance(jql, str):
+        return
+    if not is_balanced:
+        problems.rule(path, "is only used by the balanced strategy")
+    if balanced.ACCOUNT not in jql:
+        problems.rule(path, f"must contain {balanced.ACCOUNT}, where each candidate's Jira "
+                            f"account goes")
+    elif f'"{balanced.ACCOUNT}"' in jql or f"'{balanced.ACCOUNT}'" in jql:
+        problems.rule(path, f"{balanced.ACCOUNT} is put in as a quoted JQL string; remove "
+                            f"the quotes around it")
+    if len(jql) > balanced.MAX_COUNT_JQL_LENGTH:
+        problems.rule(path, f"is longer than {balanced.MAX_COUNT_JQL_LENGTH} characters")
+
+
+def _check_balanced_receiver(receiver: dict, path: str, problems: Problems) -> None:
+    """A listed receiver is known now: more candidates than ``balanced`` counts is refused
+    here. A group or team is only known at plan time (docs/policies.md)."""
+    users = receiver.get("users") if receiver.get("type") == ReceiverType.USERS else None
+    if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
+        return
+    distinct = len(_dedupe(users))
+    if distinct > balanced.MAX_CANDIDATES:
+        problems.rule(at(path, "users"), f"balanced counts open issues for at most "
+                                         f"{balanced.MAX_CANDIDATES} candidates; this list "
+                                         f"has {distinct}")
 
 
 def _check_receiver(receiver: dict, path: str, problems: Problems) -> None:

@@ -1,0 +1,1 @@
+"""Published definitions of the peers (Jira, Lark) and the checks that read them."""
