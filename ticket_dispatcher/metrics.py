@@ -140,6 +140,9 @@ class Metrics:
                                                                  "outcome"), CALL_BUCKETS)
         self.queue_wait = histogram("client_queue_wait_seconds", "Time a call waited for a "
                                     "free client actor", ("client",), CALL_BUCKETS)
+        self.shadow = counter("shadow_decisions", "Shadow decisions by policy family and "
+                              "result: agreed, differed, or dropped (not evaluated: busy)",
+                              ("family", "result"))
         self.job_failures = counter("metrics_job_failures", "Failed backlog samples")
         self.database_up = gauge("database_up", "1 while the database answers, 0 from the "
                                  "first failure of an outage to the next success")
@@ -218,6 +221,10 @@ class Metrics:
 
     def trigger_processed(self, outcome: str) -> None:
         self.trigger_results.labels(outcome=outcome).inc()
+
+    def shadow_decision(self, family: str, result: str) -> None:
+        """``result``: agreed, differed or dropped. A family ID, never an issue key."""
+        self.shadow.labels(family=family, result=result).inc()
 
     def pool(self, *, slots: int, busy: int, queued: int, parked: int) -> None:
         self.pool_slots.set(slots)

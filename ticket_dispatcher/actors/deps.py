@@ -61,6 +61,10 @@ class RuntimeDeps:
     # Set once the shutdown begins: no new step, claim or execution actor starts after it.
     stopping: threading.Event = field(default_factory=threading.Event)
     policy_names: PolicyNames = field(init=False, repr=False)
+    # Execution slots free and nothing queued, as the pool last saw (shadows run only then).
+    pool_free: int = 0
+    # The way in to the shadow evaluations (actors/shadow.py), set at boot.
+    shadows: Any = None
 
     def __post_init__(self) -> None:
         self.policy_names = PolicyNames(lambda policy_id: self.store.policies.get(policy_id).name)
@@ -84,6 +88,8 @@ class RuntimeDeps:
         except Exception:  # never let counting change how an execution ends
             log.exception("metrics of a finished execution failed",
                           extra={"execution_id": execution.id})
+        if not execution.dry_run:
+            self._settle_shadows(execution)
         seconds = ((execution.completed_at - execution.created_at).total_seconds()
                    if execution.completed_at and execution.created_at else None)
         failed = bool(execution.failure_code)
@@ -93,6 +99,16 @@ class RuntimeDeps:
             "status": execution.status.value, "mode": execution.mode.value,
             "failure_code": execution.failure_code, "reason": execution.failure_reason,
             "duration_seconds": seconds})
+
+    def _settle_shadows(self, execution: Execution) -> None:
+        """Judge the shadow decisions made beside this live execution, now that it ended."""
+        try:
+            for family, verdict in self.store.shadows.settle(execution, self.clock.now()):
+                self.metrics.shadow_decision(family, "differed" if verdict.differs
+                                             else "agreed")
+        except Exception as exc:  # a shadow never changes how a live execution ends
+            log.warning("shadow decisions not judged", extra={
+                "execution_id": execution.id, "reason": f"{type(exc).__name__}: {exc}"})
 
     def _policy_name(self, policy_id: int) -> str:
         try:

@@ -15,6 +15,10 @@
   execution that should run and that no live lease covers (its enqueue was lost, its actor is
   gone, or its actor showed no progress for a whole lease and is presumed hung) is queued
   again; a hung actor is replaced, and its own writes are refused from then on.
+- Shared mode (several replicas on one PostgreSQL database): the store is the queue. What this
+  replica creates starts here while it has free slots; the rest, parked waits that come due and
+  work whose holder's lease expired are claimed (``ExecutionRepository.claim_due``) by whichever
+  replica has free slots, when a notification, a wake timer or the heartbeat says to look.
 """
 
 from __future__ import annotations
@@ -149,6 +153,7 @@ class ExecutionPool(TrackedActor):
         self._sweeps = SweepRecord()
         # Shared mode: the store is the queue. Whether it may hold more due executions than
         # the last claim took, and when a timer tells the next Pull for a parked wait.
+        deps.pool_free = self._slots
         self._shared = deps.config.cluster.shared
         self._more = True
         self._pull_at: datetime | None = None
@@ -163,6 +168,8 @@ class ExecutionPool(TrackedActor):
         finally:  # four gauge sets: cheaper than asking the pool at every scrape
             self._deps.metrics.pool(slots=self._slots, busy=len(self._running),
                                     queued=len(self._queue), parked=len(self._parked))
+            self._deps.pool_free = (0 if self._queue
+                                    else self._slots - len(self._running))
 
     def _handle(self, message):
         match message:
@@ -286,6 +293,9 @@ class ExecutionPool(TrackedActor):
             ref.tell(Cancel(self._cancels[execution_id]))
         self._deps.activity.tell(ref, NextStep())  # told from here, so the run is in flight at once
 
+    def _free_slots(self) -> int:
+        return max(0, self._slots - len(self._running) - len(self._queue))
+
     def _release(self, execution_id: int, run: int) -> bool:
         """Free the slot of ``run``; False when that actor had already been replaced."""
         if self._current(execution_id, run) is None:
@@ -394,13 +404,12 @@ class ExecutionPool(TrackedActor):
             except Conflict as exc:  # another writer won a lock key between check and insert
                 store.triggers.fail(trigger.id, exc.message, now, lease=lease)
                 return CreationResult(outcome="failed", reason=exc.message)
-            if self._shared and ids:
-                notify_work(store.db)  # sent at commit: a replica with a free slot claims them
-        if self._shared:
-            self._more = True
-            self._fill_slots()
-            return CreationResult(execution_ids=ids, reason=admission.reason)
-        for execution_id in ids:  # only after commit, in creation order
+            # Shared mode: what this replica has free slots for starts here at once, as in
+            # single mode; the rest is announced (at commit) to a replica with a free slot.
+            here = ids[:self._free_slots()] if self._shared else ids
+            if len(here) < len(ids):
+                notify_work(store.db)
+        for execution_id in here:  # only after commit, in creation order
             self._enqueue(execution_id)
         return CreationResult(execution_ids=ids, reason=admission.reason)
 

@@ -108,6 +108,8 @@ class Runtime:
         for pool in client_pools(self.deps.ports).values():
             pool.abandon()  # wake every caller still waiting on an integration (CallAbandoned)
         futures = self._triggers.stop() if self._triggers is not None else []
+        if self.deps.shadows is not None:
+            futures.append(self.deps.shadows.stop())
         if self._pool is not None:
             try:
                 running = self._pool.ask(RunningActors(), timeout=deadline.remaining())

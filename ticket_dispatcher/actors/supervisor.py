@@ -35,6 +35,7 @@ from ticket_dispatcher.actors.messages import (
     RecoverParked,
 )
 from ticket_dispatcher.actors.pool import ExecutionPool
+from ticket_dispatcher.actors.shadow import ShadowActor, ShadowLane
 from ticket_dispatcher.actors.trigger import TriggerRouter
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.errors import StoreUnavailable
@@ -81,6 +82,7 @@ class Supervisor(TrackedActor):
         deps = self._deps
         deps.scheduler.start()
         self.pool = ExecutionPool.start(deps, self.actor_ref)
+        deps.shadows = ShadowLane(deps, ShadowActor.start(deps))
         self.triggers = TriggerRouter(deps, self.pool, deps.config.trigger_actors)
         if deps.config.cluster.shared:
             deps.activity.tell(self.pool, Pull())

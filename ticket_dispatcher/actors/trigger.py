@@ -32,6 +32,7 @@ from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
+from ticket_dispatcher.actors.shadow import ShadowRequest
 from ticket_dispatcher.domain.execution import Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
 from ticket_dispatcher.domain.matching import is_notification_policy, match_policies
@@ -156,6 +157,8 @@ class TriggerProcessor:
             trigger=trigger, executions=executions, explicit=trigger.policy_id is not None,
             reserved_label=role.label if role else None, issue_labels=issue.labels,
             lease=lease), timeout=CREATE_TIMEOUT_SECONDS)
+        if trigger.dryrun is None and result.execution_ids:
+            self._offer_shadows(trigger, issue, context, executions, result.execution_ids, now)
         if result.outcome != "failed":  # a failure is logged once, by ``process``
             log.info("trigger processed", extra={
                 "trigger_id": trigger.id, "issue_key": trigger.issue_key,
@@ -163,6 +166,22 @@ class TriggerProcessor:
                 "reason": result.reason or f"{result.outcome}: executions "
                                            f"{result.execution_ids}"})
         return result.outcome, result.reason
+
+
+    def _offer_shadows(self, trigger: Trigger, issue, context, executions, created: list[int],
+                       now) -> None:
+        """The live executions exist: offer each family's shadow version, if it has one, the
+        same trigger, issue snapshot and clock (actors/shadow.py). Never in their way: a
+        failure here is logged and forgotten."""
+        live = {e.policy_family_id: e.id for e in executions if e.id in created}
+        try:
+            shadows = self._deps.store.shadows.of_families(sorted(live))
+        except StoreUnavailable:
+            return  # the live work is done; this trigger goes without its shadow
+        for family, policy_id in shadows.items():
+            self._deps.shadows.offer(ShadowRequest(
+                trigger=trigger, issue=issue, context=context, now=now,
+                live_execution_id=live[family], family_id=family, policy_id=policy_id))
 
 
 class TriggerActor(TrackedActor):

@@ -53,6 +53,7 @@ from ticket_dispatcher.store.faults import FaultKind, driver_detail
 from ticket_dispatcher.store.health import StoreHealth, StoreHealthListener
 from ticket_dispatcher.store.policies import PolicyRepository
 from ticket_dispatcher.store.replicas import ReplicaRepository
+from ticket_dispatcher.store.shadows import ShadowRepository
 from ticket_dispatcher.store.triggers import TriggerRepository
 
 logger = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class Store:
         self.triggers = TriggerRepository(db)
         self.executions = ExecutionRepository(db, self.contexts)
         self.replicas = ReplicaRepository(db)
+        self.shadows = ShadowRepository(db, self.executions)
         self._process_lock: ProcessLock | None = None  # held while serving a SQLite file
 
     @classmethod

@@ -216,6 +216,37 @@ def _replicas(db: peewee.Database) -> None:
         parked INTEGER NOT NULL)""")
 
 
+def _shadows(db: peewee.Database) -> None:
+    """Shadow policies: at most one draft version per family evaluated beside the active one
+    (``dispatch_shadows``), and each decision it made next to the live one
+    (``dispatch_shadow_decisions``; ``verdict`` NULL until the live execution has ended)."""
+    t = _types(db)
+    for statement in (
+        f"""CREATE TABLE IF NOT EXISTS dispatch_shadows (
+            family_id VARCHAR(20) PRIMARY KEY,
+            policy_id {t.bigint} NOT NULL UNIQUE,
+            started_at {t.time} NOT NULL,
+            dropped INTEGER NOT NULL DEFAULT 0)""",
+        f"""CREATE TABLE IF NOT EXISTS dispatch_shadow_decisions (
+            id {t.pk},
+            policy_id {t.bigint} NOT NULL,
+            family_id VARCHAR(20) NOT NULL,
+            trigger_id {t.bigint} NOT NULL,
+            issue_key TEXT NOT NULL,
+            live_execution_id {t.bigint} NOT NULL,
+            shadow_json {t.json} NOT NULL,
+            live_json {t.json} NULL,
+            verdict VARCHAR(32) NULL,
+            created_at {t.time} NOT NULL,
+            decided_at {t.time} NULL)""",
+        """CREATE INDEX IF NOT EXISTS ix_dispatch_shadow_decisions_policy
+            ON dispatch_shadow_decisions (policy_id, id)""",
+        """CREATE INDEX IF NOT EXISTS ix_dispatch_shadow_decisions_live
+            ON dispatch_shadow_decisions (live_execution_id)""",
+    ):
+        db.execute_sql(statement)
+
+
 Migration = tuple[int, str, Callable[[peewee.Database], None]]
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -224,6 +255,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (3, "leases on dispatch_triggers and dispatch_executions", _leases),
     (4, "indexes for listing dispatch_triggers", _trigger_list_indexes),
     (5, "dispatch_replicas", _replicas),
+    (6, "shadow policies", _shadows),
 )
 
 

@@ -236,3 +236,30 @@ class ReplicaRow(BaseModel):
 
     class Meta:
         table_name = "dispatch_replicas"
+
+
+class ShadowRow(BaseModel):
+    family_id = peewee.CharField(max_length=20, primary_key=True)
+    policy_id = peewee.BigIntegerField(unique=True)
+    started_at = UTCDateTimeField()
+    dropped = peewee.IntegerField(default=0)
+
+    class Meta:
+        table_name = "dispatch_shadows"
+
+
+class ShadowDecisionRow(BaseModel):
+    id = peewee.AutoField()
+    policy_id = peewee.BigIntegerField()
+    family_id = peewee.CharField(max_length=20)
+    trigger_id = peewee.BigIntegerField()
+    issue_key = peewee.TextField()
+    live_execution_id = peewee.BigIntegerField()
+    shadow_json = peewee.JSONField()
+    live_json = peewee.JSONField(null=True)
+    verdict = peewee.CharField(max_length=32, null=True)
+    created_at = UTCDateTimeField()
+    decided_at = UTCDateTimeField(null=True)
+
+    class Meta:
+        table_name = "dispatch_shadow_decisions"

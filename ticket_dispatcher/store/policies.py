@@ -24,7 +24,7 @@ from ticket_dispatcher.domain.model import Policy, PolicySpec, PolicyStatus, Pol
 from ticket_dispatcher.domain.validation import validate_policy
 from ticket_dispatcher.errors import Conflict, NotFound, PolicyInvalid
 from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
-from ticket_dispatcher.store.models import PolicyRow, RuleRow
+from ticket_dispatcher.store.models import PolicyRow, RuleRow, ShadowRow
 from ticket_dispatcher.timeutil import to_utc
 
 # Crockford base32: upper case, no I/L/O/U, so a family ID survives being read aloud.
@@ -90,6 +90,7 @@ class PolicyRepository:
         with write_lock(self.db):
             row = self._lock(policy_id)
             self._require_draft(row, "edited")
+            _require_no_shadow(policy_id, "edited")
             PolicyRow.update(
                 name=spec.name,
                 description=spec.description,
@@ -105,6 +106,7 @@ class PolicyRepository:
         with write_lock(self.db):
             row = self._lock(policy_id)
             self._require_draft(row, "deleted")
+            _require_no_shadow(policy_id, "deleted")
             # Rules go with it (ON DELETE CASCADE).
             PolicyRow.delete().where(PolicyRow.id == policy_id).execute()
 
@@ -154,6 +156,8 @@ class PolicyRepository:
             PolicyRow.update(
                 status=PolicyStatus.ACTIVE.value, activated_at=now, updated_at=now
             ).where(PolicyRow.id == policy_id).execute()
+            # Activating the family's shadow is the ordinary activation, and ends the shadow.
+            ShadowRow.delete().where(ShadowRow.policy_id == policy_id).execute()
             return _policy(row, policy.rules, status=PolicyStatus.ACTIVE, activated_at=now,
                            updated_at=now)
 
@@ -244,6 +248,13 @@ class PolicyRepository:
         """Attach rules to every row with one query."""
         rules = self._rules_by_policy(row.id for row in rows)
         return [_policy(row, rules[row.id]) for row in rows]
+
+
+def _require_no_shadow(policy_id: int, verb: str) -> None:
+    """A draft in shadow is frozen: its decisions must all come from one version."""
+    if ShadowRow.select().where(ShadowRow.policy_id == policy_id).exists():
+        raise Conflict(f"policy {policy_id} is in shadow and cannot be {verb}; stop the "
+                       f"shadow first (DELETE /dispatch/policies/{policy_id}/shadow)")
 
 
 def _rule(row: RuleRow) -> Rule:

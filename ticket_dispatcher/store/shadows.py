@@ -1,0 +1,214 @@
+"""Shadow policies in the store (docs/policies.md, "Shadow: try a change on live traffic").
+
+A family has at most one shadow: a draft version whose decisions are recorded next to the live
+ones. The shadowed draft cannot be changed or deleted while it is a shadow (its decisions would
+mix two versions); activating it ends the shadow (``PolicyRepository.activate``).
+
+A decision is recorded when the shadow has evaluated a live trigger, and judged once the live
+execution it stands beside has ended: whichever comes last judges it, so the order in which
+the two finish does not matter.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import peewee
+
+from ticket_dispatcher.domain.execution import Execution
+from ticket_dispatcher.domain.model import PolicyStatus
+from ticket_dispatcher.domain.shadow import DIFFERENCES, Decision, Verdict, decide, judge
+from ticket_dispatcher.errors import Conflict, NotFound
+from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.executions import ExecutionRepository
+from ticket_dispatcher.store.models import (
+    ExecutionRow,
+    PolicyRow,
+    ShadowDecisionRow,
+    ShadowRow,
+)
+from ticket_dispatcher.timeutil import format_time, to_utc
+
+LATEST_SHOWN = 20  # differing cases a report lists, newest first
+_TERMINAL = ("succeeded", "failed")
+
+
+@dataclass(frozen=True)
+class Shadow:
+    policy_id: int
+    family_id: str
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class ShadowCase:
+    trigger_id: int
+    issue_key: str
+    live_execution_id: int
+    verdict: Verdict
+    live: Decision
+    shadow: Decision
+    decided_at: datetime | None
+
+    def to_json(self) -> dict:
+        return {"trigger_id": self.trigger_id, "issue_key": self.issue_key,
+                "live_execution_id": self.live_execution_id, "kind": self.verdict.value,
+                "live": self.live.to_json(), "shadow": self.shadow.to_json(),
+                "decided_at": format_time(self.decided_at)}
+
+
+@dataclass(frozen=True)
+class ShadowReport:
+    policy_id: int
+    family_id: str
+    shadowing: bool  # still in shadow (else: what it decided while it was)
+    started_at: datetime | None
+    dropped: int  # live triggers not evaluated because the service was busy
+    verdicts: Counter = field(default_factory=Counter)  # Verdict -> count; None: pending
+    latest: list[ShadowCase] = field(default_factory=list)
+
+    @property
+    def seen(self) -> int:
+        return sum(self.verdicts.values())
+
+    def to_json(self) -> dict:
+        differed = sum(self.verdicts[v] for v in DIFFERENCES)
+        return {
+            "policy_id": self.policy_id, "family_id": self.family_id,
+            "shadowing": self.shadowing, "started_at": format_time(self.started_at),
+            "seen": self.seen, "agreed": self.verdicts[Verdict.AGREED], "differed": differed,
+            "pending": self.verdicts[None], "dropped": self.dropped,
+            "differences": {v.value: self.verdicts[v] for v in DIFFERENCES},
+            "latest_differences": [case.to_json() for case in self.latest],
+        }
+
+
+class ShadowRepository:
+    def __init__(self, db: peewee.Database, executions: ExecutionRepository):
+        self.db = db
+        self._executions = executions  # a live execution that ended first is judged at once
+
+    # -- the shadow itself ------------------------------------------------------------------
+
+    def start(self, policy_id: int, now: datetime) -> Shadow:
+        """Put a draft in shadow for its family. ``NotFound``; ``Conflict`` when it is no
+        draft, or its family has a shadow already."""
+        with write_lock(self.db):
+            row = lock_rows(PolicyRow.select().where(PolicyRow.id == policy_id),
+                            self.db).get_or_none()
+            if row is None:
+                raise NotFound(f"policy {policy_id} not found")
+            if row.status != PolicyStatus.DRAFT.value:
+                raise Conflict(f"policy {policy_id} is {row.status}: only a draft can be put "
+                               f"in shadow")
+            current = ShadowRow.get_or_none(ShadowRow.family_id == row.family_id)
+            if current is not None:
+                if current.policy_id == policy_id:
+                    raise Conflict(f"policy {policy_id} is in shadow already")
+                raise Conflict(f"family {row.family_id} has a shadow already: policy "
+                               f"{current.policy_id}; stop it first")
+            ShadowRow.create(family_id=row.family_id, policy_id=policy_id,
+                             started_at=to_utc(now), dropped=0)
+            return Shadow(policy_id, row.family_id, to_utc(now))
+
+    def stop(self, policy_id: int) -> None:
+        """``NotFound`` when the policy is not in shadow."""
+        with unit_of_work(self.db):
+            if not ShadowRow.delete().where(ShadowRow.policy_id == policy_id).execute():
+                raise NotFound(f"policy {policy_id} is not in shadow")
+
+    def of_families(self, family_ids: list[str]) -> dict[str, int]:
+        """The shadow version of each of these families that has one: family → policy id."""
+        if not family_ids:
+            return {}
+        with unit_of_work(self.db):
+            return {row.family_id: row.policy_id for row in
+                    ShadowRow.select().where(ShadowRow.family_id.in_(family_ids))}
+
+    def is_shadow(self, policy_id: int) -> bool:
+        with unit_of_work(self.db):
+            return ShadowRow.select().where(ShadowRow.policy_id == policy_id).exists()
+
+    def dropped(self, family_id: str) -> None:
+        """One more live trigger this family's shadow did not evaluate (the service was
+        busy)."""
+        with unit_of_work(self.db):
+            (ShadowRow.update(dropped=ShadowRow.dropped + 1)
+             .where(ShadowRow.family_id == family_id).execute())
+
+    # -- decisions -----------------------------------------------------------------------------
+
+    def record(self, *, policy_id: int, family_id: str, trigger_id: int, issue_key: str,
+               live_execution_id: int, shadow: Decision, now: datetime) -> Verdict | None:
+        """Store the shadow's decision beside the live execution; judged at once when that
+        execution has ended already (the verdict), else when it ends (None now)."""
+        with write_lock(self.db):
+            row = ShadowDecisionRow.create(
+                policy_id=policy_id, family_id=family_id, trigger_id=trigger_id,
+                issue_key=issue_key, live_execution_id=live_execution_id,
+                shadow_json=shadow.to_json(), created_at=to_utc(now))
+            status = (ExecutionRow.select(ExecutionRow.status)
+                      .where(ExecutionRow.id == live_execution_id).scalar())
+        if status not in _TERMINAL:
+            return None
+        live = self._executions.get(live_execution_id)
+        verdicts = self._judge([row.id], decide(live), now)
+        return verdicts[0] if verdicts else None
+
+    def settle(self, execution: Execution, now: datetime) -> list[tuple[str, Verdict]]:
+        """The live ``execution`` has ended: judge every shadow decision waiting for it.
+        (family, verdict) for each judged now."""
+        with unit_of_work(self.db):
+            waiting = [row.id for row in ShadowDecisionRow.select(ShadowDecisionRow.id).where(
+                (ShadowDecisionRow.live_execution_id == execution.id)
+                & ShadowDecisionRow.verdict.is_null())]
+        if not waiting:
+            return []
+        return self._judge(waiting, decide(execution), now, with_family=True)
+
+    def _judge(self, ids: list[int], live: Decision, now: datetime, *,
+               with_family: bool = False) -> list:
+        judged = []
+        with write_lock(self.db):
+            rows = lock_rows(ShadowDecisionRow.select().where(
+                ShadowDecisionRow.id.in_(ids) & ShadowDecisionRow.verdict.is_null()), self.db)
+            for row in list(rows):
+                verdict = judge(live, Decision.from_json(row.shadow_json))
+                (ShadowDecisionRow.update(live_json=live.to_json(), verdict=verdict.value,
+                                          decided_at=to_utc(now))
+                 .where(ShadowDecisionRow.id == row.id).execute())
+                judged.append((row.family_id, verdict) if with_family else verdict)
+        return judged
+
+    # -- the report ----------------------------------------------------------------------------
+
+    def report(self, policy_id: int, latest: int = LATEST_SHOWN) -> ShadowReport:
+        """What ``policy_id`` decided in shadow; ``NotFound`` for an unknown policy."""
+        with unit_of_work(self.db):
+            policy = PolicyRow.get_or_none(PolicyRow.id == policy_id)
+            if policy is None:
+                raise NotFound(f"policy {policy_id} not found")
+            shadow = ShadowRow.get_or_none(ShadowRow.policy_id == policy_id)
+            verdicts: Counter = Counter()
+            counts = (ShadowDecisionRow
+                      .select(ShadowDecisionRow.verdict,
+                              peewee.fn.COUNT(ShadowDecisionRow.id).alias("n"))
+                      .where(ShadowDecisionRow.policy_id == policy_id)
+                      .group_by(ShadowDecisionRow.verdict).dicts())
+            for row in counts:
+                verdicts[Verdict(row["verdict"]) if row["verdict"] else None] = row["n"]
+            differing = (ShadowDecisionRow.select()
+                         .where((ShadowDecisionRow.policy_id == policy_id)
+                                & ShadowDecisionRow.verdict.in_([v.value for v in DIFFERENCES]))
+                         .order_by(ShadowDecisionRow.id.desc()).limit(latest))
+            cases = [ShadowCase(row.trigger_id, row.issue_key, row.live_execution_id,
+                                Verdict(row.verdict), Decision.from_json(row.live_json or {}),
+                                Decision.from_json(row.shadow_json), row.decided_at)
+                     for row in differing]
+        return ShadowReport(policy_id=policy_id, family_id=policy.family_id,
+                            shadowing=shadow is not None,
+                            started_at=shadow.started_at if shadow else None,
+                            dropped=shadow.dropped if shadow else 0,
+                            verdicts=verdicts, latest=cases)
