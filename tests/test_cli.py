@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -16,7 +17,18 @@ from tests.factories import EXAMPLES, example_policy, policy_body
 from ticket_dispatcher import __version__
 from ticket_dispatcher.cli import main
 from ticket_dispatcher.config import Config
-from ticket_dispatcher.domain.model import Issue
+from ticket_dispatcher.domain.catalog import OnSuccess
+from ticket_dispatcher.domain.execution import (
+    ActionExecution,
+    ActionStatus,
+    Execution,
+    ExecutionMode,
+    ExecutionStatus,
+    RuleExecution,
+    RuleOutcome,
+)
+from ticket_dispatcher.domain.model import Issue, PolicySpec, PolicyStatus
+from ticket_dispatcher.domain.shadow import Decision
 from ticket_dispatcher.errors import ConfigError
 
 SECRET = "jira-api-token-never-printed"
@@ -676,8 +688,132 @@ def test_readme_gives_the_exit_codes_of_every_command():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if cells[0].startswith("`ticket-dispatcher ") and len(cells) == 3:
             words = cells[0].strip("`").split()[1:]
-            command = " ".join(w for w in words if w.islower() and w.isalpha())
+            command = " ".join(w for w in words if re.fullmatch(r"[a-z]+(-[a-z]+)*", w))
             rows[command] = cells[2]
 
     assert set(rows) == set(_commands(_build_parser()))
     assert all(codes.startswith("0") for codes in rows.values()), rows
+
+
+# --- policy shadow-report ------------------------------------------------------------------------
+
+SHADOW_NOW = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+
+
+def live_execution(execution_id: int, rule: str, assignee: str) -> Execution:
+    """A live execution that ended, as the store's ``settle`` reads it: ``rule`` matched and
+    assigned ``assignee``."""
+    action = ActionExecution(0, "assign", {"type": "assign", "assign": {}},
+                             ActionStatus.SUCCEEDED, context={"assign": {"assignee": assignee}})
+    return Execution(execution_id, execution_id, "TCID-1", ExecutionMode.LIVE, 1, "pf_x", 1, [
+        RuleExecution(0, 1, rule, 10, {"always": True}, OnSuccess.TERMINATE, [action],
+                      RuleOutcome.MATCHED)], status=ExecutionStatus.SUCCEEDED)
+
+
+@pytest.fixture
+def shadowed(store, db_url, monkeypatch) -> int:
+    """A draft in shadow beside the active version of its family, with three decisions: one
+    agreed, one for another assignee (TCID-7), one still pending; the CLI reads this database."""
+    monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", db_url)
+    spec = PolicySpec.from_json(policy_body())
+    live = store.policies.activate(store.policies.create(spec, now=SHADOW_NOW).id, now=SHADOW_NOW)
+    draft = store.policies.create_replacement(live.id, spec, now=SHADOW_NOW)
+    store.shadows.start(draft.id, now=SHADOW_NOW)
+    for trigger_id, key, assignee in ((1, "TCID-1", "a@example.com"),
+                                      (2, "TCID-7", "b@example.com"),
+                                      (3, "TCID-8", "a@example.com")):
+        store.shadows.record(policy_id=draft.id, family_id=draft.family_id,
+                             trigger_id=trigger_id, issue_key=key, live_execution_id=trigger_id,
+                             shadow=Decision(["rule"], ["assign"], assignee), now=SHADOW_NOW)
+    for execution_id in (1, 2):
+        store.shadows.settle(live_execution(execution_id, "rule", "a@example.com"), SHADOW_NOW)
+    return draft.id
+
+
+def test_policy_shadow_report_prints_the_counts_the_kinds_and_the_latest_cases(capsys, shadowed,
+                                                                               store):
+    family = store.policies.get(shadowed).family_id
+
+    code, out, err = run(capsys, "policy", "shadow-report", str(shadowed))
+
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"policy {shadowed} (family {family}): in shadow since 2026-12-01T03:00:00.000Z",
+        "seen 3: agreed 1, differed 1, pending 1; dropped 0 (not evaluated: busy)",
+        "differences: no_match 0, other_rule 0, other_actions 0, other_assignee 1",
+        "latest 1 differing case, newest first:",
+        "  TCID-7 other_assignee (trigger 2, live execution 2, 2026-12-01T03:00:00.000Z)",
+        "    live:   rules 'rule' -> assign; assignee a@example.com",
+        "    shadow: rules 'rule' -> assign; assignee b@example.com",
+    ]
+
+
+def test_policy_shadow_report_json_is_the_report_the_api_answers(capsys, shadowed, store):
+    answered = store.shadows.report(shadowed).to_json()  # before the CLI binds its own store
+
+    code, out, _ = run(capsys, "policy", "shadow-report", str(shadowed), "--json")
+
+    assert code == 0
+    assert json.loads(out) == answered
+
+
+def test_policy_shadow_report_of_a_policy_never_shadowed_shows_zero_counts(capsys, shadowed,
+                                                                           store):
+    live = store.policies.list(status=PolicyStatus.ACTIVE, limit=1, offset=0)[0][0]
+
+    code, out, _ = run(capsys, "policy", "shadow-report", str(live.id))
+
+    assert code == 0
+    assert out.splitlines()[:3] == [
+        f"policy {live.id} (family {live.family_id}): not in shadow",
+        "seen 0: agreed 0, differed 0, pending 0; dropped 0 (not evaluated: busy)",
+        "differences: no_match 0, other_rule 0, other_actions 0, other_assignee 0"]
+
+
+def test_policy_shadow_report_of_an_unknown_policy_exits_1(capsys, shadowed):
+    code, out, err = run(capsys, "policy", "shadow-report", "999999")
+
+    assert (code, out) == (1, "")
+    assert_one_line_error(err)
+    assert "policy 999999 not found" in err
+
+
+@pytest.mark.parametrize("policy_id", ["0", "x", "-3"])
+def test_policy_shadow_report_bad_policy_id_exits_2(capsys, policy_id):
+    code, out, err = run(capsys, "policy", "shadow-report", "--", policy_id)
+
+    assert (code, out) == (2, "")
+    assert_one_line_error(err)
+
+
+def test_policy_shadow_report_on_an_unmigrated_database_says_to_migrate(capsys, tmp_path,
+                                                                       monkeypatch):
+    from ticket_dispatcher.store import Store
+
+    url = f"sqlite:///{tmp_path / 'td.db'}"
+    Store.open(url).ping()  # an empty database file, no schema
+    monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", url)
+
+    code, out, err = run(capsys, "policy", "shadow-report", "1")
+
+    assert (code, out) == (1, "")
+    assert_one_line_error(err)
+    assert "schema at version 0" in err and "ticket-dispatcher migrate" in err
+
+
+def test_policy_shadow_report_never_creates_a_missing_sqlite_file(capsys, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", f"sqlite:///{tmp_path / 'absent.db'}")
+
+    code, out, err = run(capsys, "policy", "shadow-report", "1")
+
+    assert (code, out) == (1, "")
+    assert_one_line_error(err)
+    assert "no such file" in err
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_policy_shadow_report_exit_codes(capsys, shadowed):
+    assert run(capsys, "policy", "shadow-report", str(shadowed))[0] == 0
+    assert run(capsys, "policy", "shadow-report", "999999")[0] == 1
+    assert run(capsys, "policy", "shadow-report")[0] == 2

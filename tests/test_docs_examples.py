@@ -44,8 +44,10 @@ POLICIES = ROOT / "docs" / "policies.md"
 RUNBOOK = ROOT / "docs" / "runbook.md"
 # The sections whose shell examples must all be marked, run or left out.
 EXAMPLE_SECTIONS = {
-    README: ("Try it", "Try the notification workflow"),
-    POLICIES: ("From file to live: validate, test, dry run, activate",),
+    README: ("Try it", "Try the notification workflow",
+             "Try balanced assignment in shadow, then live"),
+    POLICIES: ("From file to live: validate, test, dry run, activate",
+               "Shadow: try a change on live traffic"),
 }
 RUN = "<!-- sandbox-example -->"
 _LEAVE_OUT = re.compile(r"^<!-- not-a-sandbox-example: \S.* -->$")
@@ -411,6 +413,66 @@ def shaped_workflow_ended_as_the_readme_says(port: int, trigger_id: int) -> None
     assert (page["call_error"], page["outcome"]) == ("no_phone_number", "ack"), page
 
 
+def policy_is(**expected: Any) -> Check:
+    def check(result: Result, ctx: dict) -> None:
+        body = result.json()
+        assert {key: body[key] for key in expected} == expected, result
+    return check
+
+
+def kept_id(name: str) -> Check:
+    """``NAME=$(curl … | jq -r .id)``: nothing printed, and an id to take on."""
+    def check(result: Result, ctx: dict) -> None:
+        assert result.stdout == "" and ctx["vars"][name].isdigit(), result
+    return check
+
+
+# README, "Try balanced assignment in shadow, then live"
+
+BALANCED_RULE = "fewest open issues"
+BALANCED_CANDIDATES = {"alice@example.com", "bob@example.com", "carol@example.com"}
+
+
+def tcid3_trigger_accepted(result: Result, ctx: dict) -> None:
+    body = result.json()
+    assert (body["input"], body["status"]) == ({"issue_key": "TCID-3"}, "pending"), result
+    ctx["tcid3_trigger"] = body["id"]
+
+
+def shadow_just_started(result: Result, ctx: dict) -> None:
+    body = result.json()
+    assert (body["shadowing"], body["seen"], body["latest_differences"]) == (True, 0, []), result
+
+
+def shadow_differed_on(issue_key: str, trigger: str, live_rules: tuple[str, ...]) -> Check:
+    """The report of a shadow that saw one live trigger and matched its own rule."""
+    def check(result: Result, ctx: dict) -> None:
+        body = result.json()
+        assert (body["shadowing"], body["seen"], body["differed"], body["pending"]) == \
+            (True, 1, 1, 0), result
+        assert body["differences"]["other_rule"] == 1, result
+        [case] = body["latest_differences"]
+        assert (case["issue_key"], case["trigger_id"], case["kind"]) == \
+            (issue_key, ctx[trigger], "other_rule"), result
+        assert case["live"]["matched_rules"][0] in live_rules and case["live"]["assignee"], result
+        assert case["shadow"]["matched_rules"] == [BALANCED_RULE], result
+        assert case["shadow"]["assignee"] in BALANCED_CANDIDATES, result
+    return check
+
+
+def tcid3_rearmed(result: Result, ctx: dict) -> None:
+    issue = result.json()
+    assert issue["assignee_email"] is None and "auto-dispatch" in issue["labels"], result
+
+
+def assigned_by_balance(result: Result, ctx: dict) -> None:
+    shown = result.json()
+    counts = shown["counts"]
+    assert set(counts) == BALANCED_CANDIDATES and counts["alice@example.com"] >= 1, result
+    assert counts[shown["assignee"]] == min(counts.values()), result
+    assert shown["reason"].startswith("balanced: fewest open issues"), result
+
+
 README_STEPS = [
     # Try it
     Expect("dispatch/triggers", tcid2_trigger_accepted, statuses=(202,)),
@@ -441,26 +503,25 @@ README_STEPS = [
     Expect("oncall/outcome", body_is({"outcome": "call_error", "email": None, "times": None})),
     Expect("-X DELETE", body_is({"cleared": 1})),
     Expect("/metrics", metrics_count_the_workflows, poll=True),
+    # Try balanced assignment in shadow, then live
+    Expect("ASSIGN_ID=$(curl", kept_id("ASSIGN_ID")),
+    Expect("BALANCED_ID=$(curl", kept_id("BALANCED_ID"), statuses=(201,)),
+    Expect("$BALANCED_ID/shadow", shadow_just_started, statuses=(201,)),
+    Expect("TCID-3", tcid3_trigger_accepted, statuses=(202,)),
+    Expect("$BALANCED_ID/shadow",
+           shadow_differed_on("TCID-3", "tcid3_trigger", ("everything else",)), poll=True),
+    Expect("$BALANCED_ID/activate", policy_is(status="active", version=2)),
+    Expect("issues/TCID-3/rearm", tcid3_rearmed),
+    Expect("TCID-3", tcid3_trigger_accepted, statuses=(202,)),
+    Expect("executions?issue_key=TCID-3&limit=1", assigned_by_balance, poll=True),
+    Expect("$ASSIGN_ID/activate", policy_is(status="active", version=1)),
+    Expect("issues/TCID-3/rearm", tcid3_rearmed),
 ]
 # The README's steps up to its "to run these steps again" re-arm, and the notification steps
 # it means: the test runs those a second time right after it.
 README_FIRST = slice(0, 17)
 README_AGAIN = slice(7, 16)
 README_REST = slice(17, None)
-
-
-def policy_is(**expected: Any) -> Check:
-    def check(result: Result, ctx: dict) -> None:
-        body = result.json()
-        assert {key: body[key] for key in expected} == expected, result
-    return check
-
-
-def kept_id(name: str) -> Check:
-    """``NAME=$(curl … | jq -r .id)``: nothing printed, and an id to take on."""
-    def check(result: Result, ctx: dict) -> None:
-        assert result.stdout == "" and ctx["vars"][name].isdigit(), result
-    return check
 
 
 def the_draft(result: Result, ctx: dict) -> None:
@@ -485,6 +546,16 @@ def dry_run_result(result: Result, ctx: dict) -> None:
         {"labels": {"add": ["performance"], "remove": []}}, result
 
 
+def shadowed_trigger_accepted(result: Result, ctx: dict) -> None:
+    body = result.json()
+    assert body["status"] == "pending", result
+    ctx["shadowed_trigger"] = body["id"]
+
+
+def stopped(result: Result, ctx: dict) -> None:
+    assert result.stdout == "", result
+
+
 POLICIES_STEPS = [
     Expect("TD=", no_check, statuses=()),
     Expect("H=", no_check, statuses=()),
@@ -507,6 +578,15 @@ POLICIES_STEPS = [
     Expect('"$TD/dispatch/policies/$ID"', policy_is(status="superseded", version=1)),
     Expect("$ID/activate", policy_is(status="active", version=1)),
     Expect("$ID/deactivate", policy_is(status="inactive", version=1)),
+    # Shadow: try a change on live traffic
+    Expect("ASSIGN_ID=$(curl", kept_id("ASSIGN_ID")),
+    Expect("SHADOW_ID=$(curl", kept_id("SHADOW_ID"), statuses=(201,)),
+    Expect("$SHADOW_ID/shadow", validate_answer_as_commented, statuses=(201,)),
+    Expect("TCID-1", shadowed_trigger_accepted, statuses=(202,)),
+    Expect("$SHADOW_ID/shadow", shadow_differed_on(
+        "TCID-1", "shadowed_trigger", ("business hours", "everything else")), poll=True),
+    Expect("-X DELETE", stopped, statuses=(204,)),
+    Expect("$SHADOW_ID/shadow", validate_answer_as_commented),
 ]
 
 
@@ -580,7 +660,8 @@ def test_readme_and_policies_sandbox_examples_run_as_written(sandbox_server, tmp
         run_steps(shell, sandbox_server, readme[part], README_STEPS[part], ctx)
     assert ctx["acknowledged"] == 2  # the notification steps ran twice
     shaped_workflow_ended_as_the_readme_says(sandbox_server.port, ctx["gtoc1_trigger"])
-    policies = example_commands(POLICIES, EXAMPLE_SECTIONS[POLICIES][0])
+    policies = [c for heading in EXAMPLE_SECTIONS[POLICIES]
+                for c in example_commands(POLICIES, heading)]
     run_steps(shell, sandbox_server, policies, POLICIES_STEPS, ctx)
 
 

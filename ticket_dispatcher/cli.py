@@ -9,7 +9,9 @@ configuration (a ``database_url`` naming a missing SQLite directory or needing t
 stderr, never a traceback.
 
 ``policy validate`` and ``policy test`` read a policy exactly as ``GET /dispatch/policies/{id}``
-answers it: the server-assigned fields are ignored, with a note on stderr.
+answers it: the server-assigned fields are ignored, with a note on stderr. ``policy
+shadow-report`` reads the configured database, as ``migrate`` does (docs/policies.md, "Shadow:
+try a change on live traffic").
 
 The store and the HTTP server are imported inside their commands, so ``version``, ``config show``
 and the offline ``policy`` commands load neither peewee nor waitress.
@@ -23,6 +25,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, NoReturn
 
 from ticket_dispatcher import __version__
@@ -36,7 +39,7 @@ from ticket_dispatcher.domain.validation import (
     validate_policy,
     without_server_fields,
 )
-from ticket_dispatcher.errors import DispatcherError, InvalidInput, Problem
+from ticket_dispatcher.errors import DispatcherError, InvalidInput, NotFound, Problem
 from ticket_dispatcher.safejson import read_json_file
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339
 
@@ -112,11 +115,12 @@ def _build_parser() -> argparse.ArgumentParser:
     config_commands = config.add_subparsers(metavar="COMMAND", parser_class=_Parser)
     _add(config_commands, common, "show", "effective configuration, secrets masked", _run_show)
 
-    policy = _add(commands, common, "policy", "offline policy commands", _show_help)
+    policy = _add(commands, common, "policy", "policy commands", _show_help)
     policy_commands = policy.add_subparsers(metavar="COMMAND", parser_class=_Parser)
     validate = _add(policy_commands, common, "validate", "validate a policy file", _run_validate)
     validate.add_argument("file", metavar="FILE", help="policy JSON")
     _add_policy_test(policy_commands, common)
+    _add_shadow_report(policy_commands, common)
     return parser
 
 
@@ -159,6 +163,26 @@ def _add_policy_test(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     test.add_argument("--now", metavar="RFC3339", help="business time (default: now, UTC)")
     test.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _add_shadow_report(commands: Any, common: argparse.ArgumentParser) -> None:
+    report = _add(commands, common, "shadow-report",
+                  "what a policy version decided in shadow, beside the live one (reads the "
+                  "configured database)", _run_shadow_report)
+    report.add_argument("policy_id", metavar="POLICY_ID", type=_policy_id,
+                        help="the version put in shadow")
+    report.add_argument("--json", action="store_true",
+                        help="the report as GET /dispatch/policies/{id}/shadow answers it")
+
+
+def _policy_id(text: str) -> int:
+    try:
+        policy_id = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a policy id") from None
+    if policy_id < 1:
+        raise argparse.ArgumentTypeError(f"{policy_id} is not a policy id (1 or more)")
+    return policy_id
 
 
 def _port(text: str) -> int:
@@ -362,3 +386,76 @@ def _action_text(action: dict) -> str:
     if config in (None, {}):
         return str(kind)
     return f"{kind} {json.dumps(config, ensure_ascii=False, sort_keys=True)}"
+
+
+# --- policy shadow-report ----------------------------------------------------------------------
+
+
+def _run_shadow_report(args: argparse.Namespace) -> int:
+    config = _config(args)
+    try:
+        report = _read_shadow_report(config, args.policy_id)
+    except NotFound as exc:  # the command line was sound; the database has no such policy
+        return _fail(exc.message, EXIT_FAILURE)
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print(_shadow_text(report))
+    return EXIT_OK
+
+
+def _read_shadow_report(config: Config, policy_id: int) -> dict:
+    from ticket_dispatcher.store import Store
+    from ticket_dispatcher.store.migrations import current_version, latest_version
+
+    with _database_errors(config):
+        store = Store.open(config.database_url, database=config.database)
+        try:
+            # Connecting would create a missing SQLite file: a report never writes one.
+            if not store.is_postgres and not Path(store.db.database).is_file():
+                raise DatabaseFailure(f"database {masked(config)['database_url']}: no such "
+                                      "file (check database_url)")
+            version, latest = current_version(store.db), latest_version()
+            if version < latest:
+                raise DatabaseFailure(
+                    f"database {masked(config)['database_url']}: schema at version {version}, "
+                    f"this release needs {latest} (run `{PROG} migrate`)")
+            return store.shadows.report(policy_id).to_json()
+        finally:
+            store.close()
+
+
+def _shadow_text(report: dict) -> str:
+    state = (f"in shadow since {report['started_at']}" if report["shadowing"]
+             else "not in shadow")
+    lines = [
+        f"policy {report['policy_id']} (family {report['family_id']}): {state}",
+        f"seen {report['seen']}: agreed {report['agreed']}, differed {report['differed']}, "
+        f"pending {report['pending']}; dropped {report['dropped']} (not evaluated: busy)",
+        "differences: " + ", ".join(f"{kind} {count}"
+                                    for kind, count in report["differences"].items()),
+    ]
+    cases = report["latest_differences"]
+    if cases:
+        lines.append(f"latest {_count(len(cases), 'differing case')}, newest first:")
+    for case in cases:
+        lines.append(f"  {case['issue_key']} {case['kind']} (trigger {case['trigger_id']}, "
+                     f"live execution {case['live_execution_id']}, {case['decided_at']})")
+        lines.append(f"    live:   {_decision_text(case['live'])}")
+        lines.append(f"    shadow: {_decision_text(case['shadow'])}")
+    return "\n".join(lines)
+
+
+def _decision_text(decision: dict) -> str:
+    if not decision["matched_rules"]:
+        text = "no rule matched"
+    else:
+        text = "rules " + ", ".join(repr(name) for name in decision["matched_rules"])
+        text += " -> " + (", ".join(decision["actions"]) or "no actions")
+    if decision["assignee"]:
+        text += f"; assignee {decision['assignee']}"
+    if decision["notification_steps"]:
+        text += f"; steps {', '.join(decision['notification_steps'])}"
+    if decision["error"]:
+        text += f"; error: {decision['error']}"
+    return text

@@ -32,6 +32,7 @@ from tests.fakes import RecordingAction
 from tests.harness import Harness, rule
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.model import PolicySpec
+from ticket_dispatcher.domain.shadow import Decision
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.http.openapi import POLICY_EXAMPLE, document
@@ -48,6 +49,9 @@ MAX_EXAMPLES = 25
 SHARED_POLICY_BODY_OPERATIONS = [f"PUT {API_BASE}/dispatch/policies/{{policy_id}}",
                                  f"POST {API_BASE}/dispatch/policies/{{policy_id}}/replacements",
                                  f"POST {API_BASE}/dispatch/policies/validate"]
+# Policy 1 is in shadow only for the operation that stops a shadow (so it can answer 204); for
+# every other one it is a draft not in shadow, which POST .../shadow can start (201).
+STOP_SHADOW_OPERATION = f"DELETE {API_BASE}/dispatch/policies/{{policy_id}}/shadow"
 SCHEMATHESIS_CONFIG = schemathesis.Config.from_dict({
     # The key is sent by the test; generated X-API-KEY values would only test 401s.
     "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True,
@@ -59,27 +63,34 @@ SCHEMATHESIS_CONFIG = schemathesis.Config.from_dict({
 schema = schemathesis.openapi.from_dict(document(), config=SCHEMATHESIS_CONFIG)
 
 
-def _seed(harness: Harness) -> None:
+def _seed(harness: Harness, *, shadowing: bool) -> None:
     """Policy 1 a draft, policy 2 active; trigger 1 ran execution 1, parked (cancellable) on
-    policy 2; the context of TCID-1 and the engineer alice@example.com exist."""
+    policy 2; policy 1 decided differently beside it in shadow once (its report lists the
+    case); the context of TCID-1 and the engineer alice@example.com exist."""
     store, now = harness.store, harness.clock.now()
-    store.policies.create(PolicySpec.from_json(POLICY_EXAMPLE), now=now)
+    draft = store.policies.create(PolicySpec.from_json(POLICY_EXAMPLE), now=now)
     harness.policy(rule("test_wait"))
     harness.post_trigger("TCID-1")
+    store.shadows.record(policy_id=draft.id, family_id=draft.family_id, trigger_id=1,
+                         issue_key="TCID-1", live_execution_id=1, now=now,
+                         shadow=Decision(["business hours"], ["assign"], "bob@example.com"))
+    store.shadows.settle(store.executions.get(1), now)
+    if shadowing:
+        store.shadows.start(draft.id, now=now)
     store.contexts.ensure_default("TCID-1", now)
     store.engineers.put("alice@example.com", dispatch_enabled=True, display_name="Alice",
                         now=now)
 
 
 @pytest.fixture
-def fuzzed_app(store):
+def fuzzed_app(store, request):
     config = load_config(None, environ={
         "TICKET_DISPATCHER_AUTH_API_KEYS": f"fuzz-operator:operator:{OPERATOR_KEY}",
         "TICKET_DISPATCHER_HTTP_TRIGGER_RATE": "0",  # 429s would drown every other answer
     })
     harness = Harness(store, RecordingAction("test_wait", park_for=60)).start()
     try:
-        _seed(harness)
+        _seed(harness, shadowing=STOP_SHADOW_OPERATION in request.node.name)
         yield create_app(Services(store=harness.store, config=config, clock=harness.clock,
                                   runtime=harness.runtime))
     finally:

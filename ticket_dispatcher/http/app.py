@@ -32,6 +32,7 @@ from ticket_dispatcher.http.policies import (
     PolicyDeactivation,
     PolicyItem,
     PolicyReplacements,
+    PolicyShadow,
     PolicyValidation,
 )
 from ticket_dispatcher.metrics import Metrics
@@ -117,6 +118,7 @@ def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
                   PolicyDeactivation(services))
     app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}/replacements",
                   PolicyReplacements(services))
+    app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}/shadow", PolicyShadow(services))
     app.add_route(f"{api}/dispatch/contexts/{{issue_key}}", ContextItem(services))
     app.add_route(f"{api}/engineers", EngineerCollection(services))
     app.add_route(f"{api}/engineers/{{email}}", EngineerItem(services))

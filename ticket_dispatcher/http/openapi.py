@@ -31,6 +31,7 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.domain.issues import ISSUE_KEY
 from ticket_dispatcher.domain.model import PolicyStatus
+from ticket_dispatcher.domain.shadow import DIFFERENCES
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import PUBLIC
 from ticket_dispatcher.http.binding import MAX_ID
@@ -239,6 +240,19 @@ def _policy_paths() -> dict:
         f"{API_BASE}/dispatch/policies/{{policy_id}}/replacements": {"post": _op(
             "Create the next draft version in the same family", created, body="PolicyBody",
             params=_POLICY_ID, errors=("404",))},
+        f"{API_BASE}/dispatch/policies/{{policy_id}}/shadow": {
+            "post": _op("Put a draft in shadow for its family: evaluated beside every live "
+                        "trigger the family's active version handles, writing nothing (409: "
+                        "not a draft, or the family has a shadow)",
+                        {"201": _json(_ref("ShadowReport"), "In shadow", _LOCATION)},
+                        params=_POLICY_ID, errors=("404", "409")),
+            "get": _op("What a version decided in shadow beside the live one (zero counts for "
+                       "one never shadowed)", {"200": _json(_ref("ShadowReport"))},
+                       params=_POLICY_ID, errors=("404",)),
+            "delete": _op("Stop the shadow (404: the policy is not in shadow)",
+                          {"204": {"description": "Stopped"}}, params=_POLICY_ID,
+                          errors=("404",)),
+        },
     }
 
 
@@ -503,6 +517,38 @@ def _policy_schemas() -> dict:
             "created_at": TIME, "updated_at": TIME, "activated_at": MAYBE_TIME}),
         "ValidationResult": _object({"valid": {"type": "boolean"},
                                      "errors": {"type": "array", "items": _ref("Problem")}}),
+        **_shadow_schemas(),
+    }
+
+
+def _shadow_schemas() -> dict:
+    count = {"type": "integer", "minimum": 0}
+    kinds = [kind.value for kind in DIFFERENCES]
+    return {
+        "ShadowDecision": _object({
+            "matched_rules": {**STRINGS, "description": "The rules that matched, in run order"},
+            "actions": {**STRINGS, "description": "Their action types"},
+            "assignee": {"type": "string", "nullable": True,
+                         "description": "Whom the first assign or assign_l2 chose"},
+            "notification_steps": {**STRINGS, "description": "e.g. page_assignment#1"},
+            "error": {"type": "string", "description": "Why the evaluation ended early; "
+                                                       "empty when it did not"}}),
+        "ShadowCase": _object({
+            "trigger_id": ID, "issue_key": {"type": "string"}, "live_execution_id": ID,
+            "kind": _enum(kinds), "live": _ref("ShadowDecision"),
+            "shadow": _ref("ShadowDecision"), "decided_at": MAYBE_TIME}),
+        "ShadowReport": _object({
+            "policy_id": ID, "family_id": {"type": "string"},
+            "shadowing": {"type": "boolean", "description": "In shadow now"},
+            "started_at": {**MAYBE_TIME, "description": "null when not in shadow"},
+            "seen": {**count, "description": "agreed + differed + pending"},
+            "agreed": count, "differed": count,
+            "pending": {**count, "description": "Evaluated; the live execution has not ended"},
+            "dropped": {**count, "description": "Not evaluated: the service was busy"},
+            "differences": _object({kind: count for kind in kinds},
+                                   description="differed, by kind"),
+            "latest_differences": {"type": "array", "items": _ref("ShadowCase"),
+                                   "description": "Newest first"}}),
     }
 
 

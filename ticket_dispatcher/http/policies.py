@@ -1,5 +1,6 @@
-"""Policy endpoints: list, draft CRUD, lifecycle moves and validation (docs/policies.md,
-"From file to live: validate, test, dry run, activate")."""
+"""Policy endpoints: list, draft CRUD, lifecycle moves, validation (docs/policies.md,
+"From file to live: validate, test, dry run, activate") and shadows (docs/policies.md,
+"Shadow: try a change on live traffic")."""
 
 from __future__ import annotations
 
@@ -121,6 +122,34 @@ class PolicyValidation:
         problems = validation.validate_policy(_read_policy(req, self._services),
                                               self._services.registry)
         resp.media = {"valid": not problems, "errors": [p.to_json() for p in problems]}
+
+
+class PolicyShadow:
+    """A draft in shadow for its family: start, stop, and what it decided."""
+
+    roles = {"GET": VIEWER, "POST": OPERATOR, "DELETE": OPERATOR}
+
+    def __init__(self, services):
+        self._services = services
+
+    def on_post(self, req, resp, policy_id: int) -> None:
+        shadows = self._services.store.shadows
+        shadows.start(policy_id, now=self._services.clock.now())
+        resp.status = falcon.HTTP_201
+        resp.location = _shadow_path(policy_id)
+        resp.media = shadows.report(policy_id).to_json()
+
+    def on_get(self, req, resp, policy_id: int) -> None:
+        # A policy never shadowed answers 200 with shadowing false and zero counts.
+        resp.media = self._services.store.shadows.report(policy_id).to_json()
+
+    def on_delete(self, req, resp, policy_id: int) -> None:
+        self._services.store.shadows.stop(policy_id)
+        resp.status = falcon.HTTP_204
+
+
+def _shadow_path(policy_id: int) -> str:
+    return f"{API_BASE}/dispatch/policies/{policy_id}/shadow"
 
 
 def _created(req: falcon.Request, resp: falcon.Response, policy: Policy) -> None:

@@ -149,8 +149,10 @@ class ShadowRepository:
                 policy_id=policy_id, family_id=family_id, trigger_id=trigger_id,
                 issue_key=issue_key, live_execution_id=live_execution_id,
                 shadow_json=shadow.to_json(), created_at=to_utc(now))
-            status = (ExecutionRow.select(ExecutionRow.status)
-                      .where(ExecutionRow.id == live_execution_id).scalar())
+            # Locked: a live execution ending right now either committed its end before this
+            # read (judged here) or finds this decision when it settles (judged there).
+            status = lock_rows(ExecutionRow.select(ExecutionRow.status)
+                               .where(ExecutionRow.id == live_execution_id), self.db).scalar()
         if status not in _TERMINAL:
             return None
         live = self._executions.get(live_execution_id)
