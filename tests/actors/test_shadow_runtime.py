@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import threading
 
+from tests.actors.test_notification_card_runtime import ASSIGNEE, put
+from tests.domain.test_notification_page import PENDING
 from tests.fakes import issue
 from tests.harness import assign, rule
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import ExecutionStatus
-from ticket_dispatcher.domain.model import PolicySpec, RuleSpec
+from ticket_dispatcher.domain.model import PolicySpec, PolicyStatus, RuleSpec
+from ticket_dispatcher.store.models import ShadowDecisionRow
 
 ENGINEERS = ("a@example.com", "b@example.com", "c@example.com")
 
@@ -142,3 +145,32 @@ def test_shadows_are_dropped_and_counted_when_the_pool_is_busy(make_harness):
     assert seen["seen"] + seen["dropped"] == 3
     assert all(e.status is ExecutionStatus.SUCCEEDED for e in h.executions())
     assert len(h.executions()) == 3
+
+
+def test_a_notification_shadow_plans_its_steps_and_sends_nothing(urgent_world):
+    """The live workflow sends its card, App-urgent and first page and waits for an ACK; the
+    shadow (two pages instead of three) only plans, and nothing of it reaches Lark or Oncall."""
+    h = urgent_world
+    [live] = h.store.policies.list(status=PolicyStatus.ACTIVE)[0]
+    send, urgent = live.spec.rules
+    fewer_pages = RuleSpec(urgent.name, urgent.priority, urgent.when, urgent.then[:-1],
+                           urgent.on_success)
+    draft = h.store.policies.create_replacement(live.id, PolicySpec(
+        name="two pages", trigger=live.spec.trigger, rules=(send, fewer_pages)),
+        now=h.clock.now())
+    h.store.shadows.start(draft.id, now=h.clock.now())
+
+    put(h, severity="S1", status=PENDING)
+    h.post_trigger(source=ASSIGNEE)
+    h.wait_idle()
+
+    assert (len(h.lark.sends), len(h.lark.urgents), len(h.oncall.pages)) == (1, 1, 1)
+    with h.store.connection():
+        [decision] = ShadowDecisionRow.select().where(ShadowDecisionRow.policy_id == draft.id)
+    shadow = decision.shadow_json
+    assert shadow["error"] == ""
+    assert shadow["matched_rules"] == [send.name, urgent.name]
+    assert shadow["notification_steps"] == [
+        "send_assignment_notification", "mark_assignment_message_urgent",
+        "page_assignment#1", "page_assignment#2"]
+    assert report(h, draft)["pending"] == 1  # the live workflow still waits for its ACK
