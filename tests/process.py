@@ -27,6 +27,8 @@ import requests
 
 from tests.peer import FakeJira
 from tests.peer_notify import FakeCore, FakeLark, FakeOncall
+from ticket_dispatcher.config import load_config
+from ticket_dispatcher.service import Service
 
 BASE = "/api/v1/ticketmanager"
 POLL_SECONDS = 0.05
@@ -80,6 +82,24 @@ def notification_settings(lark: FakeLark, oncall: FakeOncall, core: FakeCore) ->
         "ONCALL_BASE_URL": oncall.base_url, "ONCALL_TOKEN": oncall.token,
         "CORE_BASE_URL": core.base_url, "CORE_TOKEN": core.token,
     }
+
+
+@contextmanager
+def sandbox_in_thread(directory) -> Iterator[Service]:
+    """``serve --sandbox`` on a free port in this process (a SQLite file in ``directory``),
+    served by a thread until the block ends."""
+    config = load_config(None, environ={
+        "TICKET_DISPATCHER_DATABASE_URL": f"sqlite:///{directory / 'td.db'}"})
+    service = Service(config, port=0, sandbox=True)
+    thread = threading.Thread(target=service.run, name="waitress", daemon=True)
+    thread.start()
+    try:
+        yield service
+    finally:
+        service.stop_serving()
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "the server did not stop serving"
+        service.close()
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:

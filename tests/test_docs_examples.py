@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import requests
 
-from ticket_dispatcher.config import load_config
+from tests.process import sandbox_in_thread
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.service import Service
 
@@ -603,16 +603,8 @@ def require_tools() -> None:
 
 @pytest.fixture
 def sandbox_server(tmp_path):
-    config = load_config(None, environ={
-        "TICKET_DISPATCHER_DATABASE_URL": f"sqlite:///{tmp_path / 'td.db'}"})
-    service = Service(config, port=0, sandbox=True)
-    thread = threading.Thread(target=service.run, name="waitress", daemon=True)
-    thread.start()
-    yield service
-    service.stop_serving()
-    thread.join(timeout=10)
-    assert not thread.is_alive(), "the server did not stop serving"
-    service.close()
+    with sandbox_in_thread(tmp_path) as service:
+        yield service
 
 
 def run_steps(shell: Shell, service: Service, commands: list[Command],

@@ -3,29 +3,18 @@ posted over HTTP, the execution read back, and the assignee read from the sandbo
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import requests
 
-from ticket_dispatcher.config import load_config
-from ticket_dispatcher.service import Service
+from tests.process import sandbox_in_thread
 
 BASE = "/api/v1/ticketmanager"
 
 
 @pytest.fixture
 def sandbox_service(tmp_path):
-    config = load_config(None, environ={
-        "TICKET_DISPATCHER_DATABASE_URL": f"sqlite:///{tmp_path / 'td.db'}"})
-    service = Service(config, port=0, sandbox=True)
-    thread = threading.Thread(target=service.run, name="waitress", daemon=True)
-    thread.start()
-    yield service, f"http://127.0.0.1:{service.port}"
-    service.stop_serving()
-    thread.join(timeout=10)
-    assert not thread.is_alive(), "the server did not stop serving"
-    service.close()
+    with sandbox_in_thread(tmp_path) as service:
+        yield service, f"http://127.0.0.1:{service.port}"
 
 
 def test_trigger_over_http_assigns_the_issue_in_the_sandbox(sandbox_service):

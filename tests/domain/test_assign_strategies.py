@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.domain.test_assign import run_of
 from tests.fakes import FakeDirectory, FakeJira, bare_ports, issue
 from ticket_dispatcher.domain.actions.assign import AssignExecutor
 from ticket_dispatcher.domain.actions.balanced import (
@@ -16,10 +17,10 @@ from ticket_dispatcher.domain.actions.balanced import (
     fill,
     jql_string,
 )
-from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
+from ticket_dispatcher.domain.actions.base import ActionError
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.catalog import ActionType
-from ticket_dispatcher.domain.execution import Execution, ExecutionMode
+from ticket_dispatcher.domain.execution import ExecutionMode
 from ticket_dispatcher.domain.ports import GroupMember, NotConfiguredJira
 from ticket_dispatcher.domain.validation import validate_policy
 from ticket_dispatcher.errors import CallAbandoned
@@ -48,23 +49,6 @@ def world(sqlite_store):
         sqlite_store.engineers.put(email, dispatch_enabled=True, now=NOW)
         jira.add_user(email)
     return bare_ports(jira=jira, core=FakeDirectory(), engineers=sqlite_store.engineers)
-
-
-def run_of(ports, config: dict, *, executor: AssignExecutor | None = None,
-           mode: ExecutionMode = ExecutionMode.LIVE,
-           now: datetime = NOW) -> tuple[ActionRun, AssignExecutor]:
-    executor = executor or AssignExecutor(ActionType.ASSIGN)
-    the_issue = ports.jira.issues["TCID-1"]
-    execution = Execution(id=1, trigger_id=1, issue_key=the_issue.key, mode=mode,
-                          policy_id=1, policy_family_id="pf_X", policy_version=1,
-                          rule_executions=[])
-    context = executor.build_context(the_issue, None, config)
-    return ActionRun(execution=execution, issue=the_issue, config=config, context=context,
-                     now=now, ports=ports, checkpoint=no_checkpoint), executor
-
-
-def no_checkpoint() -> None:
-    raise AssertionError("assign asked for a checkpoint")
 
 
 def balanced(users=ABC, **extra) -> dict:

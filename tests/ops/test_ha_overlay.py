@@ -18,17 +18,17 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.ops import test_manifests as manifests
 from tests.ops.test_manifests import (
     BASE,
     KUBERNETES,
     KUBERNETES_VERSION,
-    SECRET_STAND_IN,
     SECRET_STAND_INS,
     SECRET_TEMPLATE,
     SHUTDOWN_SLACK,
     load_documents,
 )
-from ticket_dispatcher.config import CONFIG_ENV, Config, load_config
+from ticket_dispatcher.config import Config, load_config
 from ticket_dispatcher.errors import ConfigError
 
 HA = KUBERNETES / "ha"
@@ -116,16 +116,7 @@ def container_env() -> dict[str, dict]:
 
 def environment(config_path: Path, secret_values: dict[str, str] | None = None) -> dict[str, str]:
     """The replica's environment as the service sees it (see test_manifests.environment)."""
-    environ = {}
-    for name, entry in container_env().items():
-        if "value" in entry:
-            environ[name] = entry["value"]
-        elif secret_values is not None:
-            environ[name] = secret_values[entry["valueFrom"]["secretKeyRef"]["key"]]
-        else:
-            environ[name] = SECRET_STAND_INS.get(name, SECRET_STAND_IN)
-    environ[CONFIG_ENV] = str(config_path)
-    return environ
+    return manifests.environment(config_path, secret_values, env=container_env())
 
 
 @pytest.fixture

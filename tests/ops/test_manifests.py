@@ -100,12 +100,13 @@ def secret_template() -> dict:
     return one("Secret", SECRET_TEMPLATE)
 
 
-def environment(config_path: Path, secret_values: dict[str, str] | None = None) -> dict[str, str]:
+def environment(config_path: Path, secret_values: dict[str, str] | None = None, *,
+                env: dict[str, dict] | None = None) -> dict[str, str]:
     """The container's environment as the service sees it: literal values as written, values
     from the Secret as ``secret_values`` has them (else stand-ins), the config file at
-    ``config_path``."""
+    ``config_path``. ``env``: the container's entries (the base Deployment's by default)."""
     environ = {}
-    for name, entry in container_env().items():
+    for name, entry in (container_env() if env is None else env).items():
         if "value" in entry:
             environ[name] = entry["value"]
         elif secret_values is not None:

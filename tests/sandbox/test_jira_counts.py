@@ -5,20 +5,19 @@ other JQL is Jira's 400. Then the example balanced policy, dry-run in the sandbo
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
 import requests
 
+from tests.process import sandbox_in_thread
 from tests.sandbox.calls import JIRA, JIRA_AUTH, assert_jira_error
-from ticket_dispatcher.config import JiraConfig, load_config
+from ticket_dispatcher.config import JiraConfig
 from ticket_dispatcher.domain.actions.balanced import DEFAULT_COUNT_JQL, fill
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.sandbox.jira import SandboxIssue
 from ticket_dispatcher.sandbox.jql import UnsupportedJql, parse, status_category
-from ticket_dispatcher.service import Service
 
 ROOT = Path(__file__).resolve().parents[2]
 API = "/api/v1/ticketmanager"
@@ -119,16 +118,8 @@ def test_the_product_client_counts_in_the_sandbox(served, workload):
 
 @pytest.fixture
 def sandbox_service(tmp_path):
-    config = load_config(None, environ={
-        "TICKET_DISPATCHER_DATABASE_URL": f"sqlite:///{tmp_path / 'td.db'}"})
-    service = Service(config, port=0, sandbox=True)
-    thread = threading.Thread(target=service.run, name="waitress", daemon=True)
-    thread.start()
-    yield service
-    service.stop_serving()
-    thread.join(timeout=10)
-    assert not thread.is_alive(), "the server did not stop serving"
-    service.close()
+    with sandbox_in_thread(tmp_path) as service:
+        yield service
 
 
 def test_the_balanced_example_dry_run_shows_every_count_and_the_tie_break(sandbox_service):

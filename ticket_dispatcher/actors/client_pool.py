@@ -380,15 +380,7 @@ class ClientPool:
             made = ("the call was running and may still take effect" if pooled.started
                     else "the call was not made")
             raise CallAbandoned(f"{self.name} {method}: the service is shutting down; {made}")
-        if not pooled.started:  # only when the actor was stopping: it never took the call
-            self._gave_up_queued += 1
-            raise IntegrationError(f"{self.name} {method}: the client did not take the call "
-                                   f"within {self.call_timeout:g} s; the call was not made",
-                                   service=self.name)
-        self._unknown_outcomes += 1
-        raise OutcomeUnknown(
-            f"{self.name} {method}: no answer within {self.call_timeout:g} s; the call is "
-            f"still running and may take effect", service=self.name)
+        raise self._overdue_locked(pooled)
 
     # -- hand-offs (always under the lock) ------------------------------------------------------
 
