@@ -100,7 +100,8 @@ def waiting_for_ack(dispatcher: Dispatcher, attempt: int) -> tuple[dict, dict] |
     execution = dispatcher.execution_of(KEY)
     view = execution and parked_view(dispatcher, execution["id"])
     if view and view["attempt"] == attempt and view["deadline"]:
-        return execution, view
+        # Read again: the first read may predate the checkpoints saved before the park.
+        return dispatcher.execution_of(KEY), view
     return None
 
 
