@@ -565,6 +565,7 @@ TOKEN_FAILURES = {"lark_code", "json400", "html502", "retry503", "timeout", "res
 class Plan:
     triggers: list[tuple[str, str]] = field(default_factory=list)  # (issue key, source)
     load_fails: list[str] = field(default_factory=list)
+    load_retried: str = ""  # the issue whose execution's own load fails once
     run_fails: list[str] = field(default_factory=list)
     run_succeeds: list[str] = field(default_factory=list)
     notifications: list[str] = field(default_factory=list)
@@ -594,6 +595,7 @@ def plan_world(peer: HostilePeer) -> Plan:
     key = issue()  # the execution's own load fails once, then works (the load is retried)
     peer.script("jira.issue", key, "ok", "json500")
     plan.run_succeeds.append(key)
+    plan.load_retried = key
     for mode in ASSIGN_MODES:
         key = issue()
         peer.script("jira.assign", key, mode)
@@ -834,7 +836,13 @@ def test_tokens_secrets_and_phone_numbers_echoed_by_failing_peers_reach_no_log_l
     messages = [entry["msg"] for entry in entries]
     assert messages.count("execution finished") == plan.executions
     assert messages.count("could not remove the auto-assign label") == len(LABEL_MODES)
-    assert messages.count("execution load failed; retrying") == 1
+    # The execution whose own load was scripted to fail once logs it once. Another execution's
+    # load may also time out (the read timeout here is 500 ms) on a busy machine and be retried:
+    # that one is not scripted, and the retry is what the line is for.
+    load_failures = [entry for entry in entries
+                     if entry["msg"] == "execution load failed; retrying"]
+    assert [entry["issue_key"] for entry in load_failures].count(plan.load_retried) == 1, [
+        (entry.get("issue_key"), entry.get("reason")) for entry in load_failures]
     for step in ("card failed", "notification comment failed", "notification comment unknown",
                  "urgent failed", "page failed", "page unknown", "escalation leader lookup failed",
                  "escalation failed"):
