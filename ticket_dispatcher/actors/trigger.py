@@ -167,17 +167,16 @@ class TriggerProcessor:
                                            f"{result.execution_ids}"})
         return result.outcome, result.reason
 
-
     def _offer_shadows(self, trigger: Trigger, issue, context, executions, created: list[int],
                        now) -> None:
         """The live executions exist: offer each family's shadow version, if it has one, the
-        same trigger, issue snapshot and clock (actors/shadow.py). Never in their way: a
-        failure here is logged and forgotten."""
+        same trigger, issue snapshot and clock (actors/shadow.py). Never in their way: when
+        the store cannot say which families have a shadow, this trigger goes without."""
         live = {e.policy_family_id: e.id for e in executions if e.id in created}
         try:
             shadows = self._deps.store.shadows.of_families(sorted(live))
         except StoreUnavailable:
-            return  # the live work is done; this trigger goes without its shadow
+            return  # the live work is done; the store's health reports the outage
         for family, policy_id in shadows.items():
             self._deps.shadows.offer(ShadowRequest(
                 trigger=trigger, issue=issue, context=context, now=now,
