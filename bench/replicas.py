@@ -64,7 +64,7 @@ import requests
 from databases import fresh_database  # also puts the repository root on sys.path
 from intake import cpu_seconds
 
-from tests.peer import FakeJira, Route
+from tests.peer import FakeJira, Route, SlowJira
 from tests.process import BASE, Dispatcher
 from ticket_dispatcher.timeutil import parse_rfc3339
 
@@ -74,19 +74,6 @@ GOALS = {2: 1.8, 3: 2.5}  # replicas -> the least ratio to 1 replica
 TERMINAL = ("succeeded", "failed")
 POSTERS = 8  # client threads posting the triggers
 SAMPLE_SECONDS = 0.5  # between two looks at the executions and the replicas' pools
-
-
-class SlowJira(FakeJira):
-    """The fake Jira, answering every call after ``latency`` seconds: a slow peer. The sleep is
-    outside the fake's lock, so concurrent calls wait side by side."""
-
-    def __init__(self, latency: float):
-        super().__init__()
-        self.latency = latency
-
-    def _handle(self, call, query):
-        time.sleep(self.latency)
-        return super()._handle(call, query)
 
 
 @dataclass(frozen=True)

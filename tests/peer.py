@@ -33,6 +33,7 @@ import binascii
 import json
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -530,6 +531,22 @@ class FakeJira(Served):
 
 _REASONS = {200: "OK", 201: "Created", 204: "No Content", 400: "Bad Request", 401: "Unauthorized",
             404: "Not Found", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+class SlowJira(FakeJira):
+    """The fake Jira, answering the calls of ``routes`` (every call when None) after
+    ``latency`` seconds: a slow peer. The wait is the peer's own, before its lock, so
+    concurrent calls wait side by side."""
+
+    def __init__(self, latency: float, routes: Iterable[Route] | None = None, **options: Any):
+        super().__init__(**options)
+        self.latency = latency
+        self.routes = None if routes is None else frozenset(routes)
+
+    def _handle(self, call: Call, query: dict[str, list[str]]) -> tuple[int, Any]:
+        if self.routes is None or call.route in self.routes:
+            time.sleep(self.latency)
+        return super()._handle(call, query)
 
 
 def _route(method: str, path: str) -> tuple[Route | None, str | None]:

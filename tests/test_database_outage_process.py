@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.peer import FakeJira, Route
+from tests.peer import FakeJira, Route, SlowJira
 from tests.peer_notify import LarkRoute, OncallRoute
 from tests.process import (
     BASE,
@@ -101,16 +101,6 @@ def notification_policy() -> dict:
 
 
 # --- the faults ---------------------------------------------------------------------------------
-
-
-class SlowJira(FakeJira):
-    """The fake Jira, taking ``PUT_LATENCY`` to answer each PUT assignee (after its gates): a
-    slow peer, so a PUT released once the database is away lands while it is still away."""
-
-    def _handle(self, call, query):
-        if call.route is Route.ASSIGN:
-            time.sleep(PUT_LATENCY)  # the peer's own slowness, not a wait of the test
-        return super()._handle(call, query)
 
 
 class Outage:
@@ -264,7 +254,7 @@ def database_up(metrics: Answer) -> float:
 
 @pytest.fixture
 def jira() -> Iterator[SlowJira]:
-    with SlowJira() as fake:
+    with SlowJira(PUT_LATENCY, {Route.ASSIGN}) as fake:
         for email, account_id in ENGINEERS.items():
             fake.add_user(email, account_id)
         fake.add_user(EMAIL, ACCOUNT, NAME)

@@ -26,7 +26,7 @@ from datetime import datetime
 import pytest
 import requests
 
-from tests.peer import FakeJira, Route
+from tests.peer import FakeJira, Route, SlowJira
 from tests.peer_notify import LarkRoute, OncallRoute
 from tests.process import (
     BASE,
@@ -69,13 +69,6 @@ ACK_TIMEOUT, POLL = "6s", "1s"
 TERMINAL = ("succeeded", "failed")
 
 
-class SlowJira(FakeJira):
-    def _handle(self, call, query):
-        if call.route is Route.ASSIGN:
-            threading.Event().wait(PUT_LATENCY)  # the peer's own slowness
-        return super()._handle(call, query)
-
-
 def assign_policy() -> dict:
     return {
         "name": "Assign HA tickets", "description": "round robin over three engineers",
@@ -103,7 +96,7 @@ def configure(dispatcher: Dispatcher) -> None:
 
 @pytest.fixture
 def jira() -> Iterator[SlowJira]:
-    with SlowJira() as fake:
+    with SlowJira(PUT_LATENCY, {Route.ASSIGN}) as fake:
         for email, account_id in ENGINEERS.items():
             fake.add_user(email, account_id)
         fake.add_user(EMAIL, ACCOUNT, NAME)
