@@ -93,14 +93,7 @@ def _database_url() -> Kind:
 
 
 def _cluster_mode() -> Kind:
-    expected = "one of " + ", ".join(CLUSTER_MODES)
-
-    def parse(value: Any) -> str:
-        if not isinstance(value, str) or value.strip().lower() not in CLUSTER_MODES:
-            raise Invalid(expected)
-        return value.strip().lower()
-
-    return Kind(expected, parse, parse)
+    return _one_of(CLUSTER_MODES, str.lower)
 
 
 def _http_url() -> Kind:
@@ -112,12 +105,18 @@ def _field_id() -> Kind:
 
 
 def _log_level() -> Kind:
-    expected = "one of " + ", ".join(LOG_LEVELS)
+    return _one_of(LOG_LEVELS, str.upper)
+
+
+def _one_of(choices: tuple[str, ...], normal: Callable[[str], str]) -> Kind:
+    """One of ``choices``, written in any case and with spaces around (``normal`` gives the
+    case the choices are in)."""
+    expected = "one of " + ", ".join(choices)
 
     def parse(value: Any) -> str:
-        if not isinstance(value, str) or value.strip().upper() not in LOG_LEVELS:
+        if not isinstance(value, str) or normal(value.strip()) not in choices:
             raise Invalid(expected)
-        return value.strip().upper()
+        return normal(value.strip())
 
     return Kind(expected, parse, parse)
 
