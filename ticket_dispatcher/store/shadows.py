@@ -156,8 +156,8 @@ class ShadowRepository:
         if status not in _TERMINAL:
             return None
         live = self._executions.get(live_execution_id)
-        verdicts = self._judge([row.id], decide(live), now)
-        return verdicts[0] if verdicts else None
+        judged = self._judge([row.id], decide(live), now)
+        return judged[0][1] if judged else None
 
     def settle(self, execution: Execution, now: datetime) -> list[tuple[str, Verdict]]:
         """The live ``execution`` has ended: judge every shadow decision waiting for it.
@@ -168,10 +168,12 @@ class ShadowRepository:
                 & ShadowDecisionRow.verdict.is_null())]
         if not waiting:
             return []
-        return self._judge(waiting, decide(execution), now, with_family=True)
+        return self._judge(waiting, decide(execution), now)
 
-    def _judge(self, ids: list[int], live: Decision, now: datetime, *,
-               with_family: bool = False) -> list:
+    def _judge(self, ids: list[int], live: Decision,
+               now: datetime) -> list[tuple[str, Verdict]]:
+        """Judge the decisions ``ids`` not judged yet against ``live``: (family, verdict)
+        for each."""
         judged = []
         with write_lock(self.db):
             rows = lock_rows(ShadowDecisionRow.select().where(
@@ -181,7 +183,7 @@ class ShadowRepository:
                 (ShadowDecisionRow.update(live_json=live.to_json(), verdict=verdict.value,
                                           decided_at=to_utc(now))
                  .where(ShadowDecisionRow.id == row.id).execute())
-                judged.append((row.family_id, verdict) if with_family else verdict)
+                judged.append((row.family_id, verdict))
         return judged
 
     # -- the report ----------------------------------------------------------------------------
