@@ -11,6 +11,7 @@ import requests
 from responses import matchers
 
 from tests.clocks import ManualClock
+from tests.peer import serve
 from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.http import (
     BearerAuth,
@@ -285,3 +286,51 @@ def test_path_segments_are_quoted():
     assert segment("TCID-1") == "TCID-1"
     assert segment("a.b@example.com") == "a.b@example.com"
     assert segment("team/one two?") == "team%2Fone%20two%3F"
+
+
+class _Proxy:
+    """A forward proxy that answers every request itself and records the target it was asked
+    for (a client talking to a proxy names the absolute URL in its request line)."""
+
+    def __init__(self):
+        self.targets: list[str] = []
+
+    def __call__(self, environ, start_response):
+        self.targets.append(environ["PATH_INFO"])
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [b"{}"]
+
+
+@pytest.fixture
+def proxy():
+    app = _Proxy()
+    server, thread = serve(app, "proxy")
+    app.url = f"http://127.0.0.1:{server.server_port}"
+    yield app
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+def test_proxy_named_by_the_environment_carries_the_calls(proxy, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    http = HttpClient("svc", "http://jira.invalid", connect_timeout=1, read_timeout=2)
+
+    assert http.request_json("GET", "/rest/api/2/myself") == {}
+    assert http.request_json("GET", "/rest/api/2/issue/TCID-1") == {}
+
+    assert proxy.targets == ["http://jira.invalid/rest/api/2/myself",
+                             "http://jira.invalid/rest/api/2/issue/TCID-1"]
+
+
+def test_host_in_no_proxy_is_called_directly(proxy, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", "jira.invalid")
+    http = HttpClient("svc", "http://jira.invalid", connect_timeout=1, read_timeout=2)
+
+    with pytest.raises(IntegrationError):  # straight to a host that does not resolve
+        http.request("GET", "/rest/api/2/myself")
+
+    assert proxy.targets == []

@@ -25,6 +25,7 @@ from ticket_dispatcher.config import DatabaseConfig
 from ticket_dispatcher.errors import Conflict, StoreUnavailable
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import FaultKind, Store, StoreHealth, unit_of_work, write_lock
+from ticket_dispatcher.store import database as database_module
 from ticket_dispatcher.store import health as health_module
 from ticket_dispatcher.store import migrations as migrations_module
 from ticket_dispatcher.store.database import open_database
@@ -487,6 +488,56 @@ def test_postgres_backend_terminated_by_the_server_is_replaced(postgres_url):
         admin.close()
         store.close()
 
+
+def _terminate_pooled_backend(store: Store, admin) -> None:
+    """Kill, from the server's side, the backend of the connection the pool holds idle."""
+    with unit_of_work(store.db) as db:
+        pid = db.connection().get_backend_pid()
+    admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
+    wait_until(lambda: not _backend_alive(admin, pid), 5, "the backend to end")
+
+
+def _backend_alive(admin, pid: int) -> bool:
+    cursor = admin.cursor()
+    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
+    return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.postgres
+def test_postgres_connection_idle_in_the_pool_is_checked_before_reuse(postgres_url, monkeypatch):
+    monkeypatch.setattr(database_module, "PG_PING_IDLE_SECONDS", 0)
+    store = Store.open(postgres_url, database=SHORT)
+    store.migrate()
+    admin = psycopg2.connect(postgres_url.split("?")[0])
+    admin.autocommit = True
+    try:
+        _terminate_pooled_backend(store, admin)
+        assert store.engineers.list() == ([], 0)  # the dead one was found and replaced
+    finally:
+        admin.close()
+        store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_connection_just_returned_is_reused_without_a_round_trip(postgres_url,
+                                                                          monkeypatch):
+    # Under load a connection comes back and goes out again within milliseconds; asking the
+    # server each time queued every thread behind one round trip. One the server dropped in
+    # that window fails its first statement, is discarded, and the next unit gets a new one.
+    monkeypatch.setattr(database_module, "PG_PING_IDLE_SECONDS", 3600)
+    store = Store.open(postgres_url, database=SHORT)
+    store.migrate()
+    admin = psycopg2.connect(postgres_url.split("?")[0])
+    admin.autocommit = True
+    try:
+        _terminate_pooled_backend(store, admin)
+        with pytest.raises(StoreUnavailable) as raised:
+            store.engineers.list()
+        assert raised.value.kind == "connection"
+        assert store.engineers.list() == ([], 0)
+    finally:
+        admin.close()
+        store.close()
 
 @pytest.mark.postgres
 def test_postgres_statement_beyond_statement_timeout_is_timeout(postgres_url):

@@ -9,6 +9,7 @@ the service's own error text (truncated and redacted) — never a header, token 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -100,6 +101,23 @@ def _as_auth(auth: Auth) -> AuthBase | tuple[str, str]:
     return _HeaderAuth(auth)
 
 
+def _session_for(base_url: str) -> requests.Session:
+    """A session that reads the proxy and CA-bundle environment once, for its one base URL.
+
+    With ``trust_env`` requests reads them again on every call (environment scans, a netrc
+    lookup, proxy bypass rules): about a millisecond of CPU a call, a tenth of a dispatch. The
+    variables mean the same (``HTTPS_PROXY``, ``NO_PROXY``, ``REQUESTS_CA_BUNDLE``…); a change
+    takes effect at the next start. No netrc: every call names its own authentication.
+    """
+    session = requests.Session()
+    session.trust_env = False
+    session.proxies.update(requests.utils.get_environ_proxies(base_url))
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if bundle:
+        session.verify = bundle
+    return session
+
+
 class HttpClient:
     def __init__(
         self,
@@ -125,7 +143,7 @@ class HttpClient:
         self._sleep = sleep
         self._clock = clock or SystemClock()
         self._secrets = {s for s in secrets if s}
-        self._session = requests.Session()
+        self._session = _session_for(self.base_url)
 
     def add_secret(self, value: str) -> None:
         """Mask ``value`` in every later error message (e.g. a freshly fetched token)."""

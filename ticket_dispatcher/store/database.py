@@ -11,8 +11,13 @@ reuse its connection.
 
 Both engines pool their physical connections, so nothing is reopened per unit of work:
 
-- PostgreSQL: ``PooledPostgresqlDatabase``; a connection older than ``PG_STALE_SECONDS`` is
-  closed on its next check-out or check-in and replaced by a new one.
+- PostgreSQL: ``PostgresPool``; a connection older than ``PG_STALE_SECONDS`` is closed on its
+  next check-out or check-in and replaced by a new one. A check-out asks the server whether a
+  connection still lives (``SELECT 1``) only when it sat in the pool ``PG_PING_IDLE_SECONDS``
+  or longer: peewee's pool asks on every check-out, under the locks every check-out and
+  check-in of every thread takes, so under load each one queued behind a round trip. A
+  connection the server dropped while it was busy fails its first statement instead, and the
+  unit of work discards it (below).
 - SQLite: ``PooledSqliteDatabase``. Its pragmas are applied in ``SqliteDatabase._connect``,
   which the pool calls only for a new physical connection, so they are set once per connection.
   ``check_same_thread=False`` lets a returned connection serve the next thread that asks
@@ -49,6 +54,7 @@ import fcntl
 import math
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,6 +86,7 @@ RUNTIME_CONNECTIONS = 2
 MARGIN_CONNECTIONS = 4
 CLUSTER_LINK_CONNECTIONS = 1  # PostgreSQL: the mode lock and the work channel, outside the pool
 PG_STALE_SECONDS = 300
+PG_PING_IDLE_SECONDS = 1.0
 # TCP keepalive probes of an idle PostgreSQL connection (one waiting for an answer is idle to
 # TCP): the first after connect_timeout, then every PG_KEEPALIVE_INTERVAL seconds, and the
 # connection is dropped after PG_KEEPALIVE_COUNT unanswered ones.
@@ -196,7 +203,7 @@ def _open_postgres(parts: SplitResult, max_connections: int,
         params["user"] = unquote(parts.username)
     if parts.password:
         params["password"] = unquote(parts.password)
-    return PooledPostgresqlDatabase(
+    return PostgresPool(
         dbname,
         max_connections=max_connections,
         stale_timeout=PG_STALE_SECONDS,
@@ -204,6 +211,32 @@ def _open_postgres(parts: SplitResult, max_connections: int,
         autoconnect=False,
         **params,
     )
+
+
+class PostgresPool(PooledPostgresqlDatabase):
+    """peewee's PostgreSQL pool, asking the server about a pooled connection only when it sat
+    idle ``PG_PING_IDLE_SECONDS`` or longer (see the module's docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._returned: dict[int, float] = {}  # connection key → when it was checked in
+
+    def _is_closed(self, conn: Any) -> bool:
+        returned = self._returned.pop(self.conn_key(conn), None)
+        if conn.closed or self._adapter.txn_status(conn) != self._adapter.txn_idle:
+            return super()._is_closed(conn)  # lost, or a transaction to roll back
+        if returned is None or time.monotonic() - returned >= PG_PING_IDLE_SECONDS:
+            return super()._is_closed(conn)
+        return False
+
+    def _close(self, conn: Any, close_conn: bool = False) -> None:
+        with self._pool_lock:  # re-entered by super()._close
+            self._returned[self.conn_key(conn)] = time.monotonic()
+            super()._close(conn, close_conn)
+
+    def _close_raw(self, conn: Any) -> None:
+        self._returned.pop(self.conn_key(conn), None)
+        super()._close_raw(conn)
 
 
 def _postgres_timeouts(database: DatabaseConfig) -> dict[str, str]:
