@@ -27,7 +27,7 @@ from ticket_dispatcher.domain.ports import (
     Responder,
     TriageChange,
 )
-from ticket_dispatcher.errors import IntegrationError, Problem
+from ticket_dispatcher.errors import DispatcherError, IntegrationError, Problem
 
 
 def issue(**overrides) -> Issue:
@@ -160,6 +160,18 @@ class FakeJira:
         if key not in self.issues:
             raise IntegrationError(f"issue {key} does not exist", status=404, service="jira")
         return self.issues[key]
+
+    def load_issues(self, keys: Sequence[str]) -> dict[str, Issue]:
+        """One search for many keys: a scripted failure of any of them fails the search, as
+        a 503 would; a key that does not exist is left out of the answer."""
+        found = {}
+        for key in keys:
+            try:
+                found[key] = self.load_issue(key)
+            except IntegrationError as exc:
+                if exc.status != 404:
+                    raise
+        return found
 
     # -- users and writes ---------------------------------------------------------------------
 
@@ -366,6 +378,15 @@ class FakeLark:
         self._script("read_user_ids")
         self.reads.append(message_id)
         return list(self.readers.get(message_id, []))
+
+    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
+        answers = []
+        for message_id in message_ids:
+            try:
+                answers.append(Answer(value=self.read_user_ids(message_id)))
+            except DispatcherError as exc:
+                answers.append(Answer(error=exc))
+        return answers
 
 
 class FakeTriggers:

@@ -65,7 +65,8 @@ class Injector:
     # -- hooks ------------------------------------------------------------------------------------
 
     def wrap_save(self, repository: Any) -> None:
-        """Hook the execution repository's ``save`` (the behavior's checkpoint port)."""
+        """Hook the execution repository's ``save`` (the behavior's checkpoint port) and
+        ``record_looks`` (the ACK watcher's)."""
         real = repository.save
 
         def save(execution: Execution, rules: list, **fencing: Any) -> None:
@@ -80,6 +81,22 @@ class Injector:
                 self._die()
 
         repository.save = save
+        real_looks = repository.record_looks
+
+        def record_looks(looks: list) -> set[int]:
+            """The ACK watcher's saves of its looks: the same checkpoints a wait's own poll
+            would save."""
+            self._alive()
+            hit = any(execution.id == self.watched and self._hits(SAVE, execution)
+                      for execution, _, _ in looks)
+            if hit and self.when == BEFORE:
+                self._die()
+            saved = real_looks(looks)
+            if hit:
+                self._die()
+            return saved
+
+        repository.record_looks = record_looks
 
     def port(self, name: str, port: Any) -> Any:
         """``port`` as the actions see it: each call ``name.method`` is a possible crash site."""

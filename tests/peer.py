@@ -2,8 +2,9 @@
 
 It knows only what an ``assign`` dispatch and the assignment notification need:
 read an issue (assignee, priority, status, severity), set its assignee, edit its fields and
-labels, search users by email, count an assignee's issues (the JQL ``assignee = "ID"``,
-optionally ``AND statusCategory != Done``), write internal comments. It shares no code with
+labels, search users by email, search issues by key (the JQL ``key in ("A-1", ...)``), count
+an assignee's issues (the JQL ``assignee = "ID"``, optionally ``AND statusCategory != Done``),
+write internal comments. It shares no code with
 the product or its sandbox, so a test that drives a real ``ticket-dispatcher serve`` process
 against it checks the product against Jira's API, not against itself.
 
@@ -49,6 +50,9 @@ CREATED = "2026-01-05T09:30:00.000+0000"  # Jira's own time format
 COUNT_JQL = re.compile(r'assignee\s*=\s*"((?:[^"\\]|\\.)*)"'
                        r"(\s+AND\s+statusCategory\s*!=\s*Done)?", re.IGNORECASE)
 DONE_STATUSES = ("done", "closed", "resolved")
+# The one JQL shape the fake searches: issues by key.
+KEYS_JQL = re.compile(r'key\s+in\s*\(((?:\s*"(?:[^"\\]|\\.)*"\s*,?)*)\)', re.IGNORECASE)
+QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 class Route(StrEnum):
@@ -59,6 +63,7 @@ class Route(StrEnum):
     EDIT_ISSUE = "PUT /rest/api/2/issue/{key}"
     SEARCH_USERS = "GET /rest/api/2/user/search"
     COUNT_ISSUES = "POST /rest/api/2/search/approximate-count"
+    SEARCH_ISSUES = "POST /rest/api/2/search/jql"
     ADD_COMMENT = "POST /rest/servicedeskapi/request/{key}/comment"
 
 
@@ -68,6 +73,7 @@ _PATHS: tuple[tuple[str, re.Pattern[str], Route], ...] = (
     ("PUT", re.compile(r"^/rest/api/2/issue/([^/]+)$"), Route.EDIT_ISSUE),
     ("GET", re.compile(r"^/rest/api/2/user/search$"), Route.SEARCH_USERS),
     ("POST", re.compile(r"^/rest/api/2/search/approximate-count$"), Route.COUNT_ISSUES),
+    ("POST", re.compile(r"^/rest/api/2/search/jql$"), Route.SEARCH_ISSUES),
     ("POST", re.compile(r"^/rest/servicedeskapi/request/([^/]+)/comment$"), Route.ADD_COMMENT),
 )
 
@@ -437,6 +443,10 @@ class FakeJira(Served):
                 return 200, self._search_users((query.get("query") or [""])[0])
             if call.route is Route.COUNT_ISSUES:
                 return 200, {"count": self._count(call.body)}
+            if call.route is Route.SEARCH_ISSUES:
+                return 200, {"issues": [self._render(self._issues[key])
+                                        for key in self._keys_in(call.body)
+                                        if key in self._issues]}
             issue = self._issues.get(call.key or "")
             if issue is None:
                 raise _PeerError(404, "Issue does not exist or you do not have permission "
@@ -472,6 +482,15 @@ class FakeJira(Served):
         open_only = found.group(2) is not None
         return sum(1 for issue in self._issues.values() if issue.assignee == account_id
                    and not (open_only and (issue.status or "").lower() in DONE_STATUSES))
+
+    @staticmethod
+    def _keys_in(body: Any) -> list[str]:
+        """The keys of the one JQL shape the fake searches: ``key in ("A-1", "B-2")``."""
+        jql = body.get("jql") if isinstance(body, dict) else None
+        found = KEYS_JQL.fullmatch(jql.strip()) if isinstance(jql, str) else None
+        if found is None:
+            raise _PeerError(400, f"Error in the JQL Query: the fake cannot read {jql!r}")
+        return [re.sub(r"\\(.)", r"\1", key) for key in QUOTED.findall(found.group(1))]
 
     @staticmethod
     def _comment(body: Any) -> Comment:

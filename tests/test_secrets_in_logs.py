@@ -184,6 +184,7 @@ ROUTES = tuple((method, re.compile(path), route) for method, path, route in (
     ("PUT", r"/jira/rest/api/2/issue/([^/]+)/assignee", "jira.assign"),
     ("PUT", r"/jira/rest/api/2/issue/([^/]+)", "jira.edit"),
     ("GET", r"/jira/rest/api/2/user/search", "jira.search"),
+    ("POST", r"/jira/rest/api/2/search/jql", "jira.jql"),
     ("POST", r"/jira/rest/servicedeskapi/request/([^/]+)/comment", "jira.comment"),
     ("POST", r"/lark/open-apis/auth/v3/tenant_access_token/internal", "lark.token"),
     ("POST", r"/lark/open-apis/contact/v3/users/batch_get_id", "lark.batch"),
@@ -420,6 +421,9 @@ class HostilePeer:
             return 204, None
         if route == "jira.search":
             return 200, [_jira_user(key)]
+        if route == "jira.jql":  # key in ("A-1", ...): the ACK watcher's batched read
+            keys = re.findall(r'"([^"]+)"', str(body.get("jql", "")))
+            return 200, {"issues": [self._render(k) for k in keys if k in self._issues]}
         if route == "jira.comment":
             return 201, {"id": "10001"}
         if route == "lark.token":

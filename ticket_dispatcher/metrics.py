@@ -143,6 +143,10 @@ class Metrics:
         self.shadow = counter("shadow_decisions", "Shadow decisions by policy family and "
                               "result: agreed, differed, or dropped (not evaluated: busy)",
                               ("family", "result"))
+        self.ack_looks = counter("ack_watch_looks", "Looks of the ACK watcher at parked page "
+                                 "waits by result: parked (nothing to decide), woken (the "
+                                 "guard had something to say), deadline, gone (the wait had "
+                                 "moved on)", ("result",))
         self.job_failures = counter("metrics_job_failures", "Failed backlog samples")
         self.database_up = gauge("database_up", "1 while the database answers, 0 from the "
                                  "first failure of an outage to the next success")
@@ -225,6 +229,10 @@ class Metrics:
     def shadow_decision(self, family: str, result: str) -> None:
         """``result``: agreed, differed or dropped. A family ID, never an issue key."""
         self.shadow.labels(family=family, result=result).inc()
+
+    def ack_looks_counted(self, result: str, count: int = 1) -> None:
+        if count:
+            self.ack_looks.labels(result).inc(count)
 
     def pool(self, *, slots: int, busy: int, queued: int, parked: int) -> None:
         self.pool_slots.set(slots)

@@ -33,9 +33,11 @@ def test_an_execution_retrying_its_issue_load_shows_the_load_not_its_page(world)
     in_page = parked_entry(world, execution_id)
     assert in_page["action"].endswith("1:page_assignment") and in_page["attempt"] == 1
     issue_key = in_page["issue_key"]
-    world.jira.fail_next(issue_key, times=2)
+    # One failure for the ACK watcher's batched read, which then wakes the execution to read
+    # for itself, and two for the execution's own loads.
+    world.jira.fail_next(issue_key, times=3)
 
-    world.advance(POLL)  # wakes for its ACK poll: the load fails, it parks for a retry
+    world.advance(POLL)  # the poll's read fails; the woken execution's load fails: a retry
     world.advance(load_backoff(1).total_seconds())  # the retry fails too
     retrying = parked_entry(world, execution_id)
 

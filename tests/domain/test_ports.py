@@ -114,8 +114,10 @@ def test_the_protocols_declare_the_methods_of_each_role():
         ("jira", Jira), ("lark", Messenger), ("oncall", OnCall), ("core", Directory),
         ("engineers", EngineerStore)]} == {
         "jira": ["add_internal_comment", "apply_triage", "assign", "count_issues", "edit_labels",
-                 "find_user_by_email", "find_users_by_email", "load_issue", "set_l2_assignee"],
-        "lark": ["open_ids_by_email", "read_user_ids", "send_card", "urgent_app"],
+                 "find_user_by_email", "find_users_by_email", "load_issue", "load_issues",
+                 "set_l2_assignee"],
+        "lark": ["open_ids_by_email", "read_user_ids", "read_user_ids_each", "send_card",
+                 "urgent_app"],
         "oncall": ["page", "responders"],
         "core": ["group_members", "leader", "user"],
         "engineers": ["enabled_by_email", "set_jira_account_id", "take_turn",

@@ -779,7 +779,7 @@ def test_a_jira_pool_exposes_exactly_the_jira_protocols_methods():
 
     assert own == protocol == {"load_issue", "assign", "set_l2_assignee", "edit_labels",
                                "apply_triage", "find_user_by_email", "add_internal_comment",
-                               "count_issues", "find_users_by_email"}
+                               "count_issues", "find_users_by_email", "load_issues"}
 
 
 def test_a_typed_pool_method_runs_the_same_named_client_method(started):

@@ -90,6 +90,7 @@ JIRA_CALLS = (
         ['assignee = "acc-1"', 'assignee = "acc-2"'])),
     Call("find_users_by_email", lambda jira: jira.find_users_by_email(
         ["alice@example.com", "bob@example.com"])),
+    Call("load_issues", lambda jira: jira.load_issues(["TCOC-7", "TCOC-8"])),
     Call("close", lambda jira: jira.close(), sends=False),
 )
 
@@ -120,6 +121,9 @@ def jira_answer(request: requests.PreparedRequest) -> tuple[int, dict, str]:
             "created": "2021-01-17T12:34:00.000+0000", "labels": [], "components": []}}),
         ("GET", r"/rest/api/2/user/search", 200, [user]),
         ("POST", r"/rest/api/2/search/approximate-count", 200, {"count": 3}),
+        ("POST", r"/rest/api/2/search/jql", 200, {"issues": [{"key": "TCOC-7", "fields": {
+            "summary": "Checkout fails", "project": {"key": "TCOC"}, "status": {"name": "Todo"},
+            "created": "2021-01-17T12:34:00.000+0000", "labels": [], "components": []}}]}),
         ("PUT", r"/rest/api/2/issue/[^/]+(/assignee)?", 204, None),
         ("POST", r"/rest/servicedeskapi/request/[^/]+/comment", 201, {"id": "1000"}),
     ]
@@ -183,6 +187,7 @@ LARK_CALLS = (
         "ou_1", {"header": {"title": {"tag": "plain_text", "content": "TCOC-7"}}}, "exec-7-1")),
     Call("urgent_app", lambda lark: lark.urgent_app("om_1", "ou_1")),
     Call("read_user_ids", lambda lark: lark.read_user_ids("om_1")),
+    Call("read_user_ids_each", lambda lark: lark.read_user_ids_each(["om_1", "om_2"])),
     Call("close", lambda lark: lark.close(), sends=False),
 )
 

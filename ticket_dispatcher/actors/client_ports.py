@@ -43,6 +43,9 @@ class JiraPool(ClientPool):
     def load_issue(self, key: str) -> Issue:
         return self.call("load_issue", key)
 
+    def load_issues(self, keys: Sequence[str]) -> dict[str, Issue]:
+        return self.call("load_issues", tuple(keys))
+
     def assign(self, key: str, account_id: str | None) -> None:
         self.call("assign", key, account_id)
 
@@ -95,6 +98,10 @@ class LarkPool(ClientPool):
 
     def read_user_ids(self, message_id: str) -> list[str]:
         return self.call("read_user_ids", message_id)
+
+    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
+        return _answers(self.call_each([Call("read_user_ids", (message_id,))
+                                        for message_id in message_ids]))
 
 
 class OncallPool(ClientPool):

@@ -35,6 +35,7 @@ from ticket_dispatcher.actors.messages import (
     Parked,
     Progress,
 )
+from ticket_dispatcher.domain.actions.notification_watch import ack_watch
 from ticket_dispatcher.domain.behavior import StepKind
 from ticket_dispatcher.domain.execution import (
     ActionStatus,
@@ -141,7 +142,8 @@ class ExecutionActor(TrackedActor):
                 *_position(execution), run=self._run))
             self._deps.activity.tell(self.actor_ref, NextStep())
         elif outcome.kind is StepKind.PARKED:
-            self._report(Parked(self.execution_id, outcome.wake_at, self._run))
+            self._report(Parked(self.execution_id, outcome.wake_at, self._run,
+                                ack_watch(execution)))
         else:
             self._report(Finished(self.execution_id, self._run))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ticket_dispatcher.domain.actions.notification_watch import AckWatch
 from ticket_dispatcher.domain.execution import Execution, Lease, Trigger
 
 
@@ -73,6 +74,27 @@ class Wake:  # tell, from a scheduler timer
 
 
 @dataclass(frozen=True)
+class WatchedWake:  # tell, from the ACK watcher: the guard has something to say, or a deadline
+    execution_id: int
+
+
+@dataclass(frozen=True)
+class Rescheduled:  # tell, from the ACK watcher: the waits it looked at and their next wake
+    wakes: dict[int, datetime]
+
+
+# -- to the ACK watcher (tell) ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Watch:
+    watch: AckWatch
+
+
+@dataclass(frozen=True)
+class Look:  # from a scheduler timer: look at every wait due
+    pass
+
+
+@dataclass(frozen=True)
 class Retry:  # tell, from a scheduler timer: the backoff after an interrupted step is over
     execution_id: int
 
@@ -111,6 +133,7 @@ class Parked:
     execution_id: int
     wake_at: datetime
     run: int
+    watch: AckWatch | None = None  # a page's ACK wait the watcher can keep (actors/watcher.py)
 
 
 @dataclass(frozen=True)

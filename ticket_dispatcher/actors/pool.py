@@ -55,10 +55,14 @@ from ticket_dispatcher.actors.messages import (
     Progress,
     Pull,
     RecoverParked,
+    Rescheduled,
     Retry,
     RunningActors,
     Wake,
+    Watch,
+    WatchedWake,
 )
+from ticket_dispatcher.actors.watcher import AckWatcher
 from ticket_dispatcher.domain.admission import Outcome, admit
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
@@ -157,6 +161,15 @@ class ExecutionPool(TrackedActor):
         self._shared = deps.config.cluster.shared
         self._more = True
         self._pull_at: datetime | None = None
+        self._watcher: pykka.ActorRef | None = None  # started with the pool
+
+    def on_start(self) -> None:
+        self._watcher = AckWatcher.start(self._deps, self.actor_ref)
+
+    def on_stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop(block=False)
+        super().on_stop()
 
     def handle(self, message):
         try:
@@ -200,13 +213,23 @@ class ExecutionPool(TrackedActor):
                 if self._release(execution_id, run):
                     self._interruptions.pop(execution_id, None)
                     self._cancels.pop(execution_id, None)
-            case Parked(execution_id, wake_at, run):
+            case Parked(execution_id, wake_at, run, watch):
                 if self._release(execution_id, run):
                     self._interruptions.pop(execution_id, None)
                     if execution_id in self._cancels:
                         self._enqueue(execution_id)  # cancelled meanwhile: end it now
+                    elif watch is not None and self._watcher is not None:
+                        self._parked[execution_id] = wake_at  # the watcher looks for it
+                        self._deps.activity.tell(self._watcher, Watch(watch))
                     else:
                         self._park(execution_id, wake_at)
+            case WatchedWake(execution_id):
+                if self._parked.pop(execution_id, None) is not None:  # not cancelled
+                    self._enqueue(execution_id, wake=True)  # its actor claims it by id
+            case Rescheduled(wakes):
+                for execution_id, wake_at in wakes.items():
+                    if execution_id in self._parked:
+                        self._parked[execution_id] = wake_at
             case Interrupted(execution_id, reason, run):
                 if self._release(execution_id, run):
                     self._retry_later(execution_id, reason)

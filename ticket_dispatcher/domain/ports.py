@@ -109,6 +109,11 @@ class IssueLoader(Protocol):
 
     def load_issue(self, key: str) -> Issue: ...
 
+    def load_issues(self, keys: Sequence[str]) -> dict[str, Issue]:
+        """The live issues of up to 100 keys in one read, by key; a key Jira did not answer
+        for is missing (the ACK watcher's batched guard read)."""
+        ...
+
 
 class JiraWriter(Protocol):
     """The Jira writes of the actions, and the user search ``assign`` needs."""
@@ -178,6 +183,10 @@ class Messenger(Protocol):
     def urgent_app(self, message_id: str, open_id: str) -> list[str]: ...
 
     def read_user_ids(self, message_id: str) -> list[str]: ...
+
+    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
+        """``read_user_ids`` of each message, concurrently where the port can."""
+        ...
 
 
 class EngineerStore(Protocol):
@@ -264,6 +273,9 @@ class NotConfiguredJira(NotConfigured):
     def load_issue(self, key: str) -> Issue:
         raise self._refused("load_issue")
 
+    def load_issues(self, keys: Sequence[str]) -> dict[str, Issue]:
+        raise self._refused("load_issues")
+
     def assign(self, key: str, account_id: str | None) -> None:
         raise self._refused("assign")
 
@@ -327,6 +339,9 @@ class NotConfiguredMessenger(NotConfigured):
 
     def read_user_ids(self, message_id: str) -> list[str]:
         raise self._refused("read_user_ids")
+
+    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
+        raise self._refused("read_user_ids_each")
 
 
 class UncountedCalls:

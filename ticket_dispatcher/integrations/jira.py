@@ -11,6 +11,7 @@ from requests.auth import HTTPBasicAuth
 
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import JiraConfig
+from ticket_dispatcher.domain.actions.balanced import jql_string
 from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.domain.ports import Answer, TriageChange
@@ -25,6 +26,11 @@ ISSUE_FIELDS = ("summary", "project", "environment", "reporter", "assignee", "cr
 # ``total`` the deprecated ``/search`` used to give; the JQL must be bounded (restricted by a
 # field such as the assignee).
 APPROXIMATE_COUNT = "/rest/api/2/search/approximate-count"
+# Jira Cloud's issue search (``searchAndReconsileIssuesUsingJqlPost``): body {"jql", "fields",
+# "maxResults"}, answer {"issues": [...], "nextPageToken"?}. The ACK watcher reads its parked
+# waits' issues with it, up to ``SEARCH_KEYS`` keys per request.
+SEARCH = "/rest/api/2/search/jql"
+SEARCH_KEYS = 100
 T = TypeVar("T")
 
 
@@ -61,6 +67,34 @@ class JiraClient:
         except InvalidInput as exc:  # the message quotes what Jira sent: mask it too
             raise IntegrationError(f"jira GET {path}: {self.http.safe(exc.message)}",
                                    status=200, service=SERVICE) from None
+
+    def load_issues(self, keys: Sequence[str]) -> dict[str, Issue]:
+        """The live issues of up to ``SEARCH_KEYS`` keys in one search, by key. A key Jira
+        does not answer for (deleted, moved, not visible) is missing from the result; the
+        caller reads those one by one."""
+        if not keys:
+            return {}
+        if len(keys) > SEARCH_KEYS:
+            raise ValueError(f"at most {SEARCH_KEYS} keys per search")
+        quoted = ", ".join(jql_string(key) for key in keys)
+        found = self.http.request_json("POST", SEARCH, json={
+            "jql": f"key in ({quoted})", "maxResults": len(keys),
+            "fields": [*ISSUE_FIELDS, self.l2_field_id, self.severity_field_id]})
+        raw = found.get("issues") if isinstance(found, dict) else None
+        if not isinstance(raw, list):
+            raise IntegrationError(f"jira POST {SEARCH}: the answer has no issues", status=200,
+                                   service=SERVICE)
+        wanted, issues = set(keys), {}
+        for item in raw:
+            try:
+                issue = issue_from_jira(item, l2_field_id=self.l2_field_id,
+                                        severity_field_id=self.severity_field_id)
+            except InvalidInput as exc:
+                raise IntegrationError(f"jira POST {SEARCH}: {self.http.safe(exc.message)}",
+                                       status=200, service=SERVICE) from None
+            if issue.key in wanted:
+                issues[issue.key] = issue
+        return issues
 
     def assign(self, key: str, account_id: str | None) -> None:
         """Set the Assignee (None unassigns)."""

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.config import LarkConfig
-from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.domain.ports import Answer
+from ticket_dispatcher.errors import DispatcherError, IntegrationError
 from ticket_dispatcher.integrations.http import HttpClient, IntegrationRejected, segment
 
 SERVICE = "lark"
@@ -88,6 +89,17 @@ class LarkClient:
         data = self._call("PATCH", f"/open-apis/im/v1/messages/{segment(message_id)}/urgent_app",
                           params={"user_id_type": "open_id"}, json={"user_id_list": [open_id]})
         return [item for item in data.get("invalid_user_id_list") or [] if isinstance(item, str)]
+
+    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
+        """``read_user_ids`` of each message, one after another (``LarkPool`` runs them
+        concurrently, each on one of its clients)."""
+        answers: list[Answer[list[str]]] = []
+        for message_id in message_ids:
+            try:
+                answers.append(Answer(value=self.read_user_ids(message_id)))
+            except DispatcherError as exc:
+                answers.append(Answer(error=exc))
+        return answers
 
     def read_user_ids(self, message_id: str) -> list[str]:
         """Open IDs of everyone who read the message, across all pages (a read by the

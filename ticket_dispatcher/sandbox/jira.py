@@ -1,6 +1,6 @@
 """The fake Jira Cloud: its issues and what was done to them (``JiraState``), and the
 resources that read an issue, assign it, edit it, search users, count issues by JQL (the
-little JQL of ``jql.py``) and comment.
+little JQL of ``jql.py``), search issues by key and comment.
 
 Errors use Jira's shape ``{"errorMessages": [...], "errors": {field: message}}``. Callers must
 send Basic auth (any ``user:token``); the sandbox only checks that it is there. The people are
@@ -22,7 +22,7 @@ import falcon
 
 from ticket_dispatcher.domain.issues import DEFAULT_L2_FIELD_ID, DEFAULT_SEVERITY_FIELD_ID
 from ticket_dispatcher.sandbox.base import PUBLIC, ServiceError, ServiceResource, guard
-from ticket_dispatcher.sandbox.jql import UnsupportedJql, parse
+from ticket_dispatcher.sandbox.jql import UnsupportedJql, keys_in, parse
 from ticket_dispatcher.sandbox.people import People, SandboxError, SandboxUser, UnknownUser
 from ticket_dispatcher.sandbox.traffic import Traffic
 from ticket_dispatcher.timeutil import format_time
@@ -509,6 +509,36 @@ class ApproximateCountResource(JiraResource):
         resp.media = {"count": self.state.count_issues(matches)}
 
 
+@falcon.before(guard)
+class SearchResource(JiraResource):
+    """``POST /rest/api/{2,3}/search/jql``: ``{"jql": "key in (...)", "fields": [...]}``
+    answers ``{"issues": [...]}`` with the issues that exist, as ``GET`` renders them; any
+    other JQL is Jira's 400."""
+
+    roles = {"POST": PUBLIC}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = self.body(req)
+        jql = body.get("jql") if isinstance(body, dict) else None
+        if not isinstance(jql, str):
+            raise jira_error(400, ["The request body must be an object with a string 'jql'."])
+        try:
+            keys = keys_in(jql)
+        except UnsupportedJql as exc:
+            raise jira_error(400, [f"Error in the JQL Query: {exc}"]) from None
+        requested = body.get("fields") if isinstance(body.get("fields"), list) else []
+        wanted = None if not requested or set(requested) & set(ALL_FIELDS) else set(requested)
+        issues = []
+        for key in dict.fromkeys(keys):
+            try:
+                issue, people = self.state.issue_with_people(key)
+            except UnknownIssue:
+                continue  # Jira leaves out what does not exist or cannot be seen
+            issues.append(render_issue(issue, people, self.state.l2_field_id,
+                                       self.state.severity_field_id, wanted))
+        resp.media = {"issues": issues}
+
+
 def _int_param(req: falcon.Request, name: str, default: int) -> int:
     text = req.get_param(name)
     if text is None:
@@ -549,5 +579,7 @@ def routes(jira: JiraState, traffic: Traffic) -> list[tuple[str, object]]:
         ("/rest/api/2/user/search", UserSearchResource(jira, traffic)),
         ("/rest/api/2/search/approximate-count", ApproximateCountResource(jira, traffic)),
         ("/rest/api/3/search/approximate-count", ApproximateCountResource(jira, traffic)),
+        ("/rest/api/2/search/jql", SearchResource(jira, traffic)),
+        ("/rest/api/3/search/jql", SearchResource(jira, traffic)),
         ("/rest/servicedeskapi/request/{key}/comment", RequestCommentResource(jira, traffic)),
     ]

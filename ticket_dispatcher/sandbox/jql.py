@@ -33,6 +33,24 @@ _TOKEN = re.compile(r"""\s*(?:(?P<op>!=|=)|"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>(?:
                     r"""|(?P<word>[A-Za-z0-9_.@:\-]+))""")
 
 
+_KEYS_IN = re.compile(r"""\s*key\s+in\s*\((?P<keys>.*)\)\s*""", re.IGNORECASE | re.DOTALL)
+
+
+def keys_in(jql: str) -> list[str]:
+    """The keys of ``key in ("A-1", B-2, ...)``, the one search the sandbox answers (the ACK
+    watcher reads its waits' issues so); anything else is ``UnsupportedJql``."""
+    found = _KEYS_IN.fullmatch(jql)
+    if found is None:
+        raise UnsupportedJql("only key in (...) can be searched")
+    keys: list[str] = []
+    for part in found.group("keys").split(","):
+        tokens = _tokens(part)
+        if len(tokens) != 1 or tokens[0][0] not in ("word", "string"):
+            raise UnsupportedJql(f"not one issue key: {part.strip()!r}")
+        keys.append(tokens[0][1])
+    return keys
+
+
 class UnsupportedJql(ValueError):
     """A JQL the sandbox cannot read; the message says why."""
 

@@ -8,7 +8,7 @@ aggregate, the missing default context and the trigger output in one short trans
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 import peewee
@@ -140,12 +140,34 @@ class ExecutionRepository:
             if not updated:
                 raise self._refusal(execution.id, lease)
             for rule in rules:
-                (RuleExecutionRow.update(
-                    outcome=rule.outcome.value, evaluation_json=rule.evaluation,
-                    action_executions_json=[a.to_json() for a in rule.action_executions])
+                (RuleExecutionRow.update(**_rule_changes(rule))
                  .where((RuleExecutionRow.execution == execution.id)
                         & (RuleExecutionRow.sequence == rule.sequence))
                  .execute())
+
+    def record_looks(self, looks: Sequence[tuple[Execution, RuleExecution, datetime]],
+                     ) -> set[int]:
+        """Save the ACK watcher's looks at parked waits in one transaction: each execution's
+        new ``wake_at`` and its waiting rule, as its own poll would park them. A look is
+        saved only while its execution is still parked as the watcher knew it (running, held
+        by nobody, ``wake_at`` unchanged: ``previous``), so a wait that was woken, claimed or
+        cancelled meanwhile is left alone. The ids of the looks saved."""
+        saved: set[int] = set()
+        with write_lock(self.db):
+            for execution, rule, previous in looks:
+                moved = (ExecutionRow.update(wake_at=execution.wake_at,
+                                             updated_at=execution.updated_at)
+                         .where(_fenced(execution.id, None)
+                                & ExecutionRow.lease_owner.is_null()
+                                & (ExecutionRow.wake_at == to_utc(previous)))
+                         .execute())
+                if moved:
+                    (RuleExecutionRow.update(**_rule_changes(rule))
+                     .where((RuleExecutionRow.execution == execution.id)
+                            & (RuleExecutionRow.sequence == rule.sequence))
+                     .execute())
+                    saved.add(execution.id)
+        return saved
 
     def _refusal(self, execution_id: int, lease: Lease | None) -> Exception:
         """Why a fenced write matched no row: the execution ended, or the lease moved on."""
@@ -341,6 +363,12 @@ class ExecutionRepository:
         for rule_row in query:
             by_execution[rule_row.execution_id].append(_rule_from_row(rule_row))
         return [_execution_from_row(row, by_execution[row.id]) for row in rows]
+
+
+def _rule_changes(rule: RuleExecution) -> dict:
+    """What a checkpoint writes of a rule execution."""
+    return {"outcome": rule.outcome.value, "evaluation_json": rule.evaluation,
+            "action_executions_json": [a.to_json() for a in rule.action_executions]}
 
 
 def _rule_columns(execution_id: int, rule: RuleExecution) -> dict:
