@@ -136,6 +136,7 @@ class FakeJira:
         self.failures: dict[str, int] = {}  # key -> how many loads still fail
         self.spared: dict[str, int] = {}  # key -> loads that succeed before failures start
         self.loads: list[str] = []
+        self.searches: list[list[str]] = []  # the keys of each batched read, in order
         # Issue counts: each JQL's first quoted string names the account it counts for.
         self.open_issues: dict[str, int] = {}  # account id -> what its counts answer
         self.failing_counts: set[str] = set()  # account ids whose count answers 400
@@ -164,6 +165,7 @@ class FakeJira:
     def load_issues(self, keys: Sequence[str]) -> dict[str, Issue]:
         """One search for many keys: a scripted failure of any of them fails the search, as
         a 503 would; a key that does not exist is left out of the answer."""
+        self.searches.append(list(keys))
         found = {}
         for key in keys:
             try:

@@ -120,6 +120,8 @@ class AckWatcher(TrackedActor):
         if saved is None:
             return
         self._deps.metrics.ack_looks_counted("gone", len(batch) - len(saved))
+        if not saved:
+            return
         issues = self._read_issues(saved)
         readers = self._read_readers(saved)
         woken, parked = [], {}
