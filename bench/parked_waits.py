@@ -63,7 +63,8 @@ from pathlib import Path
 
 import requests
 from databases import fresh_database
-from intake import cpu_seconds, free_port, wait_ready
+from floors import cpu_seconds, wait_http
+from intake import free_port
 
 from ticket_dispatcher.timeutil import parse_duration, parse_rfc3339
 
@@ -96,7 +97,7 @@ class Server:
                  "--port", str(self.port)], env=env, cwd=ROOT, stderr=log,
                 stdout=subprocess.DEVNULL)
         try:
-            wait_ready(f"{self.url}/readyz", timeout=60)
+            wait_http(f"{self.url}/readyz", self.process, timeout=60)
         except BaseException:
             self.stop()
             raise
