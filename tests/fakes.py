@@ -381,7 +381,8 @@ class FakeLark:
         self.reads.append(message_id)
         return list(self.readers.get(message_id, []))
 
-    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
+    def read_user_ids_each(self, message_ids: Sequence[str],
+                           at_once: int | None = None) -> list[Answer[list[str]]]:
         answers = []
         for message_id in message_ids:
             try:

@@ -880,6 +880,16 @@ def test_a_batch_holds_at_most_the_pool_size_at_once(started):
     assert pool.stats()["calls"] == 9 and pool.stats()["queue_length"] == 0
 
 
+def test_a_batch_asked_for_fewer_at_once_leaves_the_rest_of_the_pool_free(started):
+    pool, meeting = meeting_pool(started, ClientPool, size=4, parties=2)
+
+    answers = pool.call_each([client_pool.Call("meet", (f"c{n}",)) for n in range(6)],
+                             at_once=2)
+
+    assert answers == [(f"c{n}", None) for n in range(6)]
+    assert meeting.most_inside == 2  # three rounds of two, though four actors were free
+
+
 def test_one_failing_call_of_a_batch_leaves_the_others_answered(echo):
     pool = echo(size=2)
 

@@ -248,8 +248,10 @@ class ClientPool:
             raise pooled.error
         return pooled.result
 
-    def call_each(self, calls: Sequence[Call]) -> list[tuple[Any, BaseException | None]]:
-        """Run every call of ``calls`` concurrently, at most ``size`` at a time, and answer
+    def call_each(self, calls: Sequence[Call], at_once: int | None = None,
+                  ) -> list[tuple[Any, BaseException | None]]:
+        """Run every call of ``calls`` concurrently, at most ``size`` (or ``at_once``, when
+        smaller: a background batch that must leave the pool to others) at a time, and answer
         ``(answer, None)`` or ``(None, error)`` for each, in order. An error is what ``call``
         would have raised for that call alone: the client's exception, ``IntegrationError``
         (no free actor within ``queue_timeout``, not made) or ``OutcomeUnknown`` (no answer
@@ -258,7 +260,8 @@ class ClientPool:
         raised, and the calls not yet begun never begin."""
         if not calls:
             return []
-        batch = _Batch(list(calls), threading.Condition(self._lock))
+        bound = min(self.size, at_once or self.size)
+        batch = _Batch(list(calls), threading.Condition(self._lock), bound)
         with self._lock:
             self._check_open_locked(calls[0].method)
             self._waiting_on_calls += 1
@@ -268,7 +271,7 @@ class ClientPool:
                     self._settle_locked(batch)
                     if batch.finished:
                         break
-                    if not batch.can_top_up(self.size):
+                    if not batch.can_top_up():
                         batch.ready.wait(timeout=self._next_deadline(batch))
             finally:
                 self._waiting_on_calls -= 1
@@ -279,8 +282,8 @@ class ClientPool:
         return batch.answers()
 
     def _top_up_locked(self, batch: _Batch) -> None:
-        """Hand the batch's next calls to the pool while fewer than ``size`` are in it."""
-        while batch.can_top_up(self.size):
+        """Hand the batch's next calls to the pool while fewer than its bound are in it."""
+        while batch.can_top_up():
             index = batch.next_index
             batch.next_index += 1
             pooled = _PooledCall(batch.calls[index], batch.ready, queued_at=time.monotonic())
@@ -507,6 +510,7 @@ class _Batch:
 
     calls: list[Call]
     ready: threading.Condition
+    bound: int  # calls of the batch in the pool at a time, at most
     next_index: int = 0  # the next call to hand to the pool
     in_pool: dict[int, _PooledCall] = field(default_factory=dict)  # by index, not yet settled
     settled: dict[int, tuple[Any, BaseException | None]] = field(default_factory=dict)
@@ -515,8 +519,8 @@ class _Batch:
     def finished(self) -> bool:
         return len(self.settled) == len(self.calls)
 
-    def can_top_up(self, size: int) -> bool:
-        return self.next_index < len(self.calls) and len(self.in_pool) < size
+    def can_top_up(self) -> bool:
+        return self.next_index < len(self.calls) and len(self.in_pool) < self.bound
 
     def settle(self, index: int, outcome: tuple[Any, BaseException | None]) -> None:
         del self.in_pool[index]

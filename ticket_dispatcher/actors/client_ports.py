@@ -99,9 +99,10 @@ class LarkPool(ClientPool):
     def read_user_ids(self, message_id: str) -> list[str]:
         return self.call("read_user_ids", message_id)
 
-    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
+    def read_user_ids_each(self, message_ids: Sequence[str],
+                           at_once: int | None = None) -> list[Answer[list[str]]]:
         return _answers(self.call_each([Call("read_user_ids", (message_id,))
-                                        for message_id in message_ids]))
+                                        for message_id in message_ids], at_once))
 
 
 class OncallPool(ClientPool):

@@ -63,14 +63,14 @@ class RunningActors:  # ask, from the shutdown; answers the refs of the running 
 
 
 @dataclass(frozen=True)
-class RecoverParked:  # tell, from boot recovery: an execution parked before the restart
-    execution_id: int
-    wake_at: datetime
+class Recover:  # tell, from boot recovery: running executions, a thousand or so at a time
+    # (id, wake_at): parked until a future wake_at, else queued at once
+    executions: tuple[tuple[int, datetime | None], ...]
 
 
 @dataclass(frozen=True)
-class Wake:  # tell, from a scheduler timer
-    execution_id: int
+class WakeDue:  # tell, from the scheduler timer at the soonest parked execution's wake_at
+    pass
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 - At most ``execution_slots`` ExecutionActors run at once; the rest wait in FIFO order.
 - An execution ID that is queued or running is never queued again (dedupe).
-- Parked executions hold no slot; a scheduler timer tells ``Wake`` at their ``wake_at``.
+- Parked executions hold no slot; the pool keeps their wake times in a heap, and one
+  scheduler timer (``WakeDue``) at the soonest queues each at its ``wake_at``. A page's ACK
+  wait is handed to the ACK watcher instead (actors/watcher.py), which wakes it when it must run.
 - Creating executions is serialized here: the busy check (``domain.admission``) and the
   insert happen in this one thread, and the ``live_lock_key`` UNIQUE index guards against
   anything else. Enqueueing happens only after the creating transaction has committed, in
@@ -23,6 +25,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import os
@@ -54,11 +57,11 @@ from ticket_dispatcher.actors.messages import (
     PoolStatus,
     Progress,
     Pull,
-    RecoverParked,
+    Recover,
     Rescheduled,
     Retry,
     RunningActors,
-    Wake,
+    WakeDue,
     Watch,
     WatchedWake,
 )
@@ -162,6 +165,8 @@ class ExecutionPool(TrackedActor):
         self._more = True
         self._pull_at: datetime | None = None
         self._watcher: pykka.ActorRef | None = None  # started with the pool
+        self._wakes: list[tuple[datetime, int]] = []  # (wake_at, id) of _parked; stale entries
+        self._wake_at: datetime | None = None  # when the armed WakeDue timer fires
 
     def on_start(self) -> None:
         self._watcher = AckWatcher.start(self._deps, self.actor_ref)
@@ -188,14 +193,17 @@ class ExecutionPool(TrackedActor):
         match message:
             case Enqueue(execution_id):
                 self._enqueue(execution_id)
-            case RecoverParked(execution_id, wake_at):
-                self._park(execution_id, wake_at)
-            case Wake(execution_id):
-                self._parked.pop(execution_id, None)
-                if self._shared:
-                    self._wake_any()
-                else:
-                    self._enqueue(execution_id, wake=True)
+            case Recover(executions):
+                now = self._deps.clock.now()
+                for execution_id, wake_at in executions:
+                    if wake_at is not None and wake_at > now:
+                        self._park(execution_id, wake_at, arm=False)
+                    else:
+                        self._enqueue(execution_id)
+                self._arm_wakes()
+            case WakeDue():
+                self._wake_at = None
+                self._wake_due()
             case Pull():
                 if self._pull_at is not None and self._pull_at <= self._deps.clock.now():
                     self._pull_at = None
@@ -386,9 +394,42 @@ class ExecutionPool(TrackedActor):
             self._sweeps.reclaimed(execution_id, "no actor held it", now)
         self._enqueue(execution_id)
 
-    def _park(self, execution_id: int, wake_at: datetime) -> None:
+    def _park(self, execution_id: int, wake_at: datetime, *, arm: bool = True) -> None:
+        """Park until ``wake_at``. The pool keeps its own heap of wake times and one scheduler
+        timer for the soonest: a hundred thousand parked executions after a restart are one
+        timer, not a hundred thousand."""
         self._parked[execution_id] = wake_at
-        self._deps.tell_at(wake_at, self.actor_ref, Wake(execution_id), label="wake")
+        heapq.heappush(self._wakes, (wake_at, execution_id))
+        if arm:
+            self._arm_wakes()
+
+    def _arm_wakes(self) -> None:
+        soonest = self._soonest_wake()
+        if soonest is not None and (self._wake_at is None or soonest < self._wake_at):
+            self._wake_at = soonest
+            self._deps.tell_at(soonest, self.actor_ref, WakeDue(), label="wake")
+
+    def _soonest_wake(self) -> datetime | None:
+        while self._wakes:
+            wake_at, execution_id = self._wakes[0]
+            if self._parked.get(execution_id) == wake_at:
+                return wake_at
+            heapq.heappop(self._wakes)  # woken, cancelled or parked again meanwhile
+        return None
+
+    def _wake_due(self) -> None:
+        """Wake every parked execution whose time has come (each is queued; in shared mode
+        whichever replica has a free slot claims them), then arm the timer for the next."""
+        now, woken = self._deps.clock.now(), 0
+        while (soonest := self._soonest_wake()) is not None and soonest <= now:
+            _, execution_id = heapq.heappop(self._wakes)
+            del self._parked[execution_id]
+            woken += 1
+            if not self._shared:
+                self._enqueue(execution_id, wake=True)
+        if woken and self._shared:
+            self._wake_any()
+        self._arm_wakes()
 
     # -- creation (the one writer) --------------------------------------------------------------
 
@@ -455,14 +496,15 @@ class ExecutionPool(TrackedActor):
             if execution.status.terminal:
                 return "finished"
             self._deps.behavior().abort(execution, FailureCode.CANCELLED, reason)
-        self._parked.pop(execution_id, None)  # its timer will find it terminal and do nothing
+        self._parked.pop(execution_id, None)  # its heap entry is dropped as stale
         self._retrying.pop(execution_id, None)
         return "applied"
 
     def _status(self) -> dict:
         now = self._deps.clock.now()
         oldest = self._queue.oldest()
-        next_wake = min(self._parked.values()) if self._parked else None
+        soonest = heapq.nsmallest(PARKED_SHOWN, self._parked.items(), key=lambda item: item[1])
+        next_wake = soonest[0][1] if soonest else None
         return {
             "slots": self._slots,
             "busy": len(self._running),
@@ -472,8 +514,7 @@ class ExecutionPool(TrackedActor):
             # the soonest first, bounded: the admin view shows what waits and until when
             "parked_executions": [
                 {"execution_id": execution_id, "wake_at": format_time(wake_at)}
-                for execution_id, wake_at in sorted(self._parked.items(),
-                                                    key=lambda item: item[1])[:PARKED_SHOWN]],
+                for execution_id, wake_at in soonest],
             "next_wake_at": format_time(next_wake),
             "retrying": len(self._retrying),
             "sweeper": {"last_at": format_time(self._sweeps.last_at),

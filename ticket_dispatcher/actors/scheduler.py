@@ -64,9 +64,10 @@ class Scheduler:
                 return
             wait = (when - self._clock.now()) // _MICROSECOND
             deadline = self._monotonic_micros() + wait
-            heapq.heappush(self._heap, _Timer(deadline, next(self._sequence), when, callback,
-                                              label))
-            self._cond.notify_all()  # the earliest deadline may have changed
+            timer = _Timer(deadline, next(self._sequence), when, callback, label)
+            heapq.heappush(self._heap, timer)
+            if self._heap[0] is timer:  # the earliest deadline changed: the waiter re-waits
+                self._cond.notify_all()
         if wait <= 0:
             self.fire_due()
 

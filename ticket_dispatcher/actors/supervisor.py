@@ -32,7 +32,7 @@ from ticket_dispatcher.actors.messages import (
     ObserveBacklog,
     PollTriggers,
     Pull,
-    RecoverParked,
+    Recover,
 )
 from ticket_dispatcher.actors.pool import ExecutionPool
 from ticket_dispatcher.actors.shadow import ShadowActor, ShadowLane
@@ -45,6 +45,7 @@ from ticket_dispatcher.store.database import unit_of_work
 log = logging.getLogger(__name__)
 
 # The backlog gauges are sampled every minute, the first time one second after the start.
+RECOVER_BATCH = 1000  # executions per message to the pool at boot recovery
 BACKLOG_FIRST = timedelta(seconds=1)
 BACKLOG_EVERY = timedelta(seconds=60)
 
@@ -96,12 +97,8 @@ class Supervisor(TrackedActor):
             released = deps.store.executions.release_leases()  # raises: the start fails
             executions = deps.store.executions.recoverable()
             triggers = deps.store.triggers.recoverable()
-        now = deps.clock.now()
-        for execution_id, wake_at in executions:
-            if wake_at is not None and wake_at > now:
-                deps.activity.tell(self.pool, RecoverParked(execution_id, wake_at))
-            else:
-                deps.activity.tell(self.pool, Enqueue(execution_id))
+        for start in range(0, len(executions), RECOVER_BATCH):
+            deps.activity.tell(self.pool, Recover(tuple(executions[start:start + RECOVER_BATCH])))
         for trigger_id in triggers:
             self.triggers.submit(trigger_id, recovering=True)
         log.info("boot recovery done", extra={

@@ -43,6 +43,9 @@ from ticket_dispatcher.errors import DispatcherError, StoreUnavailable
 log = logging.getLogger(__name__)
 
 BATCH = 100  # waits per Jira search (its key list) and per saved batch of looks
+# Lark read lists in flight at once: the watcher's reads run beside every live execution's
+# Lark calls, on the same client pool and the same peer, and must not crowd them out.
+READS_AT_ONCE = 4
 WINDOW = timedelta(milliseconds=250)  # a look may come this early, so looks share batches
 STORE_RETRY = timedelta(seconds=1)  # the next try when the looks could not be saved
 
@@ -171,7 +174,7 @@ class AckWatcher(TrackedActor):
         if not asking:
             return {}
         answers: list[Answer] = self._deps.ports.lark.read_user_ids_each(
-            [watch.message_id for watch in asking])
+            [watch.message_id for watch in asking], READS_AT_ONCE)
         return {watch.execution_id: answer.value if answer.ok else answer.error
                 for watch, answer in zip(asking, answers, strict=True)}
 

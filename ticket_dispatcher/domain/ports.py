@@ -184,8 +184,10 @@ class Messenger(Protocol):
 
     def read_user_ids(self, message_id: str) -> list[str]: ...
 
-    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
-        """``read_user_ids`` of each message, concurrently where the port can."""
+    def read_user_ids_each(self, message_ids: Sequence[str],
+                           at_once: int | None = None) -> list[Answer[list[str]]]:
+        """``read_user_ids`` of each message, concurrently where the port can (at most
+        ``at_once`` at a time, when given)."""
         ...
 
 
@@ -340,7 +342,8 @@ class NotConfiguredMessenger(NotConfigured):
     def read_user_ids(self, message_id: str) -> list[str]:
         raise self._refused("read_user_ids")
 
-    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
+    def read_user_ids_each(self, message_ids: Sequence[str],
+                           at_once: int | None = None) -> list[Answer[list[str]]]:
         raise self._refused("read_user_ids_each")
 
 

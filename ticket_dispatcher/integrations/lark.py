@@ -90,7 +90,8 @@ class LarkClient:
                           params={"user_id_type": "open_id"}, json={"user_id_list": [open_id]})
         return [item for item in data.get("invalid_user_id_list") or [] if isinstance(item, str)]
 
-    def read_user_ids_each(self, message_ids: Sequence[str]) -> list[Answer[list[str]]]:
+    def read_user_ids_each(self, message_ids: Sequence[str],
+                           at_once: int | None = None) -> list[Answer[list[str]]]:
         """``read_user_ids`` of each message, one after another (``LarkPool`` runs them
         concurrently, each on one of its clients)."""
         answers: list[Answer[list[str]]] = []

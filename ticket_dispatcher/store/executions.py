@@ -364,7 +364,7 @@ class ExecutionRepository:
         with unit_of_work(self.db):
             query = (ExecutionRow.select(ExecutionRow.id, ExecutionRow.wake_at)
                      .where(ExecutionRow.status.in_(_RUNNING)).order_by(ExecutionRow.id))
-            return [(row.id, row.wake_at) for row in query]
+            return list(query.tuples().iterator())  # no model object per row: 100,000 at boot
 
     def _with_rules(self, rows: list[ExecutionRow]) -> list[Execution]:
         if not rows:
