@@ -76,9 +76,11 @@ class RuntimeDeps:
     def behavior(self, checkpoints: Checkpoints | None = None,
                  ports: Ports | None = None) -> Behavior:
         """The state machine over the store (unfenced: for a cancel or an abort from outside
-        an actor), or over one actor's fenced ``checkpoints`` and guarded ``ports``."""
+        an actor), or over one actor's fenced ``checkpoints`` and guarded ``ports``, merging
+        the checkpoints that guard nothing (domain/behavior.py)."""
         return Behavior(self.registry, checkpoints or self.store.executions, self.clock.now,
-                        ports=ports or self.ports, on_finished=self.execution_finished)
+                        ports=ports or self.ports, on_finished=self.execution_finished,
+                        merge=checkpoints is not None)
 
     def execution_finished(self, execution: Execution) -> None:
         """Once per execution, after the save that made it terminal: the metrics from

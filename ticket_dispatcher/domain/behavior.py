@@ -4,12 +4,22 @@
 one action's plan/execute — and persists it through the ``Checkpoints`` port before returning, so
 a crash between any two steps resumes from the last saved state. No transaction is held across an
 action's external calls.
+
+With ``merge`` (a live execution actor's behavior), a checkpoint that guards nothing is not
+written at once: the status move, a rule's outcome, an action started, planned or done wait in
+memory and are written together, in one transaction, just before the next call through a port
+(any of them: a Jira read, the round-robin turn, a page) or with the next checkpoint that must
+be durable at once (an action's plan, an action's own ``run.checkpoint`` before a call it must
+never repeat, a park, the terminal state). Nothing leaves the process while a change is
+unsaved, so a crash loses only changes that nothing outside depended on, and the execution
+resumes from its last saved checkpoint and does them again (docs/design.md, "Checkpoints and
+at-most-once").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
@@ -65,15 +75,22 @@ FINISHED = StepOutcome(StepKind.FINISHED)
 class Behavior:
     def __init__(self, registry: ActionRegistry, checkpoints: Checkpoints,
                  now: Callable[[], datetime], ports: Ports,
-                 on_finished: Callable[[Execution], None] | None = None):
+                 on_finished: Callable[[Execution], None] | None = None, *,
+                 merge: bool = False):
         """``on_finished`` is told once per execution, right after the save that made it
         terminal (metrics and the finish log line); a save refused because the execution was
-        already terminal never tells it again."""
+        already terminal never tells it again. ``merge``: checkpoints that guard nothing are
+        written with the next one that does (the module's docstring); one execution per
+        behavior."""
         self._registry = registry
         self._checkpoints = checkpoints
         self._on_finished = on_finished
         self._now = now  # the runtime's Clock.now; domain/ imports nothing from actors/
-        self._ports = ports
+        self._merge = merge
+        self._unsaved: Execution | None = None  # changed since the last write (merge)
+        self._unsaved_rules: dict[int, RuleExecution] = {}  # by sequence
+        self._write_error: Exception | None = None  # a deferred write that failed
+        self._ports = _saving_first(ports, self.flush) if merge else ports
 
     def step(self, execution: Execution, issue: Issue, *, live: bool = False) -> StepOutcome:
         """One stage. ``live``: ``issue`` was loaded from Jira just before this step (not the
@@ -135,7 +152,8 @@ class Behavior:
                                      f"no executor for action type {action.type!r}")
         run = ActionRun(execution=execution, issue=issue, config=action.config,
                         context=action.context, now=self.business_now(execution),
-                        ports=self._ports, checkpoint=lambda: self._save(execution, [rule]),
+                        ports=self._ports,
+                        checkpoint=lambda: self._save(execution, [rule], durable=True),
                         live_issue=issue if live else None)
         if action.planned_at is None:
             try:
@@ -144,7 +162,9 @@ class Behavior:
                 return self._fail_action(execution, rule, action,
                                          exc.code or FailureCode.PLAN_FAILED, exc.message)
             action.planned_at = self._now()
-            self._save(execution, [rule])
+            # Durable: a plan may have taken shared state (a round-robin turn), and a crash
+            # in execute must resume from it, never plan again.
+            self._save(execution, [rule], durable=True)
         if execution.dry_run:  # dry-run plans only
             return self._complete_action(execution, rule, action, ResultKind.CONTINUE)
         try:
@@ -204,13 +224,65 @@ class Behavior:
             return execution.business_now
         return self._now()
 
+    def flush(self) -> None:
+        """Write what the steps changed since the last write, if anything (``merge``). A
+        failure is raised here and again by every later write of this behavior: a change that
+        could not be saved must not be taken for saved because an action caught the error."""
+        if self._unsaved is not None:
+            try:
+                self._write(self._unsaved, [])
+            except Exception as exc:
+                self._write_error = exc
+                raise
+
     def _save(self, execution: Execution, rules: list[RuleExecution], *,
-              parked: bool = False) -> None:
+              parked: bool = False, durable: bool = False) -> None:
         execution.updated_at = self._now()
+        if self._merge and not (parked or durable or execution.status.terminal):
+            self._unsaved = execution
+            self._unsaved_rules.update((rule.sequence, rule) for rule in rules)
+            return
+        self._write(execution, rules, parked=parked)
+
+    def _write(self, execution: Execution, rules: list[RuleExecution], *,
+               parked: bool = False) -> None:
+        if self._write_error is not None:
+            raise self._write_error
+        if self._unsaved_rules:
+            merged = self._unsaved_rules | {rule.sequence: rule for rule in rules}
+            rules = [merged[sequence] for sequence in sorted(merged)]
         if parked:
             self._checkpoints.save(execution, rules, parked=True)
         else:
             self._checkpoints.save(execution, rules)
+        self._unsaved = None
+        self._unsaved_rules.clear()
+
+
+class _SavingFirst:
+    """A port whose every call first writes the behavior's unsaved changes."""
+
+    def __init__(self, port: object, flush: Callable[[], None]):
+        self._port = port
+        self._flush = flush
+
+    def __getattr__(self, name: str) -> object:
+        attribute = getattr(self._port, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            self._flush()
+            return attribute(*args, **kwargs)
+
+        return call
+
+
+def _saving_first(ports: Ports, flush: Callable[[], None]) -> Ports:
+    """``ports`` with every port but the call counter behind ``flush`` (metrics leave
+    nothing outside the process)."""
+    return replace(ports, **{f.name: _SavingFirst(getattr(ports, f.name), flush)
+                             for f in fields(ports) if f.name != "calls"})
 
 
 def _next_action(rule: RuleExecution) -> ActionExecution | None:
