@@ -1,106 +1,389 @@
-"""End-to-end dispatches per second, next to the bare I/O they cannot avoid (issue: figures).
+"""End-to-end assign dispatches per second of a real service process, next to its floor: the
+same Jira calls made by 10 plain ``requests`` threads against the same fake Jira.
 
-Starts the real service in-process with ``--sandbox`` on a free port (SQLite, the sandbox Jira
-served by the same waitress), posts N triggers over HTTP from 10 threads, waits until every
-execution has finished, and prints dispatches/s. Then does the same number of bare issue loads
-(``GET /rest/api/2/issue/KEY`` on the sandbox Jira with plain ``requests``) from 10 threads, so
-the ratio of our overhead to the unavoidable I/O is visible.
+The service is a real ``python -m ticket_dispatcher serve --insecure-no-auth`` process
+(tests/process.py's ``Dispatcher``: trigger rate limit off, log level WARNING, default slots,
+trigger actors and HTTP threads; notifications off, so no Lark, Oncall or Core is called) on a
+temporary SQLite file or, with ``--postgres-url``, a throw-away PostgreSQL schema. Its Jira is
+tests/peer.py's independent fake served by a process of its own (``python bench/floors.py
+jira``), so no Jira call costs the service's CPU or GIL. The fake is served by waitress
+(HTTP/1.1 keep-alive, 16 threads) by default: tests/peer.py's own ``serve`` is wsgiref, which
+answers HTTP/1.0 and so opens a connection and starts a thread per call, a cost a real Jira's
+front end does not put on its clients; ``--peer-server wsgiref`` runs on it for comparison.
 
-    python bench/e2e_dispatch.py [--triggers 300]
+The world, seeded through the service's API and the fake's control API: ``--users`` engineers
+(default 10) known to Jira by email but without a cached account id, and one active policy
+that assigns every BENCH issue carrying the auto-assign label round robin over them. Each issue
+is P3, ``Todo``, unassigned, with the auto-assign label, so a dispatch loads the issue (the
+trigger, then the execution), searches the engineer's account on a cache miss, PUTs the
+assignee and removes the label. 10 warm-up dispatches (not counted) fill the account cache
+with the default 10 engineers, so the measured runs are the steady state.
+
+A run posts ``--triggers`` triggers (default 300, distinct new issues) from 10 threads and
+polls ``GET /dispatch/executions`` until every execution is terminal (bounded by
+``--timeout``). Dispatches/s is N over the time from the first POST to the last execution's
+``completed_at`` (server and bench share the clock); the service's CPU per dispatch covers the
+same span (intake and polls included). Checks: every execution succeeded, and Jira got exactly
+one PUT assignee per issue.
+
+The floor replays the calls the fake logged during that run, on as many fresh issues in the
+same state: per dispatch the calls of one issue in their order (its key swapped), the calls
+without an issue key (user searches) spread over the dispatches before their PUT assignee;
+same methods, paths, queries and bodies, 10 threads, one keep-alive session each, every answer
+checked against the status the service got. The calls per dispatch are printed. For reference
+it also times the narrower 3-call floor (GET issue, user search, PUT assignee per dispatch).
+Goal: service/floor >= 0.5. ``--repeat`` alternates service run, floor and 3-call floor and
+compares the medians. About 30 s per engine at the defaults on a 2-core machine.
+
+    python bench/e2e_dispatch.py [--triggers 300] [--repeat 1] [--users 10]
+        [--postgres-url URL] [--peer-server waitress|wsgiref] [--timeout 90]
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
 import threading
 import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import parse_qs, urlencode
 
 import requests
+from databases import fresh_database  # also puts the repository root on sys.path
+from floors import JiraProcess, cpu_seconds, median, wait_http
 
-from ticket_dispatcher.config import load_config
-from ticket_dispatcher.domain.execution import ExecutionStatus
-from ticket_dispatcher.service import Service
+from tests.process import BASE, Dispatcher
+from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
+from ticket_dispatcher.timeutil import parse_rfc3339
 
-BASE = "/api/v1/ticketmanager"
-THREADS = 10
-
-
-def start(tmp: str) -> tuple[Service, str, threading.Thread]:
-    config = load_config(None, environ={
-        "TICKET_DISPATCHER_DATABASE_URL": f"sqlite:///{Path(tmp) / 'bench.db'}",
-        "TICKET_DISPATCHER_HTTP_TRIGGER_RATE": "0", "TICKET_DISPATCHER_HTTP_THREADS": "16"})
-    service = Service(config, port=0, sandbox=True)
-    thread = threading.Thread(target=service.run, daemon=True)
-    thread.start()
-    return service, f"http://127.0.0.1:{service.port}", thread
+THREADS = 10  # posting threads, and the floor's threads
+WARM_UP = 10
+PROJECT = "BENCH"
+GOAL = 0.5
+POLL_SECONDS = 0.2
+SETTINGS = {"LOG_LEVEL": "WARNING"}  # Dispatcher turns the trigger rate limit off
 
 
-def make_issues(url: str, count: int) -> list[str]:
-    keys = [f"TCID-{1000 + n}" for n in range(count)]
-    with requests.Session() as session:
-        for key in keys:
-            session.post(f"{url}/sandbox/_control/issues", timeout=10, json={
-                "key": key, "summary": "bench", "priority": "P3", "status": "Todo",
-                "labels": ["auto-dispatch"]}).raise_for_status()
+@dataclass(frozen=True)
+class ServiceRun:
+    rate: float  # dispatches per second
+    cpu_ms: float  # service CPU per dispatch
+    peer_cpu_ms: float  # fake Jira CPU per dispatch
+    intake_rate: float  # triggers/s while posting (every 202 back)
+    calls: list[dict]  # what the fake logged during the run
+    problems: dict[str, str]  # issue key -> what went wrong with its dispatch
+
+    def line(self, count: int) -> str:
+        return (f"{self.rate:8.1f} dispatches/s  service CPU {self.cpu_ms:5.1f} ms/dispatch  "
+                f"Jira CPU {self.peer_cpu_ms:4.1f} ms/dispatch  (intake {self.intake_rate:.0f}"
+                f" triggers/s; {count - len(self.problems)} of {count} ok)")
+
+
+@dataclass(frozen=True)
+class FloorRun:
+    rate: float
+    peer_cpu_ms: float
+    calls: int
+    mismatched: int  # answers whose status differs from the one expected
+
+    def line(self) -> str:
+        wrong = f", {self.mismatched} answers NOT as expected" if self.mismatched else ""
+        return (f"{self.rate:8.1f} dispatches/s  Jira CPU {self.peer_cpu_ms:4.1f} ms/dispatch  "
+                f"({self.calls} calls{wrong})")
+
+
+# -- the world ------------------------------------------------------------------------------------
+
+
+def engineer(n: int) -> str:
+    return f"eng{n:04d}@example.com"  # zero-padded: Jira's fuzzy search finds exactly one
+
+
+def seed(service: Dispatcher, jira: JiraProcess, users: int) -> None:
+    """Engineers without a cached Jira account, and one active round-robin assign policy."""
+    emails = [engineer(n) for n in range(users)]
+    jira.add_users([(email, f"acc-{n:04d}") for n, email in enumerate(emails)])
+    for email in emails:
+        service.call("PUT", f"/engineers/{email}", (200, 201), json={"dispatch_enabled": True})
+    policy = service.call("POST", "/dispatch/policies", (201,), json={
+        "name": "bench round robin", "description": "every BENCH issue, round robin",
+        "trigger": {"enable": True, "source_in": [], "project_key_in": [PROJECT],
+                    "issue_label_all": [DEFAULT_AUTO_ASSIGN_LABEL]},
+        "rules": [{"name": "everything", "priority": 10, "when": {"always": True},
+                   "then": [{"type": "assign", "assign": {
+                       "receiver": {"type": "users", "users": emails},
+                       "strategy": "round_robin"}}],
+                   "transition": {"on_success": "terminate"}}]})
+    service.call("POST", f"/dispatch/policies/{policy['id']}/activate")
+
+
+def new_issues(jira: JiraProcess, project: str, first: int, count: int) -> list[str]:
+    keys = [f"{project}-{n}" for n in range(first, first + count)]
+    jira.add_issues(keys, labels=[DEFAULT_AUTO_ASSIGN_LABEL], priority="P3", status="Todo")
     return keys
 
 
-def in_threads(work, items) -> float:
+# -- the service run ------------------------------------------------------------------------------
+
+
+def in_threads(work: Callable[[requests.Session, object], None], items: list) -> None:
+    """``work(session, item)`` for every item from ``THREADS`` threads, a session each."""
     local = threading.local()
 
-    def session() -> requests.Session:
+    def run(item: object) -> None:
         if not hasattr(local, "session"):
             local.session = requests.Session()
-        return local.session
+        work(local.session, item)
 
-    started = time.perf_counter()
     with ThreadPoolExecutor(THREADS) as pool:
-        list(pool.map(lambda item: work(session(), item), items))
-    return time.perf_counter() - started
+        list(pool.map(run, items))
+
+
+def post_all(service: Dispatcher, keys: list[str]) -> None:
+    def post(session: requests.Session, key: object) -> None:
+        session.post(f"{service.url}{BASE}/dispatch/triggers", timeout=30, json={
+            "source": "jira_automation", "input": {"issue_key": key}}).raise_for_status()
+
+    in_threads(post, keys)
+
+
+def terminal(service: Dispatcher) -> int:
+    return sum(service.call("GET", "/dispatch/executions",
+                            params={"status": status, "limit": 1})["total"]
+               for status in ("succeeded", "failed"))
+
+
+def wait_terminal(service: Dispatcher, count: int, timeout: float) -> None:
+    """Poll the API until ``count`` executions in all are terminal."""
+    deadline = time.monotonic() + timeout
+    while (done := terminal(service)) < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {done} of {count} executions terminal after {timeout:g} s;"
+                             f" the service's log ends:\n{service.log()[-3000:]}")
+        time.sleep(POLL_SECONDS)
+
+
+def executions_of(service: Dispatcher, keys: set[str]) -> list[dict]:
+    found: list[dict] = []
+    offset = 0
+    while True:
+        page = service.call("GET", "/dispatch/executions", params={"limit": 200,
+                                                                   "offset": offset})
+        found += [e for e in page["items"] if e["issue_key"] in keys]
+        offset += len(page["items"])
+        if offset >= page["total"] or not page["items"]:
+            return found
+
+
+def dispatch(service: Dispatcher, jira: JiraProcess, keys: list[str], expected: int,
+             timeout: float) -> ServiceRun:
+    """Trigger every key; wait until ``expected`` executions in all are terminal."""
+    _, since = jira.calls()
+    cpu, peer_cpu = cpu_seconds(service.process.pid), cpu_seconds(jira.pid)
+    first_post, started = datetime.now(UTC), time.perf_counter()
+    post_all(service, keys)
+    posted = time.perf_counter() - started
+    wait_terminal(service, expected, timeout)
+    cpu, peer_cpu = cpu_seconds(service.process.pid) - cpu, cpu_seconds(jira.pid) - peer_cpu
+    ended = executions_of(service, set(keys))
+    calls, _ = jira.calls(since)
+    last = max(parse_rfc3339(e["completed_at"]) for e in ended)
+    n = len(keys)
+    return ServiceRun(rate=n / (last - first_post).total_seconds(), cpu_ms=1000 * cpu / n,
+                      peer_cpu_ms=1000 * peer_cpu / n, intake_rate=n / posted, calls=calls,
+                      problems=problems(keys, ended, calls))
+
+
+def problems(keys: list[str], ended: list[dict], calls: list[dict]) -> dict[str, str]:
+    """The issues whose dispatch did not end as one succeeded execution with exactly one PUT
+    assignee Jira accepted, and what happened instead."""
+    statuses: dict[str, list[str]] = defaultdict(list)
+    for execution in ended:
+        statuses[execution["issue_key"]].append(execution["status"])
+    puts = Counter(c["key"] for c in calls if kind(c) == "PUT assignee" and c["status"] == 204)
+    return {key: f"executions {statuses[key]}, {puts[key]} PUT assignee" for key in keys
+            if statuses[key] != ["succeeded"] or puts[key] != 1}
+
+
+# -- the floors -----------------------------------------------------------------------------------
+
+
+def kind(call: dict) -> str:
+    """A name for a Jira call, for the recipe and the checks."""
+    method, path = call["method"], call["path"]
+    if path.endswith("/assignee"):
+        return f"{method} assignee"
+    if path.endswith("/user/search"):
+        return f"{method} user search"
+    if call["key"] and path.startswith("/rest/api/2/issue/"):
+        return f"{method} issue"
+    return f"{method} {path}"
+
+
+def recipe(calls: list[dict], count: int) -> str:
+    kinds = Counter(kind(call) for call in calls)
+    return ", ".join(f"{name} {number / count:.2f}" for name, number in sorted(kinds.items()))
+
+
+def same_calls(calls: list[dict], keys: list[str], floor_keys: list[str]) -> list[list[dict]]:
+    """The service run's calls, re-addressed to ``floor_keys``: per dispatch the calls of its
+    issue in their order; each call without an issue key (a user search) joins one dispatch,
+    spread evenly, before its PUT assignee."""
+    by_key: dict[str, list[dict]] = defaultdict(list)
+    keyless = []
+    for call in calls:
+        if call["key"] is None:
+            keyless.append(call)
+        else:
+            by_key[call["key"]].append(call)
+    unexpected = set(by_key) - set(keys)
+    if unexpected:
+        raise SystemExit(f"the service called Jira about issues outside this run: "
+                         f"{sorted(unexpected)[:5]}")
+    plan = []
+    for key, floor_key in zip(keys, floor_keys, strict=True):
+        plan.append([{**call, "path": "/".join(floor_key if part == key else part
+                                               for part in call["path"].split("/"))}
+                     for call in by_key[key]])
+    for number, call in enumerate(keyless):
+        dispatch_calls = plan[number * len(plan) // len(keyless)]
+        at = next((i for i, c in enumerate(dispatch_calls) if kind(c) == "PUT assignee"),
+                  len(dispatch_calls))
+        dispatch_calls.insert(at, call)
+    return plan
+
+
+def three_calls(floor_keys: list[str], users: int, search_query: str) -> list[list[dict]]:
+    """GET issue, user search, PUT assignee per dispatch, round robin over the engineers."""
+    template = parse_qs(search_query)
+    plan = []
+    for number, key in enumerate(floor_keys):
+        user = number % users
+        query = urlencode({**template, "query": [engineer(user)]}, doseq=True)
+        plan.append([
+            {"method": "GET", "path": f"/rest/api/2/issue/{key}", "query": "", "body": None,
+             "status": 200},
+            {"method": "GET", "path": "/rest/api/2/user/search", "query": query, "body": None,
+             "status": 200},
+            {"method": "PUT", "path": f"/rest/api/2/issue/{key}/assignee", "query": "",
+             "body": {"accountId": f"acc-{user:04d}"}, "status": 204},
+        ])
+    return plan
+
+
+def replay(jira: JiraProcess, plan: list[list[dict]]) -> FloorRun:
+    """Every dispatch's calls in order, from ``THREADS`` threads with plain ``requests``."""
+    mismatched = []
+
+    def run(session: requests.Session, calls: object) -> None:
+        session.auth = (jira.email, jira.api_token)
+        for call in calls:
+            url = jira.base_url + call["path"] + (f"?{call['query']}" if call["query"] else "")
+            answer = session.request(call["method"], url, timeout=30,
+                                     json=call["body"] if call["body"] is not None else None)
+            if answer.status_code != call["status"]:
+                mismatched.append(answer.status_code)
+
+    peer_cpu, started = cpu_seconds(jira.pid), time.perf_counter()
+    in_threads(run, plan)
+    elapsed, peer_cpu = time.perf_counter() - started, cpu_seconds(jira.pid) - peer_cpu
+    return FloorRun(rate=len(plan) / elapsed, peer_cpu_ms=1000 * peer_cpu / len(plan),
+                    calls=sum(map(len, plan)), mismatched=len(mismatched))
+
+
+def search_query(jira: JiraProcess) -> str:
+    """The query string of the first user search the service made (the warm-up makes them)."""
+    calls, _ = jira.calls()
+    return next((c["query"] for c in calls if kind(c) == "GET user search"),
+                urlencode({"query": engineer(0)}))
+
+
+# -- the bench ------------------------------------------------------------------------------------
+
+
+def start_service(database_url: str, jira: JiraProcess) -> Dispatcher:
+    service = Dispatcher(database_url, jira, SETTINGS)  # reads base_url, email, api_token
+    try:
+        wait_http(f"{service.url}/readyz", service.process)
+    except SystemExit:
+        service.kill()
+        raise SystemExit(f"the service did not become ready:\n{service.log()[-3000:]}") from None
+    return service
+
+
+def run_all(args: argparse.Namespace, service: Dispatcher, jira: JiraProcess
+            ) -> tuple[list[ServiceRun], list[FloorRun], list[FloorRun]]:
+    seed(service, jira, args.users)
+    warm = new_issues(jira, PROJECT, 1, WARM_UP)
+    post_all(service, warm)
+    wait_terminal(service, WARM_UP, args.timeout)
+    query, done = search_query(jira), WARM_UP
+    runs: tuple[list[ServiceRun], list[FloorRun], list[FloorRun]] = ([], [], [])
+    for number in range(1, args.repeat + 1):
+        first = number * 100_000
+        keys = new_issues(jira, PROJECT, first, args.triggers)
+        done += args.triggers
+        result = dispatch(service, jira, keys, done, args.timeout)
+        runs[0].append(result)
+        print(f"run {number}  service        {result.line(args.triggers)}", flush=True)
+        for key, problem in list(result.problems.items())[:10]:
+            print(f"        NOT OK {key}: {problem}")
+        print(f"        Jira calls per dispatch: {recipe(result.calls, args.triggers)}")
+        floor_keys = new_issues(jira, "FLOOR", first, args.triggers)
+        runs[1].append(replay(jira, same_calls(result.calls, keys, floor_keys)))
+        print(f"run {number}  floor          {runs[1][-1].line()}", flush=True)
+        three_keys = new_issues(jira, "THREE", first, args.triggers)
+        runs[2].append(replay(jira, three_calls(three_keys, args.users, query)))
+        print(f"run {number}  3-call floor   {runs[2][-1].line()}", flush=True)
+    return runs
+
+
+def report(engine: str, service: list[ServiceRun], floor: list[FloorRun],
+           three: list[FloorRun]) -> None:
+    rate, floor_rate = median(r.rate for r in service), median(r.rate for r in floor)
+    three_rate = median(r.rate for r in three)
+    ratio = rate / floor_rate
+    print(f"\nmedians over {len(service)} run(s), {engine}:")
+    print(f"  service       {rate:8.1f} dispatches/s  service CPU "
+          f"{median(r.cpu_ms for r in service):5.1f} ms/dispatch")
+    print(f"  floor         {floor_rate:8.1f} dispatches/s  (the service's own Jira calls)")
+    print(f"  3-call floor  {three_rate:8.1f} dispatches/s  (GET issue, user search, "
+          "PUT assignee)")
+    print(f"  ratio service/floor {ratio:.3f} (goal >= {GOAL}: "
+          f"{'met' if ratio >= GOAL else 'not met'}); service/3-call floor "
+          f"{rate / three_rate:.3f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--triggers", type=int, default=300)
+    parser.add_argument("--triggers", type=int, default=300, help="dispatches per run")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="service and floor runs, alternated; the medians are compared")
+    parser.add_argument("--users", type=int, default=10,
+                        help="engineers in the round robin; more than 10 leaves account-id "
+                             "cache misses (user searches) in the measured runs")
+    parser.add_argument("--postgres-url", help="run on PostgreSQL (a throw-away schema) "
+                                               "instead of a temporary SQLite file")
+    parser.add_argument("--peer-server", choices=("waitress", "wsgiref"), default="waitress",
+                        help="what serves the fake Jira in its own process")
+    parser.add_argument("--timeout", type=float, default=90,
+                        help="seconds a run may take to end every execution")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        service, url, thread = start(tmp)
+    engine = "PostgreSQL" if args.postgres_url else "SQLite"
+    print(f"end to end, {engine}: {args.triggers} assign dispatches per run from {THREADS} "
+          f"threads after {WARM_UP} warm-up ones, {args.repeat} run(s), round robin over "
+          f"{args.users} engineers; fake Jira in its own process on {args.peer_server}")
+    with fresh_database(args.postgres_url) as database_url, \
+            JiraProcess(args.peer_server) as jira:
+        service = start_service(database_url, jira)
         try:
-            keys = make_issues(url, args.triggers)
-
-            def post(session, key):
-                session.post(f"{url}{BASE}/dispatch/triggers", timeout=30, json={
-                    "source": "jira_automation", "input": {"issue_key": key}}
-                ).raise_for_status()
-
-            started = time.perf_counter()
-            intake = in_threads(post, keys)
-            assert service.runtime.wait_idle(600), "the runtime did not settle"
-            total = time.perf_counter() - started
-            done = service.store.executions.list(status=ExecutionStatus.SUCCEEDED, limit=1)[1]
-
-            auth = ("sandbox@example.com", "sandbox")
-
-            def load(session, key):
-                session.get(f"{url}/sandbox/jira/rest/api/2/issue/{key}", auth=auth,
-                            timeout=30).raise_for_status()
-
-            bare = in_threads(load, keys)
+            runs = run_all(args, service, jira)
         finally:
-            service.stop_serving()
-            thread.join(timeout=10)
-            service.close()
-    n = args.triggers
-    print(f"{n} triggers over HTTP from {THREADS} threads, SQLite, sandbox Jira in-process")
-    print(f"  intake (202 answers):        {n / intake:8.1f} triggers/s")
-    print(f"  end to end (all succeeded):  {n / total:8.1f} dispatches/s  ({done} succeeded)")
-    print(f"  bare issue loads (requests): {n / bare:8.1f} loads/s")
-    print(f"  one dispatch costs about {(total / n) / (bare / n):.1f} bare issue loads "
-          "(a dispatch does 1 load for the trigger, 1 for the execution, a user search, "
-          "an assign and a label edit)")
+            service.kill()
+    report(engine, *runs)
 
 
 if __name__ == "__main__":
