@@ -169,5 +169,9 @@ def configure_logging(
     # pykka logs, at INFO and with a traceback, every exception an ask hands back to its
     # caller (a lease lost, the database away); the caller logs what it means, once.
     logging.getLogger("pykka").setLevel(logging.WARNING)
+    # waitress warns "Task queue depth is N" for every request that waits for a worker thread:
+    # under a burst of triggers, thousands of lines formatted on its one I/O thread, which
+    # slowed intake itself. A burst is expected; ``http.threads`` is the knob.
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
     return handler
 

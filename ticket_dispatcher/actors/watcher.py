@@ -9,7 +9,8 @@ the looks that find nothing for all of them at once:
 - the pool hands it a just-parked wait (``Watch``, with the execution as it parked) instead of
   setting a timer; one scheduler timer (``Look``) covers the soonest wait;
 - at each ``Look`` it takes every wait due within ``WINDOW``. A wait whose ``wake_at`` is its
-  deadline goes back to the pool (``WatchedWake``): the execution itself times it out. The
+  deadline goes back to the pool (``WatchedWake``) at that time exactly: the execution itself
+  times it out. The
   others, ``BATCH`` at a time: the look is saved first, as the wait's own poll would save it
   (``polls`` + 1 and the next ``wake_at``, only while the wait is still parked as the watcher
   knows it: ``ExecutionRepository.record_looks``), so no other replica claims it meanwhile and
@@ -70,19 +71,15 @@ class AckWatcher(TrackedActor):
                 self._look()
         self._arm()
 
-    def status(self) -> dict:
-        return {"watched": len(self._watches)}
-
     # -- the timer --------------------------------------------------------------------------
 
     def _arm(self) -> None:
         soonest = self._soonest()
         if soonest is None or self._deps.stopping.is_set():
             return
-        at = soonest - WINDOW
-        if self._look_at is None or at < self._look_at:
-            self._look_at = at
-            self._deps.tell_at(at, self.actor_ref, Look(), label="ack-watch")
+        if self._look_at is None or soonest < self._look_at:
+            self._look_at = soonest
+            self._deps.tell_at(soonest, self.actor_ref, Look(), label="ack-watch")
 
     def _soonest(self) -> datetime | None:
         while self._due:
@@ -97,7 +94,7 @@ class AckWatcher(TrackedActor):
     def _look(self) -> None:
         now = self._deps.clock.now()
         due: list[AckWatch] = []
-        while (soonest := self._soonest()) is not None and soonest <= now + WINDOW:
+        while (soonest := self._soonest()) is not None and soonest <= now:
             _, execution_id = heapq.heappop(self._due)
             del self._looks[execution_id]
             due.append(self._watches.pop(execution_id))
@@ -179,8 +176,10 @@ class AckWatcher(TrackedActor):
                 for watch, answer in zip(asking, answers, strict=True)}
 
     def _keep(self, watch: AckWatch, at: datetime | None = None) -> None:
-        """Hold ``watch`` until its next look: its ``wake_at``, or ``at``."""
-        look = at or watch.wake_at
+        """Hold ``watch`` until its next look: ``WINDOW`` before its ``wake_at``, so that the
+        looks due close together share a batch; at its deadline exactly (the execution's own
+        wake); or at ``at``."""
+        look = at or (watch.wake_at if watch.at_deadline else watch.wake_at - WINDOW)
         self._watches[watch.execution_id] = watch
         self._looks[watch.execution_id] = look
         heapq.heappush(self._due, (look, watch.execution_id))
