@@ -26,8 +26,9 @@ from ticket_dispatcher.domain.ports import (
     Ports,
     Responder,
     TriageChange,
+    answer_each,
 )
-from ticket_dispatcher.errors import DispatcherError, IntegrationError, Problem
+from ticket_dispatcher.errors import IntegrationError, Problem
 
 
 def issue(**overrides) -> Issue:
@@ -383,13 +384,7 @@ class FakeLark:
 
     def read_user_ids_each(self, message_ids: Sequence[str],
                            at_once: int | None = None) -> list[Answer[list[str]]]:
-        answers = []
-        for message_id in message_ids:
-            try:
-                answers.append(Answer(value=self.read_user_ids(message_id)))
-            except DispatcherError as exc:
-                answers.append(Answer(error=exc))
-        return answers
+        return answer_each(self.read_user_ids, message_ids)
 
 
 class FakeTriggers:

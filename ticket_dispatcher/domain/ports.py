@@ -101,6 +101,18 @@ class Answer(Generic[T]):
         return self.error is None
 
 
+def answer_each(call: Callable[[Any], T], arguments: Iterable[Any]) -> list[Answer[T]]:
+    """``call`` of each argument, one after another; a ``DispatcherError`` is that one's
+    answer, and the others are still asked (a client's batch method, without a pool)."""
+    answers: list[Answer[T]] = []
+    for argument in arguments:
+        try:
+            answers.append(Answer(value=call(argument)))
+        except DispatcherError as exc:
+            answers.append(Answer(error=exc))
+    return answers
+
+
 # -- the ports ------------------------------------------------------------------------------------
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from requests.auth import HTTPBasicAuth
 
@@ -14,8 +14,8 @@ from ticket_dispatcher.config import JiraConfig
 from ticket_dispatcher.domain.actions.balanced import jql_string
 from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.model import Issue, JiraUser
-from ticket_dispatcher.domain.ports import Answer, TriageChange
-from ticket_dispatcher.errors import DispatcherError, IntegrationError, InvalidInput
+from ticket_dispatcher.domain.ports import Answer, TriageChange, answer_each
+from ticket_dispatcher.errors import IntegrationError, InvalidInput
 from ticket_dispatcher.integrations.http import HttpClient, segment
 
 SERVICE = "jira"
@@ -31,7 +31,6 @@ APPROXIMATE_COUNT = "/rest/api/2/search/approximate-count"
 # waits' issues with it, up to ``SEARCH_KEYS`` keys per request.
 SEARCH = "/rest/api/2/search/jql"
 SEARCH_KEYS = 100
-T = TypeVar("T")
 
 
 class JiraClient:
@@ -161,22 +160,15 @@ class JiraClient:
     def count_issues(self, jqls: Sequence[str]) -> list[Answer[int]]:
         """``approximate_count`` of each JQL, one after another (``JiraPool`` runs them
         concurrently, each on one of its clients)."""
-        return [_answer(self.approximate_count, jql) for jql in jqls]
+        return answer_each(self.approximate_count, jqls)
 
     def find_users_by_email(self, emails: Sequence[str]) -> list[Answer[JiraUser | None]]:
         """``find_user_by_email`` of each email, one after another."""
-        return [_answer(self.find_user_by_email, email) for email in emails]
+        return answer_each(self.find_user_by_email, emails)
 
     def _edit(self, key: str, body: dict[str, Any]) -> None:
         self.http.request("PUT", f"/rest/api/2/issue/{segment(key)}", json=body,
                           expected=(204,))
-
-
-def _answer(call: Callable[[str], T], argument: str) -> Answer[T]:
-    try:
-        return Answer(value=call(argument))
-    except DispatcherError as exc:
-        return Answer(error=exc)
 
 
 def _label_operations(add: Iterable[str], remove: Iterable[str]) -> list[dict[str, str]]:

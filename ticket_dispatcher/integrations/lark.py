@@ -15,8 +15,8 @@ from typing import Any
 
 from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.config import LarkConfig
-from ticket_dispatcher.domain.ports import Answer
-from ticket_dispatcher.errors import DispatcherError, IntegrationError
+from ticket_dispatcher.domain.ports import Answer, answer_each
+from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import HttpClient, IntegrationRejected, segment
 
 SERVICE = "lark"
@@ -94,13 +94,7 @@ class LarkClient:
                            at_once: int | None = None) -> list[Answer[list[str]]]:
         """``read_user_ids`` of each message, one after another (``LarkPool`` runs them
         concurrently, each on one of its clients)."""
-        answers: list[Answer[list[str]]] = []
-        for message_id in message_ids:
-            try:
-                answers.append(Answer(value=self.read_user_ids(message_id)))
-            except DispatcherError as exc:
-                answers.append(Answer(error=exc))
-        return answers
+        return answer_each(self.read_user_ids, message_ids)
 
     def read_user_ids(self, message_id: str) -> list[str]:
         """Open IDs of everyone who read the message, across all pages (a read by the

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import falcon
 
@@ -26,6 +26,8 @@ from ticket_dispatcher.sandbox.jql import UnsupportedJql, keys_in, parse
 from ticket_dispatcher.sandbox.people import People, SandboxError, SandboxUser, UnknownUser
 from ticket_dispatcher.sandbox.traffic import Traffic
 from ticket_dispatcher.timeutil import format_time
+
+T = TypeVar("T")
 
 # Issue attributes an edit may change; the user ones hold Jira account ids.
 USER_FIELDS = ("assignee", "l2_assignee", "reporter")
@@ -498,15 +500,20 @@ class ApproximateCountResource(JiraResource):
     roles = {"POST": PUBLIC}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = self.body(req)
-        jql = body.get("jql") if isinstance(body, dict) else None
-        if not isinstance(jql, str):
-            raise jira_error(400, ["The request body must be an object with a string 'jql'."])
-        try:
-            matches = parse(jql)
-        except UnsupportedJql as exc:
-            raise jira_error(400, [f"Error in the JQL Query: {exc}"]) from None
+        _, matches = read_jql(self.body(req), parse)
         resp.media = {"count": self.state.count_issues(matches)}
+
+
+def read_jql(body: object, reader: Callable[[str], T]) -> tuple[dict, T]:
+    """The request body and what ``reader`` makes of its ``jql``; Jira's 400 for a body
+    without a JQL string, or a JQL the sandbox cannot read."""
+    jql = body.get("jql") if isinstance(body, dict) else None
+    if not isinstance(jql, str):
+        raise jira_error(400, ["The request body must be an object with a string 'jql'."])
+    try:
+        return body, reader(jql)
+    except UnsupportedJql as exc:
+        raise jira_error(400, [f"Error in the JQL Query: {exc}"]) from None
 
 
 @falcon.before(guard)
@@ -518,14 +525,7 @@ class SearchResource(JiraResource):
     roles = {"POST": PUBLIC}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = self.body(req)
-        jql = body.get("jql") if isinstance(body, dict) else None
-        if not isinstance(jql, str):
-            raise jira_error(400, ["The request body must be an object with a string 'jql'."])
-        try:
-            keys = keys_in(jql)
-        except UnsupportedJql as exc:
-            raise jira_error(400, [f"Error in the JQL Query: {exc}"]) from None
+        body, keys = read_jql(self.body(req), keys_in)
         requested = body.get("fields") if isinstance(body.get("fields"), list) else []
         wanted = None if not requested or set(requested) & set(ALL_FIELDS) else set(requested)
         issues = []
