@@ -17,11 +17,10 @@ on its waitress thread's own connection (SQLite: the service's ``busy_timeout``,
 waitress's logging quiet; ``--waitress-warnings`` leaves the service's as it ships (its "Task
 queue depth" WARNING goes through the service's JSON log formatter).
 
-On SQLite the floor takes a process lock around each INSERT: SQLite has one writer, and a bare
-app that lets its threads meet on the write lock instead waits in sqlite3's busy handler, which
-sleeps 1, 2, 5 ... 100 ms between tries; that floor measured 310 to 1,570 req/s from run to run,
-lower than the service at times. ``--concurrent-floor`` runs it that way anyway. On PostgreSQL
-the floor's INSERTs are concurrent.
+On SQLite the floor's threads meet on the one write lock, and sqlite3's busy handler sleeps
+1, 2, 5 ... 100 ms between tries, so that floor varies a lot from run to run (the service's
+writers wait the same way). ``--serialize-floor`` takes a process lock around each of the
+floor's INSERTs instead: a higher and far steadier floor, the insert without the convoy.
 
 Runs alternate, service then floor, ``--repeat`` times after a 1 s warm-up of each. After every
 service run the bench waits until the service has no pending or processing trigger left, so its
@@ -34,7 +33,7 @@ faster than it processes them, so each 6 s service run leaves a backlog of 10 to
 (``--seconds 8`` comes close to 2 minutes).
 
     python bench/intake.py [--seconds 6] [--repeat 3] [--connections 16] [--postgres-url URL]
-                           [--concurrent-floor] [--waitress-warnings]
+                           [--serialize-floor] [--waitress-warnings]
 """
 
 from __future__ import annotations
@@ -198,16 +197,15 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--postgres-url", help="run both on PostgreSQL (a throw-away schema "
                                                "each) instead of a temporary SQLite file each")
-    parser.add_argument("--concurrent-floor", action="store_true",
-                        help="SQLite: the floor's INSERTs concurrent, meeting on the write lock "
-                             "in sqlite3's busy handler (a lower floor that varies 3x)")
+    parser.add_argument("--serialize-floor", action="store_true",
+                        help="SQLite: the floor's INSERTs one at a time under a process lock "
+                             "(no busy-handler sleeps: a higher, steadier floor)")
     parser.add_argument("--waitress-warnings", action="store_true",
                         help="leave the service's waitress logging as it ships")
     args = parser.parse_args()
     engine = "PostgreSQL" if args.postgres_url else "SQLite"
     service_log = "as shipped" if args.waitress_warnings else "quiet"
-    serialize = not args.concurrent_floor and not args.postgres_url
-    inserts = "one at a time" if serialize else "concurrent"
+    inserts = "one at a time" if args.serialize_floor and not args.postgres_url else "concurrent"
     print(f"intake, {engine}: wrk -t2 -c{args.connections} -d{args.seconds}s, {args.repeat} "
           f"run(s) each, alternated; waitress {HttpConfig().threads} threads in both; waitress "
           f"logging {service_log} in the service, quiet in the floor; floor INSERTs {inserts}")
@@ -218,7 +216,7 @@ def main() -> None:
                           'wrk.headers["Content-Type"] = "application/json"\n')
         try:
             with (service(service_db, Path(tmp), not args.waitress_warnings) as svc,
-                  floor(floor_db, serialize) as bare):
+                  floor(floor_db, args.serialize_floor) as bare):
                 runs: dict[str, list[WrkRun]] = {"service": [], "floor": []}
                 for server in (svc, bare):
                     measure(server, args, script, WARM_UP_SECONDS)  # not counted
