@@ -278,6 +278,25 @@ def test_a_failed_call_is_logged_with_no_status(mocked, caplog):
     assert any(r.getMessage().startswith("svc GET /x -> None in ") for r in caplog.records)
 
 
+def test_a_redirect_is_not_followed_and_is_an_unexpected_status(mocked):
+    mocked.get(f"{BASE}/rest/api/2/myself", status=302,
+               headers={"Location": "https://elsewhere.example.com/steal"})
+
+    with pytest.raises(IntegrationRejected) as raised:
+        client().request("GET", "/rest/api/2/myself")
+
+    assert raised.value.status == 302
+    assert [call.request.url for call in mocked.calls] == [f"{BASE}/rest/api/2/myself"]
+
+
+def test_the_answer_body_is_read_before_the_call_returns(mocked):
+    mocked.get(f"{BASE}/big", body=b"x" * 100_000)
+
+    response = client().request("GET", "/big")
+
+    assert response._content_consumed and len(response.content) == 100_000
+
+
 def test_bearer_auth_repr_hides_the_token():
     assert TOKEN not in repr(BearerAuth(TOKEN))
 
