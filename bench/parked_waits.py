@@ -1,20 +1,26 @@
 """Parked ACK waits: what 1,000 executions waiting in ``page_assignment`` cost.
 
-A parked execution holds no slot and a scheduler timer wakes it at ``wake_at`` (docs/design.md,
-"The life of an execution"); every page of an urgent notification is such a wait, polled every
-``poll_interval``.
+A parked execution holds no slot; the ACK watcher polls its wait (a Jira search per 100
+issues, the Lark read of each card) and hands it back to the pool only on a verdict or at its
+deadline (docs/design.md, "ACK waits without a slot"). Every page of an urgent notification is
+such a wait, polled every ``poll_interval``.
 This bench parks ``--executions`` of them at once and prints, idle next to loaded:
 
 - the latency of ordinary assign dispatches fired at a steady ``--rate`` for ``--duration``
   (the POST sent to the execution's ``completed_at``, read from the API once it is terminal;
   same machine, same system clock), p50/p95;
 - the server's resident memory (``VmRSS`` from ``/proc/PID/status``) and its CPU use;
-- how late a parked execution really wakes against its ``wake_at``, p50/p99.
+- how late a parked wait is really looked at against its ``wake_at``, p50/p99.
 
-The service runs as a real ``python -m ticket_dispatcher serve --sandbox`` process (temporary
-SQLite file, ``execution_slots`` 10, real time, trigger rate limit off, authentication off as
-the sandbox has it), not in-process: the RSS and CPU figures must be the server's alone, not
-the server's plus this client's threads and responses.
+The service runs as a real ``python -m ticket_dispatcher serve`` process (temporary SQLite
+file, ``execution_slots`` 10, real time, trigger rate limit off, authentication off), not
+in-process: the RSS and CPU figures must be the server's alone, not the server's plus this
+client's threads and responses. By default (``--world own``) the fake Jira, Lark, Oncall and
+Core are the sandbox of a second ``serve --sandbox`` process, as a real Jira and Lark are on
+other machines, and the measured one is a plain ``serve`` pointed at them, on a database
+seeded with the same examples; its CPU is printed as the fakes' own. ``--world same`` measures
+``serve --sandbox`` itself: then every poll's reads are also served by the measured process's
+HTTP threads, and its CPU and RSS include the fake world's.
 
 The notification policy is the example ``priority-assignee`` family the sandbox activates
 (poll 5 s, ACK timeout 5 min), unchanged: 5 s is the production poll, and no execution reaches
@@ -23,27 +29,17 @@ GTOC-1000…, P0 in ``Todo`` with ``notify-assignee`` and an assignee with a pho
 reads a card, so nothing ACKs. The assign dispatches use TCID issues at P3, which the example
 assign policy round-robins to alice, bob and carol (no time window involved).
 
-Wake lateness comes from persisted state: ``page_assignment`` parks until
-``run.now + poll_interval`` and the step saves that as the execution's ``wake_at``, so when an
-execution's ``wake_at`` moves from W to W', its poll ran at ``W' - poll_interval``; lateness is
-that minus W. It covers the scheduler timer, the pool's inbox, the wait for a free slot, the
-actor start and the checkpoint and issue loads before the poll. The bench reads
-``dispatch_executions`` from the SQLite file (WAL: a reader never blocks the server) every
-``--sample`` seconds, far below the 5 s between two wakes of one execution, so no move is
-missed. (The admin view lists only the 50 soonest parked executions, too few to follow 1,000.)
-
-Once the executions park faster than the pool can run their polls (``--executions`` /
-``poll_interval`` wakes per second are asked for), the wakes queue in the pool's one FIFO queue,
-ahead of new executions. The loop is closed (a late poll parks again later), so the queue
-settles where lateness ~ executions / wakes-per-second-served - poll_interval, and an ordinary
-dispatch waits about that long too. ``pool queue`` and ``wakes/s`` in the output show it.
-
-Caveat: the sandbox fakes (Jira, Lark, Oncall, Core) are served by the same process and its
-HTTP threads, so every poll's Jira and Lark reads also cost the server CPU and memory that a
-real deployment spends elsewhere; the RSS includes the fake world's issues, cards and pages.
+Wake lateness comes from persisted state: a look at a wait that has no verdict yet saves
+``wake_at = look + poll_interval``, as the execution's own poll would park it, so when an
+execution's ``wake_at`` moves from W to W', a look ran at ``W' - poll_interval``; lateness is
+that minus W. The bench reads ``dispatch_executions`` from the SQLite file (WAL: a reader never
+blocks the server) every ``--sample`` seconds, far below the 5 s between two looks at one wait,
+so no move is missed. (The admin view lists only the 50 soonest parked executions, too few to
+follow 1,000.)
 
     python bench/parked_waits.py [--executions 1000] [--rate 5] [--duration 30]
                                  [--settle 10] [--sample 0.5] [--http-threads 16]
+                                 [--world own|same] [--ramp-timeout 180]
 """
 
 from __future__ import annotations
@@ -66,36 +62,49 @@ from databases import fresh_database
 from floors import cpu_seconds, wait_http
 from intake import free_port
 
+from ticket_dispatcher.sandbox import service_urls
+from ticket_dispatcher.seeding import seed_store
+from ticket_dispatcher.store import Store
 from ticket_dispatcher.timeutil import parse_duration, parse_rfc3339
 
 ROOT = Path(__file__).resolve().parents[1]
 API = "/api/v1/ticketmanager"
-NOTIFY_POLICY = ROOT / "ops/examples/policies/priority-assignee.json"
+EXAMPLES = ROOT / "ops/examples"
+NOTIFY_POLICY = EXAMPLES / "policies/priority-assignee.json"
 ASSIGNEES = ("alice@example.com", "bob@example.com", "dave@example.com", "eve@example.com")
 TERMINAL = ("succeeded", "failed")
+WORLD_THREADS = 32  # the fakes' process answers every poll's reads at once
 
 
 # -- the server ---------------------------------------------------------------------------------
 
 
 class Server:
-    """``serve --sandbox`` in its own process; its stderr goes to a file shown on failure."""
+    """``ticket-dispatcher serve`` in its own process; its stderr goes to a file shown on
+    failure. ``world`` is None for ``serve --sandbox`` (the fakes in the same process), or the
+    URL of another process's sandbox: then this one is a plain ``serve --insecure-no-auth``
+    whose clients call that sandbox, on a database seeded with the same examples."""
 
-    def __init__(self, database_url: str, tmp: Path, http_threads: int):
+    def __init__(self, database_url: str, log: Path, http_threads: int, *, slots: int = 10,
+                 world: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tmp / "server.log"
+        self.log = log
         env = dict(os.environ, TICKET_DISPATCHER_DATABASE_URL=database_url,
-                   TICKET_DISPATCHER_EXECUTION_SLOTS="10",
+                   TICKET_DISPATCHER_EXECUTION_SLOTS=str(slots),
                    TICKET_DISPATCHER_HTTP_TRIGGER_RATE="0",
-                   # the sandbox Jira/Lark/Oncall are served by these same threads
                    TICKET_DISPATCHER_HTTP_THREADS=str(http_threads),
                    TICKET_DISPATCHER_LOG_LEVEL="WARNING")
-        with self.log.open("w") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "ticket_dispatcher", "serve", "--sandbox",
-                 "--port", str(self.port)], env=env, cwd=ROOT, stderr=log,
-                stdout=subprocess.DEVNULL)
+        command = [sys.executable, "-m", "ticket_dispatcher", "serve", "--port", str(self.port)]
+        if world is None:
+            command.append("--sandbox")
+        else:
+            seed(database_url)
+            env.update(world_settings(world))
+            command.append("--insecure-no-auth")
+        with self.log.open("w") as stderr:
+            self.process = subprocess.Popen(command, env=env, cwd=ROOT, stderr=stderr,
+                                            stdout=subprocess.DEVNULL)
         try:
             wait_http(f"{self.url}/readyz", self.process, timeout=60)
         except BaseException:
@@ -118,6 +127,33 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def seed(database_url: str) -> None:
+    """The examples ``serve --sandbox`` seeds (engineers, the four policies, active)."""
+    store = Store.open(database_url)
+    try:
+        store.migrate()
+        seed_store(store, EXAMPLES, datetime.now(UTC))
+    finally:
+        store.close()
+
+
+def world_settings(world: str) -> dict[str, str]:
+    """Point every client at the sandbox served on ``world``, as ``serve --sandbox`` points
+    them at its own, and turn the notification on."""
+    urls = service_urls(world)
+    return {"TICKET_DISPATCHER_NOTIFICATIONS_ENABLED": "true",
+            "TICKET_DISPATCHER_JIRA_BASE_URL": urls["jira"],
+            "TICKET_DISPATCHER_JIRA_EMAIL": "sandbox@example.com",
+            "TICKET_DISPATCHER_JIRA_API_TOKEN": "sandbox",
+            "TICKET_DISPATCHER_LARK_BASE_URL": urls["lark"],
+            "TICKET_DISPATCHER_LARK_APP_ID": "sandbox",
+            "TICKET_DISPATCHER_LARK_APP_SECRET": "sandbox",
+            "TICKET_DISPATCHER_ONCALL_BASE_URL": urls["oncall"],
+            "TICKET_DISPATCHER_ONCALL_TOKEN": "sandbox",
+            "TICKET_DISPATCHER_CORE_BASE_URL": urls["core"],
+            "TICKET_DISPATCHER_CORE_TOKEN": "sandbox"}
 
 
 # -- setting up the world -----------------------------------------------------------------------
@@ -285,10 +321,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-def measure_phase(server: Server, keys: list[str], rate: float, timeout: float) -> dict:
+def measure_phase(server: Server, world: Server | None, keys: list[str], rate: float,
+                  timeout: float) -> dict:
     """Fire the assign dispatches and wait for all of them; the pool as the admin view saw it
     every second meanwhile."""
     cpu, wall = server.cpu(), time.perf_counter()
+    world_cpu = world.cpu() if world else 0.0
     pool: list[dict] = []
     stop = threading.Event()
 
@@ -307,6 +345,7 @@ def measure_phase(server: Server, keys: list[str], rate: float, timeout: float) 
             "p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
             "max": max(latencies, default=float("nan")),
             "cpu": 100 * (server.cpu() - cpu) / wall, "rss": server.rss_mib(),
+            "world_cpu": 100 * (world.cpu() - world_cpu) / wall if world else float("nan"),
             "parked": _range(sample["parked"] for sample in pool),
             "queue": _range(sample["queue_length"] for sample in pool)}
 
@@ -335,16 +374,28 @@ def run(args: argparse.Namespace) -> None:
                 if action["type"] == "page_assignment")
     poll, ack_timeout = parse_duration(page["poll_interval"]), parse_duration(page["ack_timeout"])
     per_phase = max(1, round(args.rate * args.duration))
-    with tempfile.TemporaryDirectory() as tmp, fresh_database(None) as database_url:
-        server = Server(database_url, Path(tmp), args.http_threads)
+    with tempfile.TemporaryDirectory() as tmp, fresh_database(None) as database_url, \
+            fresh_database(None) as world_url:
+        world = server = None
+        try:
+            if args.world == "own":
+                world = Server(world_url, Path(tmp) / "world.log", WORLD_THREADS)
+            server = Server(database_url, Path(tmp) / "server.log", args.http_threads,
+                            world=world.url if world else None)
+        except BaseException:
+            for process in (server, world):
+                if process is not None:
+                    process.stop()
+            raise
+        fakes = world or server
         watcher = WakeWatcher(database_url.removeprefix("sqlite:///"), poll, args.sample)
         try:
             rss_start = server.rss_mib()
             idle_keys = [f"TCID-{10000 + n}" for n in range(per_phase)]
             loaded_keys = [f"TCID-{20000 + n}" for n in range(per_phase)]
-            create_issues(server.url, [assign_issue(key) for key in idle_keys + loaded_keys]
+            create_issues(fakes.url, [assign_issue(key) for key in idle_keys + loaded_keys]
                           + [notification_issue(n) for n in range(args.executions)])
-            idle = measure_phase(server, idle_keys, args.rate, args.ramp_timeout)
+            idle = measure_phase(server, world, idle_keys, args.rate, args.ramp_timeout)
             watcher.start()
             first_page = time.perf_counter()
             ramp = park_all(server, watcher, args.executions, args.ramp_timeout)
@@ -352,7 +403,7 @@ def run(args: argparse.Namespace) -> None:
             watcher.begin("parked only")
             time.sleep(args.settle)
             watcher.begin("parked + dispatches")
-            loaded = measure_phase(server, loaded_keys, args.rate, args.ramp_timeout)
+            loaded = measure_phase(server, world, loaded_keys, args.rate, args.ramp_timeout)
             watcher.end()
             ran = timedelta(seconds=time.perf_counter() - first_page)
         except BaseException:
@@ -360,6 +411,8 @@ def run(args: argparse.Namespace) -> None:
             raise
         finally:
             server.stop()  # first: a failing watcher must not leave the server running
+            if world is not None:
+                world.stop()
             watcher.stop()
     if ran >= ack_timeout - poll:  # a wait clamped at its deadline breaks W' - poll
         print(f"warning: the run outlasted the ACK timeout ({page['ack_timeout']}); "
@@ -371,8 +424,9 @@ def report(args, page, idle, loaded, rss_start, ramp, view, watcher, poll) -> No
     n = args.executions
     print(f"{n} urgent notification executions parked in page_assignment (poll "
           f"{page['poll_interval']}, ACK timeout {page['ack_timeout']}), execution_slots 10, "
-          f"SQLite, serve --sandbox (fakes in the same process, http.threads "
-          f"{args.http_threads})")
+          f"SQLite, http.threads {args.http_threads}, "
+          + ("fakes in the same process (serve --sandbox)" if args.world == "same" else
+             "fakes in a serve --sandbox process of their own"))
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
     print(f"all {n} were in their ACK wait {ramp:.1f} s after the first trigger; admin/actors "
           f"then: parked "
@@ -389,6 +443,7 @@ def report(args, page, idle, loaded, rss_start, ramp, view, watcher, poll) -> No
             ("pool parked (min-max)", lambda p: f"{p['parked'][0]}-{p['parked'][1]}"),
             ("pool queue (min-max)", lambda p: f"{p['queue'][0]}-{p['queue'][1]}"),
             ("server CPU", lambda p: f"{p['cpu']:.0f}% of a core"),
+            ("fakes' process CPU", lambda p: f"{p['world_cpu']:.0f}% of a core"),
             ("server VmRSS at end", lambda p: f"{p['rss'][0]:.1f} MiB"),
             ("server VmHWM (peak)", lambda p: f"{p['rss'][1]:.1f} MiB")]
     for name, cell in rows:
@@ -415,6 +470,9 @@ def main() -> None:
     parser.add_argument("--sample", type=float, default=0.5,
                         help="seconds between two reads of the parked executions' wake_at")
     parser.add_argument("--http-threads", type=int, default=16)
+    parser.add_argument("--world", choices=("own", "same"), default="own",
+                        help="the sandbox fakes in a process of their own (as a real Jira and "
+                             "Lark are elsewhere), or served by the measured process")
     parser.add_argument("--ramp-timeout", type=float, default=180,
                         help="give up when not every execution has parked after this")
     run(parser.parse_args())
