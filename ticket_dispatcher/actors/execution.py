@@ -50,7 +50,6 @@ from ticket_dispatcher.errors import (
     Conflict,
     DispatcherError,
     LeaseLost,
-    NotFound,
     StoreUnavailable,
 )
 
@@ -175,10 +174,9 @@ class ExecutionActor(TrackedActor):
             self._report(Finished(self.execution_id, self._run))
             return False
         self._hold.claimed(lease, now, deps.config.leases.duration)
-        try:
-            store.policies.get(execution.policy_id)
-        except NotFound as exc:
-            return self._load_failed(execution, FailureCode.POLICY_LOAD_FAILED, exc.message)
+        if not store.policies.exists(execution.policy_id):
+            return self._load_failed(execution, FailureCode.POLICY_LOAD_FAILED,
+                                     f"policy {execution.policy_id} not found")
         try:
             self._hold.check(deps.clock.now())
             self._issue = deps.ports.jira.load_issue(execution.issue_key)

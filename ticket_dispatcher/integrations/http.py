@@ -1,9 +1,10 @@
 """The one HTTP session helper every integration client uses.
 
 One ``requests`` connection pool per instance (each client actor owns one), connect/read
-timeouts on every call, no redirects followed, bounded ``Retry-After`` handling for 429 and 503, and one way to turn a failure into
-an ``IntegrationError`` whose message is safe to log: service, method, path, HTTP status and
-the service's own error text (truncated and redacted) — never a header, token or request body.
+timeouts on every call, no redirects followed, bounded ``Retry-After`` handling for 429 and
+503, and one way to turn a failure into an ``IntegrationError`` whose message is safe to log:
+service, method, path, HTTP status and the service's own error text (truncated and redacted) —
+never a header, token or request body.
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ class ExecutionRepository:
     def __init__(self, db: peewee.Database, contexts: ContextRepository):
         self.db = db
         self._contexts = contexts  # creation writes the missing default context too
+        self._sql = _Statements(db.param)
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -128,23 +129,25 @@ class ExecutionRepository:
         overwritten (``Conflict``: the execution ended elsewhere), and, with a ``lease``, only
         while that lease is the current one (``LeaseLost``: another holder took over). A
         terminal or ``parked`` execution gives its lease back in the same UPDATE.
+
+        Every step of every execution passes here, so its statements are written out once
+        (``_Statements``) rather than built by peewee per call, and their values converted
+        before the write lock is taken.
         """
         released = execution.status.terminal or parked
-        lease_columns = ExecutionRow.RELEASED if released else {}
+        move = self._sql.save(released=released, fenced=lease is not None)
+        values = (execution.status.value, execution.failure_code, execution.failure_reason,
+                  _time_value(execution.wake_at), execution.live_lock_key,
+                  _time_value(execution.updated_at), _time_value(execution.completed_at),
+                  execution.id, *_RUNNING)
+        if lease is not None:
+            values += (lease.owner, lease.epoch)
+        changes = [_rule_values(execution.id, rule) for rule in rules]
         with write_lock(self.db):
-            updated = (ExecutionRow.update(
-                status=execution.status.value, failure_code=execution.failure_code,
-                failure_reason=execution.failure_reason, wake_at=execution.wake_at,
-                live_lock_key=execution.live_lock_key, updated_at=execution.updated_at,
-                completed_at=execution.completed_at, **lease_columns)
-                .where(_fenced(execution.id, lease)).execute())
-            if not updated:
+            if not self.db.execute_sql(move, values).rowcount:
                 raise self._refusal(execution.id, lease)
-            for rule in rules:
-                (RuleExecutionRow.update(**_rule_changes(rule))
-                 .where((RuleExecutionRow.execution == execution.id)
-                        & (RuleExecutionRow.sequence == rule.sequence))
-                 .execute())
+            for rule_values in changes:
+                self.db.execute_sql(self._sql.rule, rule_values)
 
     def record_looks(self, looks: Sequence[tuple[Execution, RuleExecution, datetime]],
                      ) -> set[int]:
@@ -158,29 +161,17 @@ class ExecutionRepository:
         is taken: a batch holds SQLite's one write lock for the statements alone, not for
         building them (a hundred looks built by peewee kept every other writer waiting
         seconds on a busy machine)."""
-        move_sql, rule_sql = self._look_statements()
-        wake, updated = ExecutionRow.wake_at.db_value, ExecutionRow.updated_at.db_value
-        rows = [((wake(execution.wake_at), updated(execution.updated_at), execution.id,
-                  *_RUNNING, wake(previous)),
-                 tuple(_rule_changes(rule, raw=True).values()) + (execution.id, rule.sequence))
+        rows = [((_time_value(execution.wake_at), _time_value(execution.updated_at),
+                  execution.id, *_RUNNING, _time_value(previous)),
+                 _rule_values(execution.id, rule))
                 for execution, rule, previous in looks]
         saved: set[int] = set()
         with write_lock(self.db):
             for (move, rule), (execution, _, _) in zip(rows, looks, strict=True):
-                if self.db.execute_sql(move_sql, move).rowcount:
-                    self.db.execute_sql(rule_sql, rule)
+                if self.db.execute_sql(self._sql.look, move).rowcount:
+                    self.db.execute_sql(self._sql.rule, rule)
                     saved.add(execution.id)
         return saved
-
-    def _look_statements(self) -> tuple[str, str]:
-        param = self.db.param
-        running = ", ".join(param for _ in _RUNNING)
-        return (f"UPDATE {ExecutionRow._meta.table_name} SET wake_at = {param}, "
-                f"updated_at = {param} WHERE id = {param} AND status IN ({running}) "
-                f"AND lease_owner IS NULL AND wake_at = {param}",
-                f"UPDATE {RuleExecutionRow._meta.table_name} SET outcome = {param}, "
-                f"evaluation_json = {param}, action_executions_json = {param} "
-                f"WHERE execution_id = {param} AND sequence = {param}")
 
     def _refusal(self, execution_id: int, lease: Lease | None) -> Exception:
         """Why a fenced write matched no row: the execution ended, or the lease moved on."""
@@ -376,6 +367,42 @@ class ExecutionRepository:
         for rule_row in query:
             by_execution[rule_row.execution_id].append(_rule_from_row(rule_row))
         return [_execution_from_row(row, by_execution[row.id]) for row in rows]
+
+
+class _Statements:
+    """The checkpoint statements, written out once in the engine's parameter style: every
+    step's save and every look of the ACK watcher run one of them."""
+
+    def __init__(self, param: str):
+        executions, rules = ExecutionRow._meta.table_name, RuleExecutionRow._meta.table_name
+        running = ", ".join(param for _ in _RUNNING)
+        where = f"WHERE id = {param} AND status IN ({running})"
+        moved = (f"UPDATE {executions} SET status = {param}, failure_code = {param}, "
+                 f"failure_reason = {param}, wake_at = {param}, live_lock_key = {param}, "
+                 f"updated_at = {param}, completed_at = {param}")
+        released = ", lease_owner = NULL, lease_expires_at = NULL"
+        fence = f" AND lease_owner = {param} AND lease_epoch = {param}"
+        self._save = {(give_back, fenced): f"{moved}{released if give_back else ''} {where}"
+                                            f"{fence if fenced else ''}"
+                      for give_back in (False, True) for fenced in (False, True)}
+        self.look = (f"UPDATE {executions} SET wake_at = {param}, updated_at = {param} "
+                     f"{where} AND lease_owner IS NULL AND wake_at = {param}")
+        self.rule = (f"UPDATE {rules} SET outcome = {param}, evaluation_json = {param}, "
+                     f"action_executions_json = {param} "
+                     f"WHERE execution_id = {param} AND sequence = {param}")
+
+    def save(self, *, released: bool, fenced: bool) -> str:
+        return self._save[(released, fenced)]
+
+
+def _time_value(value: datetime | None):
+    """A time as the driver takes it for these tables' time columns."""
+    return ExecutionRow.updated_at.db_value(value)
+
+
+def _rule_values(execution_id: int, rule: RuleExecution) -> tuple:
+    """The parameters of ``_Statements.rule`` for ``rule``."""
+    return tuple(_rule_changes(rule, raw=True).values()) + (execution_id, rule.sequence)
 
 
 def _rule_changes(rule: RuleExecution, *, raw: bool = False) -> dict:

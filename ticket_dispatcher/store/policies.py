@@ -43,6 +43,8 @@ class PolicyRepository:
     def __init__(self, db: peewee.Database, registry: ActionRegistry):
         self.db = db
         self.registry = registry  # what activation validates against: the runtime's actions
+        # the active versions last loaded: ((id, updated_at) of each, the policies)
+        self._active: tuple[tuple, list[Policy]] | None = None
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -70,11 +72,29 @@ class PolicyRepository:
                 raise NotFound(f"policy {policy_id} not found")
             return self._with_rules([row])[0]
 
-    def list_active(self) -> list[Policy]:
-        """Every active version, for matching."""
+    def exists(self, policy_id: int) -> bool:
+        """Whether the policy is still stored (a deleted draft is not)."""
         with unit_of_work(self.db):
-            rows = PolicyRow.select().where(PolicyRow.status == PolicyStatus.ACTIVE.value)
-            return self._with_rules(list(rows.order_by(PolicyRow.id)))
+            return PolicyRow.select(PolicyRow.id).where(PolicyRow.id == policy_id).exists()
+
+    def list_active(self) -> list[Policy]:
+        """Every active version, for matching; a fresh read on every call.
+
+        Every trigger matches against them, and a version's rules and trigger never change
+        once it is out of draft, so the loaded versions are kept: each call reads which
+        versions are active (id and ``updated_at``, one small query) and loads them again only
+        when that list changed, e.g. after an activation by this or another replica."""
+        active = PolicyRow.status == PolicyStatus.ACTIVE.value
+        with unit_of_work(self.db):
+            versions = tuple(PolicyRow.select(PolicyRow.id, PolicyRow.updated_at)
+                             .where(active).order_by(PolicyRow.id).tuples())
+            known = self._active
+            if known is not None and known[0] == versions:
+                return list(known[1])
+            rows = list(PolicyRow.select().where(active).order_by(PolicyRow.id))
+            policies = self._with_rules(rows)
+        self._active = (tuple((row.id, row.updated_at) for row in rows), policies)
+        return list(policies)
 
     # -- drafts ------------------------------------------------------------------------------
 
