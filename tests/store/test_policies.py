@@ -355,3 +355,36 @@ def test_concurrent_replacements_get_distinct_versions(store):
 
     assert errors == []
     assert sorted(created) == [2, 3, 4, 5]
+
+
+def test_matching_sees_every_change_of_the_active_versions_made_by_another_replica(store):
+    """Matching keeps the active versions it loaded; a change made through another store on the
+    same database (another replica's repositories), even at the same instant, is seen by the
+    next call."""
+    other = Store(store.db, product_registry())
+    v1 = other.policies.activate(other.policies.create(spec(), T0).id, T0)
+    assert [p.id for p in store.policies.list_active()] == [v1.id]
+
+    v2 = other.policies.create_replacement(v1.id, spec(name="v2"), T0)
+    other.policies.activate(v2.id, T0)
+    assert [(p.id, p.name) for p in store.policies.list_active()] == [(v2.id, "v2")]
+
+    other.policies.deactivate(v2.id, T0)
+    assert store.policies.list_active() == []
+
+    other.policies.activate(v1.id, T0)  # a rollback at the same instant
+    assert [(p.id, p.status) for p in store.policies.list_active()] == [
+        (v1.id, PolicyStatus.ACTIVE)]
+
+
+def test_matching_reads_one_small_query_while_the_active_versions_stay_the_same(
+        store, query_counter):
+    for name in ("a", "b"):
+        store.policies.activate(store.policies.create(spec(name=name), T0).id, T0)
+    first = store.policies.list_active()
+
+    with query_counter() as queries:
+        again = store.policies.list_active()
+
+    assert again == first and [p.name for p in again] == ["a", "b"]
+    assert queries.count == 1  # which versions are active; their rules are not read again
