@@ -39,6 +39,7 @@ from ticket_dispatcher.store.models import (
     ExecutionRow,
     RuleExecutionRow,
     TriggerRow,
+    time_param,
 )
 from ticket_dispatcher.store.triggers import held
 from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
@@ -137,8 +138,8 @@ class ExecutionRepository:
         released = execution.status.terminal or parked
         move = self._sql.save(released=released, fenced=lease is not None)
         values = (execution.status.value, execution.failure_code, execution.failure_reason,
-                  _time_value(execution.wake_at), execution.live_lock_key,
-                  _time_value(execution.updated_at), _time_value(execution.completed_at),
+                  time_param(execution.wake_at), execution.live_lock_key,
+                  time_param(execution.updated_at), time_param(execution.completed_at),
                   execution.id, *_RUNNING)
         if lease is not None:
             values += (lease.owner, lease.epoch)
@@ -161,8 +162,8 @@ class ExecutionRepository:
         is taken: a batch holds SQLite's one write lock for the statements alone, not for
         building them (a hundred looks built by peewee kept every other writer waiting
         seconds on a busy machine)."""
-        rows = [((_time_value(execution.wake_at), _time_value(execution.updated_at),
-                  execution.id, *_RUNNING, _time_value(previous)),
+        rows = [((time_param(execution.wake_at), time_param(execution.updated_at),
+                  execution.id, *_RUNNING, time_param(previous)),
                  _rule_values(execution.id, rule))
                 for execution, rule, previous in looks]
         saved: set[int] = set()
@@ -188,14 +189,11 @@ class ExecutionRepository:
         """Take a running execution under a new lease (the epoch goes up by one): when nobody
         holds it, its lease expired, or ``owner`` (this process) holds it already and hands
         it to a new actor. None when it is terminal or another live holder has it."""
+        params = (owner, time_param(to_utc(expires_at)), execution_id, *_RUNNING,
+                  time_param(to_utc(now)), owner)
         with write_lock(self.db):
-            rows = list(ExecutionRow.update(
-                lease_owner=owner, lease_epoch=ExecutionRow.lease_epoch + 1,
-                lease_expires_at=to_utc(expires_at))
-                .where(_fenced(execution_id, None)
-                       & (ExecutionRow.unheld(to_utc(now)) | (ExecutionRow.lease_owner == owner)))
-                .returning(ExecutionRow.lease_epoch))
-        return Lease(owner, rows[0].lease_epoch) if rows else None
+            rows = self.db.execute_sql(self._sql.claim, params).fetchall()
+        return Lease(owner, rows[0][0]) if rows else None
 
     def claim_due(self, owner: str, limit: int, *, now: datetime,
                   expires_at: datetime) -> list[int]:
@@ -370,8 +368,9 @@ class ExecutionRepository:
 
 
 class _Statements:
-    """The checkpoint statements, written out once in the engine's parameter style: every
-    step's save and every look of the ACK watcher run one of them."""
+    """The hot statements, written out once in the engine's parameter style: every start of
+    an execution claims it, every step saves it, and every look of the ACK watcher moves a
+    wait; peewee took longer to build each of them than the database took to run it."""
 
     def __init__(self, param: str):
         executions, rules = ExecutionRow._meta.table_name, RuleExecutionRow._meta.table_name
@@ -387,17 +386,16 @@ class _Statements:
                       for give_back in (False, True) for fenced in (False, True)}
         self.look = (f"UPDATE {executions} SET wake_at = {param}, updated_at = {param} "
                      f"{where} AND lease_owner IS NULL AND wake_at = {param}")
+        self.claim = (f"UPDATE {executions} SET lease_owner = {param}, "
+                      f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} {where} "
+                      f"AND (lease_owner IS NULL OR lease_expires_at < {param} "
+                      f"OR lease_owner = {param}) RETURNING lease_epoch")
         self.rule = (f"UPDATE {rules} SET outcome = {param}, evaluation_json = {param}, "
                      f"action_executions_json = {param} "
                      f"WHERE execution_id = {param} AND sequence = {param}")
 
     def save(self, *, released: bool, fenced: bool) -> str:
         return self._save[(released, fenced)]
-
-
-def _time_value(value: datetime | None):
-    """A time as the driver takes it for these tables' time columns."""
-    return ExecutionRow.updated_at.db_value(value)
 
 
 def _rule_values(execution_id: int, rule: RuleExecution) -> tuple:

@@ -263,3 +263,9 @@ class ShadowDecisionRow(BaseModel):
 
     class Meta:
         table_name = "dispatch_shadow_decisions"
+
+
+def time_param(value: datetime | None):
+    """A time as the driver takes it for any time column, for a statement written out by hand
+    (every model's time fields convert alike)."""
+    return ExecutionRow.updated_at.db_value(value)
