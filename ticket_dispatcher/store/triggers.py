@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 import peewee
@@ -66,18 +67,25 @@ class TriggerRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
         self._claim = _claim_statements(db.param)
+        self._insert = (f"INSERT INTO {TriggerRow._meta.table_name} (source, issue_key, "
+                        "input_json, policy_id, dryrun_json, status, available_at, output_json, "
+                        "failure_reason, created_at, updated_at, lease_epoch) VALUES ("
+                        + ", ".join([db.param] * 12) + ") RETURNING id")
 
     def create(self, source: str, issue_key: str, *, policy_id: int | None, dryrun: dict | None,
                now: datetime) -> Trigger:
+        """Insert a ``pending`` trigger. Every accepted request writes one, so the INSERT is
+        written out once, not built by peewee per request."""
         now = to_utc(now)
+        moment = time_param(now)
+        params = (source, issue_key, json.dumps({"issue_key": issue_key}), policy_id,
+                  None if dryrun is None else json.dumps(dryrun), TriggerStatus.PENDING.value,
+                  moment, json.dumps({"execution_ids": []}), "", moment, moment, 0)
         with unit_of_work(self.db):
-            row = TriggerRow.create(
-                source=source, issue_key=issue_key, input_json={"issue_key": issue_key},
-                policy_id=policy_id, dryrun_json=dryrun, status=TriggerStatus.PENDING.value,
-                available_at=now, output_json={"execution_ids": []}, failure_reason="",
-                created_at=now, updated_at=now,
-            )
-        return trigger_from_row(row)
+            [(trigger_id,)] = self.db.execute_sql(self._insert, params).fetchall()
+        return Trigger(id=trigger_id, source=source, issue_key=issue_key, policy_id=policy_id,
+                       dryrun=dryrun, status=TriggerStatus.PENDING, available_at=now,
+                       execution_ids=[], failure_reason="", created_at=now, updated_at=now)
 
     def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
         """A ``pending`` trigger of ``source`` for ``issue_key`` exists afterwards: an open one
