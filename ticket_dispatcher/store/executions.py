@@ -103,22 +103,19 @@ class ExecutionRepository:
         return ids
 
     def _insert(self, execution: Execution) -> int:
-        row = ExecutionRow.create(
-            trigger=execution.trigger_id, issue_key=execution.issue_key,
-            mode=execution.mode.value, policy_id=execution.policy_id,
-            policy_family_id=execution.policy_family_id,
-            policy_version=execution.policy_version, status=execution.status.value,
-            failure_code=execution.failure_code, failure_reason=execution.failure_reason,
-            overwrite_data_json=execution.overwrite_data, business_now=execution.business_now,
-            wake_at=execution.wake_at, live_lock_key=execution.live_lock_key,
-            restart_count=0, load_attempts=0,
-            created_at=execution.created_at, updated_at=execution.updated_at,
-        )
-        if execution.rule_executions:
-            RuleExecutionRow.insert_many(
-                [_rule_columns(row.id, rule) for rule in execution.rule_executions]
-            ).execute()
-        return row.id
+        [(execution_id,)] = self.db.execute_sql(self._sql.insert, (
+            execution.trigger_id, execution.issue_key, execution.mode.value,
+            execution.policy_id, execution.policy_family_id, execution.policy_version,
+            execution.status.value, execution.failure_code, execution.failure_reason,
+            _json(execution.overwrite_data), time_param(execution.business_now),
+            time_param(execution.wake_at), execution.live_lock_key, 0, 0,
+            time_param(execution.created_at), time_param(execution.updated_at), 0)).fetchall()
+        for rule in execution.rule_executions:
+            self.db.execute_sql(self._sql.insert_rule, (
+                execution_id, rule.sequence, rule.rule_id, rule.name, rule.priority,
+                _json(rule.when), _json({"on_success": rule.on_success.value}),
+                *_rule_changes(rule, raw=True).values()))
+        return execution_id
 
     # -- the behavior's checkpoints -------------------------------------------------------------
 
@@ -295,11 +292,15 @@ class ExecutionRepository:
     # -- reads ---------------------------------------------------------------------------------
 
     def get(self, execution_id: int) -> Execution:
+        """One execution with its rules (every start of an execution loads it: two statements
+        written out once)."""
         with unit_of_work(self.db):
-            row = ExecutionRow.get_or_none(ExecutionRow.id == execution_id)
-            if row is None:
+            rows = list(ExecutionRow.raw(self._sql.get, execution_id))
+            if not rows:
                 raise NotFound(f"execution {execution_id} not found")
-            return self._with_rules([row])[0]
+            rules = [_rule_from_row(row)
+                     for row in RuleExecutionRow.raw(self._sql.get_rules, execution_id)]
+            return _execution_from_row(rows[0], rules)
 
     def get_many(self, execution_ids: Iterable[int]) -> dict[int, Execution]:
         """The executions that exist among ``execution_ids``, by ID, in two queries."""
@@ -390,6 +391,17 @@ class _Statements:
                       f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} {where} "
                       f"AND (lease_owner IS NULL OR lease_expires_at < {param} "
                       f"OR lease_owner = {param}) RETURNING lease_epoch")
+        self.insert = (f"INSERT INTO {executions} (trigger_id, issue_key, mode, policy_id, "
+                       "policy_family_id, policy_version, status, failure_code, failure_reason, "
+                       "overwrite_data_json, business_now, wake_at, live_lock_key, "
+                       "restart_count, load_attempts, created_at, updated_at, lease_epoch) "
+                       f"VALUES ({', '.join([param] * 18)}) RETURNING id")
+        self.insert_rule = (f"INSERT INTO {rules} (execution_id, sequence, rule_id, name, "
+                            "priority, when_json, transition_json, outcome, evaluation_json, "
+                            f"action_executions_json) VALUES ({', '.join([param] * 10)})")
+        self.get = f"SELECT * FROM {executions} WHERE id = {param}"
+        self.get_rules = (f"SELECT * FROM {rules} WHERE execution_id = {param} "
+                          "ORDER BY sequence")
         self.rule = (f"UPDATE {rules} SET outcome = {param}, evaluation_json = {param}, "
                      f"action_executions_json = {param} "
                      f"WHERE execution_id = {param} AND sequence = {param}")
@@ -403,25 +415,21 @@ def _rule_values(execution_id: int, rule: RuleExecution) -> tuple:
     return tuple(_rule_changes(rule, raw=True).values()) + (execution_id, rule.sequence)
 
 
+def _json(value) -> str | None:
+    """A JSON column's value as the driver takes it, for a statement written out by hand: the
+    text (both engines' JSON columns take it), or NULL."""
+    return None if value is None else json.dumps(value)
+
+
 def _rule_changes(rule: RuleExecution, *, raw: bool = False) -> dict:
     """What a checkpoint writes of a rule execution; ``raw``: as the driver takes the values
     (for a statement written out, not built by peewee)."""
     changes = {"outcome": rule.outcome.value, "evaluation_json": rule.evaluation,
                "action_executions_json": [a.to_json() for a in rule.action_executions]}
-    if raw:  # JSON as text: both engines' JSON columns take it (peewee wraps it per engine)
-        changes = {name: value if name == "outcome" or value is None else json.dumps(value)
+    if raw:
+        changes = {name: value if name == "outcome" else _json(value)
                    for name, value in changes.items()}
     return changes
-
-
-def _rule_columns(execution_id: int, rule: RuleExecution) -> dict:
-    return {
-        "execution": execution_id, "sequence": rule.sequence, "rule_id": rule.rule_id,
-        "name": rule.name, "priority": rule.priority, "when_json": rule.when,
-        "transition_json": {"on_success": rule.on_success.value},
-        "outcome": rule.outcome.value, "evaluation_json": rule.evaluation,
-        "action_executions_json": [a.to_json() for a in rule.action_executions],
-    }
 
 
 def _time(value: str | None) -> datetime | None:
