@@ -28,6 +28,7 @@ SlotMutation = Callable[[dict | None], dict | None]
 class ContextRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
+        self._find = f"SELECT * FROM {ContextRow._meta.table_name} WHERE issue_key = {db.param}"
 
     def get(self, issue_key: str) -> DispatchContext:
         context = self.find(issue_key)
@@ -37,9 +38,9 @@ class ContextRepository:
 
     def find(self, issue_key: str) -> DispatchContext | None:
         """The context, or None when the issue has none yet."""
-        with unit_of_work(self.db):
-            row = ContextRow.get_or_none(ContextRow.issue_key == issue_key)
-        return _context(row) if row is not None else None
+        with unit_of_work(self.db):  # every trigger reads it: written out once
+            rows = list(ContextRow.raw(self._find, issue_key))
+        return _context(rows[0]) if rows else None
 
     def ensure_default(self, issue_key: str, now: datetime) -> bool:
         """Create the empty context unless it exists; one statement. True when created."""

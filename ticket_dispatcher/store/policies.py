@@ -45,6 +45,11 @@ class PolicyRepository:
         self.registry = registry  # what activation validates against: the runtime's actions
         # the active versions last loaded: ((id, updated_at) of each, the policies)
         self._active: tuple[tuple, list[Policy]] | None = None
+        # read for every trigger and every execution start: written out once
+        table = PolicyRow._meta.table_name
+        self._exists = f"SELECT 1 FROM {table} WHERE id = {db.param}"
+        self._active_versions = (f"SELECT id, updated_at FROM {table} WHERE status = "
+                                 f"{db.param} ORDER BY id")
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -75,7 +80,7 @@ class PolicyRepository:
     def exists(self, policy_id: int) -> bool:
         """Whether the policy is still stored (a deleted draft is not)."""
         with unit_of_work(self.db):
-            return PolicyRow.select(PolicyRow.id).where(PolicyRow.id == policy_id).exists()
+            return bool(self.db.execute_sql(self._exists, (policy_id,)).fetchall())
 
     def list_active(self) -> list[Policy]:
         """Every active version, for matching; a fresh read on every call.
@@ -86,8 +91,9 @@ class PolicyRepository:
         when that list changed, e.g. after an activation by this or another replica."""
         active = PolicyRow.status == PolicyStatus.ACTIVE.value
         with unit_of_work(self.db):
-            versions = tuple(PolicyRow.select(PolicyRow.id, PolicyRow.updated_at)
-                             .where(active).order_by(PolicyRow.id).tuples())
+            versions = tuple((policy_id, PolicyRow.updated_at.python_value(updated))
+                             for policy_id, updated in self.db.execute_sql(
+                                 self._active_versions, (PolicyStatus.ACTIVE.value,)))
             known = self._active
             if known is not None and known[0] == versions:
                 return list(known[1])

@@ -123,9 +123,11 @@ class ShadowRepository:
         """The shadow version of each of these families that has one: family → policy id."""
         if not family_ids:
             return {}
+        marks = ", ".join(self.db.param for _ in family_ids)  # every trigger asks: by hand
         with unit_of_work(self.db):
-            return {row.family_id: row.policy_id for row in
-                    ShadowRow.select().where(ShadowRow.family_id.in_(family_ids))}
+            return dict(self.db.execute_sql(
+                f"SELECT family_id, policy_id FROM {ShadowRow._meta.table_name} "
+                f"WHERE family_id IN ({marks})", tuple(family_ids)).fetchall())
 
     def is_shadow(self, policy_id: int) -> bool:
         with unit_of_work(self.db):
@@ -162,10 +164,11 @@ class ShadowRepository:
     def settle(self, execution: Execution, now: datetime) -> list[tuple[str, Verdict]]:
         """The live ``execution`` has ended: judge every shadow decision waiting for it.
         (family, verdict) for each judged now."""
-        with unit_of_work(self.db):
-            waiting = [row.id for row in ShadowDecisionRow.select(ShadowDecisionRow.id).where(
-                (ShadowDecisionRow.live_execution_id == execution.id)
-                & ShadowDecisionRow.verdict.is_null())]
+        with unit_of_work(self.db):  # every live execution's end asks: written out by hand
+            waiting = [decision_id for (decision_id,) in self.db.execute_sql(
+                f"SELECT id FROM {ShadowDecisionRow._meta.table_name} "
+                f"WHERE live_execution_id = {self.db.param} AND verdict IS NULL",
+                (execution.id,)).fetchall()]
         if not waiting:
             return []
         return self._judge(waiting, decide(execution), now)
