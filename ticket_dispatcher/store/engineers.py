@@ -17,8 +17,13 @@ import peewee
 from ticket_dispatcher.domain.actions.assign import next_in_turn
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import InvalidInput, NotFound
-from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
-from ticket_dispatcher.store.models import EngineerRow
+from ticket_dispatcher.store.database import (
+    fetch_page,
+    is_postgres,
+    unit_of_work,
+    write_lock,
+)
+from ticket_dispatcher.store.models import EngineerRow, time_param
 from ticket_dispatcher.timeutil import to_utc
 
 # The smallest step of a stored time (microseconds on both engines): a turn's mark is at least
@@ -32,6 +37,9 @@ def normalize_email(email: str) -> str:
     if not normalized:
         raise InvalidInput("engineer email must not be empty")
     return normalized
+
+
+_TABLE = EngineerRow._meta.table_name
 
 
 class EngineerRepository:
@@ -73,13 +81,8 @@ class EngineerRepository:
         wanted = sorted({normalize_email(email) for email in emails})
         if not wanted:
             return []
-        query = (
-            EngineerRow.select()
-            .where(EngineerRow.email.in_(wanted) & (EngineerRow.dispatch_enabled == True))  # noqa: E712
-            .order_by(EngineerRow.email)
-        )
         with unit_of_work(self.db):
-            return [_engineer(row) for row in query]
+            return [_engineer(row) for row in self._enabled(wanted)]
 
     def put(
         self,
@@ -158,23 +161,30 @@ class EngineerRepository:
         if not order:
             return None
         now = to_utc(now)
-        query = (
-            EngineerRow.select()
-            .where(EngineerRow.email.in_(order) & (EngineerRow.dispatch_enabled == True))  # noqa: E712
-            .order_by(EngineerRow.email)  # the lock order, the same for every caller
-        )
         with write_lock(self.db):
-            rows = {row.email: row for row in lock_rows(query, self.db)}
+            # by email: the lock order, the same for every caller
+            rows = {row.email: row for row in self._enabled(sorted(order), lock=True)}
             candidates = [_engineer(rows[email]) for email in order if email in rows]
             if not candidates:
                 return None
             chosen = next_in_turn(candidates)
-            EngineerRow.update(
-                last_dispatched_at=_turn_mark(candidates, now),
-                last_dispatched_issue=issue_key,
-                updated_at=now,
-            ).where(EngineerRow.email == chosen.email).execute()
+            self.db.execute_sql(
+                f"UPDATE {_TABLE} SET last_dispatched_at = {self.db.param}, "
+                f"last_dispatched_issue = {self.db.param}, updated_at = {self.db.param} "
+                f"WHERE email = {self.db.param}",
+                (time_param(_turn_mark(candidates, now)), issue_key, time_param(now),
+                 chosen.email))
         return chosen
+
+    def _enabled(self, emails: list[str], *, lock: bool = False) -> list[EngineerRow]:
+        """The dispatch-enabled engineers among ``emails`` (normalized), by email; locked
+        (``FOR UPDATE`` on PostgreSQL) with ``lock``. Every assignment reads them, twice:
+        the statement is written out, not built by peewee."""
+        marks = ", ".join(self.db.param for _ in emails)
+        locking = " FOR UPDATE" if lock and is_postgres(self.db) else ""
+        return list(EngineerRow.raw(
+            f"SELECT * FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = "
+            f"{self.db.param} ORDER BY email{locking}", *emails, True))
 
     def update_dispatch_state(
         self, email: str, *, dispatched_at: datetime, issue_key: str, now: datetime
@@ -186,18 +196,17 @@ class EngineerRepository:
         issue, taken meanwhile by ``take_turn``, or a dispatch recorded first that happened
         later) is kept, with its issue. Moving an engineer back would give them the next turn
         again, and the rotation over concurrent executions would go uneven."""
-        at = to_utc(dispatched_at)
-        column = EngineerRow.last_dispatched_at
-        newer = column.is_null() | (column <= peewee.Value(at, converter=column.db_value))
-        query = EngineerRow.update(
-            last_dispatched_at=peewee.Case(
-                None, [(newer, peewee.Value(at, converter=column.db_value))], column),
-            last_dispatched_issue=peewee.Case(
-                None, [(newer, issue_key)], EngineerRow.last_dispatched_issue),
-            updated_at=to_utc(now),
-        ).where(EngineerRow.email == normalize_email(email))
-        with unit_of_work(self.db):
-            return query.execute() == 1
+        at, param = time_param(to_utc(dispatched_at)), self.db.param
+        newer = f"last_dispatched_at IS NULL OR last_dispatched_at <= {param}"
+        with unit_of_work(self.db):  # every assignment records one: written out
+            return self.db.execute_sql(
+                f"UPDATE {_TABLE} SET "
+                f"last_dispatched_at = CASE WHEN {newer} THEN {param} "
+                f"ELSE last_dispatched_at END, "
+                f"last_dispatched_issue = CASE WHEN {newer} THEN {param} "
+                f"ELSE last_dispatched_issue END, updated_at = {param} WHERE email = {param}",
+                (at, at, at, issue_key, time_param(to_utc(now)), normalize_email(email)),
+            ).rowcount == 1
 
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
         """Cache the Jira account of an engineer: one UPDATE of that column."""
