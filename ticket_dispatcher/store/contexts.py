@@ -17,7 +17,7 @@ from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES
 from ticket_dispatcher.domain.model import DispatchContext
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
-from ticket_dispatcher.store.models import ContextRow
+from ticket_dispatcher.store.models import ContextRow, time_param
 from ticket_dispatcher.timeutil import to_utc
 
 _ROLES = frozenset(role.role for role in NOTIFICATION_ROLES)
@@ -28,7 +28,11 @@ SlotMutation = Callable[[dict | None], dict | None]
 class ContextRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
-        self._find = f"SELECT * FROM {ContextRow._meta.table_name} WHERE issue_key = {db.param}"
+        table, marks = ContextRow._meta.table_name, ", ".join([db.param] * 6)
+        self._find = f"SELECT * FROM {table} WHERE issue_key = {db.param}"
+        self._insert = (f"INSERT INTO {table} (issue_key, assignee, assignee_l2, "
+                        f"assignment_notification_state_json, created_at, updated_at) "
+                        f"VALUES ({marks}) ON CONFLICT (issue_key) DO NOTHING")
 
     def get(self, issue_key: str) -> DispatchContext:
         context = self.find(issue_key)
@@ -82,20 +86,11 @@ class ContextRepository:
             return _context(row)
 
     def _insert_default(self, issue_key: str, now: datetime) -> bool:
-        inserted = (
-            ContextRow.insert(
-                issue_key=issue_key,
-                assignee="",
-                assignee_l2="",
-                assignment_notification_state_json={},
-                created_at=now,
-                updated_at=now,
-            )
-            .on_conflict(conflict_target=[ContextRow.issue_key], action="NOTHING")
-            .as_rowcount()
-            .execute()
-        )
-        return inserted == 1
+        """The empty context unless one exists; every new execution asks for it, so the
+        statement is written out once. True when inserted."""
+        moment = time_param(now)
+        return self.db.execute_sql(self._insert, (issue_key, "", "", "{}", moment, moment)
+                                   ).rowcount == 1
 
     def _lock(self, issue_key: str) -> ContextRow | None:
         query = ContextRow.select().where(ContextRow.issue_key == issue_key)
