@@ -353,3 +353,33 @@ def test_host_in_no_proxy_is_called_directly(proxy, monkeypatch):
         http.request("GET", "/rest/api/2/myself")
 
     assert proxy.targets == []
+
+
+class _CookieSetter:
+    """Answers every call with a session cookie and records the Cookie header it was sent."""
+
+    def __init__(self):
+        self.cookies: list[str | None] = []
+
+    def __call__(self, environ, start_response):
+        self.cookies.append(environ.get("HTTP_COOKIE"))
+        start_response("200 OK", [("Content-Type", "application/json"),
+                                  ("Set-Cookie", "JSESSIONID=abc123; Path=/")])
+        return [b"{}"]
+
+
+def test_a_cookie_a_peer_sets_is_never_sent_back():
+    app = _CookieSetter()
+    server, thread = serve(app, "cookies")
+    try:
+        http = HttpClient("svc", f"http://127.0.0.1:{server.server_port}", connect_timeout=1,
+                          read_timeout=2)
+        for _ in range(2):
+            assert http.request_json("GET", "/rest/api/2/myself") == {}
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+    assert app.cookies == [None, None]
+
