@@ -38,9 +38,9 @@ from ticket_dispatcher.store.database import (
 from ticket_dispatcher.store.models import (
     ExecutionRow,
     RuleExecutionRow,
-    TriggerRow,
     time_param,
 )
+from ticket_dispatcher.store.triggers import TriggerClosing
 from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
 
 _RUNNING = (ExecutionStatus.CREATED.value, ExecutionStatus.EXECUTING.value)
@@ -59,6 +59,7 @@ class ExecutionRepository:
         self.db = db
         self._contexts = contexts  # creation writes the missing default context too
         self._sql = _Statements(db.param)
+        self._closing = TriggerClosing(db)  # creation completes the trigger
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -88,12 +89,8 @@ class ExecutionRepository:
                 ids = [self._insert(execution) for execution in executions]
                 if ensure_context:
                     self._contexts.ensure_default(issue_key, now)
-                moment = time_param(now)
-                fence = () if lease is None else (TriggerStatus.PROCESSING.value,
-                                                  lease.owner, lease.epoch)
-                completed = self.db.execute_sql(self._sql.complete_trigger(lease is not None), (
-                    TriggerStatus.COMPLETED.value, _json({"execution_ids": ids}), reason,
-                    moment, moment, trigger_id, *fence)).rowcount
+                completed = self._closing.run(trigger_id, TriggerStatus.COMPLETED, ids, reason,
+                                              now, lease)
                 if lease is not None and not completed:
                     raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
         except Conflict:  # the live_lock_key UNIQUE index
@@ -399,11 +396,6 @@ class _Statements:
         self.insert_rule = (f"INSERT INTO {rules} (execution_id, sequence, rule_id, name, "
                             "priority, when_json, transition_json, outcome, evaluation_json, "
                             f"action_executions_json) VALUES ({', '.join([param] * 10)})")
-        completed = (f"UPDATE {TriggerRow._meta.table_name} SET status = {param}, "
-                     f"output_json = {param}, failure_reason = {param}, updated_at = {param}, "
-                     f"completed_at = {param}, lease_owner = NULL, lease_expires_at = NULL "
-                     f"WHERE id = {param}")
-        self._complete = {False: completed, True: f"{completed} AND status = {param}{fence}"}
         self.get = f"SELECT * FROM {executions} WHERE id = {param}"
         self.get_rules = (f"SELECT * FROM {rules} WHERE execution_id = {param} "
                           "ORDER BY sequence")
@@ -413,12 +405,6 @@ class _Statements:
 
     def save(self, *, released: bool, fenced: bool) -> str:
         return self._save[(released, fenced)]
-
-    def complete_trigger(self, fenced: bool) -> str:
-        """Complete a trigger with its executions' ids; ``fenced``: only while it is still
-        ``processing`` under the caller's lease."""
-        return self._complete[fenced]
-
 
 def _rule_values(execution_id: int, rule: RuleExecution) -> tuple:
     """The parameters of ``_Statements.rule`` for ``rule``."""

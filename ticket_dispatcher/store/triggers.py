@@ -63,10 +63,36 @@ def _claim_statements(param: str) -> dict[tuple[bool, bool], str]:
             for shape, condition in takeover.items()}
 
 
+class TriggerClosing:
+    """The UPDATE that ends a trigger (``completed`` or ``failed``) with its executions' ids
+    and gives its lease back; with the caller's lease, only while the trigger is still
+    ``processing`` under it. Every trigger ends once: written out once, not built by peewee."""
+
+    def __init__(self, db: peewee.Database):
+        self._db, param = db, db.param
+        plain = (f"UPDATE {TriggerRow._meta.table_name} SET status = {param}, "
+                 f"output_json = {param}, failure_reason = {param}, updated_at = {param}, "
+                 f"completed_at = {param}, lease_owner = NULL, lease_expires_at = NULL "
+                 f"WHERE id = {param}")
+        self._statements = {False: plain, True: f"{plain} AND status = {param} AND "
+                                                f"lease_owner = {param} AND lease_epoch = {param}"}
+
+    def run(self, trigger_id: int, status: TriggerStatus, execution_ids: list[int],
+            reason: str, now: datetime, lease: Lease | None) -> int:
+        """The number of rows ended: 0 when the lease no longer holds the trigger."""
+        moment = time_param(to_utc(now))
+        fence = () if lease is None else (TriggerStatus.PROCESSING.value, lease.owner,
+                                          lease.epoch)
+        return self._db.execute_sql(self._statements[lease is not None], (
+            status.value, json.dumps({"execution_ids": execution_ids}), reason, moment, moment,
+            trigger_id, *fence)).rowcount
+
+
 class TriggerRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
         self._claim = _claim_statements(db.param)
+        self._closing = TriggerClosing(db)
         self._insert = (f"INSERT INTO {TriggerRow._meta.table_name} (source, issue_key, "
                         "input_json, policy_id, dryrun_json, status, available_at, output_json, "
                         "failure_reason, created_at, updated_at, lease_epoch) VALUES ("
@@ -209,12 +235,8 @@ class TriggerRepository:
 
     def _close(self, trigger_id: int, status: TriggerStatus, now: datetime,
                execution_ids: list[int], reason: str, lease: Lease | None) -> None:
-        now = to_utc(now)
         with unit_of_work(self.db):
-            updated = (TriggerRow.update(
-                status=status.value, output_json={"execution_ids": execution_ids},
-                failure_reason=reason, updated_at=now, completed_at=now, **TriggerRow.RELEASED)
-                .where(held(trigger_id, lease)).execute())
+            updated = self._closing.run(trigger_id, status, execution_ids, reason, now, lease)
         if lease is not None and not updated:
             raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
 
