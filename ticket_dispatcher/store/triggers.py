@@ -37,6 +37,27 @@ def _pending(source: str, issue_key: str) -> peewee.Select:
         & (TriggerRow.status == TriggerStatus.PENDING.value))
 
 
+# What ``_trigger_from_values`` takes, in its order.
+_TRIGGER_COLUMNS = ("id, source, issue_key, policy_id, dryrun_json, status, available_at, "
+                    "output_json, failure_reason, created_at, updated_at, completed_at")
+
+
+def _trigger_from_values(trigger_id, source, issue_key, policy_id, dryrun, status, available_at,
+                         output, failure_reason, created_at, updated_at, completed_at) -> Trigger:
+    """A trigger from the driver's values of ``_TRIGGER_COLUMNS``, converted as the model's
+    fields convert them (no model object: a claim reads one per trigger)."""
+    time = TriggerRow.created_at.python_value
+    output = TriggerRow.output_json.python_value(output)
+    return Trigger(
+        id=trigger_id, source=source, issue_key=issue_key, policy_id=policy_id,
+        dryrun=TriggerRow.dryrun_json.python_value(dryrun), status=TriggerStatus(status),
+        available_at=time(available_at),
+        execution_ids=list((output or {}).get("execution_ids", [])),
+        failure_reason=failure_reason, created_at=time(created_at),
+        updated_at=time(updated_at), completed_at=time(completed_at),
+    )
+
+
 def trigger_from_row(row: TriggerRow) -> Trigger:
     return Trigger(
         id=row.id, source=row.source, issue_key=row.issue_key, policy_id=row.policy_id,
@@ -59,7 +80,8 @@ def _claim_statements(param: str) -> dict[tuple[bool, bool], str]:
                     f"updated_at = {param}, lease_owner = {param}, "
                     f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} "
                     f"WHERE id = {param} AND available_at <= {param} AND (status = {param} "
-                    f"OR (status = {param}{condition})) RETURNING *")
+                    f"OR (status = {param}{condition})) RETURNING {_TRIGGER_COLUMNS}, "
+                    "lease_epoch")
             for shape, condition in takeover.items()}
 
 
@@ -182,11 +204,12 @@ class TriggerRepository:
                 params.append(owner)
         statement = self._claim[(recovering, bool(owner))]
         with write_lock(self.db):
-            rows = list(TriggerRow.raw(statement, *params))
+            rows = self.db.execute_sql(statement, params).fetchall()
         if not rows:
             return None
-        trigger = trigger_from_row(rows[0])
-        trigger.lease = Lease(owner, rows[0].lease_epoch)
+        *columns, epoch = rows[0]
+        trigger = _trigger_from_values(*columns)
+        trigger.lease = Lease(owner, epoch)
         return trigger
 
     def claim_due(self, owner: str, limit: int, *, now: datetime,
