@@ -68,10 +68,11 @@ class ExecutionRepository:
         keys = [key for key in keys if key]
         if not keys:
             return set()
+        marks = ", ".join(self.db.param for _ in keys)  # every trigger asks: written out
         with unit_of_work(self.db):
-            query = ExecutionRow.select(ExecutionRow.live_lock_key).where(
-                ExecutionRow.live_lock_key.in_(keys))
-            return {row.live_lock_key for row in query}
+            return {key for (key,) in self.db.execute_sql(
+                f"SELECT live_lock_key FROM {ExecutionRow._meta.table_name} "
+                f"WHERE live_lock_key IN ({marks})", tuple(keys)).fetchall()}
 
     def create(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
                ensure_context: bool, now: datetime, reason: str = "",
