@@ -46,14 +46,6 @@ from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
 _RUNNING = (ExecutionStatus.CREATED.value, ExecutionStatus.EXECUTING.value)
 
 
-def _fenced(execution_id: int, lease: Lease | None) -> peewee.Expression:
-    """The execution row while it is still running, and under ``lease`` when one is given."""
-    where = (ExecutionRow.id == execution_id) & ExecutionRow.status.in_(_RUNNING)
-    if lease is None:
-        return where
-    return where & ExecutionRow.under(lease)
-
-
 class ExecutionRepository:
     def __init__(self, db: peewee.Database, contexts: ContextRepository):
         self.db = db
@@ -406,6 +398,7 @@ class _Statements:
 
     def save(self, *, released: bool, fenced: bool) -> str:
         return self._save[(released, fenced)]
+
 
 def _rule_values(execution_id: int, rule: RuleExecution) -> tuple:
     """The parameters of ``_Statements.rule`` for ``rule``."""
