@@ -12,15 +12,16 @@ This bench parks ``--executions`` of them at once and prints, idle next to loade
 - the server's resident memory (``VmRSS`` from ``/proc/PID/status``) and its CPU use;
 - how late a parked wait is really looked at against its ``wake_at``, p50/p99.
 
-The service runs as a real ``python -m ticket_dispatcher serve`` process (temporary SQLite
-file, ``execution_slots`` 10, real time, trigger rate limit off, authentication off), not
-in-process: the RSS and CPU figures must be the server's alone, not the server's plus this
-client's threads and responses. By default (``--world own``) the fake Jira, Lark, Oncall and
-Core are the sandbox of a second ``serve --sandbox`` process, as a real Jira and Lark are on
-other machines, and the measured one is a plain ``serve`` pointed at them, on a database
-seeded with the same examples; its CPU is printed as the fakes' own. ``--world same`` measures
-``serve --sandbox`` itself: then every poll's reads are also served by the measured process's
-HTTP threads, and its CPU and RSS include the fake world's.
+The service runs as a real ``python -m ticket_dispatcher serve`` process (a temporary SQLite
+file, or with ``--postgres-url`` a throw-away PostgreSQL schema; ``execution_slots`` 10, real
+time, trigger rate limit off, authentication off), not in-process: the RSS and CPU figures must
+be the server's alone, not the server's plus this client's threads and responses. By default
+(``--world own``) the fake Jira, Lark, Oncall and Core are the sandbox of a second ``serve
+--sandbox`` process, as a real Jira and Lark are on other machines, and the measured one is a
+plain ``serve`` pointed at them, on a database seeded with the same examples; its CPU is printed
+as the fakes' own. ``--world same`` measures ``serve --sandbox`` itself: then every poll's reads
+are also served by the measured process's HTTP threads, and its CPU and RSS include the fake
+world's.
 
 The notification policy is the example ``priority-assignee`` family the sandbox activates
 (poll 5 s, ACK timeout 5 min), unchanged: 5 s is the production poll, and no execution reaches
@@ -32,14 +33,17 @@ assign policy round-robins to alice, bob and carol (no time window involved).
 Wake lateness comes from persisted state: a look at a wait that has no verdict yet saves
 ``wake_at = look + poll_interval``, as the execution's own poll would park it, so when an
 execution's ``wake_at`` moves from W to W', a look ran at ``W' - poll_interval``; lateness is
-that minus W. The bench reads ``dispatch_executions`` from the SQLite file (WAL: a reader never
-blocks the server) every ``--sample`` seconds, far below the 5 s between two looks at one wait,
-so no move is missed. (The admin view lists only the 50 soonest parked executions, too few to
-follow 1,000.)
+that minus W. The bench reads ``dispatch_executions`` from the database (on SQLite a read-only
+connection: WAL, so a reader never blocks the server) every ``--sample`` seconds, far below the
+5 s between two looks at one wait, so no move is missed. (The admin view lists only the 50
+soonest parked executions, too few to follow 1,000.)
 
-    python bench/parked_waits.py [--executions 1000] [--rate 5] [--duration 30]
+About two minutes at the defaults on a 2-core machine, most of it the 1,000 executions
+reaching their wait.
+
+    python bench/parked_waits.py [--executions 1000] [--rate 5] [--duration 15]
                                  [--settle 10] [--sample 0.5] [--http-threads 16]
-                                 [--world own|same] [--ramp-timeout 180]
+                                 [--postgres-url URL] [--world own|same] [--ramp-timeout 180]
 """
 
 from __future__ import annotations
@@ -205,10 +209,16 @@ class WakeWatcher(threading.Thread):
     """Follows every parked execution's ``wake_at`` in the database; each move W -> W' is one
     poll that ran at ``W' - poll`` (see the module docstring), ``lateness = W' - poll - W``."""
 
-    def __init__(self, sqlite_path: str, poll: timedelta, interval: float):
+    def __init__(self, database_url: str, poll: timedelta, interval: float):
         super().__init__(daemon=True)
-        self._db = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True,
-                                   check_same_thread=False, timeout=10)
+        if database_url.startswith("sqlite:///"):
+            self._db = sqlite3.connect(f"file:{database_url.removeprefix('sqlite:///')}?mode=ro",
+                                       uri=True, check_same_thread=False, timeout=10)
+        else:
+            import psycopg2  # only a PostgreSQL run needs the driver
+
+            self._db = psycopg2.connect(database_url)
+            self._db.autocommit = True  # each read sees what the server committed since
         self._poll, self._interval = poll, interval
         self._last: dict[int, datetime] = {}
         self._halt = threading.Event()
@@ -229,15 +239,23 @@ class WakeWatcher(threading.Thread):
 
     def waiting(self) -> int:
         """Executions that have parked at least once and still wait (``wake_at`` set)."""
-        return self._db.execute("SELECT count(*) FROM dispatch_executions WHERE status = "
-                                "'executing' AND wake_at IS NOT NULL").fetchone()[0]
+        return self._rows("SELECT count(*) FROM dispatch_executions WHERE status = "
+                          "'executing' AND wake_at IS NOT NULL")[0][0]
+
+    def _rows(self, sql: str) -> list[tuple]:
+        cursor = self._db.cursor()
+        try:
+            cursor.execute(sql)
+            return cursor.fetchall()
+        finally:
+            cursor.close()
 
     def run(self) -> None:
         while not self._halt.wait(self._interval):
-            rows = self._db.execute("SELECT id, wake_at FROM dispatch_executions WHERE status "
-                                    "= 'executing' AND wake_at IS NOT NULL").fetchall()
-            for execution_id, text in rows:
-                wake_at = datetime.fromisoformat(text)
+            rows = self._rows("SELECT id, wake_at FROM dispatch_executions WHERE status "
+                              "= 'executing' AND wake_at IS NOT NULL")
+            for execution_id, stored in rows:  # naive UTC: text on SQLite, a datetime on PG
+                wake_at = datetime.fromisoformat(stored) if isinstance(stored, str) else stored
                 before = self._last.get(execution_id)
                 self._last[execution_id] = wake_at
                 if before is not None and wake_at != before and self.phase:
@@ -374,7 +392,8 @@ def run(args: argparse.Namespace) -> None:
                 if action["type"] == "page_assignment")
     poll, ack_timeout = parse_duration(page["poll_interval"]), parse_duration(page["ack_timeout"])
     per_phase = max(1, round(args.rate * args.duration))
-    with tempfile.TemporaryDirectory() as tmp, fresh_database(None) as database_url, \
+    with tempfile.TemporaryDirectory() as tmp, \
+            fresh_database(args.postgres_url) as database_url, \
             fresh_database(None) as world_url:
         world = server = None
         try:
@@ -388,7 +407,7 @@ def run(args: argparse.Namespace) -> None:
                     process.stop()
             raise
         fakes = world or server
-        watcher = WakeWatcher(database_url.removeprefix("sqlite:///"), poll, args.sample)
+        watcher = WakeWatcher(database_url, poll, args.sample)
         try:
             rss_start = server.rss_mib()
             idle_keys = [f"TCID-{10000 + n}" for n in range(per_phase)]
@@ -424,7 +443,8 @@ def report(args, page, idle, loaded, rss_start, ramp, view, watcher, poll) -> No
     n = args.executions
     print(f"{n} urgent notification executions parked in page_assignment (poll "
           f"{page['poll_interval']}, ACK timeout {page['ack_timeout']}), execution_slots 10, "
-          f"SQLite, http.threads {args.http_threads}, "
+          f"{'PostgreSQL' if args.postgres_url else 'SQLite'}, "
+          f"http.threads {args.http_threads}, "
           + ("fakes in the same process (serve --sandbox)" if args.world == "same" else
              "fakes in a serve --sandbox process of their own"))
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
@@ -463,13 +483,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executions", type=int, default=1000, help="parked notifications")
     parser.add_argument("--rate", type=float, default=5, help="assign dispatches per second")
-    parser.add_argument("--duration", type=float, default=30,
+    parser.add_argument("--duration", type=float, default=15,
                         help="seconds of assign dispatches, idle and again loaded")
     parser.add_argument("--settle", type=float, default=10,
                         help="seconds of wake sampling with only the parked executions")
     parser.add_argument("--sample", type=float, default=0.5,
                         help="seconds between two reads of the parked executions' wake_at")
     parser.add_argument("--http-threads", type=int, default=16)
+    parser.add_argument("--postgres-url", help="run the measured server on PostgreSQL (a "
+                        "throw-away schema) instead of a temporary SQLite file")
     parser.add_argument("--world", choices=("own", "same"), default="own",
                         help="the sandbox fakes in a process of their own (as a real Jira and "
                              "Lark are elsewhere), or served by the measured process")
