@@ -31,6 +31,7 @@ from ticket_dispatcher.actors.client_ports import (
 from ticket_dispatcher.config import Config, CoreConfig, JiraConfig, LarkConfig, OncallConfig
 from ticket_dispatcher.domain.ports import Jira
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, LeaseLost, OutcomeUnknown
+from ticket_dispatcher.integrations.http import HttpClient
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.metrics import Metrics
 
@@ -278,6 +279,45 @@ def test_a_call_whose_caller_guard_fails_when_it_would_begin_is_never_made(echo,
     assert isinstance(waiting.result()[1], LeaseLost)
     assert log.entries == ["first"]  # "second" never reached the client
     assert pool.call("record", "third") == "third"  # no guard: the pool goes on
+
+
+class _Fetcher:
+    """A client making one HTTP request per call, each retried once after a 503."""
+
+    def __init__(self):
+        self.http = HttpClient("svc", "https://svc.example.com", connect_timeout=1,
+                               read_timeout=2, sleep=lambda _: None)
+
+    def fetch(self) -> dict:
+        return self.http.request_json("GET", "/thing")
+
+
+def test_a_request_checks_the_callers_guard_again_right_before_it_leaves(started):
+    """The guard held when the call began, then the lease ran out (a pause, a Retry-After
+    wait) before a request left: that request is not sent, and the caller gets the refusal."""
+    pool = started(ClientPool("svc", _Fetcher, 1, **limits()))
+    checks = []
+
+    def guard() -> None:  # holds for the call's start and its first request only
+        checks.append(len(checks))
+        if len(checks) > 2:
+            raise LeaseLost("the lease ran out")
+
+    def guarded_call() -> dict:
+        token = call_guard.set(guard)
+        try:
+            return pool.call("fetch")
+        finally:
+            call_guard.reset(token)
+
+    with responses.RequestsMock() as mocked:
+        mocked.get("https://svc.example.com/thing", status=503, headers={"Retry-After": "1"})
+        with pytest.raises(LeaseLost):
+            guarded_call()
+
+        assert len(mocked.calls) == 1  # the first request; its retry never left
+
+    assert checks == [0, 1, 2]  # at the call's start, before the request, before the retry
 
 
 def test_a_pool_routes_no_client_method_by_attribute(echo):

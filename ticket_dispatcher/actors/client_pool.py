@@ -41,6 +41,7 @@ import pykka
 
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown
+from ticket_dispatcher.integrations.http import send_guard
 from ticket_dispatcher.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class ClientActor(pykka.ThreadingActor):
         started = time.monotonic()
         result: Any = None
         error: BaseException | None = None
+        guard = send_guard.set(pooled.guard)  # checked again right before each request leaves
         try:
             result = self._invoke(pooled.call)
         except Exception as exc:  # the caller's to raise, not this actor's
@@ -128,6 +130,7 @@ class ClientActor(pykka.ThreadingActor):
             error = exc
             raise
         finally:
+            send_guard.reset(guard)
             self._pool._finish(self.actor_ref, pooled, result, error, time.monotonic() - started)
 
     def on_stop(self) -> None:

@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -105,6 +106,13 @@ def _as_auth(auth: Auth) -> AuthBase | tuple[str, str]:
     return _HeaderAuth(auth)
 
 
+# The caller's last word before a request leaves: ``actors/client_pool.py`` sets it to the
+# caller's guard around a pooled call (an execution's lease check), and every request, a token
+# fetch or a retry after ``Retry-After`` included, runs it right before it is sent; raising
+# stops the request. None: no check.
+send_guard: ContextVar[Callable[[], None] | None] = ContextVar("send_guard", default=None)
+
+
 class _CookielessAdapter(HTTPAdapter):
     """requests' transport adapter without the cookie jar: every call names its own
     credentials, no peer's session cookie is ever sent back, and filling the jar from each
@@ -161,6 +169,9 @@ class _Sender:
         prepared = requests.PreparedRequest()
         prepared.prepare(method=method, url=url, headers=self._headers, params=params,
                          json=json, auth=auth)
+        guard = send_guard.get()
+        if guard is not None:  # as late as requests lets us: a process paused before this
+            guard()            # line does not send once its lease has run out meanwhile
         response = self._adapter.send(prepared, timeout=timeout, verify=self.session.verify,
                                       proxies=self.session.proxies)
         response.content  # noqa: B018 - read the whole body now (``stream=False``)
