@@ -292,3 +292,23 @@ def test_a_dispatch_record_never_moves_a_later_mark_back(store):
                                           now=later)
     moved = store.engineers.get("b@x.com")
     assert (moved.last_dispatched_at, moved.last_dispatched_issue) == (later, "TCID-3")
+
+
+def test_the_record_of_the_issue_whose_turn_was_taken_keeps_the_turns_place(store):
+    """An assignment lands after its turn, and after turns others took meanwhile: recording it
+    must not move the engineer behind them, or the rotation goes out of order."""
+    enable(store, "a@x.com", "b@x.com")
+    order = ["a@x.com", "b@x.com"]
+    assert store.engineers.take_turn(order, issue_key="TCID-1", now=T0).email == "a@x.com"
+    later = T0 + timedelta(seconds=1)
+    assert store.engineers.take_turn(order, issue_key="TCID-2", now=later).email == "b@x.com"
+
+    landed = T0 + timedelta(seconds=2)  # a's assignment of TCID-1 lands after b's turn
+    assert store.engineers.update_dispatch_state("a@x.com", dispatched_at=landed,
+                                                 issue_key="TCID-1", now=landed)
+
+    kept = store.engineers.get("a@x.com")
+    assert (kept.last_dispatched_at, kept.last_dispatched_issue) == (T0, "TCID-1")
+    third = T0 + timedelta(seconds=3)
+    assert store.engineers.take_turn(order, issue_key="TCID-3", now=third).email == "a@x.com"
+

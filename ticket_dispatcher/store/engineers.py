@@ -195,9 +195,13 @@ class EngineerRepository:
         The mark only moves forward: a later one (this engineer's round-robin turn for another
         issue, taken meanwhile by ``take_turn``, or a dispatch recorded first that happened
         later) is kept, with its issue. Moving an engineer back would give them the next turn
-        again, and the rotation over concurrent executions would go uneven."""
+        again, and the rotation over concurrent executions would go uneven. Nor does the
+        record of the issue whose turn the engineer holds move it: ``take_turn`` marked that
+        dispatch already, and moving the mark to the later moment the assignment landed would
+        put the engineer behind turns others took meanwhile, out of their order."""
         at, param = time_param(to_utc(dispatched_at)), self.db.param
-        newer = f"last_dispatched_at IS NULL OR last_dispatched_at <= {param}"
+        newer = (f"(last_dispatched_at IS NULL OR last_dispatched_at <= {param}) "
+                 f"AND COALESCE(last_dispatched_issue, '') <> {param}")
         with unit_of_work(self.db):  # every assignment records one: written out
             return self.db.execute_sql(
                 f"UPDATE {_TABLE} SET "
@@ -205,7 +209,8 @@ class EngineerRepository:
                 f"ELSE last_dispatched_at END, "
                 f"last_dispatched_issue = CASE WHEN {newer} THEN {param} "
                 f"ELSE last_dispatched_issue END, updated_at = {param} WHERE email = {param}",
-                (at, at, at, issue_key, time_param(to_utc(now)), normalize_email(email)),
+                (at, issue_key, at, at, issue_key, issue_key, time_param(to_utc(now)),
+                 normalize_email(email)),
             ).rowcount == 1
 
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
