@@ -17,7 +17,7 @@ from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES
 from ticket_dispatcher.domain.model import DispatchContext
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
-from ticket_dispatcher.store.models import ContextRow, time_param
+from ticket_dispatcher.store.models import ContextRow, json_param, placeholders, time_param
 from ticket_dispatcher.timeutil import to_utc
 
 _ROLES = frozenset(role.role for role in NOTIFICATION_ROLES)
@@ -28,7 +28,7 @@ SlotMutation = Callable[[dict | None], dict | None]
 class ContextRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
-        table, marks = ContextRow._meta.table_name, ", ".join([db.param] * 6)
+        table, marks = ContextRow._meta.table_name, placeholders(db.param, 6)
         self._find = f"SELECT * FROM {table} WHERE issue_key = {db.param}"
         self._insert = (f"INSERT INTO {table} (issue_key, assignee, assignee_l2, "
                         f"assignment_notification_state_json, created_at, updated_at) "
@@ -89,7 +89,7 @@ class ContextRepository:
         """The empty context unless one exists; every new execution asks for it, so the
         statement is written out once. True when inserted."""
         moment = time_param(now)
-        return self.db.execute_sql(self._insert, (issue_key, "", "", "{}", moment, moment)
+        return self.db.execute_sql(self._insert, (issue_key, "", "", json_param({}), moment, moment)
                                    ).rowcount == 1
 
     def _lock(self, issue_key: str) -> ContextRow | None:

@@ -23,7 +23,7 @@ from ticket_dispatcher.store.database import (
     unit_of_work,
     write_lock,
 )
-from ticket_dispatcher.store.models import EngineerRow, time_param
+from ticket_dispatcher.store.models import EngineerRow, placeholders, time_param
 from ticket_dispatcher.timeutil import to_utc
 
 # The smallest step of a stored time (microseconds on both engines): a turn's mark is at least
@@ -180,7 +180,7 @@ class EngineerRepository:
         """The dispatch-enabled engineers among ``emails`` (normalized), by email; locked
         (``FOR UPDATE`` on PostgreSQL) with ``lock``. Every assignment reads them, twice:
         the statement is written out, not built by peewee."""
-        marks = ", ".join(self.db.param for _ in emails)
+        marks = placeholders(self.db.param, len(emails))
         locking = " FOR UPDATE" if lock and is_postgres(self.db) else ""
         return list(EngineerRow.raw(
             f"SELECT * FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = "

@@ -8,7 +8,6 @@ aggregate, the missing default context and the trigger output in one short trans
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -38,6 +37,8 @@ from ticket_dispatcher.store.database import (
 from ticket_dispatcher.store.models import (
     ExecutionRow,
     RuleExecutionRow,
+    json_param,
+    placeholders,
     time_param,
 )
 from ticket_dispatcher.store.triggers import TriggerClosing
@@ -60,7 +61,7 @@ class ExecutionRepository:
         keys = [key for key in keys if key]
         if not keys:
             return set()
-        marks = ", ".join(self.db.param for _ in keys)  # every trigger asks: written out
+        marks = placeholders(self.db.param, len(keys))  # every trigger asks: written out
         with unit_of_work(self.db):
             return {key for (key,) in self.db.execute_sql(
                 f"SELECT live_lock_key FROM {ExecutionRow._meta.table_name} "
@@ -97,13 +98,13 @@ class ExecutionRepository:
             execution.trigger_id, execution.issue_key, execution.mode.value,
             execution.policy_id, execution.policy_family_id, execution.policy_version,
             execution.status.value, execution.failure_code, execution.failure_reason,
-            _json(execution.overwrite_data), time_param(execution.business_now),
+            json_param(execution.overwrite_data), time_param(execution.business_now),
             time_param(execution.wake_at), execution.live_lock_key, 0, 0,
             time_param(execution.created_at), time_param(execution.updated_at), 0)).fetchall()
         for rule in execution.rule_executions:
             self.db.execute_sql(self._sql.insert_rule, (
                 execution_id, rule.sequence, rule.rule_id, rule.name, rule.priority,
-                _json(rule.when), _json({"on_success": rule.on_success.value}),
+                json_param(rule.when), json_param({"on_success": rule.on_success.value}),
                 *_rule_changes(rule, raw=True).values()))
         return execution_id
 
@@ -365,7 +366,7 @@ class _Statements:
 
     def __init__(self, param: str):
         executions, rules = ExecutionRow._meta.table_name, RuleExecutionRow._meta.table_name
-        running = ", ".join(param for _ in _RUNNING)
+        running = placeholders(param, len(_RUNNING))
         where = f"WHERE id = {param} AND status IN ({running})"
         moved = (f"UPDATE {executions} SET status = {param}, failure_code = {param}, "
                  f"failure_reason = {param}, wake_at = {param}, live_lock_key = {param}, "
@@ -385,10 +386,10 @@ class _Statements:
                        "policy_family_id, policy_version, status, failure_code, failure_reason, "
                        "overwrite_data_json, business_now, wake_at, live_lock_key, "
                        "restart_count, load_attempts, created_at, updated_at, lease_epoch) "
-                       f"VALUES ({', '.join([param] * 18)}) RETURNING id")
+                       f"VALUES ({placeholders(param, 18)}) RETURNING id")
         self.insert_rule = (f"INSERT INTO {rules} (execution_id, sequence, rule_id, name, "
                             "priority, when_json, transition_json, outcome, evaluation_json, "
-                            f"action_executions_json) VALUES ({', '.join([param] * 10)})")
+                            f"action_executions_json) VALUES ({placeholders(param, 10)})")
         self.get = f"SELECT * FROM {executions} WHERE id = {param}"
         self.get_rules = (f"SELECT * FROM {rules} WHERE execution_id = {param} "
                           "ORDER BY sequence")
@@ -405,19 +406,13 @@ def _rule_values(execution_id: int, rule: RuleExecution) -> tuple:
     return tuple(_rule_changes(rule, raw=True).values()) + (execution_id, rule.sequence)
 
 
-def _json(value) -> str | None:
-    """A JSON column's value as the driver takes it, for a statement written out by hand: the
-    text (both engines' JSON columns take it), or NULL."""
-    return None if value is None else json.dumps(value)
-
-
 def _rule_changes(rule: RuleExecution, *, raw: bool = False) -> dict:
     """What a checkpoint writes of a rule execution; ``raw``: as the driver takes the values
     (for a statement written out, not built by peewee)."""
     changes = {"outcome": rule.outcome.value, "evaluation_json": rule.evaluation,
                "action_executions_json": [a.to_json() for a in rule.action_executions]}
     if raw:
-        changes = {name: value if name == "outcome" else _json(value)
+        changes = {name: value if name == "outcome" else json_param(value)
                    for name, value in changes.items()}
     return changes
 

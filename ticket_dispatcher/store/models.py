@@ -7,8 +7,9 @@ are the column names. All models reach the database through ``database_proxy``.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import peewee
 
@@ -265,7 +266,21 @@ class ShadowDecisionRow(BaseModel):
         table_name = "dispatch_shadow_decisions"
 
 
+# For the statements the repositories write out by hand (their hot paths), not built by peewee.
+
 def time_param(value: datetime | None):
-    """A time as the driver takes it for any time column, for a statement written out by hand
-    (every model's time fields convert alike)."""
+    """A time as the driver takes it for any time column (every model's time fields convert
+    alike)."""
     return ExecutionRow.updated_at.db_value(value)
+
+
+def json_param(value: Any) -> str | None:
+    """A JSON column's value as the driver takes it: the text (both engines' JSON columns take
+    it), or NULL."""
+    return None if value is None else json.dumps(value)
+
+
+def placeholders(param: str, count: int) -> str:
+    """``count`` parameter marks in the engine's style (``db.param``), comma-separated: the
+    values of an INSERT or the list of an IN."""
+    return ", ".join([param] * count)

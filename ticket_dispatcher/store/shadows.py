@@ -28,6 +28,7 @@ from ticket_dispatcher.store.models import (
     PolicyRow,
     ShadowDecisionRow,
     ShadowRow,
+    placeholders,
 )
 from ticket_dispatcher.timeutil import format_time, to_utc
 
@@ -123,7 +124,7 @@ class ShadowRepository:
         """The shadow version of each of these families that has one: family → policy id."""
         if not family_ids:
             return {}
-        marks = ", ".join(self.db.param for _ in family_ids)  # every trigger asks: by hand
+        marks = placeholders(self.db.param, len(family_ids))  # every trigger asks: by hand
         with unit_of_work(self.db):
             return dict(self.db.execute_sql(
                 f"SELECT family_id, policy_id FROM {ShadowRow._meta.table_name} "

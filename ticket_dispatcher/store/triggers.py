@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
 import peewee
@@ -15,7 +14,7 @@ from ticket_dispatcher.store.database import (
     unit_of_work,
     write_lock,
 )
-from ticket_dispatcher.store.models import TriggerRow, time_param
+from ticket_dispatcher.store.models import TriggerRow, json_param, placeholders, time_param
 from ticket_dispatcher.timeutil import to_utc
 
 _OPEN = (TriggerStatus.PENDING.value, TriggerStatus.PROCESSING.value)
@@ -106,7 +105,7 @@ class TriggerClosing:
         fence = () if lease is None else (TriggerStatus.PROCESSING.value, lease.owner,
                                           lease.epoch)
         return self._db.execute_sql(self._statements[lease is not None], (
-            status.value, json.dumps({"execution_ids": execution_ids}), reason, moment, moment,
+            status.value, json_param({"execution_ids": execution_ids}), reason, moment, moment,
             trigger_id, *fence)).rowcount
 
 
@@ -118,7 +117,7 @@ class TriggerRepository:
         self._insert = (f"INSERT INTO {TriggerRow._meta.table_name} (source, issue_key, "
                         "input_json, policy_id, dryrun_json, status, available_at, output_json, "
                         "failure_reason, created_at, updated_at, lease_epoch) VALUES ("
-                        + ", ".join([db.param] * 12) + ") RETURNING id")
+                        f"{placeholders(db.param, 12)}) RETURNING id")
 
     def create(self, source: str, issue_key: str, *, policy_id: int | None, dryrun: dict | None,
                now: datetime) -> Trigger:
@@ -126,9 +125,9 @@ class TriggerRepository:
         written out once, not built by peewee per request."""
         now = to_utc(now)
         moment = time_param(now)
-        params = (source, issue_key, json.dumps({"issue_key": issue_key}), policy_id,
-                  None if dryrun is None else json.dumps(dryrun), TriggerStatus.PENDING.value,
-                  moment, json.dumps({"execution_ids": []}), "", moment, moment, 0)
+        params = (source, issue_key, json_param({"issue_key": issue_key}), policy_id,
+                  json_param(dryrun), TriggerStatus.PENDING.value, moment,
+                  json_param({"execution_ids": []}), "", moment, moment, 0)
         with unit_of_work(self.db):
             [(trigger_id,)] = self.db.execute_sql(self._insert, params).fetchall()
         return Trigger(id=trigger_id, source=source, issue_key=issue_key, policy_id=policy_id,
