@@ -173,6 +173,27 @@ def test_a_dispatch_recorded_late_keeps_the_rotation(world):
     assert later == ["carol@example.com", "a@example.com", "b@example.com"]
 
 
+def test_a_turns_assignment_landing_after_the_engineers_next_turn_keeps_the_rotation(world):
+    # a's turn for TCID-1 is taken first; its Jira write lands only after a has taken its next
+    # turn (TCID-4) and b another one: the turns already placed a, and the late record must
+    # not move a behind b.
+    config = receiver_config(ABC, "round_robin")
+    run, executor = run_of(world, config, now=NOW + timedelta(seconds=1))
+    executor.plan(run)
+    other = world.jira.issues["TCID-1"]
+    turns = [planned(world, config, the_issue=replace(other, key=f"TCID-{n}"),
+                     now=NOW + timedelta(seconds=n)) for n in (2, 3, 4, 5)]
+    executor.execute(replace(run, now=NOW + timedelta(seconds=6)))
+
+    later = [planned(world, config, the_issue=replace(other, key=f"TCID-{n}"),
+                     now=NOW + timedelta(seconds=n)) for n in (7, 8, 9)]
+
+    assert run.context["assign"]["assignee"] == "a@example.com"
+    assert world.jira.issues["TCID-1"].assignee.email == "a@example.com"
+    assert turns == ["b@example.com", "carol@example.com", "a@example.com", "b@example.com"]
+    assert later == ["carol@example.com", "a@example.com", "b@example.com"]
+
+
 def test_candidates_all_disabled_before_the_turn_is_no_candidates(world, monkeypatch):
     monkeypatch.setattr(world.engineers, "take_turn", lambda *args, **kwargs: None)
     run, executor = run_of(world, receiver_config(ABC, "round_robin"))

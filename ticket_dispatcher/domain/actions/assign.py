@@ -9,8 +9,9 @@ round-robin order (a live run takes the turn among the tied ones, as ``round_rob
 dry runs count too, since counting only reads. ``random`` draws once, uniformly, and the draw
 is saved with the plan like every choice, so a resumed execution keeps its person. ``execute``
 resolves the Jira account, writes the assignee (or the L2 user picker), records the engineer's
-dispatch state with one UPDATE, and finally removes the auto-assign label (a failure there is
-only logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided
+dispatch state with one UPDATE (unless a turn chose the engineer: taking it recorded the
+dispatch, and a record landing after the engineer's next turn would move them behind turns
+taken meanwhile), and finally removes the auto-assign label (a failure there is only logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided
 by re-reading the issue; a field that already holds the account is not written again. Ports
 used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
 (``OnCall.responders``), ``engineers`` (``EngineerStore``).
@@ -71,6 +72,7 @@ class AssignState(ActionState):
     current_assignee: str | None = None  # the field's holder at creation (email, "" if none)
     candidates: list[str] | None = None  # dispatch-enabled engineers, in receiver order
     assignee: str | None = None  # the chosen engineer's email
+    turn_taken: bool | None = None  # chosen by a round-robin turn, which marked the dispatch
     reason: str | None = None  # why that one, or why nobody
     account_id: str | None = None  # the chosen engineer's Jira account ("" until known)
     jira_outcome: str | None = None  # how the write was settled, when it was not plain
@@ -187,6 +189,7 @@ class AssignExecutor:
         if chosen is None:  # every candidate was disabled or deleted in the meantime
             state.reason = f"no candidates: {emails} are no longer dispatch-enabled"
             raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
+        state.turn_taken = True
         return chosen
 
     def _receiver_emails(self, run: ActionRun, receiver: dict) -> list[str]:
@@ -213,7 +216,8 @@ class AssignExecutor:
             else:
                 self._write_to_jira(run, state)
             state.jira_updated = True
-            self._record_dispatch(run, email)
+            if not state.turn_taken:  # a turn recorded this dispatch when it was taken
+                self._record_dispatch(run, email)
             self._remove_auto_assign_label(run, state)
             return ActionResult.proceed()
 
