@@ -18,6 +18,7 @@ import responses
 
 from tests.clocks import ManualClock
 from tests.fakes import FakeJira, issue
+from tests.peer import serve
 from ticket_dispatcher.actors import client_pool
 from ticket_dispatcher.actors.client_pool import ClientActor, ClientPool, call_guard
 from ticket_dispatcher.actors.client_ports import (
@@ -281,21 +282,45 @@ def test_a_call_whose_caller_guard_fails_when_it_would_begin_is_never_made(echo,
     assert pool.call("record", "third") == "third"  # no guard: the pool goes on
 
 
-class _Fetcher:
-    """A client making one HTTP request per call, each retried once after a 503."""
+class _Busy:
+    """A peer that answers every request 503 with ``Retry-After: 1``; the paths it was asked."""
 
     def __init__(self):
-        self.http = HttpClient("svc", "https://svc.example.com", connect_timeout=1,
-                               read_timeout=2, sleep=lambda _: None)
+        self.paths: list[str] = []
+
+    def __call__(self, environ, start_response):
+        self.paths.append(environ["PATH_INFO"])
+        start_response("503 Service Unavailable", [("Retry-After", "1"),
+                                                   ("Content-Type", "application/json")])
+        return [b"{}"]
+
+
+@pytest.fixture
+def busy():
+    app = _Busy()
+    server, thread = serve(app, "busy")
+    app.url = f"http://127.0.0.1:{server.server_port}"
+    yield app
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+class _Fetcher:
+    """A client making one HTTP request per call, each retried after a 503."""
+
+    def __init__(self, url: str):
+        self.http = HttpClient("svc", url, connect_timeout=1, read_timeout=2,
+                               sleep=lambda _: None)
 
     def fetch(self) -> dict:
         return self.http.request_json("GET", "/thing")
 
 
-def test_a_request_checks_the_callers_guard_again_right_before_it_leaves(started):
+def test_a_request_checks_the_callers_guard_again_right_before_it_leaves(started, busy):
     """The guard held when the call began, then the lease ran out (a pause, a Retry-After
     wait) before a request left: that request is not sent, and the caller gets the refusal."""
-    pool = started(ClientPool("svc", _Fetcher, 1, **limits()))
+    pool = started(ClientPool("svc", lambda: _Fetcher(busy.url), 1, **limits()))
     checks = []
 
     def guard() -> None:  # holds for the call's start and its first request only
@@ -303,20 +328,14 @@ def test_a_request_checks_the_callers_guard_again_right_before_it_leaves(started
         if len(checks) > 2:
             raise LeaseLost("the lease ran out")
 
-    def guarded_call() -> dict:
-        token = call_guard.set(guard)
-        try:
-            return pool.call("fetch")
-        finally:
-            call_guard.reset(token)
-
-    with responses.RequestsMock() as mocked:
-        mocked.get("https://svc.example.com/thing", status=503, headers={"Retry-After": "1"})
+    token = call_guard.set(guard)
+    try:
         with pytest.raises(LeaseLost):
-            guarded_call()
+            pool.call("fetch")
+    finally:
+        call_guard.reset(token)
 
-        assert len(mocked.calls) == 1  # the first request; its retry never left
-
+    assert busy.paths == ["/thing"]  # the first request; its retry never left
     assert checks == [0, 1, 2]  # at the call's start, before the request, before the retry
 
 

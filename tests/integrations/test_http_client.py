@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import logging
+import socket
+import threading
 from datetime import UTC, datetime
 
 import pytest
@@ -12,13 +14,14 @@ from responses import matchers
 
 from tests.clocks import ManualClock
 from tests.peer import serve
-from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
+from ticket_dispatcher.errors import IntegrationError, LeaseLost, OutcomeUnknown
 from ticket_dispatcher.integrations.http import (
     BearerAuth,
     HttpClient,
     IntegrationRejected,
     IntegrationTimeout,
     segment,
+    send_guard,
 )
 
 BASE = "https://svc.example.com"
@@ -383,3 +386,79 @@ def test_a_cookie_a_peer_sets_is_never_sent_back():
 
     assert app.cookies == [None, None]
 
+
+
+class _Listener:
+    """A bare TCP peer: accepts one connection and keeps every byte it receives until the
+    client closes it."""
+
+    def __init__(self):
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.received = b""
+        self.closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="listener", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        connection, _ = self.socket.accept()
+        with connection:
+            connection.settimeout(5)
+            while chunk := connection.recv(65536):
+                self.received += chunk
+        self.closed.set()
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+@pytest.fixture
+def listener():
+    peer = _Listener()
+    yield peer
+    peer.close()
+
+
+def guarded(guard, call):
+    token = send_guard.set(guard)
+    try:
+        return call()
+    finally:
+        send_guard.reset(token)
+
+
+def test_a_refusing_guard_lets_no_byte_of_the_request_leave(listener):
+    http = HttpClient("svc", listener.url, connect_timeout=1, read_timeout=2)
+
+    def refuse() -> None:
+        raise LeaseLost("the lease ran out")
+
+    with pytest.raises(LeaseLost):
+        guarded(refuse, lambda: http.request("PUT", "/rest/api/2/issue/X-1/assignee",
+                                             json={"accountId": "acc-1"}, expected=(204,)))
+
+    assert listener.closed.wait(5)  # the connection was dropped, with nothing written to it
+    assert listener.received == b""
+
+
+def test_a_guard_refusing_after_the_head_left_cuts_the_request_short(listener):
+    # Checked before each write: the request's head, then its body. A lease that ran out in
+    # between leaves the peer a head whose announced body never comes, and a closed connection.
+    http = HttpClient("svc", listener.url, connect_timeout=1, read_timeout=2)
+    checks = []
+
+    def once() -> None:
+        checks.append(len(checks))
+        if len(checks) > 1:
+            raise LeaseLost("the lease ran out")
+
+    with pytest.raises(LeaseLost):
+        guarded(once, lambda: http.request("PUT", "/rest/api/2/issue/X-1/assignee",
+                                           json={"accountId": "acc-1"}, expected=(204,)))
+
+    assert listener.closed.wait(5)
+    head, _, body = listener.received.partition(b"\r\n\r\n")
+    assert head.startswith(b"PUT /rest/api/2/issue/X-1/assignee HTTP/1.1")
+    assert b"Content-Length: 22" in head  # {"accountId": "acc-1"}
+    assert body == b""
+    assert checks == [0, 1]

@@ -121,7 +121,7 @@ class ClientActor(pykka.ThreadingActor):
         started = time.monotonic()
         result: Any = None
         error: BaseException | None = None
-        guard = send_guard.set(pooled.guard)  # checked again right before each request leaves
+        guard = send_guard.set(pooled.guard)  # checked again before each write to a socket
         try:
             result = self._invoke(pooled.call)
         except Exception as exc:  # the caller's to raise, not this actor's

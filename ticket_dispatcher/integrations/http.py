@@ -24,6 +24,8 @@ from requests.adapters import HTTPAdapter
 from requests.auth import AuthBase
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.connection import HTTPConnection, HTTPSConnection
 
 from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
@@ -107,17 +109,62 @@ def _as_auth(auth: Auth) -> AuthBase | tuple[str, str]:
 
 
 # The caller's last word before a request leaves: ``actors/client_pool.py`` sets it to the
-# caller's guard around a pooled call (an execution's lease check), and every request, a token
-# fetch or a retry after ``Retry-After`` included, runs it right before it is sent; raising
-# stops the request. None: no check.
+# caller's guard around a pooled call (an execution's lease check). Every write of a request to
+# its socket, a token fetch or a retry after ``Retry-After`` included, runs it first; raising
+# stops the request, and the connection is dropped. None: no check.
 send_guard: ContextVar[Callable[[], None] | None] = ContextVar("send_guard", default=None)
 
 
-class _CookielessAdapter(HTTPAdapter):
-    """requests' transport adapter without the cookie jar: every call names its own
-    credentials, no peer's session cookie is ever sent back, and filling the jar from each
-    answer (``extract_cookies_to_jar``) was a quarter of the CPU of a call. Otherwise
-    ``HTTPAdapter.build_response`` as requests has it."""
+class _GuardedSends:
+    """A connection that runs the caller's ``send_guard`` right before each write to its socket:
+    once the connection is open and the request is formatted, with nothing left to do but write
+    it. A process paused before that line sends nothing once its lease has run out meanwhile;
+    after the head of a request has left, a refused body leaves the peer a request cut short,
+    which it does not act on."""
+
+    def send(self, data: Any) -> None:
+        guard = send_guard.get()
+        if guard is not None:
+            if self.sock is None:  # type: ignore[attr-defined]
+                self.connect()  # type: ignore[attr-defined]  # opened first, not after the check
+            guard()
+        super().send(data)  # type: ignore[misc]
+
+
+class _GuardedHTTPConnection(_GuardedSends, HTTPConnection):
+    pass
+
+
+class _GuardedHTTPSConnection(_GuardedSends, HTTPSConnection):
+    pass
+
+
+class _GuardedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+_GUARDED_POOLS = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
+
+
+class _Adapter(HTTPAdapter):
+    """requests' transport adapter, with two changes. Its connections check the caller's
+    ``send_guard`` before each write (``_GuardedSends``), direct or through a proxy. And no
+    cookie jar: every call names its own credentials, no peer's session cookie is ever sent
+    back, and filling the jar from each answer (``extract_cookies_to_jar``) was a quarter of the
+    CPU of a call; otherwise ``build_response`` is ``HTTPAdapter``'s."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _GUARDED_POOLS
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        manager.pool_classes_by_scheme = _GUARDED_POOLS
+        return manager
 
     def build_response(self, req: requests.PreparedRequest, resp: Any) -> requests.Response:
         response = requests.Response()
@@ -143,7 +190,7 @@ def _session_for(base_url: str) -> requests.Session:
     session = requests.Session()
     session.trust_env = False
     for scheme in ("http://", "https://"):
-        session.mount(scheme, _CookielessAdapter())
+        session.mount(scheme, _Adapter())
     session.proxies.update(requests.utils.get_environ_proxies(base_url))
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
     if bundle:
@@ -169,9 +216,6 @@ class _Sender:
         prepared = requests.PreparedRequest()
         prepared.prepare(method=method, url=url, headers=self._headers, params=params,
                          json=json, auth=auth)
-        guard = send_guard.get()
-        if guard is not None:  # as late as requests lets us: a process paused before this
-            guard()            # line does not send once its lease has run out meanwhile
         response = self._adapter.send(prepared, timeout=timeout, verify=self.session.verify,
                                       proxies=self.session.proxies)
         response.content  # noqa: B018 - read the whole body now (``stream=False``)
