@@ -12,7 +12,7 @@ import pytest
 from tests.clocks import ManualClock
 from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import Harness, rule
-from ticket_dispatcher.actors.messages import Enqueue
+from ticket_dispatcher.actors.messages import Enqueue, Pull
 from ticket_dispatcher.actors.pool import ExecutionPool, SlotQueue
 from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.domain.actions.base import ActionRegistry
@@ -67,6 +67,43 @@ def test_the_same_execution_enqueued_twice_runs_once(make_harness):
 
     assert (status["busy"], status["queue_length"]) == (1, 0)
     assert len(h.jira.loads) == loads  # no second ExecutionActor loaded the checkpoint
+    assert gate.planned == [execution_id]
+    assert gate.entered == [execution_id]
+    assert h.execution(execution_id).status is ExecutionStatus.SUCCEEDED
+
+
+def test_a_claim_from_the_store_never_starts_a_second_actor_for_an_execution_in_hand(
+        db_url, make_harness, monkeypatch):
+    """Shared mode: the pool started an execution created here, and before its actor claimed
+    it the pool claimed due work from the store, which found it unheld. The execution runs
+    once, in the actor already started: a second one would plan again (a second round-robin
+    turn) and fence the first out mid-step."""
+    if not db_url.startswith("postgres"):
+        pytest.skip("replicas share a PostgreSQL database")
+    gate = GateAction()
+    h = make_harness(gate, cluster_mode="shared", database_url=db_url)
+    h.policy(rule("test_gate"))
+    claim, waiting, go = h.store.executions.claim, threading.Event(), threading.Event()
+
+    def held_back(*args, **kwargs):  # the first claim waits until the pool has pulled
+        if not go.is_set():
+            waiting.set()
+            assert go.wait(20), "the test never let the claim go"
+        return claim(*args, **kwargs)
+
+    monkeypatch.setattr(h.store.executions, "claim", held_back)
+    trigger = h.post_trigger(settle=False)
+    assert waiting.wait(20), "the actor never claimed"
+    (pool,) = pykka.ActorRegistry.get_by_class(ExecutionPool)
+    h.runtime.activity.tell(pool, Pull())
+    status = h.runtime.status()["pool"]  # asked after the tell: the pool has pulled
+    go.set()
+    gate.wait_entered(1)
+    gate.open()
+    h.wait_idle()
+
+    [execution_id] = h.trigger(trigger.id).execution_ids
+    assert status["busy"] == 1
     assert gate.planned == [execution_id]
     assert gate.entered == [execution_id]
     assert h.execution(execution_id).status is ExecutionStatus.SUCCEEDED

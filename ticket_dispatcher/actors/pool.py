@@ -296,7 +296,8 @@ class ExecutionPool(TrackedActor):
         for execution_id in claimed:
             self._parked.pop(execution_id, None)
             self._retrying.pop(execution_id, None)
-            self._start(execution_id)
+            if execution_id not in self._running:  # else started here, its claim not yet made
+                self._start(execution_id)
         if soonest is not None and (self._pull_at is None or soonest < self._pull_at):
             self._pull_at = soonest
             deps.tell_at(soonest, self.actor_ref, Pull(), label="wake")

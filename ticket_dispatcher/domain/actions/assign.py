@@ -11,9 +11,9 @@ is saved with the plan like every choice, so a resumed execution keeps its perso
 resolves the Jira account, writes the assignee (or the L2 user picker), records the engineer's
 dispatch state with one UPDATE (unless a turn chose the engineer: taking it recorded the
 dispatch, and a record landing after the engineer's next turn would move them behind turns
-taken meanwhile), and finally removes the auto-assign label (a failure there is only logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided
-by re-reading the issue; a field that already holds the account is not written again. Ports
-used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
+taken meanwhile), and finally removes the auto-assign label (a failure there is only
+logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided by re-reading the
+issue; a field that already holds the account is not written again. Ports used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
 (``OnCall.responders``), ``engineers`` (``EngineerStore``).
 """
 from __future__ import annotations
