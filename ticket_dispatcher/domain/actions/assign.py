@@ -13,7 +13,8 @@ dispatch state with one UPDATE (unless a turn chose the engineer: taking it reco
 dispatch, and a record landing after the engineer's next turn would move them behind turns
 taken meanwhile), and finally removes the auto-assign label (a failure there is only
 logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided by re-reading the
-issue; a field that already holds the account is not written again. Ports used (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
+issue; a field that already holds the account is not written again. Ports used
+(domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
 (``OnCall.responders``), ``engineers`` (``EngineerStore``).
 """
 from __future__ import annotations
