@@ -55,6 +55,34 @@ def test_request_sends_method_path_query_body_and_bearer_auth(mocked):
     assert answer == {"ok": True}
 
 
+@pytest.mark.parametrize("method,path,params,body", [
+    ("GET", "/rest/api/2/issue/TCID-1", {"fields": "summary,labels", "expand": None}, None),
+    ("GET", "/rest/api/2/user/search", {"query": "ann+o'neil@example.com"}, None),
+    ("GET", "/open-apis/contact/v3/users/batch", [("user_ids", "ou_1"), ("user_ids", "ou_2")],
+     None),
+    ("GET", "/teams", {"ids": ["a b", "ç/d"], "limit": 10, "active": True}, None),
+    ("PUT", f"/rest/api/2/issue/{segment('TCID 1/ü')}/assignee", None,
+     {"accountId": "acc-ü", "n": [1, 2.5, None, True]}),
+    ("POST", "/token", None, None),
+    ("DELETE", "/rest/api/2/issue/TCID-1/watchers", {"accountId": "x"}, None),
+])
+def test_a_request_is_sent_as_requests_itself_prepares_it(mocked, method, path, params, body):
+    # The sender builds the request without requests' own preparation: URL, query, body and
+    # headers must still be exactly what requests would have sent.
+    mocked.add(method, f"{BASE}{path.split('?')[0]}")
+    auth = ("bot@example.com", "pw")
+
+    client(auth=auth).request(method, path, params=params, json=body)
+
+    sent = mocked.calls[0].request
+    expected = requests.Request(method, BASE + path, params=params, json=body,
+                                auth=auth, headers=requests.Session().headers).prepare()
+    assert sent.method == expected.method
+    assert sent.url == expected.url
+    assert sent.body == expected.body
+    assert dict(sent.headers) == dict(expected.headers)
+
+
 def test_basic_auth_tuple_and_header_callable_are_both_accepted(mocked):
     basic = base64.b64encode(b"bot@example.com:pw").decode()
     mocked.get(f"{BASE}/basic", match=[
