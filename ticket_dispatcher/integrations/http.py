@@ -163,6 +163,24 @@ class _Adapter(HTTPAdapter):
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = _GUARDED_POOLS
+        self._pools: dict[tuple, Any] = {}
+
+    def get_connection_with_tls_context(self, request: requests.PreparedRequest, verify: Any,
+                                        proxies: Any = None, cert: Any = None) -> Any:
+        """The connection pool of the request's origin, found once by requests (proxy, TLS
+        settings, the pool manager's lookup) and then kept: a client calls one base URL with
+        settings fixed when it starts."""
+        scheme, _, rest = str(request.url).partition("://")
+        key = (scheme, rest.partition("/")[0], verify, cert)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = super().get_connection_with_tls_context(
+                request, verify, proxies, cert)
+        return pool
+
+    def close(self) -> None:
+        self._pools.clear()
+        super().close()
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
