@@ -388,3 +388,19 @@ def test_matching_reads_one_small_query_while_the_active_versions_stay_the_same(
 
     assert again == first and [p.name for p in again] == ["a", "b"]
     assert queries.count == 1  # which versions are active; their rules are not read again
+
+
+def test_a_version_seen_active_exists_without_a_query_and_a_deleted_draft_does_not(
+        store, query_counter):
+    active = store.policies.activate(store.policies.create(spec(name="a"), T0).id, T0)
+    draft = store.policies.create(spec(name="b"), T0)
+    store.policies.list_active()
+    store.policies.deactivate(active.id, T0)  # out of draft for good: never deleted
+
+    with query_counter() as queries:
+        assert store.policies.exists(active.id)
+    assert store.policies.exists(draft.id)
+    store.policies.delete_draft(draft.id)
+
+    assert queries.count == 0
+    assert not store.policies.exists(draft.id)

@@ -45,6 +45,8 @@ class PolicyRepository:
         self.registry = registry  # what activation validates against: the runtime's actions
         # the active versions last loaded: ((id, updated_at) of each, the policies)
         self._active: tuple[tuple, list[Policy]] | None = None
+        # versions seen out of draft: only a draft is ever deleted, so these stay stored
+        self._kept: set[int] = set()
         # read for every trigger and every execution start: written out once
         table = PolicyRow._meta.table_name
         self._exists = f"SELECT 1 FROM {table} WHERE id = {db.param}"
@@ -78,7 +80,10 @@ class PolicyRepository:
             return self._with_rules([row])[0]
 
     def exists(self, policy_id: int) -> bool:
-        """Whether the policy is still stored (a deleted draft is not)."""
+        """Whether the policy is still stored (a deleted draft is not). A version this store
+        has seen active is known without a query: only drafts are ever deleted."""
+        if policy_id in self._kept:
+            return True
         with unit_of_work(self.db):
             return bool(self.db.execute_sql(self._exists, (policy_id,)).fetchall())
 
@@ -100,6 +105,7 @@ class PolicyRepository:
             rows = list(PolicyRow.select().where(active).order_by(PolicyRow.id))
             policies = self._with_rules(rows)
         self._active = (tuple((row.id, row.updated_at) for row in rows), policies)
+        self._kept.update(row.id for row in rows)
         return list(policies)
 
     # -- drafts ------------------------------------------------------------------------------
