@@ -9,6 +9,7 @@ import logging
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from datetime import UTC, datetime, timedelta
@@ -340,6 +341,34 @@ def test_sqlite_write_is_locked_within_busy_timeout_and_works_once_released(shor
     _put(short_sqlite)
     assert short_sqlite.engineers.list()[1] == 1
     assert short_sqlite.db.is_closed()
+
+
+def test_sqlite_writers_waiting_together_are_each_locked_within_busy_timeout(short_sqlite):
+    # This process's writers take turns before SQLite's lock: the ones queued behind the
+    # first still give up within busy_timeout of asking, not after their turn came.
+    waits: dict[str, float] = {}
+    kinds: dict[str, str] = {}
+
+    def write(email: str) -> None:
+        started = time.monotonic()
+        try:
+            _put(short_sqlite, email)
+        except StoreUnavailable as exc:
+            kinds[email] = exc.kind
+        waits[email] = elapsed(started)
+
+    writers = [threading.Thread(target=write, args=(f"w{n}@x.com",)) for n in range(4)]
+    with SqliteWriteLock(short_sqlite.db.database):
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join(timeout=10)
+
+    assert kinds == {f"w{n}@x.com": "locked" for n in range(4)}
+    assert max(waits.values()) < BUSY.total_seconds() + SLACK
+    for n in range(4):
+        _put(short_sqlite, f"w{n}@x.com")
+    assert short_sqlite.engineers.list()[1] == 4
 
 
 def test_sqlite_ping_is_not_ready_within_busy_timeout_while_writes_are_locked(short_sqlite):

@@ -54,9 +54,10 @@ import fcntl
 import math
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -68,7 +69,7 @@ from playhouse.pool import PooledDatabase, PooledPostgresqlDatabase, PooledSqlit
 
 from ticket_dispatcher.config import Config, DatabaseConfig
 from ticket_dispatcher.errors import ConfigError, StoreUnavailable
-from ticket_dispatcher.store.faults import FaultKind, store_error
+from ticket_dispatcher.store.faults import FaultKind, store_error, unavailable
 from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.timeutil import to_utc
 
@@ -174,6 +175,7 @@ def _open_sqlite(parts: SplitResult, max_connections: int,
     # sqlite3.connect's own ``timeout``: the pool takes the ``timeout`` keyword for its wait,
     # so peewee would keep its default (5 s) for the connect itself.
     db._timeout = busy
+    db.writers_turn = threading.Lock()  # see ``_writers_turn``
     return db
 
 
@@ -434,11 +436,56 @@ def write_lock(db: peewee.Database) -> Iterator[peewee.Database]:
     transaction; callers lock the rows they will change with ``lock_rows``.
     """
     with unit_of_work(db):
-        atomic = db.atomic("IMMEDIATE") if not is_postgres(db) else db.atomic()
-        with atomic:
-            yield db
-        if db.transaction_depth() == 0:  # this one committed: writes work again
+        outermost = db.transaction_depth() == 0
+        with _writers_turn(db) if outermost else nullcontext():
+            atomic = db.atomic("IMMEDIATE") if not is_postgres(db) else db.atomic()
+            with atomic:
+                yield db
+        if outermost:  # this one committed: writes work again
             _succeeded(db, wrote=True)
+
+
+@contextmanager
+def _writers_turn(db: peewee.Database) -> Iterator[None]:
+    """SQLite: this process's write transactions take the write lock one after another, in
+    the order they ask, before ``BEGIN IMMEDIATE``. Left to SQLite, a writer that finds the
+    lock taken sleeps in its busy handler (1, 2, 5 … 100 ms between tries) long after the lock
+    is free, and writers that keep coming overtake it. The wait for the turn and the wait for
+    the lock together stay within ``busy_timeout`` (the lock's is shortened by the time spent
+    waiting for the turn); another process's writers still meet this one in the busy
+    handler."""
+    real = _real(db)
+    turn: threading.Lock | None = getattr(real, "writers_turn", None)
+    if turn is None:
+        yield
+        return
+    budget, asked = real._timeout, time.monotonic()
+    if not turn.acquire(timeout=budget):
+        typed = unavailable(FaultKind.LOCKED)
+        health = health_of(db)
+        if health is not None:
+            health.failed(typed.kind)
+        raise typed
+    try:
+        waited = time.monotonic() - asked
+        if waited < _TURN_SLACK:
+            yield
+            return
+        _busy_timeout(db, max(budget - waited, 0.001))
+        try:
+            yield
+        finally:
+            with suppress(Exception):  # a connection that cannot take it is failing anyway
+                _busy_timeout(db, budget)
+    finally:
+        turn.release()
+
+
+_TURN_SLACK = 0.05  # seconds of waiting for the turn that may go over busy_timeout
+
+
+def _busy_timeout(db: peewee.Database, seconds: float) -> None:
+    db.execute_sql(f"PRAGMA busy_timeout = {math.ceil(seconds * 1000)}")
 
 
 def checkout(db: peewee.Database) -> bool:
