@@ -35,7 +35,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from socketserver import ThreadingMixIn
@@ -242,6 +243,33 @@ def serve(app: Callable, name: str) -> tuple[WSGIServer, threading.Thread]:
     thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
     thread.start()
     return server, thread
+
+
+class Answering:
+    """A WSGI app that answers every request with one status and ``{}``, and records the
+    path of each request it got in ``paths`` (a proxy's: the absolute URL asked for)."""
+
+    def __init__(self, status: str = "200 OK", headers: Iterable[tuple[str, str]] = ()):
+        self.status = status
+        self.headers = [("Content-Type", "application/json"), *headers]
+        self.paths: list[str] = []
+
+    def __call__(self, environ: dict, start_response: Callable) -> list[bytes]:
+        self.paths.append(environ["PATH_INFO"])
+        start_response(self.status, self.headers)
+        return [b"{}"]
+
+
+@contextmanager
+def serving(app: Callable, name: str) -> Iterator[str]:
+    """``app`` served by ``serve`` for the block; its base URL. Stopped when the block ends."""
+    server, thread = serve(app, name)
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 class Served:

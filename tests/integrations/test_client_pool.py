@@ -18,7 +18,7 @@ import responses
 
 from tests.clocks import ManualClock
 from tests.fakes import FakeJira, issue
-from tests.peer import serve
+from tests.peer import Answering, serving
 from ticket_dispatcher.actors import client_pool
 from ticket_dispatcher.actors.client_pool import ClientActor, ClientPool, call_guard
 from ticket_dispatcher.actors.client_ports import (
@@ -282,28 +282,12 @@ def test_a_call_whose_caller_guard_fails_when_it_would_begin_is_never_made(echo,
     assert pool.call("record", "third") == "third"  # no guard: the pool goes on
 
 
-class _Busy:
-    """A peer that answers every request 503 with ``Retry-After: 1``; the paths it was asked."""
-
-    def __init__(self):
-        self.paths: list[str] = []
-
-    def __call__(self, environ, start_response):
-        self.paths.append(environ["PATH_INFO"])
-        start_response("503 Service Unavailable", [("Retry-After", "1"),
-                                                   ("Content-Type", "application/json")])
-        return [b"{}"]
-
-
 @pytest.fixture
 def busy():
-    app = _Busy()
-    server, thread = serve(app, "busy")
-    app.url = f"http://127.0.0.1:{server.server_port}"
-    yield app
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    """A peer that answers every request 503 with ``Retry-After: 1``."""
+    app = Answering("503 Service Unavailable", [("Retry-After", "1")])
+    with serving(app, "busy") as app.url:
+        yield app
 
 
 class _Fetcher:

@@ -13,7 +13,7 @@ import requests
 from responses import matchers
 
 from tests.clocks import ManualClock
-from tests.peer import serve
+from tests.peer import Answering, serving
 from ticket_dispatcher.errors import IntegrationError, LeaseLost, OutcomeUnknown
 from ticket_dispatcher.integrations.http import (
     BearerAuth,
@@ -338,28 +338,13 @@ def test_path_segments_are_quoted():
     assert segment("team/one two?") == "team%2Fone%20two%3F"
 
 
-class _Proxy:
-    """A forward proxy that answers every request itself and records the target it was asked
-    for (a client talking to a proxy names the absolute URL in its request line)."""
-
-    def __init__(self):
-        self.targets: list[str] = []
-
-    def __call__(self, environ, start_response):
-        self.targets.append(environ["PATH_INFO"])
-        start_response("200 OK", [("Content-Type", "application/json")])
-        return [b"{}"]
-
-
 @pytest.fixture
 def proxy():
-    app = _Proxy()
-    server, thread = serve(app, "proxy")
-    app.url = f"http://127.0.0.1:{server.server_port}"
-    yield app
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    """A forward proxy that answers every request itself; a client talking to a proxy names
+    the absolute URL in its request line, which the proxy records."""
+    app = Answering()
+    with serving(app, "proxy") as app.url:
+        yield app
 
 
 def test_proxy_named_by_the_environment_carries_the_calls(proxy, monkeypatch):
@@ -371,7 +356,7 @@ def test_proxy_named_by_the_environment_carries_the_calls(proxy, monkeypatch):
     assert http.request_json("GET", "/rest/api/2/myself") == {}
     assert http.request_json("GET", "/rest/api/2/issue/TCID-1") == {}
 
-    assert proxy.targets == ["http://jira.invalid/rest/api/2/myself",
+    assert proxy.paths == ["http://jira.invalid/rest/api/2/myself",
                              "http://jira.invalid/rest/api/2/issue/TCID-1"]
 
 
@@ -383,7 +368,7 @@ def test_host_in_no_proxy_is_called_directly(proxy, monkeypatch):
     with pytest.raises(IntegrationError):  # straight to a host that does not resolve
         http.request("GET", "/rest/api/2/myself")
 
-    assert proxy.targets == []
+    assert proxy.paths == []
 
 
 class _CookieSetter:
@@ -401,19 +386,12 @@ class _CookieSetter:
 
 def test_a_cookie_a_peer_sets_is_never_sent_back():
     app = _CookieSetter()
-    server, thread = serve(app, "cookies")
-    try:
-        http = HttpClient("svc", f"http://127.0.0.1:{server.server_port}", connect_timeout=1,
-                          read_timeout=2)
+    with serving(app, "cookies") as url:
+        http = HttpClient("svc", url, connect_timeout=1, read_timeout=2)
         for _ in range(2):
             assert http.request_json("GET", "/rest/api/2/myself") == {}
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
     assert app.cookies == [None, None]
-
 
 
 class _Listener:
