@@ -13,7 +13,7 @@ execution instead, which reads everything again and decides as it always has.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ticket_dispatcher.domain.actions.base import ActionRun
@@ -43,6 +43,9 @@ class AckWatch:
     action: ActionExecution
     deadline: datetime
     poll: timedelta
+    # the page's state as stored, read once: only ``record_look`` and ``undo_look`` change it
+    # while the watcher holds the wait, and they write it back at once
+    _page: PageState | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def execution_id(self) -> int:
@@ -92,7 +95,7 @@ class AckWatch:
                         readers: list[str] | DispatcherError | None, now: datetime) -> bool:
         """Whether the guard, given these answers, would do more than park again: a verdict,
         or a warning to record. ``readers`` None: the guard asks Lark nothing."""
-        state = self._state()
+        state = PageState.load(self.action.context.get(PageState.KEY))  # the guard's own
         snapshot = issue if isinstance(issue, Issue) else Issue(self.issue_key, "")
         run = ActionRun(execution=self.execution, issue=snapshot,
                         config=self.action.config, context=copy.deepcopy(self.action.context),
@@ -101,7 +104,9 @@ class AckWatch:
         return bool(verdict.ack or verdict.invalidated or state.warnings)
 
     def _state(self) -> PageState:
-        return PageState.load(self.action.context.get(PageState.KEY))
+        if self._page is None:
+            self._page = PageState.load(self.action.context.get(PageState.KEY))
+        return self._page
 
 
 def ack_watch(execution: Execution) -> AckWatch | None:
