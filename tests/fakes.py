@@ -26,6 +26,7 @@ from ticket_dispatcher.domain.ports import (
     Ports,
     Responder,
     TriageChange,
+    Turn,
     answer_each,
 )
 from ticket_dispatcher.errors import IntegrationError, Problem
@@ -469,7 +470,7 @@ class NotConfiguredEngineers(NotConfigured):
         raise self._refused("enabled_by_email")
 
     def take_turn(self, emails_in_order: Iterable[str], *, issue_key: str,
-                  now: datetime) -> Engineer | None:
+                  now: datetime) -> Turn | None:
         raise self._refused("take_turn")
 
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.conftest import QueryCounter
 from tests.fakes import FakeDirectory, FakeJira, FakeOnCall, bare_ports, issue
 from ticket_dispatcher.domain.actions.assign import AssignExecutor
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
@@ -194,15 +195,31 @@ def test_a_turns_assignment_landing_after_the_engineers_next_turn_keeps_the_rota
     assert later == ["carol@example.com", "a@example.com", "b@example.com"]
 
 
-def test_candidates_all_disabled_before_the_turn_is_no_candidates(world, monkeypatch):
-    monkeypatch.setattr(world.engineers, "take_turn", lambda *args, **kwargs: None)
+def test_a_turn_with_no_dispatch_enabled_candidate_is_no_candidates(world):
+    for email in ABC["users"]:
+        world.engineers.put(email, dispatch_enabled=False, now=NOW)
     run, executor = run_of(world, receiver_config(ABC, "round_robin"))
 
     with pytest.raises(ActionError) as raised:
         executor.plan(run)
 
     assert raised.value.code == "no_candidates"
-    assert "no longer dispatch-enabled" in run.context["assign"]["reason"]
+    assert run.context["assign"]["candidates"] == []
+    assert "none of them dispatch-enabled" in run.context["assign"]["reason"]
+    assert "turn_taken" not in run.context["assign"]
+
+
+def test_a_live_turn_reads_its_candidates_in_the_transaction_that_takes_it(world):
+    # One read of the engineers, locked, then the turn's one write: the candidates the plan
+    # records are the ones the turn chose among.
+    run, executor = run_of(world, receiver_config(ABC, "round_robin"))
+
+    with QueryCounter(world.engineers.db) as queries:
+        executor.plan(run)
+
+    assert queries.count == 2
+    assert run.context["assign"]["candidates"] == ABC["users"]
+    assert run.context["assign"]["assignee"] == "a@example.com"
 
 
 def test_context_is_snapshotted_at_creation_and_filled_in_place_by_plan(world):

@@ -185,7 +185,7 @@ def test_concurrent_turns_spread_evenly_over_the_engineers(store):
                 engineer = store.engineers.take_turn(
                     ["a@x.com", "b@x.com", "c@x.com"], issue_key=f"TCID-{tick}",
                     now=T0 + timedelta(milliseconds=tick))
-                chosen.append(engineer.email)
+                chosen.append(engineer.chosen.email)
         except Exception as exc:  # collected and asserted below
             errors.append(exc)
 
@@ -210,8 +210,8 @@ def test_turn_goes_to_the_never_dispatched_then_the_oldest_and_advances_it(store
                                        now=later + timedelta(1))
 
     # each answer is the engineer as it was before its turn: why it was chosen
-    assert (first.email, first.last_dispatched_at) == ("b@x.com", None)
-    assert (second.email, second.last_dispatched_at) == ("a@x.com", T0)
+    assert (first.chosen.email, first.chosen.last_dispatched_at) == ("b@x.com", None)
+    assert (second.chosen.email, second.chosen.last_dispatched_at) == ("a@x.com", T0)
     b, a = store.engineers.get("b@x.com"), store.engineers.get("a@x.com")
     assert (b.last_dispatched_at, b.last_dispatched_issue, b.updated_at) == (
         later, "TCID-1", later)
@@ -225,7 +225,8 @@ def test_turn_ties_follow_the_configured_order(store):
     order = ["c@x.com", "a@x.com", "b@x.com"]
 
     turns = [store.engineers.take_turn(order, issue_key=f"TCID-{i}",
-                                       now=T0 + timedelta(minutes=i)).email for i in range(1, 7)]
+                                       now=T0 + timedelta(minutes=i)).chosen.email
+             for i in range(1, 7)]
 
     assert turns == order * 2
 
@@ -235,13 +236,18 @@ def test_turn_skips_disabled_and_unknown_engineers_and_none_left_writes_nothing(
     enable(store, "b@x.com", enabled=False)
 
     turns = [store.engineers.take_turn(["b@x.com", "ghost@x.com", "a@x.com", "c@x.com"],
-                                       issue_key=f"TCID-{i}", now=T0 + timedelta(minutes=i)).email
+                                       issue_key=f"TCID-{i}",
+                                       now=T0 + timedelta(minutes=i)).chosen.email
              for i in range(1, 5)]
     nobody = store.engineers.take_turn(["b@x.com", "ghost@x.com"], issue_key="TCID-9", now=T0)
+    among = store.engineers.take_turn(["c@x.com", "ghost@x.com", "A@x.com", "b@x.com"],
+                                      issue_key="TCID-10", now=T0 + timedelta(minutes=9))
 
     assert turns == ["a@x.com", "c@x.com", "a@x.com", "c@x.com"]
     assert nobody is None
     assert store.engineers.get("b@x.com").last_dispatched_at is None
+    # the candidates the turn chose among: the enabled ones, in the order asked
+    assert [e.email for e in among.candidates] == ["c@x.com", "a@x.com"]
     assert store.engineers.take_turn([], issue_key="TCID-9", now=T0) is None
 
 
@@ -255,7 +261,8 @@ def test_turn_sends_the_chosen_to_the_back_even_when_another_took_a_later_time_f
     store.engineers.take_turn(order, issue_key="TCID-2", now=T0)
     marked = store.engineers.get("b@x.com").last_dispatched_at
     turns = [store.engineers.take_turn(order, issue_key=f"TCID-{i}",
-                                       now=T0 + timedelta(seconds=i)).email for i in range(3, 7)]
+                                       now=T0 + timedelta(seconds=i)).chosen.email
+             for i in range(3, 7)]
 
     assert marked == T0 + timedelta(seconds=10, microseconds=1)
     assert turns == ["c@x.com", "a@x.com", "b@x.com", "c@x.com"]
@@ -299,9 +306,9 @@ def test_the_record_of_the_issue_whose_turn_was_taken_keeps_the_turns_place(stor
     must not move the engineer behind them, or the rotation goes out of order."""
     enable(store, "a@x.com", "b@x.com")
     order = ["a@x.com", "b@x.com"]
-    assert store.engineers.take_turn(order, issue_key="TCID-1", now=T0).email == "a@x.com"
+    assert store.engineers.take_turn(order, issue_key="TCID-1", now=T0).chosen.email == "a@x.com"
     later = T0 + timedelta(seconds=1)
-    assert store.engineers.take_turn(order, issue_key="TCID-2", now=later).email == "b@x.com"
+    assert store.engineers.take_turn(order, issue_key="TCID-2", now=later).chosen.email == "b@x.com"
 
     landed = T0 + timedelta(seconds=2)  # a's assignment of TCID-1 lands after b's turn
     assert store.engineers.update_dispatch_state("a@x.com", dispatched_at=landed,
@@ -310,5 +317,5 @@ def test_the_record_of_the_issue_whose_turn_was_taken_keeps_the_turns_place(stor
     kept = store.engineers.get("a@x.com")
     assert (kept.last_dispatched_at, kept.last_dispatched_issue) == (T0, "TCID-1")
     third = T0 + timedelta(seconds=3)
-    assert store.engineers.take_turn(order, issue_key="TCID-3", now=third).email == "a@x.com"
+    assert store.engineers.take_turn(order, issue_key="TCID-3", now=third).chosen.email == "a@x.com"
 

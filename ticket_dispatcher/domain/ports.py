@@ -101,6 +101,16 @@ class Answer(Generic[T]):
         return self.error is None
 
 
+@dataclass(frozen=True)
+class Turn:
+    """A round-robin turn (``EngineerStore.take_turn``): the engineer ``chosen``, as it was
+    before its turn, among the ``candidates`` (the dispatch-enabled engineers asked about, in
+    the order asked) that the same transaction read."""
+
+    chosen: Engineer
+    candidates: tuple[Engineer, ...]
+
+
 def answer_each(call: Callable[[Any], T], arguments: Iterable[Any]) -> list[Answer[T]]:
     """``call`` of each argument, one after another; a ``DispatcherError`` is that one's
     answer, and the others are still asked (a client's batch method, without a pool)."""
@@ -209,12 +219,11 @@ class EngineerStore(Protocol):
     def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]: ...
 
     def take_turn(self, emails_in_order: Iterable[str], *, issue_key: str,
-                  now: datetime) -> Engineer | None:
+                  now: datetime) -> Turn | None:
         """A live round robin's choice: in one transaction with the candidates' rows locked,
-        choose the dispatch-enabled engineer whose turn it is (``assign.next_in_turn``) and
-        advance their ``last_dispatched_at``/``last_dispatched_issue``. Returns that engineer
-        as it was before its turn; None when none of ``emails_in_order`` is
-        dispatch-enabled."""
+        read which of ``emails_in_order`` are dispatch-enabled, choose the one whose turn it
+        is (``assign.next_in_turn``) and advance their ``last_dispatched_at``/
+        ``last_dispatched_issue``. None when none of them is dispatch-enabled."""
         ...
 
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool: ...

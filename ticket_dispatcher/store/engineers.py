@@ -16,6 +16,7 @@ import peewee
 
 from ticket_dispatcher.domain.actions.assign import next_in_turn
 from ticket_dispatcher.domain.model import Engineer
+from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.store.database import (
     fetch_page,
@@ -145,7 +146,7 @@ class EngineerRepository:
 
     def take_turn(
         self, emails_in_order: Iterable[str], *, issue_key: str, now: datetime
-    ) -> Engineer | None:
+    ) -> Turn | None:
         """Round robin's choose-and-advance in one transaction: lock the dispatch-enabled
         engineers among ``emails_in_order`` (``SELECT … FOR UPDATE`` on PostgreSQL, in email
         order so that overlapping candidate lists never deadlock; SQLite's ``IMMEDIATE``
@@ -154,9 +155,9 @@ class EngineerRepository:
         mark the chosen one's turn: ``last_dispatched_at`` (see ``_turn_mark``),
         ``last_dispatched_issue`` and ``updated_at``.
 
-        Returns the chosen engineer as it was before its turn, whose ``last_dispatched_at``
-        says why it was chosen; None when none of ``emails_in_order`` is a dispatch-enabled
-        engineer."""
+        Returns the chosen engineer as it was before its turn (its ``last_dispatched_at`` says
+        why it was chosen) with the candidates read, in the order asked; None when none of
+        ``emails_in_order`` is a dispatch-enabled engineer."""
         order = list(dict.fromkeys(normalize_email(email) for email in emails_in_order))
         if not order:
             return None
@@ -174,7 +175,7 @@ class EngineerRepository:
                 f"WHERE email = {self.db.param}",
                 (time_param(_turn_mark(candidates, now)), issue_key, time_param(now),
                  chosen.email))
-        return chosen
+        return Turn(chosen, tuple(candidates))
 
     def _enabled(self, emails: list[str], *, lock: bool = False) -> list[EngineerRow]:
         """The dispatch-enabled engineers among ``emails`` (normalized), by email; locked

@@ -55,6 +55,7 @@ from ticket_dispatcher.domain.checks import (
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
+from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown, Problem
 
 log = logging.getLogger(__name__)
@@ -115,26 +116,31 @@ class AssignExecutor:
 
     def _plan(self, run: ActionRun, state: AssignState) -> None:
         receiver = run.config["receiver"]
+        strategy = Strategy(run.config["strategy"])
+        # A live round robin reads the candidates in the transaction that takes the turn.
+        turn = strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run
         try:
             emails = _dedupe(self._receiver_emails(run, receiver))
-            enabled = {e.email: e for e in run.ports.engineers.enabled_by_email(emails)}
+            enabled = ({} if turn else
+                       {e.email: e for e in run.ports.engineers.enabled_by_email(emails)})
         except DispatcherError as exc:
             state.reason = f"receiver could not be resolved: {exc.message}"
             raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
-        candidates = [enabled[email] for email in emails if email in enabled]
+        taken = self._take_turn(run, state, emails) if turn else None
+        candidates = (list(taken.candidates) if taken is not None
+                      else [enabled[email] for email in emails if email in enabled])
         state.candidates = [e.email for e in candidates]
         if not candidates:
             state.reason = (f"no candidates: {_describe(receiver)} resolved to "
                             f"{emails or 'nobody'}, none of them dispatch-enabled")
             raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
-        strategy = Strategy(run.config["strategy"])
         if strategy is Strategy.BALANCED:
             chosen = self._balanced(run, state, candidates)
         elif strategy is Strategy.RANDOM:
             chosen = candidates[self._rng.randrange(len(candidates))]
             state.reason = f"random: drawn uniformly among {len(candidates)} candidates"
-        elif strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run:
-            chosen = self._take_turn(run, state, candidates)
+        elif taken is not None:
+            chosen = taken.chosen
             state.reason = _round_robin_reason(chosen)
         else:  # ``first``, and a dry-run ``round_robin``: read only
             chosen, state.reason = _choose(candidates, strategy)
@@ -168,30 +174,36 @@ class AssignExecutor:
             state.reason = f"balanced: fewest open issues ({fewest})"
         else:
             chosen = (next_in_turn(tied) if run.execution.dry_run
-                      else self._take_turn(run, state, tied))
+                      else self._tied_turn(run, state, tied))
             state.reason = (f"balanced: fewest open issues ({fewest}), tied with "
                             f"{len(tied) - 1} more; {_round_robin_reason(chosen)}")
         state.account_id = accounts[chosen.email]
         return chosen
 
-    def _take_turn(self, run: ActionRun, state: AssignState,
-                   candidates: list[Engineer]) -> Engineer:
-        """A live round robin (over every candidate, or over ``balanced``'s tied ones)
-        chooses and advances the turn in one transaction under row locks
-        (``EngineerStore.take_turn``), so concurrent executions, in this process or in other
-        replicas, never choose the same engineer from the same state. The choice is saved
-        with the plan, so a resumed execution does not take another turn."""
-        emails = [e.email for e in candidates]
+    def _tied_turn(self, run: ActionRun, state: AssignState, tied: list[Engineer]) -> Engineer:
+        """``balanced``'s tie, broken by a live turn among the tied candidates."""
+        emails = [e.email for e in tied]
+        taken = self._take_turn(run, state, emails)
+        if taken is None:  # every one of them was disabled or deleted in the meantime
+            state.reason = f"no candidates: {emails} are no longer dispatch-enabled"
+            raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
+        return taken.chosen
+
+    def _take_turn(self, run: ActionRun, state: AssignState, emails: list[str]) -> Turn | None:
+        """A live round robin (over the receiver's engineers, or over ``balanced``'s tied
+        ones) reads the dispatch-enabled ones, chooses and advances the turn in one
+        transaction under row locks (``EngineerStore.take_turn``), so concurrent executions,
+        in this process or in other replicas, never choose the same engineer from the same
+        state. The choice is saved with the plan, so a resumed execution does not take
+        another turn. None: none of ``emails`` is dispatch-enabled."""
         try:
-            chosen = run.ports.engineers.take_turn(emails, issue_key=run.issue.key, now=run.now)
+            taken = run.ports.engineers.take_turn(emails, issue_key=run.issue.key, now=run.now)
         except DispatcherError as exc:
             state.reason = f"round_robin turn could not be taken: {exc.message}"
             raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
-        if chosen is None:  # every candidate was disabled or deleted in the meantime
-            state.reason = f"no candidates: {emails} are no longer dispatch-enabled"
-            raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
-        state.turn_taken = True
-        return chosen
+        if taken is not None:
+            state.turn_taken = True
+        return taken
 
     def _receiver_emails(self, run: ActionRun, receiver: dict) -> list[str]:
         kind = ReceiverType(receiver["type"])
