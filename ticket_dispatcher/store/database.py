@@ -431,9 +431,10 @@ def unit_of_work(db: peewee.Database) -> Iterator[peewee.Database]:
 def write_lock(db: peewee.Database) -> Iterator[peewee.Database]:
     """A short write transaction; nested inside another one it becomes a savepoint.
 
-    SQLite: ``BEGIN IMMEDIATE`` takes the database write lock at once (or raises
-    ``StoreUnavailable`` of kind ``locked`` after ``busy_timeout``). PostgreSQL: a plain
-    transaction; callers lock the rows they will change with ``lock_rows``.
+    SQLite: after this process's earlier writers (``_writers_turn``), ``BEGIN IMMEDIATE``
+    takes the database write lock (or raises ``StoreUnavailable`` of kind ``locked`` after
+    ``busy_timeout``). PostgreSQL: a plain transaction; callers lock the rows they will change
+    with ``lock_rows``.
     """
     with unit_of_work(db):
         outermost = db.transaction_depth() == 0

@@ -179,8 +179,8 @@ class EngineerRepository:
 
     def _enabled(self, emails: list[str], *, lock: bool = False) -> list[EngineerRow]:
         """The dispatch-enabled engineers among ``emails`` (normalized), by email; locked
-        (``FOR UPDATE`` on PostgreSQL) with ``lock``. Every assignment reads them, twice:
-        the statement is written out, not built by peewee."""
+        (``FOR UPDATE`` on PostgreSQL) with ``lock``. Every assignment reads them (a live
+        round robin in its turn): the statement is written out, not built by peewee."""
         marks = placeholders(self.db.param, len(emails))
         locking = " FOR UPDATE" if lock and is_postgres(self.db) else ""
         return list(EngineerRow.raw(
