@@ -8,7 +8,8 @@ This bench parks ``--executions`` of them at once and prints, idle next to loade
 
 - the latency of ordinary assign dispatches fired at a steady ``--rate`` for ``--duration``
   (the POST sent to the execution's ``completed_at``, read from the API once it is terminal;
-  same machine, same system clock), p50/p95;
+  same machine, same system clock), p50/p95, and where the p50 goes: the median of each stage
+  between the times the server stamps (trigger row, claim, first action, last action, end);
 - the server's resident memory (``VmRSS`` from ``/proc/PID/status``) and its CPU use;
 - how late a parked wait is really looked at against its ``wake_at``, p50/p99.
 
@@ -59,6 +60,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import requests
@@ -293,13 +295,20 @@ def fire(url: str, keys: list[str], rate: float) -> list[tuple[int, datetime]]:
         return [future.result() for future in futures]
 
 
+# Where a dispatch's latency goes, from the times the server stamps: the POST sent -> the
+# trigger row (``created_at``) -> the trigger claimed (the execution's ``created_at``) -> its
+# first action started -> its last action finished -> the execution completed.
+STAGES = ("POST -> trigger row", "-> trigger claimed", "-> first action started",
+          "-> last action finished", "-> completed")
+
+
 def outcomes(url: str, fired: list[tuple[int, datetime]], timeout: float,
-             ) -> list[tuple[float, str]]:
-    """(milliseconds from the POST to the execution's ``completed_at``, final status) of each
-    dispatch. One slow poller, not one tight poller per dispatch: pollers share the HTTP
-    threads with the sandbox fakes, and a first version polling every 10 ms from 64 threads
-    slowed the very executions it timed. The server stamps ``completed_at`` from the same
-    system clock as ``sent``."""
+             ) -> list[tuple[float, str, tuple[float, ...] | None]]:
+    """(milliseconds from the POST to the execution's ``completed_at``, final status, the
+    milliseconds of each of ``STAGES``) of each dispatch. One slow poller, not one tight poller
+    per dispatch: pollers share the HTTP threads with the sandbox fakes, and a first version
+    polling every 10 ms from 64 threads slowed the very executions it timed. The server
+    stamps its times from the same system clock as ``sent``."""
     deadline = time.monotonic() + timeout
     results = []
     with requests.Session() as session:
@@ -313,8 +322,22 @@ def outcomes(url: str, fired: list[tuple[int, datetime]], timeout: float,
             execution = wait_for(session, f"{url}{API}/dispatch/executions/{ids[0]}", TERMINAL,
                                  deadline)
             done = parse_rfc3339(execution["completed_at"])
-            results.append(((done - sent).total_seconds() * 1000, execution["status"]))
+            results.append(((done - sent).total_seconds() * 1000, execution["status"],
+                            stages(sent, trigger, execution)))
     return results
+
+
+def stages(sent: datetime, trigger: dict, execution: dict) -> tuple[float, ...] | None:
+    """The milliseconds of each of ``STAGES`` (None for an execution that ran no action)."""
+    actions = [action for rule in execution["rule_executions"]
+               for action in rule["action_executions"] if action["started_at"]]
+    if not actions or not all(action["finished_at"] for action in actions):
+        return None
+    times = [sent, parse_rfc3339(trigger["created_at"]), parse_rfc3339(execution["created_at"]),
+             min(parse_rfc3339(action["started_at"]) for action in actions),
+             max(parse_rfc3339(action["finished_at"]) for action in actions),
+             parse_rfc3339(execution["completed_at"])]
+    return tuple((later - earlier).total_seconds() * 1000 for earlier, later in pairwise(times))
 
 
 def wait_for(session: requests.Session, url: str, statuses: tuple[str, ...],
@@ -358,8 +381,11 @@ def measure_phase(server: Server, world: Server | None, keys: list[str], rate: f
     stop.set()
     sampler.join()
     wall = time.perf_counter() - wall
-    latencies = [ms for ms, status in results if status == "succeeded"]
+    latencies = [ms for ms, status, _ in results if status == "succeeded"]
+    split = [parts for _, status, parts in results if status == "succeeded" and parts]
     return {"count": len(results), "failed": len(results) - len(latencies),
+            "stages": [percentile([parts[n] for parts in split], 50)
+                       for n in range(len(STAGES))],
             "p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
             "max": max(latencies, default=float("nan")),
             "cpu": 100 * (server.cpu() - cpu) / wall, "rss": server.rss_mib(),
@@ -468,6 +494,9 @@ def report(args, page, idle, loaded, rss_start, ramp, view, watcher, poll) -> No
             ("server VmHWM (peak)", lambda p: f"{p['rss'][1]:.1f} MiB")]
     for name, cell in rows:
         print(f"  {name:28}{cell(idle):>14}{cell(loaded):>16}")
+    print("  where the p50 goes (each stage's median; server times, millisecond stamps)")
+    for name, at_idle, under_load in zip(STAGES, idle["stages"], loaded["stages"], strict=True):
+        print(f"    {name:26}{at_idle:>11.0f} ms{under_load:>13.0f} ms")
     print(f"  (VmRSS right after start: {rss_start[0]:.1f} MiB)")
     print()
     expected = n / poll.total_seconds()
