@@ -1,0 +1,91 @@
+"""Compare the end-to-end dispatch cost of several source trees, alternated on one machine.
+
+On a shared 2-core machine the speed of the same code drifts by 15 % or more within minutes,
+so a "before" run and an "after" run taken one after the other say little about a change of
+a few percent. This runs the service of each tree in turn, round after round, against one fake
+Jira process (``floors.py jira``), with the dispatches of ``e2e_dispatch.py`` (round robin over
+10 engineers, triggers posted from 10 threads), and prints for each run and then as medians:
+
+- dispatches per second (the first POST to the last ``completed_at``);
+- the service's CPU per dispatch (user + system of its process);
+- that CPU over the fake Jira's CPU per dispatch: the fake makes the same work in every run, so
+  the ratio cancels much of the machine's drift.
+
+A tree is a directory holding a ``ticket_dispatcher`` package, e.g. a ``git worktree`` of
+another commit; the service of each runs with ``PYTHONPATH`` set to it. Settings given with
+``--setting NAME=VALUE`` (``TICKET_DISPATCHER_NAME``) apply to every tree.
+
+    git worktree add /tmp/before HEAD~1
+    python bench/compare.py /tmp/before . [--rounds 5] [--triggers 400] [--postgres-url URL]
+                            [--setting EXECUTION_SLOTS=20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from statistics import median
+
+import e2e_dispatch as e2e
+from databases import fresh_database
+from floors import JiraProcess
+
+
+def run_tree(tree: Path, jira: JiraProcess, first: int, args: argparse.Namespace,
+             settings: dict[str, str]) -> e2e.ServiceRun:
+    """One service of ``tree`` on a fresh database: warm-up, then ``args.triggers``
+    dispatches of new issues numbered from ``first``."""
+    os.environ["PYTHONPATH"] = str(tree)  # the Dispatcher's process inherits it
+    with fresh_database(args.postgres_url) as url:
+        service = e2e.Dispatcher(url, jira, settings)
+        try:
+            e2e.wait_http(f"{service.url}/readyz", service.process)
+            e2e.seed(service, jira, 10)
+            warm = e2e.new_issues(jira, e2e.PROJECT, first, e2e.WARM_UP)
+            e2e.post_all(service, warm)
+            e2e.wait_terminal(service, e2e.WARM_UP, args.timeout)
+            keys = e2e.new_issues(jira, e2e.PROJECT, first + e2e.WARM_UP, args.triggers)
+            return e2e.dispatch(service, jira, keys, e2e.WARM_UP + args.triggers,
+                                args.timeout)
+        finally:
+            service.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trees", nargs="+", type=Path, help="source trees to compare")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--triggers", type=int, default=400, help="dispatches per run")
+    parser.add_argument("--postgres-url", help="run on PostgreSQL (a throw-away schema a run)")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--timeout", type=float, default=120)
+    args = parser.parse_args()
+    trees = [tree.resolve() for tree in args.trees]
+    for tree in trees:
+        if not (tree / "ticket_dispatcher" / "__init__.py").is_file():
+            parser.error(f"{tree} holds no ticket_dispatcher package")
+    settings = dict(e2e.SETTINGS)
+    for setting in args.setting:
+        name, _, value = setting.partition("=")
+        settings[name.upper()] = value
+    runs: dict[Path, list[e2e.ServiceRun]] = {tree: [] for tree in trees}
+    with JiraProcess() as jira:
+        for number in range(args.rounds):
+            for index, tree in enumerate(trees):
+                first = 1_000_000 * (1 + number * len(trees) + index)
+                result = run_tree(tree, jira, first, args, settings)
+                runs[tree].append(result)
+                print(f"round {number + 1}  {tree}  {result.rate:6.1f} dispatches/s  "
+                      f"CPU {result.cpu_ms:5.1f} ms/dispatch  fake Jira "
+                      f"{result.peer_cpu_ms:4.1f} ms", flush=True)
+    print(f"\nmedians over {args.rounds} round(s), "
+          f"{'PostgreSQL' if args.postgres_url else 'SQLite'}, {args.triggers} dispatches a run:")
+    for tree, results in runs.items():
+        print(f"  {tree}  {median(r.rate for r in results):6.1f} dispatches/s  "
+              f"CPU {median(r.cpu_ms for r in results):5.1f} ms/dispatch  "
+              f"CPU / fake Jira's {median(r.cpu_ms / r.peer_cpu_ms for r in results):5.2f}")
+
+
+if __name__ == "__main__":
+    main()
