@@ -15,11 +15,12 @@ from ticket_dispatcher.store import (
     connection_budget,
     database,
     is_postgres,
+    models,
     open_database,
     unit_of_work,
     write_lock,
 )
-from ticket_dispatcher.store.database import bind, pool_size, server_limit
+from ticket_dispatcher.store.database import bind, pool_size, read_rows, server_limit
 from ticket_dispatcher.store.models import EngineerRow
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -350,3 +351,47 @@ def test_a_burst_of_the_whole_budget_never_exceeds_the_pool(db_url):
 
     assert errors == []
     assert len(set(held)) == budget and total == budget
+
+
+def test_read_rows_gives_each_column_as_a_model_instance_would(store):
+    """The written-out reads skip peewee's model instances: each column must still come back
+    converted by its field (aware UTC times, decoded JSON, booleans), a foreign key under its
+    ``…_id`` name, whatever order the SELECT names the columns in."""
+    from tests.store.test_executions_and_triggers import make_policy, new
+
+    policy = make_policy(store, rules=2)
+    trigger, execution = new(store, policy)
+    [execution_id] = store.executions.create(trigger.id, [execution], issue_key="TCID-1",
+                                             ensure_context=True, now=T0)
+    store.engineers.put("ana@example.com", display_name="Ana", dispatch_enabled=True, now=T0)
+    store.engineers.take_turn(["ana@example.com"], issue_key="TCID-1", now=T0)
+    param = store.db.param
+    cases = [
+        (models.ExecutionRow, f"SELECT * FROM dispatch_executions WHERE id = {param}",
+         execution_id),
+        (models.RuleExecutionRow, "SELECT action_executions_json, execution_id, sequence, "
+         f"evaluation_json, id FROM dispatch_rule_executions WHERE execution_id = {param} "
+         "ORDER BY sequence", execution_id),
+        (EngineerRow, f"SELECT * FROM engineers WHERE email = {param}", "ana@example.com"),
+        (models.ContextRow, f"SELECT * FROM dispatch_contexts WHERE issue_key = {param}",
+         "TCID-1"),
+    ]
+    for model, sql, key in cases:
+        with unit_of_work(store.db):
+            rows = read_rows(store.db, model, sql, key)
+            instances = list(model.raw(sql, key))
+        assert rows and len(rows) == len(instances), model.__name__
+        for row, instance in zip(rows, instances, strict=True):
+            assert vars(row) == {name: getattr(instance, name) for name in vars(row)}
+    with unit_of_work(store.db):
+        [engineer] = read_rows(store.db, EngineerRow, cases[2][1], "ana@example.com")
+        [first, _] = read_rows(store.db, models.RuleExecutionRow, cases[1][1], execution_id)
+    assert engineer.dispatch_enabled is True and engineer.last_dispatched_at.tzinfo is UTC
+    assert first.execution_id == execution_id
+    assert isinstance(first.action_executions_json, list)
+
+
+def test_read_rows_keeps_a_column_the_model_does_not_know(store):
+    with unit_of_work(store.db):
+        [row] = read_rows(store.db, EngineerRow, "SELECT 1 AS answer, 'x' AS email")
+    assert (row.answer, row.email) == (1, "x")

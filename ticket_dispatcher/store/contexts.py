@@ -10,13 +10,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from datetime import datetime
+from types import SimpleNamespace
 
 import peewee
 
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES
 from ticket_dispatcher.domain.model import DispatchContext
 from ticket_dispatcher.errors import Conflict, NotFound
-from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.database import lock_rows, read_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.models import ContextRow, json_param, placeholders, time_param
 from ticket_dispatcher.timeutil import to_utc
 
@@ -43,7 +44,7 @@ class ContextRepository:
     def find(self, issue_key: str) -> DispatchContext | None:
         """The context, or None when the issue has none yet."""
         with unit_of_work(self.db):  # every trigger reads it: written out once
-            rows = list(ContextRow.raw(self._find, issue_key))
+            rows = read_rows(self.db, ContextRow, self._find, issue_key)
         return _context(rows[0]) if rows else None
 
     def ensure_default(self, issue_key: str, now: datetime) -> bool:
@@ -97,7 +98,7 @@ class ContextRepository:
         return lock_rows(query, self.db).get_or_none()
 
 
-def _context(row: ContextRow) -> DispatchContext:
+def _context(row: ContextRow | SimpleNamespace) -> DispatchContext:
     return DispatchContext(
         issue_key=row.issue_key,
         assignee=row.assignee,

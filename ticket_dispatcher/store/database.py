@@ -61,6 +61,7 @@ from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, NoReturn
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
@@ -623,6 +624,47 @@ def close_database(db: peewee.Database) -> None:
         real.close_all()
     elif not real.is_closed():
         real.close()
+
+
+def read_rows(db: peewee.Database, model: type[peewee.Model], sql: str, *params: Any,
+              ) -> list[SimpleNamespace]:
+    """The rows a written-out ``SELECT`` of ``model``'s table returns, each column converted
+    as ``model``'s field for it converts it (a foreign key under its ``…_id`` name, as on a
+    model instance), without building model instances: on the reads every trigger and every
+    execution makes, building them cost peewee more than the read itself. Columns are matched
+    by name, so the table's order of columns does not matter."""
+    cursor = db.execute_sql(sql, params)
+    names = tuple(column[0] for column in cursor.description)
+    converters = _converters.get((model, names))
+    if converters is None:
+        converters = _converters[(model, names)] = _converters_of(model, names)
+    return [SimpleNamespace(**{name: convert(value)
+                               for (name, convert), value in zip(converters, row, strict=True)})
+            for row in cursor.fetchall()]
+
+
+def _converters_of(model: type[peewee.Model], names: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """(attribute, converter) for each column: a column ``model`` does not know keeps its
+    name and its value."""
+    fields = model._meta.columns  # column name -> field
+    converters: list[tuple[str, Any]] = []
+    for name in names:
+        field = fields.get(name)
+        if field is None:
+            converters.append((name, _same))
+        elif isinstance(field, peewee.ForeignKeyField):
+            converters.append((field.object_id_name, field.python_value))
+        else:
+            converters.append((field.name, field.python_value))
+    return converters
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# (model, the columns of a cursor) -> their converters; a few entries, one per statement shape
+_converters: dict[tuple[type[peewee.Model], tuple[str, ...]], list[tuple[str, Any]]] = {}
 
 
 def fetch_page(query: peewee.Select, limit: int, offset: int) -> tuple[list, int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 
 import peewee
 
@@ -21,6 +22,7 @@ from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.store.database import (
     fetch_page,
     is_postgres,
+    read_rows,
     unit_of_work,
     write_lock,
 )
@@ -177,15 +179,16 @@ class EngineerRepository:
                  chosen.email))
         return Turn(chosen, tuple(candidates))
 
-    def _enabled(self, emails: list[str], *, lock: bool = False) -> list[EngineerRow]:
+    def _enabled(self, emails: list[str], *, lock: bool = False) -> list[SimpleNamespace]:
         """The dispatch-enabled engineers among ``emails`` (normalized), by email; locked
         (``FOR UPDATE`` on PostgreSQL) with ``lock``. Every assignment reads them (a live
         round robin in its turn): the statement is written out, not built by peewee."""
         marks = placeholders(self.db.param, len(emails))
         locking = " FOR UPDATE" if lock and is_postgres(self.db) else ""
-        return list(EngineerRow.raw(
+        return read_rows(
+            self.db, EngineerRow,
             f"SELECT * FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = "
-            f"{self.db.param} ORDER BY email{locking}", *emails, True))
+            f"{self.db.param} ORDER BY email{locking}", *emails, True)
 
     def update_dispatch_state(
         self, email: str, *, dispatched_at: datetime, issue_key: str, now: datetime
@@ -234,7 +237,7 @@ def _turn_mark(candidates: list[Engineer], now: datetime) -> datetime:
     return now if newest is None or newest < now else newest + TURN_STEP
 
 
-def _engineer(row: EngineerRow) -> Engineer:
+def _engineer(row: EngineerRow | SimpleNamespace) -> Engineer:
     return Engineer(
         email=row.email,
         display_name=row.display_name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from types import SimpleNamespace
 
 import peewee
 
@@ -29,6 +30,7 @@ from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     fetch_page,
+    read_rows,
     seconds_since,
     skip_locked,
     unit_of_work,
@@ -286,11 +288,11 @@ class ExecutionRepository:
         """One execution with its rules (every start of an execution loads it: two statements
         written out once)."""
         with unit_of_work(self.db):
-            rows = list(ExecutionRow.raw(self._sql.get, execution_id))
+            rows = read_rows(self.db, ExecutionRow, self._sql.get, execution_id)
             if not rows:
                 raise NotFound(f"execution {execution_id} not found")
-            rules = [_rule_from_row(row)
-                     for row in RuleExecutionRow.raw(self._sql.get_rules, execution_id)]
+            rules = [_rule_from_row(row) for row in
+                     read_rows(self.db, RuleExecutionRow, self._sql.get_rules, execution_id)]
             return _execution_from_row(rows[0], rules)
 
     def get_many(self, execution_ids: Iterable[int]) -> dict[int, Execution]:
@@ -431,7 +433,7 @@ def _action_from_json(raw: dict) -> ActionExecution:
     )
 
 
-def _rule_from_row(row: RuleExecutionRow) -> RuleExecution:
+def _rule_from_row(row: RuleExecutionRow | SimpleNamespace) -> RuleExecution:
     return RuleExecution(
         sequence=row.sequence, rule_id=row.rule_id, name=row.name, priority=row.priority,
         when=row.when_json, on_success=OnSuccess(row.transition_json["on_success"]),
@@ -440,7 +442,8 @@ def _rule_from_row(row: RuleExecutionRow) -> RuleExecution:
     )
 
 
-def _execution_from_row(row: ExecutionRow, rules: list[RuleExecution]) -> Execution:
+def _execution_from_row(row: ExecutionRow | SimpleNamespace, rules: list[RuleExecution],
+                        ) -> Execution:
     return Execution(
         id=row.id, trigger_id=row.trigger_id, issue_key=row.issue_key,
         mode=ExecutionMode(row.mode), policy_id=row.policy_id,
