@@ -9,7 +9,9 @@ Jira process (``floors.py jira``), with the dispatches of ``e2e_dispatch.py`` (r
 - dispatches per second (the first POST to the last ``completed_at``);
 - the service's CPU per dispatch (user + system of its process);
 - that CPU over the fake Jira's CPU per dispatch: the fake makes the same work in every run, so
-  the ratio cancels much of the machine's drift.
+  the ratio cancels much of the machine's drift;
+- how many dispatches were right (the execution succeeded and Jira got exactly one assignment
+  for the issue), naming the first ones that were not, as ``e2e_dispatch.py`` checks them.
 
 A tree is a directory holding a ``ticket_dispatcher`` package, e.g. a ``git worktree`` of
 another commit; the service of each runs with ``PYTHONPATH`` set to it. Settings given with
@@ -78,7 +80,11 @@ def main() -> None:
                 runs[tree].append(result)
                 print(f"round {number + 1}  {tree}  {result.rate:6.1f} dispatches/s  "
                       f"CPU {result.cpu_ms:5.1f} ms/dispatch  fake Jira "
-                      f"{result.peer_cpu_ms:4.1f} ms", flush=True)
+                      f"{result.peer_cpu_ms:4.1f} ms  "
+                      f"{args.triggers - len(result.problems)} of {args.triggers} ok",
+                      flush=True)
+                for key, problem in list(result.problems.items())[:10]:
+                    print(f"        NOT OK {key}: {problem}")
     print(f"\nmedians over {args.rounds} round(s), "
           f"{'PostgreSQL' if args.postgres_url else 'SQLite'}, {args.triggers} dispatches a run:")
     for tree, results in runs.items():
