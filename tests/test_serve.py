@@ -88,3 +88,66 @@ def test_a_second_process_on_the_same_sqlite_file_is_refused_at_start(tmp_path):
         wait_until_serving(third)
     finally:
         third.kill()
+
+
+def cpus_of(pid: int) -> set[frozenset[int]]:
+    """The CPUs each thread of process ``pid`` may run on."""
+    return {frozenset(os.sched_getaffinity(int(thread)))
+            for thread in os.listdir(f"/proc/{pid}/task")}
+
+
+several_cpus = pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU affinity and at least two CPUs to choose from")
+
+
+@several_cpus
+def test_serve_runs_every_thread_on_one_cpu_by_default(tmp_path):
+    process, port = start(tmp_path, "--insecure-no-auth")
+    try:
+        wait_until_serving(process)
+        get(port, "/readyz")  # the HTTP threads, actors and clients have all started
+
+        [cpus] = cpus_of(process.pid)
+        assert len(cpus) == 1 and cpus <= os.sched_getaffinity(0)
+    finally:
+        process.kill()
+
+
+@several_cpus
+def test_serve_with_cpu_affinity_off_leaves_the_scheduler_free(tmp_path):
+    process, port = start(tmp_path, "--insecure-no-auth",
+                          env={"TICKET_DISPATCHER_CPU_AFFINITY": "off"})
+    try:
+        wait_until_serving(process)
+        get(port, "/readyz")
+
+        assert cpus_of(process.pid) == {frozenset(os.sched_getaffinity(0))}
+    finally:
+        process.kill()
+
+
+@several_cpus
+def test_serve_runs_on_the_cpu_it_is_given(tmp_path):
+    chosen = max(os.sched_getaffinity(0))
+    process, port = start(tmp_path, "--insecure-no-auth",
+                          env={"TICKET_DISPATCHER_CPU_AFFINITY": str(chosen)})
+    try:
+        wait_until_serving(process)
+        get(port, "/readyz")
+
+        assert cpus_of(process.pid) == {frozenset({chosen})}
+    finally:
+        process.kill()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs CPU affinity")
+def test_serve_refuses_a_cpu_it_may_not_run_on(tmp_path):
+    beyond = max(os.sched_getaffinity(0)) + 1000
+    process, _ = start(tmp_path, "--insecure-no-auth",
+                       env={"TICKET_DISPATCHER_CPU_AFFINITY": str(beyond)})
+
+    assert process.wait(timeout=30) == 2
+    error = process.stderr.read()
+    assert f"cpu_affinity: CPU {beyond} is not one this process may run on" in error
+    assert "Traceback" not in error

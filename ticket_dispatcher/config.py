@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ticket_dispatcher import cpu
 from ticket_dispatcher.domain.issues import (
     DEFAULT_AUTO_ASSIGN_LABEL,
     DEFAULT_L2_FIELD_ID,
@@ -106,6 +107,23 @@ def _field_id() -> Kind:
 
 def _log_level() -> Kind:
     return _one_of(LOG_LEVELS, str.upper)
+
+
+def _cpu_affinity() -> Kind:
+    """``"auto"``, ``"off"`` (any case) or a CPU number (``cpu.pin``)."""
+    expected = f'"{cpu.AUTO}", "{cpu.OFF}" or a CPU number (0 or more)'
+
+    def from_toml(value: Any) -> str | int:
+        if isinstance(value, str) and value.strip().lower() in (cpu.AUTO, cpu.OFF):
+            return value.strip().lower()
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise Invalid(expected)
+
+    def from_env(value: str) -> str | int:
+        return from_toml(int(value) if value.strip().isdigit() else value)
+
+    return Kind(expected, from_toml, from_env)
 
 
 def _one_of(choices: tuple[str, ...], normal: Callable[[str], str]) -> Kind:
@@ -411,6 +429,7 @@ class Config:
     actor_restarts: int = setting(3, integer(0))
     shutdown_timeout: timedelta = setting(timedelta(seconds=10), duration())  # SIGTERM to exit
     log_level: str = setting("INFO", _log_level())
+    cpu_affinity: str | int = setting(cpu.AUTO, _cpu_affinity())  # ``serve`` only
     http: HttpConfig = section(HttpConfig)
     database: DatabaseConfig = section(DatabaseConfig)
     leases: LeasesConfig = section(LeasesConfig)

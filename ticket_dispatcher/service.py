@@ -13,7 +13,7 @@ from types import FrameType
 
 import waitress
 
-from ticket_dispatcher import __version__
+from ticket_dispatcher import __version__, cpu
 from ticket_dispatcher.actors.client_ports import build_client_pools
 from ticket_dispatcher.actors.runtime import Runtime, stop_remaining_actors
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
@@ -279,6 +279,10 @@ def _already_stopping(signum: int, frame: FrameType | None) -> None:
 def serve(config: Config, *, host: str | None = None, port: int | None = None,
           sandbox: bool = False, insecure_no_auth: bool = False) -> int:
     configure_logging(level=config.log_level, secrets=config.secrets())
+    pinned = cpu.pin(config.cpu_affinity)  # before any thread of the service starts
+    if pinned is not None:
+        log.info("running on one CPU", extra={"reason": f"cpu_affinity {config.cpu_affinity}: "
+                                                        f"CPU {pinned}"})
     service = Service(config, host=host, port=port, sandbox=sandbox,
                       insecure_no_auth=insecure_no_auth)
     stop = _drain_then_stop(service) if config.cluster.shared else _stop

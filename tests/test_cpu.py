@@ -1,0 +1,75 @@
+"""``cpu.pin``: the serving process on one CPU. Each pin runs in a child process, so the test
+run itself keeps every CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ticket_dispatcher import cpu
+from ticket_dispatcher.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU affinity and at least two CPUs to choose from")
+
+# A thread started before the pin, the pin, a thread started after it; then every thread's CPUs.
+CHILD = """
+import json, os, sys, threading
+from ticket_dispatcher import cpu
+release = threading.Event()
+before = threading.Thread(target=release.wait); before.start()
+pinned = cpu.pin(json.loads(sys.argv[1]))
+after = threading.Thread(target=release.wait); after.start()
+threads = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
+release.set()
+print(json.dumps({"pinned": pinned, "threads": threads}))
+"""
+
+
+def pin_in_child(choice: str | int) -> dict:
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(choice)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30, check=True)
+    return json.loads(done.stdout)
+
+
+def test_auto_puts_every_thread_on_one_cpu_the_process_may_use():
+    result = pin_in_child("auto")
+
+    assert result["pinned"] in os.sched_getaffinity(0)
+    assert len(result["threads"]) == 3  # the main thread, one started before, one after
+    assert all(cpus == [result["pinned"]] for cpus in result["threads"].values())
+
+
+def test_a_given_cpu_is_the_one_every_thread_runs_on():
+    chosen = max(os.sched_getaffinity(0))
+
+    result = pin_in_child(chosen)
+
+    assert result["pinned"] == chosen
+    assert all(cpus == [chosen] for cpus in result["threads"].values())
+
+
+def test_off_pins_nothing():
+    result = pin_in_child("off")
+
+    assert result["pinned"] is None
+    assert all(set(cpus) == os.sched_getaffinity(0) for cpus in result["threads"].values())
+
+
+def test_a_cpu_the_process_may_not_use_is_refused_naming_the_key():
+    allowed = os.sched_getaffinity(0)
+    beyond = max(allowed) + 1000
+
+    with pytest.raises(ConfigError, match=rf"cpu_affinity: CPU {beyond} is not one this "
+                                          r"process may run on \(it may use "):
+        cpu.pin(beyond)
+
+    assert os.sched_getaffinity(0) == allowed  # refused before anything was pinned
