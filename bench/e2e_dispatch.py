@@ -53,7 +53,7 @@ from urllib.parse import parse_qs, urlencode
 
 import requests
 from databases import fresh_database  # also puts the repository root on sys.path
-from floors import JiraProcess, cpu_seconds, median, wait_http
+from floors import JiraProcess, cpu_seconds, median, one_cpu, wait_http
 
 from tests.process import BASE, Dispatcher
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
@@ -333,11 +333,12 @@ def run_all(args: argparse.Namespace, service: Dispatcher, jira: JiraProcess
             print(f"        NOT OK {key}: {problem}")
         print(f"        Jira calls per dispatch: {recipe(result.calls, args.triggers)}")
         floor_keys = new_issues(jira, "FLOOR", first, args.triggers)
-        runs[1].append(replay(jira, same_calls(result.calls, keys, floor_keys)))
-        print(f"run {number}  floor          {runs[1][-1].line()}", flush=True)
         three_keys = new_issues(jira, "THREE", first, args.triggers)
-        runs[2].append(replay(jira, three_calls(three_keys, args.users, query)))
-        print(f"run {number}  3-call floor   {runs[2][-1].line()}", flush=True)
+        with one_cpu(args.pin_floor):
+            runs[1].append(replay(jira, same_calls(result.calls, keys, floor_keys)))
+            print(f"run {number}  floor          {runs[1][-1].line()}", flush=True)
+            runs[2].append(replay(jira, three_calls(three_keys, args.users, query)))
+            print(f"run {number}  3-call floor   {runs[2][-1].line()}", flush=True)
     return runs
 
 
@@ -369,13 +370,17 @@ def main() -> None:
                                                "instead of a temporary SQLite file")
     parser.add_argument("--peer-server", choices=("waitress", "wsgiref"), default="waitress",
                         help="what serves the fake Jira in its own process")
+    parser.add_argument("--pin-floor", action="store_true",
+                        help="run the floors' threads on one CPU, as the service runs by "
+                             "default (cpu_affinity)")
     parser.add_argument("--timeout", type=float, default=90,
                         help="seconds a run may take to end every execution")
     args = parser.parse_args()
     engine = "PostgreSQL" if args.postgres_url else "SQLite"
     print(f"end to end, {engine}: {args.triggers} assign dispatches per run from {THREADS} "
           f"threads after {WARM_UP} warm-up ones, {args.repeat} run(s), round robin over "
-          f"{args.users} engineers; fake Jira in its own process on {args.peer_server}")
+          f"{args.users} engineers; fake Jira in its own process on {args.peer_server}"
+          f"{'; floors on one CPU' if args.pin_floor else ''}")
     with fresh_database(args.postgres_url) as database_url, \
             JiraProcess(args.peer_server) as jira:
         service = start_service(database_url, jira)

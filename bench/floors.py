@@ -42,14 +42,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import requests
+
+from ticket_dispatcher import cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIGGERS_PATH = "/api/v1/ticketmanager/dispatch/triggers"
@@ -64,6 +66,24 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU the process has used so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def one_cpu(enabled: bool) -> Iterator[None]:
+    """While inside, every thread of this process (and every thread it starts) runs on one CPU,
+    as ``serve`` runs (``cpu_affinity = "auto"``); afterwards they may use every CPU again.
+    For a floor measured the way the service runs (``--pin-floor``)."""
+    if not enabled:
+        yield
+        return
+    allowed = os.sched_getaffinity(0)
+    cpu.pin(cpu.AUTO)
+    try:
+        yield
+    finally:
+        for thread in os.listdir("/proc/self/task"):
+            with suppress(ProcessLookupError):
+                os.sched_setaffinity(int(thread), allowed)
 
 
 def median(values: Iterable[float]) -> float:
@@ -194,7 +214,7 @@ def intake_floor_app(database_url: str, serialize: bool = False) -> Callable:
     return app
 
 
-def serve_intake_floor(database_url: str, serialize: bool = False) -> None:
+def serve_intake_floor(database_url: str, serialize: bool = False, pin: bool = False) -> None:
     import waitress
 
     from ticket_dispatcher.config import HttpConfig
@@ -202,6 +222,8 @@ def serve_intake_floor(database_url: str, serialize: bool = False) -> None:
 
     logging.getLogger("waitress").setLevel(logging.ERROR)
     app = intake_floor_app(database_url, serialize)
+    if pin:  # before waitress starts its threads
+        cpu.pin(cpu.AUTO)
     server = waitress.create_server(app, host="127.0.0.1", port=0,
                                     **server_limits(HttpConfig()))
     print(f"serving on {server.effective_port}", flush=True)
@@ -339,12 +361,14 @@ def main() -> None:
     intake.add_argument("database_url")
     intake.add_argument("--serialize", action="store_true",
                         help="SQLite: one INSERT at a time under a process lock")
+    intake.add_argument("--pin", action="store_true",
+                        help="run on one CPU, as the service does by default")
     jira = commands.add_parser("jira", help="tests/peer.py's fake Jira with a control API")
     jira.add_argument("--server", choices=("waitress", "wsgiref"), default="waitress")
     jira.add_argument("--threads", type=int, default=16)
     args = parser.parse_args()
     if args.command == "intake":
-        serve_intake_floor(args.database_url, args.serialize)
+        serve_intake_floor(args.database_url, args.serialize, args.pin)
     else:
         if args.server == "wsgiref":
             # before the server's threads start, so they inherit the mask and the main

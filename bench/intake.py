@@ -1,12 +1,15 @@
 """Trigger intake under ``wrk``: ``POST /dispatch/triggers`` requests per second of the service
 next to its floor, a bare falcon + waitress app that does one INSERT per request.
 
-The service is a real ``ticket-dispatcher serve --sandbox`` process (trigger rate limit off,
-log level WARNING, its default ``[http]`` settings) on a temporary SQLite file or, with
-``--postgres-url``, a throw-away PostgreSQL schema. ``wrk -t2 -cCONNECTIONS`` posts a trigger
-for an issue the sandbox Jira does not know, so the background work that follows each trigger
+The service is a real ``ticket-dispatcher serve`` process (trigger rate limit off, log level
+WARNING, its default ``[http]`` settings and ``cpu_affinity``) on a temporary SQLite file or,
+with ``--postgres-url``, a throw-away PostgreSQL schema. ``wrk -t2 -cCONNECTIONS`` posts a
+trigger for an issue its Jira does not know, so the background work that follows each trigger
 (a claim, one Jira 404, the trigger marked failed) stays small but is still there: it runs in
-the same process while ``wrk`` loads it, as it would in production.
+the same process while ``wrk`` loads it, as it would in production. That Jira is tests/peer.py's
+fake in a process of its own (``python bench/floors.py jira``), as a real Jira is; ``--jira
+sandbox`` runs ``serve --sandbox`` instead, whose in-process Jira also answers each 404 on the
+service's own threads (the figures in bench/README.md before "2026-12-02, evening" were taken so).
 
 The floor (``python bench/floors.py intake``, described there) runs in a process of its own on
 the same engine with a database of its own: the service's migrations make its
@@ -32,8 +35,11 @@ Takes about 1.5 minutes at the defaults on a 2-core machine: the service accepts
 faster than it processes them, so each 6 s service run leaves a backlog of 10 to 15 s to drain
 (``--seconds 8`` comes close to 2 minutes).
 
+``--pin-floor`` runs the floor on one CPU as well, as the service runs by default.
+
     python bench/intake.py [--seconds 6] [--repeat 3] [--connections 16] [--postgres-url URL]
-                           [--serialize-floor] [--waitress-warnings]
+                           [--serialize-floor] [--pin-floor] [--jira own|sandbox]
+                           [--waitress-warnings]
 """
 
 from __future__ import annotations
@@ -47,13 +53,22 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 from databases import fresh_database  # also puts the repository root on sys.path
-from floors import ROOT, TRIGGERS_PATH, cpu_seconds, median, start_script, stop, wait_http
+from floors import (
+    ROOT,
+    TRIGGERS_PATH,
+    JiraProcess,
+    cpu_seconds,
+    median,
+    start_script,
+    stop,
+    wait_http,
+)
 
 from ticket_dispatcher.config import HttpConfig
 from ticket_dispatcher.store.database import open_database
@@ -92,13 +107,20 @@ class Server:
 
 
 @contextmanager
-def service(database_url: str, tmp: Path, quiet_waitress: bool) -> Iterator[Server]:
+def service(database_url: str, tmp: Path, quiet_waitress: bool,
+            jira: JiraProcess | None) -> Iterator[Server]:
+    """``serve`` against ``jira`` in a process of its own, or ``--sandbox`` when None."""
     port = free_port()
     env = dict(os.environ, TICKET_DISPATCHER_DATABASE_URL=database_url,
                TICKET_DISPATCHER_HTTP_TRIGGER_RATE="0", TICKET_DISPATCHER_LOG_LEVEL="WARNING")
+    if jira is not None:
+        env.update(TICKET_DISPATCHER_JIRA_BASE_URL=jira.base_url,
+                   TICKET_DISPATCHER_JIRA_EMAIL=jira.email,
+                   TICKET_DISPATCHER_JIRA_API_TOKEN=jira.api_token)
+    world = ["--insecure-no-auth"] if jira is not None else ["--sandbox"]
     command = ["-c", QUIET_SERVE] if quiet_waitress else ["-m", "ticket_dispatcher"]
     with open(tmp / "service.log", "w") as log:
-        process = subprocess.Popen([sys.executable, *command, "serve", "--sandbox", "--port",
+        process = subprocess.Popen([sys.executable, *command, "serve", *world, "--port",
                                     str(port)], env=env, cwd=ROOT, stderr=log,
                                    stdout=subprocess.DEVNULL)
     try:
@@ -110,13 +132,14 @@ def service(database_url: str, tmp: Path, quiet_waitress: bool) -> Iterator[Serv
 
 
 @contextmanager
-def floor(database_url: str, serialize: bool) -> Iterator[Server]:
+def floor(database_url: str, serialize: bool, pin: bool) -> Iterator[Server]:
     db = open_database(database_url, max_connections=2)
     try:
         migrate(db)  # the service's own dispatch_triggers table and its indexes
     finally:
         db.close_all()
-    process, port = start_script("intake", database_url, *(["--serialize"] if serialize else []))
+    process, port = start_script("intake", database_url, *(["--serialize"] if serialize else []),
+                                 *(["--pin"] if pin else []))
     try:
         yield Server("floor", process, f"http://127.0.0.1:{port}{TRIGGERS_PATH}")
     finally:
@@ -200,6 +223,12 @@ def main() -> None:
     parser.add_argument("--serialize-floor", action="store_true",
                         help="SQLite: the floor's INSERTs one at a time under a process lock "
                              "(no busy-handler sleeps: a higher, steadier floor)")
+    parser.add_argument("--pin-floor", action="store_true",
+                        help="run the floor on one CPU, as the service runs by default "
+                             "(cpu_affinity)")
+    parser.add_argument("--jira", choices=("own", "sandbox"), default="own",
+                        help="the fake Jira answering the service's issue loads: in a process "
+                             "of its own, or the sandbox served by the service itself")
     parser.add_argument("--waitress-warnings", action="store_true",
                         help="leave the service's waitress logging as it ships")
     args = parser.parse_args()
@@ -208,15 +237,18 @@ def main() -> None:
     inserts = "one at a time" if args.serialize_floor and not args.postgres_url else "concurrent"
     print(f"intake, {engine}: wrk -t2 -c{args.connections} -d{args.seconds}s, {args.repeat} "
           f"run(s) each, alternated; waitress {HttpConfig().threads} threads in both; waitress "
-          f"logging {service_log} in the service, quiet in the floor; floor INSERTs {inserts}")
+          f"logging {service_log} in the service, quiet in the floor; floor INSERTs {inserts}"
+          f"; Jira {'in a process of its own' if args.jira == 'own' else 'the sandbox'}"
+          f"{'; floor on one CPU' if args.pin_floor else ''}")
     with (tempfile.TemporaryDirectory() as tmp, fresh_database(args.postgres_url) as service_db,
-          fresh_database(args.postgres_url) as floor_db):
+          fresh_database(args.postgres_url) as floor_db,
+          JiraProcess() if args.jira == "own" else nullcontext() as jira):
         script = Path(tmp) / "post.lua"
         script.write_text(f'wrk.method = "POST"\nwrk.body = \'{BODY}\'\n'
                           'wrk.headers["Content-Type"] = "application/json"\n')
         try:
-            with (service(service_db, Path(tmp), not args.waitress_warnings) as svc,
-                  floor(floor_db, args.serialize_floor) as bare):
+            with (service(service_db, Path(tmp), not args.waitress_warnings, jira) as svc,
+                  floor(floor_db, args.serialize_floor, args.pin_floor) as bare):
                 runs: dict[str, list[WrkRun]] = {"service": [], "floor": []}
                 for server in (svc, bare):
                     measure(server, args, script, WARM_UP_SECONDS)  # not counted

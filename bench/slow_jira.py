@@ -4,7 +4,8 @@ Starts the service in-process with ``--sandbox`` on a free port, makes the sandb
 every ``PUT …/assignee`` after a fixed latency (default 1.5 s), posts N triggers over HTTP and
 waits until every execution has finished. Prints dispatches/s next to the ideal
 ``slots / latency`` (each dispatch holds its slot for one slow assignment), and the most
-executions seen running at once in the admin view.
+executions seen running at once in the admin view. Like ``serve``, the process runs on one CPU
+(``cpu_affinity``, default ``auto``; ``TICKET_DISPATCHER_CPU_AFFINITY=off`` to compare).
 
     python bench/slow_jira.py [--slots 10] [--dispatches 120] [--latency 1.5]
                               [--postgres-url postgresql://…]
@@ -13,6 +14,7 @@ executions seen running at once in the admin view.
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 from databases import fresh_database
 
+from ticket_dispatcher import cpu
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.service import Service
@@ -34,7 +37,9 @@ def start(database_url: str, slots: int) -> tuple[Service, str, threading.Thread
         "TICKET_DISPATCHER_HTTP_TRIGGER_RATE": "0",
         # the sandbox Jira is served by this same server: a thread per slow assignment
         "TICKET_DISPATCHER_HTTP_THREADS": str(min(64, slots + 4)),
-        "TICKET_DISPATCHER_LOG_LEVEL": "WARNING"})
+        "TICKET_DISPATCHER_LOG_LEVEL": "WARNING",
+        "TICKET_DISPATCHER_CPU_AFFINITY": os.environ.get("TICKET_DISPATCHER_CPU_AFFINITY", "auto")})
+    cpu.pin(config.cpu_affinity)  # as ``serve`` does: this whole process on one CPU
     service = Service(config, port=0, sandbox=True)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()

@@ -48,6 +48,26 @@ def test_auto_puts_every_thread_on_one_cpu_the_process_may_use():
     assert all(cpus == [result["pinned"]] for cpus in result["threads"].values())
 
 
+def test_auto_leaves_a_cpu_other_processes_are_pinned_to():
+    crowded = min(os.sched_getaffinity(0))
+    # Three processes pinned to one CPU, each saying so and then alive until the test ends.
+    helper = (f"import os, sys; os.sched_setaffinity(0, {{{crowded}}}); print('pinned', "
+              f"flush=True); sys.stdin.read()")
+    pinned = [subprocess.Popen([sys.executable, "-c", helper], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        assert [process.stdout.readline() for process in pinned] == ["pinned\n"] * 3
+
+        result = pin_in_child("auto")
+
+        assert result["pinned"] != crowded
+        assert all(cpus == [result["pinned"]] for cpus in result["threads"].values())
+    finally:
+        for process in pinned:
+            process.stdin.close()
+            process.wait(timeout=10)
+
+
 def test_a_given_cpu_is_the_one_every_thread_runs_on():
     chosen = max(os.sched_getaffinity(0))
 

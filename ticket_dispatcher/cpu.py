@@ -24,11 +24,12 @@ KEY = "cpu_affinity"
 
 
 def pin(choice: str | int) -> int | None:
-    """Keep every thread of this process, and every thread it starts later, on one CPU: the
-    one it runs on now (``"auto"``) or the given one; ``"off"`` leaves the scheduler free.
-    The CPU pinned, or None when nothing was pinned (``"off"``, a platform without CPU
-    affinity, or a process that may already use one CPU only). An explicit CPU this process
-    may not run on is a ``ConfigError`` naming the key."""
+    """Keep every thread of this process, and every thread it starts later, on one CPU: with
+    ``"auto"`` the one the fewest other processes are pinned to (``_least_taken``), with a
+    number that CPU; ``"off"`` leaves the scheduler free. The CPU pinned, or None when nothing
+    was pinned (``"off"``, a platform without CPU affinity, or a process that may already use
+    one CPU only). An explicit CPU this process may not run on is a ``ConfigError`` naming the
+    key."""
     if choice == OFF:
         return None
     if not hasattr(os, "sched_setaffinity"):
@@ -41,9 +42,7 @@ def pin(choice: str | int) -> int | None:
     if choice == AUTO:
         if len(allowed) < 2:
             return None
-        cpu = _current_cpu()
-        if cpu not in allowed:
-            cpu = min(allowed)
+        cpu = _least_taken(allowed)
     elif choice in allowed:
         cpu = int(choice)
     else:
@@ -56,6 +55,40 @@ def pin(choice: str | int) -> int | None:
             pass
     os.sched_setaffinity(0, {cpu})  # this thread, whatever /proc said; its children inherit
     return cpu
+
+
+def _least_taken(allowed: set[int]) -> int:
+    """Of ``allowed``, a CPU the fewest other processes are pinned to (another ``serve`` on
+    the same host, say), preferring the one this process runs on: two services started one
+    after the other share no CPU while a free one is left."""
+    taken = dict.fromkeys(allowed, 0)
+    for cpus in _pinned_elsewhere():
+        if cpus in taken:
+            taken[cpus] += 1
+    current = _current_cpu()
+    return min(allowed, key=lambda cpu: (taken[cpu], cpu != current, cpu))
+
+
+def _pinned_elsewhere() -> list[int]:
+    """The CPU of each other user process this one can see that may run on one CPU only.
+    Kernel threads (pinned per CPU, and alike on every CPU) have no memory map and are left
+    out; so are processes gone or unreadable meanwhile."""
+    me, pinned = str(os.getpid()), []
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit() and name != me]
+    except OSError:
+        return pinned
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as status:
+                lines = status.read().splitlines()
+        except OSError:
+            continue
+        fields = dict(line.partition(":")[::2] for line in lines)
+        cpus = fields.get("Cpus_allowed_list", "").strip()
+        if "VmSize" in fields and cpus.isdigit():
+            pinned.append(int(cpus))
+    return pinned
 
 
 def _current_cpu() -> int | None:
