@@ -47,5 +47,4 @@ def format_time(value: datetime | None) -> str | None:
     """RFC 3339 in UTC with ``Z`` and millisecond precision, as every API answer carries."""
     if value is None:
         return None
-    utc = to_utc(value)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    return to_utc(value).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"

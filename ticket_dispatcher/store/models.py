@@ -16,8 +16,6 @@ import peewee
 from ticket_dispatcher.domain.execution import Lease
 from ticket_dispatcher.store.database import database_proxy
 
-_SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
-
 
 class UTCDateTimeField(peewee.FieldDatabaseHook, peewee.Field):
     """Aware datetimes in, aware UTC datetimes out; stored as naive UTC.
@@ -39,7 +37,8 @@ class UTCDateTimeField(peewee.FieldDatabaseHook, peewee.Field):
         if value.tzinfo is None:
             raise ValueError(f"{self.name}: naive datetime; pass an aware UTC time")
         naive = value.astimezone(UTC).replace(tzinfo=None)
-        return naive.strftime(_SQLITE_TIME_FORMAT) if self._as_text else naive
+        # "YYYY-MM-DD HH:MM:SS.ffffff", as strftime("%Y-%m-%d %H:%M:%S.%f") in half the time
+        return naive.isoformat(" ", "microseconds") if self._as_text else naive
 
     def python_value(self, value):
         if value is None:
