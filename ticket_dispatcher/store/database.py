@@ -448,6 +448,17 @@ def write_lock(db: peewee.Database) -> Iterator[peewee.Database]:
 
 
 @contextmanager
+def one_statement_write(db: peewee.Database) -> Iterator[peewee.Database]:
+    """A write that is one statement, atomic by itself: no ``BEGIN`` and ``COMMIT`` around it,
+    which on PostgreSQL are two more round trips. On SQLite it still waits for this process's
+    writers' turn (``_writers_turn``), as every ``write_lock`` does; nested inside a
+    transaction it is part of that one."""
+    with unit_of_work(db):
+        with _writers_turn(db) if db.transaction_depth() == 0 else nullcontext():
+            yield db
+
+
+@contextmanager
 def _writers_turn(db: peewee.Database) -> Iterator[None]:
     """SQLite: this process's write transactions take the write lock one after another, in
     the order they ask, before ``BEGIN IMMEDIATE``. Left to SQLite, a writer that finds the

@@ -30,6 +30,7 @@ from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     fetch_page,
+    one_statement_write,
     read_rows,
     seconds_since,
     skip_locked,
@@ -181,7 +182,7 @@ class ExecutionRepository:
         it to a new actor. None when it is terminal or another live holder has it."""
         params = (owner, time_param(to_utc(expires_at)), execution_id, *_RUNNING,
                   time_param(to_utc(now)), owner)
-        with write_lock(self.db):
+        with one_statement_write(self.db):
             rows = self.db.execute_sql(self._sql.claim, params).fetchall()
         return Lease(owner, rows[0][0]) if rows else None
 

@@ -9,6 +9,7 @@ import peewee
 from ticket_dispatcher.domain.execution import Lease, Trigger, TriggerStatus
 from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
+    one_statement_write,
     seconds_since,
     skip_locked,
     unit_of_work,
@@ -202,7 +203,7 @@ class TriggerRepository:
             if owner:
                 params.append(owner)
         statement = self._claim[(recovering, bool(owner))]
-        with write_lock(self.db):
+        with one_statement_write(self.db):
             rows = self.db.execute_sql(statement, params).fetchall()
         if not rows:
             return None
