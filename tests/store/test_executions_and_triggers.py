@@ -88,6 +88,38 @@ def test_saving_an_execution_that_ended_elsewhere_is_a_conflict(store):
     assert store.executions.get(execution.id).status is ExecutionStatus.FAILED
 
 
+def test_a_save_writes_every_rule_it_carries_and_a_refused_one_writes_none(store):
+    policy = make_policy(store, rules=2)
+    trigger, execution = new(store, policy)
+    store.executions.create(trigger.id, [execution], issue_key="TCID-1", ensure_context=False,
+                            now=NOW)
+    first, second = execution.rule_executions
+    first.outcome, second.outcome = RuleOutcome.MATCHED, RuleOutcome.NOT_MATCHED
+    first.evaluation = {"matched": True, "reason": "always", "evaluated_at": "x"}
+    second.action_executions[0].status = ActionStatus.SKIPPED
+    execution.status = ExecutionStatus.EXECUTING
+
+    store.executions.save(execution, [first, second])
+
+    saved = store.executions.get(execution.id)
+    assert [rule.outcome for rule in saved.rule_executions] == [RuleOutcome.MATCHED,
+                                                                RuleOutcome.NOT_MATCHED]
+    assert saved.rule_executions[0].evaluation["reason"] == "always"
+    assert saved.rule_executions[1].action_executions[0].status is ActionStatus.SKIPPED
+
+    ended = store.executions.get(execution.id)  # cancelled elsewhere meanwhile
+    ended.status, ended.live_lock_key = ExecutionStatus.FAILED, None
+    store.executions.save(ended, [])
+    first.outcome, second.outcome = RuleOutcome.NOT_MATCHED, RuleOutcome.MATCHED
+    with pytest.raises(Conflict):
+        store.executions.save(execution, [first, second])
+
+    after = store.executions.get(execution.id)
+    assert after.status is ExecutionStatus.FAILED
+    assert [rule.outcome for rule in after.rule_executions] == [RuleOutcome.MATCHED,
+                                                                RuleOutcome.NOT_MATCHED]
+
+
 def test_failing_creation_leaves_nothing_behind(store):
     policy, other = make_policy(store), make_policy(store)
     holder_trigger, holder = new(store, policy)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.store.test_executions_and_triggers import make_policy, new
-from ticket_dispatcher.domain.execution import ExecutionStatus, Lease, TriggerStatus
+from ticket_dispatcher.domain.execution import ExecutionStatus, Lease, RuleOutcome, TriggerStatus
 from ticket_dispatcher.errors import Conflict, LeaseLost
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -55,8 +55,14 @@ def test_a_write_under_an_old_lease_is_refused_and_changes_nothing(store):
 
     with pytest.raises(LeaseLost):
         store.executions.save(execution, [], lease=old)
+    rule = execution.rule_executions[0]
+    rule.outcome = RuleOutcome.MATCHED
+    with pytest.raises(LeaseLost):
+        store.executions.save(execution, [rule], lease=old)
 
-    assert store.executions.get(execution_id).status is ExecutionStatus.CREATED
+    unchanged = store.executions.get(execution_id)
+    assert unchanged.status is ExecutionStatus.CREATED
+    assert unchanged.rule_executions[0].outcome is RuleOutcome.NOT_EVALUATED
 
 
 def test_a_write_to_a_finished_execution_is_a_conflict_not_a_lost_lease(store):
