@@ -93,3 +93,26 @@ def test_a_cpu_the_process_may_not_use_is_refused_naming_the_key():
         cpu.pin(beyond)
 
     assert os.sched_getaffinity(0) == allowed  # refused before anything was pinned
+
+
+def refuse_affinity(pid, cpus):
+    raise PermissionError(1, "Operation not permitted")
+
+
+def test_auto_runs_unpinned_where_the_system_forbids_pinning(monkeypatch, caplog):
+    allowed = os.sched_getaffinity(0)
+    monkeypatch.setattr(os, "sched_setaffinity", refuse_affinity)
+
+    assert cpu.pin("auto") is None
+
+    assert os.sched_getaffinity(0) == allowed
+    assert "cannot pin this process to a CPU (Operation not permitted)" in caplog.text
+
+
+def test_a_given_cpu_the_system_forbids_stops_the_start_naming_the_key(monkeypatch):
+    chosen = max(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "sched_setaffinity", refuse_affinity)
+
+    with pytest.raises(ConfigError, match=rf"cpu_affinity: cannot run on CPU {chosen}: "
+                                          r"Operation not permitted"):
+        cpu.pin(chosen)

@@ -27,9 +27,9 @@ def pin(choice: str | int) -> int | None:
     """Keep every thread of this process, and every thread it starts later, on one CPU: with
     ``"auto"`` the one the fewest other processes are pinned to (``_least_taken``), with a
     number that CPU; ``"off"`` leaves the scheduler free. The CPU pinned, or None when nothing
-    was pinned (``"off"``, a platform without CPU affinity, or a process that may already use
-    one CPU only). An explicit CPU this process may not run on is a ``ConfigError`` naming the
-    key."""
+    was pinned (``"off"``, a platform without CPU affinity, a process that may already use one
+    CPU only, or one the system does not let pin itself). An explicit CPU this process may not
+    run on is a ``ConfigError`` naming the key."""
     if choice == OFF:
         return None
     if not hasattr(os, "sched_setaffinity"):
@@ -48,12 +48,19 @@ def pin(choice: str | int) -> int | None:
     else:
         raise ConfigError(f"{KEY}: CPU {choice} is not one this process may run on "
                           f"(it may use {_ranges(allowed)})")
-    for thread in _threads():
+    try:  # this thread first: the threads it starts inherit its CPU
+        os.sched_setaffinity(0, {cpu})
+    except OSError as exc:  # a sandbox that forbids it (seccomp), say
+        if choice != AUTO:
+            raise ConfigError(f"{KEY}: cannot run on CPU {cpu}: {exc.strerror}") from None
+        log.warning("cpu_affinity auto: cannot pin this process to a CPU (%s); it runs on "
+                    "every CPU it may use", exc.strerror)
+        return None
+    for thread in _threads():  # those started before, a driver's or a library's
         try:
             os.sched_setaffinity(thread, {cpu})
-        except ProcessLookupError:  # a thread that ended meanwhile
+        except OSError:  # a thread that ended meanwhile
             pass
-    os.sched_setaffinity(0, {cpu})  # this thread, whatever /proc said; its children inherit
     return cpu
 
 
