@@ -128,8 +128,7 @@ class ExecutionRepository:
         (``_Statements``) rather than built by peewee per call, and their values converted
         before the write lock is taken.
         """
-        released = execution.status.terminal or parked
-        move = self._sql.save(released=released, fenced=lease is not None)
+        released, fenced = execution.status.terminal or parked, lease is not None
         values = (execution.status.value, execution.failure_code, execution.failure_reason,
                   time_param(execution.wake_at), execution.live_lock_key,
                   time_param(execution.updated_at), time_param(execution.completed_at),
@@ -138,7 +137,7 @@ class ExecutionRepository:
             values += (lease.owner, lease.epoch)
         changes = [_rule_values(execution.id, rule) for rule in rules]
         if self._sql.one_statement_saves:
-            statement = self._sql.save_in_one(released=released, fenced=lease is not None,
+            statement = self._sql.save_in_one(released=released, fenced=fenced,
                                               rules=len(changes))
             with one_statement_write(self.db):
                 [(matched,)] = self.db.execute_sql(
@@ -147,6 +146,7 @@ class ExecutionRepository:
                 if not matched:
                     raise self._refusal(execution.id, lease)
             return
+        move = self._sql.save(released=released, fenced=fenced)
         with write_lock(self.db):
             if not self.db.execute_sql(move, values).rowcount:
                 raise self._refusal(execution.id, lease)
