@@ -44,7 +44,8 @@ def test_auto_puts_every_thread_on_one_cpu_the_process_may_use():
     result = pin_in_child("auto")
 
     assert result["pinned"] in os.sched_getaffinity(0)
-    assert len(result["threads"]) == 3  # the main thread, one started before, one after
+    # the main thread, one started before, one after, and the one that follows the load
+    assert len(result["threads"]) == 4
     assert all(cpus == [result["pinned"]] for cpus in result["threads"].values())
 
 
@@ -116,3 +117,52 @@ def test_a_given_cpu_the_system_forbids_stops_the_start_naming_the_key(monkeypat
     with pytest.raises(ConfigError, match=rf"cpu_affinity: cannot run on CPU {chosen}: "
                                           r"Operation not permitted"):
         cpu.pin(chosen)
+
+
+def test_a_cpu_crowded_by_other_processes_is_left_for_the_idlest():
+    assert cpu.better_cpu(0, {0: 1.0, 1: 0.1, 2: 0.3}, own=0.2) == 1
+    assert cpu.better_cpu(0, {0: 0.9, 1: 0.5}, own=0.3) is None  # others 0.6, idlest 0.5
+    assert cpu.better_cpu(0, {0: 1.0, 1: 0.0}, own=0.9) is None  # busy with its own work
+    assert cpu.better_cpu(0, {0: 1.0}, own=0.0) is None  # nowhere to go
+
+
+# Pinned by hand to a CPU two spinning processes crowd, the follower (a look every 0.2 s)
+# moves every thread of the process, one started before it included, to another CPU.
+FOLLOWER = """
+import json, os, sys, threading, time
+from ticket_dispatcher import cpu
+crowded = int(sys.argv[1])
+release = threading.Event()
+os.sched_setaffinity(0, {crowded})
+worker = threading.Thread(target=release.wait); worker.start()
+cpu._Follower(crowded, os.sched_getaffinity(0) | set(json.loads(sys.argv[2])),
+              look_every=lambda: 0.2).start()
+deadline = time.monotonic() + 20
+while os.sched_getaffinity(0) == {crowded} and time.monotonic() < deadline:
+    time.sleep(0.05)
+threads = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
+release.set()
+print(json.dumps(threads))
+"""
+
+
+def test_auto_moves_off_a_cpu_other_processes_crowd():
+    allowed = sorted(os.sched_getaffinity(0))
+    crowded = allowed[0]
+    spin = f"import os; os.sched_setaffinity(0, {{{crowded}}}); print('spinning', flush=True)\n" \
+           "while True: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE,
+                                 text=True) for _ in range(2)]
+    try:
+        assert [process.stdout.readline() for process in spinners] == ["spinning\n"] * 2
+
+        done = subprocess.run([sys.executable, "-c", FOLLOWER, str(crowded), json.dumps(allowed)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    finally:
+        for process in spinners:
+            process.kill()
+            process.wait(timeout=10)
+
+    threads = json.loads(done.stdout)
+    [moved_to] = {tuple(cpus) for cpus in threads.values()}
+    assert len(moved_to) == 1 and moved_to[0] != crowded and moved_to[0] in allowed

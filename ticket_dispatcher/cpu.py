@@ -7,13 +7,17 @@ hand-over of that lock wakes a thread on another CPU, and the wake-ups cost more
 on a 2-core machine the same dispatches took 12.8 ms of CPU each with the process free to use
 both CPUs, and 4.5 ms (at three times the rate) with it kept on one. So ``serve`` pins itself
 to one CPU unless told not to (``cpu_affinity``); other processes (the database, the peers) keep
-the rest of the machine.
+the rest of the machine. With ``"auto"`` it moves to another CPU when other processes crowd its
+own (``_Follower``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
+import threading
+from collections.abc import Callable
 
 from ticket_dispatcher.errors import ConfigError
 
@@ -21,6 +25,8 @@ log = logging.getLogger(__name__)
 
 AUTO, OFF = "auto", "off"
 KEY = "cpu_affinity"
+CROWDED = 0.5  # of a CPU: how much more other processes use this one than the idlest
+LOOK_EVERY = (20.0, 40.0)  # seconds between looks, drawn anew each time
 
 
 def pin(choice: str | int) -> int | None:
@@ -56,12 +62,96 @@ def pin(choice: str | int) -> int | None:
         log.warning("cpu_affinity auto: cannot pin this process to a CPU (%s); it runs on "
                     "every CPU it may use", exc.strerror)
         return None
-    for thread in _threads():  # those started before, a driver's or a library's
+    _move_threads(cpu)
+    if choice == AUTO:
+        _Follower(cpu, allowed).start()
+    return cpu
+
+
+def _move_threads(cpu: int) -> None:
+    """Every thread of this process onto ``cpu``: those started before the pin too (a
+    driver's, a library's), which do not inherit it."""
+    for thread in _threads():
         try:
             os.sched_setaffinity(thread, {cpu})
         except OSError:  # a thread that ended meanwhile
             pass
-    return cpu
+
+
+class _Follower:
+    """``"auto"`` after the start: now and then, look whether other processes keep this
+    process's CPU busy while another allowed CPU idles (two services pinned to one CPU on a
+    host where neither sees the other, say), and move there. A look every 20 to 40 s, drawn
+    anew each time, so two processes crowding one CPU do not both move at once."""
+
+    def __init__(self, cpu: int, allowed: set[int], *,
+                 look_every: Callable[[], float] = lambda: random.uniform(*LOOK_EVERY)):
+        self.cpu, self._allowed, self._look_every = cpu, allowed, look_every
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="cpu-affinity", daemon=True).start()
+
+    def _run(self) -> None:
+        before, pause = _usage(), threading.Event()  # never set: a timed wait between looks
+        while not pause.wait(self._look_every()):
+            now = _usage()
+            if before is not None and now is not None:
+                better = better_cpu(self.cpu, *_shares(before, now, self._allowed))
+                if better is not None:
+                    log.info("running on another CPU", extra={
+                        "reason": f"cpu_affinity auto: CPU {self.cpu} was busy with other "
+                                  f"processes, CPU {better} was not"})
+                    self.cpu = better
+                    os.sched_setaffinity(0, {better})
+                    _move_threads(better)
+            before = now
+
+
+def better_cpu(current: int, busy: dict[int, float], own: float) -> int | None:
+    """The CPU to move to, or None to stay: the least busy other CPU, when other processes
+    used ``current`` at least ``CROWDED`` of a CPU more than that one was used. ``busy``: each
+    allowed CPU's busy share over the last interval (every process, 0 to 1); ``own``: this
+    process's share of one CPU over it."""
+    others = busy.get(current, 0.0) - own
+    candidates = [cpu for cpu in busy if cpu != current]
+    if not candidates:
+        return None
+    idlest = min(candidates, key=lambda cpu: (busy[cpu], cpu))
+    return idlest if others - busy[idlest] >= CROWDED else None
+
+
+def _usage() -> tuple[dict[int, tuple[int, int]], int] | None:
+    """Each CPU's (busy, total) clock ticks so far (``/proc/stat``), and this process's own
+    CPU ticks (``/proc/self/stat``); None where they cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            lines = stat.read().splitlines()
+        with open("/proc/self/stat", encoding="ascii") as own:
+            fields = own.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    cpus = {}
+    for line in lines:
+        name, *values = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            ticks = [int(value) for value in values]
+            idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+            cpus[int(name[3:])] = (sum(ticks[:8]) - idle, sum(ticks[:8]))
+    return cpus, int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _shares(before: tuple[dict[int, tuple[int, int]], int],
+            after: tuple[dict[int, tuple[int, int]], int],
+            allowed: set[int]) -> tuple[dict[int, float], float]:
+    """Each allowed CPU's busy share between two ``_usage`` readings, and this process's."""
+    (cpus_before, own_before), (cpus_after, own_after) = before, after
+    busy, elapsed = {}, 0
+    for cpu in allowed:
+        if cpu in cpus_before and cpu in cpus_after:
+            total = cpus_after[cpu][1] - cpus_before[cpu][1]
+            busy[cpu] = (cpus_after[cpu][0] - cpus_before[cpu][0]) / total if total > 0 else 0.0
+            elapsed = max(elapsed, total)
+    return busy, (own_after - own_before) / elapsed if elapsed > 0 else 0.0
 
 
 def _least_taken(allowed: set[int]) -> int:
