@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pykka
 import pytest
@@ -13,10 +13,12 @@ from tests.clocks import ManualClock
 from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import Harness, rule
 from ticket_dispatcher.actors.messages import Enqueue, Pull
-from ticket_dispatcher.actors.pool import ExecutionPool, SlotQueue
+from ticket_dispatcher.actors.pool import ExecutionPool, SlotQueue, _created_now
 from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import (
+    Execution,
+    ExecutionMode,
     ExecutionStatus,
     FailureCode,
     TriggerStatus,
@@ -316,3 +318,19 @@ def test_the_slot_queue_knows_its_members_and_its_oldest_arrival():
     queue.pop()
     queue.pop()
     assert (len(queue), queue.oldest()) == (0, None)
+
+
+def test_a_live_execution_is_stamped_created_when_its_locks_were_found_free():
+    """Its trigger built it earlier; stamped then, it could read as created before the
+    execution whose lock it took had ended."""
+    built = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    admitted = built + timedelta(seconds=7)
+    live, dry = (Execution(id=0, trigger_id=1, issue_key="TCID-1", mode=mode, policy_id=1,
+                           policy_family_id="f", policy_version=1, rule_executions=[],
+                           business_now=built, created_at=built, updated_at=built)
+                 for mode in (ExecutionMode.LIVE, ExecutionMode.DRY_RUN))
+
+    _created_now([live, dry], admitted)
+
+    assert live.created_at == live.updated_at == live.business_now == admitted
+    assert dry.created_at == dry.updated_at == dry.business_now == built  # frozen business time

@@ -67,7 +67,7 @@ from ticket_dispatcher.actors.messages import (
 )
 from ticket_dispatcher.actors.watcher import AckWatcher
 from ticket_dispatcher.domain.admission import Outcome, admit
-from ticket_dispatcher.domain.execution import FailureCode
+from ticket_dispatcher.domain.execution import Execution, ExecutionMode, FailureCode
 from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
 from ticket_dispatcher.store.cluster import lock_issue, notify_work
 from ticket_dispatcher.store.database import unit_of_work, write_lock
@@ -461,6 +461,7 @@ class ExecutionPool(TrackedActor):
                 return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "
                                                                  f"until {format_time(until)}")
             idle = [request.executions[i] for i in admission.admitted]
+            _created_now(idle, self._deps.clock.now())
             try:
                 # the missing default context is persisted for live runs only
                 ids = store.executions.create(trigger.id, idle, issue_key=trigger.issue_key,
@@ -536,3 +537,13 @@ def _lease_view(hold: Hold) -> dict | None:
         return None
     return {"owner": hold.lease.owner, "epoch": hold.lease.epoch,
             "expires_at": format_time(hold.valid_until), "lost": hold.lost}
+
+
+def _created_now(executions: list[Execution], now: datetime) -> None:
+    """Stamp live executions as created now, after the check that their issue's locks are
+    free: one that takes a lock then starts after the execution that held it ended (its
+    ``completed_at`` was stamped before the save that freed the lock), not at the earlier
+    moment its trigger built it. A dry run keeps its stamps (and its frozen business time)."""
+    for execution in executions:
+        if execution.mode is ExecutionMode.LIVE:
+            execution.created_at = execution.updated_at = execution.business_now = now
