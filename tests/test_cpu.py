@@ -121,6 +121,7 @@ def test_a_given_cpu_the_system_forbids_stops_the_start_naming_the_key(monkeypat
 
 def test_a_cpu_crowded_by_other_processes_is_left_for_the_idlest():
     assert cpu.better_cpu(0, {0: 1.0, 1: 0.1, 2: 0.3}, own=0.2) == 1
+    assert cpu.better_cpu(0, {0: 1.0, 1: 0.2}, own=0.5) == 1  # two busy services on one CPU
     assert cpu.better_cpu(0, {0: 0.9, 1: 0.5}, own=0.3) is None  # others 0.6, idlest 0.5
     assert cpu.better_cpu(0, {0: 1.0, 1: 0.0}, own=0.9) is None  # busy with its own work
     assert cpu.better_cpu(0, {0: 1.0}, own=0.0) is None  # nowhere to go

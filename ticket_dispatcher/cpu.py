@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 AUTO, OFF = "auto", "off"
 KEY = "cpu_affinity"
-CROWDED = 0.5  # of a CPU: how much more other processes use this one than the idlest
+CROWDED = 0.25  # of a CPU: how much more other processes use this one than the idlest
 LOOK_EVERY = (20.0, 40.0)  # seconds between looks, drawn anew each time
 
 
@@ -82,7 +82,9 @@ class _Follower:
     """``"auto"`` after the start: now and then, look whether other processes keep this
     process's CPU busy while another allowed CPU idles (two services pinned to one CPU on a
     host where neither sees the other, say), and move there. A look every 20 to 40 s, drawn
-    anew each time, so two processes crowding one CPU do not both move at once."""
+    anew each time, so two processes crowding one CPU do not both move at once. The CPU is
+    read back at each look (one moved by hand is followed from where it is); once the process
+    may run on more than one CPU again, somebody chose so, and the follower stops."""
 
     def __init__(self, cpu: int, allowed: set[int], *,
                  look_every: Callable[[], float] = lambda: random.uniform(*LOOK_EVERY)):
@@ -94,7 +96,10 @@ class _Follower:
     def _run(self) -> None:
         before, pause = _usage(), threading.Event()  # never set: a timed wait between looks
         while not pause.wait(self._look_every()):
-            now = _usage()
+            pinned = os.sched_getaffinity(0)
+            if len(pinned) != 1:  # someone (an operator's taskset) set it otherwise: theirs
+                return
+            self.cpu, now = next(iter(pinned)), _usage()
             if before is not None and now is not None:
                 better = better_cpu(self.cpu, *_shares(before, now, self._allowed))
                 if better is not None:
