@@ -167,3 +167,42 @@ def test_auto_moves_off_a_cpu_other_processes_crowd():
     threads = json.loads(done.stdout)
     [moved_to] = {tuple(cpus) for cpus in threads.values()}
     assert len(moved_to) == 1 and moved_to[0] != crowded and moved_to[0] in allowed
+
+
+# Pinned to a crowded CPU, then given every CPU back by hand (as `taskset -a -p` would): at
+# its next look the follower stops, and every thread may still use every CPU.
+HANDS_OFF = """
+import json, os, sys, threading
+from ticket_dispatcher import cpu
+crowded, everything = int(sys.argv[1]), set(json.loads(sys.argv[2]))
+os.sched_setaffinity(0, {crowded})
+cpu._Follower(crowded, everything, look_every=lambda: 0.2).start()
+for thread in os.listdir("/proc/self/task"):
+    os.sched_setaffinity(int(thread), everything)
+[follower] = [t for t in threading.enumerate() if t.name == "cpu-affinity"]
+follower.join(timeout=10)
+print(json.dumps({"stopped": not follower.is_alive(), "threads": [
+    sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")]}))
+"""
+
+
+def test_the_follower_leaves_a_process_given_every_cpu_back_alone():
+    allowed = sorted(os.sched_getaffinity(0))
+    crowded = allowed[0]
+    spin = f"import os; os.sched_setaffinity(0, {{{crowded}}}); print('spinning', flush=True)\n" \
+           "while True: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE,
+                                 text=True) for _ in range(2)]
+    try:
+        assert [process.stdout.readline() for process in spinners] == ["spinning\n"] * 2
+
+        done = subprocess.run([sys.executable, "-c", HANDS_OFF, str(crowded), json.dumps(allowed)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    finally:
+        for process in spinners:
+            process.kill()
+            process.wait(timeout=10)
+
+    result = json.loads(done.stdout)
+    assert result["stopped"]
+    assert all(cpus == allowed for cpus in result["threads"])
