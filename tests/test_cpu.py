@@ -147,7 +147,9 @@ print(json.dumps(threads))
 """
 
 
-def test_auto_moves_off_a_cpu_other_processes_crowd():
+def run_crowded(script: str) -> tuple[int, list[int], dict]:
+    """``script`` in a child process, given the first CPU this process may use (which two
+    spinning processes pinned to it keep busy meanwhile) and every such CPU; its JSON answer."""
     allowed = sorted(os.sched_getaffinity(0))
     crowded = allowed[0]
     spin = f"import os; os.sched_setaffinity(0, {{{crowded}}}); print('spinning', flush=True)\n" \
@@ -156,15 +158,18 @@ def test_auto_moves_off_a_cpu_other_processes_crowd():
                                  text=True) for _ in range(2)]
     try:
         assert [process.stdout.readline() for process in spinners] == ["spinning\n"] * 2
-
-        done = subprocess.run([sys.executable, "-c", FOLLOWER, str(crowded), json.dumps(allowed)],
+        done = subprocess.run([sys.executable, "-c", script, str(crowded), json.dumps(allowed)],
                               cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
     finally:
         for process in spinners:
             process.kill()
             process.wait(timeout=10)
+    return crowded, allowed, json.loads(done.stdout)
 
-    threads = json.loads(done.stdout)
+
+def test_auto_moves_off_a_cpu_other_processes_crowd():
+    crowded, allowed, threads = run_crowded(FOLLOWER)
+
     [moved_to] = {tuple(cpus) for cpus in threads.values()}
     assert len(moved_to) == 1 and moved_to[0] != crowded and moved_to[0] in allowed
 
@@ -187,22 +192,7 @@ print(json.dumps({"stopped": not follower.is_alive(), "threads": [
 
 
 def test_the_follower_leaves_a_process_given_every_cpu_back_alone():
-    allowed = sorted(os.sched_getaffinity(0))
-    crowded = allowed[0]
-    spin = f"import os; os.sched_setaffinity(0, {{{crowded}}}); print('spinning', flush=True)\n" \
-           "while True: pass"
-    spinners = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE,
-                                 text=True) for _ in range(2)]
-    try:
-        assert [process.stdout.readline() for process in spinners] == ["spinning\n"] * 2
+    _, allowed, result = run_crowded(HANDS_OFF)
 
-        done = subprocess.run([sys.executable, "-c", HANDS_OFF, str(crowded), json.dumps(allowed)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
-    finally:
-        for process in spinners:
-            process.kill()
-            process.wait(timeout=10)
-
-    result = json.loads(done.stdout)
     assert result["stopped"]
     assert all(cpus == allowed for cpus in result["threads"])
