@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,9 +81,7 @@ def one_cpu(enabled: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        for thread in os.listdir("/proc/self/task"):
-            with suppress(ProcessLookupError):
-                os.sched_setaffinity(int(thread), allowed)
+        cpu.move_threads(allowed)
 
 
 def median(values: Iterable[float]) -> float:

@@ -136,7 +136,7 @@ crowded = int(sys.argv[1])
 release = threading.Event()
 os.sched_setaffinity(0, {crowded})
 worker = threading.Thread(target=release.wait); worker.start()
-cpu._Follower(crowded, os.sched_getaffinity(0) | set(json.loads(sys.argv[2])),
+cpu._Follower(os.sched_getaffinity(0) | set(json.loads(sys.argv[2])),
               look_every=lambda: 0.2).start()
 deadline = time.monotonic() + 20
 while os.sched_getaffinity(0) == {crowded} and time.monotonic() < deadline:
@@ -181,7 +181,7 @@ import json, os, sys, threading
 from ticket_dispatcher import cpu
 crowded, everything = int(sys.argv[1]), set(json.loads(sys.argv[2]))
 os.sched_setaffinity(0, {crowded})
-cpu._Follower(crowded, everything, look_every=lambda: 0.2).start()
+cpu._Follower(everything, look_every=lambda: 0.2).start()
 for thread in os.listdir("/proc/self/task"):
     os.sched_setaffinity(int(thread), everything)
 [follower] = [t for t in threading.enumerate() if t.name == "cpu-affinity"]

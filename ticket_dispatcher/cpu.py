@@ -62,18 +62,18 @@ def pin(choice: str | int) -> int | None:
         log.warning("cpu_affinity auto: cannot pin this process to a CPU (%s); it runs on "
                     "every CPU it may use", exc.strerror)
         return None
-    _move_threads(cpu)
+    move_threads({cpu})
     if choice == AUTO:
-        _Follower(cpu, allowed).start()
+        _Follower(allowed).start()
     return cpu
 
 
-def _move_threads(cpu: int) -> None:
-    """Every thread of this process onto ``cpu``: those started before the pin too (a
+def move_threads(cpus: set[int]) -> None:
+    """Every thread of this process onto ``cpus``: those started before the pin too (a
     driver's, a library's), which do not inherit it."""
     for thread in _threads():
         try:
-            os.sched_setaffinity(thread, {cpu})
+            os.sched_setaffinity(thread, cpus)
         except OSError:  # a thread that ended meanwhile
             pass
 
@@ -86,9 +86,9 @@ class _Follower:
     read back at each look (one moved by hand is followed from where it is); once the process
     may run on more than one CPU again, somebody chose so, and the follower stops."""
 
-    def __init__(self, cpu: int, allowed: set[int], *,
+    def __init__(self, allowed: set[int], *,
                  look_every: Callable[[], float] = lambda: random.uniform(*LOOK_EVERY)):
-        self.cpu, self._allowed, self._look_every = cpu, allowed, look_every
+        self._allowed, self._look_every = allowed, look_every
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="cpu-affinity", daemon=True).start()
@@ -99,16 +99,14 @@ class _Follower:
             pinned = os.sched_getaffinity(0)
             if len(pinned) != 1:  # someone (an operator's taskset) set it otherwise: theirs
                 return
-            self.cpu, now = next(iter(pinned)), _usage()
+            [current], now = pinned, _usage()
             if before is not None and now is not None:
-                better = better_cpu(self.cpu, *_shares(before, now, self._allowed))
+                better = better_cpu(current, *_shares(before, now, self._allowed))
                 if better is not None:
                     log.info("running on another CPU", extra={
-                        "reason": f"cpu_affinity auto: CPU {self.cpu} was busy with other "
+                        "reason": f"cpu_affinity auto: CPU {current} was busy with other "
                                   f"processes, CPU {better} was not"})
-                    self.cpu = better
-                    os.sched_setaffinity(0, {better})
-                    _move_threads(better)
+                    move_threads({better})
             before = now
 
 
@@ -131,9 +129,10 @@ def _usage() -> tuple[dict[int, tuple[int, int]], int] | None:
     try:
         with open("/proc/stat", encoding="ascii") as stat:
             lines = stat.read().splitlines()
-        with open("/proc/self/stat", encoding="ascii") as own:
-            fields = own.read().rpartition(")")[2].split()
     except OSError:
+        return None
+    fields = _own_stat()
+    if fields is None:
         return None
     cpus = {}
     for line in lines:
@@ -195,11 +194,20 @@ def _pinned_elsewhere() -> list[int]:
 
 def _current_cpu() -> int | None:
     """The CPU this process last ran on (field 39 of ``/proc/self/stat``), or None."""
+    fields = _own_stat()
+    try:
+        return int(fields[36]) if fields is not None else None
+    except (ValueError, IndexError):
+        return None
+
+
+def _own_stat() -> list[str] | None:
+    """The fields of ``/proc/self/stat`` after the command name (the first is field 3), or
+    None where it cannot be read."""
     try:
         with open("/proc/self/stat", encoding="ascii") as stat:
-            fields = stat.read().rpartition(")")[2].split()
-        return int(fields[36])  # the fields after the command name start at field 3
-    except (OSError, ValueError, IndexError):
+            return stat.read().rpartition(")")[2].split()
+    except OSError:
         return None
 
 
