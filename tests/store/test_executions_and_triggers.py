@@ -137,6 +137,42 @@ def test_failing_creation_leaves_nothing_behind(store):
     assert store.triggers.get(trigger.id).status is TriggerStatus.PENDING
 
 
+def test_one_creation_writes_each_execution_with_its_rules_in_order(store):
+    one, two = make_policy(store, rules=1), make_policy(store, rules=3)
+    trigger, first = new(store, one)
+    second = new_execution(trigger, two, issue(key="TCID-1"), None, ActionRegistry(), NOW)
+
+    ids = store.executions.create(trigger.id, [first, second], issue_key="TCID-1",
+                                  ensure_context=True, now=NOW, reason="why")
+
+    assert ids == [first.id, second.id] and ids[0] < ids[1]
+    assert store.triggers.get(trigger.id).execution_ids == ids
+    assert store.triggers.get(trigger.id).failure_reason == "why"
+    for execution, policy in zip((first, second), (one, two), strict=True):
+        loaded = store.executions.get(execution.id)
+        assert loaded.to_json() == execution.to_json()
+        assert loaded.policy_id == policy.id
+        assert [r.sequence for r in loaded.rule_executions] == list(range(len(policy.rules)))
+
+
+def test_a_creation_if_free_writes_all_or_answers_the_held_locks(store):
+    policy, other = make_policy(store), make_policy(store)
+    holder_trigger, holder = new(store, policy)
+    assert store.executions.create_if_free(holder_trigger.id, [holder], issue_key="TCID-1",
+                                           ensure_context=True, now=NOW) == set()
+    assert store.triggers.get(holder_trigger.id).execution_ids == [holder.id]
+    trigger, fresh = new(store, other)
+    _, clash = new(store, policy)  # the holder's lock key
+
+    held = store.executions.create_if_free(trigger.id, [fresh, clash], issue_key="TCID-1",
+                                           ensure_context=True, now=NOW)
+
+    assert held == {holder.live_lock_key}
+    assert [e.id for e in store.executions.list(issue_key="TCID-1")[0]] == [holder.id]
+    assert store.triggers.get(trigger.id).status is TriggerStatus.PENDING
+    assert fresh.id == clash.id == 0  # not stored
+
+
 def test_dry_runs_hold_no_lock(store):
     policy = make_policy(store)
     executions = []

@@ -29,11 +29,24 @@ SlotMutation = Callable[[dict | None], dict | None]
 class ContextRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
-        table, marks = ContextRow._meta.table_name, placeholders(db.param, 6)
-        self._find = f"SELECT * FROM {table} WHERE issue_key = {db.param}"
-        self._insert = (f"INSERT INTO {table} (issue_key, assignee, assignee_l2, "
-                        f"assignment_notification_state_json, created_at, updated_at) "
-                        f"VALUES ({marks}) ON CONFLICT (issue_key) DO NOTHING")
+        self._find = f"SELECT * FROM {ContextRow._meta.table_name} WHERE issue_key = {db.param}"
+        self._insert = self.default_insert(db.param)
+
+    @staticmethod
+    def default_insert(param: str, after: str | None = None) -> str:
+        """The INSERT of an empty context unless one exists, taking ``default_values``;
+        ``after``: the name of a ``WITH`` clause it is part of, which must answer a row for
+        the context to be written."""
+        marks = placeholders(param, 6)
+        values = f"SELECT {marks} FROM {after}" if after else f"VALUES ({marks})"
+        return (f"INSERT INTO {ContextRow._meta.table_name} (issue_key, assignee, assignee_l2, "
+                f"assignment_notification_state_json, created_at, updated_at) {values} "
+                "ON CONFLICT (issue_key) DO NOTHING")
+
+    @staticmethod
+    def default_values(issue_key: str, now: datetime) -> tuple:
+        moment = time_param(now)
+        return (issue_key, "", "", json_param({}), moment, moment)
 
     def get(self, issue_key: str) -> DispatchContext:
         context = self.find(issue_key)
@@ -89,9 +102,7 @@ class ContextRepository:
     def _insert_default(self, issue_key: str, now: datetime) -> bool:
         """The empty context unless one exists; every new execution asks for it, so the
         statement is written out once. True when inserted."""
-        moment = time_param(now)
-        return self.db.execute_sql(self._insert, (issue_key, "", "", json_param({}), moment, moment)
-                                   ).rowcount == 1
+        return self.db.execute_sql(self._insert, self.default_values(issue_key, now)).rowcount == 1
 
     def _lock(self, issue_key: str) -> ContextRow | None:
         query = ContextRow.select().where(ContextRow.issue_key == issue_key)

@@ -2,8 +2,8 @@
 
 An execution is stored as one ``dispatch_executions`` row plus one ``dispatch_rule_executions``
 row per rule, each carrying its ordered action executions as JSON. Creation writes the whole
-aggregate, the missing default context and the trigger output in one short transaction;
-``save`` is the behavior's checkpoint port.
+aggregate, the missing default context and the trigger output all or nothing (on PostgreSQL
+in one statement); ``save`` is the behavior's checkpoint port.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class ExecutionRepository:
     def __init__(self, db: peewee.Database, contexts: ContextRepository):
         self.db = db
         self._contexts = contexts  # creation writes the missing default context too
-        self._sql = _Statements(db.param, one_statement_saves=is_postgres(db))
         self._closing = TriggerClosing(db)  # creation completes the trigger
+        self._sql = _Statements(db.param, self._closing, one_statement_writes=is_postgres(db))
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -82,35 +82,89 @@ class ExecutionRepository:
         trigger is no longer processing under ``lease`` (nothing is written either way).
         """
         now = to_utc(now)
+        write = self._create_in_one if self._sql.one_statement_writes else self._create
         try:
-            with write_lock(self.db):
-                ids = [self._insert(execution) for execution in executions]
-                if ensure_context:
-                    self._contexts.ensure_default(issue_key, now)
-                completed = self._closing.run(trigger_id, TriggerStatus.COMPLETED, ids, reason,
-                                              now, lease)
-                if lease is not None and not completed:
-                    raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
+            write(trigger_id, executions, issue_key=issue_key, ensure_context=ensure_context,
+                  now=now, reason=reason, lease=lease)
         except Conflict:  # the live_lock_key UNIQUE index
             raise Conflict(f"a live execution for {issue_key} already holds the lock") from None
+        return [execution.id for execution in executions]
+
+    def create_if_free(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
+                       ensure_context: bool, now: datetime, lease: Lease | None = None,
+                       ) -> set[str]:
+        """``create`` them all unless one of their live lock keys is held: the held keys
+        then, with nothing written; an empty set when created. The check and the writes are
+        one statement on PostgreSQL; on SQLite they share a transaction."""
+        keys = [execution.live_lock_key for execution in executions if execution.live_lock_key]
+        if not self._sql.one_statement_writes:
+            with write_lock(self.db):
+                busy = self.busy_lock_keys(keys)
+                if not busy:
+                    self.create(trigger_id, executions, issue_key=issue_key,
+                                ensure_context=ensure_context, now=now, lease=lease)
+            return busy
+        try:
+            return self._create_in_one(trigger_id, executions, issue_key=issue_key,
+                                       ensure_context=ensure_context, now=to_utc(now),
+                                       reason="", lease=lease, unless=keys)
+        except Conflict:  # taken meanwhile by another process
+            raise Conflict(f"a live execution for {issue_key} already holds the lock") from None
+
+    def _create(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
+                ensure_context: bool, now: datetime, reason: str, lease: Lease | None,
+                ) -> None:
+        with write_lock(self.db):
+            ids = [self._insert(execution) for execution in executions]
+            if ensure_context:
+                self._contexts.ensure_default(issue_key, now)
+            completed = self._closing.run(trigger_id, TriggerStatus.COMPLETED, ids, reason,
+                                          now, lease)
+            if lease is not None and not completed:
+                raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
         for execution, execution_id in zip(executions, ids, strict=True):
             execution.id = execution_id
-        return ids
 
     def _insert(self, execution: Execution) -> int:
-        [(execution_id,)] = self.db.execute_sql(self._sql.insert, (
-            execution.trigger_id, execution.issue_key, execution.mode.value,
-            execution.policy_id, execution.policy_family_id, execution.policy_version,
-            execution.status.value, execution.failure_code, execution.failure_reason,
-            json_param(execution.overwrite_data), time_param(execution.business_now),
-            time_param(execution.wake_at), execution.live_lock_key, 0, 0,
-            time_param(execution.created_at), time_param(execution.updated_at), 0)).fetchall()
+        [(execution_id,)] = self.db.execute_sql(self._sql.insert,
+                                                _insert_values(execution)).fetchall()
         for rule in execution.rule_executions:
-            self.db.execute_sql(self._sql.insert_rule, (
-                execution_id, rule.sequence, rule.rule_id, rule.name, rule.priority,
-                json_param(rule.when), json_param({"on_success": rule.on_success.value}),
-                *_rule_changes(rule, raw=True).values()))
+            self.db.execute_sql(self._sql.insert_rule, (execution_id, *_new_rule_values(rule)))
         return execution_id
+
+    def _create_in_one(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
+                       ensure_context: bool, now: datetime, reason: str, lease: Lease | None,
+                       unless: list[str] | None = None) -> set[str]:
+        """``_create`` as one statement (``_Statements.create_in_one``): one round trip where
+        there were five or more, and no transaction of its own. Nested in a transaction (a
+        replica's creation under its issue lock) it runs in a savepoint, so that a refused
+        statement leaves that transaction usable. ``unless``: live lock keys that, when one
+        is held, stop it; it answers those held."""
+        moment = time_param(now)
+        fence = () if lease is None else (TriggerStatus.PROCESSING.value, lease.owner,
+                                          lease.epoch)
+        params = [*(unless or ()), TriggerStatus.COMPLETED.value, reason, moment, moment,
+                  trigger_id, *fence]
+        for execution in executions:
+            params += _insert_values(execution)
+            for rule in execution.rule_executions:
+                params += _new_rule_values(rule)
+        if ensure_context:
+            params += self._contexts.default_values(issue_key, now)
+        statement = self._sql.create_in_one(
+            rules=tuple(len(execution.rule_executions) for execution in executions),
+            fenced=lease is not None, context=ensure_context, unless=len(unless or ()))
+        with (write_lock if self.db.in_transaction() else one_statement_write)(self.db):
+            [(ended, held, *ids)] = self.db.execute_sql(statement, params).fetchall()
+        if held:
+            return set(held)
+        if not ended:
+            if lease is not None:
+                raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
+            raise NotFound(f"trigger {trigger_id} not found")
+        for execution, execution_id in zip(executions, ids, strict=True):
+            execution.id = execution_id
+        return set()
 
     # -- the behavior's checkpoints -------------------------------------------------------------
 
@@ -136,7 +190,7 @@ class ExecutionRepository:
         if lease is not None:
             values += (lease.owner, lease.epoch)
         changes = [_rule_values(execution.id, rule) for rule in rules]
-        if self._sql.one_statement_saves:
+        if self._sql.one_statement_writes:
             statement = self._sql.save_in_one(released=released, fenced=fenced,
                                               rules=len(changes))
             with one_statement_write(self.db):
@@ -379,10 +433,14 @@ class _Statements:
     an execution claims it, every step saves it, and every look of the ACK watcher moves a
     wait; peewee took longer to build each of them than the database took to run it."""
 
-    def __init__(self, param: str, *, one_statement_saves: bool = False):
-        """``one_statement_saves`` (PostgreSQL): a save is one statement, its rules' UPDATEs
-        in data-modifying ``WITH`` clauses of the execution's (``save_in_one``)."""
-        self.one_statement_saves = one_statement_saves
+    def __init__(self, param: str, closing: TriggerClosing, *,
+                 one_statement_writes: bool = False):
+        """``one_statement_writes`` (PostgreSQL): a creation and a save are one statement
+        each, with data-modifying ``WITH`` clauses (``create_in_one``, ``save_in_one``)."""
+        self.one_statement_writes = one_statement_writes
+        self._closing = closing
+        self._param = param
+        self._creates_in_one: dict[tuple[tuple[int, ...], bool, bool, int], str] = {}
         self._saves_in_one: dict[tuple[bool, bool, int], str] = {}
         executions, rules = ExecutionRow._meta.table_name, RuleExecutionRow._meta.table_name
         running = placeholders(param, len(_RUNNING))
@@ -401,14 +459,10 @@ class _Statements:
                       f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} {where} "
                       f"AND (lease_owner IS NULL OR lease_expires_at < {param} "
                       f"OR lease_owner = {param}) RETURNING lease_epoch")
-        self.insert = (f"INSERT INTO {executions} (trigger_id, issue_key, mode, policy_id, "
-                       "policy_family_id, policy_version, status, failure_code, failure_reason, "
-                       "overwrite_data_json, business_now, wake_at, live_lock_key, "
-                       "restart_count, load_attempts, created_at, updated_at, lease_epoch) "
-                       f"VALUES ({placeholders(param, 18)}) RETURNING id")
-        self.insert_rule = (f"INSERT INTO {rules} (execution_id, sequence, rule_id, name, "
-                            "priority, when_json, transition_json, outcome, evaluation_json, "
-                            f"action_executions_json) VALUES ({placeholders(param, 10)})")
+        self.insert = (f"INSERT INTO {executions} ({_INSERTED}) "
+                       f"VALUES ({placeholders(param, _INSERTED.count(',') + 1)}) RETURNING id")
+        self.insert_rule = (f"INSERT INTO {rules} (execution_id, {_RULE_INSERTED}) "
+                            f"VALUES ({placeholders(param, _RULE_INSERTED.count(',') + 2)})")
         self.get = f"SELECT * FROM {executions} WHERE id = {param}"
         self.get_rules = (f"SELECT * FROM {rules} WHERE execution_id = {param} "
                           "ORDER BY sequence")
@@ -418,6 +472,56 @@ class _Statements:
 
     def save(self, *, released: bool, fenced: bool) -> str:
         return self._save[(released, fenced)]
+
+    def create_in_one(self, *, rules: tuple[int, ...], fenced: bool, context: bool,
+                      unless: int = 0) -> str:
+        """A creation as one PostgreSQL statement, atomic by itself: ``len(rules)`` executions
+        with ``rules[n]`` rule executions each, the default context when ``context`` (unless
+        one exists), and the trigger completed with the executions' ids; with ``unless``,
+        only when none of that many live lock keys is held.
+
+        The ids are drawn from the executions' sequence first, so that the trigger's UPDATE
+        (the one part that checks the lease, with ``fenced``) can list them; every INSERT
+        selects from that UPDATE's result, so nothing is written for a trigger the lease no
+        longer holds, or when one of the ``unless`` keys is held. A live lock taken meanwhile
+        fails the whole statement. It answers how many triggers it completed (0 or 1), the
+        held keys (an array, or NULL), then the ids. Its parameters: the ``unless`` keys, the
+        trigger UPDATE's without the output (``TriggerClosing.statement``), then per execution
+        ``insert``'s followed by ``insert_rule``'s without the execution id for each of its
+        rules, then the context's (``ContextRepository.default_values``)."""
+        shape = (rules, fenced, context, unless)
+        statement = self._creates_in_one.get(shape)
+        if statement is not None:
+            return statement
+        param, executions = self._param, ExecutionRow._meta.table_name
+        drawn = range(len(rules))
+        ids = [f"id{n} AS (SELECT nextval(pg_get_serial_sequence('{executions}', 'id')) AS id)"
+               for n in drawn]
+        listed = ", ".join(f"(SELECT id FROM id{n})" for n in drawn)
+        output = f"jsonb_build_object('execution_ids', jsonb_build_array({listed}))"
+        held = (f"held AS (SELECT live_lock_key FROM {executions} "
+                f"WHERE live_lock_key IN ({placeholders(param, unless)}))")
+        free = " AND NOT EXISTS (SELECT 1 FROM held)" if unless else ""
+        clauses = [*([held] if unless else []), *ids,
+                   f"ended AS ({self._closing.statement(fenced=fenced, output=output)}{free} "
+                   "RETURNING id)"]
+        for n, count in enumerate(rules):
+            clauses.append(f"execution{n} AS (INSERT INTO {executions} (id, {_INSERTED}) "
+                           f"SELECT id{n}.id, {placeholders(param, _INSERTED.count(',') + 1)} "
+                           f"FROM id{n}, ended RETURNING id)")
+            clauses += [f"rule{n}_{k} AS (INSERT INTO {RuleExecutionRow._meta.table_name} "
+                        f"(execution_id, {_RULE_INSERTED}) SELECT id, "
+                        f"{placeholders(param, _RULE_INSERTED.count(',') + 1)} "
+                        f"FROM execution{n})" for k in range(count)]
+        if context:
+            clauses.append(f"context AS ({ContextRepository.default_insert(param, 'ended')})")
+        answer = ", ".join(["(SELECT count(*) FROM ended)",
+                            "(SELECT array_agg(live_lock_key) FROM held)" if unless else "NULL",
+                            *(f"id{n}.id" for n in drawn)])
+        sources = f" FROM {', '.join(f'id{n}' for n in drawn)}" if rules else ""
+        statement = self._creates_in_one[shape] = (
+            f"WITH {', '.join(clauses)} SELECT {answer}{sources}")
+        return statement
 
     def save_in_one(self, *, released: bool, fenced: bool, rules: int) -> str:
         """``save`` and ``rules`` times ``rule`` as one PostgreSQL statement, atomic by itself
@@ -434,6 +538,30 @@ class _Statements:
             statement = self._saves_in_one[shape] = (
                 f"WITH {', '.join([moved, *changed])} SELECT count(*) FROM moved")
         return statement
+
+
+# The columns a new execution and a new rule execution are written with (the rule's after its
+# execution's id), in the order of ``_insert_values`` and ``_new_rule_values``.
+_INSERTED = ("trigger_id, issue_key, mode, policy_id, policy_family_id, policy_version, status, "
+             "failure_code, failure_reason, overwrite_data_json, business_now, wake_at, "
+             "live_lock_key, restart_count, load_attempts, created_at, updated_at, lease_epoch")
+_RULE_INSERTED = ("sequence, rule_id, name, priority, when_json, transition_json, outcome, "
+                  "evaluation_json, action_executions_json")
+
+
+def _insert_values(execution: Execution) -> tuple:
+    return (execution.trigger_id, execution.issue_key, execution.mode.value,
+            execution.policy_id, execution.policy_family_id, execution.policy_version,
+            execution.status.value, execution.failure_code, execution.failure_reason,
+            json_param(execution.overwrite_data), time_param(execution.business_now),
+            time_param(execution.wake_at), execution.live_lock_key, 0, 0,
+            time_param(execution.created_at), time_param(execution.updated_at), 0)
+
+
+def _new_rule_values(rule: RuleExecution) -> tuple:
+    return (rule.sequence, rule.rule_id, rule.name, rule.priority, json_param(rule.when),
+            json_param({"on_success": rule.on_success.value}),
+            *_rule_changes(rule, raw=True).values())
 
 
 def _rule_values(execution_id: int, rule: RuleExecution) -> tuple:

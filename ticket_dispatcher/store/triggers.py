@@ -91,13 +91,21 @@ class TriggerClosing:
     ``processing`` under it. Every trigger ends once: written out once, not built by peewee."""
 
     def __init__(self, db: peewee.Database):
-        self._db, param = db, db.param
-        plain = (f"UPDATE {TriggerRow._meta.table_name} SET status = {param}, "
-                 f"output_json = {param}, failure_reason = {param}, updated_at = {param}, "
-                 f"completed_at = {param}, lease_owner = NULL, lease_expires_at = NULL "
-                 f"WHERE id = {param}")
-        self._statements = {False: plain, True: f"{plain} AND status = {param} AND "
-                                                f"lease_owner = {param} AND lease_epoch = {param}"}
+        self._db = db
+        self._statements = {fenced: self.statement(fenced=fenced) for fenced in (False, True)}
+
+    def statement(self, *, fenced: bool, output: str | None = None) -> str:
+        """The UPDATE; its parameters are ``run``'s in order (status, output, reason, the time
+        twice, the trigger's id, then with ``fenced`` the lease's status, owner and epoch).
+        ``output``: an SQL expression for the output column in place of its parameter."""
+        param = self._db.param
+        update = (f"UPDATE {TriggerRow._meta.table_name} SET status = {param}, "
+                  f"output_json = {output or param}, failure_reason = {param}, "
+                  f"updated_at = {param}, completed_at = {param}, lease_owner = NULL, "
+                  f"lease_expires_at = NULL WHERE id = {param}")
+        if fenced:
+            update += f" AND status = {param} AND lease_owner = {param} AND lease_epoch = {param}"
+        return update
 
     def run(self, trigger_id: int, status: TriggerStatus, execution_ids: list[int],
             reason: str, now: datetime, lease: Lease | None) -> int:
