@@ -35,6 +35,7 @@ from ticket_dispatcher.actors.messages import (
     Parked,
     Progress,
 )
+from ticket_dispatcher.actors.threads import ActorThreads
 from ticket_dispatcher.domain.actions.notification_watch import ack_watch
 from ticket_dispatcher.domain.behavior import StepKind
 from ticket_dispatcher.domain.execution import (
@@ -64,6 +65,9 @@ def load_backoff(attempt: int) -> timedelta:
     return min(LOAD_BACKOFF_START * (2 ** max(attempt - 1, 0)), LOAD_BACKOFF_MAX)
 
 
+_THREADS = ActorThreads("ExecutionActor")
+
+
 class ExecutionActor(TrackedActor):
     def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef,
                  hold: Hold, run: int):
@@ -80,6 +84,10 @@ class ExecutionActor(TrackedActor):
         self._issue: Issue | None = None
         self._cancel_reason: str | None = None
         self._issue_live = False  # the issue was loaded for the next step (every wake reloads it)
+
+    def _start_actor_loop(self) -> None:
+        """pykka's hook: run on a kept thread (actors/threads.py) rather than a new one."""
+        _THREADS.run(self._actor_loop)
 
     def handle(self, message):
         if isinstance(message, Cancel):
