@@ -87,7 +87,7 @@ def test_a_trigger_interrupted_mid_processing_keeps_its_claim_and_completes(make
 
 def test_creation_committed_with_its_answer_lost_runs_each_execution_once(make_harness):
     h = staffed(make_harness)
-    Outage(h.store.executions, "create_if_free", after=True)
+    Outage(h.store.executions, "create", after=True)
 
     trigger = h.post_trigger()
     h.advance(BACKOFF)  # the retry finds the trigger completed: nothing to do again

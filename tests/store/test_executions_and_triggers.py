@@ -155,24 +155,6 @@ def test_one_creation_writes_each_execution_with_its_rules_in_order(store):
         assert [r.sequence for r in loaded.rule_executions] == list(range(len(policy.rules)))
 
 
-def test_a_creation_if_free_writes_all_or_answers_the_held_locks(store):
-    policy, other = make_policy(store), make_policy(store)
-    holder_trigger, holder = new(store, policy)
-    assert store.executions.create_if_free(holder_trigger.id, [holder], issue_key="TCID-1",
-                                           ensure_context=True, now=NOW) == set()
-    assert store.triggers.get(holder_trigger.id).execution_ids == [holder.id]
-    trigger, fresh = new(store, other)
-    _, clash = new(store, policy)  # the holder's lock key
-
-    held = store.executions.create_if_free(trigger.id, [fresh, clash], issue_key="TCID-1",
-                                           ensure_context=True, now=NOW)
-
-    assert held == {holder.live_lock_key}
-    assert [e.id for e in store.executions.list(issue_key="TCID-1")[0]] == [holder.id]
-    assert store.triggers.get(trigger.id).status is TriggerStatus.PENDING
-    assert fresh.id == clash.id == 0  # not stored
-
-
 def test_dry_runs_hold_no_lock(store):
     policy = make_policy(store)
     executions = []

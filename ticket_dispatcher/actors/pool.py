@@ -66,7 +66,7 @@ from ticket_dispatcher.actors.messages import (
     WatchedWake,
 )
 from ticket_dispatcher.actors.watcher import AckWatcher
-from ticket_dispatcher.domain.admission import Admission, Outcome, admit
+from ticket_dispatcher.domain.admission import Outcome, admit
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode, FailureCode
 from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
 from ticket_dispatcher.store.cluster import lock_issue, notify_work
@@ -436,37 +436,40 @@ class ExecutionPool(TrackedActor):
 
     def _create(self, request: CreateExecutions) -> CreationResult:
         store, now = self._deps.store, self._deps.clock.now()
-        trigger, lease = request.trigger, request.lease
+        trigger = request.trigger
         # Shared mode: one transaction, in which one replica at a time checks and takes an
         # issue's live locks. Single mode: this actor is the one writer of executions.
         with (write_lock if self._shared else unit_of_work)(store.db):
             if self._shared:
                 lock_issue(store.db, trigger.issue_key)
-            created, reason = request.executions, ""
-            _created_now(created, self._deps.clock.now())
-            try:  # most triggers find their issue's locks free: one try creates them all
-                busy = store.executions.create_if_free(
-                    trigger.id, created, issue_key=trigger.issue_key,
-                    ensure_context=bool(created) and trigger.dryrun is None, now=now,
-                    lease=lease)
-                if busy:
-                    admission = admit(created, busy, explicit=request.explicit,
-                                      role_label=request.reserved_label,
-                                      issue_labels=request.issue_labels)
-                    if admission.outcome in (Outcome.CONFLICT, Outcome.DEFERRED):
-                        return self._refuse(request, admission, now)
-                    created = [request.executions[i] for i in admission.admitted]
-                    reason = admission.reason
-                    _created_now(created, self._deps.clock.now())
-                    # the missing default context is persisted for live runs only
-                    store.executions.create(
-                        trigger.id, created, issue_key=trigger.issue_key,
-                        ensure_context=bool(created) and trigger.dryrun is None, now=now,
-                        reason=reason, lease=lease)
+            keys = [e.live_lock_key for e in request.executions if e.live_lock_key]
+            admission = admit(request.executions, store.executions.busy_lock_keys(keys),
+                              explicit=request.explicit, role_label=request.reserved_label,
+                              issue_labels=request.issue_labels)
+            lease = request.lease
+            if admission.outcome is Outcome.CONFLICT:
+                store.triggers.fail(trigger.id, admission.reason, now, lease=lease)
+                return CreationResult(outcome="failed", reason=admission.reason)
+            if admission.outcome is Outcome.DEFERRED:
+                # duplicates coalesce, but one wake-up always stays pending
+                if (waiting := store.triggers.pending_duplicate(trigger)) is not None:
+                    reason = f"{admission.reason}; coalesced into pending trigger {waiting}"
+                    store.triggers.complete(trigger.id, [], now, reason=reason, lease=lease)
+                    return CreationResult(outcome="coalesced", reason=reason)
+                until = now + self._deps.config.trigger_defer_interval
+                store.triggers.defer(trigger.id, until, now, lease=lease)
+                return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "
+                                                                 f"until {format_time(until)}")
+            idle = [request.executions[i] for i in admission.admitted]
+            _created_now(idle, self._deps.clock.now())
+            try:
+                # the missing default context is persisted for live runs only
+                ids = store.executions.create(trigger.id, idle, issue_key=trigger.issue_key,
+                                              ensure_context=bool(idle) and trigger.dryrun is None,
+                                              now=now, reason=admission.reason, lease=lease)
             except Conflict as exc:  # another writer won a lock key between check and insert
                 store.triggers.fail(trigger.id, exc.message, now, lease=lease)
                 return CreationResult(outcome="failed", reason=exc.message)
-            ids = [execution.id for execution in created]
             # Shared mode: what this replica has free slots for starts here at once, as in
             # single mode; the rest is announced (at commit) to a replica with a free slot.
             here = ids[:self._free_slots()] if self._shared else ids
@@ -474,24 +477,7 @@ class ExecutionPool(TrackedActor):
                 notify_work(store.db)
         for execution_id in here:  # only after commit, in creation order
             self._enqueue(execution_id)
-        return CreationResult(execution_ids=ids, reason=reason)
-
-    def _refuse(self, request: CreateExecutions, admission: Admission, now: datetime
-                ) -> CreationResult:
-        """End or defer the trigger of a creation the admission rule refused."""
-        store, trigger, lease = self._deps.store, request.trigger, request.lease
-        if admission.outcome is Outcome.CONFLICT:
-            store.triggers.fail(trigger.id, admission.reason, now, lease=lease)
-            return CreationResult(outcome="failed", reason=admission.reason)
-        # deferred: duplicates coalesce, but one wake-up always stays pending
-        if (waiting := store.triggers.pending_duplicate(trigger)) is not None:
-            reason = f"{admission.reason}; coalesced into pending trigger {waiting}"
-            store.triggers.complete(trigger.id, [], now, reason=reason, lease=lease)
-            return CreationResult(outcome="coalesced", reason=reason)
-        until = now + self._deps.config.trigger_defer_interval
-        store.triggers.defer(trigger.id, until, now, lease=lease)
-        return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "
-                                                         f"until {format_time(until)}")
+        return CreationResult(execution_ids=ids, reason=admission.reason)
 
     # -- cancel and status ------------------------------------------------------------------------
 

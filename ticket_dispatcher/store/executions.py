@@ -90,27 +90,6 @@ class ExecutionRepository:
             raise Conflict(f"a live execution for {issue_key} already holds the lock") from None
         return [execution.id for execution in executions]
 
-    def create_if_free(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
-                       ensure_context: bool, now: datetime, lease: Lease | None = None,
-                       ) -> set[str]:
-        """``create`` them all unless one of their live lock keys is held: the held keys
-        then, with nothing written; an empty set when created. The check and the writes are
-        one statement on PostgreSQL; on SQLite they share a transaction."""
-        keys = [execution.live_lock_key for execution in executions if execution.live_lock_key]
-        if not self._sql.one_statement_writes:
-            with write_lock(self.db):
-                busy = self.busy_lock_keys(keys)
-                if not busy:
-                    self.create(trigger_id, executions, issue_key=issue_key,
-                                ensure_context=ensure_context, now=now, lease=lease)
-            return busy
-        try:
-            return self._create_in_one(trigger_id, executions, issue_key=issue_key,
-                                       ensure_context=ensure_context, now=to_utc(now),
-                                       reason="", lease=lease, unless=keys)
-        except Conflict:  # taken meanwhile by another process
-            raise Conflict(f"a live execution for {issue_key} already holds the lock") from None
-
     def _create(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
                 ensure_context: bool, now: datetime, reason: str, lease: Lease | None,
                 ) -> None:
@@ -134,17 +113,15 @@ class ExecutionRepository:
 
     def _create_in_one(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
                        ensure_context: bool, now: datetime, reason: str, lease: Lease | None,
-                       unless: list[str] | None = None) -> set[str]:
+                       ) -> None:
         """``_create`` as one statement (``_Statements.create_in_one``): one round trip where
         there were five or more, and no transaction of its own. Nested in a transaction (a
         replica's creation under its issue lock) it runs in a savepoint, so that a refused
-        statement leaves that transaction usable. ``unless``: live lock keys that, when one
-        is held, stop it; it answers those held."""
+        statement leaves that transaction usable."""
         moment = time_param(now)
         fence = () if lease is None else (TriggerStatus.PROCESSING.value, lease.owner,
                                           lease.epoch)
-        params = [*(unless or ()), TriggerStatus.COMPLETED.value, reason, moment, moment,
-                  trigger_id, *fence]
+        params = [TriggerStatus.COMPLETED.value, reason, moment, moment, trigger_id, *fence]
         for execution in executions:
             params += _insert_values(execution)
             for rule in execution.rule_executions:
@@ -153,18 +130,15 @@ class ExecutionRepository:
             params += self._contexts.default_values(issue_key, now)
         statement = self._sql.create_in_one(
             rules=tuple(len(execution.rule_executions) for execution in executions),
-            fenced=lease is not None, context=ensure_context, unless=len(unless or ()))
+            fenced=lease is not None, context=ensure_context)
         with (write_lock if self.db.in_transaction() else one_statement_write)(self.db):
-            [(ended, held, *ids)] = self.db.execute_sql(statement, params).fetchall()
-        if held:
-            return set(held)
+            [(ended, *ids)] = self.db.execute_sql(statement, params).fetchall()
         if not ended:
             if lease is not None:
                 raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
             raise NotFound(f"trigger {trigger_id} not found")
         for execution, execution_id in zip(executions, ids, strict=True):
             execution.id = execution_id
-        return set()
 
     # -- the behavior's checkpoints -------------------------------------------------------------
 
@@ -440,7 +414,7 @@ class _Statements:
         self.one_statement_writes = one_statement_writes
         self._closing = closing
         self._param = param
-        self._creates_in_one: dict[tuple[tuple[int, ...], bool, bool, int], str] = {}
+        self._creates_in_one: dict[tuple[tuple[int, ...], bool, bool], str] = {}
         self._saves_in_one: dict[tuple[bool, bool, int], str] = {}
         executions, rules = ExecutionRow._meta.table_name, RuleExecutionRow._meta.table_name
         running = placeholders(param, len(_RUNNING))
@@ -473,23 +447,20 @@ class _Statements:
     def save(self, *, released: bool, fenced: bool) -> str:
         return self._save[(released, fenced)]
 
-    def create_in_one(self, *, rules: tuple[int, ...], fenced: bool, context: bool,
-                      unless: int = 0) -> str:
+    def create_in_one(self, *, rules: tuple[int, ...], fenced: bool, context: bool) -> str:
         """A creation as one PostgreSQL statement, atomic by itself: ``len(rules)`` executions
         with ``rules[n]`` rule executions each, the default context when ``context`` (unless
-        one exists), and the trigger completed with the executions' ids; with ``unless``,
-        only when none of that many live lock keys is held.
+        one exists), and the trigger completed with the executions' ids.
 
         The ids are drawn from the executions' sequence first, so that the trigger's UPDATE
         (the one part that checks the lease, with ``fenced``) can list them; every INSERT
         selects from that UPDATE's result, so nothing is written for a trigger the lease no
-        longer holds, or when one of the ``unless`` keys is held. A live lock taken meanwhile
-        fails the whole statement. It answers how many triggers it completed (0 or 1), the
-        held keys (an array, or NULL), then the ids. Its parameters: the ``unless`` keys, the
-        trigger UPDATE's without the output (``TriggerClosing.statement``), then per execution
+        longer holds. A live lock already taken fails the whole statement. It answers how
+        many triggers it completed (0 or 1), then the ids. Its parameters: the trigger
+        UPDATE's without the output (``TriggerClosing.statement``), then per execution
         ``insert``'s followed by ``insert_rule``'s without the execution id for each of its
         rules, then the context's (``ContextRepository.default_values``)."""
-        shape = (rules, fenced, context, unless)
+        shape = (rules, fenced, context)
         statement = self._creates_in_one.get(shape)
         if statement is not None:
             return statement
@@ -499,12 +470,8 @@ class _Statements:
                for n in drawn]
         listed = ", ".join(f"(SELECT id FROM id{n})" for n in drawn)
         output = f"jsonb_build_object('execution_ids', jsonb_build_array({listed}))"
-        held = (f"held AS (SELECT live_lock_key FROM {executions} "
-                f"WHERE live_lock_key IN ({placeholders(param, unless)}))")
-        free = " AND NOT EXISTS (SELECT 1 FROM held)" if unless else ""
-        clauses = [*([held] if unless else []), *ids,
-                   f"ended AS ({self._closing.statement(fenced=fenced, output=output)}{free} "
-                   "RETURNING id)"]
+        clauses = [*ids, f"ended AS ({self._closing.statement(fenced=fenced, output=output)} "
+                         "RETURNING id)"]
         for n, count in enumerate(rules):
             clauses.append(f"execution{n} AS (INSERT INTO {executions} (id, {_INSERTED}) "
                            f"SELECT id{n}.id, {placeholders(param, _INSERTED.count(',') + 1)} "
@@ -515,9 +482,7 @@ class _Statements:
                         f"FROM execution{n})" for k in range(count)]
         if context:
             clauses.append(f"context AS ({ContextRepository.default_insert(param, 'ended')})")
-        answer = ", ".join(["(SELECT count(*) FROM ended)",
-                            "(SELECT array_agg(live_lock_key) FROM held)" if unless else "NULL",
-                            *(f"id{n}.id" for n in drawn)])
+        answer = ", ".join(["(SELECT count(*) FROM ended)", *(f"id{n}.id" for n in drawn)])
         sources = f" FROM {', '.join(f'id{n}' for n in drawn)}" if rules else ""
         statement = self._creates_in_one[shape] = (
             f"WITH {', '.join(clauses)} SELECT {answer}{sources}")
