@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import pytest
-import responses
+
+from tests.integrations.mocking import mock_http
 
 
 @pytest.fixture
 def mocked():
     """Every HTTP call of the test goes to ``responses``; an unmatched or unused one fails."""
-    with responses.RequestsMock() as mock:
+    with mock_http() as mock:
         yield mock

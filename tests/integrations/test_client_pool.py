@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import pykka
 import pytest
-import responses
 
 from tests.clocks import ManualClock
 from tests.fakes import FakeJira, issue
+from tests.integrations.mocking import mock_http
 from tests.peer import Answering, serving
 from ticket_dispatcher.actors import client_pool
 from ticket_dispatcher.actors.client_pool import ClientActor, ClientPool, call_guard
@@ -426,7 +426,7 @@ def test_a_jira_call_given_up_while_queued_never_reaches_jira(started):
         return 200, {}, ('{"key": "TCID-1", "fields": {"project": {"key": "TCID"}, '
                            '"summary": "s"}}')
 
-    with responses.RequestsMock() as mocked:
+    with mock_http() as mocked:
         mocked.add_callback("GET", f"{base}/rest/api/2/issue/TCID-1", callback=slow_issue)
         loading = start_caller(lambda: pool.load_issue("TCID-1"))
         assert entered.wait(WAIT)
@@ -803,7 +803,7 @@ def test_built_jira_pool_loads_an_issue_through_its_actor():
                              api_token="tok")
     pools = build_client_pools(config(jira=jira_config), ManualClock(), metrics=Metrics())
     try:
-        with responses.RequestsMock() as mocked:
+        with mock_http() as mocked:
             mocked.get("https://j.example/rest/api/2/issue/TCID-1", json={
                 "key": "TCID-1", "fields": {"project": {"key": "TCID"}, "summary": "s"}})
 

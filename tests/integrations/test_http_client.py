@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import gzip
+import json
 import logging
 import socket
 import threading
+import zlib
 from datetime import UTC, datetime
 
 import pytest
@@ -468,3 +471,148 @@ def test_a_guard_refusing_after_the_head_left_cuts_the_request_short(listener):
     assert b"Content-Length: 22" in head  # {"accountId": "acc-1"}
     assert body == b""
     assert checks == [0, 1]
+
+
+# --- the transport, against real sockets -------------------------------------------------------
+
+
+class _HttpPeer:
+    """A bare HTTP/1.1 peer on a real socket: answers each request with ``answer`` (head
+    lines and body) and keeps the connection open unless the answer says ``Connection:
+    close``; ``silent`` reads requests and never answers. Counts the connections it got."""
+
+    def __init__(self, headers: list[tuple[str, str]] = (), body: bytes = b"{}",
+                 silent: bool = False):
+        self.headers, self.body, self.silent = list(headers), body, silent
+        self.connections = 0
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        threading.Thread(target=self._accept, name="http-peer", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:  # closed
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        with connection, connection.makefile("rb") as requests_in:
+            while head := _read_head(requests_in):
+                length = int(head.get("content-length", "0"))
+                requests_in.read(length)
+                if self.silent:
+                    continue
+                lines = [f"{name}: {value}" for name, value in
+                         [("Content-Length", str(len(self.body))), *self.headers]]
+                connection.sendall(("HTTP/1.1 200 OK\r\n" + "".join(
+                    line + "\r\n" for line in lines) + "\r\n").encode() + self.body)
+                if ("Connection", "close") in self.headers:
+                    return
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def _read_head(stream) -> dict[str, str]:
+    """One request's head from ``stream``: its header fields by lowercase name; {} at the
+    end of the connection."""
+    fields: dict[str, str] = {}
+    if not stream.readline():
+        return fields
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        fields[name.strip().lower()] = value.strip()
+    return fields
+
+
+@pytest.fixture
+def peer_factory():
+    peers: list[_HttpPeer] = []
+
+    def start(**options) -> _HttpPeer:
+        peers.append(_HttpPeer(**options))
+        return peers[-1]
+
+    yield start
+    for peer in peers:
+        peer.close()
+
+
+def test_calls_share_one_kept_alive_connection(peer_factory):
+    peer = peer_factory(headers=[("Content-Type", "application/json")])
+    http = HttpClient("svc", peer.url, connect_timeout=1, read_timeout=2)
+
+    assert [http.request_json("GET", "/rest/api/2/myself") for _ in range(3)] == [{}] * 3
+
+    assert peer.connections == 1
+
+
+def test_a_connection_the_peer_closes_is_replaced_by_a_new_one(peer_factory):
+    peer = peer_factory(headers=[("Content-Type", "application/json"), ("Connection", "close")])
+    http = HttpClient("svc", peer.url, connect_timeout=1, read_timeout=2)
+
+    assert [http.request_json("GET", "/rest/api/2/myself") for _ in range(2)] == [{}] * 2
+
+    assert peer.connections == 2
+
+
+@pytest.mark.parametrize("coding, encode", [
+    ("gzip", gzip.compress),
+    ("deflate", zlib.compress),
+    ("deflate", lambda data: zlib.compress(data, wbits=-zlib.MAX_WBITS)),  # raw, as some send
+])
+def test_a_compressed_answer_is_read_decoded(peer_factory, coding, encode):
+    answer = {"key": "TCID-1", "fields": {"summary": "décodé"}}
+    peer = peer_factory(body=encode(json.dumps(answer).encode()),
+                        headers=[("Content-Type", "application/json"),
+                                 ("Content-Encoding", coding)])
+    http = HttpClient("svc", peer.url, connect_timeout=1, read_timeout=2)
+
+    assert http.request_json("GET", "/rest/api/2/issue/TCID-1") == answer
+
+
+def test_a_corrupt_compressed_answer_is_a_failed_call(peer_factory):
+    peer = peer_factory(body=b"not gzip at all", headers=[("Content-Encoding", "gzip")])
+    http = HttpClient("svc", peer.url, connect_timeout=1, read_timeout=2)
+
+    with pytest.raises(IntegrationError) as caught:
+        http.request("GET", "/rest/api/2/myself")
+
+    assert "connection failed (ContentDecodingError)" in caught.value.message
+
+
+def test_a_header_the_peer_sends_twice_is_read_with_both_values(peer_factory):
+    peer = peer_factory(headers=[("Warning", "199 - first"), ("Warning", "199 - second")])
+    http = HttpClient("svc", peer.url, connect_timeout=1, read_timeout=2)
+
+    assert http.request("GET", "/x").headers["warning"] == "199 - first, 199 - second"
+
+
+def test_a_peer_that_never_answers_is_a_read_timeout_with_an_unknown_outcome(peer_factory):
+    peer = peer_factory(silent=True)
+    http = HttpClient("svc", peer.url, connect_timeout=1, read_timeout=0.2)
+
+    with pytest.raises(IntegrationTimeout) as caught:
+        http.request("PUT", "/rest/api/2/issue/X-1/assignee", json={"accountId": "a"},
+                     expected=(204,))
+
+    assert isinstance(caught.value, OutcomeUnknown)
+    # The connection that timed out is not reused: the next call opens another.
+    with pytest.raises(IntegrationTimeout):
+        http.request("GET", "/x")
+    assert peer.connections == 2
+
+
+def test_a_port_nobody_listens_on_is_a_connection_failure_not_a_timeout():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]  # closed again at once: nothing listens there now
+    http = HttpClient("svc", f"http://127.0.0.1:{port}", connect_timeout=1, read_timeout=2)
+
+    with pytest.raises(IntegrationError) as caught:
+        http.request("GET", "/x")
+
+    assert not isinstance(caught.value, OutcomeUnknown)
+    assert "connection failed (ConnectionError)" in caught.value.message

@@ -34,6 +34,7 @@ from lark_oapi.api.im.v1 import (
 )
 
 from tests.clocks import ManualClock
+from tests.integrations.mocking import mock_http
 from tests.peers.lark_requests import LarkSdk
 from tests.peers.openapi_requests import OpenApiDocument
 from tests.peers.sent import NO_BODY, SentRequest
@@ -137,7 +138,7 @@ def jira_answer(request: requests.PreparedRequest) -> tuple[int, dict, str]:
 def recorder() -> Iterator[responses.RequestsMock]:
     """Every request goes to ``responses`` and is recorded; the peer routes are answered by
     callbacks, so a call may use any of them."""
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+    with mock_http(assert_all_requests_are_fired=False) as mock:
         yield mock
 
 
