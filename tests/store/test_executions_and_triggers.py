@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import peewee
 import pytest
 
 from tests.fakes import issue
@@ -19,7 +18,6 @@ from ticket_dispatcher.domain.execution import (
 from ticket_dispatcher.domain.fanout import new_execution
 from ticket_dispatcher.domain.model import PolicySpec, PolicyTrigger, RuleSpec
 from ticket_dispatcher.errors import Conflict
-from ticket_dispatcher.store.triggers import NewTrigger
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 
@@ -208,37 +206,6 @@ def test_a_trigger_is_claimed_once(store):
     assert first is not None and first.status is TriggerStatus.PROCESSING
     assert second is None
     assert recovered is not None  # boot recovery takes over a trigger left processing
-
-
-def test_triggers_created_together_are_each_stored_as_one_created_alone(store):
-    dryrun = {"issue": {"key": "TCID-3"}}
-    news = [NewTrigger("jira_automation", "TCID-1", None, None, NOW),
-            NewTrigger("jira_automation", "TCID-2", None, None, NOW + timedelta(seconds=1)),
-            NewTrigger("manual", "TCID-3", None, dryrun, NOW)]
-
-    created = store.triggers.create_many(news)
-
-    assert [trigger.issue_key for trigger in created] == ["TCID-1", "TCID-2", "TCID-3"]
-    assert [trigger.id for trigger in created] == sorted({trigger.id for trigger in created})
-    for new, trigger in zip(news, created, strict=True):
-        stored = store.triggers.get(trigger.id)
-        assert stored == trigger  # the returned trigger is the stored row
-        assert (stored.source, stored.issue_key, stored.dryrun, stored.created_at) == (
-            new.source, new.issue_key, new.dryrun, new.now)
-        assert stored.status is TriggerStatus.PENDING
-    alone = store.triggers.create("jira_automation", "TCID-4", policy_id=None, dryrun=None,
-                                  now=NOW)
-    assert alone.id > created[-1].id
-
-
-def test_triggers_created_together_are_stored_all_or_none(store):
-    news = [NewTrigger("jira_automation", "TCID-1", None, None, NOW),
-            NewTrigger("jira_automation", "TCID-2", 2**63, None, NOW)]  # beyond a BIGINT
-
-    with pytest.raises((OverflowError, peewee.DataError)):  # SQLite's driver, PostgreSQL
-        store.triggers.create_many(news)
-
-    assert store.triggers.list()[0] == []
 
 
 def test_deferred_trigger_is_due_only_when_its_time_comes(store):

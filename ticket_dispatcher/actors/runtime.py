@@ -31,10 +31,8 @@ from ticket_dispatcher.errors import Conflict, NotFound, RuntimeUnavailable, Sto
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.cluster import notify_work
-from ticket_dispatcher.store.database import write_lock
-from ticket_dispatcher.store.grouped import GroupedWrites
-from ticket_dispatcher.store.triggers import NewTrigger
-from ticket_dispatcher.timeutil import format_time, to_utc
+from ticket_dispatcher.store.database import unit_of_work, write_lock
+from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +71,6 @@ class Runtime:
         self._supervisor: pykka.ActorRef | None = None
         self._pool: pykka.ActorRef | None = None
         self._triggers: TriggerRouter | None = None
-        # Triggers accepted at the same moment by several HTTP threads are inserted together.
-        self._intake = GroupedWrites(store.triggers.create_one, store.triggers.create_many)
         self.recovered = False
         self.draining = False  # shared mode: the shutdown began, work is being handed back
 
@@ -162,13 +158,13 @@ class Runtime:
 
     def accept_trigger(self, source: str, issue_key: str, *, policy_id: int | None = None,
                        dryrun: dict | None = None) -> Trigger:
-        """Persist a ``pending`` trigger and hand it to the trigger actors without waiting for
-        them. Triggers accepted at the same moment are inserted together (``GroupedWrites``),
-        each committed before this returns."""
+        """Persist a ``pending`` trigger in one short transaction and hand it to the trigger
+        actors without waiting for them."""
         store, now = self.deps.store, self.deps.clock.now()
         if not self.deps.config.cluster.shared:
-            trigger = self._intake.write(NewTrigger(source, issue_key, policy_id, dryrun,
-                                                    to_utc(now)))
+            with unit_of_work(store.db):
+                trigger = store.triggers.create(source, issue_key, policy_id=policy_id,
+                                                dryrun=dryrun, now=now)
             self._triggers.submit(trigger.id)
             return trigger
         # Shared mode: an idle trigger actor here takes it at once; else the others are told.

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 import peewee
@@ -11,7 +9,6 @@ import peewee
 from ticket_dispatcher.domain.execution import Lease, Trigger, TriggerStatus
 from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
-    is_postgres,
     one_statement_write,
     seconds_since,
     skip_locked,
@@ -121,76 +118,30 @@ class TriggerClosing:
             trigger_id, *fence)).rowcount
 
 
-@dataclass(frozen=True)
-class NewTrigger:
-    """A trigger to insert, ``pending``; ``now`` in UTC."""
-
-    source: str
-    issue_key: str
-    policy_id: int | None
-    dryrun: dict | None
-    now: datetime
-
-
-_INSERTED = ("source", "issue_key", "input_json", "policy_id", "dryrun_json", "status",
-             "available_at", "output_json", "failure_reason", "created_at", "updated_at",
-             "lease_epoch")
-
-
-def _insert_values(new: NewTrigger) -> tuple:
-    """The values of ``_INSERTED`` for ``new``."""
-    moment = time_param(new.now)
-    return (new.source, new.issue_key, json_param({"issue_key": new.issue_key}), new.policy_id,
-            json_param(new.dryrun), TriggerStatus.PENDING.value, moment,
-            json_param({"execution_ids": []}), "", moment, moment, 0)
-
-
-def _created(new: NewTrigger, trigger_id: int) -> Trigger:
-    return Trigger(id=trigger_id, source=new.source, issue_key=new.issue_key,
-                   policy_id=new.policy_id, dryrun=new.dryrun, status=TriggerStatus.PENDING,
-                   available_at=new.now, execution_ids=[], failure_reason="",
-                   created_at=new.now, updated_at=new.now)
-
-
 class TriggerRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
         self._claim = _claim_statements(db.param)
         self._closing = TriggerClosing(db)
-        self._insert = (f"INSERT INTO {TriggerRow._meta.table_name} ({', '.join(_INSERTED)}) "
-                        f"VALUES ({placeholders(db.param, len(_INSERTED))}) RETURNING id")
-        self._inserts: dict[int, str] = {}  # create_many's, by the number of rows
+        self._insert = (f"INSERT INTO {TriggerRow._meta.table_name} (source, issue_key, "
+                        "input_json, policy_id, dryrun_json, status, available_at, output_json, "
+                        "failure_reason, created_at, updated_at, lease_epoch) VALUES ("
+                        f"{placeholders(db.param, 12)}) RETURNING id")
 
     def create(self, source: str, issue_key: str, *, policy_id: int | None, dryrun: dict | None,
                now: datetime) -> Trigger:
         """Insert a ``pending`` trigger. Every accepted request writes one, so the INSERT is
         written out once, not built by peewee per request."""
-        return self.create_one(NewTrigger(source, issue_key, policy_id, dryrun, to_utc(now)))
-
-    def create_one(self, new: NewTrigger) -> Trigger:
+        now = to_utc(now)
+        moment = time_param(now)
+        params = (source, issue_key, json_param({"issue_key": issue_key}), policy_id,
+                  json_param(dryrun), TriggerStatus.PENDING.value, moment,
+                  json_param({"execution_ids": []}), "", moment, moment, 0)
         with unit_of_work(self.db):
-            [(trigger_id,)] = self.db.execute_sql(self._insert, _insert_values(new)).fetchall()
-        return _created(new, trigger_id)
-
-    def create_many(self, news: Sequence[NewTrigger]) -> list[Trigger]:
-        """Insert several ``pending`` triggers, all or none, each as ``create_one`` writes it:
-        on PostgreSQL in one INSERT of every row (one round trip, atomic by itself), on SQLite
-        in one write transaction."""
-        if not is_postgres(self.db):
-            with write_lock(self.db):
-                return [self.create_one(new) for new in news]
-        statement = self._inserts.get(len(news))
-        if statement is None:
-            row = f"({placeholders(self.db.param, len(_INSERTED))})"
-            statement = self._inserts[len(news)] = self._insert.replace(
-                f"VALUES ({placeholders(self.db.param, len(_INSERTED))})",
-                "VALUES " + ", ".join([row] * len(news)))
-        with one_statement_write(self.db):
-            rows = self.db.execute_sql(
-                statement, [value for new in news for value in _insert_values(new)]).fetchall()
-        # The ids are drawn in the order of the VALUES, so the lowest is the first row's.
-        return [_created(new, trigger_id) for new, (trigger_id,) in zip(news, sorted(rows),
-                                                                         strict=True)]
+            [(trigger_id,)] = self.db.execute_sql(self._insert, params).fetchall()
+        return Trigger(id=trigger_id, source=source, issue_key=issue_key, policy_id=policy_id,
+                       dryrun=dryrun, status=TriggerStatus.PENDING, available_at=now,
+                       execution_ids=[], failure_reason="", created_at=now, updated_at=now)
 
     def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
         """A ``pending`` trigger of ``source`` for ``issue_key`` exists afterwards: an open one
