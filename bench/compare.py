@@ -13,23 +13,31 @@ Jira process (``floors.py jira``), with the dispatches of ``e2e_dispatch.py`` (r
 - how many dispatches were right (the execution succeeded and Jira got exactly one assignment
   for the issue), naming the first ones that were not, as ``e2e_dispatch.py`` checks them.
 
+With ``--intake`` it compares the trigger intake instead, as ``intake.py`` loads it: each run
+is a service of the tree on a fresh database, a 1 s ``wrk`` warm-up and its backlog drained,
+then ``wrk`` for ``--seconds`` and the backlog drained again; it prints requests per second,
+the service's CPU per request during the run, and the time and CPU per request the drain took
+after it (the processing the run left). No floor: the trees are compared with each other.
+
 A tree is a directory holding a ``ticket_dispatcher`` package, e.g. a ``git worktree`` of
 another commit; the service of each runs with ``PYTHONPATH`` set to it. Settings given with
 ``--setting NAME=VALUE`` (``TICKET_DISPATCHER_NAME``) apply to every tree.
 
     git worktree add /tmp/before HEAD~1
     python bench/compare.py /tmp/before . [--rounds 5] [--triggers 400] [--postgres-url URL]
-                            [--setting EXECUTION_SLOTS=20]
+                            [--setting EXECUTION_SLOTS=20] [--intake [--seconds 6]]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from pathlib import Path
 from statistics import median
 
 import e2e_dispatch as e2e
+import intake
 from databases import fresh_database
 from floors import JiraProcess
 
@@ -54,6 +62,42 @@ def run_tree(tree: Path, jira: JiraProcess, first: int, args: argparse.Namespace
             service.kill()
 
 
+def intake_run(tree: Path, jira: JiraProcess, args: argparse.Namespace, script: Path,
+               tmp: Path) -> tuple[intake.WrkRun, float, float]:
+    """One service of ``tree`` on a fresh database under ``wrk``: the run, then the seconds
+    and the CPU per request of draining the backlog it left."""
+    os.environ["PYTHONPATH"] = str(tree)  # the service's process inherits it
+    with (fresh_database(args.postgres_url) as url,
+          intake.service(url, tmp, True, jira) as server):
+        intake.drain(server, intake.run_wrk(server, 1, args.connections, script).requests)
+        run = intake.run_wrk(server, args.seconds, args.connections, script)
+        seconds, cpu_ms = intake.drained(server, run.requests)
+        return run, seconds, cpu_ms
+
+
+def compare_intake(trees: list[Path], args: argparse.Namespace, settings: dict[str, str]) -> None:
+    for name, value in settings.items():
+        os.environ[f"TICKET_DISPATCHER_{name}"] = value
+    runs: dict[Path, list[tuple[intake.WrkRun, float, float]]] = {tree: [] for tree in trees}
+    with JiraProcess() as jira, tempfile.TemporaryDirectory() as tmp:
+        script = intake.post_script(Path(tmp))
+        for number in range(args.rounds):
+            for tree in trees:
+                run, seconds, cpu_ms = intake_run(tree, jira, args, script, Path(tmp))
+                runs[tree].append((run, seconds, cpu_ms))
+                print(f"round {number + 1}  {tree}  {run.rate:6.0f} requests/s  CPU "
+                      f"{run.cpu_ms:4.2f} ms/request  drained in {seconds:4.1f} s, "
+                      f"+{cpu_ms:4.2f} ms/request  non-2xx {run.failed}", flush=True)
+    print(f"\nmedians over {args.rounds} round(s), intake, "
+          f"{'PostgreSQL' if args.postgres_url else 'SQLite'}, wrk -c{args.connections} "
+          f"{args.seconds} s a run:")
+    for tree, results in runs.items():
+        print(f"  {tree}  {median(r.rate for r, _, _ in results):6.0f} requests/s  "
+              f"CPU {median(r.cpu_ms for r, _, _ in results):4.2f} ms/request  drained in "
+              f"{median(s for _, s, _ in results):4.1f} s, "
+              f"+{median(c for _, _, c in results):4.2f} ms/request")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trees", nargs="+", type=Path, help="source trees to compare")
@@ -62,6 +106,10 @@ def main() -> None:
     parser.add_argument("--postgres-url", help="run on PostgreSQL (a throw-away schema a run)")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--intake", action="store_true",
+                        help="compare the trigger intake under wrk instead")
+    parser.add_argument("--seconds", type=int, default=6, help="--intake: one wrk run")
+    parser.add_argument("--connections", type=int, default=16, help="--intake: wrk's")
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.trees]
     for tree in trees:
@@ -71,6 +119,10 @@ def main() -> None:
     for setting in args.setting:
         name, _, value = setting.partition("=")
         settings[name.upper()] = value
+    if args.intake:
+        compare_intake(trees, args, {name: value for name, value in settings.items()
+                                     if name not in e2e.SETTINGS})
+        return
     runs: dict[Path, list[e2e.ServiceRun]] = {tree: [] for tree in trees}
     with JiraProcess() as jira:
         for number in range(args.rounds):

@@ -146,6 +146,14 @@ def floor(database_url: str, serialize: bool, pin: bool) -> Iterator[Server]:
         stop(process)
 
 
+def post_script(tmp: Path) -> Path:
+    """The wrk script that posts ``BODY`` as JSON, written into ``tmp``."""
+    script = tmp / "post.lua"
+    script.write_text(f'wrk.method = "POST"\nwrk.body = \'{BODY}\'\n'
+                      'wrk.headers["Content-Type"] = "application/json"\n')
+    return script
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -173,8 +181,9 @@ def milliseconds(text: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000}[unit]
 
 
-def drain(server: Server, done: int) -> str:
-    """Wait until the service has no pending or processing trigger; what that took."""
+def drained(server: Server, done: int) -> tuple[float, float]:
+    """Wait until the service has no pending or processing trigger; the seconds that took and
+    the service's CPU meanwhile, in milliseconds per request of the run (``done``)."""
     api = server.url.rsplit("/", 1)[0] + "/triggers"
     started, cpu_before = time.monotonic(), cpu_seconds(server.process.pid)
     with requests.Session() as session:
@@ -185,8 +194,13 @@ def drain(server: Server, done: int) -> str:
                                  f"{DRAIN_TIMEOUT} s")
             time.sleep(0.2)
     cpu = cpu_seconds(server.process.pid) - cpu_before
-    return (f"  (then {time.monotonic() - started:.1f} s to drain its backlog, "
-            f"+{1000 * cpu / max(1, done):.2f} ms/request)")
+    return time.monotonic() - started, 1000 * cpu / max(1, done)
+
+
+def drain(server: Server, done: int) -> str:
+    """Wait until the service has no pending or processing trigger; what that took."""
+    seconds, cpu_ms = drained(server, done)
+    return f"  (then {seconds:.1f} s to drain its backlog, +{cpu_ms:.2f} ms/request)"
 
 
 def measure(server: Server, args: argparse.Namespace, script: Path, seconds: int) -> WrkRun:
@@ -243,9 +257,7 @@ def main() -> None:
     with (tempfile.TemporaryDirectory() as tmp, fresh_database(args.postgres_url) as service_db,
           fresh_database(args.postgres_url) as floor_db,
           JiraProcess() if args.jira == "own" else nullcontext() as jira):
-        script = Path(tmp) / "post.lua"
-        script.write_text(f'wrk.method = "POST"\nwrk.body = \'{BODY}\'\n'
-                          'wrk.headers["Content-Type"] = "application/json"\n')
+        script = post_script(Path(tmp))
         try:
             with (service(service_db, Path(tmp), not args.waitress_warnings, jira) as svc,
                   floor(floor_db, args.serialize_floor, args.pin_floor) as bare):
