@@ -6,10 +6,14 @@ import base64
 import gzip
 import json
 import logging
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import zlib
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
@@ -616,3 +620,62 @@ def test_a_port_nobody_listens_on_is_a_connection_failure_not_a_timeout():
 
     assert not isinstance(caught.value, OutcomeUnknown)
     assert "connection failed (ConnectionError)" in caught.value.message
+
+
+class _Echo(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+
+    def do_GET(self) -> None:
+        body = json.dumps({"path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def https_peer(tmp_path):
+    """An HTTPS peer on 127.0.0.1 with a self-signed certificate for "localhost"; its base URL
+    and the certificate's path (a CA bundle that trusts it)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, name="https-peer", daemon=True).start()
+    yield f"https://localhost:{server.server_address[1]}", cert
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_https_peer_the_ca_bundle_trusts_is_called(https_peer, monkeypatch):
+    url, cert = https_peer
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))  # read when the client is made
+    http = HttpClient("svc", url, connect_timeout=2, read_timeout=2)
+
+    assert http.request_json("GET", "/rest/api/2/myself") == {"path": "/rest/api/2/myself"}
+    assert http.request_json("GET", "/x", params={"a": "b c"}) == {"path": "/x?a=b+c"}
+
+
+def test_an_https_peer_with_a_certificate_nobody_trusts_is_refused(https_peer, monkeypatch):
+    url, _ = https_peer
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    http = HttpClient("svc", url, connect_timeout=2, read_timeout=2)
+
+    with pytest.raises(IntegrationError) as caught:
+        http.request("GET", "/rest/api/2/myself")
+
+    assert not isinstance(caught.value, OutcomeUnknown)  # nothing was sent
+    assert "connection failed (SSLError)" in caught.value.message
