@@ -378,6 +378,21 @@ def test_host_in_no_proxy_is_called_directly(proxy, monkeypatch):
     assert proxy.paths == []
 
 
+def test_a_proxy_nobody_listens_on_is_a_proxy_failure(monkeypatch):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]  # closed again at once: nothing listens there now
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    http = HttpClient("svc", "http://jira.invalid", connect_timeout=1, read_timeout=2)
+
+    with pytest.raises(IntegrationError) as caught:
+        http.request("GET", "/rest/api/2/myself")
+
+    assert not isinstance(caught.value, OutcomeUnknown)
+    assert "connection failed (ProxyError)" in caught.value.message
+
+
 class _CookieSetter:
     """Answers every call with a session cookie and records the Cookie header it was sent."""
 

@@ -241,9 +241,12 @@ class _Adapter(HTTPAdapter):
             answer = http.client.HTTPConnection.getresponse(connection)
             body = answer.read()
         except BaseException as exc:
+            # Read before ``close``, which forgets it: as urllib3 has it, a failure before the
+            # proxy answered is the proxy's, one after (the peer's TLS in the tunnel) is not.
+            to_proxy = pool.proxy is not None and not connection.has_connected_to_proxy
             connection.close()
             pool._put_conn(connection)
-            failure = _transport_failure(exc, opening, pool.proxy is not None)
+            failure = _transport_failure(exc, opening, to_proxy)
             if failure is None:
                 raise  # not the transport's (a send guard's refusal): as it was raised
             raise failure(exc, request=request) from None
@@ -262,13 +265,13 @@ class _Adapter(HTTPAdapter):
 
 
 def _transport_failure(exc: BaseException, opening: bool,
-                       proxied: bool) -> type[requests.RequestException] | None:
+                       to_proxy: bool) -> type[requests.RequestException] | None:
     """The requests exception ``HTTPAdapter.send`` raises for ``exc`` (as urllib3 classifies
-    it), raised while ``opening`` the connection or after; None when ``exc`` is not a failure
-    of the transport."""
+    it), raised while ``opening`` the connection or after, and ``to_proxy`` before a proxy
+    answered; None when ``exc`` is not a failure of the transport."""
     if not isinstance(exc, OSError | http.client.HTTPException | urllib3.exceptions.HTTPError):
         return None
-    if opening and proxied:
+    if to_proxy:
         return requests.exceptions.ProxyError
     if isinstance(exc, ssl.SSLError | urllib3.exceptions.SSLError):
         return requests.exceptions.SSLError
