@@ -115,14 +115,14 @@ def main() -> None:
     for tree in trees:
         if not (tree / "ticket_dispatcher" / "__init__.py").is_file():
             parser.error(f"{tree} holds no ticket_dispatcher package")
-    settings = dict(e2e.SETTINGS)
+    given = {}
     for setting in args.setting:
         name, _, value = setting.partition("=")
-        settings[name.upper()] = value
+        given[name.upper()] = value
     if args.intake:
-        compare_intake(trees, args, {name: value for name, value in settings.items()
-                                     if name not in e2e.SETTINGS})
+        compare_intake(trees, args, given)
         return
+    settings = {**e2e.SETTINGS, **given}
     runs: dict[Path, list[e2e.ServiceRun]] = {tree: [] for tree in trees}
     with JiraProcess() as jira:
         for number in range(args.rounds):
