@@ -425,6 +425,10 @@ class Config:
     client_pool_size: int = setting(0, integer(0))
     trigger_defer_interval: timedelta = setting(timedelta(seconds=5), duration())
     trigger_poll_interval: timedelta = setting(timedelta(seconds=5), duration())
+    # The longest a trigger actor holds back its next trigger while trigger requests are being
+    # accepted (actors/intake.py); 0 = never.
+    intake_priority: timedelta = setting(timedelta(seconds=1),
+                                         duration(timedelta(0), timedelta(seconds=10)))
     execution_load_retries: int = setting(5, integer(0))
     actor_restarts: int = setting(3, integer(0))
     shutdown_timeout: timedelta = setting(timedelta(seconds=10), duration())  # SIGTERM to exit

@@ -129,6 +129,9 @@ class Metrics:
                               ("source", "outcome"))
         self.trigger_results = counter("trigger_results", "Triggers processed, by outcome",
                                        ("outcome",))
+        self.intake_priority = counter("trigger_intake_priority_seconds", "Time trigger "
+                                       "actors held back their next trigger while trigger "
+                                       "requests were being accepted")
         self.outcomes = counter("execution_outcomes", "Finished executions by policy and "
                                 "failure code", ("mode", "status", "failure_code", "policy"))
         self.pool_slots = gauge("pool_slots", "Execution slots")
@@ -225,6 +228,9 @@ class Metrics:
 
     def trigger_processed(self, outcome: str) -> None:
         self.trigger_results.labels(outcome=outcome).inc()
+
+    def trigger_held(self, seconds: float) -> None:
+        self.intake_priority.inc(seconds)
 
     def shadow_decision(self, family: str, result: str) -> None:
         """``result``: agreed, differed or dropped. A family ID, never an issue key."""

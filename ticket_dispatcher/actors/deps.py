@@ -13,6 +13,7 @@ from typing import Any
 import pykka
 
 from ticket_dispatcher.actors.activity import Activity
+from ticket_dispatcher.actors.intake import IntakePriority
 from ticket_dispatcher.actors.leases import process_identity
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.clock import Clock
@@ -65,6 +66,9 @@ class RuntimeDeps:
     pool_free: int = 0
     # The way in to the shadow evaluations (actors/shadow.py), set at boot.
     shadows: Any = None
+    # Trigger requests before the start of new triggers (actors/intake.py); the runtime
+    # gives one bounded by ``intake_priority``.
+    intake: IntakePriority = field(default_factory=lambda: IntakePriority(0))
 
     def __post_init__(self) -> None:
         self.policy_names = PolicyNames(lambda policy_id: self.store.policies.get(policy_id).name)

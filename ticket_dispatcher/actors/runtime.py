@@ -10,6 +10,7 @@ import pykka
 from ticket_dispatcher.actors.activity import Activity
 from ticket_dispatcher.actors.client_pool import ClientPool
 from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.intake import IntakePriority
 from ticket_dispatcher.actors.messages import (
     Boot,
     CancelExecution,
@@ -67,7 +68,9 @@ class Runtime:
         self.deps = RuntimeDeps(config=config, store=store, clock=clock,
                                 registry=registry, ports=ports,
                                 scheduler=self.scheduler, activity=self.activity,
-                                metrics=metrics)
+                                metrics=metrics,
+                                intake=IntakePriority(config.intake_priority.total_seconds(),
+                                                      on_held=metrics.trigger_held))
         self._supervisor: pykka.ActorRef | None = None
         self._pool: pykka.ActorRef | None = None
         self._triggers: TriggerRouter | None = None
@@ -104,6 +107,7 @@ class Runtime:
         supervisor, self._supervisor = self._supervisor, None
         self.recovered = False
         self.deps.stopping.set()
+        self.deps.intake.stop()
         self.scheduler.stop()
         for pool in client_pools(self.deps.ports).values():
             pool.abandon()  # wake every caller still waiting on an integration (CallAbandoned)
@@ -160,13 +164,21 @@ class Runtime:
                        dryrun: dict | None = None) -> Trigger:
         """Persist a ``pending`` trigger in one short transaction and hand it to the trigger
         actors without waiting for them."""
+        with self.deps.intake.accepting():  # new triggers wait for it (actors/intake.py)
+            trigger, here = self._insert_trigger(source, issue_key, policy_id, dryrun)
+        if here:
+            self._triggers.submit(trigger.id)
+        return trigger
+
+    def _insert_trigger(self, source: str, issue_key: str, policy_id: int | None,
+                        dryrun: dict | None) -> tuple[Trigger, bool]:
+        """The new trigger, committed, and whether a trigger actor here takes it (else the
+        other replicas have been told)."""
         store, now = self.deps.store, self.deps.clock.now()
         if not self.deps.config.cluster.shared:
             with unit_of_work(store.db):
-                trigger = store.triggers.create(source, issue_key, policy_id=policy_id,
-                                                dryrun=dryrun, now=now)
-            self._triggers.submit(trigger.id)
-            return trigger
+                return store.triggers.create(source, issue_key, policy_id=policy_id,
+                                             dryrun=dryrun, now=now), True
         # Shared mode: an idle trigger actor here takes it at once; else the others are told.
         here = self._triggers.has_idle() and not self.deps.stopping.is_set()
         with write_lock(store.db):
@@ -174,9 +186,7 @@ class Runtime:
                                             dryrun=dryrun, now=now)
             if not here:
                 notify_work(store.db)
-        if here:
-            self._triggers.submit(trigger.id)
-        return trigger
+        return trigger, here
 
     def cancel(self, execution_id: int, reason: str) -> str:
         """"applied" when it was not running, "signalled" when its actor stops at its next step;

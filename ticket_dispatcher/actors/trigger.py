@@ -197,6 +197,7 @@ class TriggerActor(TrackedActor):
         outcome = None
         try:
             if work is not None:  # else a retry of a trigger handed on by the sweeper
+                self._deps.intake.wait_turn()  # the requests being accepted go first
                 outcome = self._processor.process(work)
         except Exception:  # never let one trigger stop the actor
             log.exception("trigger actor failed", extra={"trigger_id": message.trigger_id})
