@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from statistics import median
@@ -41,12 +43,33 @@ import intake
 from databases import fresh_database
 from floors import JiraProcess
 
+WHERE = "import ticket_dispatcher; print(ticket_dispatcher.__file__)"
+
+
+def use_tree(tree: Path) -> None:
+    """The services started next import ``tree``'s package: ``PYTHONPATH`` names it, and
+    ``PYTHONSAFEPATH`` keeps the working directory off the front of ``sys.path``. Without it
+    a service started from the repository root (``python -m``, ``python -c``) imports the
+    root's package whatever ``PYTHONPATH`` says, and every tree runs the same code."""
+    os.environ.update(PYTHONPATH=str(tree), PYTHONSAFEPATH="1")
+
+
+def check_trees(trees: list[Path]) -> None:
+    """Stop unless a process started as the services are imports each tree's own package."""
+    for tree in trees:
+        use_tree(tree)
+        for cwd in {Path.cwd(), intake.ROOT}:
+            found = subprocess.run([sys.executable, "-c", WHERE], cwd=cwd, capture_output=True,
+                                   text=True, check=True).stdout.strip()
+            if not Path(found).resolve().is_relative_to(tree):
+                raise SystemExit(f"a service for {tree} would import {found} (from {cwd})")
+
 
 def run_tree(tree: Path, jira: JiraProcess, first: int, args: argparse.Namespace,
              settings: dict[str, str]) -> e2e.ServiceRun:
     """One service of ``tree`` on a fresh database: warm-up, then ``args.triggers``
     dispatches of new issues numbered from ``first``."""
-    os.environ["PYTHONPATH"] = str(tree)  # the Dispatcher's process inherits it
+    use_tree(tree)
     with fresh_database(args.postgres_url) as url:
         service = e2e.Dispatcher(url, jira, settings)
         try:
@@ -66,7 +89,7 @@ def intake_run(tree: Path, jira: JiraProcess, args: argparse.Namespace, script: 
                tmp: Path) -> tuple[intake.WrkRun, float, float]:
     """One service of ``tree`` on a fresh database under ``wrk``: the run, then the seconds
     and the CPU per request of draining the backlog it left."""
-    os.environ["PYTHONPATH"] = str(tree)  # the service's process inherits it
+    use_tree(tree)
     with (fresh_database(args.postgres_url) as url,
           intake.service(url, tmp, True, jira) as server):
         intake.drain(server, intake.run_wrk(server, 1, args.connections, script).requests)
@@ -115,6 +138,7 @@ def main() -> None:
     for tree in trees:
         if not (tree / "ticket_dispatcher" / "__init__.py").is_file():
             parser.error(f"{tree} holds no ticket_dispatcher package")
+    check_trees(trees)
     given = {}
     for setting in args.setting:
         name, _, value = setting.partition("=")
