@@ -127,7 +127,10 @@ def test_a_trigger_starts_once_the_requests_being_accepted_are_answered(make_har
         posted = h.post_trigger("TCID-1", settle=False)
         until(lambda: intake.waiting == 1)
         assert h.trigger(posted.id).status is TriggerStatus.PENDING  # acknowledged, not claimed
+        actors = h.runtime.status()["trigger_actors"]  # what /admin/actors shows
+        assert actors["busy"] == 1 and actors["waiting_for_intake"] == 1
     h.wait_idle()
+    assert h.runtime.status()["trigger_actors"]["waiting_for_intake"] == 0
 
     trigger = h.trigger(posted.id)
     assert trigger.status is TriggerStatus.COMPLETED

@@ -363,4 +363,5 @@ class TriggerRouter:
         return {"actors": len(self._actors), "busy": len(self._actors) - idle,
                 "queue_length": queued, "retrying": retrying, "leases": leases,
                 "reclaimed_total": self.reclaimed_total,
+                "waiting_for_intake": self._deps.intake.waiting,
                 "alive": sum(1 for actor in self._actors if actor.is_alive())}
