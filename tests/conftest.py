@@ -1,5 +1,5 @@
 """Fixtures shared by the whole suite: a migrated store on each engine, a query counter, and the
-notification peers of the real-process tests.
+notification peers and processes of the real-process tests.
 
 PostgreSQL runs only when TICKET_DISPATCHER_TEST_DATABASE_URL is set. Each test gets a fresh
 schema of its own (tests/databases.py, which the benches share).
@@ -15,7 +15,7 @@ import pytest
 
 from tests.databases import postgres_schema, sqlite_url
 from tests.peer_notify import FakeCore, FakeLark, FakeOncall
-from tests.process import notification_peers
+from tests.process import Processes, notification_peers
 from ticket_dispatcher.store import Store
 
 PG_URL_ENV = "TICKET_DISPATCHER_TEST_DATABASE_URL"
@@ -117,3 +117,11 @@ def oncall(peers) -> FakeOncall:
 @pytest.fixture
 def core(peers) -> FakeCore:
     return peers[2]
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    """The ``serve`` processes a test starts (``processes.start``), each stopped at its end."""
+    started = Processes()
+    yield started
+    started.stop_all()

@@ -25,12 +25,12 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.peer import FakeJira, Route
-from tests.process import Dispatcher, Processes, wait_until
+from tests.process import Dispatcher, wait_until
+from ticket_dispatcher.metrics import PREFIX
 
 BURST = 240  # trigger requests
 POSTERS = 16  # sent at once, as Jira Automation rules firing together do
 KEY = "BURST-1"
-PREFIX = "ticket_manager_dispatch_"
 
 
 @pytest.fixture
@@ -38,13 +38,6 @@ def jira() -> Iterator[FakeJira]:
     with FakeJira() as fake:
         fake.add_issue(KEY)
         yield fake
-
-
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    started = Processes()
-    yield started
-    started.stop_all()
 
 
 def samples(dispatcher: Dispatcher) -> dict[tuple[str, tuple], float]:

@@ -108,13 +108,6 @@ def person() -> tuple[str, str, str]:
     return EMAIL, NAME, OPEN_ID
 
 
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    started = Processes()
-    yield started
-    started.stop_all()
-
-
 class Cluster:
     """The replicas of one test, and a client that posts to each of them in turn."""
 

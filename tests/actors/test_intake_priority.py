@@ -1,7 +1,7 @@
 """Trigger requests before the start of new triggers: a trigger actor waits, for at most
 ``intake_priority``, while trigger requests are being accepted; nothing already started waits.
 
-Waiting for the actors is the bounded ``until``; the only time that passes for real is the
+Waiting for the actors is the bounded ``wait_until``; the only time that passes for real is the
 product's own bound, in the tests that are about it.
 """
 
@@ -14,18 +14,12 @@ import pytest
 
 from tests.fakes import RecordingAction
 from tests.harness import rule
+from tests.process import wait_until
 from ticket_dispatcher.actors.intake import IntakePriority
 from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
 from ticket_dispatcher.metrics import PREFIX
 
 BOUND = 10  # seconds: the longest any wait of these tests may take before it fails
-
-
-def until(predicate, timeout: float = BOUND) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never held"
-        time.sleep(0.001)
 
 
 class Turn:
@@ -60,7 +54,7 @@ def test_a_turn_waits_until_every_request_being_accepted_is_answered():
     first.__enter__()
     second.__enter__()
     turn = Turn(gate)
-    until(lambda: gate.waiting == 1)
+    wait_until(lambda: gate.waiting == 1, BOUND, "a turn waits")
 
     first.__exit__(None, None, None)
     assert not turn.done.is_set() and gate.waiting == 1  # one is still being accepted
@@ -75,7 +69,7 @@ def test_a_request_that_fails_ends_its_acceptance_too():
     gate = IntakePriority(BOUND * 3)
     with pytest.raises(RuntimeError), gate.accepting():
         turn = Turn(gate)
-        until(lambda: gate.waiting == 1)
+        wait_until(lambda: gate.waiting == 1, BOUND, "a turn waits")
         raise RuntimeError("the insert failed")
 
     assert turn.done.wait(BOUND)
@@ -105,7 +99,7 @@ def test_stop_ends_every_wait_and_no_turn_waits_after_it():
     gate = IntakePriority(BOUND * 3)
     with gate.accepting():
         turns = [Turn(gate), Turn(gate)]
-        until(lambda: gate.waiting == 2)
+        wait_until(lambda: gate.waiting == 2, BOUND, "both turns wait")
         gate.stop()
         assert all(turn.done.wait(BOUND) for turn in turns)
         assert Turn(gate).done.wait(BOUND)
@@ -125,7 +119,7 @@ def test_a_trigger_starts_once_the_requests_being_accepted_are_answered(make_har
 
     with intake.accepting():  # another trigger request, still being accepted
         posted = h.post_trigger("TCID-1", settle=False)
-        until(lambda: intake.waiting == 1)
+        wait_until(lambda: intake.waiting == 1, BOUND, "the trigger actor waits")
         assert h.trigger(posted.id).status is TriggerStatus.PENDING  # acknowledged, not claimed
         actors = h.runtime.status()["trigger_actors"]  # what /admin/actors shows
         assert actors["busy"] == 1 and actors["waiting_for_intake"] == 1
@@ -169,7 +163,7 @@ def test_a_stop_ends_the_wait_of_a_trigger_and_leaves_it_for_the_next_boot(make_
 
     with intake.accepting():
         posted = h.post_trigger("TCID-1", settle=False)
-        until(lambda: intake.waiting == 1)
+        wait_until(lambda: intake.waiting == 1, BOUND, "the trigger actor waits")
         started = time.monotonic()
         assert h.runtime.stop(timeout=5)
         assert time.monotonic() - started < 5
