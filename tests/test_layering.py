@@ -25,6 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "actors": {"domain", "config", "store", "integrations", "logging", "metrics"},
     "http": {"domain", "config", "settings", "store", "actors", "logging", "metrics"},
     "sandbox": {"domain"},
+    "console": {"domain", "config", "settings", "store", "actors", "http", "logging", "metrics"},
 }
 for leaf in LEAVES:
     ALLOWED.setdefault(leaf, set())

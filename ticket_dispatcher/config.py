@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -313,6 +314,63 @@ class AuthConfig:
     api_keys: tuple[ApiKey, ...] = compound((), _read_api_keys, _show_api_keys)
 
 
+def _addresses() -> Kind:
+    return text(check=lambda value: _parse_networks(value) is not None,
+                expected="comma-separated IP addresses or networks (10.0.0.5, 10.1.0.0/16)")
+
+
+def _parse_networks(value: str) -> tuple | None:
+    """``"10.0.0.5, 10.1.0.0/16"`` as networks; None when any part is not one."""
+    networks = []
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError:
+            return None
+    return tuple(networks)
+
+
+def _names(value: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in value.split(",") if name.strip())
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """The operator console at ``/console/`` (docs/console.md).
+
+    A session cookie is signed with ``session_secret`` (every replica must share it; when it is
+    empty each process draws a random one at start, so a restart signs everyone out) and lasts
+    ``session_lifetime``. ``secure_cookie = false`` is for plain-HTTP development only.
+    ``trusted_proxies`` lists the reverse proxies (oauth2-proxy) whose ``X-Forwarded-Email`` and
+    ``X-Forwarded-Groups`` headers are believed; the groups map to roles by
+    ``proxy_operator_groups`` and ``proxy_viewer_groups``. Those headers from any other address
+    are ignored.
+    """
+
+    enabled: bool = setting(True, boolean())
+    session_secret: str = setting("", text(secret=True))
+    session_lifetime: timedelta = setting(
+        timedelta(hours=12), duration(timedelta(minutes=1), timedelta(days=30)))
+    secure_cookie: bool = setting(True, boolean())
+    trusted_proxies: str = setting("", _addresses())
+    proxy_operator_groups: str = setting("", text())
+    proxy_viewer_groups: str = setting("", text())
+
+    @property
+    def proxy_networks(self) -> tuple:
+        return _parse_networks(self.trusted_proxies) or ()
+
+    @property
+    def operator_groups(self) -> frozenset[str]:
+        return _names(self.proxy_operator_groups)
+
+    @property
+    def viewer_groups(self) -> frozenset[str]:
+        return _names(self.proxy_viewer_groups)
+
+
 @dataclass(frozen=True)
 class NotificationsConfig:
     enabled: bool = setting(False, boolean())  # one switch for the whole workflow, default off
@@ -439,6 +497,7 @@ class Config:
     leases: LeasesConfig = section(LeasesConfig)
     cluster: ClusterConfig = section(ClusterConfig)
     auth: AuthConfig = section(AuthConfig)
+    console: ConsoleConfig = section(ConsoleConfig)
     notifications: NotificationsConfig = section(NotificationsConfig)
     jira: JiraConfig = section(JiraConfig)
     lark: LarkConfig = section(LarkConfig)
@@ -455,7 +514,7 @@ class Config:
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for the log redactor."""
         values = [self.jira.api_token, self.lark.app_secret, self.oncall.token, self.core.token,
-                  self.jira.basic_credential()]
+                  self.jira.basic_credential(), self.console.session_secret]
         password = urlsplit(self.database_url).password or ""
         # The URL carries the password percent-encoded; a driver error may show either form.
         values += [password, unquote(password)]

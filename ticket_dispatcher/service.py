@@ -13,7 +13,7 @@ from types import FrameType
 
 import waitress
 
-from ticket_dispatcher import __version__, cpu
+from ticket_dispatcher import __version__, console, cpu
 from ticket_dispatcher.actors.client_ports import build_client_pools
 from ticket_dispatcher.actors.runtime import Runtime, stop_remaining_actors
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
@@ -81,7 +81,12 @@ class Service:
         self.store.health.subscribe(self.metrics)  # database_up and store_errors_total
         self.services = Services(store=self.store, config=config, clock=self.clock,
                                  registry=self.registry, metrics=self.metrics)
-        self.app = create_app(self.services, auth_enabled=self.auth_enabled)
+        self.console = (console.Console(self.services, auth_enabled=self.auth_enabled)
+                        if config.console.enabled else None)
+        self.app = create_app(self.services, auth_enabled=self.auth_enabled,
+                              gates=[console.ConsoleGate(self.console)] if self.console else [])
+        if self.console is not None:
+            console.mount(self.app, self.console)
         self.sandbox = Sandbox() if sandbox else None
         if self.sandbox is not None:
             mount_sandbox(self.app, self.sandbox)

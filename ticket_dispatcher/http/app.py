@@ -80,13 +80,17 @@ class Services:
         return self.runtime
 
 
-def create_app(services: Services, *, auth_enabled: bool = True) -> falcon.App:
+def create_app(services: Services, *, auth_enabled: bool = True,
+               gates: list | tuple = ()) -> falcon.App:
+    """The API. ``gates``: more authentication middleware (the console's), run after the API
+    key check and before the request's parameters and database connection."""
     # Order matters: falcon runs process_resource in this order and stops at the first that
     # raises, so authentication refuses a request before its parameters are judged, and both
     # before it takes a database connection.
     app = falcon.App(
         middleware=[ApiKeyAuth(services.config.auth, enabled=auth_enabled,
                                now=services.clock.now),
+                    *gates,
                     TextParameters(),
                     DatabaseConnection(services.store)],
         cors_enable=False,

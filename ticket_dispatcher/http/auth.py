@@ -77,8 +77,8 @@ class ApiKeyAuth:
                                       max_keys=MAX_TRACKED_ADDRESSES)
 
     def process_resource(self, req: falcon.Request, resp, resource, params) -> None:
-        if resource is None:
-            return
+        if resource is None or hasattr(resource, "console_roles"):
+            return  # a console page: its own gate signs people in (console/web.py)
         declared = getattr(resource, "roles", {})
         if req.method not in declared:
             if req.method == "OPTIONS" or not hasattr(resource, f"on_{req.method.lower()}"):

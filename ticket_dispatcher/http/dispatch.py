@@ -119,7 +119,7 @@ def _query_time(req: falcon.Request, name: str) -> datetime | None:
     raise InvalidInput(f"query parameter {name} {message}", [Problem(name, message)])
 
 
-def _trigger_filters(req: falcon.Request) -> dict:
+def trigger_filters(req: falcon.Request) -> dict:
     """The ``GET /dispatch/triggers`` filters as ``TriggerRepository.list`` keywords; every
     bad value is a 400 naming its parameter."""
     if req.get_param("offset") is not None:  # a client paging by offset would loop forever
@@ -190,7 +190,7 @@ class TriggerCollection:
             self._services.metrics.trigger_received(intake["source"], intake["outcome"])
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        items, following = self._services.store.triggers.list(**_trigger_filters(req))
+        items, following = self._services.store.triggers.list(**trigger_filters(req))
         resp.media = {"items": [trigger.to_json() for trigger in items],
                       "next_cursor": encode_cursor(following) if following else None}
 

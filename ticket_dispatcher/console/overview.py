@@ -1,0 +1,46 @@
+"""The overview: is the database up, which replicas serve, and what is waiting or failing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import falcon
+
+from ticket_dispatcher.console.web import Page
+from ticket_dispatcher.domain.execution import TriggerStatus
+from ticket_dispatcher.errors import StoreUnavailable
+from ticket_dispatcher.timeutil import format_time
+
+FAILED_WINDOW = timedelta(hours=1)
+COUNT_CAP = 200  # failed triggers counted exactly up to this; beyond it the page says "200+"
+
+
+class Overview(Page):
+    # Renders while the database is down (that is what it must show): each read takes its own
+    # connection and an outage is shown, not answered 503.
+    uses_database = False
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        store, now = self.services.store, self.services.clock.now()
+        runtime = self.services.runtime
+        status = runtime.status() if runtime is not None else None
+        since = now - FAILED_WINDOW
+        database_up = store.ping()
+        facts = {"triggers": None, "executions": None, "failed": None, "failed_more": False}
+        if database_up:
+            try:
+                with store.connection():
+                    facts["triggers"] = store.triggers.backlog(now)
+                    created, executing = store.executions.backlog(now)
+                    facts["executions"] = {"created": created, "executing": executing}
+                    failed, following = store.triggers.list(
+                        status=TriggerStatus.FAILED, source=None, issue_key=None,
+                        created_after=since, created_before=None, before_id=None,
+                        limit=COUNT_CAP)
+                    facts["failed"], facts["failed_more"] = len(failed), following is not None
+            except StoreUnavailable:
+                database_up = False
+        self.console.render(req, resp, "overview.html", status_view=status,
+                            database_up=database_up, facts=facts,
+                            failed_since=format_time(since), count_cap=COUNT_CAP,
+                            mode=self.services.config.cluster.mode)

@@ -1,0 +1,67 @@
+"""Sign in with an API key (a session cookie), and sign out."""
+
+from __future__ import annotations
+
+import falcon
+
+from ticket_dispatcher.console.session import COOKIE
+from ticket_dispatcher.console.web import BASE, Page, form_text, see_other, url
+from ticket_dispatcher.http.auth import PUBLIC, authenticate
+from ticket_dispatcher.http.errors import ApiError
+from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
+
+MAX_TRACKED_ADDRESSES = 10_000
+
+
+def _safe_next(target: str | None) -> str:
+    """Where to go after signing in: a console path only, never another site."""
+    if target and target.startswith(BASE) and not target.startswith("//") \
+            and "\\" not in target:
+        return target
+    return BASE
+
+
+class SignIn(Page):
+    console_roles = {"GET": PUBLIC, "POST": PUBLIC}
+    uses_database = False
+
+    def __init__(self, console):
+        super().__init__(console)
+        auth = self.services.config.auth
+        self._failures = TokenBuckets(auth.failure_rate, auth.failure_burst,
+                                      self.services.clock.now, max_keys=MAX_TRACKED_ADDRESSES)
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        self.console.render(req, resp, "sign_in.html", next=_safe_next(req.get_param("next")),
+                            failed="")
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        form = req.context.form
+        target = _safe_next(form.get("next"))
+        if not self.console.auth_enabled:
+            see_other(resp, target)
+            return
+        key = authenticate(self.services.config.auth, form_text(form, "api_key", required=False))
+        if key is None:
+            wait = self._failures.take(req.remote_addr or "")
+            if wait:
+                raise ApiError(falcon.HTTP_429, "too many failed sign-ins from this address; "
+                               "wait before trying again",
+                               headers={"Retry-After": retry_after_header(wait)})
+            self.console.render(req, resp, "sign_in.html", status=falcon.HTTP_401,
+                                next=target, failed="That API key is not valid.")
+            return
+        value, lifetime = self.console.sessions.sign_in(key, self.services.clock.now())
+        resp.set_cookie(COOKIE, value, max_age=lifetime, path=BASE,
+                        secure=self.console.config.secure_cookie, http_only=True,
+                        same_site="Strict")
+        see_other(resp, target)
+
+
+class SignOut(Page):
+    console_roles = {"POST": PUBLIC}
+    uses_database = False
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.unset_cookie(COOKIE, path=BASE)
+        see_other(resp, url("/sign-in"))
