@@ -164,3 +164,17 @@ def test_proxy_headers_from_anywhere_else_are_ignored(harness):
     forged = {"X-Forwarded-Email": "alice@example.com", "X-Forwarded-Groups": "sre"}
 
     assert browser.get("/console/", headers=forged, remote_addr="192.0.2.7").status_code == 303
+
+
+def test_hostile_text_is_escaped_and_phone_numbers_and_secrets_are_masked(open_console,
+                                                                          harness):
+    reason = ('<script>alert(1)</script> "><img src=x onerror=alert(1)> '
+              "Oncall answered for +86 138 0013 8000 with token=abcdef0123456789")
+    failed_trigger(harness.store, harness.clock, reason=reason)
+
+    page = open_console.get("/console/triggers").text
+
+    assert "<script>alert(1)</script>" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "138 0013 8000" not in page and "abcdef0123456789" not in page
+    assert "Oncall answered for ***" in main_text(page)

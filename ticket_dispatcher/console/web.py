@@ -22,6 +22,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import falcon
 import jinja2
+import markupsafe
 
 from ticket_dispatcher import __version__
 from ticket_dispatcher.config import Role
@@ -30,6 +31,7 @@ from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http import errors
 from ticket_dispatcher.http.auth import PUBLIC, VIEWER
 from ticket_dispatcher.http.errors import ApiError
+from ticket_dispatcher.logging import Redactor
 from ticket_dispatcher.settings import MASK
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339, to_utc
 
@@ -79,7 +81,12 @@ class Console:
         self.auth_enabled = auth_enabled
         self.config = services.config.console
         self.sessions = Sessions(self.config, services.config.auth)
+        # Every value a template prints passes the logs' redactor first: configured secrets,
+        # tokens and phone numbers show as ***, wherever they hide (a Lark answer, a summary).
+        redactor = Redactor(services.config.secrets())
         self.env = jinja2.Environment(
+            finalize=lambda value: (redactor.text(value) if isinstance(value, str)
+                                    and not isinstance(value, markupsafe.Markup) else value),
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,  # every template, whatever its name
             undefined=jinja2.StrictUndefined,
@@ -96,7 +103,9 @@ class Console:
         resp.content_type = falcon.MEDIA_HTML
         resp.text = self.env.get_template(template).render(
             viewer=viewer, auth_enabled=self.auth_enabled, path=req.path,
-            csrf=self.sessions.csrf_token(viewer.identity if viewer else SIGNED_OUT),
+            # Markup: the token is base64url (nothing to escape) and must reach the form intact.
+            csrf=markupsafe.Markup(self.sessions.csrf_token(
+                viewer.identity if viewer else SIGNED_OUT)),
             now=self.services.clock.now(), **values)
 
     def viewer_of(self, req: falcon.Request) -> Viewer | None:
@@ -261,15 +270,15 @@ def _as_time(value) -> datetime | None:
         return None
 
 
-def when(value) -> jinja2.utils.markupsafe.Markup:
+def when(value) -> markupsafe.Markup:
     """A ``<time>``: UTC in the page (readable without JavaScript), the viewer's local time
     once console.js has run, UTC on hover either way."""
     moment = _as_time(value)
     if moment is None:
-        return jinja2.utils.markupsafe.Markup('<span class="muted">—</span>')
+        return markupsafe.Markup('<span class="muted">—</span>')
     iso = format_time(moment)
     shown = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
-    return jinja2.utils.markupsafe.Markup(
+    return markupsafe.Markup(
         '<time datetime="{0}" title="{1}" data-local>{1}</time>').format(iso, shown)
 
 
