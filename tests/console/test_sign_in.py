@@ -178,3 +178,17 @@ def test_hostile_text_is_escaped_and_phone_numbers_and_secrets_are_masked(open_c
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "138 0013 8000" not in page and "abcdef0123456789" not in page
     assert "Oncall answered for ***" in main_text(page)
+
+
+def test_sign_in_warns_when_a_secure_cookie_would_be_dropped_over_plain_http(harness):
+    config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": API_KEYS})
+    services = Services(store=harness.store, config=config, clock=harness.clock,
+                        runtime=harness.runtime)
+    browser = Console(testing.TestClient(build_app(services)), services)
+
+    plain = browser.get("/console/sign-in", host="td.internal")
+    proxied = browser.get("/console/sign-in", host="td.internal",
+                          headers={"X-Forwarded-Proto": "https"})
+
+    assert "your browser will not keep it" in main_text(plain.text)
+    assert "your browser will not keep it" not in main_text(proxied.text)

@@ -33,7 +33,15 @@ class SignIn(Page):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         self.console.render(req, resp, "sign_in.html", next=_safe_next(req.get_param("next")),
-                            failed="")
+                            failed="", cookie_lost=self._cookie_lost(req))
+
+    def _cookie_lost(self, req: falcon.Request) -> bool:
+        """A ``Secure`` cookie over plain HTTP (not to localhost, which browsers treat as
+        secure): the browser would drop it and every sign-in would lead back here."""
+        forwarded = (req.get_header("X-Forwarded-Proto") or "").lower()
+        return (self.console.config.secure_cookie and req.scheme == "http"
+                and forwarded != "https"
+                and req.host not in ("localhost", "127.0.0.1", "::1", "[::1]"))
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         form = req.context.form
@@ -49,7 +57,8 @@ class SignIn(Page):
                                "wait before trying again",
                                headers={"Retry-After": retry_after_header(wait)})
             self.console.render(req, resp, "sign_in.html", status=falcon.HTTP_401,
-                                next=target, failed="That API key is not valid.")
+                                next=target, failed="That API key is not valid.",
+                                cookie_lost=self._cookie_lost(req))
             return
         value, lifetime = self.console.sessions.sign_in(key, self.services.clock.now())
         resp.set_cookie(COOKIE, value, max_age=lifetime, path=BASE,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Mapping
 from datetime import datetime
@@ -34,6 +35,8 @@ from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.logging import Redactor
 from ticket_dispatcher.settings import MASK
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339, to_utc
+
+log = logging.getLogger(__name__)
 
 BASE = "/console"
 HERE = Path(__file__).resolve().parent
@@ -81,6 +84,9 @@ class Console:
         self.auth_enabled = auth_enabled
         self.config = services.config.console
         self.sessions = Sessions(self.config, services.config.auth)
+        if auth_enabled and services.config.cluster.shared and not self.config.session_secret:
+            log.warning("console.session_secret is not set: each replica signs its own console "
+                        "sessions, so a sign-in holds only on the replica that took it")
         # Every value a template prints passes the logs' redactor first: configured secrets,
         # tokens and phone numbers show as ***, wherever they hide (a Lark answer, a summary).
         redactor = Redactor(services.config.secrets())
