@@ -33,6 +33,7 @@ from ticket_dispatcher.store.models import (
 from ticket_dispatcher.timeutil import format_time, to_utc
 
 LATEST_SHOWN = 20  # differing cases a report lists, newest first
+STOPPED_SHOWN = 10  # shadows no longer running that the overview lists, newest version first
 _TERMINAL = ("succeeded", "failed")
 
 
@@ -84,6 +85,18 @@ class ShadowReport:
             "differences": {v.value: self.verdicts[v] for v in DIFFERENCES},
             "latest_differences": [case.to_json() for case in self.latest],
         }
+
+
+@dataclass(frozen=True)
+class ShadowSummary:
+    """One version in the shadows' overview: what it is, and its counts (no cases)."""
+
+    policy_id: int
+    family_id: str
+    name: str
+    version: int
+    status: PolicyStatus
+    report: ShadowReport
 
 
 class ShadowRepository:
@@ -191,6 +204,56 @@ class ShadowRepository:
         return judged
 
     # -- the report ----------------------------------------------------------------------------
+
+    def overview(self, stopped: int = STOPPED_SHOWN) -> list[ShadowSummary]:
+        """Every shadow running, then the ``stopped`` newest versions that were shadowed and
+        are not now (stopped, or activated), each with its counts; in three queries whatever
+        their number.
+
+        Only the decisions remember a stopped shadow. Its versions are found by walking the
+        distinct policy ids of the decisions downwards, one index probe each (a recursive
+        query: a plain ``DISTINCT`` would read every decision ever recorded), and there are
+        only ever a few of them."""
+        shadows, decisions = ShadowRow._meta.table_name, ShadowDecisionRow._meta.table_name
+        policies = PolicyRow._meta.table_name
+        with unit_of_work(self.db):
+            running = list(ShadowRow
+                           .select(ShadowRow, PolicyRow.name, PolicyRow.version,
+                                   PolicyRow.status)
+                           .join(PolicyRow, on=(PolicyRow.id == ShadowRow.policy_id))
+                           .order_by(ShadowRow.started_at.desc(), ShadowRow.policy_id.desc())
+                           .objects())
+            ended = self.db.execute_sql(
+                f"WITH RECURSIVE walk(policy_id) AS ("
+                f" SELECT MAX(policy_id) FROM {decisions}"
+                f" UNION ALL"
+                f" SELECT (SELECT MAX(d.policy_id) FROM {decisions} d"
+                f" WHERE d.policy_id < walk.policy_id)"
+                f" FROM walk WHERE walk.policy_id IS NOT NULL)"
+                f" SELECT p.id, p.family_id, p.name, p.version, p.status"
+                f" FROM walk JOIN {policies} p ON p.id = walk.policy_id"
+                f" WHERE walk.policy_id NOT IN (SELECT policy_id FROM {shadows})"
+                f" ORDER BY p.id DESC LIMIT {int(stopped)}").fetchall() if stopped > 0 else []
+            ids = [row.policy_id for row in running] + [row[0] for row in ended]
+            verdicts: dict[int, Counter] = {policy_id: Counter() for policy_id in ids}
+            if ids:
+                counts = self.db.execute_sql(
+                    f"SELECT policy_id, verdict, COUNT(*) FROM {decisions}"
+                    f" WHERE policy_id IN ({placeholders(self.db.param, len(ids))})"
+                    f" GROUP BY policy_id, verdict", tuple(ids)).fetchall()
+                for policy_id, verdict, n in counts:
+                    verdicts[policy_id][Verdict(verdict) if verdict else None] = n
+        summaries = [ShadowSummary(
+            row.policy_id, row.family_id, row.name, row.version, PolicyStatus(row.status),
+            ShadowReport(policy_id=row.policy_id, family_id=row.family_id, shadowing=True,
+                         started_at=row.started_at, dropped=row.dropped,
+                         verdicts=verdicts[row.policy_id])) for row in running]
+        summaries += [ShadowSummary(
+            policy_id, family_id, name, version, PolicyStatus(status),
+            ShadowReport(policy_id=policy_id, family_id=family_id, shadowing=False,
+                         started_at=None, dropped=0, verdicts=verdicts[policy_id]))
+            for policy_id, family_id, name, version, status in ended]
+        return summaries
 
     def report(self, policy_id: int, latest: int = LATEST_SHOWN) -> ShadowReport:
         """What ``policy_id`` decided in shadow; ``NotFound`` for an unknown policy."""
