@@ -1,7 +1,293 @@
-"""The console's engineers pages."""
+"""Engineers: who may receive tickets, switching one on or off, and the rotations of the active
+policies with whose turn it is now.
+
+A rotation is a ``round_robin`` or ``balanced`` receiver of an active policy's ``assign`` or
+``assign_l2`` action. Where the receiver lists its engineers, the turn is computed as a live
+assignment would take it now (``next_in_turn`` over the dispatch-enabled members, the rule
+``EngineerRepository.take_turn`` applies), from one read of every member of every rotation. A
+group or an Oncall team is only resolved when an assignment runs, and ``balanced`` counts open
+issues in Jira at that moment: for those the page shows what the newest run of the rule read
+(its candidates, counts, choice and reason), from one bounded query for all the rules.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import datetime
+from urllib.parse import quote
+
+import falcon
+
+from ticket_dispatcher.console.actions import Action, Done
+from ticket_dispatcher.console.web import Page, Query, url
+from ticket_dispatcher.domain.actions.assign import AssignState, next_in_turn
+from ticket_dispatcher.domain.actions.state import StateError
+from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
+from ticket_dispatcher.domain.execution import ActionExecution, Execution
+from ticket_dispatcher.domain.model import Engineer, Policy, Rule
+from ticket_dispatcher.errors import InvalidInput, Problem
+from ticket_dispatcher.http.auth import OPERATOR
+from ticket_dispatcher.http.binding import paging, query_choice
+from ticket_dispatcher.http.engineers import normalise_email
+from ticket_dispatcher.store.executions import LATEST_LOOKBACK
+
+FILTERS = ("dispatch_enabled", "limit")
+ASSIGN_TYPES = (ActionType.ASSIGN.value, ActionType.ASSIGN_L2.value)
+ROTATING = (Strategy.ROUND_ROBIN.value, Strategy.BALANCED.value)
+# Receivers whose engineers the policy names; a group's or a team's are known at run time only.
+LISTED = (ReceiverType.USER.value, ReceiverType.USERS.value)
+
 
 def routes(console, ID: str) -> list:
-    return []
+    return [
+        ("/engineers", EngineerList(console)),
+        ("/engineers/{email}/dispatch", EngineerDispatch(console)),
+    ]
+
+
+def _flag(text: str) -> bool:
+    if text == "true":
+        return True
+    if text == "false":
+        return False
+    raise ValueError(text)
+
+
+def dispatch_url(email: str) -> str:
+    """The switch's form action: the email as one path segment."""
+    return url(f"/engineers/{quote(email, safe='@')}/dispatch")
+
+
+# -- the rotations --------------------------------------------------------------------------------
+
+
+@dataclass
+class Member:
+    """One engineer of a rotation as the page shows it: the stored engineer (None when no
+    engineer has that email, so no assignment can choose them) and whether the turn is theirs.
+    """
+
+    email: str
+    engineer: Engineer | None = None
+    turn: bool = False
+    count: int | None = None  # balanced: open issues as last counted
+
+    @property
+    def enabled(self) -> bool:
+        return self.engineer is not None and self.engineer.dispatch_enabled
+
+
+@dataclass
+class LastRun:
+    """What the newest run of a rotation's rule read and chose (``context.assign``)."""
+
+    execution: Execution
+    action: ActionExecution
+    candidates: list[str]
+    assignee: str
+    reason: str
+    counts: dict[str, int] | None
+
+    @property
+    def at(self) -> datetime | None:
+        return self.action.finished_at or self.action.planned_at or self.execution.updated_at
+
+    @property
+    def planned(self) -> bool:
+        return self.action.planned_at is not None
+
+
+@dataclass
+class Rotation:
+    policy: Policy
+    rule: Rule
+    index: int  # the action's place in the rule's ``then``
+    action_type: str
+    strategy: str
+    receiver_type: str
+    receiver: str  # the group or team name, or the listed emails joined
+    listed: list[str] = field(default_factory=list)  # a listed receiver's emails, in order
+    members: list[Member] = field(default_factory=list)
+    turn: Member | None = None
+    last: LastRun | None = None
+
+    @property
+    def listed_receiver(self) -> bool:
+        return self.receiver_type in LISTED
+
+    @property
+    def round_robin(self) -> bool:
+        return self.strategy == Strategy.ROUND_ROBIN.value
+
+
+def _dedupe(emails) -> list[str]:
+    """Lower-cased, in configured order, each once (as the assign action reads its receiver)."""
+    return list(dict.fromkeys(e.strip().lower() for e in emails if isinstance(e, str)
+                              and e.strip()))
+
+
+def find_rotations(policies: list[Policy]) -> list[Rotation]:
+    """Every rotating assign action of ``policies``, in policy, rule-run and action order."""
+    found = []
+    for policy in policies:
+        for rule in policy.ordered_rules:
+            for index, action in enumerate(rule.then):
+                kind = action.get("type")
+                config = action.get(kind) if kind in ASSIGN_TYPES else None
+                if not isinstance(config, dict) or config.get("strategy") not in ROTATING:
+                    continue
+                receiver = config.get("receiver") or {}
+                receiver_type = receiver.get("type", "")
+                if receiver_type == ReceiverType.USER.value:
+                    listed = _dedupe([receiver.get("user")])
+                elif receiver_type == ReceiverType.USERS.value:
+                    listed = _dedupe(receiver.get("users") or [])
+                else:
+                    listed = []
+                found.append(Rotation(
+                    policy=policy, rule=rule, index=index, action_type=kind,
+                    strategy=config["strategy"], receiver_type=receiver_type,
+                    receiver=", ".join(listed) if listed else str(receiver.get(receiver_type)),
+                    listed=listed))
+    return found
+
+
+def _last_run(rotation: Rotation, execution: Execution | None) -> LastRun | None:
+    if execution is None:
+        return None
+    for rule in execution.rule_executions:
+        if rule.rule_id != rotation.rule.id or rotation.index >= len(rule.action_executions):
+            continue
+        action = rule.action_executions[rotation.index]
+        try:
+            state = AssignState.load(action.context.get(AssignState.KEY))
+        except (StateError, TypeError) as exc:  # written by a newer release, or damaged
+            return LastRun(execution=execution, action=action, candidates=[], assignee="",
+                           reason=f"its saved state cannot be read here: {exc}", counts=None)
+        return LastRun(execution=execution, action=action,
+                       candidates=list(state.candidates or []), assignee=state.assignee or "",
+                       reason=state.reason or "", counts=state.counts)
+    return None
+
+
+def read_rotations(store) -> list[Rotation]:
+    """The active policies' rotations with their members and turns: a bounded number of
+    queries whatever the number of rotations (the active policies, the newest run of every
+    rotation's rule, and one read of every engineer any of them names)."""
+    rotations = find_rotations(store.policies.list_active())
+    if not rotations:
+        return []
+    latest = store.executions.latest_matched({r.rule.id for r in rotations})
+    for rotation in rotations:
+        rotation.last = _last_run(rotation, latest.get(rotation.rule.id))
+    named = set()
+    for rotation in rotations:
+        named.update(rotation.listed)
+        if rotation.last is not None:
+            named.update(_dedupe(rotation.last.candidates))
+    engineers = {}
+    if named:
+        found, _ = store.engineers.list(limit=len(named), email_in=named)
+        engineers = {e.email: e for e in found}
+    for rotation in rotations:
+        emails = rotation.listed or _dedupe(rotation.last.candidates if rotation.last else [])
+        counts = (rotation.last.counts or {}) if rotation.last else {}
+        rotation.members = [Member(email, engineers.get(email), count=counts.get(email))
+                            for email in emails]
+        enabled = [m for m in rotation.members if m.enabled]
+        if rotation.round_robin and enabled:
+            chosen = next_in_turn([m.engineer for m in enabled])
+            rotation.turn = next(m for m in enabled if m.engineer is chosen)
+            rotation.turn.turn = True
+    return rotations
+
+
+# -- resources ------------------------------------------------------------------------------------
+
+
+class EngineerList(Page):
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        query = Query(req)
+        limit, offset = paging(query)
+        enabled = query_choice(query, "dispatch_enabled", _flag, "true or false")
+        store = self.services.store
+        items, total = store.engineers.list(limit=limit, offset=offset,
+                                            dispatch_enabled=enabled)
+        filters = query.values(*FILTERS)
+        self.console.render(
+            req, resp, "engineers.html", items=items, total=total, limit=limit,
+            offset=offset, filters=dict.fromkeys(FILTERS, "") | filters, query=filters,
+            rotations=read_rotations(store), dispatch_url=dispatch_url,
+            lookback=LATEST_LOOKBACK)
+
+
+class _Switch(Action):
+    """Turn one engineer's dispatch on or off. The other columns stay as they are (``put``
+    with ``None`` keeps them), and so does the engineer's place in every round robin."""
+
+    enabled: bool
+    effect: str  # what the switch does, for the question
+
+    def _engineer(self, email: str) -> Engineer:
+        return self.services.store.engineers.get(normalise_email(email))  # 400, 404
+
+    def back(self, req: falcon.Request, email: str) -> str:
+        return url("/engineers")
+
+    def question(self, req: falcon.Request, email: str) -> str:
+        engineer = self._engineer(email)
+        if engineer.dispatch_enabled is self.enabled:
+            state = "enabled" if self.enabled else "disabled"
+            return f"{_who(engineer)} is {state} for dispatch already: confirming changes nothing."
+        return f"{self.title} for {_who(engineer)}? {self.effect}"
+
+    def apply(self, req: falcon.Request, email: str) -> Done:
+        # 404 for an engineer deleted since the question: ``put`` would create them again
+        engineer = self._engineer(email)
+        changed, _ = self.services.store.engineers.put(
+            engineer.email, dispatch_enabled=self.enabled, display_name=None,
+            jira_account_id=None, now=self.services.clock.now())
+        state = "enabled" if changed.dispatch_enabled else "disabled"
+        return Done(f"{_who(changed)} is now {state} for dispatch.", url("/engineers"),
+                    "Back to the engineers and rotations")
+
+
+class EnableDispatch(_Switch):
+    title = "Enable dispatch"
+    enabled = True
+    effect = ("Assign actions may choose them again. In a round robin their turn comes by "
+              "their last dispatch: never dispatched, or dispatched longest ago, goes first.")
+
+
+class DisableDispatch(_Switch):
+    title = "Disable dispatch"
+    enabled = False
+    danger = True
+    effect = ("No assign action chooses them until they are enabled again; an assignment "
+              "that has chosen them already still completes. Their last dispatch is kept, and "
+              "with it their place in each round robin.")
+
+
+class EngineerDispatch(Page):
+    """``POST /engineers/{email}/dispatch`` with ``enabled=true|false``: the form field picks
+    the switch, which asks first and acts on the confirmation."""
+
+    console_roles = {"POST": OPERATOR}
+
+    def __init__(self, console):
+        super().__init__(console)
+        self._switches = {True: EnableDispatch(console), False: DisableDispatch(console)}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
+        try:
+            enabled = _flag(req.context.form.get("enabled", ""))
+        except ValueError:
+            raise InvalidInput("enabled must be true or false",
+                               [Problem("enabled", "must be true or false")]) from None
+        self._switches[enabled].on_post(req, resp, email=email)
+
+
+def _who(engineer: Engineer) -> str:
+    if engineer.display_name:
+        return f"{engineer.display_name} ({engineer.email})"
+    return engineer.email

@@ -49,6 +49,8 @@ from ticket_dispatcher.store.triggers import TriggerClosing
 from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
 
 _RUNNING = (ExecutionStatus.CREATED.value, ExecutionStatus.EXECUTING.value)
+# How far back ``latest_matched`` looks for a rule's newest run, in executions (by id).
+LATEST_LOOKBACK = 10_000
 
 
 class ExecutionRepository:
@@ -342,6 +344,19 @@ class ExecutionRepository:
             rows = list(ExecutionRow.select().where(ExecutionRow.id.in_(list(execution_ids))))
             return {execution.id: execution for execution in self._with_rules(rows)}
 
+    def holder(self, execution_id: int) -> tuple[str, datetime | None] | None:
+        """(owner, expiry) of the lease on a running execution, in one query; None when it is
+        finished or nobody holds it (queued, or parked: a wait holds nothing). The lease is
+        the store's, not the aggregate's: only the console shows it, to say which replica
+        runs the execution now."""
+        with unit_of_work(self.db):
+            row = (ExecutionRow.select(ExecutionRow.lease_owner, ExecutionRow.lease_expires_at)
+                   .where((ExecutionRow.id == execution_id)
+                          & ExecutionRow.status.in_(_RUNNING)
+                          & ExecutionRow.lease_owner.is_null(False))
+                   .first())
+        return (row.lease_owner, row.lease_expires_at) if row is not None else None
+
     def list(self, *, issue_key: str | None = None, status: ExecutionStatus | None = None,
              mode: ExecutionMode | None = None, policy_id: int | None = None,
              trigger_id: int | None = None, limit: int = 50, offset: int = 0,
@@ -381,6 +396,57 @@ class ExecutionRepository:
                     age = seconds_since(now, row["oldest_updated"], ExecutionRow.updated_at)
                     executing[row["mode"]] = (row["count"], age)
         return created, executing
+
+    def parked(self, *, limit: int = 50, offset: int = 0) -> tuple[list[Execution], int]:
+        """The parked waits of every replica, the soonest ``wake_at`` first (ties by id), with
+        their rules, and how many there are (≤ 3 queries).
+
+        A parked execution is a running one (``executing``, or ``created`` when its first
+        issue load failed) with a ``wake_at`` that nobody holds: the save that parks it gives
+        its lease back. One a replica has claimed again (its old ``wake_at`` not yet cleared)
+        is running, not waiting, and is left out; one whose wake has come but that nobody has
+        claimed yet is still listed.
+
+        No index covers ``wake_at``: every parked row is read and sorted for the page (the
+        status index narrows them to the running ones). The sort carries only the ids, and the
+        page's rows are read by id after it, so a deep page does not sort whole rows."""
+        waiting = (ExecutionRow.select(ExecutionRow.id)
+                   .where(ExecutionRow.status.in_(_RUNNING)
+                          & ExecutionRow.wake_at.is_null(False)
+                          & ExecutionRow.lease_owner.is_null()))
+        page = waiting.order_by(ExecutionRow.wake_at, ExecutionRow.id).limit(limit).offset(offset)
+        with unit_of_work(self.db):
+            rows = list(ExecutionRow.select().where(ExecutionRow.id.in_(page))
+                        .order_by(ExecutionRow.wake_at, ExecutionRow.id))
+            # a short page is the last one: its total needs no COUNT (as ``fetch_page``)
+            short = len(rows) < limit and (rows or offset == 0)
+            total = offset + len(rows) if short else waiting.count()
+            return self._with_rules(rows), total
+
+    def latest_matched(self, rule_ids: Iterable[int], *,
+                       lookback: int = LATEST_LOOKBACK) -> dict[int, Execution]:
+        """For each of ``rule_ids``, the newest execution in which that rule matched (so its
+        actions ran, or are running), by rule id; a rule that matched in none of the newest
+        ``lookback`` executions is left out. Four queries, whatever the number of rules.
+
+        The rule executions carry no index on ``rule_id``: the look is bounded to the newest
+        ``lookback`` executions through the ``(execution_id, sequence)`` index instead, so it
+        costs the same on a history of any length. The newest id is read first and passed as
+        a value, so both engines plan the range scan from a known bound."""
+        wanted = sorted(set(rule_ids))
+        if not wanted:
+            return {}
+        table = RuleExecutionRow._meta.table_name
+        marks, param = placeholders(self.db.param, len(wanted)), self.db.param
+        with unit_of_work(self.db):
+            newest = ExecutionRow.select(peewee.fn.MAX(ExecutionRow.id)).scalar() or 0
+            latest = dict(self.db.execute_sql(
+                f"SELECT rule_id, MAX(execution_id) FROM {table} WHERE execution_id > {param} "
+                f"AND rule_id IN ({marks}) AND outcome = {param} GROUP BY rule_id",
+                (newest - lookback, *wanted, RuleOutcome.MATCHED.value)).fetchall())
+            executions = self.get_many(set(latest.values()))
+        return {rule_id: executions[execution_id] for rule_id, execution_id in latest.items()
+                if execution_id in executions}
 
     def recoverable(self) -> list[tuple[int, datetime | None]]:
         """Every created/executing execution, dry-runs included, in creation order

@@ -1,0 +1,276 @@
+"""The engineers page: the list with its filter and pages, switching an engineer's dispatch
+(asked first, operators only), and the rotations of the active policies with whose turn it is,
+the turn moving as assignments take it; a group's rotation as its newest run read it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from falcon import testing
+
+from tests.console.conftest import Console, build_app, main_text
+from tests.fakes import issue
+from tests.harness import Harness, assign, rule
+from ticket_dispatcher.config import load_config
+from ticket_dispatcher.domain.ports import GroupMember
+from ticket_dispatcher.http.app import Services
+
+ENGINEERS = ("a@example.com", "b@example.com", "c@example.com")
+PAGE = "/console/engineers"
+
+
+def staff(harness, *emails: str) -> None:
+    for email in emails or ENGINEERS:
+        harness.store.engineers.put(email, dispatch_enabled=True, now=harness.clock.now())
+        harness.jira.add_user(email)
+
+
+def rows(html: str) -> list[str]:
+    """The engineers table's rows, as text."""
+    table = html.split('<table class="rows engineers">', 1)[1].split("</table>", 1)[0]
+    body = table.split("<tbody>", 1)[1]
+    return [" ".join(re.sub(r"<[^>]+>", " ", "<tr" + row).split())
+            for row in body.split("<tr")[1:]]
+
+
+def rotation_text(html: str) -> str:
+    return main_text(html).split("Rotations", 1)[1]
+
+
+def turn(html: str) -> str:
+    """Whom the (first) rotation's turn points at, as its Turn fact says."""
+    return rotation_text(html).split(" Turn ", 1)[1].split(":", 1)[0].strip()
+
+
+# -- the list -------------------------------------------------------------------------------------
+
+
+def test_the_list_shows_each_engineer_and_filters_by_the_switch(console, harness):
+    store, now = harness.store, harness.clock.now()
+    store.engineers.put("b@example.com", dispatch_enabled=False, display_name="Bea", now=now)
+    store.engineers.put("a@example.com", dispatch_enabled=True, display_name="Al",
+                        jira_account_id="acc-a", now=now)
+    store.engineers.update_dispatch_state("a@example.com", dispatched_at=now,
+                                          issue_key="TCID-7", now=now)
+    console.sign_in("viewer")
+
+    page = console.get(PAGE).text
+
+    assert rows(page) == [
+        "a@example.com Al acc-a enabled 2026-11-30 01:00:00 UTC · TCID-7",
+        "b@example.com Bea not known yet disabled never",
+    ]
+    assert 'href="/console/executions?issue_key=TCID-7"' in page
+    disabled = console.get(PAGE, params={"dispatch_enabled": "false"}).text
+    assert [row.split()[0] for row in rows(disabled)] == ["b@example.com"]
+    assert '<option value="false" selected>disabled</option>' in disabled
+    enabled = console.get(PAGE, params={"dispatch_enabled": "true"}).text
+    assert [row.split()[0] for row in rows(enabled)] == ["a@example.com"]
+
+
+def test_the_list_pages_like_the_api(console, harness):
+    for n in range(5):
+        harness.store.engineers.put(f"e{n}@example.com", dispatch_enabled=True,
+                                    now=harness.clock.now())
+    console.sign_in("viewer")
+
+    first = console.get(PAGE, params={"limit": "2"}).text
+    second = console.get(PAGE, params={"limit": "2", "offset": "2"}).text
+
+    assert [row.split()[0] for row in rows(first)] == ["e0@example.com", "e1@example.com"]
+    assert "1–2 of 5" in main_text(first)
+    assert 'href="/console/engineers?limit=2&amp;offset=2" rel="next"' in first
+    assert [row.split()[0] for row in rows(second)] == ["e2@example.com", "e3@example.com"]
+
+
+@pytest.mark.parametrize("params", [{"dispatch_enabled": "maybe"}, {"limit": "0"},
+                                    {"offset": "-1"}])
+def test_a_bad_filter_is_a_400_page(console, params):
+    console.sign_in("viewer")
+
+    answer = console.get(PAGE, params=params)
+
+    assert answer.status_code == 400
+    assert answer.headers["Content-Type"].startswith("text/html")
+
+
+# -- the switch -----------------------------------------------------------------------------------
+
+
+def test_disabling_asks_first_then_disables_and_keeps_the_other_fields(console, harness):
+    store = harness.store
+    store.engineers.put("b@example.com", dispatch_enabled=True, display_name="Bea",
+                        jira_account_id="acc-b", now=harness.clock.now())
+    console.sign_in("operator")
+    page = console.get(PAGE).text
+    assert 'action="/console/engineers/b@example.com/dispatch"' in page
+    assert '<input type="hidden" name="enabled" value="false">' in page
+
+    asked = console.post("/console/engineers/b@example.com/dispatch", {"enabled": "false"})
+
+    assert asked.status_code == 200
+    assert main_text(asked.text).startswith("Disable dispatch Disable dispatch for Bea "
+                                            "(b@example.com)? No assign action chooses them")
+    assert '<input type="hidden" name="confirmed" value="yes">' in asked.text
+    assert store.engineers.get("b@example.com").dispatch_enabled is True  # not yet
+
+    harness.clock.advance(30)
+    done = console.post("/console/engineers/B@Example.com/dispatch",
+                        {"enabled": "false", "confirmed": "yes"})
+
+    assert done.status_code == 200
+    assert "Bea (b@example.com) is now disabled for dispatch." in main_text(done.text)
+    engineer = store.engineers.get("b@example.com")
+    assert engineer.dispatch_enabled is False
+    assert (engineer.display_name, engineer.jira_account_id) == ("Bea", "acc-b")
+    assert engineer.updated_at == harness.clock.now()
+    listed = console.get(PAGE).text
+    assert rows(listed) == ["b@example.com Bea acc-b disabled never Enable"]
+
+    console.post("/console/engineers/b@example.com/dispatch",
+                 {"enabled": "true", "confirmed": "yes"})
+    assert store.engineers.get("b@example.com").dispatch_enabled is True
+
+
+def test_a_viewer_sees_no_switch_and_a_forged_post_is_refused(console, harness):
+    staff(harness, "b@example.com")
+    console.sign_in("viewer")
+
+    page = console.get(PAGE).text
+    forged = console.post("/console/engineers/b@example.com/dispatch",
+                          {"enabled": "false", "confirmed": "yes"})
+
+    assert "/dispatch" not in page and "<th scope=\"col\">Action</th>" not in page
+    assert forged.status_code == 403
+    assert "this needs the operator role" in main_text(forged.text)
+    assert harness.store.engineers.get("b@example.com").dispatch_enabled is True
+
+
+@pytest.mark.parametrize(("path", "form", "code", "says"), [
+    ("/console/engineers/nobody@example.com/dispatch", {"enabled": "false"}, 404,
+     "engineer nobody@example.com not found"),
+    ("/console/engineers/nobody@example.com/dispatch", {"enabled": "false", "confirmed": "yes"},
+     404, "engineer nobody@example.com not found"),
+    ("/console/engineers/not-an-email/dispatch", {"enabled": "false"}, 400,
+     "the path must name an engineer by email address"),
+    ("/console/engineers/b@example.com/dispatch", {"enabled": "maybe"}, 400,
+     "enabled must be true or false"),
+    ("/console/engineers/b@example.com/dispatch", {}, 400, "enabled must be true or false"),
+])
+def test_a_bad_switch_answers_a_clear_page_and_changes_nothing(console, harness, path, form,
+                                                               code, says):
+    staff(harness, "b@example.com")
+    console.sign_in("operator")
+
+    answer = console.post(path, form)
+
+    assert answer.status_code == code
+    assert says in main_text(answer.text)
+    assert harness.store.engineers.get("b@example.com").dispatch_enabled is True
+    assert harness.store.engineers.list()[1] == 1  # nobody was created
+
+
+# -- rotations ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def world(store):
+    """The console (authentication off) over a real runtime, on each engine."""
+    harness = Harness(store).start()
+    services = Services(store=harness.store, config=load_config(None, environ={}),
+                        clock=harness.clock, runtime=harness.runtime)
+    console = Console(testing.TestClient(build_app(services, auth_enabled=False)), services)
+    yield harness, console
+    harness.wait_idle()
+    harness.stop()
+
+
+def test_the_turn_points_at_the_next_member_and_moves_with_each_dispatch(world):
+    harness, console = world
+    staff(harness)
+    harness.policy(rule(assign(*ENGINEERS), name="spread"))
+    assert turn(console.get(PAGE).text) == "a@example.com"  # never dispatched, listed first
+
+    for n, after in ((1, "b@example.com"), (2, "c@example.com"), (3, "a@example.com")):
+        harness.jira.put(issue(key=f"TCID-{n}"))
+        harness.post_trigger(f"TCID-{n}")
+        harness.clock.advance(1)
+        page = console.get(PAGE).text
+        assert turn(page) == after, n
+        assert f"Newest run: execution {n} for TCID-{n}" in rotation_text(page)
+
+    text = rotation_text(page)
+    assert "test policy · spread" in text and "0:assign , strategy round_robin" in text
+    assert ("1 a@example.com enabled 2026-11-30 01:00:00 UTC · TCID-1 next turn "
+            "2 b@example.com enabled 2026-11-30 01:00:01 UTC · TCID-2 "
+            "3 c@example.com enabled 2026-11-30 01:00:02 UTC · TCID-3 ") in text
+
+
+def test_the_turn_skips_a_disabled_member_and_says_when_nobody_can_be_chosen(world):
+    harness, console = world
+    staff(harness)
+    harness.policy(rule(assign(*ENGINEERS, "ghost@example.com")))
+    harness.store.engineers.put("a@example.com", dispatch_enabled=False,
+                                now=harness.clock.now())
+
+    page = console.get(PAGE).text
+
+    assert turn(page) == "b@example.com"
+    text = rotation_text(page)
+    assert "1 a@example.com disabled skipped" in text
+    assert "4 ghost@example.com unknown not an engineer: skipped" in text
+    assert "No run of this rule among the newest 10,000 executions." in text
+
+    for email in ("b@example.com", "c@example.com"):
+        harness.store.engineers.put(email, dispatch_enabled=False, now=harness.clock.now())
+    assert ("Turn Nobody : no member is an enabled engineer"
+            in rotation_text(console.get(PAGE).text))
+
+
+def test_a_group_rotation_shows_the_members_its_newest_run_read(world):
+    harness, console = world
+    staff(harness)
+    harness.directory.groups["tcoc-l1"] = [GroupMember("b@example.com"),
+                                           GroupMember("c@example.com")]
+    harness.policy(rule({"type": "assign", "assign": {
+        "receiver": {"type": "group", "group": "tcoc-l1"}, "strategy": "round_robin"}}))
+    before = rotation_text(console.get(PAGE).text)
+    assert "Core group tcoc-l1 (members resolved at run time)" in before
+    assert "Not known until an assignment runs." in before
+
+    execution_id = harness.post_trigger().execution_ids[0]
+
+    text = rotation_text(console.get(PAGE).text)
+    assert "Members as the newest run read them" in text
+    assert "Turn c@example.com : never dispatched, if the members are still the ones last read" \
+        in text
+    assert (f"Newest run: execution {execution_id} for TCID-1, 2026-11-30 01:00:00 UTC . Read "
+            "2 enabled candidates (b@example.com, c@example.com); chose b@example.com : "
+            "round_robin: never dispatched before.") in text
+
+
+def test_a_balanced_rotation_shows_the_counts_as_last_read(world):
+    harness, console = world
+    staff(harness)
+    harness.jira.open_issues.update({"acc-a": 4, "acc-b": 2, "acc-c": 3})
+    harness.policy(rule(assign(*ENGINEERS, strategy="balanced")))
+
+    harness.post_trigger()
+
+    text = rotation_text(console.get(PAGE).text)
+    assert "By the fewest open issues, counted in Jira when an assignment runs" in text
+    assert "Open issues, last counted 1 a@example.com enabled never 4" in text
+    assert "2 b@example.com enabled 2026-11-30 01:00:00 UTC · TCID-1 2" in text
+    assert "chose b@example.com : balanced: fewest open issues (2)." in text
+    assert "next turn" not in text
+
+
+def test_only_active_policies_have_rotations(world):
+    harness, console = world
+    staff(harness)
+    harness.policy(rule(assign(*ENGINEERS)), active=False)
+    harness.policy(rule(assign(*ENGINEERS, strategy="first")))
+
+    assert ("No active policy assigns by round_robin or balanced"
+            in rotation_text(console.get(PAGE).text))
