@@ -125,3 +125,19 @@ def processes() -> Iterator[Processes]:
     started = Processes()
     yield started
     started.stop_all()
+
+
+@pytest.fixture
+def harness(sqlite_store):
+    """The real actor runtime on SQLite with the test actions (the API and console tests)."""
+    from tests.fakes import GateAction, RecordingAction
+    from tests.harness import Harness
+    from ticket_dispatcher.domain.execution import FailureCode
+
+    h = Harness(sqlite_store, RecordingAction(), RecordingAction("test_wait", park_for=60),
+                RecordingAction("test_plan_fails", fail_in="plan",
+                                fail_code=FailureCode.PLAN_FAILED),
+                GateAction())
+    h.start()
+    yield h
+    h.stop()

@@ -15,7 +15,6 @@ import pytest
 from falcon import testing
 
 from tests.http.conftest import API_KEYS, KEYS
-from tests.http.conftest import harness  # noqa: F401 - the fixture, shared with the API tests
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.console import Console as ConsoleSite
 from ticket_dispatcher.console import ConsoleGate, mount

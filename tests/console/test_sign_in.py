@@ -16,7 +16,8 @@ def test_a_stranger_is_sent_to_sign_in_and_comes_back_where_they_were_going(cons
     answer = console.get("/console/triggers", params={"status": "failed"})
 
     assert answer.status_code == 303
-    assert answer.headers["Location"] == "/console/sign-in?next=%2Fconsole%2Ftriggers%3Fstatus%3Dfailed"
+    assert answer.headers["Location"] == ("/console/sign-in"
+                                          "?next=%2Fconsole%2Ftriggers%3Fstatus%3Dfailed")
     signed_in = console.post("/console/sign-in", {"api_key": KEYS["viewer"],
                                                   "next": "/console/triggers?status=failed"})
     assert signed_in.status_code == 303

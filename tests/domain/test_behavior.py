@@ -103,6 +103,21 @@ def test_rule_outcome_is_persisted_as_soon_as_it_is_evaluated():
     assert saved.action_executions[0].status is ActionStatus.PENDING
 
 
+def test_the_evaluation_keeps_every_leaf_of_the_condition_beside_the_reason():
+    runner = Runner(RecordingAction())
+    ex = execution(rule(1, 10, {"any": [P3, P1]}, ["test_noop"]))
+
+    runner.behavior.step(ex, issue())
+    runner.behavior.step(ex, issue())
+
+    evaluation = runner.checkpoints.last.rule_executions[0].evaluation
+    assert evaluation["reason"] == 'any matched [issue.priority "P1" in ["P0","P1"]]'
+    tree = evaluation["tree"]
+    assert tree["matched"] is True
+    assert [(leaf["expected"], leaf["actual"], leaf["matched"]) for leaf in tree["any"]] == [
+        ("P3", '"P1"', False), (["P0", "P1"], '"P1"', True)]
+
+
 def test_continue_runs_the_next_rule():
     noop = RecordingAction()
     ex = execution(rule(1, 10, ALWAYS, ["test_noop"], on_success="continue"),

@@ -70,21 +70,6 @@ def api(services) -> Api:
 
 
 @pytest.fixture
-def harness(sqlite_store):
-    from tests.fakes import GateAction, RecordingAction
-    from tests.harness import Harness
-    from ticket_dispatcher.domain.execution import FailureCode
-
-    h = Harness(sqlite_store, RecordingAction(), RecordingAction("test_wait", park_for=60),
-                RecordingAction("test_plan_fails", fail_in="plan",
-                                fail_code=FailureCode.PLAN_FAILED),
-                GateAction())
-    h.start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture
 def live_api(harness) -> Api:
     """The API with the real actor runtime behind it (triggers, executions, admin)."""
     config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": API_KEYS,

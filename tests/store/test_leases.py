@@ -89,6 +89,23 @@ def test_parking_and_finishing_give_the_lease_back(store):
     assert claim(store, parked_id, owner=OTHER) == Lease(OTHER, 2)
 
 
+def test_the_holder_of_a_running_execution_is_its_lease_owner_until_it_gives_it_back(store):
+    held, parked_id = created(store, "TCID-1"), created(store, "TCID-2")
+    assert store.executions.holder(held) is None  # queued: nobody holds it yet
+    claim(store, held)
+    parked = running(store, parked_id)
+    parked.wake_at = NOW + timedelta(minutes=5)
+    store.executions.save(parked, [], lease=claim(store, parked_id), parked=True)
+
+    assert store.executions.holder(held) == (ME, NOW + LEASE)
+    assert store.executions.holder(parked_id) is None
+    assert store.executions.holder(999_999) is None
+    finished = running(store, held)
+    finished.status, finished.live_lock_key = ExecutionStatus.SUCCEEDED, None
+    store.executions.save(finished, [], lease=Lease(ME, 1))
+    assert store.executions.holder(held) is None
+
+
 def test_renew_extends_only_the_owners_leases(store):
     mine, theirs = created(store, "TCID-1"), created(store, "TCID-2")
     claim(store, mine)

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRegistry, ActionRun, ResultKind
 from ticket_dispatcher.domain.catalog import OnSuccess
-from ticket_dispatcher.domain.conditions import ConditionError, evaluate
+from ticket_dispatcher.domain.conditions import ConditionError, evaluate_explained
 from ticket_dispatcher.domain.execution import (
     ActionExecution,
     ActionStatus,
@@ -128,13 +128,16 @@ class Behavior:
 
     def _evaluate(self, execution: Execution, rule: RuleExecution, issue: Issue) -> StepOutcome:
         try:
-            matched, reason = evaluate(rule.when, issue, self.business_now(execution))
+            matched, reason, tree = evaluate_explained(rule.when, issue,
+                                                       self.business_now(execution))
         except ConditionError as exc:
             return self._fail(execution, FailureCode.CONDITION_ERROR,
                               f"rule {rule.name!r}: {exc}")
         rule.outcome = RuleOutcome.MATCHED if matched else RuleOutcome.NOT_MATCHED
+        # ``tree``: every leaf with the issue's value beside the expected one, for a reader
+        # (the console); ``reason`` stays the one line the API has always given.
         rule.evaluation = {"matched": matched, "reason": reason,
-                           "evaluated_at": format_time(self._now())}
+                           "evaluated_at": format_time(self._now()), "tree": tree}
         if not matched:  # its actions will never run
             _skip_pending([rule])
         self._save(execution, [rule])

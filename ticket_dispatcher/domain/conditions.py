@@ -452,6 +452,30 @@ def evaluate(
     condition: Condition | dict, issue: Issue, now: datetime
 ) -> tuple[bool, str]:
     """Evaluate against the issue snapshot at business time ``now`` → (matched, reason)."""
+    matched, reason, _ = evaluate_explained(condition, issue, now)
+    return matched, reason
+
+
+def explain(condition: Condition | dict, issue: Issue, now: datetime) -> dict:
+    """The whole condition with every node evaluated, for a reader who wants each leaf's
+    verdict and not only the ones the reason names (``evaluate_explained``)."""
+    return evaluate_explained(condition, issue, now)[2]
+
+
+def evaluate_explained(
+    condition: Condition | dict, issue: Issue, now: datetime
+) -> tuple[bool, str, dict]:
+    """``evaluate``'s (matched, reason) and the tree behind them, from one walk.
+
+    The tree mirrors the condition: ``{"all"|"any"|"not": [children], "matched"}``,
+    ``{"always": true, "matched": true}``, and per leaf ``{"field", "operator", "expected",
+    "actual", "matched", "reason"}`` (``"ignore_case": true`` where set). ``expected`` is the
+    operand as the rule wrote it (the value, the values, the pattern, the moment; a time window
+    as its description; None for exists/not_exists); ``actual`` is the issue's value as the
+    leaf's reason shows it, cut like it (``MAX_REASON_VALUE``), None when the field is missing.
+    Every child is evaluated (they are pure and cheap), so the tree is complete whichever child
+    decided; it is stored with each rule execution, and a leaf's reason is the text ``evaluate``
+    joins into its own."""
     if isinstance(condition, dict):
         compiled, problems = compile_condition(condition)
         if compiled is None:
@@ -459,12 +483,14 @@ def evaluate(
         condition = compiled
     if now.tzinfo is None:
         raise ConditionError("business time must be timezone-aware")
-    return _evaluate(condition, issue, now, 0)
+    tree, reason = _evaluate(condition, issue, now, 0)
+    return tree["matched"], reason, tree
 
 
-def _evaluate(condition: Condition, issue: Issue, now: datetime, depth: int) -> tuple[bool, str]:
+def _evaluate(condition: Condition, issue: Issue, now: datetime, depth: int) -> tuple[dict, str]:
+    """→ (the node explained, its reason)."""
     if isinstance(condition, Always):
-        return True, "always"
+        return {"always": True, "matched": True}, "always"
     if isinstance(condition, Leaf):
         return _evaluate_leaf(condition, issue, now)
     if not isinstance(condition, Not | All | Any):
@@ -473,25 +499,26 @@ def _evaluate(condition: Condition, issue: Issue, now: datetime, depth: int) -> 
     if depth >= MAX_CONDITION_DEPTH:  # only a hand-built tree gets here; compile stops earlier
         raise ConditionError(_DEPTH_MESSAGE)
     if isinstance(condition, Not):
-        matched, reason = _evaluate(condition.child, issue, now, depth + 1)
-        return not matched, f"not ({reason})"
+        child, reason = _evaluate(condition.child, issue, now, depth + 1)
+        return {"not": [child], "matched": not child["matched"]}, f"not ({reason})"
     return _evaluate_composite(condition, issue, now, depth + 1)
 
 
 def _evaluate_composite(
     condition: All | Any, issue: Issue, now: datetime, depth: int
-) -> tuple[bool, str]:
+) -> tuple[dict, str]:
     # Every child is evaluated (they are pure and cheap) so the reason names each deciding one.
     results = [_evaluate(child, issue, now, depth) for child in condition.children]
     if isinstance(condition, All):
-        matched = all(ok for ok, _ in results)
-        shown = results if matched else [r for r in results if not r[0]]
-        label = "all" if matched else "all failed on"
+        matched = all(node["matched"] for node, _ in results)
+        shown = results if matched else [r for r in results if not r[0]["matched"]]
+        key, label = "all", "all" if matched else "all failed on"
     else:
-        matched = any(ok for ok, _ in results)
-        shown = [r for r in results if r[0]] if matched else results
-        label = "any matched" if matched else "any: none of"
-    return matched, f"{label} [{'; '.join(reason for _, reason in shown)}]"
+        matched = any(node["matched"] for node, _ in results)
+        shown = [r for r in results if r[0]["matched"]] if matched else results
+        key, label = "any", "any matched" if matched else "any: none of"
+    node = {key: [child for child, _ in results], "matched": matched}
+    return node, f"{label} [{'; '.join(reason for _, reason in shown)}]"
 
 
 def field_value(field: str, issue: Issue, now: datetime) -> typing.Any:
@@ -523,25 +550,53 @@ _FIELD_GETTERS: dict[str, Callable[[Issue, datetime], typing.Any]] = {
 }
 
 
-def _evaluate_leaf(leaf: Leaf, issue: Issue, now: datetime) -> tuple[bool, str]:
+def _evaluate_leaf(leaf: Leaf, issue: Issue, now: datetime) -> tuple[dict, str]:
     actual = field_value(leaf.field, issue, now)
     missing = actual is None or actual == ()
+    shown = None if missing else _show(leaf, actual)
     if leaf.operator in _PRESENCE_OPERATORS:
         exists = not missing
-        shown = f"{leaf.field} exists" if exists else f"{leaf.field} is missing"
-        return exists == (leaf.operator == "exists"), shown
+        reason = f"{leaf.field} exists" if exists else f"{leaf.field} is missing"
+        return _leaf_node(leaf, shown, exists == (leaf.operator == "exists"), reason)
     negated = leaf.operator in _NEGATIONS
     if missing:
         # Positive operators are false on a missing field, their negations true.
         suffix = f", so {leaf.operator} holds" if negated else ""
-        return negated, f"{leaf.field} is missing{suffix}"
+        return _leaf_node(leaf, shown, negated, f"{leaf.field} is missing{suffix}")
     if FIELDS[leaf.field] is FieldKind.TIME:
-        return _evaluate_time(leaf, actual)
+        return _leaf_node(leaf, shown, *_evaluate_time(leaf, actual, shown))
     positive = _NEGATIONS.get(leaf.operator, leaf.operator)
     elements = actual if isinstance(actual, tuple) else (actual,)
     hit = any(_text_test(positive, leaf, element) for element in elements)
     matched = hit != negated
-    return matched, _text_reason(leaf, actual, matched)
+    return _leaf_node(leaf, shown, matched, _text_reason(leaf, actual, shown, matched))
+
+
+def _leaf_node(leaf: Leaf, shown: str | None, matched: bool, reason: str) -> tuple[dict, str]:
+    node = {"field": leaf.field, "operator": leaf.operator, "expected": _expected(leaf),
+            "actual": shown, "matched": matched, "reason": reason}
+    if leaf.ignore_case:
+        node["ignore_case"] = True
+    return node, reason
+
+
+def _expected(leaf: Leaf) -> str | list[str] | None:
+    """The leaf's operand as the rule wrote it; a time window by its description."""
+    if leaf.operator in _VALUES_OPERATORS:
+        return list(leaf.values)
+    if leaf.window is not None:
+        return leaf.window.describe()
+    return leaf.value  # None for exists / not_exists
+
+
+def _show(leaf: Leaf, actual: typing.Any) -> str:
+    """The issue's value (present) as a reason quotes it."""
+    if isinstance(actual, datetime):
+        if leaf.window is None:
+            return format_time(actual)
+        local = actual.astimezone(leaf.window.zone)
+        return f"{format_time(actual)} ({local.strftime('%a %H:%M').lower()} local)"
+    return _shown(_json(list(actual) if isinstance(actual, tuple) else actual))
 
 
 def _fold(text: str, leaf: Leaf) -> str:
@@ -573,7 +628,7 @@ _PHRASES = {  # operator → (phrase when it holds, phrase when it does not)
 }
 
 
-def _text_reason(leaf: Leaf, actual: typing.Any, matched: bool) -> str:
+def _text_reason(leaf: Leaf, actual: typing.Any, shown: str | None, matched: bool) -> str:
     phrase = _PHRASES[leaf.operator][0 if matched else 1]
     if leaf.operator in _VALUES_OPERATORS:
         operand = _json(list(leaf.values))
@@ -581,7 +636,6 @@ def _text_reason(leaf: Leaf, actual: typing.Any, matched: bool) -> str:
         operand = f"/{leaf.value}/"
     else:
         operand = _json(leaf.value)
-    shown = _shown(_json(list(actual) if isinstance(actual, tuple) else actual))
     case = " (ignoring case)" if leaf.ignore_case else ""
     return f"{leaf.field} {shown} {phrase} {operand}{case}{_cut_note(leaf, actual)}"
 
@@ -605,7 +659,7 @@ def _shown(text: str) -> str:
     return f"{text[:MAX_REASON_VALUE]}… ({len(text)} characters)"
 
 
-def _evaluate_time(leaf: Leaf, actual: datetime) -> tuple[bool, str]:
+def _evaluate_time(leaf: Leaf, actual: datetime, shown: str | None) -> tuple[bool, str]:
     if leaf.operator == "time_window":
         assert leaf.window is not None
         local = actual.astimezone(leaf.window.zone)
@@ -614,11 +668,10 @@ def _evaluate_time(leaf: Leaf, actual: datetime) -> tuple[bool, str]:
             local.weekday() in leaf.window.weekdays
             and leaf.window.start_minute <= minute < leaf.window.end_minute
         )
-        shown = f"{format_time(actual)} ({local.strftime('%a %H:%M').lower()} local)"
         operand = leaf.window.describe()
     else:
         assert leaf.moment is not None
         matched = actual < leaf.moment if leaf.operator == "before" else actual > leaf.moment
-        shown, operand = format_time(actual), format_time(leaf.moment)
+        operand = format_time(leaf.moment)
     phrase = _PHRASES[leaf.operator][0 if matched else 1]
     return matched, f"{leaf.field} {shown} {phrase} {operand}"

@@ -160,7 +160,9 @@ class RuleExecution:
     on_success: OnSuccess
     action_executions: list[ActionExecution]
     outcome: RuleOutcome = RuleOutcome.NOT_EVALUATED
-    evaluation: dict | None = None  # {"matched", "reason", "evaluated_at"}
+    # {"matched", "reason", "evaluated_at", "tree"}; "tree" (conditions.evaluate_explained) is
+    # absent on rows evaluated by releases before it
+    evaluation: dict | None = None
 
     def to_json(self) -> dict:
         return {

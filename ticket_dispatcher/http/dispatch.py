@@ -239,6 +239,20 @@ class TriggerItem:
         resp.media = self._services.store.triggers.get(trigger_id).to_json()
 
 
+def execution_filters(req: falcon.Request) -> dict:
+    """The ``GET /dispatch/executions`` filters as ``ExecutionRepository.list`` keywords; every
+    bad value is a 400 naming its parameter."""
+    issue_key = req.get_param("issue_key")
+    return {
+        "issue_key": checked_issue_key(issue_key) if issue_key else None,
+        "status": query_choice(req, "status", ExecutionStatus,
+                               "one of " + ", ".join(ExecutionStatus)),
+        "mode": query_choice(req, "mode", ExecutionMode, "live or dry_run"),
+        "policy_id": query_int(req, "policy_id", default=None, minimum=1, maximum=MAX_ID),
+        "trigger_id": query_int(req, "trigger_id", default=None, minimum=1, maximum=MAX_ID),
+    }
+
+
 class ExecutionCollection:
     roles = {"GET": VIEWER}
 
@@ -247,16 +261,8 @@ class ExecutionCollection:
 
     def on_get(self, req, resp) -> None:
         limit, offset = paging(req)
-        issue_key = req.get_param("issue_key")
         items, total = self._services.store.executions.list(
-            issue_key=checked_issue_key(issue_key) if issue_key else None,
-            status=query_choice(req, "status", ExecutionStatus,
-                                "one of " + ", ".join(ExecutionStatus)),
-            mode=query_choice(req, "mode", ExecutionMode, "live or dry_run"),
-            policy_id=query_int(req, "policy_id", default=None, minimum=1, maximum=MAX_ID),
-            trigger_id=query_int(req, "trigger_id", default=None, minimum=1, maximum=MAX_ID),
-            limit=limit, offset=offset,
-        )
+            **execution_filters(req), limit=limit, offset=offset)
         resp.media = page(items, total)
 
 

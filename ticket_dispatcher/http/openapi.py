@@ -592,7 +592,9 @@ def _dispatch_schemas() -> dict:
             "transition": _object({"on_success": _enum(catalog.OnSuccess)}),
             "outcome": _enum(RuleOutcome),
             "evaluation": {"type": "object", "nullable": True,
-                           "description": "matched, reason, evaluated_at"},
+                           "description": "matched, reason, evaluated_at; tree: the condition "
+                                          "with every node evaluated (absent on rule "
+                                          "executions evaluated by older releases)"},
             "action_executions": {"type": "array", "items": _ref("ActionExecution")}}),
         "Execution": _object({
             "id": ID, "trigger_id": ID, "issue_key": {"type": "string"},
