@@ -99,3 +99,21 @@ def test_latest_matched_looks_back_only_so_far(store):
 
     assert store.executions.latest_matched([rule.id], lookback=4)[rule.id].id == matched
     assert store.executions.latest_matched([rule.id], lookback=3) == {}
+
+
+def test_failed_since_counts_the_failures_created_in_the_window_up_to_a_cap(store):
+    def trigger(key: str, at: datetime, failed: bool) -> None:
+        made = store.triggers.create("jira_automation", key, policy_id=None, dryrun=None,
+                                     now=at)
+        if failed:
+            store.triggers.fail(made.id, "issue load failed", at)
+
+    trigger("TCID-1", NOW - timedelta(hours=2), failed=True)  # before the window
+    for n in range(5):
+        trigger(f"TCID-{n + 10}", NOW - timedelta(minutes=n), failed=True)
+    trigger("TCID-20", NOW, failed=False)
+    since = NOW - timedelta(hours=1)
+
+    assert store.triggers.failed_since(since, 100) == 5
+    assert store.triggers.failed_since(since, 3) == 3
+    assert store.triggers.failed_since(NOW + timedelta(seconds=1), 100) == 0

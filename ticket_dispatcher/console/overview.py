@@ -7,7 +7,6 @@ from datetime import timedelta
 import falcon
 
 from ticket_dispatcher.console.web import Page
-from ticket_dispatcher.domain.execution import TriggerStatus
 from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.timeutil import format_time
 
@@ -33,11 +32,9 @@ class Overview(Page):
                     facts["triggers"] = store.triggers.backlog(now)
                     created, executing = store.executions.backlog(now)
                     facts["executions"] = {"created": created, "executing": executing}
-                    failed, following = store.triggers.list(
-                        status=TriggerStatus.FAILED, source=None, issue_key=None,
-                        created_after=since, created_before=None, before_id=None,
-                        limit=COUNT_CAP)
-                    facts["failed"], facts["failed_more"] = len(failed), following is not None
+                    failed = store.triggers.failed_since(since, COUNT_CAP + 1)
+                    facts["failed"] = min(failed, COUNT_CAP)
+                    facts["failed_more"] = failed > COUNT_CAP
             except StoreUnavailable:
                 database_up = False
         self.console.render(req, resp, "overview.html", status_view=status,
