@@ -364,7 +364,9 @@ def side_by_side(left: list[str], right: list[str]) -> list[DiffRow]:
 
 
 class PolicyDiff(Page):
-    """Two versions' documents side by side, in the API's form with sorted keys."""
+    """Two versions' documents side by side, as their authors wrote them (the policy spec,
+    sorted keys): the fields the server assigns (ids, status, times) differ between any two
+    versions and would bury the change; the page's header shows them instead."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         query = Query(req)
@@ -376,8 +378,8 @@ class PolicyDiff(Page):
         b = query_int(query, "b", default=None, minimum=1, maximum=MAX_ID)
         store = self.services.store
         left, right = store.policies.get(a), store.policies.get(b)
-        rows = side_by_side(pretty(left.to_json()).splitlines(),
-                            pretty(right.to_json()).splitlines())
+        rows = side_by_side(pretty(left.spec.to_json()).splitlines(),
+                            pretty(right.spec.to_json()).splitlines())
         self.console.render(req, resp, "policy_diff.html", left=left, right=right, rows=rows,
                             changed=sum(1 for row in rows if row.kind == "changed"))
 
