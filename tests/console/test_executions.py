@@ -396,3 +396,23 @@ def test_no_ack_is_a_timeout_then_the_escalation_with_its_verdict(notifications)
     escalation = section(text, "escalate_assignment_to_leader")
     assert "Outcome no_leader" in escalation
     assert "escalation: " in escalation  # its warning says why Jira was not changed
+
+
+def test_a_triggers_executions_say_while_it_is_pending_and_refresh_until_processed(
+        open_console, harness):
+    trigger = harness.store.triggers.create("jira_automation", "TCID-7", policy_id=None,
+                                            dryrun=None, now=harness.clock.now())
+
+    pending = open_console.get("/console/executions", params={"trigger_id": trigger.id})
+    harness.store.triggers.fail(trigger.id, "issue load failed: jira answered 404",
+                                harness.clock.now())
+    failed = open_console.get("/console/executions", params={"trigger_id": trigger.id})
+
+    text = main_text(pending.text)
+    assert f"Trigger {trigger.id} (jira_automation, TCID-7 ) is pending" in text
+    assert "its executions appear here once it is processed" in text
+    assert 'hx-trigger="every 2s"' in pending.text
+    assert "is failed : issue load failed: jira answered 404" in main_text(failed.text)
+    assert 'hx-trigger="every 2s"' not in failed.text
+    assert open_console.get("/console/executions",
+                            params={"trigger_id": 999_999}).status_code == 404

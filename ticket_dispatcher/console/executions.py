@@ -76,11 +76,17 @@ class ExecutionList(Page):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         query = Query(req)
         limit, offset = paging(query)
-        items, total = self.services.store.executions.list(
-            **execution_filters(query), limit=limit, offset=offset)
+        chosen = execution_filters(query)
+        items, total = self.services.store.executions.list(**chosen, limit=limit,
+                                                           offset=offset)
+        # The executions of one trigger (a replay's or a dry run's result page) appear once
+        # the trigger is processed: until then the page says so and refreshes itself.
+        trigger = (self.services.store.triggers.get(chosen["trigger_id"])
+                   if chosen["trigger_id"] is not None else None)
         filters = query.values(*FILTERS)
         self.console.render(
             req, resp, "executions.html", items=items, total=total, limit=limit,
+            trigger=trigger,
             offset=offset, filters=dict.fromkeys(FILTERS, "") | filters, page_query=filters,
             statuses=list(ExecutionStatus), modes=list(ExecutionMode))
 
