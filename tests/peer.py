@@ -18,8 +18,8 @@ Besides answering, it lets a test control and observe the peer:
   are in flight at once, or until ``timeout`` passes;
 - ``calls(route, key)`` is the call log (method, path, body, status, whether it was applied);
 - ``concurrency(route)`` is the current and the maximum number of requests in flight;
-- ``assignee(key)``, ``labels(key)`` and ``comments(key)`` are the issue as the fake now has
-  it; ``set_status(key, status)`` changes it the way a person in Jira would.
+- ``assignee(key)``, ``labels(key)``, ``comments(key)`` and ``status(key)`` are the issue as
+  the fake now has it; ``set_status(key, status)`` changes it the way a person in Jira would.
 
 Every piece of state sits behind one ``threading.Condition``; every change notifies it, so a
 test waits for a state (``wait_until``) instead of sleeping. The server is wsgiref's, one
@@ -356,6 +356,10 @@ class FakeJira(Served):
     def comments(self, key: str) -> list[Comment]:
         with self._condition:
             return list(self._issues[key].comments)
+
+    def status(self, key: str) -> str | None:
+        with self._condition:
+            return self._issues[key].status
 
     def set_status(self, key: str, status: str | None) -> None:
         with self._condition:
