@@ -151,3 +151,16 @@ def test_serve_refuses_a_cpu_it_may_not_run_on(tmp_path):
     error = process.stderr.read()
     assert f"cpu_affinity: CPU {beyond} is not one this process may run on" in error
     assert "Traceback" not in error
+
+
+def test_a_stop_that_comes_after_the_close_does_nothing(tmp_path):
+    """In shared mode a SIGTERM drains, stops the serving loop, and a timer pulls the loop's
+    wake-up once more a drain later. A shutdown that closed the server within that drain left
+    the timer to write to the closed wake-up pipe: its thread died with 'Bad file descriptor'
+    and a traceback on stderr (the chaos soak's rolling restarts found it)."""
+    from tests.process import sandbox_in_thread
+
+    with sandbox_in_thread(tmp_path) as service:
+        pass  # served, stopped and closed
+
+    service.stop_serving()  # the drain's timer, after the close

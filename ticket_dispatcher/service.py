@@ -115,6 +115,10 @@ class Service:
             self._close_store()
             raise
         self._shutdown: Deadline | None = None  # from the SIGTERM on
+        # ``stop_serving`` may come from the drain's timer after ``close`` released the port
+        # (and the serving loop's wake-up pipe with it): the lock and flag make it a no-op then.
+        self._serving_lock = threading.Lock()
+        self._server_closed = False
 
     def _work_arrived(self) -> None:
         if self.runtime is not None and self.runtime.recovered:
@@ -179,9 +183,12 @@ class Service:
         self.server.run()
 
     def stop_serving(self) -> None:
-        """Make ``run`` return; safe from any thread. The serving loop closes its own sockets
-        (closing them from another thread would pull them out from under its select)."""
-        self.server.trigger.pull_trigger(self._close_sockets)
+        """Make ``run`` return; safe from any thread, and at any time: once the server is
+        closed there is nothing to stop. The serving loop closes its own sockets (closing them
+        from another thread would pull them out from under its select)."""
+        with self._serving_lock:
+            if not self._server_closed:
+                self.server.trigger.pull_trigger(self._close_sockets)
 
     def _close_sockets(self) -> None:
         for channel in list(self.server._map.values()):
@@ -206,7 +213,9 @@ class Service:
                 stop_remaining_actors(deadline)
             finally:
                 self._close_store()
-                self.server.close()
+                with self._serving_lock:
+                    self._server_closed = True
+                    self.server.close()
 
     def _close_store(self) -> None:
         if self.link is not None:
