@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -153,14 +154,19 @@ def test_serve_refuses_a_cpu_it_may_not_run_on(tmp_path):
     assert "Traceback" not in error
 
 
-def test_a_stop_that_comes_after_the_close_does_nothing(tmp_path):
+def test_a_second_stop_after_the_loop_closed_its_sockets_does_nothing(tmp_path):
     """In shared mode a SIGTERM drains, stops the serving loop, and a timer pulls the loop's
-    wake-up once more a drain later. A shutdown that closed the server within that drain left
-    the timer to write to the closed wake-up pipe: its thread died with 'Bad file descriptor'
-    and a traceback on stderr (the chaos soak's rolling restarts found it)."""
-    from tests.process import sandbox_in_thread
+    wake-up once more a drain later. The loop closes every socket it serves when it stops,
+    its wake-up pipe among them, so that late pull wrote to a closed pipe: the timer's thread
+    died with 'Bad file descriptor' and a traceback on stderr (found by the chaos soak's
+    rolling restarts)."""
+    from tests.process import sandbox_in_thread, wait_until
+
+    def serving() -> bool:
+        return any(thread.name == "waitress" for thread in threading.enumerate())
 
     with sandbox_in_thread(tmp_path) as service:
-        pass  # served, stopped and closed
-
-    service.stop_serving()  # the drain's timer, after the close
+        service.stop_serving()  # the drain's first stop
+        wait_until(lambda: not serving(), 10, "the serving loop returns")
+        service.stop_serving()  # the drain's timer, a drain later
+        service.stop_serving()  # and the block's own stop, as close() follows

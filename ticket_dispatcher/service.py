@@ -115,8 +115,8 @@ class Service:
             self._close_store()
             raise
         self._shutdown: Deadline | None = None  # from the SIGTERM on
-        # ``stop_serving`` may come from the drain's timer after ``close`` released the port
-        # (and the serving loop's wake-up pipe with it): the lock and flag make it a no-op then.
+        # ``stop_serving`` may come again (the drain's timer) after the serving loop closed its
+        # sockets, its wake-up pipe among them: the lock and flag make it a no-op then.
         self._serving_lock = threading.Lock()
         self._server_closed = False
 
@@ -191,8 +191,10 @@ class Service:
                 self.server.trigger.pull_trigger(self._close_sockets)
 
     def _close_sockets(self) -> None:
-        for channel in list(self.server._map.values()):
-            channel.close()
+        with self._serving_lock:  # the wake-up pipe is one of them: no pull after this
+            self._server_closed = True
+            for channel in list(self.server._map.values()):
+                channel.close()
 
     def close(self) -> None:
         """Stop everything within ``shutdown_timeout``, whatever is in flight.
@@ -215,7 +217,7 @@ class Service:
                 self._close_store()
                 with self._serving_lock:
                     self._server_closed = True
-                    self.server.close()
+                    self.server.close()  # what the loop did not close itself
 
     def _close_store(self) -> None:
         if self.link is not None:
