@@ -37,7 +37,10 @@ every replica logged and what the database held at the end, and proves over the 
    per version and a notification family per family; with one version per family, as a soak
    runs, the two are the same, and the violation says when two versions were involved.
 5. **ACK waits end on time.** Each page action with a ``deadline`` and a ``finished_at`` has
-   ``finished_at <= deadline + ack_bound_s``.
+   ``finished_at <= deadline + ack_bound_s``; where a fault that stops the wait's last look
+   (Jira or Lark failing, the database gone, the replica down) lasts past the deadline, until
+   that fault's end plus ``ack_bound_s`` plus the retry backoff's cap (``RETRY_MAX_S``): a
+   wait never ends without its last look, which would page again after an ACK.
 6. **The round robin is even.** The turns of live ``round_robin`` assign actions
    (``turn_taken``, whatever the execution's end: a turn, once taken, moved the rotation) are
    counted per rule and per set of enabled candidates (``context.assign.candidates``). Over a
@@ -97,6 +100,10 @@ DEFAULT_L2_FIELD_ID = "customfield_10053"
 TERMINAL_TRIGGER = ("completed", "failed")
 TERMINAL_EXECUTION = ("succeeded", "failed")
 NO_END = math.inf
+# A wait's last look reads Jira (the status) and Lark (the card's reads); a step that failed is
+# tried again after a backoff capped at this (the service's actors/leases.py RETRY_MAX).
+RETRY_MAX_S = 30.0
+WAIT_BLOCKING = ("jira_", "lark_", "db_", "sqlite_lock", "kill9", "sigstop", "sigterm_restart")
 
 PROMISES = {
     1: "every accepted trigger reached an end",
@@ -788,6 +795,24 @@ def _no_overlap(history: History, summary: dict) -> Iterator[Violation]:
 # -- 5: ACK waits end on time ------------------------------------------------------------------
 
 
+def wait_allowed_until(history: History, deadline: float) -> float:
+    """The latest a wait with ``deadline`` may end: the deadline plus ``ack_bound_s``, and
+    where a fault that stops the wait's last look (Jira or Lark failing, the database gone, the
+    replica down) lasts past the deadline, that fault's end plus the bound plus the retry
+    backoff's cap: the step that could not look is tried again after that backoff, and a wait
+    is never ended without its last look (it would page again after an ACK)."""
+    allowed = deadline + history.ack_bound_s
+    blocking = [f for f in history.faults if f.kind.startswith(WAIT_BLOCKING)]
+    for _ in range(len(blocking) + 1):  # each pass may only extend it: bounded
+        extended = max([allowed] + [f.t_end + history.ack_bound_s + RETRY_MAX_S
+                                    for f in blocking if f.t_start <= allowed
+                                    and f.t_end >= deadline])
+        if extended == allowed:
+            break
+        allowed = extended
+    return allowed
+
+
 def _waits_on_time(history: History, summary: dict) -> Iterator[Violation]:
     bound = history.ack_bound_s
     for execution in sorted(history.executions.values(), key=lambda e: e["id"]):
@@ -797,14 +822,18 @@ def _waits_on_time(history: History, summary: dict) -> Iterator[Violation]:
                     or not action.get("finished_at"):
                 continue
             deadline, finished = epoch(page["deadline"]), epoch(action["finished_at"])
-            if finished > deadline + bound:
+            allowed = wait_allowed_until(history, deadline)
+            if finished > allowed:
                 yield Violation(5, f"execution {execution['id']}: the wait of page "
                                    f"{page.get('attempt')} ended {finished - deadline:.1f} s "
                                    f"after its deadline",
                                 [_describe_execution(history, execution),
                                  f"deadline {_clock_of(history, deadline)}, finished "
-                                 f"{_clock_of(history, finished)} (bound {bound:g} s), outcome "
-                                 f"{page.get('outcome')!r}, polls {page.get('polls', 0)}"],
+                                 f"{_clock_of(history, finished)} (allowed until "
+                                 f"{_clock_of(history, allowed)}: bound {bound:g} s, and a "
+                                 f"fault's end plus {RETRY_MAX_S:g} s where one stopped the "
+                                 f"last look), outcome {page.get('outcome')!r}, polls "
+                                 f"{page.get('polls', 0)}"],
                                 t_from=deadline, t_to=finished,
                                 execution_ids=[execution["id"]])
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import check, main
+from tests.chaos.checker import RETRY_MAX_S, check, main
 
 T0 = 1_796_000_000.0  # the run's start, epoch seconds
 END = T0 + 120.0
@@ -502,6 +502,28 @@ def test_a_wait_that_ended_after_its_deadline_and_the_bound_is_reported(clean, t
     assert (violation.execution_ids, violation.trigger_id, violation.issue_key) == \
         ([4], 4, "PAGE-1")
     assert "6.0 s after its deadline" in violation.title
+
+
+def test_a_wait_whose_last_look_a_jira_outage_stopped_may_end_after_it(clean, tmp_path):
+    """The wait's deadline falls inside a Jira outage: its last look is tried again after the
+    retry backoff, up to its cap after the outage ends. Within that it holds; an outage over
+    before the deadline excuses nothing."""
+    page = clean.executions[4]["rule_executions"][1]["action_executions"][1]
+    finished = T0 + 43  # the action's finished_at in the clean history
+    deadline = finished - ACK_BOUND_S - 8  # 8 s later than the bound alone allows
+    page["context"]["page"]["deadline"] = iso(deadline)
+    clean.fault(deadline - 5, deadline + 2, "jira_5xx", "jira")
+
+    assert check(clean.write(tmp_path)).violations == []
+    assert deadline + 2 + ACK_BOUND_S + RETRY_MAX_S > finished
+
+    outage = clean.faults.pop()
+    clean.fault(outage["t_start"], deadline - 1, "jira_5xx", "jira")  # over before it
+    late = tmp_path / "late"
+    late.mkdir()
+    violation = only(check(clean.write(late)), 5)
+    assert "13.0 s after its deadline" in violation.title
+    assert "allowed until" in violation.detail[1]
 
 
 # -- 6: the round robin is even ----------------------------------------------------------------
