@@ -34,6 +34,20 @@ BASE = "/api/v1/ticketmanager"
 POLL_SECONDS = 0.05
 
 
+def round_robin_policy(name: str, description: str, project: str, engineers) -> dict:
+    """An ordinary policy: every issue of ``project`` assigned round robin over ``engineers``."""
+    return {
+        "name": name, "description": description,
+        "trigger": {"enable": True, "source_in": [], "project_key_in": [project],
+                    "issue_label_all": []},
+        "rules": [{"name": "everything", "priority": 10, "when": {"always": True},
+                   "then": [{"type": "assign", "assign": {
+                       "receiver": {"type": "users", "users": list(engineers)},
+                       "strategy": "round_robin"}}],
+                   "transition": {"on_success": "terminate"}}],
+    }
+
+
 def assignee_notification_policy(name: str, project: str, *, urgent: list[str],
                                  attempts: int, ack_timeout: str, poll_interval: str,
                                  pending: str = "Todo", escalate: bool = False) -> dict:

@@ -34,6 +34,7 @@ from tests.process import (
     Processes,
     assignee_notification_policy,
     notification_settings,
+    round_robin_policy,
     wait_until,
 )
 
@@ -70,16 +71,8 @@ TERMINAL = ("succeeded", "failed")
 
 
 def assign_policy() -> dict:
-    return {
-        "name": "Assign HA tickets", "description": "round robin over three engineers",
-        "trigger": {"enable": True, "source_in": [], "project_key_in": [PROJECT],
-                    "issue_label_all": []},
-        "rules": [{"name": "everything", "priority": 10, "when": {"always": True},
-                   "then": [{"type": "assign", "assign": {
-                       "receiver": {"type": "users", "users": list(ENGINEERS)},
-                       "strategy": "round_robin"}}],
-                   "transition": {"on_success": "terminate"}}],
-    }
+    return round_robin_policy("Assign HA tickets", "round robin over three engineers", PROJECT,
+                              ENGINEERS)
 
 
 def configure(dispatcher: Dispatcher) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 
 import requests
 
-from tests.process import BASE, assignee_notification_policy, free_port
+from tests.process import BASE, assignee_notification_policy, free_port, round_robin_policy
 from tests.relay import Relay, relayed_url, target_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,16 +114,8 @@ def world_users() -> list[dict[str, Any]]:
 
 
 def assign_policy() -> dict:
-    return {
-        "name": "Assign CHAOS tickets", "description": "round robin over four engineers",
-        "trigger": {"enable": True, "source_in": [], "project_key_in": [ASSIGN_PROJECT],
-                    "issue_label_all": []},
-        "rules": [{"name": "everything", "priority": 10, "when": {"always": True},
-                   "then": [{"type": "assign", "assign": {
-                       "receiver": {"type": "users", "users": list(ENGINEERS)},
-                       "strategy": "round_robin"}}],
-                   "transition": {"on_success": "terminate"}}],
-    }
+    return round_robin_policy("Assign CHAOS tickets", "round robin over four engineers",
+                              ASSIGN_PROJECT, ENGINEERS)
 
 
 def notification_policy(workflow: Workflow) -> dict:
