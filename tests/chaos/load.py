@@ -64,7 +64,7 @@ class LoadConfig:
     notify_share: float = 0.25
     again_share: float = 0.1  # a further trigger for an issue triggered before
     urgent_share: float = 0.75  # notify issues with an urgent priority (pages, waits)
-    threads: int = 8
+    threads: int = 16  # a paused replica holds each request it gets for the read timeout
     attempts: int = 6
     ack_share: float = 0.5
     ack_delay_s: tuple[float, float] = (0.0, 20.0)
