@@ -31,6 +31,7 @@ from ticket_dispatcher.console.session import COOKIE, OPEN, Sessions, Viewer
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http import errors
 from ticket_dispatcher.http.auth import PUBLIC, VIEWER
+from ticket_dispatcher.http.binding import check_text
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.logging import Redactor
 from ticket_dispatcher.settings import MASK
@@ -223,20 +224,15 @@ class Query:
 
 
 def form_text(form: Mapping[str, str], name: str, *, required: bool = True,
-              multiline: bool = False, limit: int = 1000) -> str:
-    """One form field, checked like an API string (no control characters but, where
-    ``multiline``, TAB, LF and CR)."""
+              limit: int = 1000) -> str:
+    """One single-line form field, checked as the API checks a string (``check_text``)."""
     value = form.get(name, "")
-    allowed = "\t\n\r" if multiline else ""
     if required and not value.strip():
         raise InvalidInput(f"{name} is required", [Problem(name, "is required")])
     if len(value) > limit:
         raise InvalidInput(f"{name} is longer than {limit} characters",
                            [Problem(name, f"at most {limit} characters")])
-    if any((ord(c) < 32 and c not in allowed) or 0xD800 <= ord(c) <= 0xDFFF for c in value):
-        raise InvalidInput(f"{name} holds control characters",
-                           [Problem(name, "holds control characters")])
-    return value
+    return check_text(value, name)
 
 
 def see_other(resp: falcon.Response, target: str) -> None:
