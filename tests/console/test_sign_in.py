@@ -193,3 +193,13 @@ def test_sign_in_warns_when_a_secure_cookie_would_be_dropped_over_plain_http(har
 
     assert "your browser will not keep it" in main_text(plain.text)
     assert "your browser will not keep it" not in main_text(proxied.text)
+
+
+def test_static_files_are_served_to_anyone_and_nothing_else_is(console):
+    script = console.get("/console/static/console.js")
+
+    assert script.status_code == 200
+    assert script.headers["Content-Type"] == "text/javascript; charset=utf-8"
+    assert script.headers["Cache-Control"] == "public, max-age=86400"
+    for name in ("nothing.js", "..%2Fweb.py", ".hidden.css", "web.py"):
+        assert console.get(f"/console/static/{name}").status_code == 404, name

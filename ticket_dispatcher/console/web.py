@@ -251,14 +251,29 @@ def url(path: str = "", **query) -> str:
     return BASE + path + ("?" + urlencode(kept) if kept else "")
 
 
-_STATIC_VERSIONS: dict[str, str] = {}
+_STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+                 ".txt": "text/plain; charset=utf-8", ".png": "image/png",
+                 ".svg": "image/svg+xml"}
+
+
+def _read_static() -> dict[str, tuple[str, bytes, str]]:
+    """The static files, read once (a few small files): name → (content type, bytes, version).
+    Only these names are served, so no request path can reach another file."""
+    files = {}
+    for path in sorted(STATIC.iterdir()):
+        if path.is_file() and path.suffix in _STATIC_TYPES:
+            data = path.read_bytes()
+            files[path.name] = (_STATIC_TYPES[path.suffix], data,
+                                hashlib.sha256(data).hexdigest()[:10])
+    return files
+
+
+_STATIC_FILES = _read_static()
 
 
 def static_url(name: str) -> str:
     """``/console/static/<name>?v=<hash>``: a changed file is fetched again."""
-    if name not in _STATIC_VERSIONS:
-        _STATIC_VERSIONS[name] = hashlib.sha256((STATIC / name).read_bytes()).hexdigest()[:10]
-    return f"{BASE}/static/{quote(name)}?v={_STATIC_VERSIONS[name]}"
+    return f"{BASE}/static/{quote(name)}?v={_STATIC_FILES[name][2]}"
 
 
 def _as_time(value) -> datetime | None:
@@ -325,21 +340,15 @@ def masked(value):
 
 
 class StaticFile(Page):
-    """The vendored and own assets, from the package directory only (no path walks)."""
+    """The vendored and own assets of the package directory, as read at start."""
 
     console_roles = {"GET": PUBLIC}
     uses_database = False
-    TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
-             ".txt": "text/plain; charset=utf-8", ".png": "image/png",
-             ".svg": "image/svg+xml"}
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        path = STATIC / name
-        if "/" in name or name.startswith(".") or path.suffix not in self.TYPES \
-                or not path.is_file():
+        if name not in _STATIC_FILES:
             raise ApiError(falcon.HTTP_404, "no such file")
-        resp.content_type = self.TYPES[path.suffix]
-        resp.data = path.read_bytes()
+        resp.content_type, resp.data, _ = _STATIC_FILES[name]
         resp.set_header("Cache-Control", "public, max-age=86400")
 
 
