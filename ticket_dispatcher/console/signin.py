@@ -6,11 +6,9 @@ import falcon
 
 from ticket_dispatcher.console.session import COOKIE
 from ticket_dispatcher.console.web import BASE, Page, form_text, see_other, url
-from ticket_dispatcher.http.auth import PUBLIC, authenticate
+from ticket_dispatcher.http.auth import MAX_TRACKED_ADDRESSES, PUBLIC, authenticate
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
-
-MAX_TRACKED_ADDRESSES = 10_000
 
 
 def _safe_next(target: str | None) -> str:
