@@ -137,6 +137,7 @@ class FakeJira:
         self.failing_writes: set[str] = set()  # method names that raise
         self.failures: dict[str, int] = {}  # key -> how many loads still fail
         self.spared: dict[str, int] = {}  # key -> loads that succeed before failures start
+        self.failure_status: dict[str, int] = {}  # key -> the HTTP status its failures answer
         self.loads: list[str] = []
         self.searches: list[list[str]] = []  # the keys of each batched read, in order
         # Issue counts: each JQL's first quoted string names the account it counts for.
@@ -148,10 +149,12 @@ class FakeJira:
         self.issues[the_issue.key] = the_issue
         return the_issue
 
-    def fail_next(self, key: str, times: int = 1, after: int = 0) -> None:
-        """The next ``times`` loads of ``key`` fail, once ``after`` loads have succeeded."""
+    def fail_next(self, key: str, times: int = 1, after: int = 0, status: int = 503) -> None:
+        """The next ``times`` loads of ``key`` fail with ``status``, once ``after`` loads have
+        succeeded."""
         self.failures[key] = times
         self.spared[key] = after
+        self.failure_status[key] = status
 
     def load_issue(self, key: str) -> Issue:
         self.loads.append(key)
@@ -159,7 +162,9 @@ class FakeJira:
             self.spared[key] -= 1
         elif self.failures.get(key, 0) > 0:
             self.failures[key] -= 1
-            raise IntegrationError(f"jira answered 503 for {key}", status=503, service="jira")
+            status = self.failure_status.get(key, 503)
+            raise IntegrationError(f"jira answered {status} for {key}", status=status,
+                                   service="jira")
         if key not in self.issues:
             raise IntegrationError(f"issue {key} does not exist", status=404, service="jira")
         return self.issues[key]

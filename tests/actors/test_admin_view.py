@@ -33,9 +33,10 @@ def test_an_execution_retrying_its_issue_load_shows_the_load_not_its_page(world)
     in_page = parked_entry(world, execution_id)
     assert in_page["action"].endswith("1:page_assignment") and in_page["attempt"] == 1
     issue_key = in_page["issue_key"]
-    # One failure for the ACK watcher's batched read, which then wakes the execution to read
-    # for itself, and two for the execution's own loads.
-    world.jira.fail_next(issue_key, times=3)
+    # Jira refuses the issue (403: out of reach, not down), which a page does not go on
+    # without. One refusal for the ACK watcher's batched read, which then wakes the execution
+    # to read for itself, and two for the execution's own loads.
+    world.jira.fail_next(issue_key, times=3, status=403)
 
     world.advance(POLL)  # the poll's read fails; the woken execution's load fails: a retry
     world.advance(load_backoff(1).total_seconds())  # the retry fails too

@@ -211,3 +211,60 @@ def test_a_deferred_trigger_reads_the_latest_target_once_the_family_is_free(worl
     card = second.rule_executions[0].action_executions[0].context["notification"]
     assert card["snapshot"]["target"]["account_id"] == BOB.account_id
     assert [send[0] for send in world.lark.sends] == ["ou_alice", "ou_bob"]
+
+
+# -- Jira down while a wait runs: the phone channel is not held up by a failed read ------------
+
+
+def test_jira_down_at_the_deadline_still_pages_the_next_attempt_at_the_deadline(world):
+    """The interleaving: attempt 1 paged, Jira starts answering 503 mid-wait, the wait's
+    deadline comes. The woken execution's issue load fails; the page goes on without it (the
+    failed read is the guard's no verdict) instead of parking on the load's retry backoff,
+    which used to move attempt 2 to 5, 15, 35 … s after the deadline."""
+    execution_id, ex = start(world)
+    issue_key = ex.issue_key
+    world.advance(POLL)
+    world.jira.fail_next(issue_key, times=1000)  # the watcher's searches fail as well
+
+    world.advance(TIMEOUT - POLL)  # the deadline
+
+    ex = world.execution(execution_id)
+    assert page_context(ex, 1)["outcome"] == "timeout"
+    assert len(world.oncall.pages) == 2 and ex.load_attempts == 0
+    assert any("could not be read (jira answered 503" in warning
+               for warning in page_context(ex, 2)["warnings"])
+    assert world.oncall.pages[1][3] == issue_key
+
+
+def test_a_jira_outage_longer_than_the_load_retries_still_pages_every_attempt(world):
+    """Jira fails through the whole notification (90 s here; the load retries alone would
+    give up after 155 s and fail the execution ``issue_load_failed`` with no further page):
+    every attempt pages at its deadline, and the execution succeeds."""
+    execution_id, ex = start(world)
+    summary = world.jira.issues[ex.issue_key].summary
+    world.jira.fail_next(ex.issue_key, times=1000)
+
+    for _ in range(3 * TIMEOUT // POLL):
+        world.advance(POLL)
+
+    ex = world.execution(execution_id)
+    assert ex.status is ExecutionStatus.SUCCEEDED and not ex.failure_code
+    assert [page_context(ex, n)["outcome"] for n in (1, 2, 3)] == ["timeout"] * 3
+    assert len(world.oncall.pages) == 3
+    # each page's message still names the issue's summary, from the card's snapshot
+    assert summary and all(f"{ex.issue_key} {summary} (attempt" in message
+                           for _, _, message, *_ in world.oncall.pages)
+
+
+def test_jira_refusing_the_issue_holds_the_page_on_the_load_retry(world):
+    """A 403 (the issue out of reach) is an answer, not an outage: the page does not go on
+    without the issue; the load is retried, as for any step."""
+    execution_id, ex = start(world)
+    world.advance(POLL)
+    world.jira.fail_next(ex.issue_key, times=1000, status=403)
+
+    world.advance(TIMEOUT - POLL)
+
+    ex = world.execution(execution_id)
+    assert len(world.oncall.pages) == 1 and ex.load_attempts >= 1
+    assert page_context(ex, 1).get("outcome") is None

@@ -162,7 +162,7 @@ def test_plan_persists_the_snapshot_before_any_external_call():
         "target": {"account_id": "acc-alice", "email": "alice@example.com",
                    "display_name": "Alice", "active": True},
         "urgency": {"field": "issue.custom_fields.severity", "value": "S3", "urgent": False},
-        "status": "WAITING FOR FIRST RESPONSE"}
+        "status": "WAITING FOR FIRST RESPONSE", "summary": "Payment page is down"}
     assert context["card_phase"] == "prepared" and context["card_uuid"] == "td-7-0-0"
     assert world.jira.writes == [] and world.lark.sends == []
 

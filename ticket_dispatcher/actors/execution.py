@@ -50,6 +50,7 @@ from ticket_dispatcher.errors import (
     CallAbandoned,
     Conflict,
     DispatcherError,
+    IntegrationError,
     LeaseLost,
     StoreUnavailable,
 )
@@ -83,7 +84,9 @@ class ExecutionActor(TrackedActor):
         self._execution: Execution | None = None
         self._issue: Issue | None = None
         self._cancel_reason: str | None = None
-        self._issue_live = False  # the issue was loaded for the next step (every wake reloads it)
+        # what the load for the next step answered (every wake reloads the issue): the issue,
+        # or the error it failed with when the step goes on with a stand-in
+        self._loaded: Issue | DispatcherError | None = None
 
     def _start_actor_loop(self) -> None:
         """pykka's hook: run on a kept thread (actors/threads.py) rather than a new one."""
@@ -138,9 +141,9 @@ class ExecutionActor(TrackedActor):
         if self._execution is None and not self._load():
             return
         execution = self._execution
-        live, self._issue_live = self._issue_live, False
+        loaded, self._loaded = self._loaded, None
         try:
-            outcome = self._behavior.step(execution, self._issue, live=live)
+            outcome = self._behavior.step(execution, self._issue, loaded=loaded)
         except Conflict:  # already terminal in the store (cancelled elsewhere)
             return self._report(Finished(self.execution_id, self._run))
         if outcome.kind is StepKind.ADVANCED:
@@ -191,11 +194,20 @@ class ExecutionActor(TrackedActor):
         except (LeaseLost, StoreUnavailable):
             raise
         except DispatcherError as exc:
-            return self._load_failed(execution, FailureCode.ISSUE_LOAD_FAILED, exc.message)
+            stand_in = self._behavior.stand_in(execution) if _unavailable(exc) else None
+            if stand_in is None:
+                return self._load_failed(execution, FailureCode.ISSUE_LOAD_FAILED, exc.message)
+            # an urgent or a page: its guard takes the failed read for no verdict, and the
+            # phone channel is not held up by Jira (docs/design.md, "The guard")
+            log.warning("issue could not be loaded; the notification goes on without it", extra={
+                "execution_id": execution.id, "issue_key": execution.issue_key,
+                "reason": exc.message})
+            self._issue, self._loaded = stand_in, exc
+        else:
+            self._loaded = self._issue
         if execution.load_attempts:
             store.executions.reset_load_attempts(execution.id)
         self._execution = execution
-        self._issue_live = True
         return True
 
     def _load_failed(self, execution: Execution, code: FailureCode, reason: str) -> bool:
@@ -213,6 +225,13 @@ class ExecutionActor(TrackedActor):
         self._checkpoints.save(execution, [], parked=True)
         self._report(Parked(self.execution_id, wake_at, self._run))
         return False
+
+
+def _unavailable(exc: DispatcherError) -> bool:
+    """Jira failing for now (no answer, 429, 5xx), not answering that the issue is gone or
+    out of reach (404, 403): only then does a notification go on without the issue."""
+    return isinstance(exc, IntegrationError) and (exc.status is None or exc.status == 429
+                                                  or exc.status >= 500)
 
 
 def _position(execution: Execution) -> tuple[str, str]:

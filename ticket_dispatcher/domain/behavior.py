@@ -38,6 +38,7 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.domain.ports import Ports
+from ticket_dispatcher.errors import DispatcherError
 from ticket_dispatcher.timeutil import format_time
 
 
@@ -92,26 +93,34 @@ class Behavior:
         self._write_error: Exception | None = None  # a deferred write that failed
         self._ports = _saving_first(ports, self.flush) if merge else ports
 
-    def step(self, execution: Execution, issue: Issue, *, live: bool = False) -> StepOutcome:
-        """One stage. ``live``: ``issue`` was loaded from Jira just before this step (not the
-        run's snapshot), so the step's first fresh read may use it."""
+    def step(self, execution: Execution, issue: Issue, *,
+             loaded: Issue | DispatcherError | None = None) -> StepOutcome:
+        """One stage. ``loaded``: what Jira answered when the issue was loaded just before
+        this step, so the step's first fresh read uses it instead of asking again: ``issue``
+        itself, or the error it failed with, ``issue`` then being the ``stand_in``."""
         if execution.status.terminal:
             return FINISHED
         if execution.status is ExecutionStatus.CREATED:
             execution.status = ExecutionStatus.EXECUTING
             self._save(execution, [])
             return ADVANCED
-        for rule in execution.rule_executions:
-            if rule.outcome is RuleOutcome.NOT_EVALUATED:
-                return self._evaluate(execution, rule, issue)
-            if rule.outcome is RuleOutcome.NOT_MATCHED:
-                continue
-            action = _next_action(rule)
-            if action is not None:
-                return self._run_action(execution, rule, action, issue, live)
-            if rule.on_success is OnSuccess.TERMINATE:
-                break
-        return self._finish(execution)
+        rule, action = _next_stage(execution)
+        if rule is None:
+            return self._finish(execution)
+        if action is None:
+            return self._evaluate(execution, rule, issue)
+        return self._run_action(execution, rule, action, issue, loaded)
+
+    def stand_in(self, execution: Execution) -> Issue | None:
+        """The issue the next step goes on with while Jira cannot be read, or None when it
+        must wait for Jira. Only an action that reads Jira itself before it decides (its
+        executor's ``stand_in``) goes on; a rule to evaluate needs the live issue."""
+        if execution.status is not ExecutionStatus.EXECUTING:
+            return None
+        _, action = _next_stage(execution)
+        stand_in = getattr(self._registry.get(action.type), "stand_in", None) \
+            if action is not None else None
+        return stand_in(execution) if stand_in is not None else None
 
     def abort(self, execution: Execution, code: FailureCode, reason: str) -> None:
         """End from outside the behavior: an operator cancel, a load that kept
@@ -144,7 +153,7 @@ class Behavior:
         return ADVANCED
 
     def _run_action(self, execution: Execution, rule: RuleExecution, action: ActionExecution,
-                    issue: Issue, live: bool = False) -> StepOutcome:
+                    issue: Issue, loaded: Issue | DispatcherError | None) -> StepOutcome:
         if action.status is ActionStatus.PENDING:
             action.status = ActionStatus.EXECUTING
             action.started_at = self._now()
@@ -157,7 +166,7 @@ class Behavior:
                         context=action.context, now=self.business_now(execution),
                         ports=self._ports,
                         checkpoint=lambda: self._save(execution, [rule], durable=True),
-                        live_issue=issue if live else None)
+                        live_issue=loaded)
         if action.planned_at is None:
             try:
                 executor.plan(run)
@@ -286,6 +295,22 @@ def _saving_first(ports: Ports, flush: Callable[[], None]) -> Ports:
     nothing outside the process)."""
     return replace(ports, **{f.name: _SavingFirst(getattr(ports, f.name), flush)
                              for f in fields(ports) if f.name != "calls"})
+
+
+def _next_stage(execution: Execution) -> tuple[RuleExecution | None, ActionExecution | None]:
+    """Where an executing execution is: the rule to evaluate (no action), the rule and the
+    action to run, or nothing left (the end)."""
+    for rule in execution.rule_executions:
+        if rule.outcome is RuleOutcome.NOT_EVALUATED:
+            return rule, None
+        if rule.outcome is RuleOutcome.NOT_MATCHED:
+            continue
+        action = _next_action(rule)
+        if action is not None:
+            return rule, action
+        if rule.on_success is OnSuccess.TERMINATE:
+            break
+    return None, None
 
 
 def _next_action(rule: RuleExecution) -> ActionExecution | None:

@@ -20,7 +20,7 @@ from ticket_dispatcher.domain.checks import Problems, check_config_object
 from ticket_dispatcher.domain.execution import Execution, FailureCode
 from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.ports import Ports
-from ticket_dispatcher.errors import Problem
+from ticket_dispatcher.errors import DispatcherError, Problem
 
 
 class ResultKind(StrEnum):
@@ -73,9 +73,10 @@ class ActionRun:
     # keeps those calls at most once (docs/design.md, "Checkpoints and at-most-once"). The
     # behavior provides it; there is no default, so it cannot be forgotten.
     checkpoint: Callable[[], None]
-    # The issue as Jira answered it for this very step (a woken execution loads it just before
-    # its first step): the step's first live read may use it instead of asking again.
-    live_issue: Issue | None = None
+    # What Jira answered for this very step (a woken execution loads the issue just before its
+    # first step): the issue, or the error the load failed with when the step goes on with a
+    # stand-in (``Behavior.stand_in``). The step's first live read uses it instead of asking.
+    live_issue: Issue | DispatcherError | None = None
 
 
 class ActionExecutor(Protocol):

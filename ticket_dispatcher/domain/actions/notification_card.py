@@ -62,7 +62,7 @@ class SendAssignmentNotification:
             card.snapshot = Snapshot(role, run.config["label"], run.issue.project_key,
                                      Target.of(target),
                                      urgency(run.execution, run.issue, run.now),
-                                     run.issue.status)
+                                     run.issue.status, run.issue.summary)
             card.card_uuid = idempotency_key(run)  # Lark sends one card per uuid
             card.label_phase = LabelPhase.PENDING
             invalid = _invalid_target(target)

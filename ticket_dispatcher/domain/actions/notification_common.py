@@ -93,13 +93,14 @@ def urgency(execution: Execution, issue: Issue, now: datetime) -> Urgency:
 
 def fresh_issue(run: ActionRun, state: NotificationState, purpose: str) -> Issue | None:
     """A live read of the issue (not the execution's snapshot); None with a warning when Jira
-    cannot answer. The issue loaded for this step counts once: a woken wait's guard need not
-    read Jira twice in a row, while a later read in the step (the label post-check) asks."""
-    if run.live_issue is not None:
-        issue, run.live_issue = run.live_issue, None
-        return issue
+    cannot answer. What the load for this step answered (the issue, or its error) counts once: a
+    woken wait's guard need not read Jira twice in a row, while a later read in the step (the
+    label post-check) asks."""
+    loaded, run.live_issue = run.live_issue, None
     try:
-        return run.ports.jira.load_issue(run.issue.key)
+        if isinstance(loaded, DispatcherError):
+            raise loaded
+        return loaded if loaded is not None else run.ports.jira.load_issue(run.issue.key)
     except DispatcherError as exc:
         state.warn(f"{purpose}: the issue could not be read ({exc.message})")
         return None

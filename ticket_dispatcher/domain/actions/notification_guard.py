@@ -29,7 +29,7 @@ from ticket_dispatcher.domain.actions.notification_state import (
     same_target,
 )
 from ticket_dispatcher.domain.actions.state import CallStatus
-from ticket_dispatcher.domain.execution import FailureCode
+from ticket_dispatcher.domain.execution import Execution, FailureCode
 from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.errors import DispatcherError, Problem
 
@@ -44,6 +44,9 @@ class GuardedAction:
     # the action's configuration check (notification.py), a staticmethod
     config_check: ClassVar[Callable[[Any, str], list[Problem]]]
     with_label: ClassVar[bool] = False  # the escalation puts the role label back
+    # Urgent and page go on while Jira cannot be read (``stand_in``): their guard reads Jira
+    # itself, and a failed read is no verdict. The escalation writes Jira, so it waits.
+    goes_on_unread: ClassVar[bool] = False
 
     def validate_config(self, config: Any, path: str) -> list[Problem]:
         return self.config_check(config, path)
@@ -70,6 +73,17 @@ class GuardedAction:
 
     def execute_state(self, run: ActionRun, state: Any) -> ActionResult:
         raise NotImplementedError
+
+    def stand_in(self, execution: Execution) -> Issue | None:
+        """The issue as the card's plan saw it, for this step to go on with while Jira cannot
+        be read; None when the step must wait for Jira (``goes_on_unread``) or there is no
+        card snapshot to stand in."""
+        card = card_state_of(execution)
+        if not self.goes_on_unread or card is None or card.snapshot is None:
+            return None
+        snapshot = card.snapshot
+        return Issue(execution.issue_key, snapshot.project, summary=snapshot.summary,
+                     status=snapshot.status)
 
 
 @dataclass(frozen=True)

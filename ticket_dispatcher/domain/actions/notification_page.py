@@ -48,6 +48,7 @@ NO_PHONE = "no_phone_number"
 class PageAssignment(GuardedAction):
     type = ActionType.PAGE_ASSIGNMENT.value
     state_type = PageState
+    goes_on_unread = True
     config_check = staticmethod(validate_page_config)
 
     def created(self, config: dict) -> PageState:

@@ -124,18 +124,25 @@ class Snapshot:
     target: Target | None
     urgency: Urgency
     status: str | None
+    # what the pages say the issue is about, should a later step have to go on without a
+    # fresh read of it (a checkpoint saved before it was kept has none)
+    summary: str = ""
 
     def to_json(self) -> dict:
-        return {"role": self.role.value, "label": self.label, "project": self.project,
-                "target": self.target.to_json() if self.target else None,
-                "urgency": self.urgency.to_json(), "status": self.status}
+        raw = {"role": self.role.value, "label": self.label, "project": self.project,
+               "target": self.target.to_json() if self.target else None,
+               "urgency": self.urgency.to_json(), "status": self.status}
+        if self.summary:  # a snapshot stored without one reads back as it was
+            raw["summary"] = self.summary
+        return raw
 
     @classmethod
     def from_json(cls, raw: dict) -> Snapshot:
         target = raw.get("target")
         return cls(Role(raw["role"]), raw.get("label") or "", raw.get("project") or "",
                    Target.from_json(target) if target else None,
-                   Urgency.from_json(raw.get("urgency") or {}), raw.get("status"))
+                   Urgency.from_json(raw.get("urgency") or {}), raw.get("status"),
+                   raw.get("summary") or "")
 
 
 @dataclass(frozen=True)

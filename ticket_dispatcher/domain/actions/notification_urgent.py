@@ -26,6 +26,7 @@ from ticket_dispatcher.domain.catalog import ActionType
 class MarkAssignmentMessageUrgent(GuardedAction):
     type = ActionType.MARK_ASSIGNMENT_MESSAGE_URGENT.value
     state_type = UrgentState
+    goes_on_unread = True
     config_check = staticmethod(validate_no_config)
 
     def execute_state(self, run: ActionRun, urgent: UrgentState) -> ActionResult:
