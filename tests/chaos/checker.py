@@ -31,16 +31,24 @@ every replica logged and what the database held at the end, and proves over the 
      ``ATTRIBUTION_SLACK_S`` either side, and takes at most one call. The calls are matched
      to the slots (a largest bipartite matching: the most generous attribution there is); a
      call left over is a second write for one slot, or a write no execution accounts for.
+   - Ordinary dispatch assigns an issue once. When the assign policy requires a label that
+     the assignment removes (run.json ``assign_label``, the documented ``auto-dispatch``), an
+     execution that assigned the issue and removed the label is the issue's last to assign
+     it: a later trigger for it (a re-sent request whose first copy was stored late, a
+     further trigger) matches nothing. A removal that failed leaves the label, and a later
+     assignment is then what the label asks for.
 4. **No overlap.** No two live executions of one (issue, ``policy_family_id``) overlapped:
    sorted by ``created_at``, each starts at or after every earlier one's ``completed_at`` (an
    unfinished one never ends). Dry runs are left out. The product locks an ordinary policy
    per version and a notification family per family; with one version per family, as a soak
    runs, the two are the same, and the violation says when two versions were involved.
 5. **ACK waits end on time.** Each page action with a ``deadline`` and a ``finished_at`` has
-   ``finished_at <= deadline + ack_bound_s``; where a fault that stops the wait's last look
-   (Jira or Lark failing, the database gone, the replica down) lasts past the deadline, until
-   that fault's end plus ``ack_bound_s`` plus the retry backoff's cap (``RETRY_MAX_S``): a
-   wait never ends without its last look, which would page again after an ACK.
+   ``finished_at <= deadline + ack_bound_s``; where a fault that stops the service itself
+   (the database gone or stalled, SQLite's write lock held, the replica holding the wait killed,
+   paused or restarted) lasts past the deadline, until that fault's end plus ``ack_bound_s``
+   plus the retry backoff's cap (``RETRY_MAX_S``): nothing can end a wait without the
+   database. A peer's fault extends nothing: Jira or Lark failing or slow at the deadline is
+   no verdict, and the wait ends (the next page goes out) within the bound.
 6. **The round robin is even.** The turns of live ``round_robin`` assign actions
    (``turn_taken``, whatever the execution's end: a turn, once taken, moved the rotation) are
    counted per rule and per set of enabled candidates (``context.assign.candidates``). Over a
@@ -86,7 +94,7 @@ import re
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -100,10 +108,10 @@ DEFAULT_L2_FIELD_ID = "customfield_10053"
 TERMINAL_TRIGGER = ("completed", "failed")
 TERMINAL_EXECUTION = ("succeeded", "failed")
 NO_END = math.inf
-# A wait's last look reads Jira (the status) and Lark (the card's reads); a step that failed is
-# tried again after a backoff capped at this (the service's actors/leases.py RETRY_MAX).
+# A step that the database or its replica's loss stopped is tried again after a backoff capped
+# at this (the service's actors/leases.py RETRY_MAX).
 RETRY_MAX_S = 30.0
-WAIT_BLOCKING = ("jira_", "lark_", "db_", "sqlite_lock", "kill9", "sigstop", "sigterm_restart")
+STOPS_THE_SERVICE = ("db_", "sqlite_lock", "kill9", "sigstop", "sigterm_restart")
 
 PROMISES = {
     1: "every accepted trigger reached an end",
@@ -298,8 +306,9 @@ _REPLICA_FILE = re.compile(r"^(replica-\d+)")
 
 
 def _read_logs(directory: Path) -> tuple[list[LogLine], int]:
-    """Every line of every replica log. A line that is not JSON takes the time of the line
-    before it; the last line of a file cut short (a killed process) is dropped."""
+    """Every line of every replica log. Lines in a row that are not JSON (a traceback on
+    stderr) are one ``UNPARSED`` entry with the time of the line before them; the last line of
+    a file cut short (a killed process) is dropped."""
     if not directory.is_dir():
         return [], 0
     lines: list[LogLine] = []
@@ -315,7 +324,12 @@ def _read_logs(directory: Path) -> tuple[list[LogLine], int]:
                 continue
             entry = _json_object(text)
             if entry is None:
-                lines.append(LogLine(path.name, number, replica, last_t, "UNPARSED", text, None))
+                previous = lines[-1] if lines and lines[-1].file == path.name else None
+                if previous is not None and previous.entry is None:  # the same block goes on
+                    lines[-1] = replace(previous, text=previous.text + "\n" + text)
+                else:
+                    lines.append(LogLine(path.name, number, replica, last_t, "UNPARSED", text,
+                                         None))
                 continue
             try:
                 last_t = epoch(str(entry.get("ts")))
@@ -501,6 +515,34 @@ class _Slot:
 def _side_effects_once(history: History, summary: dict) -> Iterator[Violation]:
     yield from _keyed_side_effects(history)
     yield from _jira_side_effects(history)
+    yield from _assigned_after_the_label_went(history)
+
+
+def _assigned_after_the_label_went(history: History) -> Iterator[Violation]:
+    """An issue assigned again by a live execution after an earlier one assigned it and
+    removed the policy's label (the module's promise 3, ordinary dispatch)."""
+    label = history.run.get("assign_label")
+    if not label:
+        return
+    assigned: dict[str, list[tuple[dict, dict]]] = defaultdict(list)
+    for execution in sorted(history.live(), key=lambda e: (e.get("created_at") or "", e["id"])):
+        for _, action in actions(execution):
+            assign = state(action, "assign")
+            if action.get("type") == "assign" and assign.get("jira_updated"):
+                assigned[execution["issue_key"]].append((execution, assign))
+    for issue_key, writes in sorted(assigned.items()):
+        for (first, first_assign), (later, _) in zip(writes, writes[1:], strict=False):
+            if first_assign.get("label_removed") != label:
+                continue
+            yield Violation(3, f"{issue_key}: assigned again by execution {later['id']} after "
+                               f"execution {first['id']} assigned it and removed {label!r}",
+                            [_describe_execution(history, first),
+                             _describe_execution(history, later),
+                             f"the policy requires {label!r}: no trigger after the removal "
+                             f"should have matched"],
+                            t_from=history.span(first)[0], issue_key=issue_key,
+                            execution_ids=[first["id"], later["id"]],
+                            trigger_id=later.get("trigger_id"))
 
 
 def _applied(history: History, service: str) -> Iterator[Call]:
@@ -797,12 +839,11 @@ def _no_overlap(history: History, summary: dict) -> Iterator[Violation]:
 
 def wait_allowed_until(history: History, deadline: float) -> float:
     """The latest a wait with ``deadline`` may end: the deadline plus ``ack_bound_s``, and
-    where a fault that stops the wait's last look (Jira or Lark failing, the database gone, the
-    replica down) lasts past the deadline, that fault's end plus the bound plus the retry
-    backoff's cap: the step that could not look is tried again after that backoff, and a wait
-    is never ended without its last look (it would page again after an ACK)."""
+    where a fault that stops the service itself (the database, the replica) lasts past the
+    deadline, that fault's end plus the bound plus the retry backoff's cap: the step it stopped
+    is tried again after that backoff. Jira or Lark failing extends nothing (no verdict)."""
     allowed = deadline + history.ack_bound_s
-    blocking = [f for f in history.faults if f.kind.startswith(WAIT_BLOCKING)]
+    blocking = [f for f in history.faults if f.kind.startswith(STOPS_THE_SERVICE)]
     for _ in range(len(blocking) + 1):  # each pass may only extend it: bounded
         extended = max([allowed] + [f.t_end + history.ack_bound_s + RETRY_MAX_S
                                     for f in blocking if f.t_start <= allowed
@@ -832,7 +873,7 @@ def _waits_on_time(history: History, summary: dict) -> Iterator[Violation]:
                                  f"{_clock_of(history, finished)} (allowed until "
                                  f"{_clock_of(history, allowed)}: bound {bound:g} s, and a "
                                  f"fault's end plus {RETRY_MAX_S:g} s where one stopped the "
-                                 f"last look), outcome {page.get('outcome')!r}, polls "
+                                 f"service), outcome {page.get('outcome')!r}, polls "
                                  f"{page.get('polls', 0)}"],
                                 t_from=deadline, t_to=finished,
                                 execution_ids=[execution["id"]])

@@ -86,6 +86,7 @@ LEADER = ("lead@example.com", "acc-lead", "ou_lead", "Lee Leader")
 ASSIGNEES = [(f"{name}@example.com", f"acc-{name}", f"ou_{name}", f"{name.title()} Example")
              for name in ("carol", "dave", "erin")]
 NOTIFY_LABEL = "notify-assignee"
+AUTO_ASSIGN_LABEL = "auto-dispatch"  # jira.auto_assign_label, the default
 PENDING_STATUS = "Todo"
 
 
@@ -114,8 +115,13 @@ def world_users() -> list[dict[str, Any]]:
 
 
 def assign_policy() -> dict:
-    return round_robin_policy("Assign CHAOS tickets", "round robin over four engineers",
-                              ASSIGN_PROJECT, ENGINEERS)
+    """Round robin over the engineers for CHAOS issues that carry the ``auto-dispatch`` label,
+    as docs/jira-automation.md sets it up: the assignment removes the label, so a trigger that
+    comes after it (a re-sent request whose first copy was stored late) matches nothing."""
+    policy = round_robin_policy("Assign CHAOS tickets", "round robin over four engineers",
+                                ASSIGN_PROJECT, ENGINEERS)
+    policy["trigger"]["issue_label_all"] = [AUTO_ASSIGN_LABEL]
+    return policy
 
 
 def notification_policy(workflow: Workflow) -> dict:

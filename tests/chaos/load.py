@@ -42,6 +42,7 @@ import requests
 from tests.chaos.cluster import (
     ASSIGN_PROJECT,
     ASSIGNEES,
+    AUTO_ASSIGN_LABEL,
     NOTIFY_LABEL,
     NOTIFY_PROJECT,
     PENDING_STATUS,
@@ -50,7 +51,6 @@ from tests.chaos.cluster import (
 from tests.process import BASE
 
 ASSIGN_SOURCE, NOTIFY_SOURCE = "jira_automation", "jira_assignment_assignee"
-AUTO_ASSIGN_LABEL = "auto-dispatch"
 REQUEST_TIMEOUT = (3.0, 10.0)  # connect, read: Jira Automation's web request gives up too
 RETRY_STATUSES = (429, 503)
 MAX_RETRY_AFTER_S = 10.0

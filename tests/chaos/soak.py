@@ -32,7 +32,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.cluster import Cluster, Fakes, Workflow, world_users
+from tests.chaos.cluster import AUTO_ASSIGN_LABEL, Cluster, Fakes, Workflow, world_users
 from tests.chaos.load import Load, LoadConfig
 from tests.chaos.nemesis import (
     DB_CUT,
@@ -184,7 +184,7 @@ def run_soak(seed: int, duration_s: float, engine: str = "postgres", replicas: i
         "seed": seed, "engine": engine, "replicas": replicas, "duration_s": duration_s,
         "started_at": None, "ended_at": None, "settings": {}, "kinds": kinds,
         "schedule": [fault.to_json() for fault in plan], "lease_seconds": lease_s,
-        "ack_bound_s": ack_bound(lease_s, workflow),
+        "ack_bound_s": ack_bound(lease_s, workflow), "assign_label": AUTO_ASSIGN_LABEL,
         "workflow": {"attempts": workflow.attempts, "ack_timeout_s": workflow.ack_timeout_s,
                      "poll_s": workflow.poll_s, "escalate": workflow.escalate},
         "load": {"rate": load.rate, "notify_share": load.notify_share,

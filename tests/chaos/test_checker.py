@@ -468,6 +468,32 @@ def test_a_card_no_execution_sent_is_reported(clean, tmp_path):
     assert "no card in the database accounts for" in violation.title
 
 
+def test_a_late_stored_copy_that_assigned_again_after_the_label_went_is_reported(clean,
+                                                                                  tmp_path):
+    """The interleaving: a trigger posted to a paused replica gets no answer; the load sends it
+    again to another replica, which assigns HA-4 and removes ``auto-dispatch``; the paused
+    replica wakes, stores the first copy and assigns HA-4 again. With the label required by the
+    policy, the second assignment is a violation; without the label removed, it is not."""
+    clean.run["assign_label"] = "auto-dispatch"
+    assert check(clean.write(tmp_path)).violations == []
+    clean.trigger(7, "HA-4", T0 + 56, assign_execution(7, "HA-4", 7, t=T0 + 56.01,
+                                                       assignee=ENGINEERS[1]))
+    clean.assign_call(T0 + 56.2, "HA-4", ENGINEERS[1])
+    late = tmp_path / "late"
+    late.mkdir()
+
+    violation = only(check(clean.write(late)), 3)
+
+    assert violation.title == ("HA-4: assigned again by execution 7 after execution 6 "
+                               "assigned it and removed 'auto-dispatch'")
+    assert violation.execution_ids == [6, 7] and violation.trigger_id == 7
+    clean.executions[6]["rule_executions"][0]["action_executions"][0]["context"]["assign"][
+        "label_removed"] = None  # the removal failed: the label asks for another dispatch
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert check(clean.write(kept)).violations == []
+
+
 # -- 4: no overlap -----------------------------------------------------------------------------
 
 
@@ -504,26 +530,39 @@ def test_a_wait_that_ended_after_its_deadline_and_the_bound_is_reported(clean, t
     assert "6.0 s after its deadline" in violation.title
 
 
-def test_a_wait_whose_last_look_a_jira_outage_stopped_may_end_after_it(clean, tmp_path):
-    """The wait's deadline falls inside a Jira outage: its last look is tried again after the
-    retry backoff, up to its cap after the outage ends. Within that it holds; an outage over
-    before the deadline excuses nothing."""
+def test_a_wait_whose_deadline_a_database_cut_covered_may_end_after_it(clean, tmp_path):
+    """The wait's deadline falls inside a database cut: nothing can end it until the database
+    is back and the step's retry backoff (up to its cap) has passed. Within that it holds; a
+    cut over before the deadline excuses nothing."""
     page = clean.executions[4]["rule_executions"][1]["action_executions"][1]
     finished = T0 + 43  # the action's finished_at in the clean history
     deadline = finished - ACK_BOUND_S - 8  # 8 s later than the bound alone allows
     page["context"]["page"]["deadline"] = iso(deadline)
-    clean.fault(deadline - 5, deadline + 2, "jira_5xx", "jira")
+    clean.fault(deadline - 5, deadline + 2, "db_cut", "replica-0")
 
     assert check(clean.write(tmp_path)).violations == []
     assert deadline + 2 + ACK_BOUND_S + RETRY_MAX_S > finished
 
-    outage = clean.faults.pop()
-    clean.fault(outage["t_start"], deadline - 1, "jira_5xx", "jira")  # over before it
+    cut = clean.faults.pop()
+    clean.fault(cut["t_start"], deadline - 1, "db_cut", "replica-0")  # over before it
     late = tmp_path / "late"
     late.mkdir()
     violation = only(check(clean.write(late)), 5)
     assert "13.0 s after its deadline" in violation.title
     assert "allowed until" in violation.detail[1]
+
+
+def test_a_jira_outage_at_the_deadline_excuses_no_late_wait(clean, tmp_path):
+    """Jira failing at the deadline is no verdict: the wait still ends within the bound (the
+    next page goes out), so an outage covering the deadline extends nothing."""
+    page = clean.executions[4]["rule_executions"][1]["action_executions"][1]
+    deadline = T0 + 43 - ACK_BOUND_S - 8
+    page["context"]["page"]["deadline"] = iso(deadline)
+    clean.fault(deadline - 5, deadline + 2, "jira_5xx", "jira")
+
+    violation = only(check(clean.write(tmp_path)), 5)
+
+    assert f"{ACK_BOUND_S + 8:.1f} s after its deadline" in violation.title
 
 
 # -- 6: the round robin is even ----------------------------------------------------------------
@@ -607,7 +646,9 @@ def test_a_database_error_of_a_replica_whose_link_was_not_cut_is_reported(clean,
 
 
 def test_a_line_that_is_not_json_is_reported_but_a_torn_last_line_is_not(clean, tmp_path):
-    clean.logs["replica-2-1.log"].append("Traceback (most recent call last):")
+    clean.logs["replica-2-1.log"] += [
+        "Traceback (most recent call last):", '  File "service.py", line 1, in stop',
+        "OSError: [Errno 9] Bad file descriptor"]  # one traceback: one entry
     clean.log("replica-2-1.log", T0 + 101, "INFO", "paged", execution_id=5)
     directory = clean.write(tmp_path)
     with (directory / "logs" / "replica-1-1.log").open("a") as log:
@@ -616,7 +657,10 @@ def test_a_line_that_is_not_json_is_reported_but_a_torn_last_line_is_not(clean, 
     violation = only(check(directory), 8)
 
     assert "UNPARSED" in violation.title and "Traceback" in violation.title
-    assert violation.log_lines[0].t == pytest.approx(T0 + 100.5, abs=0.001)
+    assert violation.title.startswith("1 UNPARSED line(s)")
+    [block] = violation.log_lines
+    assert block.text.endswith("OSError: [Errno 9] Bad file descriptor")
+    assert block.t == pytest.approx(T0 + 100.5, abs=0.001)
 
 
 def test_a_stopped_replica_explains_database_errors_elsewhere(clean, tmp_path):
