@@ -15,6 +15,11 @@ the checker's: 0 no violation, 1 violations; 2 the run itself could not be made.
     python bench/chaos.py [--seed N] [--duration 2m] [--engine postgres|sqlite]
                           [--replicas 3] [--out RUN_DIR] [--rate 4] [--postgres-url URL]
                           [--kinds kill9 db_cut ...] [--lease 12] [--settle 180]
+    python bench/chaos.py --target staging.toml [--lease SECONDS] ...
+
+With ``--target``, the soak drives a deployment of your own instead of replicas it starts: the
+file says where its replicas and database are, where the fakes listen for it, and the shell
+hooks that break it (tests/chaos/staging.py; docs/operations.md, "The chaos soak").
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from tests.chaos import cluster  # noqa: E402  (needs the root above)
 from tests.chaos.load import LoadConfig  # noqa: E402
 from tests.chaos.nemesis import POSTGRES_KINDS, SQLITE_KINDS  # noqa: E402
 from tests.chaos.soak import DEFAULT_POSTGRES_URL, LEASE_S, SETTLE_S, run_soak  # noqa: E402
+from tests.chaos.staging import TargetError, load_target  # noqa: E402
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
 UNITS = {"s": 1, "m": 60, "h": 3600, None: 1}
@@ -73,7 +79,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="the most seconds the service gets to settle after the run")
     parser.add_argument("--postgres-url", default=os.environ.get(
         "TICKET_DISPATCHER_TEST_DATABASE_URL", DEFAULT_POSTGRES_URL))
+    parser.add_argument("--target", type=Path,
+                        help="soak this deployment (a TOML target file) instead of replicas "
+                             "of the soak's own")
     args = parser.parse_args(argv)
+    args.target_config = None
+    if args.target is not None:
+        try:
+            args.target_config = load_target(args.target)
+        except TargetError as exc:
+            parser.error(f"--target: {exc}")
+        args.engine = "staging"
+        known = args.target_config.kinds()
+        if args.kinds and set(args.kinds) - set(known):
+            parser.error(f"--kinds: this target can do {', '.join(known)}")
     if args.seed is None:
         args.seed = secrets.randbelow(10**6)
     if args.replicas is None:
@@ -83,7 +102,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.out = Path(tempfile.gettempdir()) / "chaos-runs" / \
             f"{stamp}-{args.engine}-seed-{args.seed}"
     known = POSTGRES_KINDS if args.engine == "postgres" else SQLITE_KINDS
-    if args.kinds and set(args.kinds) - set(known):
+    if args.target is None and args.kinds and set(args.kinds) - set(known):
         parser.error(f"--kinds: {args.engine} has {', '.join(known)}")
     return args
 
@@ -131,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_dir = run_soak(args.seed, args.duration, args.engine, args.replicas, args.out,
                            postgres_url=args.postgres_url, load=load, lease_s=args.lease,
-                           settle_s=args.settle, kinds=args.kinds,
+                           settle_s=args.settle, kinds=args.kinds, target=args.target_config,
                            say=lambda line: print(line, flush=True))
     except KeyboardInterrupt as exc:
         print(f"interrupted ({exc or 'SIGINT'}); everything started was stopped",

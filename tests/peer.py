@@ -236,10 +236,11 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def serve(app: Callable, name: str) -> tuple[WSGIServer, threading.Thread]:
-    """Serve ``app`` on a free local port from a daemon thread; ``server.shutdown()`` and
-    ``server.server_close()`` stop it."""
-    server = make_server("127.0.0.1", 0, app, server_class=_Server, handler_class=_QuietHandler)
+def serve(app: Callable, name: str, host: str = "127.0.0.1",
+          port: int = 0) -> tuple[WSGIServer, threading.Thread]:
+    """Serve ``app`` on ``host``:``port`` (a free local port by default) from a daemon thread;
+    ``server.shutdown()`` and ``server.server_close()`` stop it."""
+    server = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
     thread.start()
     return server, thread
@@ -279,9 +280,10 @@ class Served:
     NAME = "peer"
     _server: WSGIServer | None = None
     _thread: threading.Thread | None = None
+    advertise: str | None = None  # the host name in ``base_url``, when not the bound address
 
-    def start(self):
-        self._server, self._thread = serve(self._app, f"fake-{self.NAME}")
+    def start(self, host: str = "127.0.0.1", port: int = 0):
+        self._server, self._thread = serve(self._app, f"fake-{self.NAME}", host, port)
         return self
 
     def stop(self) -> None:
@@ -299,7 +301,7 @@ class Served:
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self.advertise or host}:{port}"
 
 
 class FakeJira(Served):

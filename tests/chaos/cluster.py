@@ -138,7 +138,10 @@ def notification_policy(workflow: Workflow) -> dict:
 class Fakes:
     """``python -m tests.chaos.fakes`` in a process of its own, and its control API."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, listen: tuple[str, int, str | None] | None = None):
+        """``listen``: (host, Jira's port, advertised name) for a deployment elsewhere to
+        reach the fakes (tests/chaos/staging.py); free local ports by default."""
+        self.listen = listen
         self.ready_file = run_dir / "fakes-ready.json"
         self.log_path = run_dir / "logs" / "fakes.log"
         self.process: subprocess.Popen | None = None
@@ -147,10 +150,15 @@ class Fakes:
 
     def start(self, timeout: float = 30.0) -> Fakes:
         self.ready_file.unlink(missing_ok=True)
+        where: list[str] = []
+        if self.listen is not None:
+            host, port, advertise = self.listen
+            where = ["--host", host, "--port", str(port),
+                     *(["--advertise", advertise] if advertise else [])]
         with self.log_path.open("w") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.chaos.fakes", "--ready-file",
-                 str(self.ready_file)], cwd=ROOT, stdin=subprocess.DEVNULL,
+                 str(self.ready_file), *where], cwd=ROOT, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         _STARTED.append(self.process)
         deadline = time.monotonic() + timeout
@@ -383,7 +391,53 @@ def _read_line(process: subprocess.Popen, timeout: float) -> str:
 # -- the cluster ---------------------------------------------------------------------------------
 
 
-class Cluster:
+class Operated:
+    """What an operator does through the API of replicas that have ``url``, ``alive()`` and
+    ``paused``: the set-up of a soak's engineers and policies."""
+
+    replicas: list
+    operator_key: str
+    _session: requests.Session
+
+    def api(self, method: str, path: str, expected=(200,), **kwargs: Any) -> Any:
+        """An operator's call to the first replica that answers."""
+        last = None
+        for replica in self.replicas:
+            if not replica.alive() or replica.paused:
+                continue
+            try:
+                response = self._session.request(
+                    method, replica.url + BASE + path, timeout=REQUEST_TIMEOUT,
+                    headers={"X-API-KEY": self.operator_key}, **kwargs)
+            except requests.RequestException as exc:
+                last = exc
+                continue
+            if response.status_code in expected:
+                return response.json() if response.content else None
+            last = RuntimeError(f"{method} {path}: {response.status_code} {response.text[:300]}")
+        raise RuntimeError(f"no replica answered {method} {path}: {last}")
+
+    def configure(self, workflow: Workflow) -> dict[str, Any]:
+        """The engineers and the two policies, through the API, as an operator would. A
+        policy whose name is active already (an earlier soak's, on a deployment) gets a
+        replacement, which supersedes it."""
+        for email, account_id in ENGINEERS.items():
+            self.api("PUT", f"/engineers/{email}", (200, 201),
+                     json={"dispatch_enabled": True, "jira_account_id": account_id})
+        ids = {}
+        for policy in (assign_policy(), notification_policy(workflow)):
+            active = self.api("GET", "/dispatch/policies",
+                              params={"status": "active", "limit": 200})["items"]
+            earlier = [p for p in active if p["name"] == policy["name"]]
+            path = (f"/dispatch/policies/{earlier[0]['id']}/replacements" if earlier
+                    else "/dispatch/policies")
+            created = self.api("POST", path, (201,), json=policy)
+            self.api("POST", f"/dispatch/policies/{created['id']}/activate")
+            ids[policy["name"]] = created["id"]
+        return ids
+
+
+class Cluster(Operated):
     """The replicas of one run on one database, with the keys to call them."""
 
     def __init__(self, engine: str, database_url: str, replicas: int, fakes: Fakes,
@@ -487,38 +541,6 @@ class Cluster:
 
     def serving_besides(self, index: int) -> bool:
         return any(r.serving() for r in self.replicas if r.index != index)
-
-    # -- the API ------------------------------------------------------------------------------
-
-    def api(self, method: str, path: str, expected=(200,), **kwargs: Any) -> Any:
-        """An operator's call to the first replica that answers."""
-        last = None
-        for replica in self.replicas:
-            if not replica.alive() or replica.paused:
-                continue
-            try:
-                response = self._session.request(
-                    method, replica.url + BASE + path, timeout=REQUEST_TIMEOUT,
-                    headers={"X-API-KEY": self.operator_key}, **kwargs)
-            except requests.RequestException as exc:
-                last = exc
-                continue
-            if response.status_code in expected:
-                return response.json() if response.content else None
-            last = RuntimeError(f"{method} {path}: {response.status_code} {response.text[:300]}")
-        raise RuntimeError(f"no replica answered {method} {path}: {last}")
-
-    def configure(self, workflow: Workflow) -> dict[str, Any]:
-        """The engineers and the two policies, through the API, as an operator would."""
-        for email, account_id in ENGINEERS.items():
-            self.api("PUT", f"/engineers/{email}", (200, 201),
-                     json={"dispatch_enabled": True, "jira_account_id": account_id})
-        ids = {}
-        for policy in (assign_policy(), notification_policy(workflow)):
-            created = self.api("POST", "/dispatch/policies", (201,), json=policy)
-            self.api("POST", f"/dispatch/policies/{created['id']}/activate")
-            ids[policy["name"]] = created["id"]
-        return ids
 
 
 def _end(process: subprocess.Popen | None, timeout: float = 10.0) -> None:

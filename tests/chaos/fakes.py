@@ -773,6 +773,7 @@ class ChaosFakes:
         self.control = Control(self.world, self.faults, self.log, self.ready)
         self._control_server: WSGIServer | None = None
         self._control_thread: threading.Thread | None = None
+        self._advertise: str | None = None
         for name, fake in self.world.fakes().items():
             router: Router = _route if name == "jira" else fake._route
             # The fake's own ``start`` serves ``self._app``: the instance attribute set here
@@ -780,10 +781,17 @@ class ChaosFakes:
             fake._app = FaultLayer(name, fake._app, router, self.faults, self.log,
                                    self.stopping)
 
-    def start(self) -> ChaosFakes:
-        for fake in self.world.fakes().values():
-            fake.start()
-        self._control_server, self._control_thread = serve(self.control, "chaos-control")
+    def start(self, host: str = "127.0.0.1", port: int = 0,
+              advertise: str | None = None) -> ChaosFakes:
+        """Serve on free local ports, or, with ``port``, on it and the next four (Jira,
+        Lark, Oncall, Core, the control API) on ``host``, named ``advertise`` in the URLs a
+        deployment elsewhere is pointed at."""
+        for offset, fake in enumerate(self.world.fakes().values()):
+            fake.advertise = advertise
+            fake.start(host, port + offset if port else 0)
+        self._control_server, self._control_thread = serve(
+            self.control, "chaos-control", host, port + len(self.world.fakes()) if port else 0)
+        self._advertise = advertise
         return self
 
     def stop(self) -> None:
@@ -811,6 +819,7 @@ class ChaosFakes:
         jira, lark, oncall, core = (self.world.jira, self.world.lark, self.world.oncall,
                                     self.world.core)
         host, port = self._control_server.server_address[:2]
+        host = self._advertise or host
         return {
             "pid": os.getpid(),
             "jira": jira.base_url, "lark": lark.base_url, "oncall": oncall.base_url,
@@ -818,15 +827,30 @@ class ChaosFakes:
             "jira_email": jira.email, "jira_api_token": jira.api_token,
             "lark_app_id": lark.app_id, "lark_app_secret": lark.app_secret,
             "oncall_token": oncall.token, "core_token": core.token,
-            "settings": {  # TICKET_DISPATCHER_<name> for a serve process
-                "JIRA_BASE_URL": jira.base_url, "JIRA_EMAIL": jira.email,
-                "JIRA_API_TOKEN": jira.api_token, "NOTIFICATIONS_ENABLED": "true",
-                "LARK_BASE_URL": lark.base_url, "LARK_APP_ID": lark.app_id,
-                "LARK_APP_SECRET": lark.app_secret,
-                "ONCALL_BASE_URL": oncall.base_url, "ONCALL_TOKEN": oncall.token,
-                "CORE_BASE_URL": core.base_url, "CORE_TOKEN": core.token,
-            },
+            "settings": serve_settings(self.world, {name: fake.base_url for name, fake
+                                                    in self.world.fakes().items()}),
         }
+
+
+def serve_settings(world: World, base_urls: dict[str, str]) -> dict[str, str]:
+    """The ``TICKET_DISPATCHER_<name>`` settings (without the prefix) of a serve process that
+    calls these fakes at ``base_urls`` (by peer name): the fakes' fixed test credentials."""
+    jira, lark, oncall, core = world.jira, world.lark, world.oncall, world.core
+    return {
+        "JIRA_BASE_URL": base_urls["jira"], "JIRA_EMAIL": jira.email,
+        "JIRA_API_TOKEN": jira.api_token, "NOTIFICATIONS_ENABLED": "true",
+        "LARK_BASE_URL": base_urls["lark"], "LARK_APP_ID": lark.app_id,
+        "LARK_APP_SECRET": lark.app_secret,
+        "ONCALL_BASE_URL": base_urls["oncall"], "ONCALL_TOKEN": oncall.token,
+        "CORE_BASE_URL": base_urls["core"], "CORE_TOKEN": core.token,
+    }
+
+
+def settings_at(host: str, port: int) -> dict[str, str]:
+    """``serve_settings`` of fakes that ``--port port --advertise host`` would start."""
+    names = list(World().fakes())
+    return serve_settings(World(), {name: f"http://{host}:{port + offset}"
+                                    for offset, name in enumerate(names)})
 
 
 def _world_argument(value: str) -> Any:
@@ -845,14 +869,31 @@ def _write_atomically(path: Path, content: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.fakes",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ready-file", required=True, type=Path,
+    parser.add_argument("--ready-file", type=Path,
                         help="written (JSON) once everything serves")
+    parser.add_argument("--print-settings", action="store_true",
+                        help="print the settings a deployment needs to call fakes started "
+                             "with --port and --advertise, and exit")
     parser.add_argument("--world", help="a world to set up first: JSON, or a file holding it")
     parser.add_argument("--calls-file", type=Path,
                         help="also append every recorded call to this JSON-lines file")
     parser.add_argument("--max-seconds", type=float, default=MAX_LIFETIME_S,
                         help="stop by itself after this long (default: a day)")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    parser.add_argument("--port", type=int, default=0,
+                        help="Jira's port; Lark, Oncall, Core and the control API take the "
+                             "next four (default: free ports)")
+    parser.add_argument("--advertise", help="the host name a deployment elsewhere reaches "
+                                            "this machine by (default: the address)")
     args = parser.parse_args(argv)
+    if args.print_settings:
+        if not args.port:
+            parser.error("--print-settings needs --port")
+        for name, value in settings_at(args.advertise or args.host, args.port).items():
+            print(f"TICKET_DISPATCHER_{name}={value}")
+        return 0
+    if args.ready_file is None:
+        parser.error("--ready-file is required")
     try:
         world = _world_argument(args.world) if args.world else None
     except (OSError, ValueError) as exc:
@@ -861,7 +902,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    fakes = ChaosFakes(calls_file=args.calls_file).start()
+    fakes = ChaosFakes(calls_file=args.calls_file).start(args.host, args.port, args.advertise)
     try:
         if world is not None:
             try:

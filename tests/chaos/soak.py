@@ -29,10 +29,19 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.cluster import AUTO_ASSIGN_LABEL, Cluster, Fakes, Workflow, world_users
+from peewee import fn
+
+from tests.chaos.cluster import (
+    AUTO_ASSIGN_LABEL,
+    Cluster,
+    Fakes,
+    Workflow,
+    world_users,
+)
 from tests.chaos.load import Load, LoadConfig
 from tests.chaos.nemesis import (
     DB_CUT,
@@ -48,6 +57,7 @@ from tests.chaos.nemesis import (
     Nemesis,
     schedule,
 )
+from tests.chaos.staging import Deployment, Target
 from tests.databases import postgres_schema, sqlite_url
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -165,15 +175,20 @@ def run_soak(seed: int, duration_s: float, engine: str = "postgres", replicas: i
              out: Path | str = "chaos-run", *, postgres_url: str = DEFAULT_POSTGRES_URL,
              load: LoadConfig | None = None, workflow: Workflow | None = None,
              lease_s: float = LEASE_S, settle_s: float = SETTLE_S,
-             kinds: Sequence[str] | None = None,
+             kinds: Sequence[str] | None = None, target: Target | None = None,
              say: Callable[[str], None] = print) -> Path:
-    """Run one soak into ``out`` (created; it must not hold an earlier run) and return it."""
+    """Run one soak into ``out`` (created; it must not hold an earlier run) and return it.
+    With ``target``, against that deployment (tests/chaos/staging.py) instead of replicas of
+    its own: ``engine``, ``replicas`` and ``lease_s`` are the deployment's then."""
     load = load or LoadConfig()
     workflow = workflow or Workflow()
     run_dir = Path(out).resolve()
     if run_dir.exists() and any(run_dir.iterdir()):
         raise FileExistsError(f"{run_dir} is not empty: give each run a directory of its own")
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    if target is not None:
+        engine, replicas = "staging", len(target.replicas)
+        kinds = list(kinds or target.kinds())
     kinds = list(kinds or (POSTGRES_KINDS if engine == "postgres" else SQLITE_KINDS))
     plan = schedule(seed, duration_s, kinds, replicas, lease_s=lease_s)
     say(f"seed {seed}: {len(plan)} faults planned over {duration_s:g} s on {replicas} "
@@ -194,18 +209,30 @@ def run_soak(seed: int, duration_s: float, engine: str = "postgres", replicas: i
     _write_json(run_dir / "run.json", run)
 
     with ExitStack() as stack:
-        fakes = Fakes(run_dir).start()
+        fakes = Fakes(run_dir, target.fakes_listen if target else None).start()
         stack.callback(fakes.stop)
         fakes.add_world(world_users())
-        if engine == "postgres":
-            database_url = stack.enter_context(postgres_schema(postgres_url, "td_chaos_"))
+        since = Since()
+        if target is not None:
+            database_url = target.database_url
+            cluster: Cluster | Deployment = Deployment(target, run_dir, say)
+            since = Since.now(database_url)  # the deployment keeps what it had
+            run["settings"] = {**fakes.settings, **cluster.shown_settings()}
+            run["since"] = {"trigger_id": since.trigger_id,
+                            "execution_id": since.execution_id}
+            # the fakes' own fixed test credentials, not secrets of the deployment
+            say("the deployment must call the fakes: " + ", ".join(
+                f"TICKET_DISPATCHER_{k}={v}" for k, v in fakes.settings.items()))
         else:
-            (run_dir / "db").mkdir(exist_ok=True)
-            database_url = sqlite_url(run_dir / "db")
-        cluster = Cluster(engine, database_url, replicas, fakes, run_dir, lease_s=lease_s)
+            if engine == "postgres":
+                database_url = stack.enter_context(postgres_schema(postgres_url, "td_chaos_"))
+            else:
+                (run_dir / "db").mkdir(exist_ok=True)
+                database_url = sqlite_url(run_dir / "db")
+            cluster = Cluster(engine, database_url, replicas, fakes, run_dir, lease_s=lease_s)
+            run["settings"] = {**cluster.shown_settings(), "DATABASE_URL": database_url}
+            run["database_urls"] = {r.name: r.database_url for r in cluster.replicas}
         stack.callback(cluster.stop)
-        run["settings"] = {**cluster.shown_settings(), "DATABASE_URL": database_url}
-        run["database_urls"] = {r.name: r.database_url for r in cluster.replicas}
         say("starting the cluster")
         cluster.start()
         run["policies"] = cluster.configure(workflow)
@@ -230,10 +257,10 @@ def run_soak(seed: int, duration_s: float, engine: str = "postgres", replicas: i
         run["restored"] = cluster.restore() + _clear_peer_faults(fakes)
         if run["restored"]:
             say("restored: " + "; ".join(run["restored"]))
-        settled, waited = settle(database_url, settle_s, say)
+        settled, waited = settle(database_url, settle_s, say, since)
         run["settled"], run["settle_s"] = settled, round(waited, 3)
         run["ended_at"] = time.time()
-        final = read_final(database_url)
+        final = read_final(database_url, since)
         _write_json(run_dir / "final.json", final)
         _wait_calls_answered(fakes, say)
         calls = fakes.calls()
@@ -293,18 +320,48 @@ def _open_store(database_url: str):
     return Store.open(database_url, max_connections=2)
 
 
-def unsettled(store) -> tuple[int, int]:
-    """(triggers pending or processing, executions created or executing)."""
-    from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
+@dataclass(frozen=True)
+class Since:
+    """The run's rows are the ones above these ids: 0 on a fresh database; on a deployment,
+    the newest ids found when the soak started."""
 
-    triggers = sum(len(store.triggers.list(status=status, limit=PAGE)[0])
-                   for status in (TriggerStatus.PENDING, TriggerStatus.PROCESSING))
-    executions = sum(store.executions.list(status=status, limit=1)[1]
-                     for status in (ExecutionStatus.CREATED, ExecutionStatus.EXECUTING))
+    trigger_id: int = 0
+    execution_id: int = 0
+
+    @classmethod
+    def now(cls, database_url: str) -> Since:
+        from ticket_dispatcher.store.database import unit_of_work
+        from ticket_dispatcher.store.models import ExecutionRow, TriggerRow
+
+        store = _open_store(database_url)
+        try:
+            with unit_of_work(store.db):
+                return cls(TriggerRow.select(fn.MAX(TriggerRow.id)).scalar() or 0,
+                           ExecutionRow.select(fn.MAX(ExecutionRow.id)).scalar() or 0)
+        finally:
+            store.close()
+
+
+def unsettled(store, since: Since = Since()) -> tuple[int, int]:
+    """(triggers pending or processing, executions created or executing), of the run's."""
+    from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
+    from ticket_dispatcher.store.database import unit_of_work
+    from ticket_dispatcher.store.models import ExecutionRow, TriggerRow
+
+    with unit_of_work(store.db):
+        triggers = TriggerRow.select().where(
+            TriggerRow.id > since.trigger_id,
+            TriggerRow.status.in_([TriggerStatus.PENDING.value,
+                                   TriggerStatus.PROCESSING.value])).count()
+        executions = ExecutionRow.select().where(
+            ExecutionRow.id > since.execution_id,
+            ExecutionRow.status.in_([ExecutionStatus.CREATED.value,
+                                     ExecutionStatus.EXECUTING.value])).count()
     return triggers, executions
 
 
-def settle(database_url: str, timeout: float, say: Callable[[str], None]) -> tuple[bool, float]:
+def settle(database_url: str, timeout: float, say: Callable[[str], None],
+           since: Since = Since()) -> tuple[bool, float]:
     """Wait until nothing is left to do (bounded); whether it got there, and how long."""
     began = time.monotonic()
     store = _open_store(database_url)
@@ -312,7 +369,7 @@ def settle(database_url: str, timeout: float, say: Callable[[str], None]) -> tup
     try:
         while True:
             try:
-                left = unsettled(store)
+                left = unsettled(store, since)
             except Exception as exc:  # noqa: BLE001 (a moment of contention: look again)
                 left = (-1, -1)
                 say(f"settle: could not read the database: {exc}")
@@ -332,8 +389,8 @@ def settle(database_url: str, timeout: float, say: Callable[[str], None]) -> tup
         store.close()
 
 
-def read_final(database_url: str) -> dict[str, Any]:
-    """The database's state as final.json keeps it."""
+def read_final(database_url: str, since: Since = Since()) -> dict[str, Any]:
+    """The database's state as final.json keeps it: the run's triggers and executions."""
     from ticket_dispatcher.store.database import unit_of_work
     from ticket_dispatcher.store.models import ExecutionRow
 
@@ -360,9 +417,11 @@ def read_final(database_url: str) -> dict[str, Any]:
     finally:
         store.close()
     return {
-        "triggers": [_trigger(t.to_json()) for t in sorted(triggers, key=lambda t: t.id)],
+        "triggers": [_trigger(t.to_json()) for t in sorted(triggers, key=lambda t: t.id)
+                     if t.id > since.trigger_id],
         "executions": [{**e.to_json(), "lease_owner": owners.get(e.id)}
-                       for e in sorted(executions, key=lambda e: e.id)],
+                       for e in sorted(executions, key=lambda e: e.id)
+                       if e.id > since.execution_id],
         "engineers": [{k: e.to_json()[k] for k in ("email", "last_dispatched_at",
                                                    "last_dispatched_issue")}
                       for e in engineers],
