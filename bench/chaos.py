@@ -44,7 +44,13 @@ sys.path.insert(0, str(ROOT))
 from tests.chaos import cluster  # noqa: E402  (needs the root above)
 from tests.chaos.load import LoadConfig  # noqa: E402
 from tests.chaos.nemesis import POSTGRES_KINDS, SQLITE_KINDS  # noqa: E402
-from tests.chaos.soak import DEFAULT_POSTGRES_URL, LEASE_S, SETTLE_S, run_soak  # noqa: E402
+from tests.chaos.soak import (  # noqa: E402
+    DEFAULT_POSTGRES_URL,
+    LEASE_S,
+    SETTLE_S,
+    SQLITE_RATE,
+    run_soak,
+)
 from tests.chaos.staging import TargetError, load_target  # noqa: E402
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
@@ -69,8 +75,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="replicas (default 3 on PostgreSQL; SQLite has one)")
     parser.add_argument("--out", type=Path, help="the run directory (default: "
                                                  "$TMPDIR/chaos-runs/<time>-<engine>-seed-<N>)")
-    parser.add_argument("--rate", type=float, default=LoadConfig.rate,
-                        help="triggers a second (default %(default)s)")
+    parser.add_argument("--rate", type=float,
+                        help=f"triggers a second (default {LoadConfig.rate:g} on PostgreSQL's "
+                             f"three replicas, {SQLITE_RATE:g} on SQLite's one process)")
     parser.add_argument("--kinds", nargs="+", help="the fault kinds to draw from "
                                                    "(default: all the engine has)")
     parser.add_argument("--lease", type=float, default=LEASE_S,
@@ -97,6 +104,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.seed = secrets.randbelow(10**6)
     if args.replicas is None:
         args.replicas = 3 if args.engine == "postgres" else 1
+    if args.rate is None:
+        args.rate = SQLITE_RATE if args.engine == "sqlite" else LoadConfig.rate
     if args.out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         args.out = Path(tempfile.gettempdir()) / "chaos-runs" / \

@@ -76,7 +76,9 @@ What the history cannot prove, and why:
   both wrote are two slots: both writes are allowed.
 - A request that never reached a fake (cut on the way) is in no log, and was no side effect.
   A fake that applied a call whose answer was lost shows one applied call: the product
-  settles that case by reading again, and a second write would show.
+  settles that case by reading again, and a second write would show. A read can come before
+  a slow write has landed, and the same value is then written again: Jira keeps one value and
+  no second change, so a repeated assignee or L2 value (no other write between) counts once.
 - A round-robin turn is taken in its own transaction, before the plan that records it is
   saved. A step that died in between took a turn final.json does not show, so a spread off
   by more than one, with a kill, stop or database fault listed beside it, may be that.
@@ -105,6 +107,7 @@ ATTRIBUTION_SLACK_S = 1.0  # a call this far outside its execution's span still 
 LOG_LEAD_S = 1.0  # a fault explains lines from this long before its recorded start
 LOG_GRACE_EXTRA_S = 10.0  # ... until lease_seconds + this after its end
 DEFAULT_L2_FIELD_ID = "customfield_10053"
+DEFAULT_READ_TIMEOUT_S = 10.0  # integrations.read_timeout's default
 TERMINAL_TRIGGER = ("completed", "failed")
 TERMINAL_EXECUTION = ("succeeded", "failed")
 NO_END = math.inf
@@ -159,6 +162,7 @@ class Call:
     applied: bool
     fault: int | None
     key: str | None
+    t_end: float | None = None  # when the fake answered (None: never)
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,12 @@ class History:
     @property
     def ack_bound_s(self) -> float:
         return float(self.run["ack_bound_s"])
+
+    @property
+    def read_timeout_s(self) -> float:
+        """The service's read timeout for its peers: a call that took this long lost its
+        answer."""
+        return float(self.run.get("read_timeout_s") or DEFAULT_READ_TIMEOUT_S)
 
     @property
     def log_grace_s(self) -> float:
@@ -299,7 +309,8 @@ def _json_object(text: str) -> dict | None:
 def _call(number: int, raw: dict) -> Call:
     return Call(number, float(raw["t"]), str(raw["service"]), str(raw["method"]).upper(),
                 str(raw["path"]).split("?", 1)[0], raw.get("route"), raw.get("body"),
-                raw.get("status"), bool(raw.get("applied")), raw.get("fault"), raw.get("key"))
+                raw.get("status"), bool(raw.get("applied")), raw.get("fault"), raw.get("key"),
+                None if raw.get("t_end") is None else float(raw["t_end"]))
 
 
 _REPLICA_FILE = re.compile(r"^(replica-\d+)")
@@ -647,7 +658,10 @@ def _pages_once(history: History, pages: dict[str, list[Call]]) -> Iterator[Viol
 
 def _jira_side_effects(history: History) -> Iterator[Violation]:
     """Assignee and L2 writes and workflow comments, attributed to the write slots of their
-    issue's live executions (the module's promise 3)."""
+    issue's live executions (the module's promise 3). An assignee or L2 write that repeats the
+    write just before it, whose answer the service lost to its read timeout, is that slot's
+    too: the re-read came before the slow write landed, and the same value was written again
+    (the field keeps it, with no second change)."""
     written: dict[tuple[str, str], list[tuple[Call, str | None]]] = defaultdict(list)
     for call in _applied(history, "jira"):
         write = _jira_write(call, history.l2_field_id)
@@ -659,8 +673,25 @@ def _jira_side_effects(history: History) -> Iterator[Violation]:
         calls.sort(key=lambda cv: cv[0].t)
         candidates = slots.get((kind, issue_key), [])
         owner, left = _attribute(calls, candidates)
+        if not kind.startswith("comment:"):
+            left = [i for i in left if not _repeat_of_a_lost_answer(history, calls, i, owner,
+                                                                    candidates)]
         if left:
             yield _unaccounted(history, kind, issue_key, calls, candidates, owner, left)
+
+
+def _repeat_of_a_lost_answer(history: History, calls: list[tuple[Call, str | None]],
+                             index: int, owner: dict[int, int], slots: list[_Slot]) -> bool:
+    """Call ``index`` writes the value of the call before it, which took the service's whole
+    read timeout (its answer was lost) and is accounted for by a slot this one fits too."""
+    if index == 0:
+        return False
+    (call, value), (before, before_value) = calls[index], calls[index - 1]
+    if (value or "").lower() != (before_value or "").lower() or before.t_end is None \
+            or before.t_end - before.t < history.read_timeout_s:
+        return False
+    return any(taker == index - 1 and slots[slot].fits(call, value)
+               for slot, taker in owner.items())
 
 
 def _jira_write(call: Call, l2_field_id: str) -> tuple[str, str, str | None] | None:

@@ -70,8 +70,12 @@ SHARED_SETTINGS = {
     "HTTP_TRIGGER_RATE": "0",
     "LOG_LEVEL": "INFO",
 }
+# One process on SQLite shares no connection budget: it runs with the default threads and
+# slots, as a single-process deployment does.
 SQLITE_SETTINGS = {
-    **{k: v for k, v in SHARED_SETTINGS.items() if k not in ("CLUSTER_MODE", "CLUSTER_DRAIN")},
+    **{k: v for k, v in SHARED_SETTINGS.items()
+       if k not in ("CLUSTER_MODE", "CLUSTER_DRAIN", "HTTP_THREADS", "TRIGGER_ACTORS",
+                    "EXECUTION_SLOTS")},
     "DATABASE_BUSY_TIMEOUT": "2s",
 }
 SECRET_SETTINGS = ("AUTH_API_KEYS", "JIRA_API_TOKEN", "LARK_APP_SECRET", "ONCALL_TOKEN",

@@ -68,6 +68,9 @@ SETTLE_S = 180.0
 PROGRESS_S = 10.0
 SERVING_WAIT_S = 30.0  # a rolling deploy waits this long for another replica to serve
 PAGE = 500
+# The load's rate fits the slots at the slowest peer: three replicas' 18 slots carry 4
+# triggers a second while Oncall answers a page in 8 s; one SQLite process's 10 carry half.
+SQLITE_RATE = 2.0
 
 
 def ack_bound(lease_s: float, workflow: Workflow) -> float:
@@ -200,6 +203,7 @@ def run_soak(seed: int, duration_s: float, engine: str = "postgres", replicas: i
         "started_at": None, "ended_at": None, "settings": {}, "kinds": kinds,
         "schedule": [fault.to_json() for fault in plan], "lease_seconds": lease_s,
         "ack_bound_s": ack_bound(lease_s, workflow), "assign_label": AUTO_ASSIGN_LABEL,
+        "read_timeout_s": READ_TIMEOUT_S,
         "workflow": {"attempts": workflow.attempts, "ack_timeout_s": workflow.ack_timeout_s,
                      "poll_s": workflow.poll_s, "escalate": workflow.escalate},
         "load": {"rate": load.rate, "notify_share": load.notify_share,

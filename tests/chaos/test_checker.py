@@ -468,6 +468,25 @@ def test_a_card_no_execution_sent_is_reported(clean, tmp_path):
     assert "no card in the database accounts for" in violation.title
 
 
+def test_the_same_assignee_written_again_after_a_lost_answer_counts_once(clean, tmp_path):
+    """The interleaving: execution 3's assignee PUT reaches a slow Jira and its answer is lost
+    to the read timeout; the step is retried, re-reads the issue before the slow write has
+    landed, and writes the same account again. Jira keeps one value: one write. The same
+    repeat after a write that was answered is still a second write."""
+    [first] = [c for c in clean.calls if c["path"].endswith("HA-3/assignee")]
+    first["t_end"] = first["t"] + 10.0  # the whole read timeout
+    clean.executions[3]["completed_at"] = iso(T0 + 30.01 + 12)
+    clean.assign_call(T0 + 30.01 + 11, "HA-3", ENGINEERS[2])
+
+    assert [v.title for v in check(clean.write(tmp_path)).violations] == []
+
+    first["t_end"] = first["t"] + 0.05  # answered: the second write had no reason
+    answered = tmp_path / "answered"
+    answered.mkdir()
+    violation = only(check(clean.write(answered)), 3)
+    assert "HA-3: 2 applied Jira assignee writes" in violation.title
+
+
 def test_a_late_stored_copy_that_assigned_again_after_the_label_went_is_reported(clean,
                                                                                   tmp_path):
     """The interleaving: a trigger posted to a paused replica gets no answer; the load sends it

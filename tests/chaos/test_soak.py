@@ -13,7 +13,8 @@ import random
 import pytest
 
 from tests.chaos.checker import check
-from tests.chaos.soak import run_soak
+from tests.chaos.load import LoadConfig
+from tests.chaos.soak import SQLITE_RATE, run_soak
 
 DURATION_S = 45.0
 FIXED_SEED = 12
@@ -27,7 +28,8 @@ def test_a_short_soak_keeps_every_promise(seed, tmp_path):
     postgres_url = os.environ.get("TICKET_DISPATCHER_TEST_DATABASE_URL")
     engine = "postgres" if postgres_url else "sqlite"
     print(f"chaos soak: seed {seed}, {engine}, {DURATION_S:g} s")
-    options = {"postgres_url": postgres_url} if postgres_url else {}
+    options = ({"postgres_url": postgres_url} if postgres_url
+               else {"load": LoadConfig(rate=SQLITE_RATE)})
 
     run_dir = run_soak(seed, DURATION_S, engine, replicas=3 if postgres_url else 1,
                        out=tmp_path / "run", **options)
