@@ -396,12 +396,35 @@ def _read_line(process: subprocess.Popen, timeout: float) -> str:
 
 
 class Operated:
-    """What an operator does through the API of replicas that have ``url``, ``alive()`` and
-    ``paused``: the set-up of a soak's engineers and policies."""
+    """What the soak does to replicas of its own and to a deployment's alike (``Replica`` and
+    tests/chaos/staging.py's ``StagingReplica``): restore them after the faults, and set up
+    the engineers and policies through the API as an operator."""
 
     replicas: list
     operator_key: str
     _session: requests.Session
+
+    def restore_replicas(self) -> list[str]:
+        """Every replica's database reachable, continued, running and serving; what had to be
+        done, for the report."""
+        done = []
+        for replica in self.replicas:
+            if replica.relay is not None and replica.cut:
+                replica.relay.restore()
+                replica.cut = False
+                done.append(f"{replica.name} database path restored")
+            if replica.paused:
+                replica.sigcont()
+                done.append(f"{replica.name} continued")
+            if not replica.alive():
+                replica.start()
+                done.append(f"{replica.name} started again (generation {replica.generation})")
+        for replica in self.replicas:
+            replica.wait_serving()
+        return done
+
+    def serving_besides(self, index: int) -> bool:
+        return any(r.serving() for r in self.replicas if r.index != index)
 
     def api(self, method: str, path: str, expected=(200,), **kwargs: Any) -> Any:
         """An operator's call to the first replica that answers."""
@@ -528,23 +551,7 @@ class Cluster(Operated):
                 and self.sqlite_lock.process.poll() is None:
             self.sqlite_lock.end()
             done.append("sqlite lock released")
-        for replica in self.replicas:
-            if replica.relay is not None and replica.cut:
-                replica.relay.restore()
-                replica.cut = False
-                done.append(f"{replica.name} relay restored")
-            if replica.paused:
-                replica.sigcont()
-                done.append(f"{replica.name} continued")
-            if not replica.alive():
-                replica.start()
-                done.append(f"{replica.name} restarted (generation {replica.generation})")
-        for replica in self.replicas:
-            replica.wait_serving()
-        return done
-
-    def serving_besides(self, index: int) -> bool:
-        return any(r.serving() for r in self.replicas if r.index != index)
+        return done + self.restore_replicas()
 
 
 def _end(process: subprocess.Popen | None, timeout: float = 10.0) -> None:

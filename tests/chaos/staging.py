@@ -292,24 +292,7 @@ class Deployment(Operated):
             replica.wait_serving()
 
     def restore(self) -> list[str]:
-        done = []
-        for replica in self.replicas:
-            if replica.cut:
-                replica.relay.restore()
-                replica.cut = False
-                done.append(f"{replica.name} database path restored")
-            if replica.paused:
-                replica.sigcont()
-                done.append(f"{replica.name} continued")
-            if not replica.alive():
-                replica.start()
-                done.append(f"{replica.name} started")
-        for replica in self.replicas:
-            replica.wait_serving()
-        return done
-
-    def serving_besides(self, index: int) -> bool:
-        return any(r.serving() for r in self.replicas if r.index != index)
+        return self.restore_replicas()
 
     def stop(self) -> None:
         """Leave the deployment running; keep each replica's log."""
