@@ -413,7 +413,7 @@ class StoreTriggers:
 
     def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
         self.ensured.append((source, issue_key))
-        for trigger_id in self.triggers.recoverable():
+        for trigger_id, _ in self.triggers.recoverable():
             found = self.triggers.get(trigger_id)
             if (found.source, found.issue_key, found.status.value) == (
                     source, issue_key, "pending"):

@@ -474,6 +474,15 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class LanesConfig:
+    """The order of the work that waits (actors/lanes.py): while ordinary triggers and new
+    executions wait, ``notification_share`` notifications go for every ordinary one; ``0``:
+    one line, first in, first out."""
+
+    notification_share: int = setting(4, integer(0, 100))
+
+
+@dataclass(frozen=True)
 class Config:
     database_url: str = setting("sqlite:///ticket-dispatcher.db", _database_url())
     execution_slots: int = setting(10, integer(1, 100))
@@ -496,6 +505,7 @@ class Config:
     database: DatabaseConfig = section(DatabaseConfig)
     leases: LeasesConfig = section(LeasesConfig)
     cluster: ClusterConfig = section(ClusterConfig)
+    lanes: LanesConfig = section(LanesConfig)
     auth: AuthConfig = section(AuthConfig)
     console: ConsoleConfig = section(ConsoleConfig)
     notifications: NotificationsConfig = section(NotificationsConfig)

@@ -138,6 +138,8 @@ class Metrics:
         self.pool_busy = gauge("pool_busy", "Execution slots in use")
         self.pool_queued = gauge("pool_queued", "Executions waiting for a slot")
         self.pool_parked = gauge("pool_parked", "Executions parked until their wake_at")
+        self.lane_queued = gauge("lane_queued", "Work waiting in its lane: triggers for a "
+                                 "trigger actor, executions for a slot", ("queue", "lane"))
         self.calls = histogram("integration_call_duration_seconds", "Integration calls by "
                                "client, operation and outcome", ("client", "operation",
                                                                  "outcome"), CALL_BUCKETS)
@@ -245,6 +247,11 @@ class Metrics:
         self.pool_busy.set(busy)
         self.pool_queued.set(queued)
         self.pool_parked.set(parked)
+
+    def lanes(self, queue: str, lengths: dict[str, int]) -> None:
+        """``queue``: triggers or executions; ``lengths``: lane → how many wait in it."""
+        for lane, count in lengths.items():
+            self.lane_queued.labels(queue=queue, lane=lane).set(count)
 
     def integration_call(self, client: str, operation: str, outcome: str,
                          seconds: float) -> None:

@@ -43,6 +43,7 @@ PLANNED_METRICS: dict[str, str] = {
     "ticket_manager_dispatch_pool_busy": "gauge",
     "ticket_manager_dispatch_pool_queued": "gauge",
     "ticket_manager_dispatch_pool_parked": "gauge",
+    "ticket_manager_dispatch_lane_queued": "gauge",
     "ticket_manager_dispatch_integration_call_duration_seconds": "histogram",
     "ticket_manager_dispatch_client_queue_wait_seconds": "histogram",
     "ticket_manager_dispatch_metrics_job_failures_total": "counter",

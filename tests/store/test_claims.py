@@ -85,3 +85,25 @@ def test_a_stopping_replica_gives_back_its_running_executions_only(store):
     assert store.executions.release_owner(ME) == 1
     assert claim_due(store, 5, owner=OTHER) == [mine]
     assert store.executions.next_wake(NOW) is None
+
+
+def test_a_claim_takes_the_lane_it_is_asked_to_take_first(store):
+    """Shared mode's lanes: three ordinary triggers, then a notification; a claim asked for
+    notifications first takes it before the older ordinary ones, one asked for ordinary
+    triggers first takes the oldest ordinary one, and without a lane the oldest of all."""
+    def pending(source: str, key: str) -> int:
+        return store.triggers.create(source, key, policy_id=None, dryrun=None, now=NOW).id
+
+    ordinary = [pending("jira_automation", f"TCID-{n}") for n in range(1, 4)]
+    notification = pending("jira_assignment_assignee", "TCID-9")
+
+    def take(first):
+        [taken] = store.triggers.claim_due(ME, 1, now=NOW, expires_at=NOW + LEASE, first=first)
+        return taken.id
+
+    assert take("notification") == notification
+    assert take("ordinary") == ordinary[0]
+    assert take(None) == ordinary[1]
+    later = pending("jira_assignment_l2_assignee", "TCID-10")
+    assert take("ordinary") == ordinary[2]
+    assert take("ordinary") == later  # no ordinary one left: the other lane's

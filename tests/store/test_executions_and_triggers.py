@@ -217,8 +217,8 @@ def test_deferred_trigger_is_due_only_when_its_time_comes(store):
 
     assert store.triggers.due(NOW + timedelta(seconds=4)) == []
     assert store.triggers.claim(trigger.id, NOW) is None
-    assert store.triggers.due(NOW + timedelta(seconds=5)) == [trigger.id]
-    assert store.triggers.recoverable() == [trigger.id]
+    assert store.triggers.due(NOW + timedelta(seconds=5)) == [(trigger.id, trigger.source)]
+    assert store.triggers.recoverable() == [(trigger.id, trigger.source)]
 
 
 def test_failed_and_completed_triggers_keep_reason_and_output(store):
@@ -245,13 +245,13 @@ def test_ensuring_a_reserved_trigger_reuses_a_pending_one_and_creates_one_otherw
 
     store.triggers.ensure_reserved_trigger(source, "TCID-1", now)
     store.triggers.ensure_reserved_trigger(source, "TCID-1", now)
-    [first] = store.triggers.due(now)
+    [(first, _)] = store.triggers.due(now)
     store.triggers.claim(first, now)
     store.triggers.ensure_reserved_trigger(source, "TCID-1", now)
 
-    assert len(store.triggers.due(now)) == 1
-    assert store.triggers.due(now) != [first]
-    assert store.triggers.get(store.triggers.due(now)[0]).source == source
+    [(second, second_source)] = store.triggers.due(now)
+    assert second != first and second_source == source
+    assert store.triggers.get(second).source == source
 
 
 def test_get_many_returns_the_existing_executions_by_id_with_their_rules(store):

@@ -40,6 +40,7 @@ from ticket_dispatcher import __version__
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.execution import ExecutionActor
+from ticket_dispatcher.actors.lanes import ORDINARY, Lanes, lane_of
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import (
     Cancel,
@@ -107,13 +108,16 @@ class SweepRecord:
 
 
 class SlotQueue:
-    """Executions waiting for a slot, in two first-in-first-out lanes: ``new`` work (created,
-    recovered, restarted) and ``wake``s of parked waits. When both wait they take turns, so a
-    thousand polling ACK waits cannot hold an ordinary dispatch behind all of them, and a
-    stream of new work cannot starve a wait past its poll (measured: bench/parked_waits.py)."""
+    """Executions waiting for a slot, in two lines: ``new`` work (created, recovered,
+    restarted) and ``wake``s of parked waits. When both wait they take turns, so a thousand
+    polling ACK waits cannot hold an ordinary dispatch behind all of them, and a stream of new
+    work cannot starve a wait past its poll (measured: bench/parked_waits.py). New work waits
+    in its lane (actors/lanes.py): a notification's executions before a backlog of ordinary
+    ones, by ``lanes.notification_share``."""
 
-    def __init__(self) -> None:
-        self._lanes: dict[str, deque[tuple[int, datetime]]] = {"new": deque(), "wake": deque()}
+    def __init__(self, share: int = 0) -> None:
+        self._new: Lanes[int] = Lanes(share)
+        self._wake: deque[tuple[int, datetime]] = deque()
         self._members: set[int] = set()
         self._wake_next = False
 
@@ -123,21 +127,43 @@ class SlotQueue:
     def __contains__(self, execution_id: int) -> bool:
         return execution_id in self._members
 
-    def push(self, execution_id: int, at: datetime, *, wake: bool = False) -> None:
-        self._lanes["wake" if wake else "new"].append((execution_id, at))
+    def push(self, execution_id: int, at: datetime, *, wake: bool = False,
+             lane: str = ORDINARY) -> None:
+        if wake:
+            self._wake.append((execution_id, at))
+        else:
+            self._new.push(execution_id, lane, at)
         self._members.add(execution_id)
 
     def pop(self) -> int:
-        new, wake = self._lanes["new"], self._lanes["wake"]
-        lane = wake if (self._wake_next and wake) or not new else new
-        self._wake_next = lane is new
-        execution_id, _ = lane.popleft()
+        if (self._wake_next and self._wake) or not self._new:
+            execution_id, _ = self._wake.popleft()
+            self._wake_next = False
+        else:
+            execution_id = self._new.pop()
+            self._wake_next = True
         self._members.discard(execution_id)
         return execution_id
 
     def oldest(self) -> datetime | None:
-        heads = [lane[0][1] for lane in self._lanes.values() if lane]
+        heads = [self._wake[0][1]] if self._wake else []
+        if (new := self._new.oldest()) is not None:
+            heads.append(new)
         return min(heads) if heads else None
+
+    def lengths(self) -> dict[str, int]:
+        return {**self._new.lengths(), "wake": len(self._wake)}
+
+    def lanes(self, now: datetime) -> dict[str, dict]:
+        """Per lane of new work and for the wakes: how many wait, the oldest's age."""
+        def entry(count: int, oldest: datetime | None) -> dict:
+            return {"queued": count, "oldest_queued_age_seconds": None if oldest is None
+                    else round((now - oldest).total_seconds(), 3)}
+
+        shown = {lane: entry(count, self._new.oldest(lane))
+                 for lane, count in self._new.lengths().items()}
+        shown["wake"] = entry(len(self._wake), self._wake[0][1] if self._wake else None)
+        return shown
 
 
 class ExecutionPool(TrackedActor):
@@ -148,7 +174,7 @@ class ExecutionPool(TrackedActor):
         self._started = deps.clock.now()  # this replica's start, as the admin view shows it
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._supervisor = supervisor
-        self._queue = SlotQueue()
+        self._queue = SlotQueue(deps.config.lanes.notification_share)
         self._running: dict[int, Running] = {}
         self._parked: dict[int, datetime] = {}
         self._retrying: dict[int, datetime] = {}  # interrupted: queued again at this time
@@ -186,6 +212,7 @@ class ExecutionPool(TrackedActor):
         finally:  # four gauge sets: cheaper than asking the pool at every scrape
             self._deps.metrics.pool(slots=self._slots, busy=len(self._running),
                                     queued=len(self._queue), parked=len(self._parked))
+            self._deps.metrics.lanes("executions", self._queue.lengths())
             self._deps.pool_free = (0 if self._queue
                                     else self._slots - len(self._running))
 
@@ -262,11 +289,11 @@ class ExecutionPool(TrackedActor):
 
     # -- queue and slots ----------------------------------------------------------------------
 
-    def _enqueue(self, execution_id: int, *, wake: bool = False) -> None:
+    def _enqueue(self, execution_id: int, *, wake: bool = False, lane: str = ORDINARY) -> None:
         if execution_id in self._queue or execution_id in self._running:
             return  # dedupe: it will run (or is running) anyway
         self._retrying.pop(execution_id, None)  # it runs now; its retry timer finds nothing
-        self._queue.push(execution_id, self._deps.clock.now(), wake=wake)
+        self._queue.push(execution_id, self._deps.clock.now(), wake=wake, lane=lane)
         self._fill_slots()
 
     def _fill_slots(self) -> None:
@@ -475,8 +502,9 @@ class ExecutionPool(TrackedActor):
             here = ids[:self._free_slots()] if self._shared else ids
             if len(here) < len(ids):
                 notify_work(store.db)
+        lane = lane_of(trigger.source)
         for execution_id in here:  # only after commit, in creation order
-            self._enqueue(execution_id)
+            self._enqueue(execution_id, lane=lane)
         return CreationResult(execution_ids=ids, reason=admission.reason)
 
     # -- cancel and status ------------------------------------------------------------------------
@@ -512,6 +540,7 @@ class ExecutionPool(TrackedActor):
             "busy": len(self._running),
             "queue_length": len(self._queue),
             "oldest_queued_age_seconds": (now - oldest).total_seconds() if oldest else None,
+            "lanes": self._queue.lanes(now),
             "parked": len(self._parked),
             # the soonest first, bounded: the admin view shows what waits and until when
             "parked_executions": [

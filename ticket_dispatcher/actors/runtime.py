@@ -167,7 +167,7 @@ class Runtime:
         with self.deps.intake.accepting():  # new triggers wait for it (actors/intake.py)
             trigger, here = self._insert_trigger(source, issue_key, policy_id, dryrun)
         if here:
-            self._triggers.submit(trigger.id)
+            self._triggers.submit(trigger.id, source=trigger.source)
         return trigger
 
     def _insert_trigger(self, source: str, issue_key: str, policy_id: int | None,

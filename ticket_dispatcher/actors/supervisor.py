@@ -99,8 +99,8 @@ class Supervisor(TrackedActor):
             triggers = deps.store.triggers.recoverable()
         for start in range(0, len(executions), RECOVER_BATCH):
             deps.activity.tell(self.pool, Recover(tuple(executions[start:start + RECOVER_BATCH])))
-        for trigger_id in triggers:
-            self.triggers.submit(trigger_id, recovering=True)
+        for trigger_id, source in triggers:
+            self.triggers.submit(trigger_id, recovering=True, source=source)
         log.info("boot recovery done", extra={
             "reason": f"{len(executions)} executions ({released} leases given back), "
                       f"{len(triggers)} triggers"})
@@ -158,8 +158,8 @@ class Supervisor(TrackedActor):
         try:
             if self._deps.config.cluster.shared:
                 return self.triggers.work_arrived()  # claim as many as actors are idle
-            for trigger_id in self._deps.store.triggers.due(self._deps.clock.now()):
-                self.triggers.submit(trigger_id)
+            for trigger_id, source in self._deps.store.triggers.due(self._deps.clock.now()):
+                self.triggers.submit(trigger_id, source=source)
         finally:
             self._schedule_poll()
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -30,6 +29,7 @@ import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.lanes import NOTIFICATION, ORDINARY, Lanes, lane_of
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
 from ticket_dispatcher.actors.shadow import ShadowRequest
@@ -64,6 +64,7 @@ class TriggerWork:
     token: int = field(default=0)
     hold: Hold = field(default_factory=lambda: Hold(None))
     claimed: Trigger | None = None  # claimed already, by a shared-mode pull (``claim_due``)
+    lane: str = ORDINARY  # which lane it waits in for an actor (actors/lanes.py)
 
 
 class TriggerProcessor:
@@ -211,8 +212,9 @@ class TriggerActor(TrackedActor):
 
 
 class TriggerRouter:
-    """An idle trigger actor gets the trigger at once; when all are busy it waits in one FIFO
-    queue, and the first actor to finish takes it (``next_for``).
+    """An idle trigger actor gets the trigger at once; when all are busy it waits in its lane
+    (actors/lanes.py: notifications before ordinary triggers, by ``lanes.notification_share``),
+    and the first actor to finish takes the next (``next_for``).
 
     It also knows every trigger in hand here (``_in_hand``: queued, processing or waiting to
     retry), so submitting one already in hand does nothing, and the heartbeat can renew the
@@ -221,7 +223,7 @@ class TriggerRouter:
     def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, size: int):
         self._deps = deps
         self._lock = threading.Lock()
-        self._queue: deque[ProcessTrigger] = deque()
+        self._queue: Lanes[ProcessTrigger] = Lanes(deps.config.lanes.notification_share)
         self._in_hand: dict[int, TriggerWork] = {}
         self._tokens = itertools.count(1)
         self._actors = [TriggerActor.start(deps, pool, self) for _ in range(size)]
@@ -231,15 +233,20 @@ class TriggerRouter:
         # hold more due triggers than the last pull took.
         self._reserved = 0
         self._more = True
+        self._pulls = 0  # pulls since the last that took ordinary triggers first
 
     def submit(self, trigger_id: int, recovering: bool = False, *,
-               claimed: Trigger | None = None) -> None:
+               claimed: Trigger | None = None, source: str | None = None) -> None:
+        """Process the trigger here; ``source`` (or the claimed trigger's) decides its lane,
+        ordinary when not known."""
+        lane = lane_of(claimed.source if claimed is not None else source)
         with self._lock:
             if trigger_id in self._in_hand:
                 # Queued, processing or waiting to retry here already. A claim taken for it
                 # meanwhile is this process's own: its processing claims it again.
                 return
-            work = TriggerWork(trigger_id, recovering, token=next(self._tokens), claimed=claimed)
+            work = TriggerWork(trigger_id, recovering, token=next(self._tokens), claimed=claimed,
+                               lane=lane)
             self._in_hand[trigger_id] = work
         self._dispatch(ProcessTrigger(trigger_id, recovering, work.token))
 
@@ -264,11 +271,13 @@ class TriggerRouter:
             if free <= 0:
                 return
             self._reserved += free
+            first = self._lane_first()
         claimed = []
         try:
             now = deps.clock.now()
             claimed = deps.store.triggers.claim_due(
-                deps.owner, free, now=now, expires_at=now + deps.config.leases.duration)
+                deps.owner, free, now=now, expires_at=now + deps.config.leases.duration,
+                first=first)
             self._more = len(claimed) == free
         except StoreUnavailable:
             pass  # the store's health reports the outage; the poll comes again
@@ -278,10 +287,23 @@ class TriggerRouter:
         for trigger in claimed:
             self.submit(trigger.id, claimed=trigger)
 
+    def _lane_first(self) -> str | None:
+        """Shared mode: the lane a pull claims from first (under the lock). Notifications, but
+        one pull in ``notification_share + 1`` takes ordinary triggers first, so they always
+        move."""
+        share = self._queue.share
+        if not share:
+            return None
+        self._pulls = (self._pulls + 1) % (share + 1)
+        return ORDINARY if self._pulls == 0 else NOTIFICATION
+
     def _dispatch(self, message: ProcessTrigger) -> None:
         with self._lock:
             if not self._idle:
-                self._queue.append(message)
+                work = self._in_hand.get(message.trigger_id)
+                self._queue.push(message, work.lane if work is not None else ORDINARY,
+                                 self._deps.clock.now())
+                self._deps.metrics.lanes("triggers", self._queue.lengths())
                 return
             actor = self._idle.pop()
         self._deps.activity.tell(actor, message)
@@ -312,7 +334,9 @@ class TriggerRouter:
         """The queued trigger ``actor`` should take now, or None (and it is idle again)."""
         with self._lock:
             if self._queue:
-                return self._queue.popleft()
+                following = self._queue.pop()
+                self._deps.metrics.lanes("triggers", self._queue.lengths())
+                return following
             self._idle.append(actor)
             return None
 
@@ -353,7 +377,18 @@ class TriggerRouter:
         """Tell every trigger actor to stop; the futures say when they have."""
         return [actor.stop(block=False) for actor in self._actors]
 
+    def lanes(self) -> dict[str, tuple[int, datetime | None]]:
+        """lane → (triggers waiting for an actor, since when the oldest waits)."""
+        with self._lock:
+            return {lane: (count, self._queue.oldest(lane))
+                    for lane, count in self._queue.lengths().items()}
+
     def status(self) -> dict:
+        now = self._deps.clock.now()
+        lanes = {lane: {"queued": count,
+                        "oldest_queued_age_seconds": None if oldest is None
+                        else round((now - oldest).total_seconds(), 3)}
+                 for lane, (count, oldest) in self.lanes().items()}
         with self._lock:
             idle, queued = len(self._idle), len(self._queue)
             leases = [{"trigger_id": work.trigger_id, "epoch": work.hold.lease.epoch,
@@ -361,7 +396,7 @@ class TriggerRouter:
                       for work in self._in_hand.values() if work.hold.lease is not None]
             retrying = sum(1 for work in self._in_hand.values() if work.attempts)
         return {"actors": len(self._actors), "busy": len(self._actors) - idle,
-                "queue_length": queued, "retrying": retrying, "leases": leases,
+                "queue_length": queued, "lanes": lanes, "retrying": retrying, "leases": leases,
                 "reclaimed_total": self.reclaimed_total,
                 "waiting_for_intake": self._deps.intake.waiting,
                 "alive": sum(1 for actor in self._actors if actor.is_alive())}

@@ -6,6 +6,7 @@ from datetime import datetime
 
 import peewee
 
+from ticket_dispatcher.domain.catalog import RESERVED_SOURCES
 from ticket_dispatcher.domain.execution import Lease, Trigger, TriggerStatus
 from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
@@ -235,19 +236,26 @@ class TriggerRepository:
         return trigger
 
     def claim_due(self, owner: str, limit: int, *, now: datetime,
-                  expires_at: datetime) -> list[Trigger]:
+                  expires_at: datetime, first: str | None = None) -> list[Trigger]:
         """Claim for ``owner`` up to ``limit`` triggers, oldest first: ``pending`` ones whose
         ``available_at`` has come and ``processing`` ones nobody holds any more. Rows another
-        replica is claiming at the same moment are skipped (``FOR UPDATE SKIP LOCKED``)."""
+        replica is claiming at the same moment are skipped (``FOR UPDATE SKIP LOCKED``).
+        ``first``: ``"notification"`` or ``"ordinary"``, the lane whose triggers go before
+        the other's (the notification sources are the reserved ones); None: by id alone."""
         if limit < 1:
             return []
         now = to_utc(now)
+        order = [TriggerRow.id]
+        if first is not None:
+            notification = 0 if first == "notification" else 1
+            order.insert(0, peewee.Case(None, [(TriggerRow.source.in_(sorted(RESERVED_SOURCES)),
+                                                notification)], 1 - notification))
         due = (TriggerRow.select(TriggerRow.id)
                .where(((TriggerRow.status == TriggerStatus.PENDING.value)
                        & (TriggerRow.available_at <= now))
                       | ((TriggerRow.status == TriggerStatus.PROCESSING.value)
                          & TriggerRow.unheld(now)))
-               .order_by(TriggerRow.id).limit(limit))
+               .order_by(*order).limit(limit))
         with write_lock(self.db):
             rows = list(TriggerRow.update(
                 status=TriggerStatus.PROCESSING.value, updated_at=now, lease_owner=owner,
@@ -320,14 +328,15 @@ class TriggerRepository:
                      .order_by(TriggerRow.id).limit(limit))
             return [row.id for row in query]
 
-    def due(self, now: datetime, limit: int = 100) -> list[int]:
-        """Pending triggers whose ``available_at`` has come, oldest first (the poll)."""
+    def due(self, now: datetime, limit: int = 100) -> list[tuple[int, str]]:
+        """(id, source) of the pending triggers whose ``available_at`` has come, oldest first
+        (the poll)."""
         with unit_of_work(self.db):
-            query = (TriggerRow.select(TriggerRow.id)
+            query = (TriggerRow.select(TriggerRow.id, TriggerRow.source)
                      .where((TriggerRow.status == TriggerStatus.PENDING.value)
                             & (TriggerRow.available_at <= to_utc(now)))
                      .order_by(TriggerRow.id).limit(limit))
-            return [row.id for row in query]
+            return [(row.id, row.source) for row in query]
 
     def backlog(self, now: datetime) -> dict[str, tuple[int, float]]:
         """status → (count, age in seconds of the oldest) of open triggers, deferred ones
@@ -341,9 +350,10 @@ class TriggerRepository:
                                     seconds_since(now, row["oldest"], TriggerRow.created_at))
                     for row in rows}
 
-    def recoverable(self) -> list[int]:
-        """Every pending or processing trigger, oldest first (boot recovery)."""
+    def recoverable(self) -> list[tuple[int, str]]:
+        """(id, source) of every pending or processing trigger, oldest first (boot
+        recovery)."""
         with unit_of_work(self.db):
-            query = (TriggerRow.select(TriggerRow.id).where(TriggerRow.status.in_(_OPEN))
-                     .order_by(TriggerRow.id))
-            return [row.id for row in query]
+            query = (TriggerRow.select(TriggerRow.id, TriggerRow.source)
+                     .where(TriggerRow.status.in_(_OPEN)).order_by(TriggerRow.id))
+            return [(row.id, row.source) for row in query]

@@ -1,0 +1,88 @@
+"""The lanes of waiting work (actors/lanes.py): notifications before ordinary work, by the
+share, each lane first in first out, and ordinary work always moving."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from ticket_dispatcher.actors.lanes import NOTIFICATION, ORDINARY, Lanes, lane_of
+from ticket_dispatcher.actors.pool import SlotQueue
+
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def drain(lanes) -> list:
+    taken = []
+    while lanes:
+        taken.append(lanes.pop())
+    return taken
+
+
+def test_a_trigger_of_a_notification_source_takes_the_notification_lane():
+    assert lane_of("jira_assignment_assignee") == NOTIFICATION
+    assert lane_of("jira_assignment_l2_assignee") == NOTIFICATION
+    assert lane_of("jira_automation") == ORDINARY
+    assert lane_of(None) == ORDINARY  # not known: ordinary
+
+
+def test_a_notification_behind_a_backlog_goes_next():
+    lanes = Lanes(4)
+    for n in range(1000):
+        lanes.push(f"o{n}", ORDINARY, T0)
+    lanes.push("p0", NOTIFICATION, T0 + timedelta(seconds=1))
+
+    assert lanes.pop() == "p0"
+    assert lanes.lengths() == {NOTIFICATION: 0, ORDINARY: 1000}
+
+
+def test_ordinary_work_gets_one_turn_in_share_plus_one_under_a_stream_of_notifications():
+    lanes = Lanes(4)
+    for n in range(3):
+        lanes.push(f"o{n}", ORDINARY, T0)
+    for n in range(12):
+        lanes.push(f"n{n}", NOTIFICATION, T0)
+
+    taken = drain(lanes)
+
+    assert taken[:5] == ["n0", "n1", "n2", "n3", "o0"]
+    assert taken[5:10] == ["n4", "n5", "n6", "n7", "o1"]
+    # each lane in its order of arrival
+    assert [t for t in taken if t.startswith("o")] == ["o0", "o1", "o2"]
+    assert [t for t in taken if t.startswith("n")] == [f"n{n}" for n in range(12)]
+
+
+def test_a_share_of_zero_is_one_line_in_order_of_arrival():
+    lanes = Lanes(0)
+    lanes.push("o0", ORDINARY, T0)
+    lanes.push("n0", NOTIFICATION, T0)
+    lanes.push("o1", ORDINARY, T0)
+
+    assert drain(lanes) == ["o0", "n0", "o1"]
+
+
+def test_the_oldest_of_each_lane_and_removal():
+    lanes = Lanes(4)
+    lanes.push("o0", ORDINARY, T0)
+    lanes.push("n0", NOTIFICATION, T0 + timedelta(seconds=2))
+
+    assert (lanes.oldest(ORDINARY), lanes.oldest(NOTIFICATION), lanes.oldest()) == (
+        T0, T0 + timedelta(seconds=2), T0)
+    assert lanes.remove("o0") and not lanes.remove("o0")
+    assert lanes.oldest(ORDINARY) is None and len(lanes) == 1
+
+
+def test_the_slot_queue_runs_a_notification_before_new_ordinary_work_and_still_takes_turns():
+    queue = SlotQueue(share=4)
+    for n in range(1, 4):
+        queue.push(n, T0)  # ordinary executions
+    queue.push(10, T0, wake=True)  # a parked wait that came due
+    queue.push(20, T0, lane=NOTIFICATION)  # a P0's card
+
+    order = [queue.pop() for _ in range(5)]
+
+    assert order[0] == 20  # new work first, the notification's before the backlog's
+    assert order[1] == 10  # then the wait's turn
+    assert order[2:] == [1, 2, 3]
+    lanes = queue.lanes(T0)
+    assert lanes == {lane: {"queued": 0, "oldest_queued_age_seconds": None}
+                     for lane in (NOTIFICATION, ORDINARY, "wake")}
