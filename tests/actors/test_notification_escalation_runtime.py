@@ -17,6 +17,7 @@ from tests.domain.test_notification_card import ALICE, BOB, LABEL, SEND, SEVERIT
 from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT, page
 from tests.fakes import FakeDirectory, FakeLark, issue
 from tests.harness import Harness, rule
+from ticket_dispatcher.actors.execution import load_backoff
 from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.domain.execution import Execution, ExecutionStatus, TriggerStatus
 from ticket_dispatcher.domain.model import JiraUser
@@ -495,3 +496,33 @@ def test_assignee_and_l2_escalations_at_the_same_time_keep_both_slots(world):
     assert slot(world, "assignee") == applied(assignee_id, ALICE, BOB)
     assert slot(world, "l2_assignee") == applied(l2_id, DAVE, ERIN)
     assert sorted(world.triggers.ensured) == [(ASSIGNEE, "TCID-1"), (L2, "TCID-1")]
+
+
+def test_jira_down_at_the_last_deadline_holds_the_escalation_until_jira_answers(world):
+    """The interleaving: page 3's wait reaches its deadline while Jira fails. The page goes on
+    without the issue (its timeout); the escalation after it writes Jira, so it waits for the
+    issue's load retry instead of running on the page's stand-in, and escalates once Jira is
+    back."""
+    put(world)
+    execution_id = automation(world)
+    for _ in range(RUN_OUT_STEPS):
+        if len(world.oncall.pages) == 3:
+            break
+        world.advance(TIMEOUT)
+    assert len(world.oncall.pages) == 3
+    world.jira.fail_next("TCID-1", times=1000)
+
+    world.advance(TIMEOUT)
+
+    ex = world.execution(execution_id)
+    page_3 = ex.rule_executions[1].action_executions[ESCALATION_INDEX - 1].context["page"]
+    assert page_3["outcome"] == "timeout"
+    assert ex.status is ExecutionStatus.EXECUTING and ex.load_attempts >= 1
+    assert role_writes(world) == [] and "outcome" not in escalation(ex)
+
+    world.jira.failures.clear()
+    world.advance(load_backoff(ex.load_attempts).total_seconds())
+
+    ex = world.execution(execution_id)
+    assert ex.status is ExecutionStatus.SUCCEEDED and escalation(ex)["outcome"] == "escalated"
+    assert role_writes(world) == [("assign", "TCID-1", "acc-bob")]

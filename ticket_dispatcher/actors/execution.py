@@ -87,6 +87,7 @@ class ExecutionActor(TrackedActor):
         # what the load for the next step answered (every wake reloads the issue): the issue,
         # or the error it failed with when the step goes on with a stand-in
         self._loaded: Issue | DispatcherError | None = None
+        self._standing_in = False  # ``_issue`` is a stand-in, not what Jira answered
 
     def _start_actor_loop(self) -> None:
         """pykka's hook: run on a kept thread (actors/threads.py) rather than a new one."""
@@ -141,6 +142,12 @@ class ExecutionActor(TrackedActor):
         if self._execution is None and not self._load():
             return
         execution = self._execution
+        if self._standing_in and self._behavior.needs_live_issue(execution):
+            # the step after an urgent or page that went on without the issue needs it (a rule
+            # to evaluate, the escalation): read it again, or wait for the load's retry
+            self._behavior.flush()
+            if not self._read_issue(execution):
+                return
         loaded, self._loaded = self._loaded, None
         try:
             outcome = self._behavior.step(execution, self._issue, loaded=loaded)
@@ -188,26 +195,34 @@ class ExecutionActor(TrackedActor):
         if not store.policies.exists(execution.policy_id):
             return self._load_failed(execution, FailureCode.POLICY_LOAD_FAILED,
                                      f"policy {execution.policy_id} not found")
+        if not self._read_issue(execution):
+            return False
+        self._execution = execution
+        return True
+
+    def _read_issue(self, execution: Execution) -> bool:
+        """The live issue for the next step; False when the step waits for the load's retry
+        (parked). When Jira is down, an urgent or a page goes on with a stand-in: its guard
+        takes the failed read for no verdict, and the phone channel is not held up by Jira
+        (docs/design.md, "The guard")."""
+        deps = self._deps
         try:
             self._hold.check(deps.clock.now())
-            self._issue = deps.ports.jira.load_issue(execution.issue_key)
+            issue = deps.ports.jira.load_issue(execution.issue_key)
         except (LeaseLost, StoreUnavailable):
             raise
         except DispatcherError as exc:
             stand_in = self._behavior.stand_in(execution) if _unavailable(exc) else None
             if stand_in is None:
                 return self._load_failed(execution, FailureCode.ISSUE_LOAD_FAILED, exc.message)
-            # an urgent or a page: its guard takes the failed read for no verdict, and the
-            # phone channel is not held up by Jira (docs/design.md, "The guard")
             log.warning("issue could not be loaded; the notification goes on without it", extra={
                 "execution_id": execution.id, "issue_key": execution.issue_key,
                 "reason": exc.message})
-            self._issue, self._loaded = stand_in, exc
+            self._issue, self._loaded, self._standing_in = stand_in, exc, True
         else:
-            self._loaded = self._issue
+            self._issue, self._loaded, self._standing_in = issue, issue, False
         if execution.load_attempts:
-            store.executions.reset_load_attempts(execution.id)
-        self._execution = execution
+            deps.store.executions.reset_load_attempts(execution.id)
         return True
 
     def _load_failed(self, execution: Execution, code: FailureCode, reason: str) -> bool:

@@ -122,6 +122,16 @@ class Behavior:
             if action is not None else None
         return stand_in(execution) if stand_in is not None else None
 
+    def needs_live_issue(self, execution: Execution) -> bool:
+        """Whether the next step needs what Jira answers now: a rule to evaluate, or an action
+        with no ``stand_in``; not the end, nor an urgent or a page."""
+        if execution.status.terminal:
+            return False
+        rule, action = _next_stage(execution)
+        if rule is None:
+            return False
+        return action is None or self.stand_in(execution) is None
+
     def abort(self, execution: Execution, code: FailureCode, reason: str) -> None:
         """End from outside the behavior: an operator cancel, a load that kept
         failing, or a runtime that kept crashing. Unfinished actions are skipped."""
