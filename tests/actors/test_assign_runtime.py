@@ -4,8 +4,9 @@ on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
-from tests.fakes import issue
+from tests.fakes import FakeJira, issue
 from tests.harness import assign, rule
 from ticket_dispatcher.domain.execution import ExecutionStatus
 
@@ -81,3 +82,36 @@ def test_no_candidates_fails_the_execution_and_keeps_the_reason(make_harness):
     assert execution.failure_code == "no_candidates"
     context = execution.rule_executions[0].action_executions[0].context["assign"]
     assert "nobody@example.com" in context["reason"]
+
+
+class LabelGoneAfterFirstRead(FakeJira):
+    """Jira where the first read of the issue (the trigger's) still shows ``auto-dispatch``
+    and every later one (its execution's) does not: another execution of the same issue
+    assigned it and removed the label in between."""
+
+    def load_issue(self, key):
+        found = super().load_issue(key)
+        if len(self.loads) == 1:
+            self.put(replace(found, labels=()))  # removed right after this read
+        return found
+
+
+def test_an_execution_whose_issue_lost_the_required_label_since_its_trigger_does_nothing(
+        make_harness):
+    """The interleaving: two copies of one trigger (a request stored late by a paused replica,
+    and the client's re-send) processed side by side. The second copy's trigger read the issue
+    with ``auto-dispatch``; the first copy's execution assigned it and removed the label; the
+    second copy's execution, created once the first had ended, starts on an issue without the
+    label. It assigns nothing: its rules are not matched, for that reason."""
+    h = make_harness(jira=LabelGoneAfterFirstRead(issue(key="TCID-7")))
+    staff(h)
+    h.policy(rule(assign(*ENGINEERS)), labels=("auto-dispatch",))
+
+    trigger = h.post_trigger("TCID-7")
+
+    [execution] = [h.execution(i) for i in trigger.execution_ids]
+    assert execution.status is ExecutionStatus.SUCCEEDED
+    assert h.jira.calls("assign") == []
+    [evaluated] = execution.rule_executions
+    assert evaluated.outcome.value == "not_matched"
+    assert "no longer has the label auto-dispatch" in evaluated.evaluation["reason"]

@@ -75,9 +75,11 @@ SQLITE_RATE = 2.0
 
 def ack_bound(lease_s: float, workflow: Workflow) -> float:
     """How late past its deadline an ACK wait may end: the lease of a replica lost at that
-    moment runs out and the sweep finds it (lease + heartbeat), then the resumed step reads
-    Jira and Lark (a read timeout, two polls), plus a margin for a busy two-core machine."""
-    return lease_s + HEARTBEAT_S + READ_TIMEOUT_S + 2 * workflow.poll_s + 3.0
+    moment runs out and the sweep finds it (lease + heartbeat); then the resumed step makes
+    its three calls one after another, each within a read timeout however slow the peer (the
+    issue's load, the card's read list, then the ACK comment or the next page); two polls;
+    and a margin for a busy two-core machine."""
+    return lease_s + HEARTBEAT_S + 3 * READ_TIMEOUT_S + 2 * workflow.poll_s + 3.0
 
 
 class WorldFaults:

@@ -45,6 +45,7 @@ from ticket_dispatcher.domain.execution import (
     FailureCode,
     RuleOutcome,
 )
+from ticket_dispatcher.domain.matching import is_notification_policy, outside_trigger
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.errors import (
     CallAbandoned,
@@ -197,7 +198,33 @@ class ExecutionActor(TrackedActor):
                                      f"policy {execution.policy_id} not found")
         if not self._read_issue(execution):
             return False
+        if self._left_trigger(execution):
+            return False
         self._execution = execution
+        return True
+
+    def _left_trigger(self, execution: Execution) -> bool:
+        """An ordinary execution about to start whose issue fell outside its policy's trigger
+        since the trigger matched (another execution removed the label it requires, or the
+        issue moved): it ends, succeeded, having done nothing. Two triggers of one issue
+        processed side by side would otherwise both assign it, the second after the first
+        removed ``auto-dispatch``."""
+        if execution.status is not ExecutionStatus.CREATED or execution.dry_run \
+                or self._standing_in:
+            return False
+        policy = self._deps.store.policies.known(execution.policy_id)
+        if policy is None or is_notification_policy(policy):
+            return False
+        reason = outside_trigger(policy, self._issue)
+        if not reason:
+            return False
+        log.info("execution not started: the issue left the policy's trigger", extra={
+            "execution_id": execution.id, "issue_key": execution.issue_key, "reason": reason})
+        try:
+            self._behavior.outside_trigger(execution, reason)
+        except Conflict:
+            pass  # it ended elsewhere meanwhile
+        self._report(Finished(self.execution_id, self._run))
         return True
 
     def _read_issue(self, execution: Execution) -> bool:

@@ -132,6 +132,18 @@ class Behavior:
             return False
         return action is None or self.stand_in(execution) is None
 
+    def outside_trigger(self, execution: Execution, reason: str) -> StepOutcome:
+        """End, before its first rule, an execution whose issue fell outside its policy's
+        trigger since the trigger matched (``reason``): every rule not matched, nothing done,
+        succeeded."""
+        for rule in execution.rule_executions:
+            if rule.outcome is RuleOutcome.NOT_EVALUATED:
+                rule.outcome = RuleOutcome.NOT_MATCHED
+                rule.evaluation = {"matched": False, "reason": reason,
+                                   "evaluated_at": format_time(self._now())}
+        execution.status = ExecutionStatus.EXECUTING
+        return self._finish(execution)
+
     def abort(self, execution: Execution, code: FailureCode, reason: str) -> None:
         """End from outside the behavior: an operator cancel, a load that kept
         failing, or a runtime that kept crashing. Unfinished actions are skipped."""

@@ -15,11 +15,23 @@ def policy_matches(policy: Policy, source: str, issue: Issue) -> bool:
     trigger = policy.trigger
     if policy.status is not PolicyStatus.ACTIVE or not trigger.enable:
         return False
-    if trigger.project_key_in and issue.project_key not in trigger.project_key_in:
-        return False
-    if not set(trigger.issue_label_all) <= set(issue.labels):
+    if outside_trigger(policy, issue):
         return False
     return source_admitted(trigger.source_in, source)
+
+
+def outside_trigger(policy: Policy, issue: Issue) -> str:
+    """Why ``issue`` falls outside what the policy's trigger asks of an issue (its project,
+    its labels), or "" when it is inside. An execution checks it again at its start, on the
+    issue as it is then: a trigger matched on an earlier read (docs/design.md, "The life of an
+    execution")."""
+    trigger = policy.trigger
+    if trigger.project_key_in and issue.project_key not in trigger.project_key_in:
+        return f"the issue is in project {issue.project_key}, not one the policy takes"
+    missing = sorted(set(trigger.issue_label_all) - set(issue.labels))
+    if missing:
+        return f"the issue no longer has the label {', '.join(missing)} the policy requires"
+    return ""
 
 
 def source_admitted(source_in: Iterable[str], source: str) -> bool:

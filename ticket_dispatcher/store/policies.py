@@ -45,8 +45,9 @@ class PolicyRepository:
         self.registry = registry  # what activation validates against: the runtime's actions
         # the active versions last loaded: ((id, updated_at) of each, the policies)
         self._active: tuple[tuple, list[Policy]] | None = None
-        # versions seen out of draft: only a draft is ever deleted, so these stay stored
-        self._kept: set[int] = set()
+        # every version this store has loaded active, by id: only drafts are ever deleted,
+        # and a version's rules and trigger never change once out of draft
+        self._versions: dict[int, Policy] = {}
         # read for every trigger and every execution start: written out once
         table = PolicyRow._meta.table_name
         self._exists = f"SELECT 1 FROM {table} WHERE id = {db.param}"
@@ -82,10 +83,14 @@ class PolicyRepository:
     def exists(self, policy_id: int) -> bool:
         """Whether the policy is still stored (a deleted draft is not). A version this store
         has seen active is known without a query: only drafts are ever deleted."""
-        if policy_id in self._kept:
+        if policy_id in self._versions:
             return True
         with unit_of_work(self.db):
             return bool(self.db.execute_sql(self._exists, (policy_id,)).fetchall())
+
+    def known(self, policy_id: int) -> Policy | None:
+        """A version this store has loaded active, without a query; None when it has not."""
+        return self._versions.get(policy_id)
 
     def list_active(self) -> list[Policy]:
         """Every active version, for matching; a fresh read on every call.
@@ -105,7 +110,7 @@ class PolicyRepository:
             rows = list(PolicyRow.select().where(active).order_by(PolicyRow.id))
             policies = self._with_rules(rows)
         self._active = (tuple((row.id, row.updated_at) for row in rows), policies)
-        self._kept.update(row.id for row in rows)
+        self._versions.update((policy.id, policy) for policy in policies)
         return list(policies)
 
     # -- drafts ------------------------------------------------------------------------------
