@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import requests
@@ -65,42 +67,40 @@ def backlog_issue(n: int) -> dict:
             "priority": "P3", "status": "WAITING FOR FIRST RESPONSE", "labels": ["auto-dispatch"]}
 
 
-def pending_backlog(database_url: str, count: int) -> None:
-    """``count`` pending ordinary triggers, as Jira Automation's replay leaves them."""
+@contextmanager
+def in_store(database_url: str) -> Iterator[Store]:
+    """The measured server's database, opened for one unit of work of the bench's own."""
     store = Store.open(database_url)
     try:
-        now = datetime.now(UTC)
-        rows = [{"source": ORDINARY, "issue_key": backlog_key(n),
-                 "input_json": {"issue_key": backlog_key(n)},
-                 "status": "pending", "output_json": {"execution_ids": []},
-                 "created_at": now, "updated_at": now, "available_at": now}
-                for n in range(1, count + 1)]
         with unit_of_work(store.db):
-            for start in range(0, len(rows), 500):
-                TriggerRow.insert_many(rows[start:start + 500]).execute()
+            yield store
     finally:
         store.close()
+
+
+def pending_backlog(database_url: str, count: int) -> None:
+    """``count`` pending ordinary triggers, as Jira Automation's replay leaves them."""
+    now = datetime.now(UTC)
+    rows = [{"source": ORDINARY, "issue_key": backlog_key(n),
+             "input_json": {"issue_key": backlog_key(n)},
+             "status": "pending", "output_json": {"execution_ids": []},
+             "created_at": now, "updated_at": now, "available_at": now}
+            for n in range(1, count + 1)]
+    with in_store(database_url):
+        for start in range(0, len(rows), 500):
+            TriggerRow.insert_many(rows[start:start + 500]).execute()
 
 
 def open_triggers(database_url: str) -> int:
-    store = Store.open(database_url)
-    try:
-        with unit_of_work(store.db):
-            return TriggerRow.select().where(TriggerRow.status.in_(("pending", "processing"))
-                                             ).count()
-    finally:
-        store.close()
+    with in_store(database_url):
+        return TriggerRow.select().where(TriggerRow.status.in_(("pending", "processing"))
+                                         ).count()
 
 
 def last_ordinary_end(database_url: str) -> datetime:
-    store = Store.open(database_url)
-    try:
-        with unit_of_work(store.db):
-            row = (TriggerRow.select(TriggerRow.completed_at).where(TriggerRow.source == ORDINARY)
-                   .order_by(TriggerRow.completed_at.desc()).first())
-        return row.completed_at
-    finally:
-        store.close()
+    with in_store(database_url):
+        return (TriggerRow.select(TriggerRow.completed_at).where(TriggerRow.source == ORDINARY)
+                .order_by(TriggerRow.completed_at.desc()).first()).completed_at
 
 
 def card_sent(session: requests.Session, url: str, trigger_id: int,
