@@ -115,3 +115,16 @@ def test_an_execution_whose_issue_lost_the_required_label_since_its_trigger_does
     [evaluated] = execution.rule_executions
     assert evaluated.outcome.value == "not_matched"
     assert "no longer has the label auto-dispatch" in evaluated.evaluation["reason"]
+
+
+def test_a_trigger_that_names_its_policy_runs_it_whatever_labels_the_issue_has(make_harness):
+    h = make_harness()
+    staff(h)
+    policy = h.policy(rule(assign(*ENGINEERS)), labels=("auto-dispatch",))
+    h.jira.put(issue(key="TCID-8", labels=()))
+
+    trigger = h.post_trigger("TCID-8", policy_id=policy.id)
+
+    [execution] = [h.execution(i) for i in trigger.execution_ids]
+    assert execution.status is ExecutionStatus.SUCCEEDED
+    assert [key for _, key, _ in h.jira.calls("assign")] == ["TCID-8"]

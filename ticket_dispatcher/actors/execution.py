@@ -208,7 +208,8 @@ class ExecutionActor(TrackedActor):
         since the trigger matched (another execution removed the label it requires, or the
         issue moved): it ends, succeeded, having done nothing. Two triggers of one issue
         processed side by side would otherwise both assign it, the second after the first
-        removed ``auto-dispatch``."""
+        removed ``auto-dispatch``. A trigger that named its policy matched no filter: its
+        execution starts whatever the issue holds."""
         if execution.status is not ExecutionStatus.CREATED or execution.dry_run \
                 or self._standing_in:
             return False
@@ -216,8 +217,8 @@ class ExecutionActor(TrackedActor):
         if policy is None or is_notification_policy(policy):
             return False
         reason = outside_trigger(policy, self._issue)
-        if not reason:
-            return False
+        if not reason or self._deps.store.triggers.get(execution.trigger_id).policy_id:
+            return False  # inside, or a trigger that named its policy: no filter matched it
         log.info("execution not started: the issue left the policy's trigger", extra={
             "execution_id": execution.id, "issue_key": execution.issue_key, "reason": reason})
         try:
