@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from ticket_dispatcher.actors.lanes import NOTIFICATION, ORDINARY, Lanes, lane_of
+from ticket_dispatcher.actors.lanes import Lanes
 from ticket_dispatcher.actors.pool import SlotQueue
+from ticket_dispatcher.domain.matching import NOTIFICATION_LANE, ORDINARY_LANE, lane_of
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -19,28 +20,28 @@ def drain(lanes) -> list:
 
 
 def test_a_trigger_of_a_notification_source_takes_the_notification_lane():
-    assert lane_of("jira_assignment_assignee") == NOTIFICATION
-    assert lane_of("jira_assignment_l2_assignee") == NOTIFICATION
-    assert lane_of("jira_automation") == ORDINARY
-    assert lane_of(None) == ORDINARY  # not known: ordinary
+    assert lane_of("jira_assignment_assignee") == NOTIFICATION_LANE
+    assert lane_of("jira_assignment_l2_assignee") == NOTIFICATION_LANE
+    assert lane_of("jira_automation") == ORDINARY_LANE
+    assert lane_of(None) == ORDINARY_LANE  # not known: ordinary
 
 
 def test_a_notification_behind_a_backlog_goes_next():
     lanes = Lanes(4)
     for n in range(1000):
-        lanes.push(f"o{n}", ORDINARY, T0)
-    lanes.push("p0", NOTIFICATION, T0 + timedelta(seconds=1))
+        lanes.push(f"o{n}", ORDINARY_LANE, T0)
+    lanes.push("p0", NOTIFICATION_LANE, T0 + timedelta(seconds=1))
 
     assert lanes.pop() == "p0"
-    assert lanes.lengths() == {NOTIFICATION: 0, ORDINARY: 1000}
+    assert lanes.lengths() == {NOTIFICATION_LANE: 0, ORDINARY_LANE: 1000}
 
 
 def test_ordinary_work_gets_one_turn_in_share_plus_one_under_a_stream_of_notifications():
     lanes = Lanes(4)
     for n in range(3):
-        lanes.push(f"o{n}", ORDINARY, T0)
+        lanes.push(f"o{n}", ORDINARY_LANE, T0)
     for n in range(12):
-        lanes.push(f"n{n}", NOTIFICATION, T0)
+        lanes.push(f"n{n}", NOTIFICATION_LANE, T0)
 
     taken = drain(lanes)
 
@@ -53,22 +54,23 @@ def test_ordinary_work_gets_one_turn_in_share_plus_one_under_a_stream_of_notific
 
 def test_a_share_of_zero_is_one_line_in_order_of_arrival():
     lanes = Lanes(0)
-    lanes.push("o0", ORDINARY, T0)
-    lanes.push("n0", NOTIFICATION, T0)
-    lanes.push("o1", ORDINARY, T0)
+    lanes.push("o0", ORDINARY_LANE, T0)
+    lanes.push("n0", NOTIFICATION_LANE, T0)
+    lanes.push("o1", ORDINARY_LANE, T0)
 
     assert drain(lanes) == ["o0", "n0", "o1"]
 
 
-def test_the_oldest_of_each_lane_and_removal():
+def test_the_oldest_of_each_lane():
     lanes = Lanes(4)
-    lanes.push("o0", ORDINARY, T0)
-    lanes.push("n0", NOTIFICATION, T0 + timedelta(seconds=2))
+    lanes.push("o0", ORDINARY_LANE, T0)
+    lanes.push("n0", NOTIFICATION_LANE, T0 + timedelta(seconds=2))
 
-    assert (lanes.oldest(ORDINARY), lanes.oldest(NOTIFICATION), lanes.oldest()) == (
+    assert (lanes.oldest(ORDINARY_LANE), lanes.oldest(NOTIFICATION_LANE), lanes.oldest()) == (
         T0, T0 + timedelta(seconds=2), T0)
-    assert lanes.remove("o0") and not lanes.remove("o0")
-    assert lanes.oldest(ORDINARY) is None and len(lanes) == 1
+    assert lanes.views(T0 + timedelta(seconds=3)) == {
+        NOTIFICATION_LANE: {"queued": 1, "oldest_queued_age_seconds": 1.0},
+        ORDINARY_LANE: {"queued": 1, "oldest_queued_age_seconds": 3.0}}
 
 
 def test_the_slot_queue_runs_a_notification_before_new_ordinary_work_and_still_takes_turns():
@@ -76,7 +78,7 @@ def test_the_slot_queue_runs_a_notification_before_new_ordinary_work_and_still_t
     for n in range(1, 4):
         queue.push(n, T0)  # ordinary executions
     queue.push(10, T0, wake=True)  # a parked wait that came due
-    queue.push(20, T0, lane=NOTIFICATION)  # a P0's card
+    queue.push(20, T0, lane=NOTIFICATION_LANE)  # a P0's card
 
     order = [queue.pop() for _ in range(5)]
 
@@ -85,4 +87,4 @@ def test_the_slot_queue_runs_a_notification_before_new_ordinary_work_and_still_t
     assert order[2:] == [1, 2, 3]
     lanes = queue.lanes(T0)
     assert lanes == {lane: {"queued": 0, "oldest_queued_age_seconds": None}
-                     for lane in (NOTIFICATION, ORDINARY, "wake")}
+                     for lane in (NOTIFICATION_LANE, ORDINARY_LANE, "wake")}

@@ -18,21 +18,20 @@ notifications do. ``0`` turns the lanes off: one line, first in, first out.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from ticket_dispatcher.domain.catalog import RESERVED_SOURCES
+from ticket_dispatcher.domain.matching import NOTIFICATION_LANE, ORDINARY_LANE
 
-NOTIFICATION, ORDINARY = "notification", "ordinary"
-LANES = (NOTIFICATION, ORDINARY)
+LANES = (NOTIFICATION_LANE, ORDINARY_LANE)
 
 T = TypeVar("T")
 
 
-def lane_of(source: str | None) -> str:
-    """The lane of a trigger of ``source`` and of the executions it creates."""
-    return NOTIFICATION if source in RESERVED_SOURCES else ORDINARY
+def lane_view(count: int, oldest: datetime | None, now: datetime) -> dict:
+    """One lane as the admin view shows it: how many wait, and the oldest's age."""
+    return {"queued": count, "oldest_queued_age_seconds": None if oldest is None
+            else round((now - oldest).total_seconds(), 3)}
 
 
 class Lanes(Generic[T]):
@@ -50,35 +49,26 @@ class Lanes(Generic[T]):
     def __bool__(self) -> bool:
         return any(self._lanes.values())
 
-    def __iter__(self) -> Iterator[T]:
-        for lane in self._lanes.values():
-            for item, _ in lane:
-                yield item
-
     def push(self, item: T, lane: str, at: datetime) -> None:
         # lanes off: everything in one line, so the order is the order of arrival
-        self._lanes[lane if self.share else ORDINARY].append((item, at))
+        self._lanes[lane if self.share else ORDINARY_LANE].append((item, at))
 
     def pop(self) -> T:
         """The next item by the share; IndexError when there is none."""
-        notification, ordinary = self._lanes[NOTIFICATION], self._lanes[ORDINARY]
+        notification, ordinary = self._lanes[NOTIFICATION_LANE], self._lanes[ORDINARY_LANE]
         if notification and (not ordinary or self._streak < self.share):
             self._streak = self._streak + 1 if ordinary else 0
             return notification.popleft()[0]
         self._streak = 0
         return ordinary.popleft()[0]
 
-    def remove(self, item: T) -> bool:
-        """Take ``item`` out wherever it waits; whether it was there."""
-        for lane in self._lanes.values():
-            for entry in lane:
-                if entry[0] == item:
-                    lane.remove(entry)
-                    return True
-        return False
-
     def lengths(self) -> dict[str, int]:
         return {lane: len(items) for lane, items in self._lanes.items()}
+
+    def views(self, now: datetime) -> dict[str, dict]:
+        """Every lane as the admin view shows it (``lane_view``)."""
+        return {lane: lane_view(len(items), self.oldest(lane), now)
+                for lane, items in self._lanes.items()}
 
     def oldest(self, lane: str | None = None) -> datetime | None:
         """When the oldest item of ``lane`` (of any lane: None) came."""

@@ -40,7 +40,7 @@ from ticket_dispatcher import __version__
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.execution import ExecutionActor
-from ticket_dispatcher.actors.lanes import ORDINARY, Lanes, lane_of
+from ticket_dispatcher.actors.lanes import Lanes, lane_view
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import (
     Cancel,
@@ -69,6 +69,7 @@ from ticket_dispatcher.actors.messages import (
 from ticket_dispatcher.actors.watcher import AckWatcher
 from ticket_dispatcher.domain.admission import Outcome, admit
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode, FailureCode
+from ticket_dispatcher.domain.matching import ORDINARY_LANE, lane_of
 from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
 from ticket_dispatcher.store.cluster import lock_issue, notify_work
 from ticket_dispatcher.store.database import unit_of_work, write_lock
@@ -128,7 +129,7 @@ class SlotQueue:
         return execution_id in self._members
 
     def push(self, execution_id: int, at: datetime, *, wake: bool = False,
-             lane: str = ORDINARY) -> None:
+             lane: str = ORDINARY_LANE) -> None:
         if wake:
             self._wake.append((execution_id, at))
         else:
@@ -155,15 +156,10 @@ class SlotQueue:
         return {**self._new.lengths(), "wake": len(self._wake)}
 
     def lanes(self, now: datetime) -> dict[str, dict]:
-        """Per lane of new work and for the wakes: how many wait, the oldest's age."""
-        def entry(count: int, oldest: datetime | None) -> dict:
-            return {"queued": count, "oldest_queued_age_seconds": None if oldest is None
-                    else round((now - oldest).total_seconds(), 3)}
-
-        shown = {lane: entry(count, self._new.oldest(lane))
-                 for lane, count in self._new.lengths().items()}
-        shown["wake"] = entry(len(self._wake), self._wake[0][1] if self._wake else None)
-        return shown
+        """Each lane of new work and the wakes' line, as the admin view shows them."""
+        return {**self._new.views(now),
+                "wake": lane_view(len(self._wake), self._wake[0][1] if self._wake else None,
+                                  now)}
 
 
 class ExecutionPool(TrackedActor):
@@ -289,7 +285,7 @@ class ExecutionPool(TrackedActor):
 
     # -- queue and slots ----------------------------------------------------------------------
 
-    def _enqueue(self, execution_id: int, *, wake: bool = False, lane: str = ORDINARY) -> None:
+    def _enqueue(self, execution_id: int, *, wake: bool = False, lane: str = ORDINARY_LANE) -> None:
         if execution_id in self._queue or execution_id in self._running:
             return  # dedupe: it will run (or is running) anyway
         self._retrying.pop(execution_id, None)  # it runs now; its retry timer finds nothing

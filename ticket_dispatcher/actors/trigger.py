@@ -29,13 +29,19 @@ import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
-from ticket_dispatcher.actors.lanes import NOTIFICATION, ORDINARY, Lanes, lane_of
+from ticket_dispatcher.actors.lanes import Lanes
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
 from ticket_dispatcher.actors.shadow import ShadowRequest
 from ticket_dispatcher.domain.execution import Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
-from ticket_dispatcher.domain.matching import is_notification_policy, match_policies
+from ticket_dispatcher.domain.matching import (
+    NOTIFICATION_LANE,
+    ORDINARY_LANE,
+    is_notification_policy,
+    lane_of,
+    match_policies,
+)
 from ticket_dispatcher.errors import (
     CallAbandoned,
     DispatcherError,
@@ -64,7 +70,7 @@ class TriggerWork:
     token: int = field(default=0)
     hold: Hold = field(default_factory=lambda: Hold(None))
     claimed: Trigger | None = None  # claimed already, by a shared-mode pull (``claim_due``)
-    lane: str = ORDINARY  # which lane it waits in for an actor (actors/lanes.py)
+    lane: str = ORDINARY_LANE  # which lane it waits in for an actor (actors/lanes.py)
 
 
 class TriggerProcessor:
@@ -295,13 +301,13 @@ class TriggerRouter:
         if not share:
             return None
         self._pulls = (self._pulls + 1) % (share + 1)
-        return ORDINARY if self._pulls == 0 else NOTIFICATION
+        return ORDINARY_LANE if self._pulls == 0 else NOTIFICATION_LANE
 
     def _dispatch(self, message: ProcessTrigger) -> None:
         with self._lock:
             if not self._idle:
                 work = self._in_hand.get(message.trigger_id)
-                self._queue.push(message, work.lane if work is not None else ORDINARY,
+                self._queue.push(message, work.lane if work is not None else ORDINARY_LANE,
                                  self._deps.clock.now())
                 self._deps.metrics.lanes("triggers", self._queue.lengths())
                 return
@@ -377,20 +383,10 @@ class TriggerRouter:
         """Tell every trigger actor to stop; the futures say when they have."""
         return [actor.stop(block=False) for actor in self._actors]
 
-    def lanes(self) -> dict[str, tuple[int, datetime | None]]:
-        """lane → (triggers waiting for an actor, since when the oldest waits)."""
-        with self._lock:
-            return {lane: (count, self._queue.oldest(lane))
-                    for lane, count in self._queue.lengths().items()}
-
     def status(self) -> dict:
         now = self._deps.clock.now()
-        lanes = {lane: {"queued": count,
-                        "oldest_queued_age_seconds": None if oldest is None
-                        else round((now - oldest).total_seconds(), 3)}
-                 for lane, (count, oldest) in self.lanes().items()}
         with self._lock:
-            idle, queued = len(self._idle), len(self._queue)
+            idle, queued, lanes = len(self._idle), len(self._queue), self._queue.views(now)
             leases = [{"trigger_id": work.trigger_id, "epoch": work.hold.lease.epoch,
                        "expires_at": format_time(work.hold.valid_until)}
                       for work in self._in_hand.values() if work.hold.lease is not None]

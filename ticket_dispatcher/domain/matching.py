@@ -82,6 +82,15 @@ def is_reserved_source(source: Any) -> bool:
     return isinstance(source, str) and source in RESERVED_SOURCES
 
 
+# The lanes that waiting work takes (actors/lanes.py), a trigger's and its executions' alike.
+NOTIFICATION_LANE, ORDINARY_LANE = "notification", "ordinary"
+
+
+def lane_of(source: str | None) -> str:
+    """The lane of a trigger of ``source`` (ordinary when not known) and of its executions."""
+    return NOTIFICATION_LANE if is_reserved_source(source) else ORDINARY_LANE
+
+
 def is_notification_action_type(action_type: Any) -> bool:
     return isinstance(action_type, str) and action_type in NOTIFICATION_ACTION_TYPES
 

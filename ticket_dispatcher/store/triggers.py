@@ -8,6 +8,7 @@ import peewee
 
 from ticket_dispatcher.domain.catalog import RESERVED_SOURCES
 from ticket_dispatcher.domain.execution import Lease, Trigger, TriggerStatus
+from ticket_dispatcher.domain.matching import NOTIFICATION_LANE
 from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
     one_statement_write,
@@ -240,14 +241,14 @@ class TriggerRepository:
         """Claim for ``owner`` up to ``limit`` triggers, oldest first: ``pending`` ones whose
         ``available_at`` has come and ``processing`` ones nobody holds any more. Rows another
         replica is claiming at the same moment are skipped (``FOR UPDATE SKIP LOCKED``).
-        ``first``: ``"notification"`` or ``"ordinary"``, the lane whose triggers go before
-        the other's (the notification sources are the reserved ones); None: by id alone."""
+        ``first``: the lane (``domain.matching.lane_of``) whose triggers go before the
+        other's; None: by id alone."""
         if limit < 1:
             return []
         now = to_utc(now)
         order = [TriggerRow.id]
         if first is not None:
-            notification = 0 if first == "notification" else 1
+            notification = 0 if first == NOTIFICATION_LANE else 1
             order.insert(0, peewee.Case(None, [(TriggerRow.source.in_(sorted(RESERVED_SOURCES)),
                                                 notification)], 1 - notification))
         due = (TriggerRow.select(TriggerRow.id)
