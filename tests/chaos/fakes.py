@@ -848,9 +848,9 @@ def serve_settings(world: World, base_urls: dict[str, str]) -> dict[str, str]:
 
 def settings_at(host: str, port: int) -> dict[str, str]:
     """``serve_settings`` of fakes that ``--port port --advertise host`` would start."""
-    names = list(World().fakes())
-    return serve_settings(World(), {name: f"http://{host}:{port + offset}"
-                                    for offset, name in enumerate(names)})
+    world = World()
+    return serve_settings(world, {name: f"http://{host}:{port + offset}"
+                                  for offset, name in enumerate(world.fakes())})
 
 
 def _world_argument(value: str) -> Any:

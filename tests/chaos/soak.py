@@ -402,22 +402,23 @@ def read_final(database_url: str, since: Since = Since()) -> dict[str, Any]:
 
     store = _open_store(database_url)
     try:
+        # both lists are newest first: a deployment's older rows end the paging
         triggers, before = [], None
         for _ in range(100_000):
             page, before = store.triggers.list(before_id=before, limit=PAGE)
             triggers += page
-            if before is None:
+            if before is None or not page or page[-1].id <= since.trigger_id:
                 break
         executions, offset = [], 0
         for _ in range(100_000):
             page, total = store.executions.list(limit=PAGE, offset=offset)
             executions += page
             offset += len(page)
-            if not page or offset >= total:
+            if not page or offset >= total or page[-1].id <= since.execution_id:
                 break
         with unit_of_work(store.db):
             owners = dict(ExecutionRow.select(ExecutionRow.id, ExecutionRow.lease_owner)
-                          .tuples())
+                          .where(ExecutionRow.id > since.execution_id).tuples())
         engineers, _ = store.engineers.list(limit=1000)
         policies, _ = store.policies.list(limit=1000)
     finally:
