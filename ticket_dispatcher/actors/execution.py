@@ -210,9 +210,8 @@ class ExecutionActor(TrackedActor):
         processed side by side would otherwise both assign it, the second after the first
         removed ``auto-dispatch``. A trigger that named its policy matched no filter: its
         execution starts whatever the issue holds."""
-        if execution.status is not ExecutionStatus.CREATED or execution.dry_run \
-                or self._standing_in:
-            return False
+        if execution.status is not ExecutionStatus.CREATED or execution.dry_run:
+            return False  # (a created execution never stands in: no page has run yet)
         policy = self._deps.store.policies.known(execution.policy_id)
         if policy is None or is_notification_policy(policy):
             return False

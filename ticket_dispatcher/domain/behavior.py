@@ -118,9 +118,7 @@ class Behavior:
         if execution.status is not ExecutionStatus.EXECUTING:
             return None
         _, action = _next_stage(execution)
-        stand_in = getattr(self._registry.get(action.type), "stand_in", None) \
-            if action is not None else None
-        return stand_in(execution) if stand_in is not None else None
+        return self._stand_in(execution, action)
 
     def needs_live_issue(self, execution: Execution) -> bool:
         """Whether the next step needs what Jira answers now: a rule to evaluate, or an action
@@ -130,7 +128,12 @@ class Behavior:
         rule, action = _next_stage(execution)
         if rule is None:
             return False
-        return action is None or self.stand_in(execution) is None
+        return action is None or self._stand_in(execution, action) is None
+
+    def _stand_in(self, execution: Execution, action: ActionExecution | None) -> Issue | None:
+        stand_in = getattr(self._registry.get(action.type), "stand_in", None) \
+            if action is not None else None
+        return stand_in(execution) if stand_in is not None else None
 
     def outside_trigger(self, execution: Execution, reason: str) -> StepOutcome:
         """End, before its first rule, an execution whose issue fell outside its policy's
