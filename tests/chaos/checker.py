@@ -78,7 +78,8 @@ What the history cannot prove, and why:
   A fake that applied a call whose answer was lost shows one applied call: the product
   settles that case by reading again, and a second write would show. A read can come before
   a slow write has landed, and the same value is then written again: Jira keeps one value and
-  no second change, so a repeated assignee or L2 value (no other write between) counts once.
+  no second change, so an assignee or L2 write repeating the one just before it, whose
+  answer the service lost to its read timeout (run.json ``read_timeout_s``), counts once.
 - A round-robin turn is taken in its own transaction, before the plan that records it is
   saved. A step that died in between took a turn final.json does not show, so a spread off
   by more than one, with a kill, stop or database fault listed beside it, may be that.
