@@ -194,10 +194,6 @@ class StagingReplica:
         return f"replica-{self.index}"
 
     @property
-    def database_url(self) -> str:
-        return "(the deployment's)"
-
-    @property
     def log_path(self) -> Path:
         return self._logs / f"replica-{self.index}-1.log"
 
@@ -264,9 +260,6 @@ class StagingReplica:
 
 class Deployment(Operated):
     """The operator's replicas, in the shape the soak drives a ``Cluster``."""
-
-    engine = "postgres"
-    sqlite_lock = None
 
     def __init__(self, target: Target, run_dir: Path, say):
         self.target = target
