@@ -226,6 +226,16 @@ class Fakes:
 # -- one replica -------------------------------------------------------------------------------
 
 
+def replica_name(index: int) -> str:
+    """Replica ``index`` (1-based) as faults.jsonl and the checker name it."""
+    return f"replica-{index}"
+
+
+def replica_log(logs: Path, index: int, generation: int) -> Path:
+    """Replica ``index``'s log of one process generation, named as the checker reads it."""
+    return logs / f"{replica_name(index)}-{generation}.log"
+
+
 class Replica:
     """Replica ``index`` (1-based): its port, its relay, and its current generation."""
 
@@ -247,11 +257,11 @@ class Replica:
 
     @property
     def name(self) -> str:
-        return f"replica-{self.index}"
+        return replica_name(self.index)
 
     @property
     def log_path(self) -> Path:
-        return self._logs / f"replica-{self.index}-{self.generation}.log"
+        return replica_log(self._logs, self.index, self.generation)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

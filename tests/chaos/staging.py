@@ -48,7 +48,14 @@ from typing import Any
 
 import requests
 
-from tests.chaos.cluster import EXIT_TIMEOUT_S, POLL_S, START_TIMEOUT_S, Operated
+from tests.chaos.cluster import (
+    EXIT_TIMEOUT_S,
+    POLL_S,
+    START_TIMEOUT_S,
+    Operated,
+    replica_log,
+    replica_name,
+)
 from tests.chaos.nemesis import DB_CUT, DB_STALL, KILL9, PEER_FAULTS, SIGSTOP, SIGTERM_RESTART
 
 HOOK_TIMEOUT_S = 60.0
@@ -191,11 +198,11 @@ class StagingReplica:
 
     @property
     def name(self) -> str:
-        return f"replica-{self.index}"
+        return replica_name(self.index)
 
     @property
     def log_path(self) -> Path:
-        return self._logs / f"replica-{self.index}-1.log"
+        return replica_log(self._logs, self.index, 1)  # one log for every generation
 
     def hook(self, name: str) -> str:
         return self._hooks.run(name, self)
