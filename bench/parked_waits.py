@@ -1,50 +1,52 @@
-"""Parked ACK waits: what 1,000 executions waiting in ``page_assignment`` cost.
+"""Parked ACK waits: what ``--executions`` executions waiting in ``page_assignment`` cost.
 
-A parked execution holds no slot; the ACK watcher polls its wait (a Jira search per 100
-issues, the Lark read of each card) and hands it back to the pool only on a verdict or at its
-deadline (docs/design.md, "ACK waits without a slot"). Every page of an urgent notification is
-such a wait, polled every ``poll_interval``.
-This bench parks ``--executions`` of them at once and prints, idle next to loaded:
+A parked execution holds no slot; the ACK watcher looks at its wait (a Jira search per 100
+issues, the Lark read of each card) at its poll, or at the watcher's pace
+(``ack_watch.looks_per_second``) when more wait than that pace allows, and hands it back to the
+pool only on a verdict or at its deadline (docs/design.md, "ACK waits without a slot"). This
+bench parks ``--executions`` of them and prints, idle next to loaded, for each pace of
+``--paces`` side by side (``0``: unpaced, every wait looked at each poll):
 
 - the latency of ordinary assign dispatches fired at a steady ``--rate`` for ``--duration``
   (the POST sent to the execution's ``completed_at``, read from the API once it is terminal;
   same machine, same system clock), p50/p95, and where the p50 goes: the median of each stage
   between the times the server stamps (trigger row, claim, first action, last action, end);
-- the server's resident memory (``VmRSS`` from ``/proc/PID/status``) and its CPU use;
-- how late a parked wait is really looked at against its ``wake_at``, p50/p99.
+- the server's resident memory (``VmRSS`` and its peak ``VmHWM`` from ``/proc/PID/status``)
+  and its CPU use, and the fakes' CPU;
+- how late a parked wait is really looked at against the ``wake_at`` it was parked until.
 
 The service runs as a real ``python -m ticket_dispatcher serve`` process (a temporary SQLite
 file, or with ``--postgres-url`` a throw-away PostgreSQL schema; ``execution_slots`` 10, real
 time, trigger rate limit off, authentication off), not in-process: the RSS and CPU figures must
-be the server's alone, not the server's plus this client's threads and responses. By default
-(``--world own``) the fake Jira, Lark, Oncall and Core are the sandbox of a second ``serve
+be the server's alone. The fake Jira, Lark, Oncall and Core are the sandbox of a second ``serve
 --sandbox`` process, as a real Jira and Lark are on other machines, and the measured one is a
-plain ``serve`` pointed at them, on a database seeded with the same examples; its CPU is printed
-as the fakes' own. ``--world same`` measures ``serve --sandbox`` itself: then every poll's reads
-are also served by the measured process's HTTP threads, and its CPU and RSS include the fake
-world's.
+plain ``serve`` pointed at them, on a database seeded with the same examples. ``--tree`` runs
+the service of another source tree (a ``git worktree`` of an earlier commit) on the same bench.
 
-The notification policy is the example ``priority-assignee`` family the sandbox activates
-(poll 5 s, ACK timeout 5 min), unchanged: 5 s is the production poll, and no execution reaches
-its deadline before the run ends, so all of them stay in attempt 1's wait. Its issues are
-GTOC-1000…, P0 in ``Todo`` with ``notify-assignee`` and an assignee with a phone; nobody
-reads a card, so nothing ACKs. The assign dispatches use TCID issues at P3, which the example
-assign policy round-robins to alice, bob and carol (no time window involved).
+Each run: the idle dispatches first; then four urgent notifications (GTOC-1000…1003, P0 in
+``Todo`` with ``notify-assignee``, one per assignee with a phone) run for real through their
+card, App-urgent and first page until they park; the server stops, and the bench copies those
+four until ``--executions`` wait (``seed_waits``: each copy its own issue, trigger, rules,
+context and ids, its ``wake_at`` spread evenly over one round of the pace, as a steady service
+leaves them); the server starts again on that database, its boot recovery hands every wait to
+the watcher, and after ``--settle`` seconds the loaded dispatches run. The notification policy
+is the example ``priority-assignee`` family the sandbox activates (poll 5 s, ACK timeout 5 min),
+unchanged; nobody reads a card, so nothing ACKs, and the run ends before the deadline. The
+assign dispatches use TCID issues at P3, which the example assign policy round-robins to alice,
+bob and carol.
 
-Wake lateness comes from persisted state: a look at a wait that has no verdict yet saves
-``wake_at = look + poll_interval``, as the execution's own poll would park it, so when an
-execution's ``wake_at`` moves from W to W', a look ran at ``W' - poll_interval``; lateness is
-that minus W. The bench reads ``dispatch_executions`` from the database (on SQLite a read-only
-connection: WAL, so a reader never blocks the server) every ``--sample`` seconds, far below the
-5 s between two looks at one wait, so no move is missed. (The admin view lists only the 50
-soonest parked executions, too few to follow 1,000.)
+Wake lateness comes from persisted state: a look saves the wait's next ``wake_at`` and its own
+time as ``updated_at`` (as the execution's own poll would), so when a wait's ``wake_at`` moves
+from W, a look ran at the new ``updated_at``; lateness is that minus W (a look runs up to
+250 ms early, so that the looks due together share a batch). The bench reads
+``dispatch_executions`` (on SQLite a read-only connection: WAL, so a reader never blocks the
+server) every ``--sample`` seconds, far below the time between two looks at one wait.
 
-About two minutes at the defaults on a 2-core machine, most of it the 1,000 executions
-reaching their wait.
+About two minutes a pace at the defaults on a 2-core machine.
 
-    python bench/parked_waits.py [--executions 1000] [--rate 5] [--duration 15]
+    python bench/parked_waits.py [--executions 1000] [--paces 0 50] [--rate 5] [--duration 15]
                                  [--settle 10] [--sample 0.5] [--http-threads 16]
-                                 [--postgres-url URL] [--world own|same] [--ramp-timeout 180]
+                                 [--postgres-url URL] [--tree PATH] [--ramp-timeout 180]
 """
 
 from __future__ import annotations
@@ -67,10 +69,13 @@ import requests
 from databases import fresh_database
 from floors import cpu_seconds, wait_http
 from intake import free_port
+from recovery import insert_all, next_id, read_template
 
 from ticket_dispatcher.sandbox import service_urls
 from ticket_dispatcher.seeding import seed_store
-from ticket_dispatcher.store import Store
+from ticket_dispatcher.store import Store, is_postgres, write_lock
+from ticket_dispatcher.store.database import unit_of_work, without_statement_timeouts
+from ticket_dispatcher.store.models import ContextRow, ExecutionRow, RuleExecutionRow, TriggerRow
 from ticket_dispatcher.timeutil import parse_duration, parse_rfc3339
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +97,8 @@ class Server:
     whose clients call that sandbox, on a database seeded with the same examples."""
 
     def __init__(self, database_url: str, log: Path, http_threads: int, *, slots: int = 10,
-                 world: str | None = None):
+                 world: str | None = None, pace: float | None = None, seeded: bool = False,
+                 tree: Path = ROOT):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -100,16 +106,20 @@ class Server:
                    TICKET_DISPATCHER_EXECUTION_SLOTS=str(slots),
                    TICKET_DISPATCHER_HTTP_TRIGGER_RATE="0",
                    TICKET_DISPATCHER_HTTP_THREADS=str(http_threads),
-                   TICKET_DISPATCHER_LOG_LEVEL="WARNING")
+                   TICKET_DISPATCHER_LOG_LEVEL="WARNING",
+                   PYTHONPATH=str(tree), PYTHONSAFEPATH="1")  # that tree's own package
+        if pace is not None:
+            env["TICKET_DISPATCHER_ACK_WATCH_LOOKS_PER_SECOND"] = f"{pace:g}"
         command = [sys.executable, "-m", "ticket_dispatcher", "serve", "--port", str(self.port)]
         if world is None:
             command.append("--sandbox")
         else:
-            seed(database_url)
+            if not seeded:
+                seed(database_url)
             env.update(world_settings(world))
             command.append("--insecure-no-auth")
-        with self.log.open("w") as stderr:
-            self.process = subprocess.Popen(command, env=env, cwd=ROOT, stderr=stderr,
+        with self.log.open("a") as stderr:
+            self.process = subprocess.Popen(command, env=env, cwd=tree, stderr=stderr,
                                             stdout=subprocess.DEVNULL)
         try:
             wait_http(f"{self.url}/readyz", self.process, timeout=60)
@@ -208,10 +218,12 @@ def actors(url: str) -> dict:
 
 
 class WakeWatcher(threading.Thread):
-    """Follows every parked execution's ``wake_at`` in the database; each move W -> W' is one
-    poll that ran at ``W' - poll`` (see the module docstring), ``lateness = W' - poll - W``."""
+    """Follows every parked execution's ``wake_at`` in the database. Each move W -> W' is one
+    look, saved with ``updated_at`` = the time it ran (``record_looks``, as the execution's own
+    poll saves it), so ``lateness = updated_at - W``: how late the wait was looked at against
+    the time it was parked until, whatever the pace made of the next one."""
 
-    def __init__(self, database_url: str, poll: timedelta, interval: float):
+    def __init__(self, database_url: str, interval: float):
         super().__init__(daemon=True)
         if database_url.startswith("sqlite:///"):
             self._db = sqlite3.connect(f"file:{database_url.removeprefix('sqlite:///')}?mode=ro",
@@ -221,7 +233,7 @@ class WakeWatcher(threading.Thread):
 
             self._db = psycopg2.connect(database_url)
             self._db.autocommit = True  # each read sees what the server committed since
-        self._poll, self._interval = poll, interval
+        self._interval = interval
         self._last: dict[int, datetime] = {}
         self._halt = threading.Event()
         self.phase = ""  # samples are kept only while a phase is named
@@ -254,22 +266,73 @@ class WakeWatcher(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.wait(self._interval):
-            rows = self._rows("SELECT id, wake_at FROM dispatch_executions WHERE status "
-                              "= 'executing' AND wake_at IS NOT NULL")
-            for execution_id, stored in rows:  # naive UTC: text on SQLite, a datetime on PG
-                wake_at = datetime.fromisoformat(stored) if isinstance(stored, str) else stored
+            rows = self._rows("SELECT id, wake_at, updated_at FROM dispatch_executions WHERE "
+                              "status = 'executing' AND wake_at IS NOT NULL")
+            for execution_id, stored, updated in rows:
+                wake_at = _stored_time(stored)
                 before = self._last.get(execution_id)
                 self._last[execution_id] = wake_at
                 if before is not None and wake_at != before and self.phase:
-                    ran_at = wake_at - self._poll
                     self.lateness[self.phase].append(
-                        (ran_at - before).total_seconds() * 1000)
+                        (_stored_time(updated) - before).total_seconds() * 1000)
 
     def stop(self) -> None:
         self._halt.set()
         if self.ident is not None:  # started
             self.join(5)
         self._db.close()
+
+
+def _stored_time(value) -> datetime:
+    """A naive UTC time as the store keeps it: text on SQLite, a datetime on PostgreSQL."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+# -- many parked waits from a few -------------------------------------------------------------
+
+
+def seed_waits(database_url: str, templates: int, count: int, first_wake: datetime,
+               spread: timedelta) -> float:
+    """Copy the ``templates`` parked executions (GTOC-1000 and on, each parked by a real run)
+    until ``count`` wait: copy ``n`` is GTOC-(1000 + n), an issue with template
+    ``n % templates``'s assignee, with its own trigger, rule executions, dispatch context and
+    ids, and a ``wake_at`` spread evenly over ``spread`` from ``first_wake`` (a steady
+    service's waits are due at even intervals). The action contexts are the template's as
+    they are: the same card (whose readers nobody is among), the same deadline. Seconds."""
+    started = time.perf_counter()
+    store = Store.open(database_url)
+    try:
+        sources = [read_template(store, f"GTOC-{1000 + n}") for n in range(templates)]
+        db = store.db
+        with unit_of_work(db):
+            trigger_id, execution_id = next_id(TriggerRow), next_id(ExecutionRow)
+        rows = []
+        for n in range(templates, count):
+            source = sources[n % templates]
+            key, tid, eid = f"GTOC-{1000 + n}", trigger_id + n, execution_id + n
+            old_key = source.execution["issue_key"]
+            execution = dict(source.execution, id=eid, trigger=tid, issue_key=key,
+                             live_lock_key=source.execution["live_lock_key"].replace(old_key,
+                                                                                      key),
+                             wake_at=first_wake + spread * (n / count))
+            trigger = dict(source.trigger, id=tid, issue_key=key,
+                           input_json={"issue_key": key}, output_json={"execution_ids": [eid]})
+            rules = [{k: v for k, v in rule.items() if k != "id"} | {"execution": eid}
+                     for rule in source.rules]
+            rows.append((trigger, execution, rules, dict(source.context, issue_key=key)))
+        with without_statement_timeouts(db):
+            for position, model in enumerate((TriggerRow, ExecutionRow)):
+                insert_all(db, model, (row[position] for row in rows))
+            insert_all(db, RuleExecutionRow, (rule for row in rows for rule in row[2]))
+            insert_all(db, ContextRow, (row[3] for row in rows))
+            if is_postgres(db):  # explicit ids leave the identity sequences behind
+                with write_lock(db):
+                    for table in ("dispatch_triggers", "dispatch_executions"):
+                        db.execute_sql(f"SELECT setval(pg_get_serial_sequence('{table}', "
+                                       f"'id'), (SELECT MAX(id) FROM {table}))")
+    finally:
+        store.close()
+    return time.perf_counter() - started
 
 
 # -- assign dispatches at a steady rate ---------------------------------------------------------
@@ -412,76 +475,92 @@ def park_all(server: Server, watcher: WakeWatcher, count: int, timeout: float) -
     return time.perf_counter() - started
 
 
+def run_pace(args: argparse.Namespace, pace: float, poll: timedelta) -> dict:
+    """One server, idle and then with ``--executions`` parked, at ``pace`` looks a second."""
+    per_phase = max(1, round(args.rate * args.duration))
+    templates = min(args.executions, len(ASSIGNEES))
+    spread = max(poll, timedelta(seconds=args.executions / pace)) if pace else poll
+    with tempfile.TemporaryDirectory() as tmp, \
+            fresh_database(args.postgres_url) as database_url, \
+            fresh_database(None) as world_url:
+        log = Path(tmp) / "server.log"
+        world = Server(world_url, Path(tmp) / "world.log", WORLD_THREADS)
+        server = watcher = None
+        try:
+            server = Server(database_url, log, args.http_threads, world=world.url, pace=pace,
+                            tree=args.tree)
+            watcher = WakeWatcher(database_url, args.sample)  # the server made the database
+            idle_keys = [f"TCID-{10000 + n}" for n in range(per_phase)]
+            loaded_keys = [f"TCID-{20000 + n}" for n in range(per_phase)]
+            create_issues(world.url, [assign_issue(key) for key in idle_keys + loaded_keys]
+                          + [notification_issue(n) for n in range(args.executions)])
+            idle = measure_phase(server, world, idle_keys, args.rate, args.ramp_timeout)
+            park_all(server, watcher, templates, args.ramp_timeout)
+            server.stop()  # the others are copies of these, written while no server runs
+            seeding = seed_waits(database_url, templates, args.executions,
+                                 datetime.now(UTC) + timedelta(seconds=3), spread)
+            booted = time.perf_counter()
+            server = Server(database_url, log, args.http_threads, world=world.url, pace=pace,
+                            seeded=True, tree=args.tree)
+            boot = time.perf_counter() - booted
+            watcher.start()
+            watcher.begin("parked only")
+            time.sleep(args.settle)
+            view = actors(server.url)
+            watcher.begin("parked + dispatches")
+            loaded = measure_phase(server, world, loaded_keys, args.rate, args.ramp_timeout)
+            watcher.end()
+            waiting = watcher.waiting()
+        except BaseException:
+            sys.stderr.write(log.read_text()[-4000:])
+            raise
+        finally:
+            if server is not None:
+                server.stop()  # first: a failing watcher must not leave the server running
+            world.stop()
+            if watcher is not None:
+                watcher.stop()
+    return {"pace": pace, "idle": idle, "loaded": loaded, "view": view, "seeding": seeding,
+            "boot": boot, "spread": spread, "waiting": waiting,
+            "lateness": watcher.lateness, "seconds": watcher.seconds}
+
+
 def run(args: argparse.Namespace) -> None:
     policy = json.loads(NOTIFY_POLICY.read_text())
     page = next(action["page_assignment"] for rule in policy["rules"] for action in rule["then"]
                 if action["type"] == "page_assignment")
-    poll, ack_timeout = parse_duration(page["poll_interval"]), parse_duration(page["ack_timeout"])
-    per_phase = max(1, round(args.rate * args.duration))
-    with tempfile.TemporaryDirectory() as tmp, \
-            fresh_database(args.postgres_url) as database_url, \
-            fresh_database(None) as world_url:
-        world = server = None
-        try:
-            if args.world == "own":
-                world = Server(world_url, Path(tmp) / "world.log", WORLD_THREADS)
-            server = Server(database_url, Path(tmp) / "server.log", args.http_threads,
-                            world=world.url if world else None)
-        except BaseException:
-            for process in (server, world):
-                if process is not None:
-                    process.stop()
-            raise
-        fakes = world or server
-        watcher = WakeWatcher(database_url, poll, args.sample)
-        try:
-            rss_start = server.rss_mib()
-            idle_keys = [f"TCID-{10000 + n}" for n in range(per_phase)]
-            loaded_keys = [f"TCID-{20000 + n}" for n in range(per_phase)]
-            create_issues(fakes.url, [assign_issue(key) for key in idle_keys + loaded_keys]
-                          + [notification_issue(n) for n in range(args.executions)])
-            idle = measure_phase(server, world, idle_keys, args.rate, args.ramp_timeout)
-            watcher.start()
-            first_page = time.perf_counter()
-            ramp = park_all(server, watcher, args.executions, args.ramp_timeout)
-            view = actors(server.url)
-            watcher.begin("parked only")
-            time.sleep(args.settle)
-            watcher.begin("parked + dispatches")
-            loaded = measure_phase(server, world, loaded_keys, args.rate, args.ramp_timeout)
-            watcher.end()
-            ran = timedelta(seconds=time.perf_counter() - first_page)
-        except BaseException:
-            sys.stderr.write(server.log.read_text()[-4000:])
-            raise
-        finally:
-            server.stop()  # first: a failing watcher must not leave the server running
-            if world is not None:
-                world.stop()
-            watcher.stop()
-    if ran >= ack_timeout - poll:  # a wait clamped at its deadline breaks W' - poll
-        print(f"warning: the run outlasted the ACK timeout ({page['ack_timeout']}); "
-              "some lateness samples may be wrong")
-    report(args, page, idle, loaded, rss_start, ramp, view, watcher, poll)
+    poll = parse_duration(page["poll_interval"])
+    results = [run_pace(args, pace, poll) for pace in args.paces]
+    report(args, page, results)
 
 
-def report(args, page, idle, loaded, rss_start, ramp, view, watcher, poll) -> None:
+def pace_name(pace: float) -> str:
+    return f"{pace:g}/s" if pace else "unpaced"
+
+
+def report(args, page, results: list[dict]) -> None:
     n = args.executions
     print(f"{n} urgent notification executions parked in page_assignment (poll "
           f"{page['poll_interval']}, ACK timeout {page['ack_timeout']}), execution_slots 10, "
-          f"{'PostgreSQL' if args.postgres_url else 'SQLite'}, "
-          f"http.threads {args.http_threads}, "
-          + ("fakes in the same process (serve --sandbox)" if args.world == "same" else
-             "fakes in a serve --sandbox process of their own"))
+          f"{'PostgreSQL' if args.postgres_url else 'SQLite'}, http.threads "
+          f"{args.http_threads}, fakes in a serve --sandbox process of their own; "
+          f"service tree {args.tree}")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
-    print(f"all {n} were in their ACK wait {ramp:.1f} s after the first trigger; admin/actors "
-          f"then: parked "
-          f"{view['pool']['parked']}, busy {view['pool']['busy']}, queue "
-          f"{view['pool']['queue_length']}, timers {view['scheduler']['timers']}")
+    for result in results:
+        view = result["view"]
+        print(f"ack_watch.looks_per_second {pace_name(result['pace'])}: {n} waiting after "
+              f"seeding ({result['seeding']:.1f} s, wake_at over "
+              f"{result['spread'].total_seconds():.0f} s) and a boot of {result['boot']:.1f} s; "
+              f"admin/actors {args.settle:g} s later: parked {view['pool']['parked']}, watched "
+              f"{view.get('ack_watch', {}).get('watched', '-')}, round "
+              f"{view.get('ack_watch', {}).get('round_seconds', '-')} s, timers "
+              f"{view['scheduler']['timers']}; still waiting at the end: {result['waiting']}")
     print()
     print(f"assign dispatches at {args.rate:g}/s for {args.duration:g} s "
           "(POST sent -> execution completed_at)")
-    print(f"  {'':28}{'idle':>14}{f'{n} parked':>16}")
+    columns = [(f"idle, {pace_name(r['pace'])}", r["idle"]) for r in results] + \
+              [(f"{n} parked, {pace_name(r['pace'])}", r["loaded"]) for r in results]
+    print(f"  {'':28}" + "".join(f"{name:>24}" for name, _ in columns))
     rows = [("dispatches (failed)", lambda p: f"{p['count']} ({p['failed']})"),
             ("latency p50", lambda p: f"{p['p50']:.0f} ms"),
             ("latency p95", lambda p: f"{p['p95']:.0f} ms"),
@@ -493,24 +572,34 @@ def report(args, page, idle, loaded, rss_start, ramp, view, watcher, poll) -> No
             ("server VmRSS at end", lambda p: f"{p['rss'][0]:.1f} MiB"),
             ("server VmHWM (peak)", lambda p: f"{p['rss'][1]:.1f} MiB")]
     for name, cell in rows:
-        print(f"  {name:28}{cell(idle):>14}{cell(loaded):>16}")
+        print(f"  {name:28}" + "".join(f"{cell(phase):>24}" for _, phase in columns))
     print("  where the p50 goes (each stage's median; server times, millisecond stamps)")
-    for name, at_idle, under_load in zip(STAGES, idle["stages"], loaded["stages"], strict=True):
-        print(f"    {name:26}{at_idle:>11.0f} ms{under_load:>13.0f} ms")
-    print(f"  (VmRSS right after start: {rss_start[0]:.1f} MiB)")
+    for index, name in enumerate(STAGES):
+        print(f"    {name:26}" + "".join(f"{phase['stages'][index]:>21.0f} ms"
+                                         for _, phase in columns))
+    for result in results:
+        idle, loaded = result["idle"], result["loaded"]
+        print(f"  {pace_name(result['pace'])}: p50 parked/idle "
+              f"{loaded['p50'] / idle['p50']:.2f}x")
     print()
-    expected = n / poll.total_seconds()
-    print(f"wake lateness: the poll's start minus its wake_at (expected {expected:.0f} wakes/s)")
-    print(f"  {'phase':22}{'wakes':>7}{'wakes/s':>9}{'p50':>10}{'p99':>10}{'max':>10}")
-    for phase, values in watcher.lateness.items():
-        print(f"  {phase:22}{len(values):7}{len(values) / watcher.seconds[phase]:9.0f}"
-              f"{percentile(values, 50):8.0f}ms{percentile(values, 99):8.0f}ms"
-              f"{max(values, default=float('nan')):8.0f}ms")
+    print("wake lateness: when a look ran (its saved updated_at) minus the wake_at it was "
+          "parked until")
+    print(f"  {'pace':10}{'phase':22}{'looks':>7}{'looks/s':>9}{'p50':>10}{'p99':>10}"
+          f"{'max':>10}")
+    for result in results:
+        for phase, values in result["lateness"].items():
+            seconds = result["seconds"][phase]
+            print(f"  {pace_name(result['pace']):10}{phase:22}{len(values):7}"
+                  f"{len(values) / seconds:9.0f}{percentile(values, 50):8.0f}ms"
+                  f"{percentile(values, 99):8.0f}ms{max(values, default=float('nan')):8.0f}ms")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executions", type=int, default=1000, help="parked notifications")
+    parser.add_argument("--paces", type=float, nargs="+", default=[0, 50],
+                        help="ack_watch.looks_per_second of each run, side by side (0: "
+                             "unpaced, every wait at its poll)")
     parser.add_argument("--rate", type=float, default=5, help="assign dispatches per second")
     parser.add_argument("--duration", type=float, default=15,
                         help="seconds of assign dispatches, idle and again loaded")
@@ -521,11 +610,11 @@ def main() -> None:
     parser.add_argument("--http-threads", type=int, default=16)
     parser.add_argument("--postgres-url", help="run the measured server on PostgreSQL (a "
                         "throw-away schema) instead of a temporary SQLite file")
-    parser.add_argument("--world", choices=("own", "same"), default="own",
-                        help="the sandbox fakes in a process of their own (as a real Jira and "
-                             "Lark are elsewhere), or served by the measured process")
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="the source tree whose service is measured (say a git worktree "
+                             "of an earlier commit); the bench's own code seeds the database")
     parser.add_argument("--ramp-timeout", type=float, default=180,
-                        help="give up when not every execution has parked after this")
+                        help="give up when the first waits have not parked after this")
     run(parser.parse_args())
 
 

@@ -279,15 +279,16 @@ def parked(url: str) -> bool:
     return bool(items) and items[0]["status"] == "executing" and bool(items[0]["wake_at"])
 
 
-def read_template(store: Store) -> Template:
+def read_template(store: Store, key: str = TEMPLATE_KEY) -> Template:
+    """The rows of the execution of ``key`` (the one the bench parked)."""
     with unit_of_work(store.db):
-        execution = (ExecutionRow.select().where(ExecutionRow.issue_key == TEMPLATE_KEY)
+        execution = (ExecutionRow.select().where(ExecutionRow.issue_key == key)
                      .dicts().get())
         rules = list(RuleExecutionRow.select()
                      .where(RuleExecutionRow.execution == execution["id"])
                      .order_by(RuleExecutionRow.sequence).dicts())
         trigger = TriggerRow.select().where(TriggerRow.id == execution["trigger"]).dicts().get()
-        context = ContextRow.select().where(ContextRow.issue_key == TEMPLATE_KEY).dicts().get()
+        context = ContextRow.select().where(ContextRow.issue_key == key).dicts().get()
     return Template(trigger, execution, rules, context)
 
 

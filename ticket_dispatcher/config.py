@@ -483,6 +483,17 @@ class LanesConfig:
 
 
 @dataclass(frozen=True)
+class AckWatchConfig:
+    """How fast the ACK watcher (actors/watcher.py) looks at parked page waits: at most
+    ``looks_per_second`` looks (each a share of a Jira search, one Lark read and one saved
+    look). With more waits watched than ``looks_per_second`` times their poll interval, each
+    wait is looked at once a round of them all, further apart than its poll; its deadline is
+    kept exactly all the same. ``0``: no limit."""
+
+    looks_per_second: float = setting(50.0, number(0))
+
+
+@dataclass(frozen=True)
 class Config:
     database_url: str = setting("sqlite:///ticket-dispatcher.db", _database_url())
     execution_slots: int = setting(10, integer(1, 100))
@@ -506,6 +517,7 @@ class Config:
     leases: LeasesConfig = section(LeasesConfig)
     cluster: ClusterConfig = section(ClusterConfig)
     lanes: LanesConfig = section(LanesConfig)
+    ack_watch: AckWatchConfig = section(AckWatchConfig)
     auth: AuthConfig = section(AuthConfig)
     console: ConsoleConfig = section(ConsoleConfig)
     notifications: NotificationsConfig = section(NotificationsConfig)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -152,6 +153,12 @@ class Metrics:
                                  "waits by result: parked (nothing to decide), woken (the "
                                  "guard had something to say), deadline, gone (the wait had "
                                  "moved on)", ("result",))
+        self.ack_watched = gauge("ack_watch_waits", "Parked page waits the ACK watcher "
+                                 "watches")
+        self.ack_round = gauge("ack_watch_round_seconds", "How long the ACK watcher takes to "
+                               "look once at every wait it watches at ack_watch."
+                               "looks_per_second (0: no limit); a wait's looks are this far "
+                               "apart when that is longer than its poll_interval")
         self.job_failures = counter("metrics_job_failures", "Failed backlog samples")
         self.database_up = gauge("database_up", "1 while the database answers, 0 from the "
                                  "first failure of an outage to the next success")
@@ -241,6 +248,10 @@ class Metrics:
     def ack_looks_counted(self, result: str, count: int = 1) -> None:
         if count:
             self.ack_looks.labels(result).inc(count)
+
+    def ack_watch(self, watched: int, round_: timedelta) -> None:
+        self.ack_watched.set(watched)
+        self.ack_round.set(round_.total_seconds())
 
     def pool(self, *, slots: int, busy: int, queued: int, parked: int) -> None:
         self.pool_slots.set(slots)

@@ -23,14 +23,19 @@ def make_harness(store):
         harness.stop()
 
 
-@pytest.fixture
-def urgent_world(store):
-    """The notification harness with a Severity assignee family: card, then for S1/S2
-    App-urgent and three pages."""
-    harness = NotificationHarness(store).start()
+def urgent_harness(store, **config: str) -> NotificationHarness:
+    """The notification harness, started, with a Severity assignee family: card, then for
+    S1/S2 App-urgent and three pages."""
+    harness = NotificationHarness(store, **config).start()
     harness.policy(rule(SEND, name="send", priority=10, on_success="continue"),
                    rule({"type": "mark_assignment_message_urgent"}, page(1), page(2), page(3),
                         name="urgent", priority=20, when=SEVERITY),
                    source_in=(ASSIGNEE,), labels=(LABEL,))
+    return harness
+
+
+@pytest.fixture
+def urgent_world(store):
+    harness = urgent_harness(store)
     yield harness
     harness.stop()

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from tests.actors.conftest import urgent_harness
 from tests.actors.test_notification_card_runtime import ASSIGNEE, put
 from tests.actors.test_notification_page_runtime import page_context
 from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT
@@ -122,3 +123,54 @@ def test_a_wait_cancelled_while_watched_is_dropped_at_its_next_look(world):
     assert "polls" not in page_context(ex) or page_context(ex)["polls"] is None
     assert world.jira.searches == []  # nothing left to read for
     assert looks(world, "gone") == 1
+
+
+def test_after_a_restart_the_watcher_looks_at_the_recovered_waits_without_their_executions(
+        world):
+    ids = start_waits(world)
+    world.restart()
+    loads_before, reads_before = list(world.jira.loads), len(world.lark.reads)
+
+    world.advance(POLL)
+
+    assert world.jira.searches == [sorted(KEYS)]  # one search, no execution's own load
+    assert world.jira.loads[len(loads_before):] == sorted(KEYS)
+    assert len(world.lark.reads) - reads_before == 3  # each card's readers, once
+    assert looks(world, "parked") == 3
+    for execution_id in ids:
+        assert page_context(world.execution(execution_id))["polls"] == 1
+    assert world.runtime.status()["ack_watch"]["watched"] == 3
+
+
+@pytest.fixture
+def paced(store):
+    """The urgent world with the watcher paced to one look every 4 s: three waits (a round
+    of 12 s) need more than their 10 s poll."""
+    harness = urgent_harness(store, ACK_WATCH_LOOKS_PER_SECOND="0.25")
+    yield harness
+    harness.stop()
+
+
+def test_more_waits_than_the_pace_allows_take_turns_and_keep_their_deadline(paced):
+    ids = start_waits(paced)
+    start = paced.clock.now()
+
+    paced.advance(POLL)  # the first looks are at the wake_at each execution parked with
+
+    assert paced.jira.searches == [sorted(KEYS)]
+    turns = [paced.execution(execution_id).wake_at - start for execution_id in ids]
+    assert turns == [timedelta(seconds=s) for s in (2 * POLL, 2 * POLL + 4, 2 * POLL + 8)]
+    view = paced.runtime.status()["ack_watch"]
+    assert view == {"watched": 3, "round_seconds": 12.0, "looks_per_second": 0.25}
+    assert paced.metrics.registry.get_sample_value(
+        "ticket_manager_dispatch_ack_watch_round_seconds") == 12.0
+
+    paced.advance(POLL)  # only the first wait's turn has come
+    assert paced.jira.searches[1:] == [[KEYS[0]]]
+    paced.advance(4)
+    assert paced.jira.searches[1:] == [[KEYS[0]], [KEYS[1]]]
+    assert looks(paced, "parked") == 5
+
+    paced.advance(TIMEOUT - 2 * POLL - 4)  # the deadline is not paced: the next attempt pages
+    assert [page_context(paced.execution(i), 1)["outcome"] for i in ids] == ["timeout"] * 3
+    assert len(paced.oncall.pages) == 6

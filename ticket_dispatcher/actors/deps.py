@@ -69,6 +69,8 @@ class RuntimeDeps:
     # Trigger requests before the start of new triggers (actors/intake.py); the runtime
     # gives one bounded by ``intake_priority``.
     intake: IntakePriority = field(default_factory=lambda: IntakePriority(0))
+    # The ACK watcher as it last saw itself (actors/watcher.py): waits watched, its round.
+    ack_watch: dict = field(default_factory=lambda: {"watched": 0, "round_seconds": 0.0})
 
     def __post_init__(self) -> None:
         self.policy_names = PolicyNames(lambda policy_id: self.store.policies.get(policy_id).name)

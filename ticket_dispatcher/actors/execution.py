@@ -161,7 +161,7 @@ class ExecutionActor(TrackedActor):
             self._deps.activity.tell(self.actor_ref, NextStep())
         elif outcome.kind is StepKind.PARKED:
             self._report(Parked(self.execution_id, outcome.wake_at, self._run,
-                                ack_watch(execution)))
+                                watched=ack_watch(execution) is not None))
         else:
             self._report(Finished(self.execution_id, self._run))
 

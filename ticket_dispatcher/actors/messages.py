@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ticket_dispatcher.domain.actions.notification_watch import AckWatch
 from ticket_dispatcher.domain.execution import Execution, Lease, Trigger
 
 
@@ -85,8 +84,8 @@ class Rescheduled:  # tell, from the ACK watcher: the waits it looked at and the
 
 # -- to the ACK watcher (tell) ----------------------------------------------------------------
 @dataclass(frozen=True)
-class Watch:
-    watch: AckWatch
+class Watch:  # parked waits to look at: (execution id, its stored wake_at) each
+    waits: tuple[tuple[int, datetime], ...]
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,7 @@ class Parked:
     execution_id: int
     wake_at: datetime
     run: int
-    watch: AckWatch | None = None  # a page's ACK wait the watcher can keep (actors/watcher.py)
+    watched: bool = False  # a page's ACK wait the watcher can keep (actors/watcher.py)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@
 - An execution ID that is queued or running is never queued again (dedupe).
 - Parked executions hold no slot; the pool keeps their wake times in a heap, and one
   scheduler timer (``WakeDue``) at the soonest queues each at its ``wake_at``. A page's ACK
-  wait is handed to the ACK watcher instead (actors/watcher.py), which wakes it when it must run.
+  wait is handed to the ACK watcher instead (actors/watcher.py), which wakes it when it must
+  run; so is every parked execution boot recovery finds (the watcher tells a page's wait from
+  the others, which it hands back at their ``wake_at``).
 - Creating executions is serialized here: the busy check (``domain.admission``) and the
   insert happen in this one thread, and the ``live_lock_key`` UNIQUE index guards against
   anything else. Enqueueing happens only after the creating transaction has committed, in
@@ -32,7 +34,7 @@ import os
 import socket
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pykka
 
@@ -78,6 +80,12 @@ from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
+# How long after an unheld wait's wake_at this replica comes to claim it. Its own replica
+# wakes it on time (its pool's timer, or its ACK watcher, which moves a wait it looks at up
+# to 250 ms before its wake_at); the store's soonest wake is for a replica that is gone. Right
+# at the soonest, a thousand watched waits would have every replica claim in vain hundreds of
+# times a second.
+UNHELD_GRACE = timedelta(seconds=1)
 PARKED_SHOWN = 50  # parked executions listed in GET /admin/actors (all are counted)
 RECLAIMED_SHOWN = 20  # the sweeper's latest reclaims listed in GET /admin/actors
 
@@ -218,11 +226,17 @@ class ExecutionPool(TrackedActor):
                 self._enqueue(execution_id)
             case Recover(executions):
                 now = self._deps.clock.now()
+                watch = []
                 for execution_id, wake_at in executions:
-                    if wake_at is not None and wake_at > now:
-                        self._park(execution_id, wake_at, arm=False)
-                    else:
+                    if wake_at is None or wake_at <= now:
                         self._enqueue(execution_id)
+                    elif self._watcher is not None:  # it knows a page wait from the others
+                        self._parked[execution_id] = wake_at
+                        watch.append((execution_id, wake_at))
+                    else:
+                        self._park(execution_id, wake_at, arm=False)
+                if watch:
+                    self._deps.activity.tell(self._watcher, Watch(tuple(watch)))
                 self._arm_wakes()
             case WakeDue():
                 self._wake_at = None
@@ -244,14 +258,15 @@ class ExecutionPool(TrackedActor):
                 if self._release(execution_id, run):
                     self._interruptions.pop(execution_id, None)
                     self._cancels.pop(execution_id, None)
-            case Parked(execution_id, wake_at, run, watch):
+            case Parked(execution_id, wake_at, run, watched):
                 if self._release(execution_id, run):
                     self._interruptions.pop(execution_id, None)
                     if execution_id in self._cancels:
                         self._enqueue(execution_id)  # cancelled meanwhile: end it now
-                    elif watch is not None and self._watcher is not None:
+                    elif watched and self._watcher is not None:
                         self._parked[execution_id] = wake_at  # the watcher looks for it
-                        self._deps.activity.tell(self._watcher, Watch(watch))
+                        self._deps.activity.tell(self._watcher,
+                                                 Watch(((execution_id, wake_at),)))
                     else:
                         self._park(execution_id, wake_at)
             case WatchedWake(execution_id):
@@ -305,7 +320,8 @@ class ExecutionPool(TrackedActor):
     def _pull(self) -> None:
         """Claim as many due executions as there are free slots, and start them. When fewer
         came than asked, the store holds no more due now: remember that, and set a timer for
-        the soonest parked wait nobody holds, whichever replica parked it."""
+        the soonest parked wait nobody holds, whichever replica parked it (``UNHELD_GRACE``
+        after it)."""
         deps = self._deps
         free = self._slots - len(self._running)
         now = deps.clock.now()
@@ -321,6 +337,8 @@ class ExecutionPool(TrackedActor):
             self._retrying.pop(execution_id, None)
             if execution_id not in self._running:  # else started here, its claim not yet made
                 self._start(execution_id)
+        if soonest is not None:
+            soonest += UNHELD_GRACE
         if soonest is not None and (self._pull_at is None or soonest < self._pull_at):
             self._pull_at = soonest
             deps.tell_at(soonest, self.actor_ref, Pull(), label="wake")

@@ -231,6 +231,8 @@ class Runtime:
                      if k not in ("running", "parked_executions")},
             "executions": pool["running"],
             "parked_executions": self._parked_views(pool["parked_executions"]),
+            "ack_watch": {**self.deps.ack_watch,
+                          "looks_per_second": self.deps.config.ack_watch.looks_per_second},
             "cluster": {"mode": self.deps.config.cluster.mode, "draining": self.draining},
             "replicas": self._replica_views(),
             "trigger_actors": self._triggers.status(),

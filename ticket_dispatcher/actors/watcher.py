@@ -6,30 +6,41 @@ a claim, four reads of the store, a Jira read, a Lark read and a checkpoint, so 
 waits at a 5 s poll crowded out ordinary dispatches and woke seconds late. The watcher does
 the looks that find nothing for all of them at once:
 
-- the pool hands it a just-parked wait (``Watch``, with the execution as it parked) instead of
-  setting a timer; one scheduler timer (``Look``) covers the soonest wait;
-- at each ``Look`` it takes every wait due within ``WINDOW``. A wait whose ``wake_at`` is its
-  deadline goes back to the pool (``WatchedWake``) at that time exactly: the execution itself
-  times it out. The
-  others, ``BATCH`` at a time: the look is saved first, as the wait's own poll would save it
-  (``polls`` + 1 and the next ``wake_at``, only while the wait is still parked as the watcher
-  knows it: ``ExecutionRepository.record_looks``), so no other replica claims it meanwhile and
-  a restart finds it where the watcher left it; then one Jira search reads their issues, the
-  Lark read lists are read concurrently (bounded by the Lark client pool), and the guard
-  (``AckWatch.needs_execution``) decides for each;
+- the pool hands it the parked waits (``Watch``: an execution id and its stored ``wake_at``):
+  a page wait just parked by its execution, and at boot every execution recovery finds
+  parked; one scheduler timer (``Look``) covers the soonest;
+- at each ``Look`` it takes every wait due within ``WINDOW``, ``BATCH`` at a time, and reads
+  their executions from the store (one query for the batch). One that moved on meanwhile
+  (ended, claimed, parked again at another time) is dropped; one that is not a page wait the
+  watcher can keep (``ack_watch``: a retry of its issue load, a wake at its deadline, a step
+  half done) goes back to the pool (``WatchedWake``) at its ``wake_at`` exactly, and its
+  execution runs as it would have. For the others the look is saved first, as the wait's
+  own poll would save it (``polls`` + 1 and the next ``wake_at``, only while the wait is
+  still parked as the watcher read it: ``ExecutionRepository.record_looks``), so no other
+  replica claims it meanwhile and a restart finds it where the watcher left it; then one
+  Jira search reads their issues, the Lark read lists are read concurrently (bounded by
+  ``READS_AT_ONCE``), and the guard (``AckWatch.needs_execution``) decides for each;
 - a wait the guard has something to say about (an ACK, an invalidation, a read that failed)
   goes back to the pool at once, and its execution reads everything again and acts as it
   always has; every other wait stays here until its next look.
 
-The watcher keeps no state the store does not have: after a restart, boot recovery parks every
-wait at its stored ``wake_at``, and its next park hands it to the watcher again. A wait that was
-cancelled, woken or claimed meanwhile is dropped at its next look (its save matches no row).
+Between two looks the watcher holds an id and two times per wait, nothing of the execution:
+ten thousand waits are a few megabytes, and what it acts on is always what the store holds.
+
+The looks are paced (``ack_watch.looks_per_second``): each saved look parks its wait until the
+next free turn of one schedule whose turns are ``1 / looks_per_second`` apart, and never sooner
+than its ``poll_interval``. A few hundred waits are looked at every poll as before; ten thousand
+take turns, a round of them all lasting ``watched / looks_per_second``, so Lark, Jira and this
+process see a bounded rate however many pages wait. The turns never run more than one round
+of the waits still watched past a wait's poll, so they come back as waits end. A deadline is
+never paced: the execution's own wake at its deadline is exact.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pykka
@@ -37,7 +48,8 @@ import pykka
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import Look, Rescheduled, Watch, WatchedWake
-from ticket_dispatcher.domain.actions.notification_watch import AckWatch
+from ticket_dispatcher.domain.actions.notification_watch import AckWatch, ack_watch
+from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.domain.ports import Answer
 from ticket_dispatcher.errors import DispatcherError, StoreUnavailable
 
@@ -49,6 +61,16 @@ BATCH = 100  # waits per Jira search (its key list) and per saved batch of looks
 READS_AT_ONCE = 4
 WINDOW = timedelta(milliseconds=250)  # a look may come this early, so looks share batches
 STORE_RETRY = timedelta(seconds=1)  # the next try when the looks could not be saved
+_RUNNING = (ExecutionStatus.CREATED, ExecutionStatus.EXECUTING)
+
+
+@dataclass(slots=True)
+class _Wait:
+    """A watched wait between two looks: its ``wake_at`` as stored, and whether it is only to
+    be handed back to the pool then (``plain``: no look; its execution runs at its time)."""
+
+    wake_at: datetime
+    plain: bool = False
 
 
 class AckWatcher(TrackedActor):
@@ -56,70 +78,122 @@ class AckWatcher(TrackedActor):
         super().__init__()
         self._deps = deps
         self._pool = pool
-        self._watches: dict[int, AckWatch] = {}
+        self._waits: dict[int, _Wait] = {}
         self._looks: dict[int, datetime] = {}  # each wait's next look (its wake_at, mostly)
-        self._due: list[tuple[datetime, int]] = []  # (next look, execution id); stale entries
+        # (next look, execution id) of the waits to look at, and of the plain ones (their
+        # wake); both with stale entries, which ``_looks`` tells apart
+        self._due: list[tuple[datetime, int]] = []
+        self._wakes: list[tuple[datetime, int]] = []
         self._look_at: datetime | None = None  # when the armed Look timer fires
+        self._looked_at: datetime | None = None  # the last look
         self._failing = False  # the batched reads are failing (logged once per streak)
+        rate = deps.config.ack_watch.looks_per_second
+        self._turn = timedelta(seconds=1 / rate) if rate else None  # None: no pacing
+        self._next_turn: datetime | None = None  # the schedule's next free turn
 
     def handle(self, message):
         if isinstance(message, Watch):
-            self._keep(message.watch)
+            for execution_id, wake_at in message.waits:
+                self._keep(execution_id, _Wait(wake_at))
         elif isinstance(message, Look):
             self._look_at = None
             if not self._deps.stopping.is_set():
                 self._look()
         self._arm()
+        watched = len(self._waits)
+        self._deps.metrics.ack_watch(watched, self._round(watched))
+        self._deps.ack_watch = {"watched": watched,
+                                "round_seconds": self._round(watched).total_seconds()}
+
+    def _round(self, watched: int) -> timedelta:
+        """How long one look at each of ``watched`` waits takes at the paced rate."""
+        return self._turn * watched if self._turn is not None else timedelta(0)
+
+    def _next_look(self, watch: AckWatch, now: datetime, watched: int) -> datetime:
+        """When to look at ``watch`` again after a look at ``now``: its poll later, or the
+        schedule's next free turn when that is later (but never more than a round of the
+        ``watched`` waits past its poll, so the turns of waits that ended are given back)."""
+        soonest = now + watch.poll
+        if self._turn is None:
+            return soonest
+        turn = min(self._next_turn or soonest, soonest + self._round(watched))
+        look = max(soonest, turn)
+        if look < watch.deadline:  # the wake at its deadline takes no turn
+            self._take_turn(look)
+        return look
+
+    def _take_turn(self, look: datetime) -> None:
+        if self._turn is not None:
+            self._next_turn = max(self._next_turn or look, look + self._turn)
 
     # -- the timer --------------------------------------------------------------------------
 
     def _arm(self) -> None:
-        soonest = self._soonest()
-        if soonest is None or self._deps.stopping.is_set():
+        """One timer for the next ``Look``: at the soonest plain wake exactly, or ``WINDOW``
+        before the soonest look, but not sooner than ``WINDOW`` after the last look, so that
+        a steady stream of looks is taken in batches of ``WINDOW``'s worth."""
+        if self._deps.stopping.is_set():
             return
+        times = []
+        if (wake := self._soonest(self._wakes)) is not None:
+            times.append(wake)
+        if (look := self._soonest(self._due)) is not None:
+            times.append(max(look - WINDOW, self._looked_at + WINDOW) if self._looked_at
+                         else look - WINDOW)
+        if not times:
+            return
+        soonest = min(times)
         if self._look_at is None or soonest < self._look_at:
             self._look_at = soonest
             self._deps.tell_at(soonest, self.actor_ref, Look(), label="ack-watch")
 
-    def _soonest(self) -> datetime | None:
-        while self._due:
-            at, execution_id = self._due[0]
+    def _soonest(self, heap: list[tuple[datetime, int]]) -> datetime | None:
+        while heap:
+            at, execution_id = heap[0]
             if self._looks.get(execution_id) == at:
                 return at
-            heapq.heappop(self._due)  # a superseded entry
+            heapq.heappop(heap)  # a superseded entry
         return None
+
+    def _take(self, heap: list[tuple[datetime, int]], until: datetime) -> list[tuple[int, _Wait]]:
+        taken = []
+        while (soonest := self._soonest(heap)) is not None and soonest <= until:
+            _, execution_id = heapq.heappop(heap)
+            del self._looks[execution_id]
+            taken.append((execution_id, self._waits.pop(execution_id)))
+        return taken
 
     # -- a look -----------------------------------------------------------------------------
 
     def _look(self) -> None:
         now = self._deps.clock.now()
-        due: list[AckWatch] = []
-        while (soonest := self._soonest()) is not None and soonest <= now:
-            _, execution_id = heapq.heappop(self._due)
-            del self._looks[execution_id]
-            due.append(self._watches.pop(execution_id))
-        deadlines = [watch for watch in due if watch.at_deadline]
-        for watch in deadlines:
-            self._wake(watch)
-        self._deps.metrics.ack_looks_counted("deadline", len(deadlines))
-        looking = [watch for watch in due if not watch.at_deadline]
+        self._looked_at = now
+        plain = [execution_id for execution_id, _ in self._take(self._wakes, now)]
+        for execution_id in plain:
+            self._wake(execution_id)
+        self._deps.metrics.ack_looks_counted("deadline", len(plain))
+        looking = self._take(self._due, now + WINDOW)
+        watched = len(self._waits) + len(looking)
         for start in range(0, len(looking), BATCH):
-            batch = looking[start:start + BATCH]
+            batch = dict(looking[start:start + BATCH])
             try:
-                self._look_at_batch(batch, now)
+                self._look_at_batch(batch, now, watched)
             except Exception:  # never lose a wait: its execution looks for itself
                 if self._deps.stopping.is_set():
                     return  # e.g. the store already closed; the next boot parks them again
                 log.exception("ACK watcher failed on a batch; waking its waits")
-                for watch in batch:
-                    self._forget(watch.execution_id)
-                    self._wake(watch)
+                for execution_id in batch:
+                    self._forget(execution_id)
+                    self._wake(execution_id)
 
-    def _look_at_batch(self, batch: list[AckWatch], now: datetime) -> None:
-        saved = self._save_looks(batch, now)
+    def _look_at_batch(self, batch: dict[int, _Wait], now: datetime, watched: int) -> None:
+        watches = self._read_waits(batch, now)
+        if watches is None:
+            return
+        saved = self._save_looks(watches, now, watched)
         if saved is None:
             return
-        self._deps.metrics.ack_looks_counted("gone", len(batch) - len(saved))
+        self._deps.metrics.ack_looks_counted("gone", len(watches) - len(saved))
         if not saved:
             return
         issues = self._read_issues(saved)
@@ -128,30 +202,56 @@ class AckWatcher(TrackedActor):
         for watch in saved:
             if watch.needs_execution(issues[watch.execution_id],
                                      readers.get(watch.execution_id), now):
-                woken.append(watch)
+                woken.append(watch.execution_id)
             else:
                 parked[watch.execution_id] = watch.wake_at
-                self._keep(watch)
-        for watch in woken:
-            self._wake(watch)
+                self._keep(watch.execution_id, _Wait(watch.wake_at, plain=watch.at_deadline))
+        for execution_id in woken:
+            self._wake(execution_id)
         self._deps.metrics.ack_looks_counted("woken", len(woken))
         self._deps.metrics.ack_looks_counted("parked", len(parked))
         if parked:
             self._deps.activity.tell(self._pool, Rescheduled(parked))
 
-    def _save_looks(self, batch: list[AckWatch], now: datetime) -> list[AckWatch] | None:
+    def _read_waits(self, batch: dict[int, _Wait], now: datetime) -> list[AckWatch] | None:
+        """The watches of the batch's waits as the store holds them. A wait that moved on
+        is left out (its save would match no row: it counts as gone); one the watcher cannot
+        keep waits for its own wake. None when the store is away: each is looked at again
+        soon."""
+        try:
+            executions = self._deps.store.executions.get_many(batch)
+        except StoreUnavailable:
+            for execution_id, wait in batch.items():
+                self._keep(execution_id, wait, at=now + STORE_RETRY)
+            return None
+        watches, gone = [], 0
+        for execution_id, wait in batch.items():
+            execution = executions.get(execution_id)
+            if (execution is None or execution.wake_at != wait.wake_at
+                    or execution.status not in _RUNNING):
+                gone += 1  # ended, or parked again by a run elsewhere: not this watcher's
+            elif (watch := ack_watch(execution)) is not None:
+                watches.append(watch)
+            else:
+                self._keep(execution_id, _Wait(wait.wake_at, plain=True))
+        self._deps.metrics.ack_looks_counted("gone", gone)
+        return watches
+
+    def _save_looks(self, watches: list[AckWatch], now: datetime,
+                    watched: int) -> list[AckWatch] | None:
         """Count each look and park it until the next, in the store first; the waits saved.
         None when the store is away: each keeps its stored wake and is looked at again soon
         (the store's health logs the outage)."""
-        looks = [(watch.execution, watch.rule, watch.record_look(now)) for watch in batch]
+        looks = [(watch.execution, watch.rule,
+                  watch.record_look(now, self._next_look(watch, now, watched)))
+                 for watch in watches]
         try:
             saved = self._deps.store.executions.record_looks(looks)
         except StoreUnavailable:
-            for watch, (_, _, previous) in zip(batch, looks, strict=True):
-                watch.undo_look(previous)
-                self._keep(watch, at=now + STORE_RETRY)
+            for watch, (_, _, previous) in zip(watches, looks, strict=True):
+                self._keep(watch.execution_id, _Wait(previous), at=now + STORE_RETRY)
             return None
-        return [watch for watch in batch if watch.execution_id in saved]
+        return [watch for watch in watches if watch.execution_id in saved]
 
     def _read_issues(self, batch: list[AckWatch]) -> dict[int, object]:
         """Each wait's live issue, or the error the guard is to see instead."""
@@ -175,21 +275,25 @@ class AckWatcher(TrackedActor):
         return {watch.execution_id: answer.value if answer.ok else answer.error
                 for watch, answer in zip(asking, answers, strict=True)}
 
-    def _keep(self, watch: AckWatch, at: datetime | None = None) -> None:
-        """Hold ``watch`` until its next look: ``WINDOW`` before its ``wake_at``, so that the
-        looks due close together share a batch; at its deadline exactly (the execution's own
-        wake); or at ``at``."""
-        look = at or (watch.wake_at if watch.at_deadline else watch.wake_at - WINDOW)
-        self._watches[watch.execution_id] = watch
-        self._looks[watch.execution_id] = look
-        heapq.heappush(self._due, (look, watch.execution_id))
+    def _keep(self, execution_id: int, wait: _Wait, at: datetime | None = None) -> None:
+        """Hold a wait until its next look, at its ``wake_at`` (up to ``WINDOW`` sooner: the
+        looks due close together share a batch) or at ``at``; or, when it is only to be
+        handed back (``plain``), until its ``wake_at`` exactly."""
+        look = at or wait.wake_at
+        self._waits[execution_id] = wait
+        self._looks[execution_id] = look
+        if wait.plain and at is None:
+            heapq.heappush(self._wakes, (look, execution_id))
+            return
+        heapq.heappush(self._due, (look, execution_id))
+        self._take_turn(look)
 
     def _forget(self, execution_id: int) -> None:
-        self._watches.pop(execution_id, None)
+        self._waits.pop(execution_id, None)
         self._looks.pop(execution_id, None)
 
-    def _wake(self, watch: AckWatch) -> None:
-        self._deps.activity.tell(self._pool, WatchedWake(watch.execution_id))
+    def _wake(self, execution_id: int) -> None:
+        self._deps.activity.tell(self._pool, WatchedWake(execution_id))
 
     def _reads_work(self) -> None:
         if self._failing:

@@ -669,6 +669,12 @@ def _service_schemas() -> dict:
             "cluster": _object({
                 "mode": _enum(["single", "shared"]),
                 "draining": {"type": "boolean", "description": "the shutdown has begun"}}),
+            "ack_watch": _object({
+                "watched": {"type": "integer", "description": "parked page waits the ACK "
+                                                              "watcher looks at"},
+                "looks_per_second": {"type": "number", "description": "its pace; 0: none"},
+                "round_seconds": {"type": "number", "description": "one look at each "
+                                  "watched wait at that pace"}}),
             "trigger_actors": {"type": "object"}, "clients": {"type": "object"}},
             closed=False),
         "EngineerBody": _object({

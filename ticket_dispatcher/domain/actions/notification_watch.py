@@ -73,14 +73,15 @@ class AckWatch:
         """The wake is the deadline's: the execution itself ends (or times out) the wait."""
         return self.wake_at >= self.deadline
 
-    def record_look(self, now: datetime) -> datetime:
-        """Count a look at ``now`` and park until the next one, as ``_poll`` does; the
+    def record_look(self, now: datetime, next_look: datetime | None = None) -> datetime:
+        """Count a look at ``now`` and park until the next one, as ``_poll`` does: after
+        ``poll``, or at ``next_look`` (the watcher's pace), never past the deadline; the
         ``wake_at`` it replaces."""
         state = self._state()
         state.polls = (state.polls or 0) + 1
         state.write(self.action.context)
         previous = self.execution.wake_at
-        self.execution.wake_at = min(now + self.poll, self.deadline)
+        self.execution.wake_at = min(next_look or now + self.poll, self.deadline)
         self.execution.updated_at = now
         return previous
 
