@@ -245,6 +245,7 @@ class LoggedJira:
         path = environ.get("PATH_INFO", "")
         if path.startswith("/_bench/"):
             return self._control(environ, start_response, path)
+        arrived = time.time()  # the wall clock, which the bench's own process shares
         length = int(environ.get("CONTENT_LENGTH") or 0)
         raw = environ["wsgi.input"].read(length) if length > 0 else b""
         environ["wsgi.input"] = io.BytesIO(raw)
@@ -258,7 +259,8 @@ class LoggedJira:
         found = _ISSUE_KEY.match(path)
         call = {"method": environ["REQUEST_METHOD"], "path": path,
                 "query": environ.get("QUERY_STRING", ""), "key": found and found.group(1),
-                "body": json.loads(raw) if raw else None, "status": answered[0]}
+                "body": json.loads(raw) if raw else None, "status": answered[0],
+                "at": arrived}
         with self._lock:
             self._calls.append(call)
         return result

@@ -475,7 +475,7 @@ def park_all(server: Server, watcher: WakeWatcher, count: int, timeout: float) -
     return time.perf_counter() - started
 
 
-def run_pace(args: argparse.Namespace, pace: float, poll: timedelta) -> dict:
+def run_pace(args: argparse.Namespace, pace: float | None, poll: timedelta) -> dict:
     """One server, idle and then with ``--executions`` parked, at ``pace`` looks a second."""
     per_phase = max(1, round(args.rate * args.duration))
     templates = min(args.executions, len(ASSIGNEES))
@@ -534,7 +534,13 @@ def run(args: argparse.Namespace) -> None:
     report(args, page, results)
 
 
-def pace_name(pace: float) -> str:
+def pace_setting(text: str) -> float | None:
+    return None if text == "default" else float(text)
+
+
+def pace_name(pace: float | None) -> str:
+    if pace is None:
+        return "default"
     return f"{pace:g}/s" if pace else "unpaced"
 
 
@@ -597,9 +603,11 @@ def report(args, page, results: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executions", type=int, default=1000, help="parked notifications")
-    parser.add_argument("--paces", type=float, nargs="+", default=[0, 50],
+    parser.add_argument("--paces", type=pace_setting, nargs="+", default=[0.0, 50.0],
                         help="ack_watch.looks_per_second of each run, side by side (0: "
-                             "unpaced, every wait at its poll)")
+                             "unpaced, every wait at its poll; 'default': the setting not "
+                             "given, for a tree from before it, whose waits are seeded over "
+                             "one poll)")
     parser.add_argument("--rate", type=float, default=5, help="assign dispatches per second")
     parser.add_argument("--duration", type=float, default=15,
                         help="seconds of assign dispatches, idle and again loaded")
