@@ -8,7 +8,7 @@ action's external calls.
 With ``merge`` (a live execution actor's behavior), a checkpoint that guards nothing is not
 written at once: the status move, a rule's outcome, an action started, planned or done wait in
 memory and are written together, in one transaction, just before the next call through a port
-(any of them: a Jira read, the round-robin turn, a page) or with the next checkpoint that must
+(any of them but the engineers': a Jira read, a page) or with the next checkpoint that must
 be durable at once (an action's plan, an action's own ``run.checkpoint`` before a call it must
 never repeat, a park, the terminal state). Nothing leaves the process while a change is
 unsaved, so a crash loses only changes that nothing outside depended on, and the execution
@@ -315,11 +315,17 @@ class _SavingFirst:
         return call
 
 
+# Ports called without the unsaved changes written first: the call counter (metrics leave
+# nothing outside the process), and the engineers (their round-robin turn is written in the
+# same database, and a crash before the plan's durable checkpoint plans again, and takes a
+# turn again, whether the changes before the turn were saved or not).
+_UNGUARDED_PORTS = ("calls", "engineers")
+
+
 def _saving_first(ports: Ports, flush: Callable[[], None]) -> Ports:
-    """``ports`` with every port but the call counter behind ``flush`` (metrics leave
-    nothing outside the process)."""
+    """``ports`` with every port but ``_UNGUARDED_PORTS`` behind ``flush``."""
     return replace(ports, **{f.name: _SavingFirst(getattr(ports, f.name), flush)
-                             for f in fields(ports) if f.name != "calls"})
+                             for f in fields(ports) if f.name not in _UNGUARDED_PORTS})
 
 
 def _next_stage(execution: Execution) -> tuple[RuleExecution | None, ActionExecution | None]:
