@@ -85,7 +85,7 @@ def test_a_claim_from_the_store_never_starts_a_second_actor_for_an_execution_in_
     gate = GateAction()
     h = make_harness(gate, cluster_mode="shared", database_url=db_url)
     h.policy(rule("test_gate"))
-    claim, waiting, go = h.store.executions.claim, threading.Event(), threading.Event()
+    claim, waiting, go = h.store.executions.claim_loaded, threading.Event(), threading.Event()
 
     def held_back(*args, **kwargs):  # the first claim waits until the pool has pulled
         if not go.is_set():
@@ -93,7 +93,7 @@ def test_a_claim_from_the_store_never_starts_a_second_actor_for_an_execution_in_
             assert go.wait(20), "the test never let the claim go"
         return claim(*args, **kwargs)
 
-    monkeypatch.setattr(h.store.executions, "claim", held_back)
+    monkeypatch.setattr(h.store.executions, "claim_loaded", held_back)
     trigger = h.post_trigger(settle=False)
     assert waiting.wait(20), "the actor never claimed"
     (pool,) = pykka.ActorRegistry.get_by_class(ExecutionPool)

@@ -47,6 +47,28 @@ def test_each_claim_raises_the_epoch_and_a_live_lease_keeps_others_out(store):
     assert taken == Lease(OTHER, 3)
 
 
+def test_a_loaded_claim_brings_the_execution_as_stored_and_refuses_as_the_claim_does(store):
+    execution_id = created(store)
+    stored = store.executions.get(execution_id)
+
+    lease, execution = store.executions.claim_loaded(execution_id, owner=ME, now=NOW,
+                                                     expires_at=NOW + LEASE)
+    refused = store.executions.claim_loaded(execution_id, owner=OTHER, now=NOW,
+                                            expires_at=NOW + LEASE)
+    ended = running(store, execution_id)
+    ended.status, ended.live_lock_key = ExecutionStatus.SUCCEEDED, None
+    store.executions.save(ended, ended.rule_executions, lease=lease)
+    after_end = store.executions.claim_loaded(execution_id, owner=ME, now=NOW,
+                                              expires_at=NOW + LEASE)
+
+    assert lease == Lease(ME, 1)
+    assert execution == stored  # its rules (and their JSON) read back the same
+    assert len(execution.rule_executions) == len(stored.rule_executions) > 0
+    assert refused is None and after_end is None
+    assert store.executions.claim_loaded(10**9, owner=ME, now=NOW,
+                                         expires_at=NOW + LEASE) is None
+
+
 def test_a_write_under_an_old_lease_is_refused_and_changes_nothing(store):
     execution_id = created(store)
     old = claim(store, execution_id)

@@ -181,17 +181,14 @@ class ExecutionActor(TrackedActor):
         (docs/design.md, "The life of an execution")."""
         deps = self._deps
         store, now = deps.store, deps.clock.now()
-        execution = store.executions.get(self.execution_id)
-        if execution.status.terminal:
-            self._report(Finished(self.execution_id, self._run))
-            return False
-        lease = store.executions.claim(self.execution_id, owner=deps.owner, now=now,
-                                       expires_at=now + deps.config.leases.duration)
-        if lease is None:  # ended meanwhile, or another live holder has it
+        claimed = store.executions.claim_loaded(self.execution_id, owner=deps.owner, now=now,
+                                                expires_at=now + deps.config.leases.duration)
+        if claimed is None:  # ended, or another live holder has it
             log.info("execution not claimed: it ended or another holder has it",
                      extra={"execution_id": self.execution_id})
             self._report(Finished(self.execution_id, self._run))
             return False
+        lease, execution = claimed
         self._hold.claimed(lease, now, deps.config.leases.duration)
         if not store.policies.exists(execution.policy_id):
             return self._load_failed(execution, FailureCode.POLICY_LOAD_FAILED,

@@ -654,6 +654,20 @@ def read_rows(db: peewee.Database, model: type[peewee.Model], sql: str, *params:
             for row in cursor.fetchall()]
 
 
+def rows_of(model: type[peewee.Model], records: list[dict]) -> list[SimpleNamespace]:
+    """``read_rows`` for rows the database sent as JSON objects (a ``json_agg`` of them), each
+    value converted as ``model``'s field for its column converts it."""
+    rows = []
+    for record in records:
+        names = tuple(record)
+        converters = _converters.get((model, names))
+        if converters is None:
+            converters = _converters[(model, names)] = _converters_of(model, names)
+        rows.append(SimpleNamespace(**{name: convert(record[key]) for (name, convert), key
+                                       in zip(converters, names, strict=True)}))
+    return rows
+
+
 def _converters_of(model: type[peewee.Model], names: tuple[str, ...]) -> list[tuple[str, Any]]:
     """(attribute, converter) for each column: a column ``model`` does not know keeps its
     name and its value."""

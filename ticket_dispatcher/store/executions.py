@@ -33,6 +33,7 @@ from ticket_dispatcher.store.database import (
     is_postgres,
     one_statement_write,
     read_rows,
+    rows_of,
     seconds_since,
     skip_locked,
     unit_of_work,
@@ -227,6 +228,27 @@ class ExecutionRepository:
         with one_statement_write(self.db):
             rows = self.db.execute_sql(self._sql.claim, params).fetchall()
         return Lease(owner, rows[0][0]) if rows else None
+
+    def claim_loaded(self, execution_id: int, *, owner: str, now: datetime,
+                     expires_at: datetime) -> tuple[Lease, Execution] | None:
+        """``claim``, and the execution it claimed with its rules, as it is under the new
+        lease: one statement on PostgreSQL, two on SQLite. None when it is terminal, missing,
+        or another live holder has it."""
+        params = (owner, time_param(to_utc(expires_at)), execution_id, *_RUNNING,
+                  time_param(to_utc(now)), owner)
+        with one_statement_write(self.db):
+            rows = read_rows(self.db, ExecutionRow, self._sql.claim_loaded, *params)
+        if not rows:
+            return None
+        row = rows[0]
+        if self._sql.one_statement_writes:
+            rule_rows = rows_of(RuleExecutionRow, row.rules or [])
+        else:
+            with unit_of_work(self.db):
+                rule_rows = read_rows(self.db, RuleExecutionRow, self._sql.get_rules,
+                                      execution_id)
+        return (Lease(owner, row.lease_epoch),
+                _execution_from_row(row, [_rule_from_row(rule) for rule in rule_rows]))
 
     def claim_due(self, owner: str, limit: int, *, now: datetime,
                   expires_at: datetime) -> list[int]:
@@ -495,10 +517,17 @@ class _Statements:
                       for give_back in (False, True) for fenced in (False, True)}
         self.look = (f"UPDATE {executions} SET wake_at = {param}, updated_at = {param} "
                      f"{where} AND lease_owner IS NULL AND wake_at = {param}")
-        self.claim = (f"UPDATE {executions} SET lease_owner = {param}, "
-                      f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} {where} "
-                      f"AND (lease_owner IS NULL OR lease_expires_at < {param} "
-                      f"OR lease_owner = {param}) RETURNING lease_epoch")
+        claim = (f"UPDATE {executions} SET lease_owner = {param}, "
+                 f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} {where} "
+                 f"AND (lease_owner IS NULL OR lease_expires_at < {param} "
+                 f"OR lease_owner = {param})")
+        self.claim = f"{claim} RETURNING lease_epoch"
+        # The claim with the row it claimed; on PostgreSQL with its rules as well, one JSON
+        # array (a data-modifying WITH, which SQLite does not have).
+        self.claim_loaded = (
+            f"WITH claimed AS ({claim} RETURNING *) SELECT claimed.*, (SELECT json_agg(r "
+            f"ORDER BY r.sequence) FROM {rules} r WHERE r.execution_id = claimed.id) AS rules "
+            "FROM claimed" if one_statement_writes else f"{claim} RETURNING *")
         self.insert = (f"INSERT INTO {executions} ({_INSERTED}) "
                        f"VALUES ({placeholders(param, _INSERTED.count(',') + 1)}) RETURNING id")
         self.insert_rule = (f"INSERT INTO {rules} (execution_id, {_RULE_INSERTED}) "
