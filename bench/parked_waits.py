@@ -76,7 +76,7 @@ from ticket_dispatcher.seeding import seed_store
 from ticket_dispatcher.store import Store, is_postgres, write_lock
 from ticket_dispatcher.store.database import unit_of_work, without_statement_timeouts
 from ticket_dispatcher.store.models import ContextRow, ExecutionRow, RuleExecutionRow, TriggerRow
-from ticket_dispatcher.timeutil import parse_duration, parse_rfc3339
+from ticket_dispatcher.timeutil import format_time, parse_duration, parse_rfc3339
 
 ROOT = Path(__file__).resolve().parents[1]
 API = "/api/v1/ticketmanager"
@@ -85,6 +85,7 @@ NOTIFY_POLICY = EXAMPLES / "policies/priority-assignee.json"
 ASSIGNEES = ("alice@example.com", "bob@example.com", "dave@example.com", "eve@example.com")
 TERMINAL = ("succeeded", "failed")
 WORLD_THREADS = 32  # the fakes' process answers every poll's reads at once
+SINCE_MARGIN = timedelta(seconds=5)  # the wake watcher rereads the rows changed this long ago
 
 
 # -- the server ---------------------------------------------------------------------------------
@@ -98,7 +99,7 @@ class Server:
 
     def __init__(self, database_url: str, log: Path, http_threads: int, *, slots: int = 10,
                  world: str | None = None, pace: float | None = None, seeded: bool = False,
-                 tree: Path = ROOT):
+                 tree: Path = ROOT, shared: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -110,6 +111,8 @@ class Server:
                    PYTHONPATH=str(tree), PYTHONSAFEPATH="1")  # that tree's own package
         if pace is not None:
             env["TICKET_DISPATCHER_ACK_WATCH_LOOKS_PER_SECOND"] = f"{pace:g}"
+        if shared:
+            env["TICKET_DISPATCHER_CLUSTER_MODE"] = "shared"
         command = [sys.executable, "-m", "ticket_dispatcher", "serve", "--port", str(self.port)]
         if world is None:
             command.append("--sandbox")
@@ -265,16 +268,21 @@ class WakeWatcher(threading.Thread):
             cursor.close()
 
     def run(self) -> None:
+        since = None  # after the first read, only the rows changed since the last one's
         while not self._halt.wait(self._interval):
-            rows = self._rows("SELECT id, wake_at, updated_at FROM dispatch_executions WHERE "
-                              "status = 'executing' AND wake_at IS NOT NULL")
-            for execution_id, stored, updated in rows:
-                wake_at = _stored_time(stored)
+            sql = ("SELECT id, wake_at, updated_at FROM dispatch_executions WHERE "
+                   "status = 'executing' AND wake_at IS NOT NULL")
+            if since is not None:  # a margin for the commits that were in flight
+                sql += f" AND updated_at > '{since - SINCE_MARGIN:%Y-%m-%d %H:%M:%S.%f}'"
+            newest = since
+            for execution_id, stored, updated in self._rows(sql):
+                wake_at, updated = _stored_time(stored), _stored_time(updated)
+                newest = updated if newest is None else max(newest, updated)
                 before = self._last.get(execution_id)
                 self._last[execution_id] = wake_at
                 if before is not None and wake_at != before and self.phase:
-                    self.lateness[self.phase].append(
-                        (_stored_time(updated) - before).total_seconds() * 1000)
+                    self.lateness[self.phase].append((updated - before).total_seconds() * 1000)
+            since = newest
 
     def stop(self) -> None:
         self._halt.set()
@@ -288,21 +296,36 @@ def _stored_time(value) -> datetime:
     return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
+def with_deadline(value, deadline: str):
+    """``value`` (a rule row's JSON) with every page's ``deadline`` set to ``deadline``."""
+    if isinstance(value, dict):
+        return {key: deadline if key == "deadline" and isinstance(item, str)
+                else with_deadline(item, deadline) for key, item in value.items()}
+    if isinstance(value, list):
+        return [with_deadline(item, deadline) for item in value]
+    return value
+
+
 # -- many parked waits from a few -------------------------------------------------------------
 
 
 def seed_waits(database_url: str, templates: int, count: int, first_wake: datetime,
-               spread: timedelta) -> float:
+               spread: timedelta, deadline: datetime) -> float:
     """Copy the ``templates`` parked executions (GTOC-1000 and on, each parked by a real run)
     until ``count`` wait: copy ``n`` is GTOC-(1000 + n), an issue with template
     ``n % templates``'s assignee, with its own trigger, rule executions, dispatch context and
     ids, and a ``wake_at`` spread evenly over ``spread`` from ``first_wake`` (a steady
-    service's waits are due at even intervals). The action contexts are the template's as
-    they are: the same card (whose readers nobody is among), the same deadline. Seconds."""
+    service's waits are due at even intervals). The action contexts are the template's, the
+    same card (whose readers nobody is among), but for the page's ``deadline``, which is
+    ``deadline`` (a wait parked for up to 15 minutes a page, and the run ends before it).
+    Seconds."""
     started = time.perf_counter()
     store = Store.open(database_url)
     try:
         sources = [read_template(store, f"GTOC-{1000 + n}") for n in range(templates)]
+        for source in sources:  # one changed copy of each template's rules, shared by its copies
+            source.rules[:] = [with_deadline(rule, format_time(deadline))
+                               for rule in source.rules]
         db = store.db
         with unit_of_work(db):
             trigger_id, execution_id = next_id(TriggerRow), next_id(ExecutionRow)
@@ -338,12 +361,13 @@ def seed_waits(database_url: str, templates: int, count: int, first_wake: dateti
 # -- assign dispatches at a steady rate ---------------------------------------------------------
 
 
-def fire(url: str, keys: list[str], rate: float) -> list[tuple[int, datetime]]:
+def fire(urls: list[str], keys: list[str], rate: float) -> list[tuple[int, datetime]]:
     """Open loop: POST ``i`` is sent at ``i / rate`` from a pool, so a slow answer delays no
-    later one; each trigger's id with the wall-clock time its POST was sent."""
+    later one, to the replicas in turn; each trigger's id with the wall-clock time its POST
+    was sent."""
     local = threading.local()
 
-    def one(key: str) -> tuple[int, datetime]:
+    def one(url: str, key: str) -> tuple[int, datetime]:
         if not hasattr(local, "session"):
             local.session = requests.Session()
         sent = datetime.now(UTC)
@@ -354,7 +378,7 @@ def fire(url: str, keys: list[str], rate: float) -> list[tuple[int, datetime]]:
         start = time.perf_counter()
         for n, key in enumerate(keys):
             time.sleep(max(0.0, start + n / rate - time.perf_counter()))
-            futures.append(pool.submit(one, key))
+            futures.append(pool.submit(one, urls[n % len(urls)], key))
         return [future.result() for future in futures]
 
 
@@ -425,22 +449,26 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-def measure_phase(server: Server, world: Server | None, keys: list[str], rate: float,
+def measure_phase(servers: list[Server], world: Server | None, keys: list[str], rate: float,
                   timeout: float) -> dict:
-    """Fire the assign dispatches and wait for all of them; the pool as the admin view saw it
-    every second meanwhile."""
-    cpu, wall = server.cpu(), time.perf_counter()
+    """Fire the assign dispatches at the replicas in turn and wait for all of them; the pools
+    as the admin view saw them every second meanwhile (summed over the replicas). CPU is the
+    replicas' together, RSS the largest replica's."""
+    server = servers[0]
+    cpu, wall = sum(one.cpu() for one in servers), time.perf_counter()
     world_cpu = world.cpu() if world else 0.0
     pool: list[dict] = []
     stop = threading.Event()
 
     def sample_pool() -> None:
         while not stop.wait(1):
-            pool.append(actors(server.url)["pool"])
+            views = [actors(one.url)["pool"] for one in servers]
+            pool.append({name: sum(view[name] for view in views)
+                         for name in ("parked", "queue_length")})
 
     sampler = threading.Thread(target=sample_pool, daemon=True)
     sampler.start()
-    results = outcomes(server.url, fire(server.url, keys, rate), timeout)
+    results = outcomes(server.url, fire([one.url for one in servers], keys, rate), timeout)
     stop.set()
     sampler.join()
     wall = time.perf_counter() - wall
@@ -451,7 +479,8 @@ def measure_phase(server: Server, world: Server | None, keys: list[str], rate: f
                        for n in range(len(STAGES))],
             "p50": percentile(latencies, 50), "p95": percentile(latencies, 95),
             "max": max(latencies, default=float("nan")),
-            "cpu": 100 * (server.cpu() - cpu) / wall, "rss": server.rss_mib(),
+            "cpu": 100 * (sum(one.cpu() for one in servers) - cpu) / wall,
+            "rss": max((one.rss_mib() for one in servers), key=lambda rss: rss[1]),
             "world_cpu": 100 * (world.cpu() - world_cpu) / wall if world else float("nan"),
             "parked": _range(sample["parked"] for sample in pool),
             "queue": _range(sample["queue_length"] for sample in pool)}
@@ -476,53 +505,87 @@ def park_all(server: Server, watcher: WakeWatcher, count: int, timeout: float) -
 
 
 def run_pace(args: argparse.Namespace, pace: float | None, poll: timedelta) -> dict:
-    """One server, idle and then with ``--executions`` parked, at ``pace`` looks a second."""
+    """One server idle, then ``--replicas`` with ``--executions`` parked, at ``pace`` looks a
+    second each."""
     per_phase = max(1, round(args.rate * args.duration))
     templates = min(args.executions, len(ASSIGNEES))
-    spread = max(poll, timedelta(seconds=args.executions / pace)) if pace else poll
+    spread = (max(poll, timedelta(seconds=args.executions / (pace * args.replicas)))
+              if pace else poll)
+    shared = args.replicas > 1
     with tempfile.TemporaryDirectory() as tmp, \
             fresh_database(args.postgres_url) as database_url, \
             fresh_database(None) as world_url:
-        log = Path(tmp) / "server.log"
+        logs = [Path(tmp) / f"server-{n}.log" for n in range(args.replicas)]
         world = Server(world_url, Path(tmp) / "world.log", WORLD_THREADS)
-        server = watcher = None
+        servers: list[Server] = []
+        watcher = None
+
+        def start(n: int, seeded: bool) -> Server:
+            server = Server(database_url, logs[n], args.http_threads, world=world.url,
+                            pace=pace, seeded=seeded, tree=args.tree, shared=shared)
+            servers.append(server)
+            return server
+
         try:
-            server = Server(database_url, log, args.http_threads, world=world.url, pace=pace,
-                            tree=args.tree)
+            server = start(0, seeded=False)
             watcher = WakeWatcher(database_url, args.sample)  # the server made the database
             idle_keys = [f"TCID-{10000 + n}" for n in range(per_phase)]
             loaded_keys = [f"TCID-{20000 + n}" for n in range(per_phase)]
             create_issues(world.url, [assign_issue(key) for key in idle_keys + loaded_keys]
                           + [notification_issue(n) for n in range(args.executions)])
-            idle = measure_phase(server, world, idle_keys, args.rate, args.ramp_timeout)
+            idle = measure_phase([server], world, idle_keys, args.rate, args.ramp_timeout)
             park_all(server, watcher, templates, args.ramp_timeout)
-            server.stop()  # the others are copies of these, written while no server runs
+            servers.pop().stop()  # the others are copies of these, written while none runs
+            now = datetime.now(UTC)
             seeding = seed_waits(database_url, templates, args.executions,
-                                 datetime.now(UTC) + timedelta(seconds=3), spread)
+                                 now + timedelta(seconds=3), spread,
+                                 deadline=now + spread + timedelta(seconds=args.deadline))
             booted = time.perf_counter()
-            server = Server(database_url, log, args.http_threads, world=world.url, pace=pace,
-                            seeded=True, tree=args.tree)
+            for n in range(args.replicas):
+                start(n, seeded=True)
             boot = time.perf_counter() - booted
             watcher.start()
             watcher.begin("parked only")
             time.sleep(args.settle)
-            view = actors(server.url)
+            views = [actors(one.url) for one in servers]
+            reads = timed_reads(servers)
             watcher.begin("parked + dispatches")
-            loaded = measure_phase(server, world, loaded_keys, args.rate, args.ramp_timeout)
+            loaded = measure_phase(servers, world, loaded_keys, args.rate, args.ramp_timeout)
             watcher.end()
             waiting = watcher.waiting()
         except BaseException:
-            sys.stderr.write(log.read_text()[-4000:])
+            for log in logs:
+                if log.exists():
+                    sys.stderr.write(log.read_text()[-4000:])
             raise
         finally:
-            if server is not None:
-                server.stop()  # first: a failing watcher must not leave the server running
+            for server in servers:  # first: a failing watcher must not leave one running
+                server.stop()
             world.stop()
             if watcher is not None:
                 watcher.stop()
-    return {"pace": pace, "idle": idle, "loaded": loaded, "view": view, "seeding": seeding,
-            "boot": boot, "spread": spread, "waiting": waiting,
+    return {"pace": pace, "idle": idle, "loaded": loaded, "views": views, "reads": reads,
+            "seeding": seeding, "boot": boot, "spread": spread, "waiting": waiting,
             "lateness": watcher.lateness, "seconds": watcher.seconds}
+
+
+READS = (("admin view", f"{API}/admin/actors"), ("console parked list", "/console/parked"))
+
+
+def timed_reads(servers: list[Server], times: int = 10) -> dict[str, tuple[float, float]]:
+    """Each read's median and largest answer time in milliseconds, ``times`` from each
+    replica, one after another."""
+    timings: dict[str, tuple[float, float]] = {}
+    with requests.Session() as session:
+        for name, path in READS:
+            took = []
+            for server in servers:
+                for _ in range(times):
+                    started = time.perf_counter()
+                    session.get(f"{server.url}{path}", timeout=30).raise_for_status()
+                    took.append(1000 * (time.perf_counter() - started))
+            timings[name] = (percentile(took, 50), max(took))
+    return timings
 
 
 def run(args: argparse.Namespace) -> None:
@@ -548,19 +611,25 @@ def report(args, page, results: list[dict]) -> None:
     n = args.executions
     print(f"{n} urgent notification executions parked in page_assignment (poll "
           f"{page['poll_interval']}, ACK timeout {page['ack_timeout']}), execution_slots 10, "
-          f"{'PostgreSQL' if args.postgres_url else 'SQLite'}, http.threads "
+          f"{'PostgreSQL' if args.postgres_url else 'SQLite'}"
+          f"{f', {args.replicas} replicas in shared mode' if args.replicas > 1 else ''}, "
+          "http.threads "
           f"{args.http_threads}, fakes in a serve --sandbox process of their own; "
           f"service tree {args.tree}")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end")
     for result in results:
-        view = result["view"]
         print(f"ack_watch.looks_per_second {pace_name(result['pace'])}: {n} waiting after "
               f"seeding ({result['seeding']:.1f} s, wake_at over "
               f"{result['spread'].total_seconds():.0f} s) and a boot of {result['boot']:.1f} s; "
-              f"admin/actors {args.settle:g} s later: parked {view['pool']['parked']}, watched "
-              f"{view.get('ack_watch', {}).get('watched', '-')}, round "
-              f"{view.get('ack_watch', {}).get('round_seconds', '-')} s, timers "
-              f"{view['scheduler']['timers']}; still waiting at the end: {result['waiting']}")
+              f"still waiting at the end: {result['waiting']}")
+        for number, view in enumerate(result["views"]):
+            watch = view.get("ack_watch", {})
+            print(f"  replica {number + 1}, admin/actors {args.settle:g} s after the boot: parked "
+                  f"{view['pool']['parked']}, watched {watch.get('watched', '-')}, round "
+                  f"{watch.get('round_seconds', '-')} s, timers {view['scheduler']['timers']}")
+        for name, (median_ms, most) in result["reads"].items():
+            print(f"  {name}: median {median_ms:.1f} ms, largest {most:.1f} ms "
+                  f"({10 * len(result['views'])} reads)")
     print()
     print(f"assign dispatches at {args.rate:g}/s for {args.duration:g} s "
           "(POST sent -> execution completed_at)")
@@ -573,10 +642,10 @@ def report(args, page, results: list[dict]) -> None:
             ("latency max", lambda p: f"{p['max']:.0f} ms"),
             ("pool parked (min-max)", lambda p: f"{p['parked'][0]}-{p['parked'][1]}"),
             ("pool queue (min-max)", lambda p: f"{p['queue'][0]}-{p['queue'][1]}"),
-            ("server CPU", lambda p: f"{p['cpu']:.0f}% of a core"),
+            ("servers' CPU", lambda p: f"{p['cpu']:.0f}% of a core"),
             ("fakes' process CPU", lambda p: f"{p['world_cpu']:.0f}% of a core"),
-            ("server VmRSS at end", lambda p: f"{p['rss'][0]:.1f} MiB"),
-            ("server VmHWM (peak)", lambda p: f"{p['rss'][1]:.1f} MiB")]
+            ("largest VmRSS at end", lambda p: f"{p['rss'][0]:.1f} MiB"),
+            ("largest VmHWM (peak)", lambda p: f"{p['rss'][1]:.1f} MiB")]
     for name, cell in rows:
         print(f"  {name:28}" + "".join(f"{cell(phase):>24}" for _, phase in columns))
     print("  where the p50 goes (each stage's median; server times, millisecond stamps)")
@@ -618,12 +687,21 @@ def main() -> None:
     parser.add_argument("--http-threads", type=int, default=16)
     parser.add_argument("--postgres-url", help="run the measured server on PostgreSQL (a "
                         "throw-away schema) instead of a temporary SQLite file")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="serve the parked waits from this many replicas in shared mode "
+                             "(PostgreSQL only); the dispatches go to each in turn")
+    parser.add_argument("--deadline", type=float, default=900,
+                        help="seconds after the last seeded wake_at of the copies' page "
+                             "deadline")
     parser.add_argument("--tree", type=Path, default=ROOT,
                         help="the source tree whose service is measured (say a git worktree "
                              "of an earlier commit); the bench's own code seeds the database")
     parser.add_argument("--ramp-timeout", type=float, default=180,
                         help="give up when the first waits have not parked after this")
-    run(parser.parse_args())
+    args = parser.parse_args()
+    if args.replicas > 1 and not args.postgres_url:
+        parser.error("--replicas above 1 needs --postgres-url: replicas share PostgreSQL")
+    run(args)
 
 
 if __name__ == "__main__":

@@ -174,3 +174,36 @@ def test_more_waits_than_the_pace_allows_take_turns_and_keep_their_deadline(pace
     paced.advance(TIMEOUT - 2 * POLL - 4)  # the deadline is not paced: the next attempt pages
     assert [page_context(paced.execution(i), 1)["outcome"] for i in ids] == ["timeout"] * 3
     assert len(paced.oncall.pages) == 6
+
+
+def test_in_shared_mode_a_wait_its_replica_left_is_looked_at_by_another_without_a_slot(
+        db_url, store):
+    if not db_url.startswith("postgres"):
+        pytest.skip("replicas share a PostgreSQL database")
+    shared = {"CLUSTER_MODE": "shared", "DATABASE_URL": db_url}
+    first = urgent_harness(store, **shared)
+    try:
+        [execution_id] = start_waits(first, KEYS[:1])
+    finally:
+        first.stop()  # the replica is gone; its wait stays parked, held by nobody
+    second = urgent_harness(store, clock=first.clock, **shared)
+    try:
+        put(second, key=KEYS[0], severity="S1", status=PENDING)
+
+        second.advance(POLL)  # due now: the next round of adoption takes it
+
+        assert second.jira.searches == [[KEYS[0]]]
+        assert second.jira.loads == [KEYS[0]]  # the search's: its execution never ran
+        ex = second.execution(execution_id)
+        assert ex.status is ExecutionStatus.EXECUTING and page_context(ex)["polls"] == 1
+        assert ex.wake_at == second.clock.now() + timedelta(seconds=POLL)
+        status = second.runtime.status()
+        assert status["ack_watch"]["watched"] == 1 and status["pool"]["parked"] == 1
+
+        second.lark.readers[f"om_td-{execution_id}-0-0"] = ["ou_alice"]
+        second.advance(POLL)  # its next look finds the ACK and wakes it here
+
+        assert second.execution(execution_id).status is ExecutionStatus.SUCCEEDED
+        assert page_context(second.execution(execution_id))["outcome"] == "ack"
+    finally:
+        second.stop()

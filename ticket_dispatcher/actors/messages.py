@@ -75,11 +75,13 @@ class WakeDue:  # tell, from the scheduler timer at the soonest parked execution
 @dataclass(frozen=True)
 class WatchedWake:  # tell, from the ACK watcher: the guard has something to say, or a deadline
     execution_id: int
+    adopted: bool = False  # a wait the watcher took from the store, not one the pool parked
 
 
 @dataclass(frozen=True)
 class Rescheduled:  # tell, from the ACK watcher: the waits it looked at and their next wake
-    wakes: dict[int, datetime]
+    wakes: dict[int, datetime | None]  # None: the wait moved on (ended, or taken elsewhere)
+    adopted: frozenset[int] = frozenset()  # of them, the ones it took from the store
 
 
 # -- to the ACK watcher (tell) ----------------------------------------------------------------
@@ -90,6 +92,11 @@ class Watch:  # parked waits to look at: (execution id, its stored wake_at) each
 
 @dataclass(frozen=True)
 class Look:  # from a scheduler timer: look at every wait due
+    pass
+
+
+@dataclass(frozen=True)
+class Adopt:  # from a scheduler timer, shared mode: take the due waits nobody looked at
     pass
 
 

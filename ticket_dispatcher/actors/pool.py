@@ -269,12 +269,14 @@ class ExecutionPool(TrackedActor):
                                                  Watch(((execution_id, wake_at),)))
                     else:
                         self._park(execution_id, wake_at)
-            case WatchedWake(execution_id):
-                if self._parked.pop(execution_id, None) is not None:  # not cancelled
+            case WatchedWake(execution_id, adopted):
+                if self._parked.pop(execution_id, None) is not None or adopted:  # not cancelled
                     self._enqueue(execution_id, wake=True)  # its actor claims it by id
-            case Rescheduled(wakes):
+            case Rescheduled(wakes, adopted):
                 for execution_id, wake_at in wakes.items():
-                    if execution_id in self._parked:
+                    if wake_at is None:
+                        self._parked.pop(execution_id, None)
+                    elif execution_id in self._parked or execution_id in adopted:
                         self._parked[execution_id] = wake_at
             case Interrupted(execution_id, reason, run):
                 if self._release(execution_id, run):

@@ -24,6 +24,13 @@ the looks that find nothing for all of them at once:
   goes back to the pool at once, and its execution reads everything again and acts as it
   always has; every other wait stays here until its next look.
 
+In shared mode each replica's watcher looks at the waits its own pool parked, before they are
+due; so a wait still due after its ``wake_at`` is one whose replica is gone (or behind). Every
+``ADOPT_EVERY`` the watcher takes such waits from the store (``due_waits``, as many as its pace
+allows) and looks at them as its own, instead of each taking a slot to look for itself. Two
+replicas taking the same wait is harmless: the look saved first wins, the other's matches no
+row and it drops the wait.
+
 Between two looks the watcher holds an id and two times per wait, nothing of the execution:
 ten thousand waits are a few megabytes, and what it acts on is always what the store holds.
 
@@ -47,7 +54,7 @@ import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
-from ticket_dispatcher.actors.messages import Look, Rescheduled, Watch, WatchedWake
+from ticket_dispatcher.actors.messages import Adopt, Look, Rescheduled, Watch, WatchedWake
 from ticket_dispatcher.domain.actions.notification_watch import AckWatch, ack_watch
 from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.domain.ports import Answer
@@ -61,6 +68,9 @@ BATCH = 100  # waits per Jira search (its key list) and per saved batch of looks
 READS_AT_ONCE = 4
 WINDOW = timedelta(milliseconds=250)  # a look may come this early, so looks share batches
 STORE_RETRY = timedelta(seconds=1)  # the next try when the looks could not be saved
+# Shared mode: how often the watcher takes the due waits nobody looked at. Each replica's own
+# are looked at before they are due, so a due one is another's that is gone or behind.
+ADOPT_EVERY = timedelta(seconds=1)
 _RUNNING = (ExecutionStatus.CREATED, ExecutionStatus.EXECUTING)
 
 
@@ -71,6 +81,7 @@ class _Wait:
 
     wake_at: datetime
     plain: bool = False
+    adopted: bool = False  # taken from the store (shared mode), not handed in by the pool
 
 
 class AckWatcher(TrackedActor):
@@ -90,6 +101,11 @@ class AckWatcher(TrackedActor):
         rate = deps.config.ack_watch.looks_per_second
         self._turn = timedelta(seconds=1 / rate) if rate else None  # None: no pacing
         self._next_turn: datetime | None = None  # the schedule's next free turn
+        self._shared = deps.config.cluster.shared
+
+    def on_start(self) -> None:
+        if self._shared:
+            self._adopt_later()
 
     def handle(self, message):
         if isinstance(message, Watch):
@@ -99,6 +115,10 @@ class AckWatcher(TrackedActor):
             self._look_at = None
             if not self._deps.stopping.is_set():
                 self._look()
+        elif isinstance(message, Adopt):
+            if not self._deps.stopping.is_set():
+                self._adopt()
+                self._adopt_later()
         self._arm()
         watched = len(self._waits)
         self._deps.metrics.ack_watch(watched, self._round(watched))
@@ -168,9 +188,9 @@ class AckWatcher(TrackedActor):
     def _look(self) -> None:
         now = self._deps.clock.now()
         self._looked_at = now
-        plain = [execution_id for execution_id, _ in self._take(self._wakes, now)]
-        for execution_id in plain:
-            self._wake(execution_id)
+        plain = self._take(self._wakes, now)
+        for execution_id, wait in plain:
+            self._wake(execution_id, wait)
         self._deps.metrics.ack_looks_counted("deadline", len(plain))
         looking = self._take(self._due, now + WINDOW)
         watched = len(self._waits) + len(looking)
@@ -182,9 +202,9 @@ class AckWatcher(TrackedActor):
                 if self._deps.stopping.is_set():
                     return  # e.g. the store already closed; the next boot parks them again
                 log.exception("ACK watcher failed on a batch; waking its waits")
-                for execution_id in batch:
+                for execution_id, wait in batch.items():
                     self._forget(execution_id)
-                    self._wake(execution_id)
+                    self._wake(execution_id, wait)
 
     def _look_at_batch(self, batch: dict[int, _Wait], now: datetime, watched: int) -> None:
         watches = self._read_waits(batch, now)
@@ -193,25 +213,30 @@ class AckWatcher(TrackedActor):
         saved = self._save_looks(watches, now, watched)
         if saved is None:
             return
+        moved_on: dict[int, datetime | None] = dict.fromkeys(
+            set(batch) - {watch.execution_id for watch in watches} - set(self._waits))
+        moved_on.update(dict.fromkeys({watch.execution_id for watch in watches}
+                                      - {watch.execution_id for watch in saved}))
         self._deps.metrics.ack_looks_counted("gone", len(watches) - len(saved))
-        if not saved:
-            return
-        issues = self._read_issues(saved)
-        readers = self._read_readers(saved)
-        woken, parked = [], {}
+        issues = self._read_issues(saved) if saved else {}
+        readers = self._read_readers(saved) if saved else {}
+        woken, parked = [], dict(moved_on)
         for watch in saved:
+            wait = batch[watch.execution_id]
             if watch.needs_execution(issues[watch.execution_id],
                                      readers.get(watch.execution_id), now):
-                woken.append(watch.execution_id)
+                woken.append((watch.execution_id, wait))
             else:
                 parked[watch.execution_id] = watch.wake_at
-                self._keep(watch.execution_id, _Wait(watch.wake_at, plain=watch.at_deadline))
-        for execution_id in woken:
-            self._wake(execution_id)
+                self._keep(watch.execution_id, _Wait(watch.wake_at, plain=watch.at_deadline,
+                                                     adopted=wait.adopted))
+        for execution_id, wait in woken:
+            self._wake(execution_id, wait)
         self._deps.metrics.ack_looks_counted("woken", len(woken))
-        self._deps.metrics.ack_looks_counted("parked", len(parked))
+        self._deps.metrics.ack_looks_counted("parked", len(parked) - len(moved_on))
         if parked:
-            self._deps.activity.tell(self._pool, Rescheduled(parked))
+            adopted = frozenset(i for i, wait in batch.items() if wait.adopted)
+            self._deps.activity.tell(self._pool, Rescheduled(parked, adopted))
 
     def _read_waits(self, batch: dict[int, _Wait], now: datetime) -> list[AckWatch] | None:
         """The watches of the batch's waits as the store holds them. A wait that moved on
@@ -233,7 +258,7 @@ class AckWatcher(TrackedActor):
             elif (watch := ack_watch(execution)) is not None:
                 watches.append(watch)
             else:
-                self._keep(execution_id, _Wait(wait.wake_at, plain=True))
+                self._keep(execution_id, _Wait(wait.wake_at, plain=True, adopted=wait.adopted))
         self._deps.metrics.ack_looks_counted("gone", gone)
         return watches
 
@@ -292,8 +317,29 @@ class AckWatcher(TrackedActor):
         self._waits.pop(execution_id, None)
         self._looks.pop(execution_id, None)
 
-    def _wake(self, execution_id: int) -> None:
-        self._deps.activity.tell(self._pool, WatchedWake(execution_id))
+    def _wake(self, execution_id: int, wait: _Wait) -> None:
+        self._deps.activity.tell(self._pool, WatchedWake(execution_id, wait.adopted))
+
+    # -- shared mode: the waits another replica left ------------------------------------------
+
+    def _adopt_later(self) -> None:
+        self._deps.tell_at(self._deps.clock.now() + ADOPT_EVERY, self.actor_ref, Adopt(),
+                           label="ack-adopt")
+
+    def _adopt(self) -> None:
+        """Take the due waits that nobody looked at (their replica is gone, or behind) and
+        look at them as this replica's own: at most what the pace allows in ``ADOPT_EVERY``,
+        twice over. Two replicas taking the same wait is harmless: the first look saved wins,
+        the other's matches no row."""
+        limit = (max(1, round(2 * ADOPT_EVERY / self._turn)) if self._turn is not None
+                 else 5 * BATCH)
+        try:
+            due = self._deps.store.executions.due_waits(self._deps.clock.now(), limit)
+        except StoreUnavailable:
+            return  # the store's health reports the outage; the next round tries again
+        for execution_id, wake_at in due:
+            if execution_id not in self._waits:
+                self._keep(execution_id, _Wait(wake_at, adopted=True))
 
     def _reads_work(self) -> None:
         if self._failing:

@@ -279,12 +279,33 @@ class ExecutionRepository:
         when the next claim should look again."""
         with unit_of_work(self.db):
             row = (ExecutionRow.select(peewee.fn.MIN(ExecutionRow.wake_at).alias("soonest"))
-                   .where(ExecutionRow.status.in_(_RUNNING)
+                   .where(self._running_by_wake()
                           & ExecutionRow.lease_owner.is_null()
                           & (ExecutionRow.wake_at > to_utc(now)))
                    .dicts().get())
         soonest = row["soonest"]
         return ExecutionRow.wake_at.python_value(soonest) if soonest is not None else None
+
+    def due_waits(self, now: datetime, limit: int) -> list[tuple[int, datetime]]:
+        """Up to ``limit`` parked executions nobody holds whose ``wake_at`` has come, the
+        longest due first: (id, wake_at) each. A read: the look that takes one saves it only
+        while it is still parked at that ``wake_at`` (``record_looks``)."""
+        with unit_of_work(self.db):
+            query = (ExecutionRow.select(ExecutionRow.id, ExecutionRow.wake_at)
+                     .where(ExecutionRow.wake_at.is_null(False)
+                            & (ExecutionRow.wake_at <= to_utc(now))
+                            & self._running_by_wake() & ExecutionRow.lease_owner.is_null())
+                     .order_by(ExecutionRow.wake_at, ExecutionRow.id).limit(limit))
+            return [(row.id, row.wake_at) for row in query]
+
+    def _running_by_wake(self) -> peewee.ColumnBase:
+        """``status`` is running, for a query that reads the parked executions by ``wake_at``
+        (``ix_dispatch_executions_wake``). On SQLite written ``+status``: without statistics its
+        planner would take the status index for every running row and sort them (30 ms at
+        100,000 parked, 0.1 ms along the wake index); PostgreSQL's plans by its statistics."""
+        status = (ExecutionRow.status if is_postgres(self.db)
+                  else peewee.NodeList((peewee.SQL("+"), ExecutionRow.status), glue=""))
+        return status.in_(_RUNNING)
 
     def release_owner(self, owner: str) -> int:
         """Give back every lease ``owner`` holds on a running execution (a replica that
@@ -429,11 +450,10 @@ class ExecutionRepository:
         is running, not waiting, and is left out; one whose wake has come but that nobody has
         claimed yet is still listed.
 
-        No index covers ``wake_at``: every parked row is read and sorted for the page (the
-        status index narrows them to the running ones). The sort carries only the ids, and the
-        page's rows are read by id after it, so a deep page does not sort whole rows."""
+        The page walks the wake index (``ix_dispatch_executions_wake``) and only its ids:
+        the page's rows are read by id after it, so a deep page reads no whole rows it skips."""
         waiting = (ExecutionRow.select(ExecutionRow.id)
-                   .where(ExecutionRow.status.in_(_RUNNING)
+                   .where(self._running_by_wake()
                           & ExecutionRow.wake_at.is_null(False)
                           & ExecutionRow.lease_owner.is_null()))
         page = waiting.order_by(ExecutionRow.wake_at, ExecutionRow.id).limit(limit).offset(offset)
