@@ -75,7 +75,13 @@ from ticket_dispatcher.sandbox import service_urls
 from ticket_dispatcher.seeding import seed_store
 from ticket_dispatcher.store import Store, is_postgres, write_lock
 from ticket_dispatcher.store.database import unit_of_work, without_statement_timeouts
-from ticket_dispatcher.store.models import ContextRow, ExecutionRow, RuleExecutionRow, TriggerRow
+from ticket_dispatcher.store.models import (
+    ContextRow,
+    ExecutionRow,
+    RuleExecutionRow,
+    TriggerRow,
+    time_param,
+)
 from ticket_dispatcher.timeutil import format_time, parse_duration, parse_rfc3339
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -314,12 +320,12 @@ def seed_waits(database_url: str, templates: int, count: int, first_wake: dateti
     """Copy the ``templates`` parked executions (GTOC-1000 and on, each parked by a real run)
     until ``count`` wait: copy ``n`` is GTOC-(1000 + n), an issue with template
     ``n % templates``'s assignee, with its own trigger, rule executions, dispatch context and
-    ids, and a ``wake_at`` spread evenly over ``spread`` from ``first_wake`` (a steady
-    service's waits are due at even intervals). The action contexts are the template's, the
+    ids, and a ``wake_at`` spread evenly over ``spread`` from ``first_wake`` and the time the
+    writes took (a steady service's waits are due at even intervals). The action contexts are the template's, the
     same card (whose readers nobody is among), but for the page's ``deadline``, which is
     ``deadline`` (a wait parked for up to 15 minutes a page, and the run ends before it).
     Seconds."""
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), datetime.now(UTC)
     store = Store.open(database_url)
     try:
         sources = [read_template(store, f"GTOC-{1000 + n}") for n in range(templates)]
@@ -348,11 +354,18 @@ def seed_waits(database_url: str, templates: int, count: int, first_wake: dateti
                 insert_all(db, model, (row[position] for row in rows))
             insert_all(db, RuleExecutionRow, (rule for row in rows for rule in row[2]))
             insert_all(db, ContextRow, (row[3] for row in rows))
-            if is_postgres(db):  # explicit ids leave the identity sequences behind
-                with write_lock(db):
+            late = datetime.now(UTC) - started_at  # the writes' time: due from their end on
+            with write_lock(db):
+                if is_postgres(db):  # explicit ids leave the identity sequences behind
                     for table in ("dispatch_triggers", "dispatch_executions"):
                         db.execute_sql(f"SELECT setval(pg_get_serial_sequence('{table}', "
                                        f"'id'), (SELECT MAX(id) FROM {table}))")
+                    db.execute_sql("UPDATE dispatch_executions SET wake_at = wake_at + %s "
+                                   "WHERE id >= %s", (late, execution_id))
+                else:
+                    db.cursor().executemany(
+                        "UPDATE dispatch_executions SET wake_at = ? WHERE id = ?",
+                        [(time_param(row[1]["wake_at"] + late), row[1]["id"]) for row in rows])
     finally:
         store.close()
     return time.perf_counter() - started

@@ -80,11 +80,12 @@ from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
-# How long after an unheld wait's wake_at this replica comes to claim it. Its own replica
-# wakes it on time (its pool's timer, or its ACK watcher, which moves a wait it looks at up
-# to 250 ms before its wake_at); the store's soonest wake is for a replica that is gone. Right
-# at the soonest, a thousand watched waits would have every replica claim in vain hundreds of
-# times a second.
+# How long after an unheld wait's wake_at a claim from the store takes it. Its own replica
+# wakes it on time (its pool's timer queues it, or its ACK watcher looks at it up to 250 ms
+# before its wake_at); one still due a second later was left by a replica that is gone or
+# behind, and the ACK watchers take the page waits among them first. Without it, every pull
+# would run the page waits a watcher was about to look at in slots, and the pull timer at the
+# store's soonest wake would have every replica claim in vain hundreds of times a second.
 UNHELD_GRACE = timedelta(seconds=1)
 PARKED_SHOWN = 50  # parked executions listed in GET /admin/actors (all are counted)
 RECLAIMED_SHOWN = 20  # the sweeper's latest reclaims listed in GET /admin/actors
@@ -329,7 +330,8 @@ class ExecutionPool(TrackedActor):
         now = deps.clock.now()
         try:
             claimed = deps.store.executions.claim_due(
-                deps.owner, free, now=now, expires_at=now + deps.config.leases.duration)
+                deps.owner, free, now=now, expires_at=now + deps.config.leases.duration,
+                woken_before=now - UNHELD_GRACE)
             self._more = len(claimed) == free
             soonest = None if self._more else deps.store.executions.next_wake(now)
         except StoreUnavailable:
@@ -344,18 +346,6 @@ class ExecutionPool(TrackedActor):
         if soonest is not None and (self._pull_at is None or soonest < self._pull_at):
             self._pull_at = soonest
             deps.tell_at(soonest, self.actor_ref, Pull(), label="wake")
-
-    def _wake_any(self) -> None:
-        """A parked wait of this replica is due: claim it (or whatever is due before it) here
-        when a slot is free, else tell the other replicas, one of which may have one."""
-        self._more = True
-        self._fill_slots()
-        if len(self._running) >= self._slots and not self._deps.stopping.is_set():
-            try:
-                with unit_of_work(self._deps.store.db):
-                    notify_work(self._deps.store.db)
-            except StoreUnavailable:
-                pass  # the others' heartbeat pulls find it
 
     def _start(self, execution_id: int) -> None:
         # The actor claims and loads its checkpoint itself and reports issue, policy and
@@ -462,17 +452,14 @@ class ExecutionPool(TrackedActor):
         return None
 
     def _wake_due(self) -> None:
-        """Wake every parked execution whose time has come (each is queued; in shared mode
-        whichever replica has a free slot claims them), then arm the timer for the next."""
-        now, woken = self._deps.clock.now(), 0
+        """Queue every parked execution whose time has come (its actor claims it by id; in
+        shared mode a replica that took it meanwhile holds it, and the claim finds that), then
+        arm the timer for the next."""
+        now = self._deps.clock.now()
         while (soonest := self._soonest_wake()) is not None and soonest <= now:
             _, execution_id = heapq.heappop(self._wakes)
             del self._parked[execution_id]
-            woken += 1
-            if not self._shared:
-                self._enqueue(execution_id, wake=True)
-        if woken and self._shared:
-            self._wake_any()
+            self._enqueue(execution_id, wake=True)  # its actor claims it by id
         self._arm_wakes()
 
     # -- creation (the one writer) --------------------------------------------------------------

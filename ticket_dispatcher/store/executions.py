@@ -250,19 +250,21 @@ class ExecutionRepository:
         return (Lease(owner, row.lease_epoch),
                 _execution_from_row(row, [_rule_from_row(rule) for rule in rule_rows]))
 
-    def claim_due(self, owner: str, limit: int, *, now: datetime,
-                  expires_at: datetime) -> list[int]:
+    def claim_due(self, owner: str, limit: int, *, now: datetime, expires_at: datetime,
+                  woken_before: datetime | None = None) -> list[int]:
         """Claim for ``owner`` up to ``limit`` running executions that are due and that no
-        live lease covers (``created`` ones, parked ones whose ``wake_at`` has come, and the
-        ones whose holder's lease expired), the longest due first; their ids. Rows another
-        replica is claiming at the same moment are skipped, not waited for (PostgreSQL's
-        ``FOR UPDATE SKIP LOCKED``), so replicas that claim together never get the same one."""
+        live lease covers (``created`` ones, parked ones whose ``wake_at`` is at or before
+        ``woken_before``, ``now`` unless given, and the ones whose holder's lease expired),
+        the longest due first; their ids. Rows another replica is claiming at the same moment
+        are skipped, not waited for (PostgreSQL's ``FOR UPDATE SKIP LOCKED``), so replicas that
+        claim together never get the same one."""
         if limit < 1:
             return []
         now = to_utc(now)
+        woken = to_utc(woken_before) if woken_before is not None else now
         due = (ExecutionRow.select(ExecutionRow.id)
                .where(ExecutionRow.status.in_(_RUNNING) & ExecutionRow.unheld(now)
-                      & (ExecutionRow.wake_at.is_null() | (ExecutionRow.wake_at <= now)))
+                      & (ExecutionRow.wake_at.is_null() | (ExecutionRow.wake_at <= woken)))
                .order_by(peewee.fn.COALESCE(ExecutionRow.wake_at, ExecutionRow.created_at),
                          ExecutionRow.id)
                .limit(limit))
