@@ -107,3 +107,25 @@ def test_a_claim_takes_the_lane_it_is_asked_to_take_first(store):
     later = pending("jira_assignment_l2_assignee", "TCID-10")
     assert take("ordinary") == ordinary[2]
     assert take("ordinary") == later  # no ordinary one left: the other lane's
+
+
+def test_due_waits_are_taken_once_the_longest_due_first_and_a_grace_keeps_claims_off(store):
+    ids = [created(store, f"TCID-{n}") for n in range(1, 5)]
+    for n, execution_id in enumerate(ids):
+        wait = running(store, execution_id)
+        wait.wake_at = NOW + timedelta(seconds=n)  # due one after another
+        store.executions.save(wait, [], parked=True)
+    claim(store, ids[0], owner=OTHER)  # held: never taken
+    at, until = NOW + timedelta(seconds=2), NOW + timedelta(seconds=3)
+
+    assert store.executions.claim_due(ME, 5, now=at, expires_at=at + LEASE,
+                                      woken_before=NOW) == []  # held, or not due at NOW
+    taken = store.executions.adopt_due(at, until, 5)
+    again = store.executions.adopt_due(at, until, 5)
+
+    assert taken == [(ids[1], until), (ids[2], until)]  # ids[3] is not due yet
+    assert again == []  # parked until ``until`` now: nobody takes them twice
+    assert store.executions.get(ids[1]).wake_at == until
+    assert store.executions.adopt_due(until, until, 1) == [(ids[1], until)]  # not looked at
+    assert store.executions.claim_due(ME, 5, now=until, expires_at=until + LEASE,
+                                      woken_before=until) == ids[1:]

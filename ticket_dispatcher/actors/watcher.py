@@ -26,10 +26,11 @@ the looks that find nothing for all of them at once:
 
 In shared mode each replica's watcher looks at the waits its own pool parked, before they are
 due; so a wait still due after its ``wake_at`` is one whose replica is gone (or behind). Every
-``ADOPT_EVERY`` the watcher takes such waits from the store (``due_waits``, as many as its pace
-allows) and looks at them as its own, instead of each taking a slot to look for itself. Two
-replicas taking the same wait is harmless: the look saved first wins, the other's matches no
-row and it drops the wait.
+``ADOPT_EVERY`` the watcher takes such waits from the store (``adopt_due``, as many as its pace
+allows: their ``wake_at`` moved to the next ``WINDOW``, so no other replica takes them too) and
+looks at them as its own, instead of each taking a slot to look for itself. Should the replica
+that parked one look at it after all, the look saved first wins, and the other's matches no
+row.
 
 Between two looks the watcher holds an id and two times per wait, nothing of the execution:
 ten thousand waits are a few megabytes, and what it acts on is always what the store holds.
@@ -329,17 +330,17 @@ class AckWatcher(TrackedActor):
     def _adopt(self) -> None:
         """Take the due waits that nobody looked at (their replica is gone, or behind) and
         look at them as this replica's own: at most what the pace allows in ``ADOPT_EVERY``,
-        twice over. Two replicas taking the same wait is harmless: the first look saved wins,
-        the other's matches no row."""
+        twice over. Taking one parks it until ``WINDOW`` from now, so no other replica takes it
+        too, and it is looked at by then (a wait that is not is due again)."""
         limit = (max(1, round(2 * ADOPT_EVERY / self._turn)) if self._turn is not None
                  else 5 * BATCH)
+        now = self._deps.clock.now()
         try:
-            due = self._deps.store.executions.due_waits(self._deps.clock.now(), limit)
+            taken = self._deps.store.executions.adopt_due(now, now + WINDOW, limit)
         except StoreUnavailable:
             return  # the store's health reports the outage; the next round tries again
-        for execution_id, wake_at in due:
-            if execution_id not in self._waits:
-                self._keep(execution_id, _Wait(wake_at, adopted=True))
+        for execution_id, wake_at in taken:
+            self._keep(execution_id, _Wait(wake_at, adopted=True))
 
     def _reads_work(self) -> None:
         if self._failing:

@@ -288,17 +288,24 @@ class ExecutionRepository:
         soonest = row["soonest"]
         return ExecutionRow.wake_at.python_value(soonest) if soonest is not None else None
 
-    def due_waits(self, now: datetime, limit: int) -> list[tuple[int, datetime]]:
-        """Up to ``limit`` parked executions nobody holds whose ``wake_at`` has come, the
-        longest due first: (id, wake_at) each. A read: the look that takes one saves it only
-        while it is still parked at that ``wake_at`` (``record_looks``)."""
-        with unit_of_work(self.db):
-            query = (ExecutionRow.select(ExecutionRow.id, ExecutionRow.wake_at)
-                     .where(ExecutionRow.wake_at.is_null(False)
-                            & (ExecutionRow.wake_at <= to_utc(now))
-                            & self._running_by_wake() & ExecutionRow.lease_owner.is_null())
-                     .order_by(ExecutionRow.wake_at, ExecutionRow.id).limit(limit))
-            return [(row.id, row.wake_at) for row in query]
+    def adopt_due(self, now: datetime, until: datetime, limit: int,
+                  ) -> list[tuple[int, datetime]]:
+        """Take up to ``limit`` parked executions nobody holds whose ``wake_at`` has come, the
+        longest due first, by moving their ``wake_at`` to ``until`` (so that no other replica
+        takes them meanwhile; rows another one is taking at the same moment are skipped);
+        (id, the new wake_at) each. The look that follows saves a wait only while it is still
+        parked at that ``wake_at`` (``record_looks``); one that is not looked at by ``until``
+        is due again."""
+        due = (ExecutionRow.select(ExecutionRow.id)
+               .where(ExecutionRow.wake_at.is_null(False)
+                      & (ExecutionRow.wake_at <= to_utc(now))
+                      & self._running_by_wake() & ExecutionRow.lease_owner.is_null())
+               .order_by(ExecutionRow.wake_at, ExecutionRow.id).limit(limit))
+        with write_lock(self.db):
+            rows = list(ExecutionRow.update(wake_at=to_utc(until), updated_at=to_utc(now))
+                        .where(ExecutionRow.id.in_(skip_locked(due, self.db)))
+                        .returning(ExecutionRow.id, ExecutionRow.wake_at))
+        return sorted((row.id, row.wake_at) for row in rows)
 
     def _running_by_wake(self) -> peewee.ColumnBase:
         """``status`` is running, for a query that reads the parked executions by ``wake_at``
