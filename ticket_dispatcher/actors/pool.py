@@ -82,11 +82,12 @@ log = logging.getLogger(__name__)
 
 # How long after an unheld wait's wake_at a claim from the store takes it. Its own replica
 # wakes it on time (its pool's timer queues it, or its ACK watcher looks at it up to 250 ms
-# before its wake_at); one still due a second later was left by a replica that is gone or
-# behind, and the ACK watchers take the page waits among them first. Without it, every pull
-# would run the page waits a watcher was about to look at in slots, and the pull timer at the
-# store's soonest wake would have every replica claim in vain hundreds of times a second.
-UNHELD_GRACE = timedelta(seconds=1)
+# before its wake_at); one still due later was left by a replica that is gone or behind, and
+# every second the ACK watchers take those (actors/watcher.py, ``ADOPT_EVERY``), without a
+# slot. A claim comes for what they have left after a few of their rounds. Without it, every
+# pull would run in slots the page waits a watcher was about to look at, and the pull timer at
+# the store's soonest wake would have every replica claim in vain hundreds of times a second.
+UNHELD_GRACE = timedelta(seconds=5)
 PARKED_SHOWN = 50  # parked executions listed in GET /admin/actors (all are counted)
 RECLAIMED_SHOWN = 20  # the sweeper's latest reclaims listed in GET /admin/actors
 
