@@ -260,21 +260,13 @@ class ExecutionRepository:
         claim together never get the same one."""
         if limit < 1:
             return []
-        now = to_utc(now)
-        woken = to_utc(woken_before) if woken_before is not None else now
-        due = (ExecutionRow.select(ExecutionRow.id)
-               .where(ExecutionRow.status.in_(_RUNNING) & ExecutionRow.unheld(now)
-                      & (ExecutionRow.wake_at.is_null() | (ExecutionRow.wake_at <= woken)))
-               .order_by(peewee.fn.COALESCE(ExecutionRow.wake_at, ExecutionRow.created_at),
-                         ExecutionRow.id)
-               .limit(limit))
+        now = time_param(to_utc(now))
+        woken = time_param(to_utc(woken_before)) if woken_before is not None else now
+        params = (*_RUNNING, now, limit, woken, *_RUNNING, now, limit, limit, owner,
+                  time_param(to_utc(expires_at)))
         with write_lock(self.db):
-            rows = list(ExecutionRow.update(
-                lease_owner=owner, lease_epoch=ExecutionRow.lease_epoch + 1,
-                lease_expires_at=to_utc(expires_at))
-                .where(ExecutionRow.id.in_(skip_locked(due, self.db)))
-                .returning(ExecutionRow.id))
-        return sorted(row.id for row in rows)
+            rows = self.db.execute_sql(self._sql.claim_due, params).fetchall()
+        return sorted(row[0] for row in rows)
 
     def next_wake(self, now: datetime) -> datetime | None:
         """The soonest ``wake_at`` after ``now`` among the parked executions nobody holds:
@@ -551,6 +543,25 @@ class _Statements:
                  f"AND (lease_owner IS NULL OR lease_expires_at < {param} "
                  f"OR lease_owner = {param})")
         self.claim = f"{claim} RETURNING lease_epoch"
+        # The due executions nobody holds, read as two ranges of an index each so that a
+        # claim never reads every running row (a hundred thousand parked ones): the unparked
+        # ones by ``created_at`` (``ix_dispatch_executions_unparked``), and the parked ones
+        # whose wake has come by ``wake_at`` (``ix_dispatch_executions_wake``); the longest due
+        # of both first. On SQLite ``+status`` keeps its planner off the status index.
+        lock = " FOR UPDATE SKIP LOCKED" if one_statement_writes else ""
+        status = "status" if one_statement_writes else "+status"
+        unheld = f"(lease_owner IS NULL OR lease_expires_at < {param})"
+        self.claim_due = (
+            f"WITH fresh AS (SELECT id, created_at AS due FROM {executions} "
+            f"WHERE wake_at IS NULL AND status IN ({running}) AND {unheld} "
+            f"ORDER BY created_at, id LIMIT {param}{lock}), "
+            f"woken AS (SELECT id, wake_at AS due FROM {executions} "
+            f"WHERE wake_at IS NOT NULL AND wake_at <= {param} AND {status} IN ({running}) "
+            f"AND {unheld} ORDER BY wake_at, id LIMIT {param}{lock}), "
+            "picked AS (SELECT id FROM (SELECT id, due FROM fresh UNION ALL "
+            f"SELECT id, due FROM woken) AS candidates ORDER BY due, id LIMIT {param}) "
+            f"UPDATE {executions} SET lease_owner = {param}, lease_epoch = lease_epoch + 1, "
+            f"lease_expires_at = {param} WHERE id IN (SELECT id FROM picked) RETURNING id")
         # The claim with the row it claimed; on PostgreSQL with its rules as well, one JSON
         # array (a data-modifying WITH, which SQLite does not have).
         self.claim_loaded = (

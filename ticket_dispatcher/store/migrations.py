@@ -251,10 +251,17 @@ Migration = tuple[int, str, Callable[[peewee.Database], None]]
 
 def _wake_index(db: peewee.Database) -> None:
     """The parked executions by ``wake_at``: the soonest wake (``next_wake``), the due ones
-    another replica left (``adopt_due``), and the admin view's and the console's parked list,
-    each a range of the few rows that carry a ``wake_at``, not a read of every running one."""
-    db.execute_sql("""CREATE INDEX IF NOT EXISTS ix_dispatch_executions_wake
-        ON dispatch_executions (wake_at, id) WHERE wake_at IS NOT NULL""")
+    another replica left (``adopt_due``, ``claim_due``), and the admin view's and the console's
+    parked list, each a range of the rows that carry a ``wake_at``; and the others by status and
+    ``created_at``, the new executions a claim takes first (``claim_due``). Neither claim nor
+    list reads every running row, however many are parked."""
+    for statement in (
+        """CREATE INDEX IF NOT EXISTS ix_dispatch_executions_wake
+            ON dispatch_executions (wake_at, id) WHERE wake_at IS NOT NULL""",
+        """CREATE INDEX IF NOT EXISTS ix_dispatch_executions_unparked
+            ON dispatch_executions (status, created_at, id) WHERE wake_at IS NULL""",
+    ):
+        db.execute_sql(statement)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -264,7 +271,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (4, "indexes for listing dispatch_triggers", _trigger_list_indexes),
     (5, "dispatch_replicas", _replicas),
     (6, "shadow policies", _shadows),
-    (7, "an index of the parked executions by wake_at", _wake_index),
+    (7, "indexes of the parked executions by wake_at, and of the others", _wake_index),
 )
 
 
