@@ -120,6 +120,9 @@ def card_sent(session: requests.Session, url: str, trigger_id: int,
 
 
 def percentile(values: list[float], q: float) -> float:
+    """Nearest rank; NaN for no values (``--p0 0``: the drain alone)."""
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
@@ -157,7 +160,7 @@ def run(args: argparse.Namespace, world: str, share: int) -> dict:
         finally:
             process.terminate()
             process.wait(30)
-    return {"share": share, "p50": statistics.median(latencies),
+    return {"share": share, "p50": statistics.median(latencies) if latencies else float("nan"),
             "p99": percentile(latencies, 0.99), "drain": drained,
             "rate": args.backlog / drained}
 

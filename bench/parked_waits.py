@@ -321,9 +321,10 @@ def seed_waits(database_url: str, templates: int, count: int, first_wake: dateti
     until ``count`` wait: copy ``n`` is GTOC-(1000 + n), an issue with template
     ``n % templates``'s assignee, with its own trigger, rule executions, dispatch context and
     ids, and a ``wake_at`` spread evenly over ``spread`` from ``first_wake`` and the time the
-    writes took (a steady service's waits are due at even intervals). The action contexts are the template's, the
-    same card (whose readers nobody is among), but for the page's ``deadline``, which is
-    ``deadline`` (a wait parked for up to 15 minutes a page, and the run ends before it).
+    writes took (a steady service's waits are due at even intervals). The action contexts are
+    the template's, the same card (whose readers nobody is among), but for the page's
+    ``deadline``, which is ``deadline`` (a wait parked for up to 15 minutes a page, and the run
+    ends before it).
     Seconds."""
     started, started_at = time.perf_counter(), datetime.now(UTC)
     store = Store.open(database_url)
