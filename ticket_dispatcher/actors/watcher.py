@@ -122,9 +122,9 @@ class AckWatcher(TrackedActor):
                 self._adopt_later()
         self._arm()
         watched = len(self._waits)
-        self._deps.metrics.ack_watch(watched, self._round(watched))
-        self._deps.ack_watch = {"watched": watched,
-                                "round_seconds": self._round(watched).total_seconds()}
+        round_ = self._round(watched)
+        self._deps.metrics.ack_watch(watched, round_)
+        self._deps.ack_watch = {"watched": watched, "round_seconds": round_.total_seconds()}
 
     def _round(self, watched: int) -> timedelta:
         """How long one look at each of ``watched`` waits takes at the paced rate."""
@@ -208,20 +208,20 @@ class AckWatcher(TrackedActor):
                     self._wake(execution_id, wait)
 
     def _look_at_batch(self, batch: dict[int, _Wait], now: datetime, watched: int) -> None:
-        watches = self._read_waits(batch, now)
-        if watches is None:
+        read = self._read_waits(batch, now)
+        if read is None:
             return
+        watches, gone = read
         saved = self._save_looks(watches, now, watched)
         if saved is None:
             return
-        moved_on: dict[int, datetime | None] = dict.fromkeys(
-            set(batch) - {watch.execution_id for watch in watches} - set(self._waits))
-        moved_on.update(dict.fromkeys({watch.execution_id for watch in watches}
-                                      - {watch.execution_id for watch in saved}))
-        self._deps.metrics.ack_looks_counted("gone", len(watches) - len(saved))
+        saved_ids = {watch.execution_id for watch in saved}
+        gone += [watch.execution_id for watch in watches if watch.execution_id not in saved_ids]
+        self._deps.metrics.ack_looks_counted("gone", len(gone))
         issues = self._read_issues(saved) if saved else {}
         readers = self._read_readers(saved) if saved else {}
-        woken, parked = [], dict(moved_on)
+        woken = []
+        parked: dict[int, datetime | None] = dict.fromkeys(gone)  # the pool forgets these
         for watch in saved:
             wait = batch[watch.execution_id]
             if watch.needs_execution(issues[watch.execution_id],
@@ -234,34 +234,33 @@ class AckWatcher(TrackedActor):
         for execution_id, wait in woken:
             self._wake(execution_id, wait)
         self._deps.metrics.ack_looks_counted("woken", len(woken))
-        self._deps.metrics.ack_looks_counted("parked", len(parked) - len(moved_on))
+        self._deps.metrics.ack_looks_counted("parked", len(parked) - len(gone))
         if parked:
             adopted = frozenset(i for i, wait in batch.items() if wait.adopted)
             self._deps.activity.tell(self._pool, Rescheduled(parked, adopted))
 
-    def _read_waits(self, batch: dict[int, _Wait], now: datetime) -> list[AckWatch] | None:
-        """The watches of the batch's waits as the store holds them. A wait that moved on
-        is left out (its save would match no row: it counts as gone); one the watcher cannot
-        keep waits for its own wake. None when the store is away: each is looked at again
-        soon."""
+    def _read_waits(self, batch: dict[int, _Wait],
+                    now: datetime) -> tuple[list[AckWatch], list[int]] | None:
+        """The watches of the batch's waits as the store holds them, and the ids of those
+        that moved on (ended, or parked again by a run elsewhere); one the watcher cannot keep
+        waits for its own wake. None when the store is away: each is looked at again soon."""
         try:
             executions = self._deps.store.executions.get_many(batch)
         except StoreUnavailable:
             for execution_id, wait in batch.items():
                 self._keep(execution_id, wait, at=now + STORE_RETRY)
             return None
-        watches, gone = [], 0
+        watches, gone = [], []
         for execution_id, wait in batch.items():
             execution = executions.get(execution_id)
             if (execution is None or execution.wake_at != wait.wake_at
                     or execution.status not in _RUNNING):
-                gone += 1  # ended, or parked again by a run elsewhere: not this watcher's
+                gone.append(execution_id)
             elif (watch := ack_watch(execution)) is not None:
                 watches.append(watch)
             else:
                 self._keep(execution_id, _Wait(wait.wake_at, plain=True, adopted=wait.adopted))
-        self._deps.metrics.ack_looks_counted("gone", gone)
-        return watches
+        return watches, gone
 
     def _save_looks(self, watches: list[AckWatch], now: datetime,
                     watched: int) -> list[AckWatch] | None:

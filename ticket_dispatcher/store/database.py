@@ -645,10 +645,7 @@ def read_rows(db: peewee.Database, model: type[peewee.Model], sql: str, *params:
     execution makes, building them cost peewee more than the read itself. Columns are matched
     by name, so the table's order of columns does not matter."""
     cursor = db.execute_sql(sql, params)
-    names = tuple(column[0] for column in cursor.description)
-    converters = _converters.get((model, names))
-    if converters is None:
-        converters = _converters[(model, names)] = _converters_of(model, names)
+    converters = _converters_for(model, tuple(column[0] for column in cursor.description))
     return [SimpleNamespace(**{name: convert(value)
                                for (name, convert), value in zip(converters, row, strict=True)})
             for row in cursor.fetchall()]
@@ -657,15 +654,18 @@ def read_rows(db: peewee.Database, model: type[peewee.Model], sql: str, *params:
 def rows_of(model: type[peewee.Model], records: list[dict]) -> list[SimpleNamespace]:
     """``read_rows`` for rows the database sent as JSON objects (a ``json_agg`` of them), each
     value converted as ``model``'s field for its column converts it."""
-    rows = []
-    for record in records:
-        names = tuple(record)
-        converters = _converters.get((model, names))
-        if converters is None:
-            converters = _converters[(model, names)] = _converters_of(model, names)
-        rows.append(SimpleNamespace(**{name: convert(record[key]) for (name, convert), key
-                                       in zip(converters, names, strict=True)}))
-    return rows
+    return [SimpleNamespace(**{name: convert(value) for (name, convert), value
+                               in zip(_converters_for(model, tuple(record)), record.values(),
+                                      strict=True)})
+            for record in records]
+
+
+def _converters_for(model: type[peewee.Model], names: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """``_converters_of``, worked out once for each model and list of columns."""
+    converters = _converters.get((model, names))
+    if converters is None:
+        converters = _converters[(model, names)] = _converters_of(model, names)
+    return converters
 
 
 def _converters_of(model: type[peewee.Model], names: tuple[str, ...]) -> list[tuple[str, Any]]:

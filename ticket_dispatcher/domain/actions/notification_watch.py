@@ -43,8 +43,8 @@ class AckWatch:
     action: ActionExecution
     deadline: datetime
     poll: timedelta
-    # the page's state as stored, read once: only ``record_look`` and ``undo_look`` change it
-    # while the watcher holds the wait, and they write it back at once
+    # the page's state as stored, read once: only ``record_look`` changes it while the watcher
+    # holds the wait, and it writes it back at once
     _page: PageState | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -84,13 +84,6 @@ class AckWatch:
         self.execution.wake_at = min(next_look or now + self.poll, self.deadline)
         self.execution.updated_at = now
         return previous
-
-    def undo_look(self, previous: datetime) -> None:
-        """Forget a look ``record_look`` counted that could not be saved."""
-        state = self._state()
-        state.polls = (state.polls or 1) - 1 or None
-        state.write(self.action.context)
-        self.execution.wake_at = previous
 
     def needs_execution(self, issue: Issue | DispatcherError,
                         readers: list[str] | DispatcherError | None, now: datetime) -> bool:
