@@ -42,6 +42,10 @@ from W, a look ran at the new ``updated_at``; lateness is that minus W (a look r
 ``dispatch_executions`` (on SQLite a read-only connection: WAL, so a reader never blocks the
 server) every ``--sample`` seconds, far below the time between two looks at one wait.
 
+On a PostgreSQL server that runs without autovacuum, the bench stands in for it
+(``Autovacuum``): an ``ANALYZE`` after the copies are written, a ``VACUUM ANALYZE`` of the
+executions every minute, as a production server's autovacuum would do for these tables.
+
 About two minutes a pace at the defaults on a 2-core machine.
 
     python bench/parked_waits.py [--executions 1000] [--paces 0 50] [--rate 5] [--duration 15]
@@ -297,6 +301,55 @@ class WakeWatcher(threading.Thread):
         self._db.close()
 
 
+class Autovacuum(threading.Thread):
+    """What a production PostgreSQL's autovacuum does for the measured tables, on a server
+    that runs without it (``autovacuum = off``, as some test machines do): ``ANALYZE`` once the
+    seeded rows are in (autovacuum analyzes a table a minute or so after a bulk write), then
+    ``VACUUM ANALYZE`` of the executions every ``interval`` seconds (every look rewrites its
+    execution's row, 150 a second on three replicas: without it the table and its indexes
+    fill with dead rows, and the planner works from the row counts of an empty table). Does
+    nothing on SQLite or where the server's own autovacuum runs."""
+
+    TABLES = ("dispatch_executions", "dispatch_rule_executions", "dispatch_triggers")
+
+    def __init__(self, database_url: str, interval: float = 60):
+        super().__init__(daemon=True)
+        self._db = None
+        self._halt = threading.Event()
+        self._interval = interval
+        if database_url.startswith("sqlite:///"):
+            return
+        import psycopg2  # only a PostgreSQL run needs the driver
+
+        db = psycopg2.connect(database_url)
+        db.autocommit = True  # VACUUM runs outside a transaction
+        with db.cursor() as cursor:
+            cursor.execute("SHOW autovacuum")
+            if cursor.fetchone()[0] == "on":
+                db.close()
+                return
+        self._db = db
+        print("the PostgreSQL server runs with autovacuum off: the bench analyzes the seeded "
+              f"tables and vacuums the executions every {interval:g} s in its stead")
+
+    def analyze(self) -> None:
+        if self._db is not None:
+            with self._db.cursor() as cursor:
+                cursor.execute(f"ANALYZE {', '.join(self.TABLES)}")
+
+    def run(self) -> None:
+        while self._db is not None and not self._halt.wait(self._interval):
+            with self._db.cursor() as cursor:
+                cursor.execute("VACUUM (ANALYZE) dispatch_executions")
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.ident is not None:
+            self.join(60)
+        if self._db is not None:
+            self._db.close()
+
+
 def _stored_time(value) -> datetime:
     """A naive UTC time as the store keeps it: text on SQLite, a datetime on PostgreSQL."""
     return datetime.fromisoformat(value) if isinstance(value, str) else value
@@ -532,7 +585,7 @@ def run_pace(args: argparse.Namespace, pace: float | None, poll: timedelta) -> d
         logs = [Path(tmp) / f"server-{n}.log" for n in range(args.replicas)]
         world = Server(world_url, Path(tmp) / "world.log", WORLD_THREADS)
         servers: list[Server] = []
-        watcher = None
+        watcher = vacuum = None
 
         def start(n: int, seeded: bool) -> Server:
             server = Server(database_url, logs[n], args.http_threads, world=world.url,
@@ -554,6 +607,9 @@ def run_pace(args: argparse.Namespace, pace: float | None, poll: timedelta) -> d
             seeding = seed_waits(database_url, templates, args.executions,
                                  now + timedelta(seconds=3), spread,
                                  deadline=now + spread + timedelta(seconds=args.deadline))
+            vacuum = Autovacuum(database_url)
+            vacuum.analyze()
+            vacuum.start()
             booted = time.perf_counter()
             for n in range(args.replicas):
                 start(n, seeded=True)
@@ -578,6 +634,8 @@ def run_pace(args: argparse.Namespace, pace: float | None, poll: timedelta) -> d
             world.stop()
             if watcher is not None:
                 watcher.stop()
+            if vacuum is not None:
+                vacuum.stop()
     return {"pace": pace, "idle": idle, "loaded": loaded, "views": views, "reads": reads,
             "seeding": seeding, "boot": boot, "spread": spread, "waiting": waiting,
             "lateness": watcher.lateness, "seconds": watcher.seconds}

@@ -4,6 +4,7 @@ pages; paging; the refresh attributes; and the database cut away."""
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 
@@ -108,6 +109,23 @@ def test_waits_are_listed_soonest_first_and_page(waiting, open_console):
     assert [row.split()[0] for row in rows(second)] == ["WAIT-3"]
     assert 'href="/console/parked?limit=2&amp;offset=0" rel="prev">← Sooner' in second
     assert open_console.get(PAGE, params={"limit": "500"}).status_code == 400
+
+
+def test_past_its_bound_the_count_says_more_than(waiting, open_console, monkeypatch):
+    harness = waiting
+    for n in range(4):
+        park(harness, f"WAIT-{n + 1}")
+        harness.clock.advance(5)
+    executions = harness.store.executions
+    monkeypatch.setattr(executions, "parked", functools.partial(executions.parked, counted=2))
+
+    first = open_console.get(PAGE, params={"limit": "1"}).text
+    last = open_console.get(PAGE, params={"limit": "1", "offset": "3"}).text
+
+    assert "More than 2 parked waits, 1–1 shown." in main_text(first)
+    assert 'href="/console/parked?limit=1&amp;offset=1" rel="next">Later →' in first
+    assert "4 parked waits, 4–4 shown." in main_text(last)
+    assert "Later →" not in last
 
 
 def test_a_page_wait_shows_its_attempt_deadline_and_whom_it_pages(urgent_world):  # noqa: F811

@@ -47,10 +47,10 @@ def test_parked_lists_every_unheld_wait_soonest_first_with_its_rules(store):
     parked(store, finished, 10)
     ended(store, finished, [RuleOutcome.MATCHED, RuleOutcome.MATCHED])
 
-    items, total = store.executions.parked()
+    items, total, counted_all = store.executions.parked()
 
     assert [e.id for e in items] == [soon, tied, first_load, late]
-    assert total == 4
+    assert total == 4 and counted_all
     assert items[0].wake_at == NOW + timedelta(seconds=60)
     assert [len(e.rule_executions) for e in items] == [2, 2, 2, 2]
     assert queued not in [e.id for e in items]  # no wake_at: queued, not parked
@@ -63,12 +63,29 @@ def test_parked_pages_with_the_total(store, query_counter):
         parked(store, execution_id, 60 + n)
 
     with query_counter() as queries:
-        page, total = store.executions.parked(limit=2, offset=2)
+        page, total, counted_all = store.executions.parked(limit=2, offset=2)
 
-    assert [e.id for e in page] == ids[2:4] and total == 5
+    assert [e.id for e in page] == ids[2:4] and total == 5 and counted_all
     assert queries.count <= 3  # the page, the total, the rules
     assert store.executions.parked(limit=2, offset=4) == (
-        [store.executions.get(ids[4])], 5)
+        [store.executions.get(ids[4])], 5, True)
+
+
+def test_the_parked_count_stops_past_its_bound(store):
+    policy = make_policy(store)
+    ids = [created(store, policy, f"TCID-{n}") for n in range(1, 8)]
+    for n, execution_id in enumerate(ids):
+        parked(store, execution_id, 60 + n)
+
+    def shown(**paging):
+        page, total, counted_all = store.executions.parked(counted=3, **paging)
+        return [e.id for e in page], total, counted_all
+
+    assert shown(limit=2) == (ids[:2], 3, False)  # "more than 3"
+    assert shown(limit=2, offset=2) == (ids[2:4], 5, False)  # counted from the page's start
+    assert shown(limit=4, offset=3) == (ids[3:7], 7, True)  # exactly the bound: all counted
+    assert shown(limit=5, offset=1) == (ids[1:6], 6, False)  # a page longer than the bound
+    assert shown(limit=2, offset=6) == (ids[6:], 7, True)  # the last page needs no count
 
 
 def test_latest_matched_is_the_newest_execution_each_rule_matched_in(store, query_counter):

@@ -269,7 +269,8 @@ def test_postgres_connections_get_the_configured_timeouts():
         "connect_timeout": "3", "keepalives": "1", "keepalives_idle": "30",  # the URL's wins
         "keepalives_interval": "1", "keepalives_count": "3", "tcp_user_timeout": "3000",
         "options": "-c statement_timeout=15000 -c lock_timeout=4000 "
-                   "-c idle_in_transaction_session_timeout=15000 -c search_path=x"}
+                   "-c idle_in_transaction_session_timeout=15000 "
+                   "-c jit=off -c max_parallel_workers_per_gather=0 -c search_path=x"}
     assert db._wait_timeout == 3
 
 

@@ -69,10 +69,11 @@ class ParkedList(Page):
         query = Query(req)
         limit, offset = paging(query)
         store = self.services.store
-        rows, total, database_up = [], 0, True
+        rows, total, counted_all, database_up = [], 0, True, True
         try:
             with store.connection():
-                parked, total = store.executions.parked(limit=limit, offset=offset)
+                parked, total, counted_all = store.executions.parked(limit=limit,
+                                                                     offset=offset)
             rows = [_row(execution) for execution in parked]
         except StoreUnavailable:
             database_up = False
@@ -81,5 +82,6 @@ class ParkedList(Page):
         refresh = req.get_header("HX-Request") == "true"
         status = falcon.HTTP_200 if database_up or refresh else falcon.HTTP_503
         self.console.render(req, resp, "parked.html", status=status, rows=rows, total=total,
+                            counted_all=counted_all,
                             limit=limit, offset=offset, query=query.values("limit", "offset"),
                             paging=query.values("limit"), database_up=database_up)

@@ -36,7 +36,8 @@ answers 503 within seconds while the database is away instead of hanging:
 
 - PostgreSQL: libpq's ``connect_timeout`` for a new connection; ``statement_timeout`` for one
   statement and ``lock_timeout`` (``busy_timeout``, at most the statement timeout) for one lock
-  wait, both sent as ``options`` before the URL's own (which therefore win); TCP keepalives and
+  wait, both sent as ``options`` before the URL's own (which therefore win), with JIT and
+  parallel workers off (``_postgres_options`` says why); TCP keepalives and
   ``tcp_user_timeout`` so a connection whose peer vanished errors out instead of waiting for an
   answer that never comes. URL query parameters override any of these.
 - SQLite: ``busy_timeout`` for the write lock held by another connection or process, as the
@@ -262,11 +263,19 @@ def _postgres_options(database: DatabaseConfig) -> str:
     engines; PostgreSQL's lock_timeout 0 would mean no bound, hence at least 1 ms. A
     transaction left open by a client that stopped answering (a paused process) is ended by
     the server after the statement timeout too, so the rows it locked do not stay locked for
-    as long as the pause lasts: no transaction here waits on anything but the database."""
+    as long as the pause lasts: no transaction here waits on anything but the database.
+
+    Neither JIT compilation nor parallel workers: every statement here reads or writes a few
+    rows along an index. When a table's statistics are stale (a bulk of rows since the last
+    ANALYZE, or a server running without autovacuum) the planner's estimates for such a
+    statement can reach the thresholds of both, and a 0.2 ms read then spends 100 ms and more
+    compiling its expressions and starting workers (measured on the parked waits' rules with
+    100,000 parked)."""
     statement = max(1, round(database.statement_timeout.total_seconds() * 1000))
     lock = min(statement, max(1, round(database.busy_timeout.total_seconds() * 1000)))
     return (f"-c statement_timeout={statement} -c lock_timeout={lock} "
-            f"-c idle_in_transaction_session_timeout={statement}")
+            f"-c idle_in_transaction_session_timeout={statement} "
+            "-c jit=off -c max_parallel_workers_per_gather=0")
 
 
 class ProcessLock:
