@@ -12,6 +12,13 @@ one line, first in first out, the order before lanes; ``4``: the default):
 - the backlog's drain: seconds from the server's start until the last ordinary trigger ended
   (the longest any ordinary trigger waited), and ordinary triggers ended per second over it.
 
+``--flood N`` puts N pending notification triggers (P0s, for GTOC issues of their own) beside
+the backlog at the start, written before it (a line in order of arrival serves them all first):
+the worst case for the ordinary lane, a notification always waiting. It prints how many
+ordinary triggers ended while notifications still waited, at what rate, and their part of all
+the triggers that ended meanwhile, against the part docs/design.md ("Lanes") promises them:
+at least one turn in ``share + 1``.
+
 The fakes of Jira, Lark, Oncall and Core are a ``serve --sandbox`` process of their own (as
 bench/parked_waits.py's ``--world own``): the measured server is a plain ``serve`` pointed at
 them, on a database seeded with the examples (the TCID round robin, the P0 assignee family).
@@ -19,7 +26,7 @@ Its issues are created in the sandbox first: TCID-20001… (P3, ``auto-dispatch`
 (P0, ``Todo``, ``notify-assignee``, an assignee with a phone).
 
     python bench/backlog.py [--backlog 10000] [--p0 20] [--every 0.5] [--shares 0 4]
-                            [--postgres-url URL]
+                            [--flood 0] [--postgres-url URL]
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from ticket_dispatcher.store.models import TriggerRow
 from ticket_dispatcher.timeutil import parse_rfc3339
 
 ORDINARY, NOTIFY = "jira_automation", "jira_assignment_assignee"
+FLOOD_FIRST = 50_000  # the flood's GTOC issues, clear of the P0s posted over HTTP
 DRAIN_TIMEOUT_S = 900.0
 
 
@@ -65,6 +73,10 @@ def backlog_key(n: int) -> str:
 def backlog_issue(n: int) -> dict:
     return {"key": backlog_key(n), "summary": "bench: replayed after an outage",
             "priority": "P3", "status": "WAITING FOR FIRST RESPONSE", "labels": ["auto-dispatch"]}
+
+
+def flood_issue(n: int) -> dict:
+    return notification_issue(FLOOD_FIRST - 1000 + n)
 
 
 @contextmanager
@@ -78,14 +90,19 @@ def in_store(database_url: str) -> Iterator[Store]:
         store.close()
 
 
-def pending_backlog(database_url: str, count: int) -> None:
-    """``count`` pending ordinary triggers, as Jira Automation's replay leaves them."""
+def flood_key(n: int) -> str:
+    return f"GTOC-{FLOOD_FIRST + n}"  # P0 notification issues of their own
+
+
+def pending_backlog(database_url: str, count: int, flood: int = 0) -> None:
+    """``count`` pending ordinary triggers, as Jira Automation's replay leaves them, after
+    ``flood`` pending notification triggers."""
     now = datetime.now(UTC)
-    rows = [{"source": ORDINARY, "issue_key": backlog_key(n),
-             "input_json": {"issue_key": backlog_key(n)},
+    rows = [{"source": source, "issue_key": key, "input_json": {"issue_key": key},
              "status": "pending", "output_json": {"execution_ids": []},
              "created_at": now, "updated_at": now, "available_at": now}
-            for n in range(1, count + 1)]
+            for source, key in [(NOTIFY, flood_key(n)) for n in range(flood)]
+            + [(ORDINARY, backlog_key(n)) for n in range(1, count + 1)]]
     with in_store(database_url):
         for start in range(0, len(rows), 500):
             TriggerRow.insert_many(rows[start:start + 500]).execute()
@@ -97,10 +114,19 @@ def open_triggers(database_url: str) -> int:
                                          ).count()
 
 
-def last_ordinary_end(database_url: str) -> datetime:
+def last_end(database_url: str, source: str) -> datetime | None:
+    """When the last trigger of ``source`` ended."""
     with in_store(database_url):
-        return (TriggerRow.select(TriggerRow.completed_at).where(TriggerRow.source == ORDINARY)
-                .order_by(TriggerRow.completed_at.desc()).first()).completed_at
+        row = (TriggerRow.select(TriggerRow.completed_at).where(TriggerRow.source == source)
+               .order_by(TriggerRow.completed_at.desc()).first())
+        return row.completed_at if row else None
+
+
+def ended_by(database_url: str, source: str, moment: datetime) -> int:
+    """Triggers of ``source`` ended at or before ``moment``."""
+    with in_store(database_url):
+        return TriggerRow.select().where((TriggerRow.source == source)
+                                         & (TriggerRow.completed_at <= moment)).count()
 
 
 def card_sent(session: requests.Session, url: str, trigger_id: int,
@@ -130,7 +156,7 @@ def percentile(values: list[float], q: float) -> float:
 def run(args: argparse.Namespace, world: str, share: int) -> dict:
     with fresh_database(args.postgres_url) as database_url:
         seed(database_url)
-        pending_backlog(database_url, args.backlog)
+        pending_backlog(database_url, args.backlog, args.flood)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         env = dict(os.environ, TICKET_DISPATCHER_DATABASE_URL=database_url,
@@ -156,13 +182,18 @@ def run(args: argparse.Namespace, world: str, share: int) -> dict:
             deadline = time.monotonic() + DRAIN_TIMEOUT_S
             while open_triggers(database_url) and time.monotonic() < deadline:
                 time.sleep(0.5)
-            drained = (last_ordinary_end(database_url) - started).total_seconds()
+            drained = (last_end(database_url, ORDINARY) - started).total_seconds()
+            flooded = None  # (seconds, ordinary triggers ended) while the flood waited
+            if args.flood:
+                flood_end = last_end(database_url, NOTIFY)
+                flooded = ((flood_end - started).total_seconds(),
+                           ended_by(database_url, ORDINARY, flood_end))
         finally:
             process.terminate()
             process.wait(30)
     return {"share": share, "p50": statistics.median(latencies) if latencies else float("nan"),
             "p99": percentile(latencies, 0.99), "drain": drained,
-            "rate": args.backlog / drained}
+            "rate": args.backlog / drained, "flooded": flooded}
 
 
 def main() -> None:
@@ -172,6 +203,8 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=0.5, help="seconds between two P0s")
     parser.add_argument("--shares", type=int, nargs="+", default=[0, 4],
                         help="lanes.notification_share values to run (0: first in first out)")
+    parser.add_argument("--flood", type=int, default=0,
+                        help="pending notification triggers beside the backlog at the start")
     parser.add_argument("--postgres-url")
     args = parser.parse_args()
     world_port = free_port()
@@ -188,6 +221,7 @@ def main() -> None:
                   f"sandbox", flush=True)
             create_issues(world, [backlog_issue(n) for n in range(1, args.backlog + 1)])
             create_issues(world, [notification_issue(n) for n in range(args.p0)])
+            create_issues(world, [flood_issue(n) for n in range(args.flood)])
             results = []
             for share in args.shares:
                 # the same issues for each run: put the labels back that a run consumed
@@ -197,6 +231,9 @@ def main() -> None:
                 in_threads(lambda session, n: session.post(
                     f"{world}/sandbox/_control/issues", json=backlog_issue(n),
                     timeout=30).raise_for_status(), range(1, args.backlog + 1))
+                in_threads(lambda session, n: session.post(
+                    f"{world}/sandbox/_control/issues", json=flood_issue(n),
+                    timeout=30).raise_for_status(), range(args.flood))
                 print(f"lanes.notification_share = {share}: {args.backlog} pending, "
                       f"{args.p0} P0s one every {args.every:g} s", flush=True)
                 results.append(run(args, world, share))
@@ -214,6 +251,18 @@ def main() -> None:
         label = f"{r['share']}" + (" (FIFO)" if r["share"] == 0 else "")
         print(f"{label:>18}  {r['p50']:>13.2f} s  {r['p99']:>5.2f} s  {r['drain']:>13.1f} s  "
               f"{r['rate']:>10.0f}")
+    if args.flood:
+        print(f"\nwith {args.flood} notification triggers pending beside the backlog at the "
+              "start (written first):")
+        for r in results:
+            seconds, ordinary = r["flooded"]
+            share = r["share"]
+            turns = ordinary / (ordinary + args.flood)
+            floor = f"at least 1/{share + 1} = {1 / (share + 1):.0%}" if share else "none"
+            print(f"  share {share}: the flood's last trigger ended after {seconds:.1f} s; "
+                  f"{ordinary} ordinary triggers ended meanwhile ({ordinary / seconds:.1f}/s), "
+                  f"{turns:.0%} of the triggers that ended (the rule: {floor}); the last "
+                  f"ordinary one after {r['drain']:.1f} s")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ import falcon
 from ticket_dispatcher.actors.runtime import RETRYING_LOAD
 from ticket_dispatcher.console.web import Page, Query
 from ticket_dispatcher.domain.actions.notification_state import (
+    PageState,
     card_state_of,
     notification_state,
-    page_wait,
 )
 from ticket_dispatcher.domain.actions.state import StateError
 from ticket_dispatcher.domain.execution import ActionStatus, Execution
@@ -41,8 +41,8 @@ def waiting_in(execution: Execution) -> dict:
             for action in rule.action_executions:
                 if action.status is not ActionStatus.EXECUTING:
                     continue
-                page = page_wait(action)
                 state = notification_state(action)
+                page = state if isinstance(state, PageState) else None
                 target = state.target if state is not None else None
                 if target is None:  # the card's plan saw whom the workflow is about
                     card = card_state_of(execution)

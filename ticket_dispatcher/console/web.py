@@ -293,10 +293,11 @@ def when(value) -> markupsafe.Markup:
     moment = _as_time(value)
     if moment is None:
         return markupsafe.Markup('<span class="muted">—</span>')
+    # digits and separators only, nothing to escape: an f-string, not Markup.format, which
+    # took a third of a long list's rendering
     iso = format_time(moment)
     shown = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
-    return markupsafe.Markup(
-        '<time datetime="{0}" title="{1}" data-local>{1}</time>').format(iso, shown)
+    return markupsafe.Markup(f'<time datetime="{iso}" title="{shown}" data-local>{shown}</time>')
 
 
 def ago(value, now: datetime) -> str:

@@ -512,10 +512,11 @@ class ExecutionRepository:
         if not rows:
             return []
         by_execution: dict[int, list[RuleExecution]] = {row.id: [] for row in rows}
-        query = (RuleExecutionRow.select()
-                 .where(RuleExecutionRow.execution.in_(list(by_execution)))
-                 .order_by(RuleExecutionRow.execution, RuleExecutionRow.sequence))
-        for rule_row in query:
+        # written out: peewee took longer to build a page's rule rows than to read them
+        sql = (f"SELECT * FROM {RuleExecutionRow._meta.table_name} WHERE execution_id IN "
+               f"({placeholders(self.db.param, len(by_execution))}) "
+               "ORDER BY execution_id, sequence")
+        for rule_row in read_rows(self.db, RuleExecutionRow, sql, *by_execution):
             by_execution[rule_row.execution_id].append(_rule_from_row(rule_row))
         return [_execution_from_row(row, by_execution[row.id]) for row in rows]
 
