@@ -302,6 +302,19 @@ def test_postgres_accepts_the_default_configuration(postgres_url):
 
 
 @pytest.mark.postgres
+def test_postgres_sessions_neither_compile_nor_start_workers(postgres_url):
+    store = Store.open(postgres_url)
+    with unit_of_work(store.db) as db:
+        settings = {name: db.execute_sql(f"SHOW {name}").fetchone()[0]
+                    for name in ("jit", "max_parallel_workers_per_gather", "search_path")}
+    store.close()
+
+    assert settings["jit"] == "off"
+    assert settings["max_parallel_workers_per_gather"] == "0"
+    assert settings["search_path"].startswith("td_")  # the URL's own options still apply
+
+
+@pytest.mark.postgres
 def test_postgres_refuses_a_configuration_above_the_server_limit(postgres_url, monkeypatch):
     store = Store.open(postgres_url)
     monkeypatch.setattr(database, "server_limit",
