@@ -284,10 +284,12 @@ def test_postgres_limit_is_read_from_the_server(postgres_url):
     with unit_of_work(store.db) as db:
         shown = [int(db.execute_sql(f"SHOW {name}").fetchone()[0])
                  for name in ("max_connections", "superuser_reserved_connections")]
+        autovacuum = db.execute_sql("SHOW autovacuum").fetchone()[0]
 
     limit = server_limit(store.db)
     store.close()
 
+    assert limit.autovacuum == (autovacuum == "on")
     assert limit.max_connections == shown[0]
     assert limit.reserved >= shown[1]  # plus reserved_connections on PostgreSQL 16+
     assert limit.allowed == limit.max_connections - limit.reserved
@@ -299,6 +301,20 @@ def test_postgres_accepts_the_default_configuration(postgres_url):
 
     store.check_capacity(Config())  # raises if the server cannot serve 28 connections
     store.close()
+
+
+@pytest.mark.postgres
+def test_the_start_warns_of_a_server_without_autovacuum(postgres_url, caplog):
+    store = Store.open(postgres_url)
+    with unit_of_work(store.db) as db:
+        running = db.execute_sql("SHOW autovacuum").fetchone()[0] == "on"
+
+    with caplog.at_level("WARNING", logger="ticket_dispatcher.store.database"):
+        store.check_capacity(Config())
+    store.close()
+
+    warned = [r.getMessage() for r in caplog.records if "autovacuum off" in r.getMessage()]
+    assert len(warned) == (0 if running else 1)
 
 
 @pytest.mark.postgres

@@ -52,6 +52,7 @@ connection discards it, instead of pooling it again, when the connection failed.
 from __future__ import annotations
 
 import fcntl
+import logging
 import math
 import os
 import sqlite3
@@ -74,6 +75,8 @@ from ticket_dispatcher.errors import ConfigError, StoreUnavailable
 from ticket_dispatcher.store.faults import FaultKind, store_error, unavailable
 from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.timeutil import to_utc
+
+log = logging.getLogger(__name__)
 
 # The only module-level state of the store: models reach the database through it.
 database_proxy = peewee.DatabaseProxy()
@@ -334,6 +337,7 @@ class ServerLimit:
 
     max_connections: int
     reserved: int
+    autovacuum: bool = True  # the server's autovacuum runs (``autovacuum = on``)
 
     @property
     def allowed(self) -> int:
@@ -350,9 +354,10 @@ def server_limit(db: peewee.Database) -> ServerLimit | None:
         row = db.execute_sql(
             "SELECT current_setting('max_connections')::int,"
             " current_setting('superuser_reserved_connections')::int,"
-            " coalesce(current_setting('reserved_connections', true), '0')::int"
+            " coalesce(current_setting('reserved_connections', true), '0')::int,"
+            " current_setting('autovacuum') = 'on'"
         ).fetchone()
-    return ServerLimit(max_connections=row[0], reserved=row[1] + row[2])
+    return ServerLimit(max_connections=row[0], reserved=row[1] + row[2], autovacuum=row[3])
 
 
 def check_capacity(db: peewee.Database, config: Config) -> None:
@@ -360,10 +365,16 @@ def check_capacity(db: peewee.Database, config: Config) -> None:
 
     Raises ``ConfigError`` naming the keys that size the pool. The check is against the whole
     server: other clients (another instance during a rolling update, psql, backups) share it.
+    A server running without autovacuum is served, with a WARNING: every look at a parked wait
+    leaves a dead row, and the planner's statistics never follow the tables.
     """
     limit = server_limit(db)
     if limit is None:
         return
+    if not limit.autovacuum:
+        log.warning("the PostgreSQL server runs with autovacuum off: the service's tables keep "
+                    "every dead row and the planner's statistics go stale; turn it on "
+                    "(docs/operations.md, \"What a parked wait costs\")")
     # The pool, and the connection every PostgreSQL process holds outside it (store/cluster.py).
     needed = connection_budget(config) + CLUSTER_LINK_CONNECTIONS
     if needed <= limit.allowed:
