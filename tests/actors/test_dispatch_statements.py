@@ -11,17 +11,19 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import QueryCounter
-from tests.fakes import issue
+from tests.fakes import RecordingAction, issue
 from tests.harness import Harness, assign, rule
+from ticket_dispatcher.domain.execution import ExecutionStatus, Trigger, TriggerStatus
 from ticket_dispatcher.store.database import is_postgres
 
 ENGINEERS = ("a@example.com", "b@example.com")
-# The trigger inserted and claimed; the active versions, the issue's context, the lock keys;
-# the execution, its rules, the context and the trigger's end written (PostgreSQL: one
-# statement); the shadows; the execution claimed with its rules (PostgreSQL: one statement);
-# the round robin's turn (read and mark); two checkpoints of the execution and its rules
-# (PostgreSQL: one statement each), the plan and the end; the shadow decisions to settle.
-BUDGET = {"sqlite": 19, "postgres": 13}
+# The trigger inserted and claimed; the active versions, the issue's context; the execution,
+# its rules, the context and the trigger's end written (PostgreSQL: one statement), with no
+# read of the lock keys before it (the pool knows that none is held); the shadows; the
+# execution claimed with its rules (PostgreSQL: one statement); the round robin's turn (read
+# and mark); two checkpoints of the execution and its rules (PostgreSQL: one statement each),
+# the plan and the end; the shadow decisions to settle.
+BUDGET = {"sqlite": 18, "postgres": 12}
 
 
 @pytest.fixture
@@ -48,3 +50,35 @@ def test_one_ordinary_dispatch_sends_its_budget_of_statements(harness):
     assert harness.jira.issues["TCID-3"].assignee is not None
     engine = "postgres" if is_postgres(harness.store.db) else "sqlite"
     assert queries.count == BUDGET[engine], "\n".join(queries.statements)
+
+
+LOCK_KEYS_READ = "SELECT live_lock_key FROM"
+EXECUTION_INSERT = "INSERT INTO dispatch_executions "
+
+
+def test_the_lock_keys_are_read_only_while_one_of_the_issue_is_held(make_harness):
+    # The pool knows the keys of the live executions, the recovered ones too, and reads the
+    # held ones before it decides; a key whose execution ended is free without a read.
+    h = make_harness(RecordingAction("test_wait", park_for=60))
+    policy = h.policy(rule("test_wait"))
+    first = h.post_trigger()
+
+    def lock_keys_read() -> tuple[bool, Trigger]:
+        """Whether the keys were read; and never an insert the key's index refused."""
+        with QueryCounter(h.store.db) as queries:
+            trigger = h.post_trigger()
+        inserts = sum(EXECUTION_INSERT in sql for sql in queries.statements)
+        assert inserts == len(trigger.execution_ids), queries.statements
+        return any(LOCK_KEYS_READ in sql for sql in queries.statements), trigger
+
+    read, busy = lock_keys_read()
+    assert read and busy.status is TriggerStatus.COMPLETED and busy.execution_ids == []
+    h.restart()  # the wait is recovered, its key with it
+    read, busy = lock_keys_read()
+    assert read and busy.status is TriggerStatus.COMPLETED and busy.execution_ids == []
+
+    h.advance(60)
+    assert h.execution(first.execution_ids[0]).status is ExecutionStatus.SUCCEEDED
+    read, free = lock_keys_read()
+    assert not read and len(free.execution_ids) == 1
+    assert [e.policy_id for e in h.executions()] == [policy.id, policy.id]

@@ -142,6 +142,25 @@ def test_busy_policy_is_skipped_on_auto_match_and_fails_an_explicit_trigger(make
     assert h.execution(first.execution_ids[0]).status is ExecutionStatus.SUCCEEDED
 
 
+def test_a_trigger_matching_a_busy_and_an_idle_policy_creates_only_the_idle_one(make_harness):
+    # The first insert names both policies and the busy one's lock refuses it: nothing of it
+    # may remain, and the idle policy's execution is created on the second, informed try.
+    waiting, noop = RecordingAction("test_wait", park_for=60), RecordingAction()
+    h = make_harness(waiting, noop)
+    busy = h.policy(rule("test_wait"))
+    first = h.post_trigger()
+    idle = h.policy(rule("test_noop"))
+
+    both = h.post_trigger()
+
+    assert both.status is TriggerStatus.COMPLETED and len(both.execution_ids) == 1
+    assert h.execution(both.execution_ids[0]).policy_id == idle.id
+    assert both.failure_reason == f"skipped busy policies {busy.id}"
+    assert [len(h.store.executions.list(policy_id=p.id)[0]) for p in (busy, idle)] == [1, 1]
+    h.advance(60)
+    assert h.execution(first.execution_ids[0]).status is ExecutionStatus.SUCCEEDED
+
+
 def test_terminate_skips_everything_after_it(make_harness):
     stop, noop = RecordingAction("test_stop", result="terminate"), RecordingAction()
     h = make_harness(stop, noop)

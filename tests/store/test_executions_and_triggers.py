@@ -178,7 +178,10 @@ def test_list_filters_and_recoverable_order(store):
 
     items, total = store.executions.list(issue_key="TCID-2")
     assert total == 1 and items[0].issue_key == "TCID-2"
-    assert [i for i, _ in store.executions.recoverable()] == ids
+    recovered = store.executions.recoverable()
+    assert [i for i, _, _ in recovered] == ids
+    assert [key for _, _, key in recovered] == [store.executions.get(i).live_lock_key
+                                                for i in ids] and all(k for _, _, k in recovered)
     assert store.executions.list(limit=2)[1] == 3
 
 

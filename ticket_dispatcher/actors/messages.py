@@ -63,8 +63,8 @@ class RunningActors:  # ask, from the shutdown; answers the refs of the running 
 
 @dataclass(frozen=True)
 class Recover:  # tell, from boot recovery: running executions, a thousand or so at a time
-    # (id, wake_at): parked until a future wake_at, else queued at once
-    executions: tuple[tuple[int, datetime | None], ...]
+    # (id, wake_at, live lock key): parked until a future wake_at, else queued at once
+    executions: tuple[tuple[int, datetime | None, str | None], ...]
 
 
 @dataclass(frozen=True)

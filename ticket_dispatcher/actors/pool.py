@@ -178,6 +178,10 @@ class ExecutionPool(TrackedActor):
         self._deps = deps
         self._slots = deps.config.execution_slots
         self._started = deps.clock.now()  # this replica's start, as the admin view shows it
+        # Single mode: the lock keys of the live executions, both ways (``_create``). Taken
+        # when created or recovered here, given back when the execution's end is reported.
+        self._held_keys: dict[str, int] = {}
+        self._key_of: dict[int, str] = {}
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._supervisor = supervisor
         self._queue = SlotQueue(deps.config.lanes.notification_share)
@@ -229,7 +233,8 @@ class ExecutionPool(TrackedActor):
             case Recover(executions):
                 now = self._deps.clock.now()
                 watch = []
-                for execution_id, wake_at in executions:
+                for execution_id, wake_at, key in executions:
+                    self._hold_key(execution_id, key)
                     if wake_at is None or wake_at <= now:
                         self._enqueue(execution_id)
                     elif self._watcher is not None:  # it knows a page wait from the others
@@ -258,6 +263,7 @@ class ExecutionPool(TrackedActor):
                     self._interruptions.pop(execution_id, None)
             case Finished(execution_id, run):
                 if self._release(execution_id, run):
+                    self._release_key(execution_id)
                     self._interruptions.pop(execution_id, None)
                     self._cancels.pop(execution_id, None)
             case Parked(execution_id, wake_at, run, watched):
@@ -466,50 +472,92 @@ class ExecutionPool(TrackedActor):
     # -- creation (the one writer) --------------------------------------------------------------
 
     def _create(self, request: CreateExecutions) -> CreationResult:
-        store, now = self._deps.store, self._deps.clock.now()
-        trigger = request.trigger
-        # Shared mode: one transaction, in which one replica at a time checks and takes an
-        # issue's live locks. Single mode: this actor is the one writer of executions.
+        """Create the trigger's executions as the admission rule decides.
+
+        Shared mode: in one transaction in which one replica at a time checks and takes an
+        issue's live locks. Single mode: this actor is the one writer of executions and hears
+        of every end, so it knows which lock keys are held; when none of the trigger's is, the
+        insert is the one round trip (the UNIQUE index of the keys backs that up: when it
+        refuses one, the keys are read as in shared mode). A key ends held only after its
+        execution's end is saved, so an execution is never stamped created before the one
+        whose key it took had ended."""
+        store = self._deps.store
+        if not self._shared and not any(e.live_lock_key in self._held_keys
+                                        for e in request.executions if e.live_lock_key):
+            try:
+                with unit_of_work(store.db):
+                    result, here = self._admit(request, busy=set())
+            except Conflict:  # held after all: decide knowing which
+                pass
+            else:
+                return self._start_created(request, result, here)
+        keys = [e.live_lock_key for e in request.executions if e.live_lock_key]
         with (write_lock if self._shared else unit_of_work)(store.db):
             if self._shared:
-                lock_issue(store.db, trigger.issue_key)
-            keys = [e.live_lock_key for e in request.executions if e.live_lock_key]
-            admission = admit(request.executions, store.executions.busy_lock_keys(keys),
-                              explicit=request.explicit, role_label=request.reserved_label,
-                              issue_labels=request.issue_labels)
-            lease = request.lease
-            if admission.outcome is Outcome.CONFLICT:
-                store.triggers.fail(trigger.id, admission.reason, now, lease=lease)
-                return CreationResult(outcome="failed", reason=admission.reason)
-            if admission.outcome is Outcome.DEFERRED:
-                # duplicates coalesce, but one wake-up always stays pending
-                if (waiting := store.triggers.pending_duplicate(trigger)) is not None:
-                    reason = f"{admission.reason}; coalesced into pending trigger {waiting}"
-                    store.triggers.complete(trigger.id, [], now, reason=reason, lease=lease)
-                    return CreationResult(outcome="coalesced", reason=reason)
-                until = now + self._deps.config.trigger_defer_interval
-                store.triggers.defer(trigger.id, until, now, lease=lease)
-                return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "
-                                                                 f"until {format_time(until)}")
-            idle = [request.executions[i] for i in admission.admitted]
-            _created_now(idle, self._deps.clock.now())
+                lock_issue(store.db, request.trigger.issue_key)
+            busy = store.executions.busy_lock_keys(keys)
             try:
-                # the missing default context is persisted for live runs only
-                ids = store.executions.create(trigger.id, idle, issue_key=trigger.issue_key,
-                                              ensure_context=bool(idle) and trigger.dryrun is None,
-                                              now=now, reason=admission.reason, lease=lease)
+                result, here = self._admit(request, busy)
             except Conflict as exc:  # another writer won a lock key between check and insert
-                store.triggers.fail(trigger.id, exc.message, now, lease=lease)
+                store.triggers.fail(request.trigger.id, exc.message, self._deps.clock.now(),
+                                    lease=request.lease)
                 return CreationResult(outcome="failed", reason=exc.message)
-            # Shared mode: what this replica has free slots for starts here at once, as in
-            # single mode; the rest is announced (at commit) to a replica with a free slot.
-            here = ids[:self._free_slots()] if self._shared else ids
-            if len(here) < len(ids):
-                notify_work(store.db)
-        lane = lane_of(trigger.source)
-        for execution_id in here:  # only after commit, in creation order
+        return self._start_created(request, result, here)
+
+    def _admit(self, request: CreateExecutions, busy: set[str],
+               ) -> tuple[CreationResult, list[int]]:
+        """Apply the admission rule given the ``busy`` lock keys and write its outcome: the
+        result, and the IDs of the executions to start here once committed. Raises
+        ``Conflict`` (nothing written) when the insert finds a key held after all."""
+        store, now = self._deps.store, self._deps.clock.now()
+        trigger, lease = request.trigger, request.lease
+        admission = admit(request.executions, busy, explicit=request.explicit,
+                          role_label=request.reserved_label, issue_labels=request.issue_labels)
+        if admission.outcome is Outcome.CONFLICT:
+            store.triggers.fail(trigger.id, admission.reason, now, lease=lease)
+            return CreationResult(outcome="failed", reason=admission.reason), []
+        if admission.outcome is Outcome.DEFERRED:
+            # duplicates coalesce, but one wake-up always stays pending
+            if (waiting := store.triggers.pending_duplicate(trigger)) is not None:
+                reason = f"{admission.reason}; coalesced into pending trigger {waiting}"
+                store.triggers.complete(trigger.id, [], now, reason=reason, lease=lease)
+                return CreationResult(outcome="coalesced", reason=reason), []
+            until = now + self._deps.config.trigger_defer_interval
+            store.triggers.defer(trigger.id, until, now, lease=lease)
+            return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "
+                                                             f"until {format_time(until)}"), []
+        idle = [request.executions[i] for i in admission.admitted]
+        _created_now(idle, self._deps.clock.now())
+        # the missing default context is persisted for live runs only
+        ids = store.executions.create(trigger.id, idle, issue_key=trigger.issue_key,
+                                      ensure_context=bool(idle) and trigger.dryrun is None,
+                                      now=now, reason=admission.reason, lease=lease)
+        # Shared mode: what this replica has free slots for starts here at once, as in
+        # single mode; the rest is announced (at commit) to a replica with a free slot.
+        here = ids[:self._free_slots()] if self._shared else ids
+        if len(here) < len(ids):
+            notify_work(store.db)
+        for execution in idle:
+            self._hold_key(execution.id, execution.live_lock_key)
+        return CreationResult(execution_ids=ids, reason=admission.reason), here
+
+    def _hold_key(self, execution_id: int, key: str | None) -> None:
+        if key and not self._shared:
+            self._held_keys[key], self._key_of[execution_id] = execution_id, key
+
+    def _release_key(self, execution_id: int) -> None:
+        """The execution ended (its end saved): its lock key is free."""
+        key = self._key_of.pop(execution_id, None)
+        if key is not None and self._held_keys.get(key) == execution_id:
+            del self._held_keys[key]
+
+    def _start_created(self, request: CreateExecutions, result: CreationResult,
+                      here: list[int]) -> CreationResult:
+        """After the commit: queue the executions to start here, in creation order."""
+        lane = lane_of(request.trigger.source)
+        for execution_id in here:
             self._enqueue(execution_id, lane=lane)
-        return CreationResult(execution_ids=ids, reason=admission.reason)
+        return result
 
     # -- cancel and status ------------------------------------------------------------------------
 
@@ -530,6 +578,7 @@ class ExecutionPool(TrackedActor):
             if execution.status.terminal:
                 return "finished"
             self._deps.behavior().abort(execution, FailureCode.CANCELLED, reason)
+        self._release_key(execution_id)
         self._parked.pop(execution_id, None)  # its heap entry is dropped as stale
         self._retrying.pop(execution_id, None)
         return "applied"

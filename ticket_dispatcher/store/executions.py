@@ -500,11 +500,12 @@ class ExecutionRepository:
         return {rule_id: executions[execution_id] for rule_id, execution_id in latest.items()
                 if execution_id in executions}
 
-    def recoverable(self) -> list[tuple[int, datetime | None]]:
-        """Every created/executing execution, dry-runs included, in creation order
-        (for boot recovery)."""
+    def recoverable(self) -> list[tuple[int, datetime | None, str | None]]:
+        """Every created/executing execution, dry-runs included, in creation order, with its
+        ``wake_at`` and live lock key (for boot recovery)."""
         with unit_of_work(self.db):
-            query = (ExecutionRow.select(ExecutionRow.id, ExecutionRow.wake_at)
+            query = (ExecutionRow.select(ExecutionRow.id, ExecutionRow.wake_at,
+                                         ExecutionRow.live_lock_key)
                      .where(ExecutionRow.status.in_(_RUNNING)).order_by(ExecutionRow.id))
             return list(query.tuples().iterator())  # no model object per row: 100,000 at boot
 
