@@ -21,9 +21,9 @@ ENGINEERS = ("a@example.com", "b@example.com")
 # its rules, the context and the trigger's end written (PostgreSQL: one statement), with no
 # read of the lock keys before it (the pool knows that none is held); the shadows; the
 # execution claimed with its rules (PostgreSQL: one statement); the round robin's turn (read
-# and mark); two checkpoints of the execution and its rules (PostgreSQL: one statement each),
-# the plan and the end; the shadow decisions to settle.
-BUDGET = {"sqlite": 18, "postgres": 12}
+# and mark; PostgreSQL: one statement); two checkpoints of the execution and its rules
+# (PostgreSQL: one statement each), the plan and the end; the shadow decisions to settle.
+BUDGET = {"sqlite": 18, "postgres": 11}
 
 
 @pytest.fixture

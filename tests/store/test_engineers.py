@@ -10,8 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ticket_dispatcher.domain.actions.assign import next_in_turn
 from ticket_dispatcher.errors import NotFound
-from ticket_dispatcher.store.database import is_postgres
+from ticket_dispatcher.store.database import is_postgres, unit_of_work
+from ticket_dispatcher.store.models import time_param
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 
@@ -274,10 +276,39 @@ def test_turn_locks_the_candidate_rows_in_one_transaction(store, query_counter):
     with query_counter() as queries:
         store.engineers.take_turn(["b@x.com", "a@x.com"], issue_key="TCID-1", now=T0)
 
-    select, update = queries.statements
+    if is_postgres(store.db):  # one statement: the rows locked, the chosen one marked
+        [turn] = queries.statements
+        assert "ORDER BY email FOR UPDATE" in turn and "UPDATE engineers SET" in turn
+        return
+    select, update = queries.statements  # in SQLite's BEGIN IMMEDIATE
     assert select.startswith("SELECT") and update.startswith("UPDATE")
-    assert ("FOR UPDATE" in select) == is_postgres(store.db)  # SQLite: BEGIN IMMEDIATE
-    assert "ORDER BY" in select  # one lock order for every caller: no deadlock
+    assert "FOR UPDATE" not in select and "ORDER BY" in select
+
+
+def test_turns_follow_the_one_rule_of_the_round_robin_whatever_the_marks(store):
+    # PostgreSQL chooses and marks in SQL: it must agree with ``next_in_turn`` and the mark
+    # rule on every kind of state (never dispatched, equal marks, a mark ahead of ``now``).
+    emails = [f"{name}@x.com" for name in "abcde"]
+    enable(store, *emails)
+    marks = [None, T0, T0 + timedelta(seconds=5), T0 + timedelta(seconds=30)]
+    for round_ in range(40):
+        with unit_of_work(store.db):
+            for i, email in enumerate(emails):
+                mark = marks[(round_ * 7 + i * 3) % len(marks) if round_ % 5 else 0]
+                store.db.execute_sql("UPDATE engineers SET last_dispatched_at = "
+                                     f"{store.db.param} WHERE email = {store.db.param}",
+                                     (time_param(mark), email))
+        order = emails[round_ % 5:] + emails[:round_ % 5]
+        before = [store.engineers.get(email) for email in order]
+        now = T0 + timedelta(seconds=10)
+
+        turn = store.engineers.take_turn(order, issue_key=f"TCID-{round_}", now=now)
+
+        assert turn.chosen == next_in_turn(before) and list(turn.candidates) == before
+        newest = max((e.last_dispatched_at for e in before if e.last_dispatched_at),
+                     default=None)
+        expected = now if newest is None or newest < now else newest + timedelta(microseconds=1)
+        assert store.engineers.get(turn.chosen.email).last_dispatched_at == expected
 
 
 def test_a_dispatch_record_never_moves_a_later_mark_back(store):
