@@ -75,7 +75,7 @@ def test_a_claim_that_meets_an_outage_is_retried_and_the_trigger_completes(make_
 
 def test_a_trigger_interrupted_mid_processing_keeps_its_claim_and_completes(make_harness):
     h = staffed(make_harness)
-    Outage(h.store.policies, "list_active", times=1)
+    Outage(h.store.policies, "active_and_shadows", times=1)
 
     trigger = h.post_trigger()
     assert trigger.status is TriggerStatus.PROCESSING  # still ours; never failed for it

@@ -70,7 +70,7 @@ def test_an_internal_error_logs_the_trace_and_one_warning(make_harness, logs, mo
     def broken():
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(harness.store.policies, "list_active", broken)
+    monkeypatch.setattr(harness.store.policies, "active_and_shadows", broken)
     trigger = harness.post_trigger()
 
     line = assert_one_warning_for(logs, trigger)

@@ -71,6 +71,11 @@ class RuntimeDeps:
     intake: IntakePriority = field(default_factory=lambda: IntakePriority(0))
     # The ACK watcher as it last saw itself (actors/watcher.py): waits watched, its round.
     ack_watch: dict = field(default_factory=lambda: {"watched": 0, "round_seconds": 0.0})
+    # Single mode: the live executions of this process that no shadow decision waits for,
+    # by (trigger id, family): their trigger found no shadow version of the family, so their
+    # end does not look for decisions to judge. Kept from just before their creation to
+    # their end; any other execution's end looks.
+    unshadowed: set[tuple[int, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.policy_names = PolicyNames(lambda policy_id: self.store.policies.get(policy_id).name)
@@ -110,6 +115,10 @@ class RuntimeDeps:
 
     def _settle_shadows(self, execution: Execution) -> None:
         """Judge the shadow decisions made beside this live execution, now that it ended."""
+        key = (execution.trigger_id, execution.policy_family_id)
+        if key in self.unshadowed:
+            self.unshadowed.discard(key)
+            return
         try:
             for family, verdict in self.store.shadows.settle(execution, self.clock.now()):
                 self.metrics.shadow_decision(family, "differed" if verdict.differs

@@ -33,7 +33,7 @@ from ticket_dispatcher.actors.lanes import Lanes
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
 from ticket_dispatcher.actors.shadow import ShadowRequest
-from ticket_dispatcher.domain.execution import Trigger
+from ticket_dispatcher.domain.execution import Execution, Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
 from ticket_dispatcher.domain.matching import (
     NOTIFICATION_LANE,
@@ -139,6 +139,7 @@ class TriggerProcessor:
             reason = f"issue load failed: {exc.message}"
             store.triggers.fail(trigger.id, reason, now, lease=lease)
             return "failed", reason
+        shadows: dict[str, int] | None = None  # each family's shadow, when read with them
         if trigger.policy_id is not None:  # explicit: no trigger/status check
             try:
                 policies = [store.policies.get(trigger.policy_id)]
@@ -153,19 +154,28 @@ class TriggerProcessor:
                                         lease=lease)
                 return "completed", NOTIFICATIONS_DISABLED
         else:
-            policies = match_policies(store.policies.list_active(), trigger.source, issue)
+            active, shadows = store.policies.active_and_shadows()
+            policies = match_policies(active, trigger.source, issue)
         if not policies:
             store.triggers.complete(trigger.id, [], now, lease=lease)
             return "completed", ""
         context = store.contexts.find(trigger.issue_key)
         executions = [new_execution(trigger, policy, issue, context, self._deps.registry, now)
                       for policy in policies]
-        result = self._pool.ask(CreateExecutions(
-            trigger=trigger, executions=executions, explicit=trigger.policy_id is not None,
-            reserved_label=role.label if role else None, issue_labels=issue.labels,
-            lease=lease), timeout=CREATE_TIMEOUT_SECONDS)
+        unshadowed = self._unshadowed(trigger, executions, shadows)
+        created: list[int] = []
+        try:
+            result = self._pool.ask(CreateExecutions(
+                trigger=trigger, executions=executions, explicit=trigger.policy_id is not None,
+                reserved_label=role.label if role else None, issue_labels=issue.labels,
+                lease=lease), timeout=CREATE_TIMEOUT_SECONDS)
+            created = result.execution_ids
+        finally:  # the executions not created have no end to wait for
+            self._deps.unshadowed.difference_update(
+                key for key, execution in unshadowed.items() if execution.id not in created)
         if trigger.dryrun is None and result.execution_ids:
-            self._offer_shadows(trigger, issue, context, executions, result.execution_ids, now)
+            self._offer_shadows(trigger, issue, context, executions, result.execution_ids, now,
+                                shadows)
         if result.outcome != "failed":  # a failure is logged once, by ``process``
             log.info("trigger processed", extra={
                 "trigger_id": trigger.id, "issue_key": trigger.issue_key,
@@ -174,16 +184,31 @@ class TriggerProcessor:
                                            f"{result.execution_ids}"})
         return result.outcome, result.reason
 
+    def _unshadowed(self, trigger: Trigger, executions: list[Execution],
+                    shadows: dict[str, int] | None) -> dict[tuple[int, str], Execution]:
+        """Single mode: note the live executions about to be created whose family has no
+        shadow version, so that their end need not look for decisions (``RuntimeDeps``).
+        Noted before the creation: an execution may end before the pool answers."""
+        if shadows is None or trigger.dryrun is not None or self._deps.config.cluster.shared:
+            return {}
+        unshadowed = {(trigger.id, e.policy_family_id): e for e in executions
+                      if e.policy_family_id not in shadows}
+        self._deps.unshadowed.update(unshadowed)
+        return unshadowed
+
     def _offer_shadows(self, trigger: Trigger, issue, context, executions, created: list[int],
-                       now) -> None:
+                       now, shadows: dict[str, int] | None) -> None:
         """The live executions exist: offer each family's shadow version, if it has one, the
-        same trigger, issue snapshot and clock (actors/shadow.py). Never in their way: when
-        the store cannot say which families have a shadow, this trigger goes without."""
+        same trigger, issue snapshot and clock (actors/shadow.py). ``shadows``: read with the
+        active versions the trigger matched, else read here. Never in their way: when the
+        store cannot say which families have a shadow, this trigger goes without."""
         live = {e.policy_family_id: e.id for e in executions if e.id in created}
-        try:
-            shadows = self._deps.store.shadows.of_families(sorted(live))
-        except StoreUnavailable:
-            return  # the live work is done; the store's health reports the outage
+        if shadows is None:
+            try:
+                shadows = self._deps.store.shadows.of_families(sorted(live))
+            except StoreUnavailable:
+                return  # the live work is done; the store's health reports the outage
+        shadows = {family: policy_id for family, policy_id in shadows.items() if family in live}
         for family, policy_id in shadows.items():
             self._deps.shadows.offer(ShadowRequest(
                 trigger=trigger, issue=issue, context=context, now=now,

@@ -51,8 +51,11 @@ class PolicyRepository:
         # read for every trigger and every execution start: written out once
         table = PolicyRow._meta.table_name
         self._exists = f"SELECT 1 FROM {table} WHERE id = {db.param}"
-        self._active_versions = (f"SELECT id, updated_at FROM {table} WHERE status = "
-                                 f"{db.param} ORDER BY id")
+        # with the shadow version of each one's family, if it has one
+        self._active_versions = (
+            f"SELECT p.id, p.updated_at, p.family_id, s.policy_id FROM {table} p "
+            f"LEFT JOIN {ShadowRow._meta.table_name} s ON s.family_id = p.family_id "
+            f"WHERE p.status = {db.param} ORDER BY p.id")
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -93,25 +96,33 @@ class PolicyRepository:
         return self._versions.get(policy_id)
 
     def list_active(self) -> list[Policy]:
-        """Every active version, for matching; a fresh read on every call.
+        """Every active version, for matching; a fresh read on every call."""
+        return self.active_and_shadows()[0]
+
+    def active_and_shadows(self) -> tuple[list[Policy], dict[str, int]]:
+        """Every active version, for matching, and the shadow version of each of their
+        families that has one (family → policy id); a fresh read on every call, one small
+        query while the active versions stay the same.
 
         Every trigger matches against them, and a version's rules and trigger never change
         once it is out of draft, so the loaded versions are kept: each call reads which
-        versions are active (id and ``updated_at``, one small query) and loads them again only
-        when that list changed, e.g. after an activation by this or another replica."""
+        versions are active (id and ``updated_at``) and loads them again only when that list
+        changed, e.g. after an activation by this or another replica."""
         active = PolicyRow.status == PolicyStatus.ACTIVE.value
         with unit_of_work(self.db):
+            read = self.db.execute_sql(self._active_versions,
+                                       (PolicyStatus.ACTIVE.value,)).fetchall()
             versions = tuple((policy_id, PolicyRow.updated_at.python_value(updated))
-                             for policy_id, updated in self.db.execute_sql(
-                                 self._active_versions, (PolicyStatus.ACTIVE.value,)))
+                             for policy_id, updated, _, _ in read)
+            shadows = {family: shadow for _, _, family, shadow in read if shadow is not None}
             known = self._active
             if known is not None and known[0] == versions:
-                return list(known[1])
+                return list(known[1]), shadows
             rows = list(PolicyRow.select().where(active).order_by(PolicyRow.id))
             policies = self._with_rules(rows)
         self._active = (tuple((row.id, row.updated_at) for row in rows), policies)
         self._versions.update((policy.id, policy) for policy in policies)
-        return list(policies)
+        return list(policies), shadows
 
     # -- drafts ------------------------------------------------------------------------------
 
