@@ -14,7 +14,7 @@ from tests.conftest import QueryCounter
 from tests.fakes import RecordingAction, issue
 from tests.harness import Harness, assign, rule
 from ticket_dispatcher.domain.execution import ExecutionStatus, Trigger, TriggerStatus
-from ticket_dispatcher.store.database import is_postgres
+from ticket_dispatcher.store.database import WITHOUT_FLUSH_WAIT, is_postgres
 
 ENGINEERS = ("a@example.com", "b@example.com")
 # The trigger inserted and claimed; the active versions with their families' shadows; the
@@ -51,6 +51,34 @@ def test_one_ordinary_dispatch_sends_its_budget_of_statements(harness):
     assert harness.jira.issues["TCID-3"].assignee is not None
     engine = "postgres" if is_postgres(harness.store.db) else "sqlite"
     assert queries.count == BUDGET[engine], "\n".join(queries.statements)
+
+
+def test_only_writes_made_again_after_a_crash_skip_the_wait_for_the_disk(harness):
+    # PostgreSQL: the claims, the creation and the round robin's turn are made again (or
+    # were flushed by a later commit) when the server loses them; the trigger's insert, which
+    # its 202 answers for, and every checkpoint wait for the disk.
+    if not is_postgres(harness.store.db):
+        pytest.skip("SQLite has no such setting")
+    for n in range(1, 4):
+        harness.jira.put(issue(key=f"TCID-{n}"))
+    harness.post_trigger(issue_key="TCID-1")
+    harness.post_trigger(issue_key="TCID-2")  # as counted above: the steady state
+
+    with QueryCounter(harness.store.db) as queries:
+        harness.runtime.accept_trigger("jira_automation", "TCID-3")
+        harness.wait_idle()
+
+    waiting = [" ".join(sql.split()[:3]) for sql in queries.statements
+               if sql.startswith(("INSERT", "UPDATE", "WITH moved"))]
+    skipping = [sql.removeprefix(WITHOUT_FLUSH_WAIT).split()[:3] for sql in queries.statements
+                if sql.startswith(WITHOUT_FLUSH_WAIT)]
+    assert waiting == ["INSERT INTO dispatch_triggers", "WITH moved AS", "WITH moved AS"]
+    assert [words[0] + " " + words[1] for words in skipping] == [
+        "UPDATE dispatch_triggers",  # the trigger's claim
+        "WITH id0",  # the execution created, the trigger ended
+        "WITH claimed",  # the execution's claim
+        "WITH candidates",  # the round robin's turn
+    ]
 
 
 LOCK_KEYS_READ = "SELECT live_lock_key FROM"

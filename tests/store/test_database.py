@@ -331,6 +331,18 @@ def test_postgres_sessions_neither_compile_nor_start_workers(postgres_url):
 
 
 @pytest.mark.postgres
+def test_a_write_without_flush_wait_changes_only_its_own_commit(postgres_url):
+    store = Store.open(postgres_url)
+    with unit_of_work(store.db) as db:
+        during = db.execute_sql(f"{database.WITHOUT_FLUSH_WAIT}"
+                                "SELECT current_setting('synchronous_commit')").fetchone()[0]
+        after = db.execute_sql("SHOW synchronous_commit").fetchone()[0]
+    store.close()
+
+    assert (during, after) == ("off", "on")
+
+
+@pytest.mark.postgres
 def test_postgres_refuses_a_configuration_above_the_server_limit(postgres_url, monkeypatch):
     store = Store.open(postgres_url)
     monkeypatch.setattr(database, "server_limit",

@@ -467,6 +467,14 @@ def write_lock(db: peewee.Database) -> Iterator[peewee.Database]:
             _succeeded(db, wrote=True)
 
 
+# Put before a PostgreSQL write that need not wait for its WAL to reach the disk (docs/design.md,
+# "Writes that need not wait for the disk"): the write is one statement, and a crash of the
+# server that lost it loses nothing that is not done again from what was committed before it.
+# Sent in the same query as the write, so the two run as one implicit transaction and the
+# setting ends with it: no round trip more.
+WITHOUT_FLUSH_WAIT = "SET LOCAL synchronous_commit TO OFF; "
+
+
 @contextmanager
 def one_statement_write(db: peewee.Database) -> Iterator[peewee.Database]:
     """A write that is one statement, atomic by itself: no ``BEGIN`` and ``COMMIT`` around it,

@@ -21,6 +21,7 @@ from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.store.database import (
+    WITHOUT_FLUSH_WAIT,
     fetch_page,
     is_postgres,
     read_rows,
@@ -190,7 +191,7 @@ class EngineerRepository:
         were before the mark, with the chosen one's email beside them."""
         marks = placeholders(self.db.param, len(order))
         with unit_of_work(self.db):
-            rows = read_rows(self.db, EngineerRow, f"""
+            rows = read_rows(self.db, EngineerRow, f"""{WITHOUT_FLUSH_WAIT}
             WITH candidates AS (
                 SELECT * FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = %s
                 ORDER BY email FOR UPDATE

@@ -29,6 +29,7 @@ from ticket_dispatcher.domain.execution import (
 from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
+    WITHOUT_FLUSH_WAIT,
     fetch_page,
     is_postgres,
     one_statement_write,
@@ -574,11 +575,14 @@ class _Statements:
             f"UPDATE {executions} SET lease_owner = {param}, lease_epoch = lease_epoch + 1, "
             f"lease_expires_at = {param} WHERE id IN (SELECT id FROM picked) RETURNING id")
         # The claim with the row it claimed; on PostgreSQL with its rules as well, one JSON
-        # array (a data-modifying WITH, which SQLite does not have).
+        # array (a data-modifying WITH, which SQLite does not have), and without waiting for
+        # the disk: a claim lost with the server is made again, and every checkpoint after it
+        # is fenced by it.
         self.claim_loaded = (
-            f"WITH claimed AS ({claim} RETURNING *) SELECT claimed.*, (SELECT json_agg(r "
-            f"ORDER BY r.sequence) FROM {rules} r WHERE r.execution_id = claimed.id) AS rules "
-            "FROM claimed" if one_statement_writes else f"{claim} RETURNING *")
+            f"{WITHOUT_FLUSH_WAIT}WITH claimed AS ({claim} RETURNING *) SELECT claimed.*, "
+            f"(SELECT json_agg(r ORDER BY r.sequence) FROM {rules} r "
+            "WHERE r.execution_id = claimed.id) AS rules FROM claimed"
+            if one_statement_writes else f"{claim} RETURNING *")
         self.insert = (f"INSERT INTO {executions} ({_INSERTED}) "
                        f"VALUES ({placeholders(param, _INSERTED.count(',') + 1)}) RETURNING id")
         self.insert_rule = (f"INSERT INTO {rules} (execution_id, {_RULE_INSERTED}) "
@@ -630,8 +634,8 @@ class _Statements:
             clauses.append(f"context AS ({ContextRepository.default_insert(param, 'ended')})")
         answer = ", ".join(["(SELECT count(*) FROM ended)", *(f"id{n}.id" for n in drawn)])
         sources = f" FROM {', '.join(f'id{n}' for n in drawn)}" if rules else ""
-        statement = self._creates_in_one[shape] = (
-            f"WITH {', '.join(clauses)} SELECT {answer}{sources}")
+        statement = self._creates_in_one[shape] = (  # done again from the claimed trigger
+            f"{WITHOUT_FLUSH_WAIT}WITH {', '.join(clauses)} SELECT {answer}{sources}")
         return statement
 
     def save_in_one(self, *, released: bool, fenced: bool, rules: int) -> str:
