@@ -482,8 +482,8 @@ class ExecutionPool(TrackedActor):
         execution's end is saved, so an execution is never stamped created before the one
         whose key it took had ended."""
         store = self._deps.store
-        if not self._shared and not any(e.live_lock_key in self._held_keys
-                                        for e in request.executions if e.live_lock_key):
+        keys = [e.live_lock_key for e in request.executions if e.live_lock_key]
+        if not self._shared and not any(key in self._held_keys for key in keys):
             try:
                 with unit_of_work(store.db):
                     result, here = self._admit(request, busy=set())
@@ -491,7 +491,6 @@ class ExecutionPool(TrackedActor):
                 pass
             else:
                 return self._start_created(request, result, here)
-        keys = [e.live_lock_key for e in request.executions if e.live_lock_key]
         with (write_lock if self._shared else unit_of_work)(store.db):
             if self._shared:
                 lock_issue(store.db, request.trigger.issue_key)
@@ -527,7 +526,7 @@ class ExecutionPool(TrackedActor):
             return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "
                                                              f"until {format_time(until)}"), []
         idle = [request.executions[i] for i in admission.admitted]
-        _created_now(idle, self._deps.clock.now())
+        _created_now(idle, now)  # read after the keys were found free
         # the missing default context is persisted for live runs only
         ids = store.executions.create(trigger.id, idle, issue_key=trigger.issue_key,
                                       ensure_context=bool(idle) and trigger.dryrun is None,
