@@ -17,7 +17,13 @@ import peewee
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES
 from ticket_dispatcher.domain.model import DispatchContext
 from ticket_dispatcher.errors import Conflict, NotFound
-from ticket_dispatcher.store.database import lock_rows, read_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.database import (
+    Prepared,
+    lock_rows,
+    read_rows,
+    unit_of_work,
+    write_lock,
+)
 from ticket_dispatcher.store.models import ContextRow, json_param, placeholders, time_param
 from ticket_dispatcher.timeutil import to_utc
 
@@ -29,8 +35,9 @@ SlotMutation = Callable[[dict | None], dict | None]
 class ContextRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
-        self._find = f"SELECT * FROM {ContextRow._meta.table_name} WHERE issue_key = {db.param}"
-        self._insert = self.default_insert(db.param)
+        self._find = Prepared(
+            f"SELECT * FROM {ContextRow._meta.table_name} WHERE issue_key = {db.param}")
+        self._insert = Prepared(self.default_insert(db.param))
 
     @staticmethod
     def default_insert(param: str, after: str | None = None) -> str:

@@ -17,7 +17,8 @@ Both engines pool their physical connections, so nothing is reopened per unit of
   or longer: peewee's pool asks on every check-out, under the locks every check-out and
   check-in of every thread takes, so under load each one queued behind a round trip. A
   connection the server dropped while it was busy fails its first statement instead, and the
-  unit of work discards it (below).
+  unit of work discards it (below). Each connection prepares the ``Prepared`` statements it
+  runs, so the server plans each once per connection (``PostgresPool.execute_sql``).
 - SQLite: ``PooledSqliteDatabase``. Its pragmas are applied in ``SqliteDatabase._connect``,
   which the pool calls only for a new physical connection, so they are set once per connection.
   ``check_same_thread=False`` lets a returned connection serve the next thread that asks
@@ -52,9 +53,11 @@ connection discards it, instead of pooling it again, when the connection failed.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import logging
 import math
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -220,13 +223,100 @@ def _open_postgres(parts: SplitResult, max_connections: int,
     )
 
 
+class Prepared(str):
+    """A hot statement, always the same text run with other values: a PostgreSQL connection
+    parses and plans it once (``PostgresPool.execute_sql``) instead of at every run. On SQLite
+    it is a plain statement (the sqlite3 module keeps its own cache of compiled statements)."""
+
+    __slots__ = ()
+
+
+class Execute(str):
+    """The query sent for a ``Prepared`` statement (``EXECUTE`` of it, after its ``PREPARE``
+    the first time): what peewee's query hooks see, with ``statement``, the statement it
+    runs."""
+
+    statement: Prepared
+
+
+# A SQL-level prepared statement whose plan the server dropped or can no longer use: it does
+# not exist (the session was reset under the connection), or its table changed the columns
+# it answers (another replica's migration added one).
+_PLAN_GONE = {"26000": "", "0A000": "cached plan must not change result type"}
+# ``%s`` marks of a statement as numbered parameters; ``%%`` (a percent sign) stays as it is,
+# since the text is sent with values and the driver turns it into one.
+_MARKS = re.compile(r"%%|%s")
+
+
+@dataclass
+class _PreparedHere:
+    """What one connection has prepared: each statement's name, and how many PREPAREs it was
+    sent since it last forgot them all (a failed one may have left its statement behind)."""
+
+    names: dict[str, str]
+    sent: int = 0
+
+
 class PostgresPool(PooledPostgresqlDatabase):
     """peewee's PostgreSQL pool, asking the server about a pooled connection only when it sat
-    idle ``PG_PING_IDLE_SECONDS`` or longer (see the module's docstring)."""
+    idle ``PG_PING_IDLE_SECONDS`` or longer (see the module's docstring), and running each
+    ``Prepared`` statement as a SQL-level prepared statement of the connection."""
+
+    # Statements one connection keeps prepared; past it, it forgets them all and starts again
+    # (the hot statements come in far fewer shapes).
+    PREPARED_PER_CONNECTION = 100
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._returned: dict[int, float] = {}  # connection key → when it was checked in
+        self._prepared: dict[int, _PreparedHere] = {}  # by connection key
+        self._names = itertools.count(1)  # never reused: a leftover statement cannot clash
+
+    def execute_sql(self, sql: str, params: Any = None) -> Any:
+        """A ``Prepared`` statement with values is run as ``EXECUTE`` of the statement this
+        connection prepared for it, prepared in the same query the first time: parsed and
+        planned once per connection, where each run of the plain text was parsed and planned
+        again (as long as running it, on the statements of every dispatch). The values are
+        the same, and the server infers the parameters' types from the statement, as it does
+        for the literals of the plain text. A statement whose plan is gone (see
+        ``_PLAN_GONE``) is prepared again and, outside a transaction, run again: it failed
+        before doing anything."""
+        if type(sql) is not Prepared or not params or self.is_closed():
+            return super().execute_sql(sql, params)  # closed: it fails as any statement
+        try:
+            return self._run_prepared(sql, params)
+        except peewee.DatabaseError as exc:
+            if not _plan_gone(exc):
+                raise
+            if not self.is_closed():
+                self._prepared.pop(self.conn_key(self.connection()), None)
+            if self.in_transaction():  # the transaction is lost: its caller does it again
+                raise unavailable(FaultKind.SERIALIZATION) from None
+            return self._run_prepared(sql, params)
+
+    def _run_prepared(self, sql: Prepared, params: Any) -> Any:
+        here = self._prepared.setdefault(self.conn_key(self.connection()), _PreparedHere({}))
+        prefix = WITHOUT_FLUSH_WAIT if sql.startswith(WITHOUT_FLUSH_WAIT) else ""
+        body = sql[len(prefix):]
+        values = ", ".join(["%s"] * len(params))
+        name = here.names.get(body)
+        if name is not None:
+            return super().execute_sql(_execute(sql, f"{prefix}EXECUTE {name} ({values})"),
+                                       params)
+        forget = ""
+        if here.sent >= self.PREPARED_PER_CONNECTION:
+            here.names.clear()
+            here.sent, forget = 0, "DEALLOCATE ALL; "
+        name = f"td_{next(self._names)}"
+        numbers = itertools.count(1)
+        numbered = _MARKS.sub(lambda mark: "%%" if mark[0] == "%%" else f"${next(numbers)}",
+                              body)
+        here.sent += 1
+        cursor = super().execute_sql(_execute(sql, f"{forget}{prefix}PREPARE {name} AS "
+                                                   f"{numbered}; EXECUTE {name} ({values})"),
+                                     params)
+        here.names[body] = name
+        return cursor
 
     def _is_closed(self, conn: Any) -> bool:
         returned = self._returned.pop(self.conn_key(conn), None)
@@ -243,7 +333,20 @@ class PostgresPool(PooledPostgresqlDatabase):
 
     def _close_raw(self, conn: Any) -> None:
         self._returned.pop(self.conn_key(conn), None)
+        self._prepared.pop(self.conn_key(conn), None)
         super()._close_raw(conn)
+
+
+def _execute(statement: Prepared, query: str) -> Execute:
+    sent = Execute(query)
+    sent.statement = statement
+    return sent
+
+
+def _plan_gone(exc: peewee.DatabaseError) -> bool:
+    driver = getattr(exc, "orig", None)
+    message = _PLAN_GONE.get(getattr(driver, "pgcode", None) or "")
+    return message is not None and message in str(driver)
 
 
 def _postgres_timeouts(database: DatabaseConfig) -> dict[str, str]:

@@ -22,6 +22,7 @@ from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.store.database import (
     WITHOUT_FLUSH_WAIT,
+    Prepared,
     fetch_page,
     is_postgres,
     read_rows,
@@ -191,7 +192,7 @@ class EngineerRepository:
         were before the mark, with the chosen one's email beside them."""
         marks = placeholders(self.db.param, len(order))
         with unit_of_work(self.db):
-            rows = read_rows(self.db, EngineerRow, f"""{WITHOUT_FLUSH_WAIT}
+            rows = read_rows(self.db, EngineerRow, Prepared(f"""{WITHOUT_FLUSH_WAIT}
             WITH candidates AS (
                 SELECT * FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = %s
                 ORDER BY email FOR UPDATE
@@ -211,7 +212,7 @@ class EngineerRepository:
                 WHERE email = (SELECT email FROM chosen)
                 RETURNING email
             )
-            SELECT candidates.*, (SELECT email FROM turn) AS chosen_email FROM candidates""",
+            SELECT candidates.*, (SELECT email FROM turn) AS chosen_email FROM candidates"""),
                 *order, True, order, time_param(now), time_param(now), TURN_STEP, issue_key,
                 time_param(now))
         if not rows:

@@ -30,6 +30,7 @@ from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     WITHOUT_FLUSH_WAIT,
+    Prepared,
     fetch_page,
     is_postgres,
     one_statement_write,
@@ -545,16 +546,16 @@ class _Statements:
                  f"updated_at = {param}, completed_at = {param}")
         released = ", lease_owner = NULL, lease_expires_at = NULL"
         fence = f" AND lease_owner = {param} AND lease_epoch = {param}"
-        self._save = {(give_back, fenced): f"{moved}{released if give_back else ''} {where}"
-                                            f"{fence if fenced else ''}"
+        self._save = {(give_back, fenced): Prepared(f"{moved}{released if give_back else ''} "
+                                                     f"{where}{fence if fenced else ''}")
                       for give_back in (False, True) for fenced in (False, True)}
-        self.look = (f"UPDATE {executions} SET wake_at = {param}, updated_at = {param} "
+        self.look = Prepared(f"UPDATE {executions} SET wake_at = {param}, updated_at = {param} "
                      f"{where} AND lease_owner IS NULL AND wake_at = {param}")
         claim = (f"UPDATE {executions} SET lease_owner = {param}, "
                  f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} {where} "
                  f"AND (lease_owner IS NULL OR lease_expires_at < {param} "
                  f"OR lease_owner = {param})")
-        self.claim = f"{claim} RETURNING lease_epoch"
+        self.claim = Prepared(f"{claim} RETURNING lease_epoch")
         # The due executions nobody holds, read as two ranges of an index each so that a
         # claim never reads every running row (a hundred thousand parked ones): the unparked
         # ones by ``created_at`` (``ix_dispatch_executions_unparked``), and the parked ones
@@ -563,7 +564,7 @@ class _Statements:
         lock = " FOR UPDATE SKIP LOCKED" if one_statement_writes else ""
         status = "status" if one_statement_writes else "+status"
         unheld = f"(lease_owner IS NULL OR lease_expires_at < {param})"
-        self.claim_due = (
+        self.claim_due = (  # not Prepared: its plan depends on how many are due
             f"WITH fresh AS (SELECT id, created_at AS due FROM {executions} "
             f"WHERE wake_at IS NULL AND status IN ({running}) AND {unheld} "
             f"ORDER BY created_at, id LIMIT {param}{lock}), "
@@ -578,19 +579,21 @@ class _Statements:
         # array (a data-modifying WITH, which SQLite does not have), and without waiting for
         # the disk: a claim lost with the server is made again, and every checkpoint after it
         # is fenced by it.
-        self.claim_loaded = (
+        self.claim_loaded = Prepared(
             f"{WITHOUT_FLUSH_WAIT}WITH claimed AS ({claim} RETURNING *) SELECT claimed.*, "
             f"(SELECT json_agg(r ORDER BY r.sequence) FROM {rules} r "
             "WHERE r.execution_id = claimed.id) AS rules FROM claimed"
             if one_statement_writes else f"{claim} RETURNING *")
-        self.insert = (f"INSERT INTO {executions} ({_INSERTED}) "
-                       f"VALUES ({placeholders(param, _INSERTED.count(',') + 1)}) RETURNING id")
-        self.insert_rule = (f"INSERT INTO {rules} (execution_id, {_RULE_INSERTED}) "
-                            f"VALUES ({placeholders(param, _RULE_INSERTED.count(',') + 2)})")
-        self.get = f"SELECT * FROM {executions} WHERE id = {param}"
-        self.get_rules = (f"SELECT * FROM {rules} WHERE execution_id = {param} "
-                          "ORDER BY sequence")
-        self.rule = (f"UPDATE {rules} SET outcome = {param}, evaluation_json = {param}, "
+        self.insert = Prepared(
+            f"INSERT INTO {executions} ({_INSERTED}) "
+            f"VALUES ({placeholders(param, _INSERTED.count(',') + 1)}) RETURNING id")
+        self.insert_rule = Prepared(
+            f"INSERT INTO {rules} (execution_id, {_RULE_INSERTED}) "
+            f"VALUES ({placeholders(param, _RULE_INSERTED.count(',') + 2)})")
+        self.get = Prepared(f"SELECT * FROM {executions} WHERE id = {param}")
+        self.get_rules = Prepared(f"SELECT * FROM {rules} WHERE execution_id = {param} "
+                                  "ORDER BY sequence")
+        self.rule = Prepared(f"UPDATE {rules} SET outcome = {param}, evaluation_json = {param}, "
                      f"action_executions_json = {param} "
                      f"WHERE execution_id = {param} AND sequence = {param}")
 
@@ -634,7 +637,9 @@ class _Statements:
             clauses.append(f"context AS ({ContextRepository.default_insert(param, 'ended')})")
         answer = ", ".join(["(SELECT count(*) FROM ended)", *(f"id{n}.id" for n in drawn)])
         sources = f" FROM {', '.join(f'id{n}' for n in drawn)}" if rules else ""
-        statement = self._creates_in_one[shape] = (  # done again from the claimed trigger
+        # Without the wait for the disk: lost with the server, it is done again from the
+        # claimed trigger.
+        statement = self._creates_in_one[shape] = Prepared(
             f"{WITHOUT_FLUSH_WAIT}WITH {', '.join(clauses)} SELECT {answer}{sources}")
         return statement
 
@@ -650,7 +655,7 @@ class _Statements:
             moved = f"moved AS ({self.save(released=released, fenced=fenced)} RETURNING id)"
             changed = [f"rule{n} AS ({self.rule} AND EXISTS (SELECT 1 FROM moved))"
                        for n in range(rules)]
-            statement = self._saves_in_one[shape] = (
+            statement = self._saves_in_one[shape] = Prepared(
                 f"WITH {', '.join([moved, *changed])} SELECT count(*) FROM moved")
         return statement
 

@@ -23,7 +23,13 @@ from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.model import Policy, PolicySpec, PolicyStatus, PolicyTrigger, Rule
 from ticket_dispatcher.domain.validation import validate_policy
 from ticket_dispatcher.errors import Conflict, NotFound, PolicyInvalid
-from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.database import (
+    Prepared,
+    fetch_page,
+    lock_rows,
+    unit_of_work,
+    write_lock,
+)
 from ticket_dispatcher.store.models import PolicyRow, RuleRow, ShadowRow
 from ticket_dispatcher.timeutil import to_utc
 
@@ -50,9 +56,9 @@ class PolicyRepository:
         self._versions: dict[int, Policy] = {}
         # read for every trigger and every execution start: written out once
         table = PolicyRow._meta.table_name
-        self._exists = f"SELECT 1 FROM {table} WHERE id = {db.param}"
+        self._exists = Prepared(f"SELECT 1 FROM {table} WHERE id = {db.param}")
         # with the shadow version of each one's family, if it has one
-        self._active_versions = (
+        self._active_versions = Prepared(
             f"SELECT p.id, p.updated_at, p.family_id, s.policy_id FROM {table} p "
             f"LEFT JOIN {ShadowRow._meta.table_name} s ON s.family_id = p.family_id "
             f"WHERE p.status = {db.param} ORDER BY p.id")

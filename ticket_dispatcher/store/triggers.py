@@ -12,6 +12,7 @@ from ticket_dispatcher.domain.matching import NOTIFICATION_LANE
 from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
     WITHOUT_FLUSH_WAIT,
+    Prepared,
     is_postgres,
     one_statement_write,
     seconds_since,
@@ -80,12 +81,12 @@ def _claim_statements(param: str, prefix: str) -> dict[tuple[bool, bool], str]:
     takeover = {(True, False): "", (True, True): "",
                 (False, False): f" AND {free}",
                 (False, True): f" AND ({free} OR lease_owner = {param})"}
-    return {shape: (f"{prefix}UPDATE {TriggerRow._meta.table_name} SET status = {param}, "
-                    f"updated_at = {param}, lease_owner = {param}, "
-                    f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} "
-                    f"WHERE id = {param} AND available_at <= {param} AND (status = {param} "
-                    f"OR (status = {param}{condition})) RETURNING {_TRIGGER_COLUMNS}, "
-                    "lease_epoch")
+    return {shape: Prepared(
+                f"{prefix}UPDATE {TriggerRow._meta.table_name} SET status = {param}, "
+                f"updated_at = {param}, lease_owner = {param}, "
+                f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} "
+                f"WHERE id = {param} AND available_at <= {param} AND (status = {param} "
+                f"OR (status = {param}{condition})) RETURNING {_TRIGGER_COLUMNS}, lease_epoch")
             for shape, condition in takeover.items()}
 
 
@@ -96,7 +97,8 @@ class TriggerClosing:
 
     def __init__(self, db: peewee.Database):
         self._db = db
-        self._statements = {fenced: self.statement(fenced=fenced) for fenced in (False, True)}
+        self._statements = {fenced: Prepared(self.statement(fenced=fenced))
+                            for fenced in (False, True)}
 
     def statement(self, *, fenced: bool, output: str | None = None) -> str:
         """The UPDATE; its parameters are ``run``'s in order (status, output, reason, the time
@@ -128,10 +130,11 @@ class TriggerRepository:
         # A claim lost with the server is made again: the trigger is still pending.
         self._claim = _claim_statements(db.param, WITHOUT_FLUSH_WAIT if is_postgres(db) else "")
         self._closing = TriggerClosing(db)
-        self._insert = (f"INSERT INTO {TriggerRow._meta.table_name} (source, issue_key, "
-                        "input_json, policy_id, dryrun_json, status, available_at, output_json, "
-                        "failure_reason, created_at, updated_at, lease_epoch) VALUES ("
-                        f"{placeholders(db.param, 12)}) RETURNING id")
+        self._insert = Prepared(
+            f"INSERT INTO {TriggerRow._meta.table_name} (source, issue_key, input_json, "
+            "policy_id, dryrun_json, status, available_at, output_json, failure_reason, "
+            f"created_at, updated_at, lease_epoch) VALUES ({placeholders(db.param, 12)}) "
+            "RETURNING id")
 
     def create(self, source: str, issue_key: str, *, policy_id: int | None, dryrun: dict | None,
                now: datetime) -> Trigger:
