@@ -19,7 +19,7 @@ trigger, then the execution), searches the engineer's account on a cache miss, P
 assignee and removes the label. 10 warm-up dispatches (not counted) fill the account cache
 with the default 10 engineers, so the measured runs are the steady state.
 
-A run posts ``--triggers`` triggers (default 300, distinct new issues) from 10 threads and
+A run posts ``--triggers`` triggers (default 600, distinct new issues) from 10 threads and
 polls ``GET /dispatch/executions`` until every execution is terminal (bounded by
 ``--timeout``). Dispatches/s is N over the time from the first POST to the last execution's
 ``completed_at`` (server and bench share the clock); the service's CPU per dispatch covers the
@@ -32,10 +32,13 @@ without an issue key (user searches) spread over the dispatches before their PUT
 same methods, paths, queries and bodies, 10 threads, one keep-alive session each, every answer
 checked against the status the service got. The calls per dispatch are printed. For reference
 it also times the narrower 3-call floor (GET issue, user search, PUT assignee per dispatch).
-Goal: service/floor >= 0.5. ``--repeat`` alternates service run, floor and 3-call floor and
-compares the medians. About 30 s per engine at the defaults on a 2-core machine.
+Goals: service/floor >= 0.8 on SQLite, >= 0.75 on PostgreSQL. ``--repeat`` alternates service
+run, floor and 3-call floor and compares the medians. The defaults, 600 triggers and 3 runs,
+are the measurement bench/README.md reports: a run of 300 lasts about a second, and its ratio
+scattered from 0.63 to 0.81 for the same code. About 30 s per engine at the defaults on a
+2-core machine.
 
-    python bench/e2e_dispatch.py [--triggers 300] [--repeat 1] [--users 10]
+    python bench/e2e_dispatch.py [--triggers 600] [--repeat 3] [--users 10]
         [--postgres-url URL] [--peer-server waitress|wsgiref] [--timeout 90]
 """
 
@@ -62,7 +65,7 @@ from ticket_dispatcher.timeutil import parse_rfc3339
 THREADS = 10  # posting threads, and the floor's threads
 WARM_UP = 10
 PROJECT = "BENCH"
-GOAL = 0.5
+GOALS = {"SQLite": 0.8, "PostgreSQL": 0.75}  # service/floor
 POLL_SECONDS = 0.2
 SETTINGS = {"LOG_LEVEL": "WARNING"}  # Dispatcher turns the trigger rate limit off
 
@@ -346,22 +349,22 @@ def report(engine: str, service: list[ServiceRun], floor: list[FloorRun],
            three: list[FloorRun]) -> None:
     rate, floor_rate = median(r.rate for r in service), median(r.rate for r in floor)
     three_rate = median(r.rate for r in three)
-    ratio = rate / floor_rate
+    ratio, goal = rate / floor_rate, GOALS[engine]
     print(f"\nmedians over {len(service)} run(s), {engine}:")
     print(f"  service       {rate:8.1f} dispatches/s  service CPU "
           f"{median(r.cpu_ms for r in service):5.1f} ms/dispatch")
     print(f"  floor         {floor_rate:8.1f} dispatches/s  (the service's own Jira calls)")
     print(f"  3-call floor  {three_rate:8.1f} dispatches/s  (GET issue, user search, "
           "PUT assignee)")
-    print(f"  ratio service/floor {ratio:.3f} (goal >= {GOAL}: "
-          f"{'met' if ratio >= GOAL else 'not met'}); service/3-call floor "
+    print(f"  ratio service/floor {ratio:.3f} (goal >= {goal}: "
+          f"{'met' if ratio >= goal else 'not met'}); service/3-call floor "
           f"{rate / three_rate:.3f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--triggers", type=int, default=300, help="dispatches per run")
-    parser.add_argument("--repeat", type=int, default=1,
+    parser.add_argument("--triggers", type=int, default=600, help="dispatches per run")
+    parser.add_argument("--repeat", type=int, default=3,
                         help="service and floor runs, alternated; the medians are compared")
     parser.add_argument("--users", type=int, default=10,
                         help="engineers in the round robin; more than 10 leaves account-id "
