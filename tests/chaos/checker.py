@@ -66,6 +66,24 @@ every replica logged and what the database held at the end, and proves over the 
    ``sigstop``, ``sigterm_restart`` any line of the replica they hit (a rolling deploy hits
    them all), and a stop also database lines of every replica (its open transaction held row
    locks until the server ended it). The unexplained lines are listed, grouped by message.
+9. **A passing fault is never final.** No trigger or execution ends ``failed`` for a transient
+   cause that ended within the retry budget. A failure is transient when its reason (a
+   trigger's ``failure_reason``; an execution's, or its failed action's ``error``) names a
+   peer's call that was answered ``HTTP 429`` or ``HTTP 5xx``, got ``no answer within the
+   read timeout``, or whose ``connection failed`` (refused, reset, timed out connecting):
+   the texts integrations/http.py writes, which the trigger's ``issue load failed: ...``,
+   the assign action's ``Jira refused to set the ...: ...`` and the others carry. A
+   permanent answer (400, 401, 403, 404), no candidates, a cancel and the like are no
+   business of this promise. A transient failure is allowed only when its reason says the
+   budget was spent (``past the retry budget``) and faults of the peer its reason names
+   (``jira_*``, ``lark_*``, ``oncall_*``; any peer's when it names none) covered the whole
+   budget before it: they began by the failure's time minus the budget and lasted until
+   the failure's time minus the read timeout (its last try was sent while they lasted), each
+   edge give or take ``BUDGET_SLACK_S``. Faults less than ``BACKOFF_CAP_S`` apart count as
+   one stretch: a retry backoff at its cap may step over the gap. The budget is run.json's
+   ``transient_retry_budget_s``, else the replicas' ``TRANSIENT_RETRY_BUDGET`` setting,
+   else the default, 30 minutes. Each other transient failure is listed with its reason,
+   its retries (a trigger's ``retries``) and the faults around it.
 
 What the history cannot prove, and why:
 
@@ -87,6 +105,9 @@ What the history cannot prove, and why:
   fault of the right kind passes as explained.
 - final.json is one snapshot after the run settled: a wait that was late at some moment in
   between shows only through its action's ``finished_at``.
+- A failure is judged transient by the words of its reason only: a cause the service words
+  differently (a Lark envelope's rate-limit code under HTTP 200) passes as permanent, and a
+  reason that names a transient cause beside a permanent one counts as transient.
 """
 
 from __future__ import annotations
@@ -116,6 +137,12 @@ NO_END = math.inf
 # at this (the service's actors/leases.py RETRY_MAX).
 RETRY_MAX_S = 30.0
 STOPS_THE_SERVICE = ("db_", "sqlite_lock", "kill9", "sigstop", "sigterm_restart")
+DEFAULT_RETRY_BUDGET_S = 1800.0  # transient_retry_budget's default, "30m"
+# A transient retry's backoff doubles from 5 s up to this: a gap between two faults of one
+# peer shorter than it may fall between two tries, which then see one fault.
+BACKOFF_CAP_S = 300.0
+BUDGET_SLACK_S = 5.0  # a budget's edges, judged against the faults' recorded times
+PAST_THE_BUDGET = "past the retry budget"
 
 PROMISES = {
     1: "every accepted trigger reached an end",
@@ -126,6 +153,8 @@ PROMISES = {
     6: "the round robin spread evenly",
     7: "the intake never answered 500, and every 503 carried Retry-After",
     8: "no ERROR log line without a cause the nemesis injected",
+    9: "no trigger or execution failed for a transient cause that ended within the retry "
+       "budget",
 }
 
 
@@ -222,6 +251,15 @@ class History:
     def l2_field_id(self) -> str:
         return self.setting("JIRA_L2_FIELD_ID") or DEFAULT_L2_FIELD_ID
 
+    @property
+    def retry_budget_s(self) -> float:
+        """How long the service retries a transient failure, in seconds: run.json's
+        ``transient_retry_budget_s``, else the replicas' setting, else the default."""
+        if self.run.get("transient_retry_budget_s") is not None:
+            return float(self.run["transient_retry_budget_s"])
+        return duration_s(self.setting("TRANSIENT_RETRY_BUDGET") or "") \
+            or DEFAULT_RETRY_BUDGET_S
+
     def live(self) -> Iterator[dict]:
         return (e for e in self.executions.values() if e.get("mode") == "live")
 
@@ -229,6 +267,17 @@ class History:
         """From created_at to completed_at (no end while it has none)."""
         return (epoch(execution["created_at"]),
                 epoch(execution["completed_at"]) if execution.get("completed_at") else NO_END)
+
+
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)\s*")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_s(text: str) -> float | None:
+    """A setting's duration (``"500ms"``, ``"90s"``, ``"30m"``) in seconds; None when it is
+    not one."""
+    found = _DURATION.fullmatch(text)
+    return float(found.group(1)) * _UNIT_S[found.group(2)] if found else None
 
 
 def epoch(text: str) -> float:
@@ -1070,9 +1119,131 @@ def _explains(history: History, fault: Fault, line: LogLine, classes: set[str]) 
     return line.replica == fault.target  # a process fault, or a kind this checker lacks
 
 
+# -- 9: a passing fault is never final ---------------------------------------------------------
+
+
+# What integrations/http.py writes for a call that failed for now: a 429 or 5xx answer
+# ("jira GET /rest/api/2/issue/A-1 failed: HTTP 503"), no answer ("jira PUT ...: no answer
+# within the read timeout; the outcome is unknown"), or no connection ("jira GET ...:
+# connection failed (ConnectionError)").
+_TRANSIENT_STATUS = re.compile(r"\bHTTP (429|5[0-9][0-9])\b")
+_TRANSIENT_WORDS = ("no answer within the read timeout", "connection failed",
+                    "connection refused")
+_CALL_OF_PEER = re.compile(r"\b(jira|lark|oncall|core) (?:GET|PUT|POST|PATCH|DELETE) /")
+_PEERS_WITH_FAULTS = ("jira", "lark", "oncall")
+
+
+def transient_cause(reason: str) -> str | None:
+    """The transient cause a failure reason names (``HTTP 429``, ``HTTP 503``, ``no answer
+    within the read timeout``, ``connection failed``), or None: a permanent failure."""
+    found = _TRANSIENT_STATUS.search(reason)
+    if found:
+        return found.group(0)
+    lowered = reason.lower()
+    return next((words for words in _TRANSIENT_WORDS if words in lowered), None)
+
+
+def _peers_named(reason: str) -> tuple[str, ...]:
+    """The peers whose calls a reason names; every peer with faults when it names none."""
+    named = tuple(sorted({found.group(1) for found in _CALL_OF_PEER.finditer(reason)}))
+    return named or _PEERS_WITH_FAULTS
+
+
+def _fault_stretches(history: History, peers: tuple[str, ...]) -> list[tuple[float, float]]:
+    """The faults of ``peers`` as stretches of time, those less than ``BACKOFF_CAP_S`` apart
+    joined."""
+    spans = sorted((f.t_start, f.t_end) for f in history.faults
+                   if f.kind.split("_", 1)[0] in peers)
+    stretches: list[tuple[float, float]] = []
+    for start, end in spans:
+        if stretches and start <= stretches[-1][1] + BACKOFF_CAP_S:
+            stretches[-1] = (stretches[-1][0], max(stretches[-1][1], end))
+        else:
+            stretches.append((start, end))
+    return stretches
+
+
+def _budget_spent_in_a_fault(history: History, reason: str, failed_at: float
+                             ) -> tuple[bool, str]:
+    """Whether a failure at ``failed_at`` may have spent the retry budget (the module's
+    promise 9), and why (or why not)."""
+    budget = history.retry_budget_s
+    peers = _peers_named(reason)
+    if PAST_THE_BUDGET not in reason:
+        return False, (f"the reason does not say the retry budget ({budget:g} s) was spent: "
+                       f"the service should have tried again")
+    covering = [(start, end) for start, end in _fault_stretches(history, peers)
+                if start <= failed_at - budget + BUDGET_SLACK_S
+                and end >= failed_at - history.read_timeout_s - BUDGET_SLACK_S]
+    if covering:
+        return True, ""
+    return False, (f"it says the retry budget ({budget:g} s) was spent, but no fault of "
+                   f"{' or '.join(peers)} lasted from {_clock_of(history, failed_at - budget)} "
+                   f"to its failure")
+
+
+def _transient_failures_final(history: History, summary: dict) -> Iterator[Violation]:
+    counts = Counter()
+    for trigger in sorted(history.triggers.values(), key=lambda t: t["id"]):
+        reason = str(trigger.get("failure_reason") or "")
+        cause = transient_cause(reason) if trigger.get("status") == "failed" else None
+        if cause is None:
+            continue
+        counts["triggers"] += 1
+        failed_at = _time_of(trigger.get("completed_at") or trigger.get("updated_at"),
+                             history.ended_at)
+        allowed, why = _budget_spent_in_a_fault(history, reason, failed_at)
+        counts["past_the_budget"] += allowed
+        if allowed:
+            continue
+        retries = trigger.get("retries") if isinstance(trigger.get("retries"), dict) else {}
+        since = _time_of(retries.get("since"), failed_at)
+        yield Violation(9, f"trigger {trigger['id']} failed for a transient cause ({cause})",
+                        [f"reason: {reason}", why,
+                         f"retries: {json.dumps(retries) if retries else 'none recorded'}",
+                         f"created {trigger.get('created_at')}, failed "
+                         f"{_clock_of(history, failed_at)}"],
+                        t_from=min(since, failed_at), t_to=failed_at, trigger_id=trigger["id"],
+                        issue_key=trigger.get("issue_key"),
+                        execution_ids=list(trigger.get("execution_ids") or []))
+    for execution in sorted(history.executions.values(), key=lambda e: e["id"]):
+        if execution.get("status") != "failed":
+            continue
+        errors = [str(a.get("error") or "") for _, a in actions(execution)
+                  if a.get("status") == "failed" and a.get("error")]
+        own = str(execution.get("failure_reason") or "")
+        reason = "; ".join(r for r in dict.fromkeys([own, *(e for e in errors if e not in own)])
+                           if r)
+        cause = transient_cause(reason)
+        if cause is None:
+            continue
+        counts["executions"] += 1
+        failed_at = _time_of(execution.get("completed_at") or execution.get("updated_at"),
+                             history.ended_at)
+        allowed, why = _budget_spent_in_a_fault(history, reason, failed_at)
+        counts["past_the_budget"] += allowed
+        if allowed:
+            continue
+        yield Violation(9, f"execution {execution['id']} failed for a transient cause "
+                           f"({cause})",
+                        [_describe_execution(history, execution),
+                         f"failure {execution.get('failure_code') or '-'}: {reason}", why],
+                        t_from=history.span(execution)[0], t_to=failed_at,
+                        execution_ids=[execution["id"]])
+    summary["transient_failures"] = {key: counts[key] for key in
+                                     ("triggers", "executions", "past_the_budget")}
+
+
+def _time_of(text: Any, default: float) -> float:
+    try:
+        return epoch(str(text)) if text else default
+    except ValueError:
+        return default
+
+
 _PROMISE_CHECKS: tuple[Callable[[History, dict], Iterable[Violation]], ...] = (
     _triggers_ended, _executions_ended, _side_effects_once, _no_overlap, _waits_on_time,
-    _even_spread, _polite_intake, _errors_explained)
+    _even_spread, _polite_intake, _errors_explained, _transient_failures_final)
 
 
 # -- the summary and the printout --------------------------------------------------------------
@@ -1089,7 +1260,8 @@ def _summary(history: History) -> dict:
         "run": {key: history.run.get(key) for key in
                 ("seed", "engine", "replicas", "duration_s", "started_at", "ended_at")},
         "bounds": {"ack_bound_s": history.ack_bound_s, "log_grace_s": history.log_grace_s,
-                   "log_lead_s": LOG_LEAD_S, "attribution_slack_s": ATTRIBUTION_SLACK_S},
+                   "log_lead_s": LOG_LEAD_S, "attribution_slack_s": ATTRIBUTION_SLACK_S,
+                   "retry_budget_s": history.retry_budget_s},
         "requests": {"total": len(history.requests), "by_status": dict(Counter(
             "no answer" if r.get("status") is None else str(r["status"])
             for r in history.requests))},
@@ -1175,6 +1347,11 @@ class _Printer:
             f"{s['logs']['problem_lines']} ERROR/CRITICAL or not JSON",
             "bounds      " + ", ".join(f"{k} {v:g}" for k, v in s["bounds"].items()),
         ]
+        transient = s.get("transient_failures")
+        if transient:
+            lines.append(f"transient   failed for a transient cause: {transient['triggers']} "
+                         f"triggers, {transient['executions']} executions; "
+                         f"{transient['past_the_budget']} of them past the retry budget")
         for group in s.get("round_robin", []):
             judged = f"not judged: {group['not_judged']}" if "not_judged" in group else "judged"
             lines.append(f"round robin policy {group['policy_id']} rule {group['rule']}: "

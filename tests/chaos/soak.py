@@ -64,6 +64,7 @@ DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 LEASE_S = 12.0
 HEARTBEAT_S = 1.0
 READ_TIMEOUT_S = 10.0  # integrations.read_timeout, the default
+RETRY_BUDGET_S = 1800.0  # transient_retry_budget, the default ("30m")
 SETTLE_S = 180.0
 PROGRESS_S = 10.0
 SERVING_WAIT_S = 30.0  # a rolling deploy waits this long for another replica to serve
@@ -205,7 +206,7 @@ def run_soak(seed: int, duration_s: float, engine: str = "postgres", replicas: i
         "started_at": None, "ended_at": None, "settings": {}, "kinds": kinds,
         "schedule": [fault.to_json() for fault in plan], "lease_seconds": lease_s,
         "ack_bound_s": ack_bound(lease_s, workflow), "assign_label": AUTO_ASSIGN_LABEL,
-        "read_timeout_s": READ_TIMEOUT_S,
+        "read_timeout_s": READ_TIMEOUT_S, "transient_retry_budget_s": RETRY_BUDGET_S,
         "workflow": {"attempts": workflow.attempts, "ack_timeout_s": workflow.ack_timeout_s,
                      "poll_s": workflow.poll_s, "escalate": workflow.escalate},
         "load": {"rate": load.rate, "notify_share": load.notify_share,
@@ -238,6 +239,7 @@ def run_soak(seed: int, duration_s: float, engine: str = "postgres", replicas: i
             cluster = Cluster(engine, database_url, replicas, fakes, run_dir, lease_s=lease_s)
             run["settings"] = {**cluster.shown_settings(), "DATABASE_URL": database_url}
             run["database_urls"] = {r.name: r.database_url for r in cluster.replicas}
+        run["transient_retry_budget_s"] = retry_budget_s(run["settings"])
         stack.callback(cluster.stop)
         say("starting the cluster")
         cluster.start()
@@ -280,6 +282,15 @@ def run_soak(seed: int, duration_s: float, engine: str = "postgres", replicas: i
         _write_json(run_dir / "run.json", run)
         say("stopping the cluster and the fakes")
     return run_dir
+
+
+def retry_budget_s(settings: dict[str, Any]) -> float:
+    """The replicas' ``transient_retry_budget`` in seconds, when the settings the soak gave
+    them carry it; else the default (a deployment's own configuration is not known here)."""
+    from ticket_dispatcher.timeutil import parse_duration  # the product's reading of it
+
+    text = settings.get("TRANSIENT_RETRY_BUDGET")
+    return parse_duration(str(text)).total_seconds() if text else RETRY_BUDGET_S
 
 
 def _wait_out(started: float, duration_s: float, traffic: Load, nemesis: Nemesis,
@@ -442,4 +453,4 @@ def _trigger(raw: dict) -> dict:
             "status": raw["status"], "failure_reason": raw["failure_reason"],
             "execution_ids": raw["output"]["execution_ids"], "created_at": raw["created_at"],
             "completed_at": raw["completed_at"], "available_at": raw["available_at"],
-            "updated_at": raw["updated_at"]}
+            "updated_at": raw["updated_at"], "retries": raw.get("retries")}

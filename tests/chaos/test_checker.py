@@ -690,6 +690,144 @@ def test_a_stopped_replica_explains_database_errors_elsewhere(clean, tmp_path):
     assert check(clean.write(tmp_path)).violations == []
 
 
+# -- 9: a passing fault is never final ---------------------------------------------------------
+
+
+LOAD_429 = ("issue load failed: jira GET /rest/api/2/issue/HA-3 failed: HTTP 429: Rate limit "
+            "exceeded.")
+BUDGET_S = 60.0
+
+
+def failed_trigger(run: RunDirectory, trigger_id: int, reason: str, *, at: float,
+                   retries: dict | None = None) -> None:
+    """Trigger ``trigger_id`` (answered 202 at ``at``) failed one second later with
+    ``reason``, no execution made."""
+    run.trigger(trigger_id, f"HA-{trigger_id}", at, status="failed")
+    run.triggers[trigger_id].update(
+        failure_reason=reason, completed_at=iso(at + 1), updated_at=iso(at + 1),
+        retries=retries or {"count": 0, "last_reason": "", "since": None, "next_at": None})
+
+
+def test_a_trigger_failed_by_a_429_is_reported(clean, tmp_path):
+    failed_trigger(clean, 12, LOAD_429, at=T0 + 70)
+    clean.fault(T0 + 69, T0 + 75, "jira_429", "jira")
+
+    violation = only(check(clean.write(tmp_path)), 9)
+
+    assert (violation.trigger_id, violation.issue_key) == (12, "HA-12")
+    assert violation.title == "trigger 12 failed for a transient cause (HTTP 429)"
+    assert f"reason: {LOAD_429}" in violation.detail
+    assert "does not say the retry budget (1800 s) was spent" in violation.detail[1]
+    assert "jira_429" in [f.kind for f in violation.faults]
+
+
+def test_a_trigger_failed_past_the_retry_budget_of_a_long_enough_fault_is_not(clean,
+                                                                              tmp_path):
+    """Jira answered 429 for longer than the budget (60 s here, from run.json): the trigger
+    tried from the fault's start until the budget was spent, and ended failed saying so. The
+    same words after a fault shorter than the budget, or one of another peer, are reported:
+    the budget cannot have been spent."""
+    clean.run["transient_retry_budget_s"] = BUDGET_S
+    spent = LOAD_429 + "; past the retry budget (1m)"
+    failed_trigger(clean, 12, spent, at=T0 + 72 + BUDGET_S - 1, retries={
+        "count": 5, "last_reason": "HTTP 429", "since": iso(T0 + 71), "next_at": None})
+    clean.fault(T0 + 70, T0 + 72 + BUDGET_S, "jira_429", "jira")
+
+    report = check(clean.write(tmp_path))
+    assert report.violations == [], report.text()
+    assert report.summary["transient_failures"] == {"triggers": 1, "executions": 0,
+                                                    "past_the_budget": 1}
+    assert report.summary["bounds"]["retry_budget_s"] == BUDGET_S
+
+    clean.faults[-1].update(t_end=T0 + 100, kind="jira_429")  # over long before the failure
+    short = tmp_path / "short"
+    short.mkdir()
+    violation = only(check(clean.write(short)), 9)
+    assert violation.trigger_id == 12
+    assert "no fault of jira lasted from" in violation.detail[1]
+
+    clean.faults[-1].update(t_end=T0 + 72 + BUDGET_S, kind="lark_fail", target="lark")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert only(check(clean.write(elsewhere)), 9).trigger_id == 12
+
+
+def test_the_retry_budget_comes_from_the_replicas_setting_without_run_json(clean, tmp_path):
+    clean.run["settings"]["TRANSIENT_RETRY_BUDGET"] = "1m"
+    failed_trigger(clean, 12, LOAD_429 + "; past the retry budget (1m)",
+                   at=T0 + 72 + BUDGET_S - 1)
+    clean.fault(T0 + 70, T0 + 72 + BUDGET_S, "jira_5xx", "jira")
+
+    assert check(clean.write(tmp_path)).violations == []
+
+
+def test_faults_of_one_peer_closer_than_the_backoff_cap_count_as_one_stretch(clean, tmp_path):
+    """Two Jira outages with a gap shorter than the backoff's cap: a trigger whose tries, a
+    backoff apart, fell in both never saw Jira answer, and may have spent its budget."""
+    clean.run["transient_retry_budget_s"] = BUDGET_S
+    failed_trigger(clean, 12, "issue load failed: jira GET /rest/api/2/issue/HA-12: no answer "
+                              "within the read timeout; the outcome is unknown; past the "
+                              "retry budget (1m)", at=T0 + 72 + BUDGET_S - 1)
+    clean.fault(T0 + 70, T0 + 90, "jira_slow", "jira")
+    clean.fault(T0 + 95, T0 + 72 + BUDGET_S, "jira_5xx", "jira")
+
+    assert check(clean.write(tmp_path)).violations == []
+
+
+@pytest.mark.parametrize("reason", [
+    "issue load failed: jira GET /rest/api/2/issue/HA-12 failed: HTTP 404: Issue does not "
+    "exist or you do not have permission to see it.",
+    "issue load failed: jira GET /rest/api/2/issue/HA-12 failed: HTTP 403",
+    "policy load failed: policy 9 not found",
+], ids=["404", "403", "policy-gone"])
+def test_a_trigger_failed_for_a_permanent_cause_is_not_this_promises_business(clean, tmp_path,
+                                                                              reason):
+    failed_trigger(clean, 12, reason, at=T0 + 70)
+    clean.fault(T0 + 69, T0 + 75, "jira_5xx", "jira")
+
+    report = check(clean.write(tmp_path))
+
+    assert report.violations == [], report.text()
+    assert report.summary["transient_failures"]["triggers"] == 0
+
+
+def test_an_execution_failed_by_a_jira_503_on_its_assign_is_reported(clean, tmp_path):
+    """The assign action's PUT was refused 503 and the execution ended failed: a write refused
+    for now must be tried again."""
+    refused = ("Jira refused to set the assignee: jira PUT /rest/api/2/issue/HA-3/assignee "
+               "failed: HTTP 503")
+    failed = clean.executions[3]
+    assign = failed["rule_executions"][0]["action_executions"][0]
+    assign.update(status="failed", error=refused, result="")
+    assign["context"]["assign"].update(jira_updated=False, label_removed=None)
+    failed.update(status="failed", failure_code="execute_failed",
+                  failure_reason=f"rule 'everything else' action 0 (assign): {refused}")
+    clean.calls = [c for c in clean.calls if not c["path"].endswith("HA-3/assignee")]
+    clean.assign_call(T0 + 30.2, "HA-3", ENGINEERS[2], status=503, applied=False, fault=503)
+    clean.fault(T0 + 30, T0 + 31, "jira_5xx", "jira")
+
+    violation = only(check(clean.write(tmp_path)), 9)
+
+    assert (violation.execution_ids, violation.trigger_id, violation.issue_key) == \
+        ([3], 3, "HA-3")
+    assert violation.title == "execution 3 failed for a transient cause (HTTP 503)"
+    assert f"failure execute_failed: rule 'everything else' action 0 (assign): {refused}" in \
+        violation.detail
+    assert "jira_5xx" in [f.kind for f in violation.faults]
+
+
+def test_an_execution_whose_failed_action_alone_names_the_cause_is_reported(clean, tmp_path):
+    failed = clean.executions[3]
+    failed["rule_executions"][0]["action_executions"][0].update(
+        status="failed", error="Jira user search for eng3@example.com failed: jira GET "
+                               "/rest/api/2/user/search: connection failed (ConnectionError)")
+    failed.update(status="failed", failure_code="plan_failed", failure_reason="")
+
+    violation = only(check(clean.write(tmp_path)), 9)
+
+    assert violation.title == "execution 3 failed for a transient cause (connection failed)"
+
+
 # -- the printout and the exit status ----------------------------------------------------------
 
 
