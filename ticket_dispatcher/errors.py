@@ -81,12 +81,31 @@ class ConfigError(DispatcherError):
 
 class IntegrationError(DispatcherError):
     """An external service (Jira, Lark, Oncall, Core) failed; ``status`` is its HTTP status or
-    None for a timeout or connection failure. The message never carries a secret."""
+    None for a timeout or connection failure. The message never carries a secret.
 
-    def __init__(self, message: str, status: int | None = None, service: str = ""):
+    ``transient``: a fault that passes (no answer, a failed connection, 429, a 5xx), which the
+    caller retries within its budget rather than failing (docs/design.md, "Passing faults");
+    a 4xx answer or a malformed body is permanent. ``retry_after``: the seconds the service
+    asked to wait (``Retry-After``), when it said."""
+
+    def __init__(self, message: str, status: int | None = None, service: str = "", *,
+                 retry_after: float | None = None, transient: bool | None = None):
         super().__init__(message)
         self.status = status
         self.service = service
+        self.retry_after = retry_after
+        self.transient = (status is None or status == 429 or status >= 500
+                          if transient is None else transient)
+
+
+def transient_cause(error: IntegrationError) -> str:
+    """The kind of a transient ``error``, for metrics: rate_limited, server_error, no_answer
+    (sent, no answer) or connection (nothing sent)."""
+    if error.status == 429:
+        return "rate_limited"
+    if error.status is not None:
+        return "server_error"
+    return "no_answer" if isinstance(error, OutcomeUnknown) else "connection"
 
 
 class OutcomeUnknown(IntegrationError):

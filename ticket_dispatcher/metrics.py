@@ -144,6 +144,13 @@ class Metrics:
         self.calls = histogram("integration_call_duration_seconds", "Integration calls by "
                                "client, operation and outcome", ("client", "operation",
                                                                  "outcome"), CALL_BUCKETS)
+        self.rate_limited = counter("integration_rate_limited_seconds", "Time each "
+                                    "integration's calls were held back because the service "
+                                    "answered 429 with Retry-After", ("client",))
+        self.retries = counter("transient_retries", "Work put off for a passing fault of a "
+                               "service (no answer, a failed connection, 429, 5xx) and tried "
+                               "again later: a trigger's issue load, an execution's load or "
+                               "write", ("work", "cause"))
         self.queue_wait = histogram("client_queue_wait_seconds", "Time a call waited for a "
                                     "free client actor", ("client",), CALL_BUCKETS)
         self.shadow = counter("shadow_decisions", "Shadow decisions by policy family and "
@@ -267,6 +274,14 @@ class Metrics:
     def integration_call(self, client: str, operation: str, outcome: str,
                          seconds: float) -> None:
         self.calls.labels(client=client, operation=operation, outcome=outcome).observe(seconds)
+
+    def integration_rate_limited(self, client: str, seconds: float) -> None:
+        self.rate_limited.labels(client=client).inc(seconds)
+
+    def transient_retry(self, work: str, cause: str) -> None:
+        """``work``: trigger, execution_load or execution_write; ``cause``: rate_limited,
+        server_error, no_answer or connection (``errors.transient_cause``)."""
+        self.retries.labels(work=work, cause=cause).inc()
 
     def client_queue_wait(self, client: str, seconds: float) -> None:
         self.queue_wait.labels(client=client).observe(seconds)

@@ -28,6 +28,7 @@ from ticket_dispatcher.domain.ports import (
 )
 from ticket_dispatcher.errors import DispatcherError
 from ticket_dispatcher.integrations.core import CoreClient
+from ticket_dispatcher.integrations.http import RateGate
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient
@@ -141,10 +142,13 @@ def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start:
     timeouts = {"connect_timeout": _seconds(config.integrations.connect_timeout),
                 "read_timeout": _seconds(config.integrations.read_timeout),
                 "clock": clock, "sleep": sleep}
+    # One rate limit per Jira site, shared by every Jira client actor of the process.
+    jira_gate = RateGate(clock, lambda seconds: metrics.integration_rate_limited("jira",
+                                                                                  seconds))
     # Lark's base_url has a default, so it counts as configured only with an app id.
     factories: dict[str, tuple[bool, type[ClientPool], Callable[[], Any]]] = {
         "jira": (bool(config.jira.base_url), JiraPool,
-                 lambda: JiraClient(config.jira, **timeouts)),
+                 lambda: JiraClient(config.jira, gate=jira_gate, **timeouts)),
         "lark": (bool(config.lark.base_url and config.lark.app_id), LarkPool,
                  lambda: LarkClient(config.lark, **timeouts)),
         "oncall": (bool(config.oncall.base_url), OncallPool,

@@ -287,7 +287,7 @@ class NotConfigured:
 
     def _refused(self, method: str) -> IntegrationError:
         return IntegrationError(f"{self.service} is not configured ({method})",
-                                service=self.service)
+                                service=self.service, transient=False)
 
 
 class NotConfiguredJira(NotConfigured):

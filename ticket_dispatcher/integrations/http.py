@@ -14,11 +14,12 @@ import io
 import logging
 import os
 import ssl
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from json import dumps as json_dumps
 from typing import Any
@@ -64,10 +65,43 @@ class IntegrationRejected(IntegrationError):
     timeout = False
 
     def __init__(self, message: str, status: int | None = None, service: str = "",
-                 code: Any = None, detail: str = ""):
-        super().__init__(message, status=status, service=service)
+                 code: Any = None, detail: str = "", *, retry_after: float | None = None):
+        super().__init__(message, status=status, service=service, retry_after=retry_after)
         self.code = code
         self.detail = detail
+
+
+class RateGate:
+    """A service's rate limit, shared by every client of it in the process: once one call was
+    answered 429 with ``Retry-After``, every call waits until that time has passed instead of
+    spending more of a limit the service shares with every other tool that calls it.
+    ``on_limited`` is told the seconds each 429 adds to the time held back (a metric)."""
+
+    def __init__(self, clock: Clock, on_limited: Callable[[float], None] | None = None):
+        self._clock = clock
+        self._on_limited = on_limited
+        self._lock = threading.Lock()
+        self._until: datetime | None = None
+
+    def limit(self, seconds: float) -> None:
+        """The service asked to wait ``seconds`` from now."""
+        now: datetime = self._clock.now()
+        until = now + timedelta(seconds=seconds)
+        with self._lock:
+            start = max(now, self._until) if self._until is not None else now
+            added = (until - start).total_seconds()
+            if added > 0:
+                self._until = until
+        if added > 0 and self._on_limited is not None:
+            self._on_limited(added)
+
+    def remaining(self) -> float:
+        """Seconds until calls may go again; 0 when they may now."""
+        with self._lock:
+            until = self._until
+        if until is None:
+            return 0.0
+        return max(0.0, (until - self._clock.now()).total_seconds())
 
 
 def segment(value: str) -> str:
@@ -409,7 +443,10 @@ class HttpClient:
         sleep: Callable[[float], None] = time.sleep,
         clock: Clock | None = None,
         secrets: Iterable[str] = (),
+        gate: RateGate | None = None,
     ):
+        """``gate``: shared by the clients of one service in the process, so that a 429 one
+        of them was answered holds back the calls of all (``RateGate``)."""
         self.service = service
         self.base_url = base_url.rstrip("/")
         self.timeout = (connect_timeout, read_timeout)
@@ -421,6 +458,7 @@ class HttpClient:
         self._clock = clock or SystemClock()
         self._secrets = {s for s in secrets if s}
         self._sender = _Sender(self.base_url)
+        self._gate = gate
 
     def add_secret(self, value: str) -> None:
         """Mask ``value`` in every later error message (e.g. a freshly fetched token)."""
@@ -443,20 +481,32 @@ class HttpClient:
         authenticate: bool = True,
     ) -> requests.Response:
         """One call, retried only on 429/503 with an acceptable ``Retry-After``; any other
-        outcome than an ``expected`` status raises an ``IntegrationError``."""
+        outcome than an ``expected`` status raises an ``IntegrationError``. While the
+        service's rate limit holds (``RateGate``), the call waits it out first when the wait
+        is short, and is refused unsent when it is not, with the wait in ``retry_after``."""
         expected = tuple(expected)
         retries = 0
         while True:
+            held = self._gate.remaining() if self._gate is not None else 0.0
+            if held > 0:
+                if held > self.max_retry_wait or retries >= self.max_retries:
+                    raise self.rate_limited(method, path, held)
+                retries += 1
+                self._sleep(held)
+                continue
             response = self._send(method, path, params, json, authenticate)
             if response.status_code in expected:
                 return response
             wait = self._retry_wait(response) if response.status_code in RETRY_STATUSES else None
+            if response.status_code == 429 and wait is not None and self._gate is not None:
+                self._gate.limit(wait)
             if wait is None or wait > self.max_retry_wait or retries >= self.max_retries:
-                raise self.rejected(method, path, response)
+                raise self.rejected(method, path, response, retry_after=wait)
             retries += 1
             log.info("%s %s %s: HTTP %s, retry %d after %.1f s", self.service, method, path,
                      response.status_code, retries, wait)
-            self._sleep(wait)
+            if response.status_code != 429 or self._gate is None:
+                self._sleep(wait)  # else the gate's wait, at the top of the loop
 
     def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
         """``request`` and the answer's JSON; a body that is not JSON is an error."""
@@ -520,13 +570,22 @@ class HttpClient:
 
     # --- errors -----------------------------------------------------------------------------
 
-    def rejected(self, method: str, path: str, response: requests.Response) -> IntegrationRejected:
+    def rejected(self, method: str, path: str, response: requests.Response, *,
+                 retry_after: float | None = None) -> IntegrationRejected:
         """The error for an unexpected HTTP status, with the service's own error text."""
         code, detail = _service_error(response)
-        return self.failure(method, path, response.status_code, detail, code)
+        return self.failure(method, path, response.status_code, detail, code,
+                            retry_after=retry_after)
+
+    def rate_limited(self, method: str, path: str, wait: float) -> IntegrationRejected:
+        """The call was not sent: the service's rate limit holds for ``wait`` seconds more."""
+        return IntegrationRejected(
+            f"{self.service} {method} {path} not sent: HTTP 429 rate limit, {wait:.0f} s "
+            f"left of the wait the service asked for", status=429, service=self.service,
+            retry_after=wait)
 
     def failure(self, method: str, path: str, status: int | None, detail: str = "",
-                code: Any = None) -> IntegrationRejected:
+                code: Any = None, *, retry_after: float | None = None) -> IntegrationRejected:
         """An ``IntegrationRejected`` with a safe message (also used for Lark envelopes)."""
         detail = self.safe(detail)
         text = f"{self.service} {method} {path} failed: HTTP {status}"
@@ -535,7 +594,7 @@ class HttpClient:
         if detail:
             text += f": {detail}"
         return IntegrationRejected(text, status=status, service=self.service, code=code,
-                                   detail=detail)
+                                   detail=detail, retry_after=retry_after)
 
     def safe(self, text: str) -> str:
         """Secrets, credentials and phone numbers masked, then truncated: cut first, a secret

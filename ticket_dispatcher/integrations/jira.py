@@ -16,7 +16,7 @@ from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.domain.ports import Answer, TriageChange, answer_each
 from ticket_dispatcher.errors import IntegrationError, InvalidInput
-from ticket_dispatcher.integrations.http import HttpClient, segment
+from ticket_dispatcher.integrations.http import HttpClient, RateGate, segment
 
 SERVICE = "jira"
 # Everything the issue snapshot (``model.Issue``) reads, plus the two configured custom fields.
@@ -44,13 +44,14 @@ class JiraClient:
         read_timeout: float = 10,
         sleep: Callable[[float], None] = time.sleep,
         clock: Clock | None = None,
+        gate: RateGate | None = None,
     ):
         self.l2_field_id = config.l2_field_id
         self.severity_field_id = config.severity_field_id
         self.http = HttpClient(
             SERVICE, config.base_url, auth=HTTPBasicAuth(config.email, config.api_token),
             connect_timeout=connect_timeout, read_timeout=read_timeout, sleep=sleep, clock=clock,
-            secrets=(config.api_token, config.basic_credential()))
+            secrets=(config.api_token, config.basic_credential()), gate=gate)
 
     def close(self) -> None:
         self.http.close()
