@@ -508,6 +508,11 @@ class Config:
     intake_priority: timedelta = setting(timedelta(seconds=1),
                                          duration(timedelta(0), timedelta(seconds=10)))
     execution_load_retries: int = setting(5, integer(0))
+    # How long work keeps retrying a passing fault of a service (no answer, a failed
+    # connection, 429, 5xx), counted from its first failure, before it fails for it.
+    transient_retry_budget: timedelta = setting(timedelta(minutes=30),
+                                                duration(timedelta(seconds=1),
+                                                         timedelta(days=7)))
     actor_restarts: int = setting(3, integer(0))
     shutdown_timeout: timedelta = setting(timedelta(seconds=10), duration())  # SIGTERM to exit
     log_level: str = setting("INFO", _log_level())

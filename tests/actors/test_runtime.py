@@ -268,10 +268,11 @@ def test_execution_that_keeps_crashing_fails_with_internal_error(make_harness):
     assert execution.restart_count == 3
 
 
-def test_issue_load_failure_at_run_time_parks_with_backoff_then_fails(make_harness):
+def test_issue_load_refused_at_run_time_parks_with_backoff_then_fails(make_harness):
     h = make_harness(RecordingAction(), EXECUTION_LOAD_RETRIES="2")
     h.policy(rule("test_noop"))
-    h.jira.fail_next("TCID-1", times=10, after=1)  # the trigger's load works, the run's fail
+    # the trigger's load works, the run's are refused (a permanent answer: counted retries)
+    h.jira.fail_next("TCID-1", times=10, after=1, status=403)
     execution_id = h.post_trigger().execution_ids[0]
     start = h.clock.now()
 

@@ -193,9 +193,12 @@ def test_restart_and_load_counters_are_single_updates(store):
 
     assert store.executions.record_restart(execution_id) == 1
     assert store.executions.record_restart(execution_id) == 2
-    assert store.executions.record_load_failure(execution_id) == 1
+    assert store.executions.record_load_failure(execution_id, NOW) == (1, NOW)
+    later = NOW + timedelta(minutes=1)
+    assert store.executions.record_load_failure(execution_id, later) == (2, NOW)  # the first
     store.executions.reset_load_attempts(execution_id)
     assert store.executions.get(execution_id).load_attempts == 0
+    assert store.executions.record_load_failure(execution_id, later) == (1, later)
 
 
 def test_a_trigger_is_claimed_once(store):

@@ -47,6 +47,7 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.domain.matching import is_notification_policy, outside_trigger
 from ticket_dispatcher.domain.model import Issue
+from ticket_dispatcher.domain.retries import backoff, next_try, spent
 from ticket_dispatcher.errors import (
     CallAbandoned,
     Conflict,
@@ -54,17 +55,15 @@ from ticket_dispatcher.errors import (
     IntegrationError,
     LeaseLost,
     StoreUnavailable,
+    transient_cause,
 )
 
 log = logging.getLogger(__name__)
 
-LOAD_BACKOFF_START = timedelta(seconds=5)
-LOAD_BACKOFF_MAX = timedelta(minutes=5)
-
-
 def load_backoff(attempt: int) -> timedelta:
-    """The wait before the next load of the issue and policy: 5 s, doubling up to 5 min."""
-    return min(LOAD_BACKOFF_START * (2 ** max(attempt - 1, 0)), LOAD_BACKOFF_MAX)
+    """The wait before the next load of the issue and policy: 5 s, doubling up to 5 min (the
+    backoff of passing faults, which a ``Retry-After`` may lengthen)."""
+    return backoff(attempt)
 
 
 _THREADS = ActorThreads("ExecutionActor")
@@ -238,7 +237,8 @@ class ExecutionActor(TrackedActor):
         except DispatcherError as exc:
             stand_in = self._behavior.stand_in(execution) if _unavailable(exc) else None
             if stand_in is None:
-                return self._load_failed(execution, FailureCode.ISSUE_LOAD_FAILED, exc.message)
+                return self._load_failed(execution, FailureCode.ISSUE_LOAD_FAILED, exc.message,
+                                         exc)
             log.warning("issue could not be loaded; the notification goes on without it", extra={
                 "execution_id": execution.id, "issue_key": execution.issue_key,
                 "reason": exc.message})
@@ -249,14 +249,33 @@ class ExecutionActor(TrackedActor):
             deps.store.executions.reset_load_attempts(execution.id)
         return True
 
-    def _load_failed(self, execution: Execution, code: FailureCode, reason: str) -> bool:
-        attempts = self._deps.store.executions.record_load_failure(execution.id)
-        retries = self._deps.config.execution_load_retries
+    def _load_failed(self, execution: Execution, code: FailureCode, reason: str,
+                     error: DispatcherError | None = None) -> bool:
+        """Park until the load's next try, or fail: a passing fault of Jira (no answer, 429,
+        5xx) is tried again within the retry budget (domain/retries.py), anything else
+        ``execution_load_retries`` times."""
+        deps = self._deps
+        now = deps.clock.now()
+        attempts, since = deps.store.executions.record_load_failure(execution.id, now)
+        if isinstance(error, IntegrationError) and error.transient:
+            budget = deps.config.transient_retry_budget
+            due = next_try(error, attempts, since or now, now, budget)
+            if due is None:
+                self._behavior.abort(execution, code, spent(reason, attempts, since or now,
+                                                            now, budget))
+                self._report(Finished(self.execution_id, self._run))
+                return False
+            deps.metrics.transient_retry("execution_load", transient_cause(error))
+            return self._park_load(execution, reason, attempts, due)
+        retries = deps.config.execution_load_retries
         if attempts > retries:
             self._behavior.abort(execution, code, f"{reason} (after {retries} retries)")
             self._report(Finished(self.execution_id, self._run))
             return False
-        wake_at: datetime = self._deps.clock.now() + load_backoff(attempts)
+        return self._park_load(execution, reason, attempts, now + load_backoff(attempts))
+
+    def _park_load(self, execution: Execution, reason: str, attempts: int,
+                   wake_at: datetime) -> bool:
         log.warning("execution load failed; retrying", extra={
             "execution_id": execution.id, "issue_key": execution.issue_key, "reason": reason,
             "attempt": attempts, "deadline": wake_at.isoformat()})
@@ -269,8 +288,7 @@ class ExecutionActor(TrackedActor):
 def _unavailable(exc: DispatcherError) -> bool:
     """Jira failing for now (no answer, 429, 5xx), not answering that the issue is gone or
     out of reach (404, 403): only then does a notification go on without the issue."""
-    return isinstance(exc, IntegrationError) and (exc.status is None or exc.status == 429
-                                                  or exc.status >= 500)
+    return isinstance(exc, IntegrationError) and exc.transient
 
 
 def _position(execution: Execution) -> tuple[str, str]:

@@ -42,12 +42,15 @@ from ticket_dispatcher.domain.matching import (
     lane_of,
     match_policies,
 )
+from ticket_dispatcher.domain.retries import next_try, spent
 from ticket_dispatcher.errors import (
     CallAbandoned,
     DispatcherError,
+    IntegrationError,
     LeaseLost,
     NotFound,
     StoreUnavailable,
+    transient_cause,
 )
 from ticket_dispatcher.timeutil import format_time
 
@@ -137,6 +140,8 @@ class TriggerProcessor:
             issue = self._deps.ports.jira.load_issue(trigger.issue_key)
         except DispatcherError as exc:
             reason = f"issue load failed: {exc.message}"
+            if isinstance(exc, IntegrationError) and exc.transient:
+                return self._retry_later(trigger, exc, reason, now)
             store.triggers.fail(trigger.id, reason, now, lease=lease)
             return "failed", reason
         shadows: dict[str, int] | None = None  # each family's shadow, when read with them
@@ -183,6 +188,26 @@ class TriggerProcessor:
                 "reason": result.reason or f"{result.outcome}: executions "
                                            f"{result.execution_ids}"})
         return result.outcome, result.reason
+
+    def _retry_later(self, trigger: Trigger, error: IntegrationError, reason: str,
+                     now: datetime) -> tuple[str, str]:
+        """A passing fault of Jira: the trigger goes back to ``pending``, due again after a
+        backoff, or fails once its retry budget is spent (domain/retries.py)."""
+        deps = self._deps
+        budget = deps.config.transient_retry_budget
+        since, attempts = trigger.retry_since or now, trigger.retry_count + 1
+        due = next_try(error, attempts, since, now, budget)
+        if due is None:
+            reason = spent(reason, attempts, since, now, budget)
+            deps.store.triggers.fail(trigger.id, reason, now, lease=trigger.lease)
+            return "failed", reason
+        deps.store.triggers.retry(trigger.id, due, reason, now, since=since,
+                                  lease=trigger.lease)
+        deps.metrics.transient_retry("trigger", transient_cause(error))
+        log.info("trigger's issue load met a passing fault; it is tried again", extra={
+            "trigger_id": trigger.id, "issue_key": trigger.issue_key, "source": trigger.source,
+            "reason": reason, "attempt": attempts, "deadline": format_time(due)})
+        return "retrying", reason
 
     def _unshadowed(self, trigger: Trigger, executions: list[Execution],
                     shadows: dict[str, int] | None) -> dict[tuple[int, str], Execution]:

@@ -96,6 +96,11 @@ class Trigger:
     updated_at: datetime | None = None
     completed_at: datetime | None = None
     lease: Lease | None = None  # the claim it was processed under; never shown in the API
+    # Retries after transient failures of the issue load: how many, the last one's reason,
+    # and when the first failed (the retry budget counts from it).
+    retry_count: int = 0
+    retry_reason: str = ""
+    retry_since: datetime | None = None
 
     @property
     def mode(self) -> ExecutionMode:
@@ -115,6 +120,15 @@ class Trigger:
             "created_at": format_time(self.created_at),
             "updated_at": format_time(self.updated_at),
             "completed_at": format_time(self.completed_at),
+            "retries": {
+                "count": self.retry_count,
+                "last_reason": self.retry_reason,
+                "since": format_time(self.retry_since),
+                # a pending trigger that has retried is due again at ``available_at``
+                "next_at": (format_time(self.available_at)
+                            if self.retry_count and self.status is TriggerStatus.PENDING
+                            else None),
+            },
         }
 
 

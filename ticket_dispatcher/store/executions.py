@@ -361,12 +361,23 @@ class ExecutionRepository:
         """Count one more runtime crash; the new count."""
         return self._increment(execution_id, ExecutionRow.restart_count)
 
-    def record_load_failure(self, execution_id: int) -> int:
-        return self._increment(execution_id, ExecutionRow.load_attempts)
+    def record_load_failure(self, execution_id: int, now: datetime) -> tuple[int, datetime]:
+        """One failed load more: the loads failed in a row, and when the first of them did
+        (the retry budget of a passing fault counts from it)."""
+        with write_lock(self.db):
+            (ExecutionRow.update(load_attempts=ExecutionRow.load_attempts + 1,
+                                 load_failing_since=peewee.fn.COALESCE(
+                                     ExecutionRow.load_failing_since, to_utc(now)))
+             .where(ExecutionRow.id == execution_id).execute())
+            row = (ExecutionRow.select(ExecutionRow.load_attempts,
+                                       ExecutionRow.load_failing_since)
+                   .where(ExecutionRow.id == execution_id).get())
+            return row.load_attempts, row.load_failing_since
 
     def reset_load_attempts(self, execution_id: int) -> None:
         with unit_of_work(self.db):
-            ExecutionRow.update(load_attempts=0).where(ExecutionRow.id == execution_id).execute()
+            (ExecutionRow.update(load_attempts=0, load_failing_since=None)
+             .where(ExecutionRow.id == execution_id).execute())
 
     def _increment(self, execution_id: int, column: peewee.Field) -> int:
         with write_lock(self.db):

@@ -264,6 +264,21 @@ def _wake_index(db: peewee.Database) -> None:
         db.execute_sql(statement)
 
 
+def _transient_retries(db: peewee.Database) -> None:
+    """A trigger's retries after a transient failure of its issue load (how many, the last
+    reason, since when), and since when an execution's loads have failed: the retry budget
+    counts from the first failure. Existing rows keep none."""
+    t = _types(db)
+    for table, added in (("dispatch_triggers", (("retry_count", "INTEGER NOT NULL DEFAULT 0"),
+                                                ("retry_reason", "TEXT NOT NULL DEFAULT ''"),
+                                                ("retry_since", f"{t.time} NULL"))),
+                         ("dispatch_executions", (("load_failing_since", f"{t.time} NULL"),))):
+        columns = {column.name for column in db.get_columns(table)}
+        for name, kind in added:
+            if name not in columns:
+                db.execute_sql(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
@@ -272,6 +287,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (5, "dispatch_replicas", _replicas),
     (6, "shadow policies", _shadows),
     (7, "indexes of the parked executions by wake_at, and of the others", _wake_index),
+    (8, "retries after transient failures", _transient_retries),
 )
 
 

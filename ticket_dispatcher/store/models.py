@@ -124,6 +124,10 @@ class TriggerRow(LeasedRow):
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
     completed_at = UTCDateTimeField(null=True)
+    # Retries after transient failures of the issue load (docs/design.md, "Passing faults").
+    retry_count = peewee.IntegerField(default=0)
+    retry_reason = peewee.TextField(default="")
+    retry_since = UTCDateTimeField(null=True)
 
     class Meta:
         table_name = "dispatch_triggers"
@@ -148,6 +152,7 @@ class ExecutionRow(LeasedRow):
     live_lock_key = peewee.TextField(null=True)
     restart_count = peewee.IntegerField(default=0)  # actor crashes survived
     load_attempts = peewee.IntegerField(default=0)  # failed issue/policy loads in a row
+    load_failing_since = UTCDateTimeField(null=True)  # the first of them
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
     completed_at = UTCDateTimeField(null=True)

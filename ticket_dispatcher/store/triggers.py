@@ -44,11 +44,13 @@ def _pending(source: str, issue_key: str) -> peewee.Select:
 
 # What ``_trigger_from_values`` takes, in its order.
 _TRIGGER_COLUMNS = ("id, source, issue_key, policy_id, dryrun_json, status, available_at, "
-                    "output_json, failure_reason, created_at, updated_at, completed_at")
+                    "output_json, failure_reason, created_at, updated_at, completed_at, "
+                    "retry_count, retry_reason, retry_since")
 
 
 def _trigger_from_values(trigger_id, source, issue_key, policy_id, dryrun, status, available_at,
-                         output, failure_reason, created_at, updated_at, completed_at) -> Trigger:
+                         output, failure_reason, created_at, updated_at, completed_at,
+                         retry_count, retry_reason, retry_since) -> Trigger:
     """A trigger from the driver's values of ``_TRIGGER_COLUMNS``, converted as the model's
     fields convert them (no model object: a claim reads one per trigger)."""
     time = TriggerRow.created_at.python_value
@@ -60,6 +62,7 @@ def _trigger_from_values(trigger_id, source, issue_key, policy_id, dryrun, statu
         execution_ids=list((output or {}).get("execution_ids", [])),
         failure_reason=failure_reason, created_at=time(created_at),
         updated_at=time(updated_at), completed_at=time(completed_at),
+        retry_count=retry_count, retry_reason=retry_reason, retry_since=time(retry_since),
     )
 
 
@@ -70,6 +73,8 @@ def trigger_from_row(row: TriggerRow) -> Trigger:
         execution_ids=list((row.output_json or {}).get("execution_ids", [])),
         failure_reason=row.failure_reason, created_at=row.created_at,
         updated_at=row.updated_at, completed_at=row.completed_at,
+        retry_count=row.retry_count, retry_reason=row.retry_reason,
+        retry_since=row.retry_since,
     )
 
 
@@ -302,10 +307,25 @@ class TriggerRepository:
 
     def defer(self, trigger_id: int, until: datetime, now: datetime, *,
               lease: Lease | None = None) -> None:
-        """Back to ``pending``, due again at ``until``."""
+        """Back to ``pending``, due again at ``until``. Its issue was loaded: a later
+        passing fault starts a new retry budget."""
         with unit_of_work(self.db):
             updated = (TriggerRow.update(status=TriggerStatus.PENDING.value,
                                          available_at=to_utc(until), updated_at=to_utc(now),
+                                         retry_since=None, **TriggerRow.RELEASED)
+                       .where(held(trigger_id, lease)).execute())
+        if lease is not None and not updated:
+            raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
+
+    def retry(self, trigger_id: int, until: datetime, reason: str, now: datetime, *,
+              since: datetime, lease: Lease | None = None) -> None:
+        """Back to ``pending`` after a transient failure, due again at ``until``: one retry
+        more, its ``reason``, and ``since`` when the first of them failed."""
+        with unit_of_work(self.db):
+            updated = (TriggerRow.update(status=TriggerStatus.PENDING.value,
+                                         available_at=to_utc(until), updated_at=to_utc(now),
+                                         retry_count=TriggerRow.retry_count + 1,
+                                         retry_reason=reason, retry_since=to_utc(since),
                                          **TriggerRow.RELEASED)
                        .where(held(trigger_id, lease)).execute())
         if lease is not None and not updated:
