@@ -138,6 +138,8 @@ class FakeJira:
         self.failures: dict[str, int] = {}  # key -> how many loads still fail
         self.spared: dict[str, int] = {}  # key -> loads that succeed before failures start
         self.failure_status: dict[str, int] = {}  # key -> the HTTP status its failures answer
+        self.failure_errors: dict[str, Callable[[], IntegrationError]] = {}  # key -> raised
+        self.write_faults: dict[str, list[tuple[IntegrationError, bool]]] = {}
         self.loads: list[str] = []
         self.searches: list[list[str]] = []  # the keys of each batched read, in order
         # Issue counts: each JQL's first quoted string names the account it counts for.
@@ -149,12 +151,20 @@ class FakeJira:
         self.issues[the_issue.key] = the_issue
         return the_issue
 
-    def fail_next(self, key: str, times: int = 1, after: int = 0, status: int = 503) -> None:
-        """The next ``times`` loads of ``key`` fail with ``status``, once ``after`` loads have
-        succeeded."""
+    def fail_next(self, key: str, times: int = 1, after: int = 0, status: int = 503,
+                  error: Callable[[], IntegrationError] | None = None) -> None:
+        """The next ``times`` loads of ``key`` fail with ``status`` (or raise what ``error``
+        makes), once ``after`` loads have succeeded."""
         self.failures[key] = times
         self.spared[key] = after
         self.failure_status[key] = status
+        if error is not None:
+            self.failure_errors[key] = error
+
+    def fail_writes(self, method: str, *errors: IntegrationError, applied: bool = False) -> None:
+        """The next calls of write ``method`` raise ``errors``, one each, in order: before the
+        write, or with ``applied`` after it took effect (an answer lost on its way back)."""
+        self.write_faults.setdefault(method, []).extend((error, applied) for error in errors)
 
     def load_issue(self, key: str) -> Issue:
         self.loads.append(key)
@@ -162,6 +172,8 @@ class FakeJira:
             self.spared[key] -= 1
         elif self.failures.get(key, 0) > 0:
             self.failures[key] -= 1
+            if key in self.failure_errors:
+                raise self.failure_errors[key]()
             status = self.failure_status.get(key, 503)
             raise IntegrationError(f"jira answered {status} for {key}", status=status,
                                    service="jira")
@@ -197,15 +209,18 @@ class FakeJira:
     def assign(self, key: str, account_id: str) -> None:
         self._write("assign", key, account_id)
         self.issues[key] = replace(self.issues[key], assignee=self.users[account_id])
+        self._answered("assign")
 
     def set_l2_assignee(self, key: str, account_id: str) -> None:
         self._write("set_l2_assignee", key, account_id)
         self.issues[key] = replace(self.issues[key], l2_assignee=self.users[account_id])
+        self._answered("set_l2_assignee")
 
     def edit_labels(self, key: str, add=(), remove=()) -> None:
         self._write("edit_labels", key, tuple(add), tuple(remove))
         labels = [label for label in self.issues[key].labels if label not in remove]
         self.issues[key] = replace(self.issues[key], labels=tuple(labels + list(add)))
+        self._answered("edit_labels")
 
     def apply_triage(self, key: str, change: TriageChange) -> None:
         self._write("apply_triage", key, change)
@@ -246,7 +261,16 @@ class FakeJira:
     def _write(self, method: str, *args) -> None:
         if method in self.failing_writes:
             raise IntegrationError(f"jira answered 500 to {method}", status=500, service="jira")
+        faults = self.write_faults.get(method)
+        if faults and not faults[0][1]:
+            raise faults.pop(0)[0]
         self.writes.append((method, *args))
+
+    def _answered(self, method: str) -> None:
+        """A scripted fault of a write that took effect: its answer never came back."""
+        faults = self.write_faults.get(method)
+        if faults and faults[0][1]:
+            raise faults.pop(0)[0]
 
     def calls(self, method: str) -> list[tuple]:
         return [w for w in self.writes if w[0] == method]

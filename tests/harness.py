@@ -27,15 +27,16 @@ class Harness:
         self.jira = jira or FakeJira(issue())
         self.directory = FakeDirectory()  # Core groups and users
         self.oncall = FakeOnCall()  # Oncall teams and pages
-        self.registry = product_registry()  # the real actions, plus the test-only ones
+        environ = {"TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots)}
+        environ.update({f"TICKET_DISPATCHER_{k.upper()}": v for k, v in config.items()})
+        self.config = load_config(None, environ=environ)
+        # the real actions, plus the test-only ones
+        self.registry = product_registry(retry_budget=self.config.transient_retry_budget)
         for action in actions:
             self.registry.register(action)
         # The same database, judged by the same actions the runtime runs: the store validates
         # every activation, so the test-only actions must be known to it.
         self.store = Store(store.db, self.registry)
-        environ = {"TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots)}
-        environ.update({f"TICKET_DISPATCHER_{k.upper()}": v for k, v in config.items()})
-        self.config = load_config(None, environ=environ)
         self.metrics = Metrics()  # one per harness: a restart keeps it, like a process's
         self.runtime: Runtime | None = None
 

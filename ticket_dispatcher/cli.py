@@ -302,7 +302,8 @@ def _run_policy_test(args: argparse.Namespace) -> int:
     config = _config(args)
     raw_policy = _read_policy(args.file)
     raw_issue = _read_json(args.issue, "issue file")
-    registry = product_registry(config.jira.auto_assign_label)
+    registry = product_registry(config.jira.auto_assign_label,
+                                     config.transient_retry_budget)
     try:
         spec = parse_policy_spec(raw_policy, registry)
     except InvalidInput as exc:

@@ -54,7 +54,8 @@ class Service:
         self.clock = clock or SystemClock()
         # The actions this build runs: the runtime executes them, and the store, the API and
         # /dispatch/options judge policies by them.
-        self.registry = product_registry(config.jira.auto_assign_label)
+        self.registry = product_registry(config.jira.auto_assign_label,
+                                     config.transient_retry_budget)
         # One pool of connections, sized for every thread that may hold one at once
         # (docs/operations.md, "PostgreSQL connections").
         self.store = Store.open(config.database_url, registry=self.registry,

@@ -14,7 +14,8 @@ from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode
 from ticket_dispatcher.domain.ports import GroupMember, Responder
-from ticket_dispatcher.errors import CallAbandoned, OutcomeUnknown
+from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown
+from ticket_dispatcher.timeutil import format_time
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 
@@ -269,15 +270,84 @@ def test_assign_l2_sets_the_l2_picker_not_the_assignee(world):
     assert world.jira.issues["TCID-1"].assignee is None
 
 
-def test_jira_failure_leaves_the_engineer_untouched(world):
-    world.jira.failing_writes.add("assign")
+def test_jira_refusal_fails_and_leaves_the_engineer_untouched(world):
+    world.jira.fail_writes("assign", IntegrationError("jira PUT failed: HTTP 400", status=400,
+                                                      service="jira"))
     run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
     executor.plan(run)
 
-    with pytest.raises(ActionError):
+    with pytest.raises(ActionError, match="HTTP 400"):
         executor.execute(run)
 
     assert world.engineers.get("a@example.com").last_dispatched_at is None
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_a_write_refused_by_a_passing_fault_parks_until_its_next_try(world, status):
+    world.jira.fail_writes("assign", IntegrationError(
+        f"jira PUT failed: HTTP {status}", status=status, service="jira", retry_after=30))
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    result = executor.execute(run)
+
+    assert result.kind.value == "park"
+    assert result.until == NOW + timedelta(seconds=30)  # Retry-After over the 5 s backoff
+    state = run.context["assign"]
+    assert state["retries"] == 1 and f"HTTP {status}" in state["retry_reason"]
+    assert "jira_updated" not in state
+    assert world.engineers.get("a@example.com").last_dispatched_at is None
+
+    # The wake: the issue read again, the write made once
+    run.issue = world.jira.issues["TCID-1"]
+    assert executor.execute(run).kind.value == "continue"
+    assert len(world.jira.calls("assign")) == 1
+    assert world.jira.issues["TCID-1"].assignee.email == "a@example.com"
+    assert world.engineers.get("a@example.com").last_dispatched_issue == "TCID-1"
+
+
+def test_a_retried_write_that_landed_is_not_made_again(world):
+    world.jira.fail_writes("assign", IntegrationError("jira PUT failed: HTTP 502", status=502,
+                                                      service="jira"), applied=True)
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+    assert executor.execute(run).kind.value == "park"
+
+    run.issue = world.jira.issues["TCID-1"]  # the wake's fresh read: the PUT had landed
+    result = executor.execute(run)
+
+    assert result.kind.value == "continue"
+    assert len(world.jira.calls("assign")) == 1
+    assert run.context["assign"]["jira_outcome"] == "already assigned"
+
+
+def test_a_retry_never_writes_over_someone_who_set_the_field_meanwhile(world):
+    world.jira.fail_writes("assign", IntegrationError("jira PUT failed: HTTP 503", status=503,
+                                                      service="jira"))
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+    assert executor.execute(run).kind.value == "park"
+    run.issue = world.jira.put(replace(world.jira.issues["TCID-1"],
+                                       assignee=world.jira.users["acc-b"]))
+
+    with pytest.raises(ActionError, match="became b@example.com"):
+        executor.execute(run)
+
+    assert world.jira.calls("assign") == []
+
+
+def test_a_write_past_the_retry_budget_fails_with_the_last_reason(world):
+    executor = AssignExecutor(ActionType.ASSIGN, retry_budget=timedelta(minutes=1))
+    run, _ = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}),
+                    executor=executor)
+    executor.plan(run)
+    run.context["assign"].update(retries=6, retrying_since=format_time(NOW - timedelta(
+        minutes=2)))
+    world.jira.fail_writes("assign", IntegrationError("jira PUT failed: HTTP 429", status=429,
+                                                      service="jira"))
+
+    with pytest.raises(ActionError, match="HTTP 429.*past the retry budget of 1m"):
+        executor.execute(run)
 
 
 def test_engineer_update_failure_keeps_jira_and_fails_the_action(world, monkeypatch):
@@ -294,8 +364,9 @@ def test_engineer_update_failure_keeps_jira_and_fails_the_action(world, monkeypa
     assert world.jira.issues["TCID-1"].assignee.email == "a@example.com"
 
 
-def test_label_removal_failure_is_only_logged(world, caplog):
-    world.jira.failing_writes.add("edit_labels")
+def test_label_removal_refused_is_only_logged(world, caplog):
+    world.jira.fail_writes("edit_labels", IntegrationError("jira PUT failed: HTTP 400",
+                                                           status=400, service="jira"))
     run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
     executor.plan(run)
 
@@ -303,6 +374,23 @@ def test_label_removal_failure_is_only_logged(world, caplog):
 
     assert result.kind.value == "continue"
     assert "auto-assign label" in caplog.text
+
+
+def test_label_removal_met_by_a_passing_fault_is_retried_without_assigning_again(world):
+    world.jira.fail_writes("edit_labels", IntegrationError("jira PUT failed: HTTP 429",
+                                                           status=429, service="jira"))
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    assert executor.execute(run).kind.value == "park"
+    run.issue = world.jira.issues["TCID-1"]
+    result = executor.execute(run)
+
+    assert result.kind.value == "continue"
+    assert len(world.jira.calls("assign")) == 1
+    assert "auto-dispatch" not in world.jira.issues["TCID-1"].labels
+    assert run.context["assign"]["label_removed"] == "auto-dispatch"
+    assert world.engineers.get("a@example.com").last_dispatched_issue == "TCID-1"
 
 
 def test_no_jira_user_with_that_email_fails_the_action(world):
@@ -371,17 +459,29 @@ def test_unknown_outcome_with_someone_else_assigned_fails_without_dispatch_state
     assert "jira_outcome" not in run.context["assign"]
 
 
-def test_unknown_outcome_with_a_failed_reread_fails_saying_so(world):
+def test_unknown_outcome_with_a_refused_reread_fails_saying_so(world):
     run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
     executor.plan(run)
     write_then_lose_the_answer(world, "assign", lands=True)
-    world.jira.fail_next("TCID-1")
+    world.jira.fail_next("TCID-1", status=403)
 
     with pytest.raises(ActionError) as raised:
         executor.execute(run)
 
     assert "unknown outcome" in raised.value.message
-    assert "re-reading the issue failed too: jira answered 503" in raised.value.message
+    assert "re-reading the issue failed too: jira answered 403" in raised.value.message
+    assert world.engineers.get("a@example.com").last_dispatched_at is None
+
+
+def test_unknown_outcome_not_landed_is_tried_again_after_another_read(world):
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+    write_then_lose_the_answer(world, "assign", lands=False)
+
+    result = executor.execute(run)
+
+    assert result.kind.value == "park"
+    assert "unknown outcome" not in run.context["assign"].get("jira_outcome", "")
     assert world.engineers.get("a@example.com").last_dispatched_at is None
 
 

@@ -475,7 +475,7 @@ def test_an_unreadable_escalation_slot_warns_but_never_holds_up_the_card():
 
     class Down(FakeContexts):
         def find(self, issue_key):
-            raise IntegrationError("contexts", "database unavailable")
+            raise IntegrationError("database unavailable", service="contexts")
 
     ex = world.run(contexts=Down())
 

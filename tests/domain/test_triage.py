@@ -12,6 +12,7 @@ from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
 from ticket_dispatcher.domain.actions.triage import TriageExecutor
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode
 from ticket_dispatcher.domain.ports import TriageChange
+from ticket_dispatcher.errors import IntegrationError
 
 
 def run_of(config: dict, jira: FakeJira) -> ActionRun:
@@ -80,11 +81,27 @@ def test_components_replace_and_raw_fields_pass_through(jira):
         "fields": {"customfield_1": {"value": "x"}}}
 
 
-def test_jira_failure_fails_the_action(jira):
-    jira.failing_writes.add("apply_triage")
+def test_jira_refusal_fails_the_action(jira):
+    jira.fail_writes("apply_triage", IntegrationError("jira PUT failed: HTTP 400", status=400,
+                                                      service="jira"))
     run = run_of({"priority": "P0"}, jira)
     executor = TriageExecutor()
     executor.plan(run)
 
     with pytest.raises(ActionError, match="triage"):
         executor.execute(run)
+
+
+def test_an_edit_refused_by_a_passing_fault_parks_then_applies_once(jira):
+    jira.failing_writes.add("apply_triage")  # HTTP 500
+    run = run_of({"priority": "P0"}, jira)
+    executor = TriageExecutor()
+    executor.plan(run)
+
+    parked = executor.execute(run)
+    jira.failing_writes.clear()
+    finished = executor.execute(run)
+
+    assert parked.kind.value == "park" and finished.kind.value == "continue"
+    assert len(jira.calls("apply_triage")) == 1
+    assert run.context["triage"]["retries"] == 1 and run.context["triage"]["applied"] is True

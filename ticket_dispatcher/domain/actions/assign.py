@@ -23,7 +23,7 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ticket_dispatcher.domain.actions import balanced
@@ -33,7 +33,11 @@ from ticket_dispatcher.domain.actions.base import (
     ActionRun,
     config_problems,
 )
-from ticket_dispatcher.domain.actions.state import ActionState
+from ticket_dispatcher.domain.actions.retrying import (
+    DEFAULT_RETRY_BUDGET,
+    RetryingState,
+    retry_later,
+)
 from ticket_dispatcher.domain.catalog import (
     DIRECTORY_NAME,
     ENGINEER_EMAIL,
@@ -56,7 +60,7 @@ from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.domain.ports import Turn
-from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown, Problem
+from ticket_dispatcher.errors import DispatcherError, IntegrationError, OutcomeUnknown, Problem
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +68,7 @@ _RECEIVER_TYPES = tuple(t.value for t in ReceiverType)
 
 
 @dataclass
-class AssignState(ActionState):
+class AssignState(RetryingState):
     """What ``assign`` keeps: what it started from, whom it chose and why, and what it did."""
 
     KEY = "assign"
@@ -88,12 +92,15 @@ class AssignExecutor:
     """One executor serves both types; ``l2`` picks the L2 user picker instead of the assignee."""
 
     def __init__(self, action_type: ActionType, auto_assign_label: str = DEFAULT_AUTO_ASSIGN_LABEL,
-                 rng: random.Random | None = None):
-        """``rng``: the ``random`` strategy's source of draws (tests pass a scripted one)."""
+                 rng: random.Random | None = None,
+                 retry_budget: timedelta = DEFAULT_RETRY_BUDGET):
+        """``rng``: the ``random`` strategy's source of draws (tests pass a scripted one);
+        ``retry_budget``: how long a write refused by a passing fault is tried again."""
         self.type = action_type.value
         self._l2 = action_type is ActionType.ASSIGN_L2
         self._auto_assign_label = auto_assign_label
         self._rng = rng or random.SystemRandom()
+        self._retry_budget = retry_budget
 
     # -- validate -------------------------------------------------------------------------------
 
@@ -219,22 +226,30 @@ class AssignExecutor:
 
     def execute(self, run: ActionRun) -> ActionResult:
         with AssignState.editing(run) as state:
-            email = state.assignee or ""
-            state.account_id = state.account_id or self._find_account_id(run, email)
-            if self._holder(run.issue) == state.account_id:
-                # ``run.issue`` is loaded fresh whenever the execution actor (re)starts: on a
-                # resume after a restart whose first PUT landed, this is how we never assign
-                # twice
-                state.jira_outcome = "already assigned"
-            else:
-                self._write_to_jira(run, state)
-            state.jira_updated = True
-            if not state.turn_taken:  # a turn recorded this dispatch when it was taken
-                self._record_dispatch(run, email)
-            self._remove_auto_assign_label(run, state)
-            return ActionResult.proceed()
+            if not state.jira_updated:  # else a retry of the label's removal
+                email = state.assignee or ""
+                state.account_id = state.account_id or self._find_account_id(run, email)
+                if self._holder(run.issue) == state.account_id:
+                    # ``run.issue`` is loaded fresh whenever the execution actor (re)starts or
+                    # wakes: on a resume after a restart, or a retry, whose earlier PUT
+                    # landed, this is how we never assign twice
+                    state.jira_outcome = state.jira_outcome or "already assigned"
+                elif state.retries and self._changed_by_someone(run.issue, state):
+                    raise ActionError(f"while setting the Jira {self._field} was retried, it "
+                                      f"became {_describe_user(self._user(run.issue))}; "
+                                      f"{state.assignee} was not set over it")
+                else:
+                    later = self._write_to_jira(run, state)
+                    if later is not None:
+                        return later
+                state.jira_updated = True
+                if not state.turn_taken:  # a turn recorded this dispatch when it was taken
+                    self._record_dispatch(run, email)
+            return self._remove_auto_assign_label(run, state) or ActionResult.proceed()
 
-    def _write_to_jira(self, run: ActionRun, state: AssignState) -> None:
+    def _write_to_jira(self, run: ActionRun, state: AssignState) -> ActionResult | None:
+        """Set the field; a park until the next try when a passing fault refused it or
+        left its outcome unknown (the wake reads the issue again before any new PUT)."""
         # ``CallAbandoned`` (shutdown) is no DispatcherError and passes through untouched: the
         # action stays ``executing`` and resumes after the restart
         account_id = state.account_id or ""
@@ -244,23 +259,46 @@ class AssignExecutor:
             else:
                 run.ports.jira.assign(run.issue.key, account_id)
         except OutcomeUnknown as exc:  # sent, answer lost: Jira may have acted
-            self._confirm_by_rereading(run, state, exc)
+            return self._confirm_by_rereading(run, state, exc)
+        except IntegrationError as exc:
+            if exc.transient:  # not applied (429), or unknown (5xx): settled on the wake
+                return retry_later(run, state, exc, f"setting the Jira {self._field}",
+                                   self._retry_budget)
+            raise ActionError(f"Jira refused to set the {self._field}: {exc.message}") from None
         except DispatcherError as exc:  # the engineer's dispatch state is not updated
             raise ActionError(f"Jira refused to set the {self._field}: {exc.message}") from None
+        return None
 
     def _confirm_by_rereading(self, run: ActionRun, state: AssignState,
-                              unknown: OutcomeUnknown) -> None:
-        """The write's outcome is unknown: the issue as Jira now has it decides."""
+                              unknown: OutcomeUnknown) -> ActionResult | None:
+        """The write's outcome is unknown: the issue as Jira now has it decides. When it does
+        not hold the account (yet), the write is tried again later, after another read."""
         first = f"setting the Jira {self._field} had an unknown outcome ({unknown.message})"
         try:
             issue = run.ports.jira.load_issue(run.issue.key)
+        except IntegrationError as exc:
+            if exc.transient:
+                return retry_later(run, state, unknown, f"setting the Jira {self._field}",
+                                   self._retry_budget)
+            raise ActionError(f"{first}, and re-reading the issue failed too: "
+                              f"{exc.message}") from None
         except DispatcherError as exc:
             raise ActionError(f"{first}, and re-reading the issue failed too: "
                               f"{exc.message}") from None
-        if self._holder(issue) != state.account_id:
+        if self._holder(issue) == state.account_id:
+            state.jira_outcome = "unknown; confirmed by re-reading the issue"
+            return None
+        if self._changed_by_someone(issue, state):
             raise ActionError(f"{first}; re-reading the issue found the {self._field} is "
                               f"{_describe_user(self._user(issue))}, not {state.assignee}")
-        state.jira_outcome = "unknown; confirmed by re-reading the issue"
+        return retry_later(run, state, unknown, f"setting the Jira {self._field}",
+                           self._retry_budget)
+
+    def _changed_by_someone(self, issue: Issue, state: AssignState) -> bool:
+        """The field holds neither the chosen engineer nor whom it held when the execution
+        was created: someone else set it meanwhile, and a retry must not write over them."""
+        user = self._user(issue)
+        return (user.email if user else "") != (state.current_assignee or "")
 
     @property
     def _field(self) -> str:
@@ -295,17 +333,30 @@ class AssignExecutor:
         if not updated:
             raise ActionError(f"Jira assignment kept, but engineer {email} no longer exists")
 
-    def _remove_auto_assign_label(self, run: ActionRun, state: AssignState) -> None:
+    def _remove_auto_assign_label(self, run: ActionRun,
+                                  state: AssignState) -> ActionResult | None:
+        """Remove the auto-assign label; a park when a passing fault refused it (the wake's
+        fresh issue says whether it is still there). Any other failure is only logged: the
+        assignment is done."""
         label = self._auto_assign_label
         if not label or label not in run.issue.labels:
-            return
+            return None
         try:
             run.ports.jira.edit_labels(run.issue.key, remove=[label])
             state.label_removed = label
-        except DispatcherError as exc:  # only logged: the assignment is done
-            log.warning("could not remove the auto-assign label", extra={
-                "issue_key": run.issue.key, "execution_id": run.execution.id,
-                "reason": exc.message})
+        except IntegrationError as exc:
+            if exc.transient:
+                return retry_later(run, state, exc, "removing the auto-assign label",
+                                   self._retry_budget)
+            _label_not_removed(run, exc)
+        except DispatcherError as exc:
+            _label_not_removed(run, exc)
+        return None
+
+
+def _label_not_removed(run: ActionRun, exc: DispatcherError) -> None:
+    log.warning("could not remove the auto-assign label", extra={
+        "issue_key": run.issue.key, "execution_id": run.execution.id, "reason": exc.message})
 
 
 def _check_assign(config: dict, path: str, problems: Problems) -> None:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from ticket_dispatcher.domain.actions.base import (
@@ -18,7 +19,11 @@ from ticket_dispatcher.domain.actions.base import (
     ActionRun,
     config_problems,
 )
-from ticket_dispatcher.domain.actions.state import ActionState
+from ticket_dispatcher.domain.actions.retrying import (
+    DEFAULT_RETRY_BUDGET,
+    RetryingState,
+    retry_later,
+)
 from ticket_dispatcher.domain.catalog import LABEL
 from ticket_dispatcher.domain.checks import (
     Problems,
@@ -32,13 +37,13 @@ from ticket_dispatcher.domain.checks import (
 )
 from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.ports import TriageChange
-from ticket_dispatcher.errors import DispatcherError, Problem
+from ticket_dispatcher.errors import DispatcherError, IntegrationError, Problem
 
 _KEYS = ("priority", "components", "labels_add", "labels_remove", "fields")
 
 
 @dataclass
-class TriageState(ActionState):
+class TriageState(RetryingState):
     """What ``triage`` keeps: the fields before, the planned changes, and whether they were
     applied."""
 
@@ -53,6 +58,11 @@ class TriageState(ActionState):
 
 class TriageExecutor:
     type = "triage"
+
+    def __init__(self, retry_budget: timedelta = DEFAULT_RETRY_BUDGET):
+        """``retry_budget``: how long an edit refused by a passing fault is tried again (the
+        edit sets values, so applying it twice leaves the issue as once)."""
+        self._retry_budget = retry_budget
 
     def validate_config(self, config: Any, path: str) -> list[Problem]:
         """At least one of the keys; a label is not both added and removed."""
@@ -89,6 +99,10 @@ class TriageExecutor:
                 return ActionResult.proceed()
             try:
                 run.ports.jira.apply_triage(run.issue.key, _triage_change(state.changes))
+            except IntegrationError as exc:
+                if exc.transient:
+                    return retry_later(run, state, exc, "the triage edit", self._retry_budget)
+                raise ActionError(f"Jira refused the triage edit: {exc.message}") from None
             except DispatcherError as exc:
                 raise ActionError(f"Jira refused the triage edit: {exc.message}") from None
             state.applied = True
