@@ -3,14 +3,15 @@ on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from dataclasses import replace
 
 from tests.fakes import FakeJira, issue
 from tests.harness import assign, rule
-from ticket_dispatcher.domain.execution import ExecutionStatus
+from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
 
 ENGINEERS = ("a@example.com", "b@example.com", "c@example.com")
+BOUND = 10  # seconds: the longest a held read waits before the test fails
 
 
 def staff(h) -> None:
@@ -84,37 +85,50 @@ def test_no_candidates_fails_the_execution_and_keeps_the_reason(make_harness):
     assert "nobody@example.com" in context["reason"]
 
 
-class LabelGoneAfterFirstRead(FakeJira):
-    """Jira where the first read of the issue (the trigger's) still shows ``auto-dispatch``
-    and every later one (its execution's) does not: another execution of the same issue
-    assigned it and removed the label in between."""
+class FirstReadHeld(FakeJira):
+    """Jira whose first read of an issue answers as the issue was when it was read, but only
+    once the test opens the gate: that trigger's read is in flight meanwhile."""
+
+    def __init__(self, *issues):
+        super().__init__(*issues)
+        self.gate = threading.Event()
+        self.entered = threading.Event()
 
     def load_issue(self, key):
         found = super().load_issue(key)
-        if len(self.loads) == 1:
-            self.put(replace(found, labels=()))  # removed right after this read
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.gate.wait(BOUND), "the test never opened the gate"
         return found
 
 
 def test_an_execution_whose_issue_lost_the_required_label_since_its_trigger_does_nothing(
         make_harness):
     """The interleaving: two copies of one trigger (a request stored late by a paused replica,
-    and the client's re-send) processed side by side. The second copy's trigger read the issue
-    with ``auto-dispatch``; the first copy's execution assigned it and removed the label; the
-    second copy's execution, created once the first had ended, starts on an issue without the
-    label. It assigns nothing: its rules are not matched, for that reason."""
-    h = make_harness(jira=LabelGoneAfterFirstRead(issue(key="TCID-7")))
+    and the client's re-send) processed side by side. The first copy's trigger read the issue
+    with ``auto-dispatch``; the second copy's execution assigned it and removed the label; the
+    first copy's execution, created once the second had ended, starts on an issue without the
+    label. Its trigger's read is not reused (an execution of the issue ran since it began): it
+    reads the issue, and assigns nothing: its rules are not matched, for that reason."""
+    h = make_harness(jira=FirstReadHeld(issue(key="TCID-7")))
     staff(h)
     h.policy(rule(assign(*ENGINEERS)), labels=("auto-dispatch",))
+    first = h.post_trigger("TCID-7", settle=False)
+    assert h.jira.entered.wait(BOUND)
 
-    trigger = h.post_trigger("TCID-7")
+    second = h.post_trigger("TCID-7", settle=False)
+    h.wait_until(lambda: h.trigger(second.id).status is TriggerStatus.COMPLETED
+                 and h.execution(h.trigger(second.id).execution_ids[0]).status.terminal)
+    h.jira.gate.set()
+    h.wait_idle()
 
-    [execution] = [h.execution(i) for i in trigger.execution_ids]
+    [execution] = [h.execution(i) for i in h.trigger(first.id).execution_ids]
     assert execution.status is ExecutionStatus.SUCCEEDED
-    assert h.jira.calls("assign") == []
+    assert [key for _, key, _ in h.jira.calls("assign")] == ["TCID-7"]  # the second copy's
     [evaluated] = execution.rule_executions
     assert evaluated.outcome.value == "not_matched"
     assert "no longer has the label auto-dispatch" in evaluated.evaluation["reason"]
+    assert h.jira.loads == ["TCID-7"] * 3  # both triggers, and the first copy's execution
 
 
 def test_a_trigger_that_names_its_policy_runs_it_whatever_labels_the_issue_has(make_harness):

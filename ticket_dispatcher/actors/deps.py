@@ -13,10 +13,11 @@ from typing import Any
 import pykka
 
 from ticket_dispatcher.actors.activity import Activity
+from ticket_dispatcher.actors.first_read import IssueActivity
 from ticket_dispatcher.actors.intake import IntakePriority
 from ticket_dispatcher.actors.leases import process_identity
 from ticket_dispatcher.actors.scheduler import Scheduler
-from ticket_dispatcher.clock import Clock
+from ticket_dispatcher.clock import TimerClock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.behavior import Behavior, Checkpoints
@@ -51,7 +52,7 @@ class PolicyNames:
 class RuntimeDeps:
     config: Config
     store: Store
-    clock: Clock
+    clock: TimerClock
     registry: ActionRegistry
     ports: Ports  # the integrations and the engineer store (domain/ports.py)
     scheduler: Scheduler
@@ -76,9 +77,13 @@ class RuntimeDeps:
     # end does not look for decisions to judge. Kept from just before their creation to
     # their end; any other execution's end looks.
     unshadowed: set[tuple[int, str]] = field(default_factory=set)
+    # The issues the execution actors are at work on, for the freshness rule of a trigger's
+    # read (actors/first_read.py).
+    issue_activity: IssueActivity = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.policy_names = PolicyNames(lambda policy_id: self.store.policies.get(policy_id).name)
+        self.issue_activity = IssueActivity(lambda: self.clock.monotonic())
 
     def tell_at(self, when: datetime, ref: pykka.ActorRef, message: Any, label: str) -> None:
         """Tell ``message`` to ``ref`` at ``when`` (the scheduler's timer only tells)."""

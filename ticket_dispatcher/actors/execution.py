@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.actors.leases import FencedCheckpoints, Hold, guarded_ports
 from ticket_dispatcher.actors.messages import (
     Cancel,
@@ -71,7 +73,7 @@ _THREADS = ActorThreads("ExecutionActor")
 
 class ExecutionActor(TrackedActor):
     def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef,
-                 hold: Hold, run: int):
+                 hold: Hold, run: int, first_read: IssueRead | None = None):
         super().__init__()
         self.execution_id = execution_id
         self._deps = deps
@@ -88,10 +90,27 @@ class ExecutionActor(TrackedActor):
         # or the error it failed with when the step goes on with a stand-in
         self._loaded: Issue | DispatcherError | None = None
         self._standing_in = False  # ``_issue`` is a stand-in, not what Jira answered
+        # The trigger's read of the issue, for a first run (actors/first_read.py), and the
+        # issue this actor counts as at work on from its claim until it stops.
+        self._first_read = first_read
+        self._at_work_on: str | None = None
 
     def _start_actor_loop(self) -> None:
         """pykka's hook: run on a kept thread (actors/threads.py) rather than a new one."""
         _THREADS.run(self._actor_loop)
+
+    def on_stop(self) -> None:
+        self._done_with_issue()
+        super().on_stop()
+
+    def on_failure(self, *exc_info: Any) -> None:
+        self._done_with_issue()
+        super().on_failure(*exc_info)
+
+    def _done_with_issue(self) -> None:
+        if self._at_work_on is not None:
+            self._deps.issue_activity.end(self._at_work_on)
+            self._at_work_on = None
 
     def handle(self, message):
         if isinstance(message, Cancel):
@@ -176,8 +195,9 @@ class ExecutionActor(TrackedActor):
         self._report(Finished(self.execution_id, self._run))
 
     def _load(self) -> bool:
-        """Claim the execution, then reload its checkpoint, the live issue and the policy
-        (docs/design.md, "The life of an execution")."""
+        """Claim the execution, then reload its checkpoint, the policy and the live issue, or
+        for a first run the issue its trigger has just read (docs/design.md, "The life of an
+        execution", "The freshness rule")."""
         deps = self._deps
         store, now = deps.store, deps.clock.now()
         claimed = store.executions.claim_loaded(self.execution_id, owner=deps.owner, now=now,
@@ -189,15 +209,28 @@ class ExecutionActor(TrackedActor):
             return False
         lease, execution = claimed
         self._hold.claimed(lease, now, deps.config.leases.duration)
+        read = self._begin_work(execution)
         if not store.policies.exists(execution.policy_id):
             return self._load_failed(execution, FailureCode.POLICY_LOAD_FAILED,
                                      f"policy {execution.policy_id} not found")
-        if not self._read_issue(execution):
+        if read is not None:  # the trigger's read, still as this process left the issue
+            self._issue, self._loaded, self._standing_in = read, read, False
+        elif not self._read_issue(execution):
             return False
         if self._left_trigger(execution):
             return False
         self._execution = execution
         return True
+
+    def _begin_work(self, execution: Execution) -> Issue | None:
+        """Count this actor at work on the issue before any call; the issue its trigger
+        read when this first run may start from it (actors/first_read.py), else None."""
+        read, self._first_read = self._first_read, None
+        if read is not None and (execution.status is not ExecutionStatus.CREATED
+                                 or execution.trigger_id != read.trigger_id):
+            read = None  # not the first run of an execution that trigger created
+        self._at_work_on = execution.issue_key
+        return self._deps.issue_activity.begin(execution.issue_key, read)
 
     def _left_trigger(self, execution: Execution) -> bool:
         """An ordinary execution about to start whose issue fell outside its policy's trigger

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.domain.execution import Execution, Lease, Trigger
 
 
@@ -36,6 +37,9 @@ class CreateExecutions:  # ask, from a trigger actor; answers a CreationResult
     reserved_label: str | None
     issue_labels: tuple[str, ...]
     lease: Lease | None  # the trigger actor's claim: every trigger write is fenced by it
+    # The issue the trigger matched on, for its executions' first run (actors/first_read.py);
+    # kept in memory only.
+    read: IssueRead | None = None
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from ticket_dispatcher import __version__
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.execution import ExecutionActor
+from ticket_dispatcher.actors.first_read import FRESH_READ, IssueRead
 from ticket_dispatcher.actors.lanes import Lanes, lane_view
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import (
@@ -192,6 +193,9 @@ class ExecutionPool(TrackedActor):
         # before its next step (a park, an interruption) hands the cancel to the next one.
         self._cancels: dict[int, str] = {}
         self._interruptions: dict[int, int] = {}  # interrupted steps in a row
+        # Single mode: the trigger's read of the issue beside each execution created here
+        # and not yet started, for its first run (actors/first_read.py); in creation order.
+        self._first_reads: dict[int, IssueRead] = {}
         self._runs = itertools.count(1)
         self._sweeps = SweepRecord()
         # Shared mode: the store is the queue. Whether it may hold more due executions than
@@ -359,7 +363,8 @@ class ExecutionPool(TrackedActor):
         # position; the hold it claims with is shared, so the heartbeat can renew it.
         now, run = self._deps.clock.now(), next(self._runs)
         hold = Hold(now)
-        ref = ExecutionActor.start(execution_id, self._deps, self.actor_ref, hold, run)
+        ref = ExecutionActor.start(execution_id, self._deps, self.actor_ref, hold, run,
+                                   first_read=self._first_reads.pop(execution_id, None))
         self._running[execution_id] = Running(ref, since=now, hold=hold, run=run)
         if execution_id in self._cancels:  # seen before its first step
             ref.tell(Cancel(self._cancels[execution_id]))
@@ -552,11 +557,26 @@ class ExecutionPool(TrackedActor):
 
     def _start_created(self, request: CreateExecutions, result: CreationResult,
                       here: list[int]) -> CreationResult:
-        """After the commit: queue the executions to start here, in creation order."""
+        """After the commit: queue the executions to start here, in creation order, each
+        with its trigger's read of the issue for its first run (single mode: no other
+        replica's execution of the issue can have written to it unseen)."""
         lane = lane_of(request.trigger.source)
+        if request.read is not None and not self._shared:
+            self._forget_stale_reads()
+            self._first_reads.update(dict.fromkeys(here, request.read))
         for execution_id in here:
             self._enqueue(execution_id, lane=lane)
         return result
+
+    def _forget_stale_reads(self) -> None:
+        """Drop the reads of executions still queued past ``FRESH_READ``: their run reads
+        the live issue anyway, and a backlog keeps no issue in memory."""
+        oldest = self._deps.clock.monotonic() - FRESH_READ.total_seconds()
+        while self._first_reads:
+            execution_id, read = next(iter(self._first_reads.items()))
+            if read.began.at >= oldest:
+                return
+            del self._first_reads[execution_id]
 
     # -- cancel and status ------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.actors.lanes import Lanes
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
@@ -132,6 +133,7 @@ class TriggerProcessor:
         store, now = self._deps.store, self._deps.clock.now()
         role = reserved_role(trigger.source)
         lease = trigger.lease
+        read_began = self._deps.issue_activity.mark()  # before the issue's read
         if role and not self._deps.config.notifications.enabled:  # switched off: no executions
             store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED,
                                     lease=lease)
@@ -173,7 +175,8 @@ class TriggerProcessor:
             result = self._pool.ask(CreateExecutions(
                 trigger=trigger, executions=executions, explicit=trigger.policy_id is not None,
                 reserved_label=role.label if role else None, issue_labels=issue.labels,
-                lease=lease), timeout=CREATE_TIMEOUT_SECONDS)
+                lease=lease, read=IssueRead(issue, trigger.id, read_began)),
+                timeout=CREATE_TIMEOUT_SECONDS)
             created = result.execution_ids
         finally:  # the executions not created have no end to wait for
             self._deps.unshadowed.difference_update(
