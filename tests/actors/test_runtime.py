@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from tests.fakes import RecordingAction, issue
 from tests.harness import rule
 from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
@@ -269,22 +271,24 @@ def test_execution_that_keeps_crashing_fails_with_internal_error(make_harness):
 
 
 def test_issue_load_refused_at_run_time_parks_with_backoff_then_fails(make_harness):
-    h = make_harness(RecordingAction(), EXECUTION_LOAD_RETRIES="2")
+    h = make_harness(RecordingAction(park_for=1), EXECUTION_LOAD_RETRIES="2")
     h.policy(rule("test_noop"))
-    # the trigger's load works, the run's are refused (a permanent answer: counted retries)
+    # The trigger's load works, and its execution's first run starts from it; the loads of
+    # the woken run are refused (a permanent answer: counted retries).
     h.jira.fail_next("TCID-1", times=10, after=1, status=403)
     execution_id = h.post_trigger().execution_ids[0]
-    start = h.clock.now()
+    woke = h.clock.now() + timedelta(seconds=1)
 
+    h.advance(1)
     first = h.execution(execution_id)
     h.advance(5)
     second = h.execution(execution_id)
     h.advance(10)
     final = h.execution(execution_id)
 
-    assert first.status is ExecutionStatus.CREATED
-    assert (first.wake_at - start).total_seconds() == 5
-    assert (second.wake_at - start).total_seconds() == 5 + 10  # 5 s doubling
+    assert first.status is ExecutionStatus.EXECUTING and first.load_attempts == 1
+    assert (first.wake_at - woke).total_seconds() == 5
+    assert (second.wake_at - woke).total_seconds() == 5 + 10  # 5 s doubling
     assert final.status is ExecutionStatus.FAILED
     assert final.failure_code == "issue_load_failed"
 

@@ -30,6 +30,11 @@ PERMANENT = (400, 401, 403, 404)
 ENDED = (TriggerStatus.COMPLETED, TriggerStatus.FAILED)
 
 
+def sample(h, name: str, **labels: str) -> float | None:
+    """A sample of the harness's metrics, as /metrics shows it."""
+    return h.metrics.registry.get_sample_value(f"ticket_manager_dispatch_{name}", labels)
+
+
 def advance_until(h, done, *, step: float = 5, limit: float = 3600) -> None:
     """Move the clock ``step`` seconds at a time until ``done()`` holds, at most ``limit``."""
     moved = 0.0
@@ -63,7 +68,7 @@ def test_trigger_load_failing_for_a_passing_fault_is_retried_not_failed(make_har
     assert final.to_json()["retries"]["next_at"] is None
     [execution] = [h.execution(i) for i in final.execution_ids]
     assert execution.status is ExecutionStatus.SUCCEEDED
-    retried = h.metrics.retries.labels(work="trigger", cause=_cause(cause))._value.get()
+    retried = sample(h, "transient_retries_total", work="trigger", cause=_cause(cause))
     assert retried == 2
 
 
@@ -111,7 +116,7 @@ def test_a_fault_longer_than_the_budget_fails_the_trigger_with_the_last_reason(m
     # tried at 0, 5, 15, 35, 75 s, and last at the budget's end (120 s)
     assert final.retry_count == 5
     assert (final.completed_at - start).total_seconds() == pytest.approx(120, abs=5)
-    assert h.metrics.trigger_results.labels(outcome="failed")._value.get() == 1
+    assert sample(h, "trigger_results_total", outcome="failed") == 1
 
 
 def test_a_fault_that_ends_at_the_budget_end_is_still_caught_by_the_last_try(make_harness):
@@ -126,9 +131,10 @@ def test_a_fault_that_ends_at_the_budget_end_is_still_caught_by_the_last_try(mak
 
 
 def test_execution_load_keeps_retrying_a_passing_fault_past_the_counted_retries(make_harness):
-    h = make_harness(RecordingAction(), EXECUTION_LOAD_RETRIES="1")
+    h = make_harness(RecordingAction(park_for=1), EXECUTION_LOAD_RETRIES="1")
     h.policy(rule("test_noop"))
-    h.jira.fail_next("TCID-1", times=6, after=1, status=429)  # the trigger's load works
+    # the trigger's load works, and the first run starts from it; the woken run's loads fail
+    h.jira.fail_next("TCID-1", times=6, after=1, status=429)
 
     execution_id = h.post_trigger().execution_ids[0]
     advance_until(h, lambda: h.execution(execution_id).status.terminal)
@@ -136,12 +142,12 @@ def test_execution_load_keeps_retrying_a_passing_fault_past_the_counted_retries(
     execution = h.execution(execution_id)
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert execution.load_attempts == 0
-    assert h.metrics.retries.labels(work="execution_load",
-                                    cause="rate_limited")._value.get() == 6
+    assert sample(h, "transient_retries_total", work="execution_load",
+                  cause="rate_limited") == 6
 
 
 def test_execution_load_fails_once_the_budget_is_spent(make_harness):
-    h = make_harness(RecordingAction(), TRANSIENT_RETRY_BUDGET="1m")
+    h = make_harness(RecordingAction(park_for=1), TRANSIENT_RETRY_BUDGET="1m")
     h.policy(rule("test_noop"))
     h.jira.fail_next("TCID-1", times=1000, after=1, error=lambda: OutcomeUnknown(
         "jira GET /issue: no answer", service="jira"))

@@ -242,6 +242,59 @@ def test_comment_failure_is_a_warning_and_the_label_is_still_consumed():
     assert LABEL not in world.jira.issues["TCID-1"].labels
 
 
+RATE_LIMITED = IntegrationError("jira answered 429", status=429, service="jira", retry_after=30)
+
+
+def test_a_comment_refused_by_a_rate_limit_is_written_once_after_the_wait():
+    world = World()
+    world.jira.fail_writes("add_internal_comment", RATE_LIMITED)
+
+    parked = world.run()
+
+    context = card_context(parked)
+    assert not parked.status.terminal and context["retries"] == 1
+    assert "429" in context["retry_reason"] and "notification_comment_phase" not in context
+    assert len(world.lark.sends) == 1 and world.comments() == []
+    world.clock.advance(30)
+    ex = world.run(parked)
+
+    assert ex.status is ExecutionStatus.SUCCEEDED
+    assert len(world.lark.sends) == 1  # the card is not sent again
+    assert len(world.comments()) == 1
+    assert card_context(ex)["notification_comment_status"] == "written"
+    assert LABEL not in world.jira.issues["TCID-1"].labels
+
+
+def test_a_label_removal_kept_from_jira_by_a_passing_fault_is_tried_again():
+    world = World()
+    world.jira.fail_writes("edit_labels", IntegrationError("jira answered 503", status=503,
+                                                           service="jira"))
+
+    parked = world.run()
+
+    assert not parked.status.terminal
+    assert LABEL in world.jira.issues["TCID-1"].labels
+    world.clock.advance(5)
+    ex = world.run(parked)
+
+    assert ex.status is ExecutionStatus.SUCCEEDED
+    assert LABEL not in world.jira.issues["TCID-1"].labels
+    assert card_context(ex)["label_phase"] == "removed"
+    assert len(world.lark.sends) == 1 and len(world.comments()) == 1
+
+
+def test_an_urgent_card_never_waits_for_a_refused_jira_write():
+    """The App-urgent and the pages come next: the comment is a warning, as before."""
+    world = World(notification_issue(severity="S1"))
+    world.jira.fail_writes("add_internal_comment", RATE_LIMITED)
+
+    ex = world.run()
+
+    context = card_context(ex)
+    assert context["notification_comment_status"] == "failed" and "retries" not in context
+    assert world.page.calls == [("plan", 7), ("execute", 7)]  # the phone channel goes on
+
+
 @pytest.mark.parametrize("target", [None, replace(ALICE, active=False),
                                     replace(ALICE, account_id=""), replace(ALICE, email="")])
 def test_invalid_target_records_a_warning_consumes_the_label_and_terminates(target):

@@ -381,22 +381,72 @@ def test_crash_during_the_wake_up_redoes_it_on_restart_without_a_second_write():
     assert world.triggers.ensured == [("jira_assignment_assignee", "TCID-1")]
 
 
-@pytest.mark.parametrize("failure,outcome", [
-    (IntegrationError("jira answered 500", status=500, service="jira"), "failed"),
-    (OutcomeUnknown("jira timed out", service="jira"), "failed")])
-def test_a_write_that_did_not_apply_drops_the_intent(failure, outcome):
+class RefusingWrites:
+    """The world's Jira, whose role writes raise ``failures`` one by one before they land."""
+
+    def __init__(self, jira, *failures):
+        self.jira, self.failures = jira, list(failures)
+
+    def __getattr__(self, name):
+        return getattr(self.jira, name)
+
+    def assign(self, key, account_id):
+        if self.failures:
+            raise self.failures.pop(0)
+        self.jira.assign(key, account_id)
+
+
+def test_a_role_write_refused_for_good_drops_the_intent():
     world = EscalateWorld()
+    refused = IntegrationError("jira answered 400", status=400, service="jira")
 
-    class Refusing:
-        def __getattr__(self, name):
-            return getattr(world.jira, name)
+    ex = world.finish(jira=RefusingWrites(world.jira, refused))
 
-        def assign(self, key, account_id):
-            raise failure
+    assert escalation(ex)["outcome"] == "failed" and escalation(ex)["warnings"]
+    assert world.slot()["escalation_intent"] is None
+    assert world.jira.issues["TCID-1"].assignee == ALICE
 
-    ex = world.finish(jira=Refusing())
 
-    assert escalation(ex)["outcome"] == outcome and escalation(ex)["warnings"]
+@pytest.mark.parametrize("failure", [
+    IntegrationError("jira answered 429", status=429, service="jira", retry_after=20),
+    IntegrationError("jira answered 503", status=503, service="jira"),
+    OutcomeUnknown("jira timed out", service="jira")], ids=["429", "503", "no answer"])
+def test_a_role_write_kept_from_jira_by_a_passing_fault_is_tried_again_and_made_once(failure):
+    """The intent stays prepared while the action waits; each try reads the role first, and
+    the write that lands is the only one."""
+    world = EscalateWorld()
+    jira = RefusingWrites(world.jira, failure, failure)
+
+    ex = world.finish(jira=jira)
+
+    assert not ex.status.terminal
+    assert escalation(ex)["retries"] == 1 and "escalation" in escalation(ex)["retry_reason"]
+    assert world.slot()["escalation_intent"]["state"] == "prepared"
+    assert world.jira.issues["TCID-1"].assignee == ALICE
+    for _ in range(20):
+        if ex.status.terminal:
+            break
+        ex = world.advance(POLL, ex, jira=jira)
+
+    assert escalation(ex)["outcome"] == "escalated" and escalation(ex)["retries"] == 2
+    assert world.role_writes() == [("assign", "TCID-1", "acc-bob")]
+    assert world.jira.issues["TCID-1"].assignee == BOB
+    assert world.slot()["escalation_intent"]["state"] == "applied"
+
+
+def test_a_role_write_refused_past_the_retry_budget_drops_the_intent():
+    world = EscalateWorld()
+    jira = RefusingWrites(world.jira, *[IntegrationError("jira answered 503", status=503,
+                                                          service="jira")] * 100)
+
+    ex = world.finish(jira=jira)
+    for _ in range(100):
+        if ex.status.terminal:
+            break
+        ex = world.advance(300, ex, jira=jira)
+
+    assert escalation(ex)["outcome"] == "failed"
+    assert "503" in escalation(ex)["reason"]
     assert world.slot()["escalation_intent"] is None
     assert world.jira.issues["TCID-1"].assignee == ALICE
 

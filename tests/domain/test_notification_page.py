@@ -342,3 +342,18 @@ def test_a_failed_urgent_yes_comment_is_a_warning_and_the_wait_goes_on():
     context = page_context(ex)
     assert context["notification_comment_status"] == "failed" and context["warnings"]
     assert ex.status is ExecutionStatus.EXECUTING and ex.wake_at is not None
+
+
+def test_an_urgent_yes_comment_refused_by_a_rate_limit_is_written_at_the_next_poll():
+    world = PageWorld()
+    limited = IntegrationError("jira answered 429", status=429, service="jira", retry_after=5)
+    world.jira.fail_writes("add_internal_comment", limited, limited)  # the card's, the page's
+
+    ex = world.run()
+
+    context = page_context(ex)
+    assert "notification_comment_phase" not in context and context["warnings"]
+    assert world.paged_comments() == [] and ex.status is ExecutionStatus.EXECUTING
+    ex = world.advance(POLL, ex)
+    assert page_context(ex)["notification_comment_status"] == "written"
+    assert len(world.paged_comments()) == 1 and len(world.oncall.pages) == 1

@@ -13,6 +13,7 @@ Before the card, the role's escalation slot is settled for the target (escalatio
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
@@ -35,6 +36,11 @@ from ticket_dispatcher.domain.actions.notification_state import (
     Snapshot,
     Target,
 )
+from ticket_dispatcher.domain.actions.retrying import (
+    DEFAULT_RETRY_BUDGET,
+    PassingFault,
+    retry_later,
+)
 from ticket_dispatcher.domain.actions.state import CallPhase, CallStatus
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.model import DispatchContext, Issue, JiraUser
@@ -43,6 +49,12 @@ from ticket_dispatcher.errors import DispatcherError, Problem
 
 class SendAssignmentNotification:
     type = ActionType.SEND_ASSIGNMENT_NOTIFICATION.value
+
+    def __init__(self, retry_budget: timedelta = DEFAULT_RETRY_BUDGET):
+        """``retry_budget``: how long the comment or the label write, refused by a passing
+        fault, is tried again (retrying.py). Only when the issue is not urgent: an urgent
+        card's App-urgent and pages never wait for a Jira write."""
+        self.retry_budget = retry_budget
 
     def validate_config(self, config: Any, path: str) -> list[Problem]:
         return validate_send_config(config, path)
@@ -76,7 +88,10 @@ class SendAssignmentNotification:
 
     def execute(self, run: ActionRun) -> ActionResult:
         with CardState.editing(run) as card:
-            return self._execute(run, card)
+            try:
+                return self._execute(run, card)
+            except PassingFault as fault:  # raised only while ``card.may_retry``
+                return retry_later(run, card, fault.error, fault.what, self.retry_budget)
 
     def _execute(self, run: ActionRun, card: CardState) -> ActionResult:
         if card.target_invalid:  # nobody to notify: consume the marker and end
@@ -86,7 +101,8 @@ class SendAssignmentNotification:
         self._send_card(run, card)
         if card.card.status is CallStatus.SENT:
             write_comment_at_most_once(run, card, card.comment,
-                                       notification_comment(card.planned_snapshot.target))
+                                       notification_comment(card.planned_snapshot.target),
+                                       retry=card.may_hold(run.now), hold=True)
         stale = consume_label(run, card)
         if stale:
             card.outcome = CardOutcome.STALE

@@ -18,13 +18,14 @@ from ticket_dispatcher.domain.actions.notification_state import (
     Target,
     Urgency,
 )
+from ticket_dispatcher.domain.actions.retrying import PassingFault, not_applied
 from ticket_dispatcher.domain.actions.state import CallPhase, CallRecord, CallStatus
 from ticket_dispatcher.domain.catalog import URGENCY_FIELDS, ActionType
 from ticket_dispatcher.domain.conditions import ConditionError, evaluate
 from ticket_dispatcher.domain.execution import ActionExecution, Execution, RuleExecution
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.domain.observations import CALL_RESULTS
-from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown
+from ticket_dispatcher.errors import DispatcherError, IntegrationError, OutcomeUnknown
 
 log = logging.getLogger("ticket_dispatcher.notification")
 
@@ -91,9 +92,11 @@ def urgency(execution: Execution, issue: Issue, now: datetime) -> Urgency:
     return Urgency(field, value, urgent)
 
 
-def fresh_issue(run: ActionRun, state: NotificationState, purpose: str) -> Issue | None:
+def fresh_issue(run: ActionRun, state: NotificationState, purpose: str, *,
+                retry: bool = False) -> Issue | None:
     """A live read of the issue (not the execution's snapshot); None with a warning when Jira
-    cannot answer. What the load for this step answered (the issue, or its error) counts once: a
+    cannot answer, or with ``retry`` ``PassingFault`` when a passing fault kept it from
+    answering. What the load for this step answered (the issue, or its error) counts once: a
     woken wait's guard need not read Jira twice in a row, while a later read in the step (the
     label post-check) asks."""
     loaded, run.live_issue = run.live_issue, None
@@ -101,6 +104,11 @@ def fresh_issue(run: ActionRun, state: NotificationState, purpose: str) -> Issue
         if isinstance(loaded, DispatcherError):
             raise loaded
         return loaded if loaded is not None else run.ports.jira.load_issue(run.issue.key)
+    except IntegrationError as exc:
+        if retry and exc.transient:
+            raise PassingFault(exc, purpose) from exc
+        state.warn(f"{purpose}: the issue could not be read ({exc.message})")
+        return None
     except DispatcherError as exc:
         state.warn(f"{purpose}: the issue could not be read ({exc.message})")
         return None
@@ -129,11 +137,21 @@ def _target_line(target: Target | None) -> str:
 
 
 def write_comment_at_most_once(run: ActionRun, state: NotificationState, call: CallRecord,
-                               text: str) -> None:
-    """Write ``text`` as an internal Jira comment, at most once (``call``)."""
-    call_at_most_once(run, state, call,
-                      lambda: run.ports.jira.add_internal_comment(run.issue.key, text),
-                      CallStatus.WRITTEN)
+                               text: str, *, retry: bool, hold: bool) -> None:
+    """Write ``text`` as an internal Jira comment, at most once (``call``).
+
+    With ``retry``, a comment Jira refused with certainty (a 429, a call that never left) was
+    not written, so it is tried again: with ``hold`` the step parks for it (``PassingFault``);
+    without, it stays unwritten for the step's next entry (a page's next poll) and warns. A
+    comment whose answer was lost (a 5xx, no answer) may be in Jira: never written again."""
+    try:
+        call_at_most_once(run, state, call,
+                          lambda: run.ports.jira.add_internal_comment(run.issue.key, text),
+                          CallStatus.WRITTEN, retry_refused=retry)
+    except PassingFault as fault:
+        if hold:
+            raise
+        state.warn(f"{fault}; tried again at the next look")
 
 
 # -- calls made at most once ----------------------------------------------------------------------
@@ -143,7 +161,7 @@ def call_at_most_once(run: ActionRun, state: NotificationState, call: CallRecord
                       make_call: Callable[[], Any], success: CallStatus, *,
                       on_answer: Callable[[Any], None] | None = None,
                       status_of: Callable[[Any], CallStatus] | None = None,
-                      counted: bool = False) -> None:
+                      counted: bool = False, retry_refused: bool = False) -> None:
     """Make ``make_call`` at most once across restarts.
 
     ``call.phase`` is saved ``started`` before the call; a ``started`` phase found on entry
@@ -152,7 +170,10 @@ def call_at_most_once(run: ActionRun, state: NotificationState, call: CallRecord
     the status from the answer instead of ``success`` (a page answers accepted, failed or
     unknown). ``OutcomeUnknown`` is ``unknown``, any other ``DispatcherError`` ``failed``;
     ``CallAbandoned`` (shutdown) passes through with the phase ``started``. ``counted``: the
-    settled status goes to ``ports.calls`` right after the checkpoint that saved it."""
+    settled status goes to ``ports.calls`` right after the checkpoint that saved it.
+    ``retry_refused``: a call refused with certainty by a passing fault (``not_applied``) is
+    not settled; its phase goes back to none and ``PassingFault`` is raised, so the caller
+    decides when to make it again."""
     if call.phase is CallPhase.FINISHED:
         return
     if call.phase is CallPhase.STARTED:
@@ -163,7 +184,13 @@ def call_at_most_once(run: ActionRun, state: NotificationState, call: CallRecord
         return
     call.phase = CallPhase.STARTED
     state.save(run)
-    call.status = _make(state, call.name, make_call, success, on_answer, status_of)
+    try:
+        call.status = _make(state, call.name, make_call, success, on_answer, status_of,
+                            retry_refused)
+    except PassingFault:
+        call.phase = None  # nothing reached the peer: as if never started
+        state.save(run)
+        raise
     reason = state.warnings[-1] if call.status != success and state.warnings else ""
     _settle(run, state, call, counted, warning=call.status not in (success, CallStatus.SENT),
             reason=reason)
@@ -171,13 +198,18 @@ def call_at_most_once(run: ActionRun, state: NotificationState, call: CallRecord
 
 def _make(state: NotificationState, name: str, make_call: Callable[[], Any],
           success: CallStatus, on_answer: Callable[[Any], None] | None,
-          status_of: Callable[[Any], CallStatus] | None) -> CallStatus:
+          status_of: Callable[[Any], CallStatus] | None, retry_refused: bool) -> CallStatus:
     """The call's status; a failure is a warning, never an error."""
     try:
         answer = make_call()
     except OutcomeUnknown as exc:
         state.warn(f"{name}: outcome unknown ({exc.message})")
         return CallStatus.UNKNOWN
+    except IntegrationError as exc:
+        if retry_refused and exc.transient and not_applied(exc):
+            raise PassingFault(exc, name.replace("_", " ")) from exc
+        state.warn(f"{name}: failed ({exc.message})")
+        return CallStatus.FAILED
     except DispatcherError as exc:
         state.warn(f"{name}: failed ({exc.message})")
         return CallStatus.FAILED

@@ -21,11 +21,15 @@ after the last page's wait ran out (docs/design.md, "The escalation slot").
 6. the intent applied with the marker, then the role label put back and a reserved-source
    trigger ensured, so the leader's own workflow runs (``restore_label_and_wake``).
 
-Every outcome but a technical error (Jira unreadable while an intent is pending) completes the
-action; only an ACK and an invalidation end the workflow.
+Every outcome but a technical error (Jira unreadable while an intent is pending, past the retry
+budget of a passing fault) completes the action; only an ACK and an invalidation end the
+workflow. A read or a write a passing fault kept from Jira parks the action for another try.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.escalation_slot import (
@@ -57,9 +61,10 @@ from ticket_dispatcher.domain.actions.notification_state import (
     Target,
     Wakeup,
 )
+from ticket_dispatcher.domain.actions.retrying import PassingFault
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.execution import FailureCode
-from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown
+from ticket_dispatcher.errors import DispatcherError, IntegrationError, OutcomeUnknown
 
 
 class EscalateAssignmentToLeader(GuardedAction):
@@ -103,7 +108,8 @@ class EscalateAssignmentToLeader(GuardedAction):
         expected = _expected(escalation)
         target = expected.target
         current = target.account_id if target else ""
-        verdict = settle_slot(run, expected.role, current)
+        with _read_again_if_passing(run, escalation):
+            verdict = settle_slot(run, expected.role, current)
         if verdict is not SlotVerdict.MAY_ESCALATE:
             return self._blocked(run, escalation, verdict)
         leader = self._leader(run, escalation, target)
@@ -158,26 +164,41 @@ class EscalateAssignmentToLeader(GuardedAction):
                        intent: Intent) -> ActionResult:
         """Write the role only while Jira still shows ``from``; reconcile by a re-read. The
         write itself is unconditional in Jira, so a manual change between the read and the
-        write can still be overwritten: an accepted risk."""
+        write can still be overwritten: an accepted risk.
+
+        A read or a write kept from Jira by a passing fault, or a write the re-read shows did
+        not land, is tried again within the retry budget (``PassingFault``): the intent stays
+        prepared, and the next try starts again from the read, so the role is written only
+        while Jira still shows ``from``."""
         role = _expected(escalation).role
-        current = role_holder_now(run, role)
+        current = _holder(run, escalation, role)
         if current == intent.to_account_id:
             return self._applied(run, escalation, intent)
         # an applied intent was written for sure: ``from`` again is a hand-made change back
         if current != intent.from_account_id or intent.state is IntentState.APPLIED:
             return self._superseded(run, escalation, intent, "someone else holds the role now")
+        unknown: OutcomeUnknown | None = None
         try:
             _write_role(run, role, intent.to_account_id)
         except OutcomeUnknown as exc:  # the re-read below tells
             escalation.warn(f"escalation: the Jira write's outcome is unknown ({exc.message})")
+            unknown = exc
+        except IntegrationError as exc:
+            if exc.transient and escalation.may_retry(run.now):
+                raise PassingFault(exc, "escalation: the role write") from exc
+            return self._superseded(run, escalation, intent,
+                                    f"the Jira write failed ({exc.message})",
+                                    outcome=Outcome.FAILED)
         except DispatcherError as exc:
             return self._superseded(run, escalation, intent,
                                     f"the Jira write failed ({exc.message})",
                                     outcome=Outcome.FAILED)
-        current = role_holder_now(run, role)
+        current = _holder(run, escalation, role)
         if current == intent.to_account_id:
             return self._applied(run, escalation, intent)
         if current == intent.from_account_id:
+            if unknown is not None and escalation.may_retry(run.now):
+                raise PassingFault(unknown, "escalation: the role write did not land")
             return self._superseded(run, escalation, intent, "the Jira write did not apply",
                                     outcome=Outcome.FAILED)
         return self._superseded(run, escalation, intent, "someone else holds the role now")
@@ -230,6 +251,25 @@ def _expected(escalation: EscalationState) -> Expected:
 
 def _label(expected: Expected) -> str:
     return expected.label or ""
+
+
+def _holder(run: ActionRun, escalation: EscalationState, role: Role) -> str:
+    with _read_again_if_passing(run, escalation):
+        return role_holder_now(run, role)
+
+
+@contextmanager
+def _read_again_if_passing(run: ActionRun, escalation: EscalationState) -> Iterator[None]:
+    """A read of the issue kept from Jira by a passing fault is tried again within the retry
+    budget (``PassingFault``); it fails the step only once the budget is spent."""
+    try:
+        yield
+    except ActionError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, IntegrationError) and cause.transient and \
+                escalation.may_retry(run.now):
+            raise PassingFault(cause, "escalation: reading the issue") from exc
+        raise
 
 
 def _write_role(run: ActionRun, role: Role, account_id: str) -> None:

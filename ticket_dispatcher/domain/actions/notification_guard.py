@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
@@ -27,6 +28,11 @@ from ticket_dispatcher.domain.actions.notification_state import (
     Outcome,
     card_state_of,
     same_target,
+)
+from ticket_dispatcher.domain.actions.retrying import (
+    DEFAULT_RETRY_BUDGET,
+    PassingFault,
+    retry_later,
 )
 from ticket_dispatcher.domain.actions.state import CallStatus
 from ticket_dispatcher.domain.execution import Execution, FailureCode
@@ -47,6 +53,11 @@ class GuardedAction:
     # Urgent and page go on while Jira cannot be read (``stand_in``): their guard reads Jira
     # itself, and a failed read is no verdict. The escalation writes Jira, so it waits.
     goes_on_unread: ClassVar[bool] = False
+
+    def __init__(self, retry_budget: timedelta = DEFAULT_RETRY_BUDGET):
+        """``retry_budget``: how long a Jira write refused by a passing fault is tried
+        again (retrying.py)."""
+        self.retry_budget = retry_budget
 
     def validate_config(self, config: Any, path: str) -> list[Problem]:
         return self.config_check(config, path)
@@ -69,7 +80,10 @@ class GuardedAction:
 
     def execute(self, run: ActionRun) -> ActionResult:
         with self.state_type.editing(run) as state:
-            return self.execute_state(run, state)
+            try:
+                return self.execute_state(run, state)
+            except PassingFault as fault:  # raised only while ``state.may_retry``
+                return retry_later(run, state, fault.error, fault.what, self.retry_budget)
 
     def execute_state(self, run: ActionRun, state: Any) -> ActionResult:
         raise NotImplementedError
@@ -120,7 +134,8 @@ def guard_ending(run: ActionRun, state: GuardedState, pending_statuses: list[str
         return None
     if state.outcome is Outcome.ACK:
         target = state.expected.target if state.expected else None
-        write_comment_at_most_once(run, state, state.ack_comment, ack_comment(target))
+        write_comment_at_most_once(run, state, state.ack_comment, ack_comment(target),
+                                   retry=state.may_retry(run.now), hold=True)
     return ActionResult.terminate()
 
 

@@ -23,8 +23,9 @@ from ticket_dispatcher.domain.actions.notification_state import (
     Wakeup,
     same_target,
 )
+from ticket_dispatcher.domain.actions.retrying import PassingFault
 from ticket_dispatcher.domain.model import Issue
-from ticket_dispatcher.errors import DispatcherError, OutcomeUnknown
+from ticket_dispatcher.errors import DispatcherError, IntegrationError, OutcomeUnknown
 
 
 def consume_label(run: ActionRun, card: CardState) -> bool:
@@ -55,11 +56,16 @@ def restore_label_and_wake(run: ActionRun, state: CardState | EscalationState, r
     the family is deferred only while the label is on the issue.
 
     ``state.wakeup`` says how far it got; each step is saved. Both calls are idempotent, so a
-    restart redoes the step it finds; a failure of either is a warning, and a trigger that
-    could not be ensured ends ``failed``."""
+    restart redoes the step it finds. A label write refused by a passing fault is tried again
+    within the retry budget (``PassingFault``); any other failure of either is a warning, and
+    a trigger that could not be ensured ends ``failed``."""
     if state.wakeup is Wakeup.REQUIRED:
         try:
             run.ports.jira.edit_labels(run.issue.key, add=[label])
+        except IntegrationError as exc:
+            if exc.transient and state.may_retry(run.now):
+                raise PassingFault(exc, f"label {label} restore") from exc
+            state.warn(f"label {label} could not be restored ({exc.message})")
         except DispatcherError as exc:  # the wake-up below still re-reads the latest state
             state.warn(f"label {label} could not be restored ({exc.message})")
         state.wakeup = Wakeup.LABEL_RESTORED
@@ -79,7 +85,8 @@ def _remove(run: ActionRun, card: CardState) -> bool | None:
     whether to end the workflow."""
     snapshot = card.planned_snapshot
     label = snapshot.label
-    issue = fresh_issue(run, card, "label consume")
+    hold = card.may_hold(run.now)
+    issue = fresh_issue(run, card, "label consume", retry=hold)
     if issue is None:  # cannot guard: keep the marker rather than delete a newer one
         card.warn(f"label {label} not consumed")
         return False
@@ -96,6 +103,8 @@ def _remove(run: ActionRun, card: CardState) -> bool | None:
             card.warn(f"label {label} removal outcome unknown ({exc.message})")
         except DispatcherError as exc:
             card.label_phase = LabelPhase.PENDING
+            if hold and isinstance(exc, IntegrationError) and exc.transient:
+                raise PassingFault(exc, f"label {label} removal") from exc
             card.warn(f"label {label} not consumed ({exc.message})")
             return False
     card.label_phase = LabelPhase.REMOVED
@@ -105,7 +114,7 @@ def _remove(run: ActionRun, card: CardState) -> bool | None:
 
 def _post_check(run: ActionRun, card: CardState) -> bool:
     snapshot = card.planned_snapshot
-    issue = fresh_issue(run, card, "label post-check")
+    issue = fresh_issue(run, card, "label post-check", retry=card.may_hold(run.now))
     if issue is None:
         return False
     changes = _changes(run, snapshot, issue)

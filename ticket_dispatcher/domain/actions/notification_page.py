@@ -72,7 +72,8 @@ class PageAssignment(GuardedAction):
         if page.page.status is CallStatus.ACCEPTED:
             target = page.expected.target if page.expected else None
             write_comment_at_most_once(run, page, page.comment,
-                                       notification_comment(target, attempt=page.attempt))
+                                       notification_comment(target, attempt=page.attempt),
+                                       retry=True, hold=False)  # again at the next poll
         if paging and run.now < _deadline(page):
             return self._park(run, page)  # the first look is one poll after the page
         return self._poll(run, page, statuses)

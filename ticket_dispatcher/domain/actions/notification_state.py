@@ -21,8 +21,8 @@ from enum import StrEnum
 from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionError
+from ticket_dispatcher.domain.actions.retrying import RetryingState
 from ticket_dispatcher.domain.actions.state import (
-    ActionState,
     CallRecord,
     call_record,
     omit_empty,
@@ -297,9 +297,10 @@ WORKFLOW_ENDING = (Outcome.ACK, Outcome.INVALIDATED)
 
 
 @dataclass
-class NotificationState(ActionState):
+class NotificationState(RetryingState):
     """What every notification action's state has: its business warnings (a completed
-    workflow with warnings, never a failed execution)."""
+    workflow with warnings, never a failed execution), and the retries of its Jira writes
+    refused by a passing fault."""
 
     warnings: list[str] = omit_empty()
 
@@ -351,6 +352,12 @@ class CardState(NotificationState):
             raise ActionError("the card has no snapshot: it was never planned",
                               FailureCode.EXECUTE_FAILED)
         return self.snapshot
+
+    def may_hold(self, now: datetime) -> bool:
+        """Whether the card may park to try a Jira write refused by a passing fault again:
+        not for an urgent issue (the App-urgent and the pages come next and never wait for
+        Jira), and only within the retry budget."""
+        return not self.planned_snapshot.urgency.urgent and self.may_retry(now)
 
     @property
     def role(self) -> Role | None:

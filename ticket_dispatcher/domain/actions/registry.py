@@ -18,13 +18,14 @@ from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
 
 def product_registry(auto_assign_label: str = DEFAULT_AUTO_ASSIGN_LABEL,
                      retry_budget: timedelta = DEFAULT_RETRY_BUDGET) -> ActionRegistry:
-    """``retry_budget``: how long a Jira write refused by a passing fault is tried again."""
+    """``retry_budget``: how long a Jira write refused by a passing fault (or the read
+    guarding it) is tried again."""
     return ActionRegistry([
         AssignExecutor(ActionType.ASSIGN, auto_assign_label, retry_budget=retry_budget),
         AssignExecutor(ActionType.ASSIGN_L2, auto_assign_label, retry_budget=retry_budget),
         TriageExecutor(retry_budget),
-        SendAssignmentNotification(),
-        MarkAssignmentMessageUrgent(),
-        PageAssignment(),
-        EscalateAssignmentToLeader(),
+        SendAssignmentNotification(retry_budget),
+        MarkAssignmentMessageUrgent(retry_budget),
+        PageAssignment(retry_budget),
+        EscalateAssignmentToLeader(retry_budget),
     ])

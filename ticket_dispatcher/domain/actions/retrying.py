@@ -16,11 +16,29 @@ from datetime import datetime, timedelta
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.state import ActionState
 from ticket_dispatcher.domain.retries import next_try, spent
-from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETRY_BUDGET = timedelta(minutes=30)
+
+
+class PassingFault(Exception):
+    """A Jira write of a notification step, or the read that guards it, met a passing fault:
+    the action parks and tries the step again (``retry_later``). Not a ``DispatcherError``:
+    it never reaches the execution, whose action catches it."""
+
+    def __init__(self, error: IntegrationError, what: str):
+        super().__init__(f"{what}: {error.message}")
+        self.error, self.what = error, what
+
+
+def not_applied(error: IntegrationError) -> bool:
+    """A write refused with certainty: Jira answered 429 (a rate limit refuses the request),
+    or the call never left (a failed connection, a closed rate gate). A 5xx or no answer
+    leaves the outcome unknown."""
+    return error.status == 429 or (error.status is None
+                                   and not isinstance(error, OutcomeUnknown))
 
 
 @dataclass
@@ -30,6 +48,13 @@ class RetryingState(ActionState):
     retries: int | None = None  # tries put off so far
     retrying_since: datetime | None = None  # when the first of them failed
     retry_reason: str | None = None  # the last one's reason
+    retry_until: datetime | None = None  # the end of the budget the first one started
+
+    def may_retry(self, now: datetime) -> bool:
+        """No passing fault yet, or the budget its first one started is not spent: a step
+        refused by a passing fault now parks for another try (``PassingFault``) rather than
+        ending as it would without retries."""
+        return self.retry_until is None or now < self.retry_until
 
 
 def retry_later(run: ActionRun, state: RetryingState, error: IntegrationError, what: str,
@@ -44,6 +69,7 @@ def retry_later(run: ActionRun, state: RetryingState, error: IntegrationError, w
     if due is None:
         raise ActionError(spent(reason, attempts, since, now, budget))
     state.retries, state.retrying_since, state.retry_reason = attempts, since, reason
+    state.retry_until = since + budget
     log.warning("a write met a passing fault; it is tried again", extra={
         "issue_key": run.issue.key, "execution_id": run.execution.id, "reason": reason,
         "attempt": attempts, "deadline": due.isoformat()})
