@@ -478,6 +478,7 @@ class FakeCalls:
 
     def __init__(self, seen: Callable[[], Any] | None = None):
         self.counted: list[tuple[str, str, str, str]] = []
+        self.retried: list[tuple[str, str]] = []  # steps put off for a passing fault
         self.witnessed: list[Any] = []
         self._seen = seen
 
@@ -485,6 +486,9 @@ class FakeCalls:
         self.counted.append((call, result, role, attempt))
         if self._seen is not None:
             self.witnessed.append(self._seen())
+
+    def transient_retry(self, work: str, cause: str) -> None:
+        self.retried.append((work, cause))
 
 
 # -- the store's ports, for a test without a store ---------------------------------------------

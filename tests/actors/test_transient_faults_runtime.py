@@ -184,5 +184,7 @@ def test_assign_put_refused_by_a_rate_limit_is_retried_and_made_once(make_harnes
     assert execution.status is ExecutionStatus.SUCCEEDED
     [action] = execution.rule_executions[0].action_executions
     assert action.context["assign"]["retries"] == 3
+    assert sample(h, "transient_retries_total", work="execution_write",
+                  cause="rate_limited") == 3
     assert len(h.jira.calls("assign")) == 1
     assert h.jira.issues["TCID-1"].assignee.email == "a@example.com"

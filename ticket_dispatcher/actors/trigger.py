@@ -143,7 +143,8 @@ class TriggerProcessor:
         except DispatcherError as exc:
             reason = f"issue load failed: {exc.message}"
             if isinstance(exc, IntegrationError) and exc.transient:
-                return self._retry_later(trigger, exc, reason, now)
+                # from when the load failed: a wait behind the rate limit took time
+                return self._retry_later(trigger, exc, reason, self._deps.clock.now())
             store.triggers.fail(trigger.id, reason, now, lease=lease)
             return "failed", reason
         shadows: dict[str, int] | None = None  # each family's shadow, when read with them

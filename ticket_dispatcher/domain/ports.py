@@ -274,6 +274,11 @@ class NotificationCalls(Protocol):
         twice); must not raise."""
         ...
 
+    def transient_retry(self, work: str, cause: str) -> None:
+        """An action's step put off for a passing fault (``work`` execution_write; ``cause``
+        as ``errors.transient_cause`` names it); must not raise."""
+        ...
+
 
 # -- an integration with no base_url -------------------------------------------------------------
 
@@ -372,6 +377,9 @@ class UncountedCalls:
     """No counter wired: calls go uncounted (the runtime wires its metrics instead)."""
 
     def call_settled(self, call: str, result: str, role: str, attempt: str) -> None:
+        return None
+
+    def transient_retry(self, work: str, cause: str) -> None:
         return None
 
 

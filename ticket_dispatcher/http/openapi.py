@@ -579,7 +579,16 @@ def _dispatch_schemas() -> dict:
             "status": _enum(TriggerStatus), "available_at": TIME,
             "output": _object({"execution_ids": {"type": "array", "items": ID}}),
             "failure_reason": {"type": "string"},
-            "created_at": TIME, "updated_at": TIME, "completed_at": MAYBE_TIME}),
+            "created_at": TIME, "updated_at": TIME, "completed_at": MAYBE_TIME,
+            "retries": _object({
+                "count": {"type": "integer", "minimum": 0,
+                          "description": "Issue loads put off for a passing fault of Jira "
+                                         "(no answer, a failed connection, 429, a 5xx)"},
+                "last_reason": {"type": "string", "description": "The last one's reason"},
+                "since": {**MAYBE_TIME, "description": "When the first of them failed; the "
+                                                       "retry budget counts from it"},
+                "next_at": {**MAYBE_TIME, "description": "The next try, while the trigger "
+                                                         "waits for it"}})}),
         "ActionExecution": _object({
             "index": {"type": "integer", "minimum": 0}, "type": {"type": "string"},
             "status": _enum(ActionStatus), "action": {"type": "object"},

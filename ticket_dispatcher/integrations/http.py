@@ -486,14 +486,17 @@ class HttpClient:
         is short, and is refused unsent when it is not, with the wait in ``retry_after``."""
         expected = tuple(expected)
         retries = 0
+        asked = False  # this call's own 429 closed the gate: its wait is that retry's
         while True:
             held = self._gate.remaining() if self._gate is not None else 0.0
             if held > 0:
-                if held > self.max_retry_wait or retries >= self.max_retries:
+                if held > self.max_retry_wait or (retries >= self.max_retries and not asked):
                     raise self.rate_limited(method, path, held)
-                retries += 1
+                retries += 0 if asked else 1
+                asked = False
                 self._sleep(held)
                 continue
+            asked = False
             response = self._send(method, path, params, json, authenticate)
             if response.status_code in expected:
                 return response
@@ -506,7 +509,9 @@ class HttpClient:
             log.info("%s %s %s: HTTP %s, retry %d after %.1f s", self.service, method, path,
                      response.status_code, retries, wait)
             if response.status_code != 429 or self._gate is None:
-                self._sleep(wait)  # else the gate's wait, at the top of the loop
+                self._sleep(wait)
+            else:
+                asked = True  # the gate's wait, at the top of the loop
 
     def request_json(self, method: str, path: str, **kwargs: Any) -> Any:
         """``request`` and the answer's JSON; a body that is not JSON is an error."""

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.state import ActionState
 from ticket_dispatcher.domain.retries import next_try, spent
-from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
+from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown, transient_cause
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,8 @@ def retry_later(run: ActionRun, state: RetryingState, error: IntegrationError, w
         raise ActionError(spent(reason, attempts, since, now, budget))
     state.retries, state.retrying_since, state.retry_reason = attempts, since, reason
     state.retry_until = since + budget
+    if not run.execution.dry_run:
+        run.ports.calls.transient_retry("execution_write", transient_cause(error))
     log.warning("a write met a passing fault; it is tried again", extra={
         "issue_key": run.issue.key, "execution_id": run.execution.id, "reason": reason,
         "attempt": attempts, "deadline": due.isoformat()})
