@@ -4,8 +4,8 @@ many, since when, the last reason, the next try), in the page and in the API ali
 from __future__ import annotations
 
 from tests.console.conftest import main_text
-from tests.http.conftest import KEYS
 from tests.harness import rule
+from tests.http.conftest import KEYS
 from ticket_dispatcher.domain.execution import TriggerStatus
 from ticket_dispatcher.integrations.http import IntegrationRejected
 
