@@ -50,6 +50,8 @@ PLANNED_METRICS: dict[str, str] = {
     "ticket_manager_dispatch_instance_info": "gauge",
     "ticket_manager_dispatch_database_up": "gauge",
     "ticket_manager_dispatch_store_errors_total": "counter",
+    "ticket_manager_dispatch_integration_rate_limited_seconds_total": "counter",
+    "ticket_manager_dispatch_transient_retries_total": "counter",
 }
 
 # The alerts of the plan, in its order (group "ticket-dispatcher").
@@ -65,6 +67,7 @@ PLANNED_ALERTS: tuple[str, ...] = (
     "TicketDispatcherExecutionRunningTooLong",
     "TicketDispatcherMetricsJobFailing",
     "TicketDispatcherDatabaseUnavailable",
+    "TicketDispatcherJiraRateLimited",
 )
 
 # A histogram is exported as NAME_bucket, NAME_sum and NAME_count; queries name those series.

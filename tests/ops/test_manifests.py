@@ -427,6 +427,8 @@ HEALTHY_SERIES = [
     (f'{P}oldest_executing_execution_age_seconds{{mode="live"}}', "600x30"),
     (f"{P}metrics_job_failures_total", "2+0x30"),
     (f"{P}database_up", "1x30"),
+    # a 429 now and then: 30 s held back in the last 10 minutes
+    (f'{P}integration_rate_limited_seconds_total{{client="jira"}}', "0+0.5x30"),
 ]
 # For each alert: series that must fire it and series next to them that must not, and how many
 # alerts (one per firing series) the expression gives 20 minutes in.
@@ -498,6 +500,14 @@ FIRING_CASES = {
     "TicketDispatcherDatabaseUnavailable": ([
         (f'{P}database_up{{instance="a"}}', "1x10 0x20"),
         (f'{P}database_up{{instance="b"}}', "1x10 0 1x19"),
+    ], 1),
+    # held back for 40 s of each minute on one instance; a one-minute limit long ago on
+    # another; Lark's own limit is no Jira alert
+    "TicketDispatcherJiraRateLimited": ([
+        (f'{P}integration_rate_limited_seconds_total{{client="jira",instance="a"}}', "0+40x30"),
+        (f'{P}integration_rate_limited_seconds_total{{client="jira",instance="b"}}',
+         "0 60+0x29"),
+        (f'{P}integration_rate_limited_seconds_total{{client="lark",instance="a"}}', "0+60x30"),
     ], 1),
 }
 
