@@ -1,5 +1,6 @@
 """End-to-end assign dispatches per second of a real service process, next to its floor: the
-same Jira calls made by 10 plain ``requests`` threads against the same fake Jira.
+least Jira work a dispatch needs, done by 10 plain ``requests`` threads against the same fake
+Jira.
 
 The service is a real ``python -m ticket_dispatcher serve --insecure-no-auth`` process
 (tests/process.py's ``Dispatcher``: trigger rate limit off, log level WARNING, default slots,
@@ -14,37 +15,51 @@ front end does not put on its clients; ``--peer-server wsgiref`` runs on it for 
 The world, seeded through the service's API and the fake's control API: ``--users`` engineers
 (default 10) known to Jira by email but without a cached account id, and one active policy
 that assigns every BENCH issue carrying the auto-assign label round robin over them. Each issue
-is P3, ``Todo``, unassigned, with the auto-assign label, so a dispatch loads the issue (the
-trigger, then the execution), searches the engineer's account on a cache miss, PUTs the
-assignee and removes the label. 10 warm-up dispatches (not counted) fill the account cache
-with the default 10 engineers, so the measured runs are the steady state.
+is P3, ``Todo``, unassigned, with the auto-assign label, so a dispatch reads the issue (once:
+the execution starts from its trigger's fresh read), searches the engineer's account on a
+cache miss, PUTs the assignee and PUTs the issue to remove the label. 10 warm-up dispatches
+(not counted) fill the account cache with the default 10 engineers, so the measured runs are
+the steady state.
 
 A run posts ``--triggers`` triggers (default 600, distinct new issues) from 10 threads and
 polls ``GET /dispatch/executions`` until every execution is terminal (bounded by
 ``--timeout``). Dispatches/s is N over the time from the first POST to the last execution's
 ``completed_at`` (server and bench share the clock); the service's CPU per dispatch covers the
 same span (intake and polls included). Checks: every execution succeeded, and Jira got exactly
-one PUT assignee per issue.
+one PUT assignee per issue. The Jira calls per dispatch are printed.
 
-The floor replays the calls the fake logged during that run, on as many fresh issues in the
-same state: per dispatch the calls of one issue in their order (its key swapped), the calls
-without an issue key (user searches) spread over the dispatches before their PUT assignee;
-same methods, paths, queries and bodies, 10 threads, one keep-alive session each, every answer
-checked against the status the service got. The calls per dispatch are printed. For reference
-it also times the narrower 3-call floor (GET issue, user search, PUT assignee per dispatch).
-Goals: service/floor >= 0.8 on SQLite, >= 0.75 on PostgreSQL. ``--repeat`` alternates service
-run, floor and 3-call floor and compares the medians. The defaults, 600 triggers and 3 runs,
-are the measurement bench/README.md reports: a run of 300 lasts about a second, and its ratio
-scattered from 0.63 to 0.81 for the same code. About 30 s per engine at the defaults on a
-2-core machine.
+The floor, the "3-call floor", is what a dispatch cannot do without: per dispatch GET the
+issue, PUT the assignee and PUT the issue with the body the service sent to remove the label
+during the warm-up (no user search: the warm-up filled the account cache), round robin over
+the engineers, on as many fresh issues in the same state; 10 threads, one keep-alive session
+each, every answer checked against the status expected. Goals: service/3-call floor >= 0.8 on
+SQLite, >= 0.75 on PostgreSQL. For reference the bench also times a replay of the service's
+own calls of the run (per dispatch the calls of one issue in their order, its key swapped; the
+calls without an issue key, user searches, spread over the dispatches before their PUT
+assignee; same methods, paths, queries and bodies): its ratio hides a redundant call, which
+the replay makes too. ``--repeat`` alternates service run, replay and 3-call floor and compares
+the medians. The defaults, 600 triggers and 3 runs, are the measurement bench/README.md
+reports.
+
+Then the Jira calls of the assignment-notification workflow are counted, not timed: the
+service is stopped and a second one started on the same database with the notification on,
+its Lark, Oncall and Core in-process fakes (tests/process.py's ``notification_peers``) that
+know engineer 0, and an assignee notification policy for project NOTE (urgent P0, one page
+attempt, pending status ``Todo``). 20 card-only workflows (P3 issues assigned to engineer 0
+with the ``notify-assignee`` label, ``Todo``) and 20 urgent ones acknowledged before the page
+(P0, ``In Progress``: the guard finds the ACK, so no page) are triggered with the source
+``jira_assignment_assignee``; the Jira calls per workflow are printed. Checks: every execution
+succeeded, one Lark card per issue, no page.
 
     python bench/e2e_dispatch.py [--triggers 600] [--repeat 3] [--users 10]
-        [--postgres-url URL] [--peer-server waitress|wsgiref] [--timeout 90]
+        [--postgres-url URL] [--peer-server waitress|wsgiref] [--pin-floor] [--timeout 90]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import threading
 import time
 from collections import Counter, defaultdict
@@ -52,22 +67,31 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import parse_qs, urlencode
 
 import requests
 from databases import fresh_database  # also puts the repository root on sys.path
 from floors import JiraProcess, cpu_seconds, median, one_cpu, wait_http
 
-from tests.process import BASE, Dispatcher
+from tests.process import (
+    BASE,
+    Dispatcher,
+    assignee_notification_policy,
+    notification_peers,
+    notification_settings,
+)
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
 from ticket_dispatcher.timeutil import parse_rfc3339
 
 THREADS = 10  # posting threads, and the floor's threads
 WARM_UP = 10
 PROJECT = "BENCH"
-GOALS = {"SQLite": 0.8, "PostgreSQL": 0.75}  # service/floor
+GOALS = {"SQLite": 0.8, "PostgreSQL": 0.75}  # service/3-call floor
 POLL_SECONDS = 0.2
 SETTINGS = {"LOG_LEVEL": "WARNING"}  # Dispatcher turns the trigger rate limit off
+# the notification workflows whose Jira calls are counted
+NOTIFY_PROJECT, NOTIFY_WORKFLOWS = "NOTE", 20
+NOTIFY_SOURCE, NOTIFY_LABEL = "jira_assignment_assignee", "notify-assignee"
+PENDING = "Todo"  # the policy's ack_pending_statuses
 
 
 @dataclass(frozen=True)
@@ -105,10 +129,15 @@ def engineer(n: int) -> str:
     return f"eng{n:04d}@example.com"  # zero-padded: Jira's fuzzy search finds exactly one
 
 
+def account(n: int) -> str:
+    """Engineer ``n``'s Jira account ID."""
+    return f"acc-{n:04d}"
+
+
 def seed(service: Dispatcher, jira: JiraProcess, users: int) -> None:
     """Engineers without a cached Jira account, and one active round-robin assign policy."""
     emails = [engineer(n) for n in range(users)]
-    jira.add_users([(email, f"acc-{n:04d}") for n, email in enumerate(emails)])
+    jira.add_users([(email, account(n)) for n, email in enumerate(emails)])
     for email in emails:
         service.call("PUT", f"/engineers/{email}", (200, 201), json={"dispatch_enabled": True})
     policy = service.call("POST", "/dispatch/policies", (201,), json={
@@ -123,9 +152,14 @@ def seed(service: Dispatcher, jira: JiraProcess, users: int) -> None:
     service.call("POST", f"/dispatch/policies/{policy['id']}/activate")
 
 
-def new_issues(jira: JiraProcess, project: str, first: int, count: int) -> list[str]:
+def new_issues(jira: JiraProcess, project: str, first: int, count: int, *,
+               labels: tuple[str, ...] = (DEFAULT_AUTO_ASSIGN_LABEL,), priority: str = "P3",
+               status: str = "Todo", assignee: str | None = None) -> list[str]:
+    """``count`` issues of ``project`` numbered from ``first``; by default ones to dispatch
+    (P3, ``Todo``, unassigned, with the auto-assign label)."""
     keys = [f"{project}-{n}" for n in range(first, first + count)]
-    jira.add_issues(keys, labels=[DEFAULT_AUTO_ASSIGN_LABEL], priority="P3", status="Todo")
+    jira.add_issues(keys, labels=list(labels), priority=priority, status=status,
+                    assignee=assignee)
     return keys
 
 
@@ -145,10 +179,10 @@ def in_threads(work: Callable[[requests.Session, object], None], items: list) ->
         list(pool.map(run, items))
 
 
-def post_all(service: Dispatcher, keys: list[str]) -> None:
+def post_all(service: Dispatcher, keys: list[str], source: str = "jira_automation") -> None:
     def post(session: requests.Session, key: object) -> None:
         session.post(f"{service.url}{BASE}/dispatch/triggers", timeout=30, json={
-            "source": "jira_automation", "input": {"issue_key": key}}).raise_for_status()
+            "source": source, "input": {"issue_key": key}}).raise_for_status()
 
     in_threads(post, keys)
 
@@ -215,14 +249,17 @@ def problems(keys: list[str], ended: list[dict], calls: list[dict]) -> dict[str,
 
 
 def kind(call: dict) -> str:
-    """A name for a Jira call, for the recipe and the checks."""
-    method, path = call["method"], call["path"]
-    if path.endswith("/assignee"):
-        return f"{method} assignee"
+    """A name for a Jira call, for the recipe and the checks: ``GET issue``, ``PUT assignee``,
+    ``GET user search``, ``POST request comment`` (the service desk API); a call without an
+    issue key by its path."""
+    method, path, key = call["method"], call["path"], call["key"]
     if path.endswith("/user/search"):
         return f"{method} user search"
-    if call["key"] and path.startswith("/rest/api/2/issue/"):
-        return f"{method} issue"
+    if key:
+        rest = path.split(f"/{key}", 1)[1].strip("/")  # "", "assignee", "comment", ...
+        if path.startswith("/rest/api/2/issue/"):
+            return f"{method} {rest or 'issue'}"
+        return f"{method} request {rest}".rstrip()  # the service desk API
     return f"{method} {path}"
 
 
@@ -259,20 +296,17 @@ def same_calls(calls: list[dict], keys: list[str], floor_keys: list[str]) -> lis
     return plan
 
 
-def three_calls(floor_keys: list[str], users: int, search_query: str) -> list[list[dict]]:
-    """GET issue, user search, PUT assignee per dispatch, round robin over the engineers."""
-    template = parse_qs(search_query)
+def three_calls(floor_keys: list[str], users: int, edit_body: dict) -> list[list[dict]]:
+    """GET issue, PUT assignee (round robin over the engineers) and PUT issue with
+    ``edit_body`` (the label removal) per dispatch."""
     plan = []
     for number, key in enumerate(floor_keys):
-        user = number % users
-        query = urlencode({**template, "query": [engineer(user)]}, doseq=True)
+        path = f"/rest/api/2/issue/{key}"
         plan.append([
-            {"method": "GET", "path": f"/rest/api/2/issue/{key}", "query": "", "body": None,
-             "status": 200},
-            {"method": "GET", "path": "/rest/api/2/user/search", "query": query, "body": None,
-             "status": 200},
-            {"method": "PUT", "path": f"/rest/api/2/issue/{key}/assignee", "query": "",
-             "body": {"accountId": f"acc-{user:04d}"}, "status": 204},
+            {"method": "GET", "path": path, "query": "", "body": None, "status": 200},
+            {"method": "PUT", "path": f"{path}/assignee", "query": "",
+             "body": {"accountId": account(number % users)}, "status": 204},
+            {"method": "PUT", "path": path, "query": "", "body": edit_body, "status": 204},
         ])
     return plan
 
@@ -297,18 +331,20 @@ def replay(jira: JiraProcess, plan: list[list[dict]]) -> FloorRun:
                     calls=sum(map(len, plan)), mismatched=len(mismatched))
 
 
-def search_query(jira: JiraProcess) -> str:
-    """The query string of the first user search the service made (the warm-up makes them)."""
+def label_removal(jira: JiraProcess) -> dict:
+    """The body of the first PUT issue the service made (the warm-up makes them: the removal
+    of the auto-assign label)."""
     calls, _ = jira.calls()
-    return next((c["query"] for c in calls if kind(c) == "GET user search"),
-                urlencode({"query": engineer(0)}))
+    return next((c["body"] for c in calls if kind(c) == "PUT issue"),
+                {"update": {"labels": [{"remove": DEFAULT_AUTO_ASSIGN_LABEL}]}})
 
 
 # -- the bench ------------------------------------------------------------------------------------
 
 
-def start_service(database_url: str, jira: JiraProcess) -> Dispatcher:
-    service = Dispatcher(database_url, jira, SETTINGS)  # reads base_url, email, api_token
+def start_service(database_url: str, jira: JiraProcess,
+                  settings: dict[str, str] = SETTINGS) -> Dispatcher:
+    service = Dispatcher(database_url, jira, settings)  # reads base_url, email, api_token
     try:
         wait_http(f"{service.url}/readyz", service.process)
     except SystemExit:
@@ -319,11 +355,12 @@ def start_service(database_url: str, jira: JiraProcess) -> Dispatcher:
 
 def run_all(args: argparse.Namespace, service: Dispatcher, jira: JiraProcess
             ) -> tuple[list[ServiceRun], list[FloorRun], list[FloorRun]]:
+    """The measured runs: (service runs, 3-call floors, replays of the service's calls)."""
     seed(service, jira, args.users)
     warm = new_issues(jira, PROJECT, 1, WARM_UP)
     post_all(service, warm)
     wait_terminal(service, WARM_UP, args.timeout)
-    query, done = search_query(jira), WARM_UP
+    edit_body, done = label_removal(jira), WARM_UP
     runs: tuple[list[ServiceRun], list[FloorRun], list[FloorRun]] = ([], [], [])
     for number in range(1, args.repeat + 1):
         first = number * 100_000
@@ -331,41 +368,121 @@ def run_all(args: argparse.Namespace, service: Dispatcher, jira: JiraProcess
         done += args.triggers
         result = dispatch(service, jira, keys, done, args.timeout)
         runs[0].append(result)
-        print(f"run {number}  service        {result.line(args.triggers)}", flush=True)
+        print(f"run {number}  service                  {result.line(args.triggers)}",
+              flush=True)
         for key, problem in list(result.problems.items())[:10]:
             print(f"        NOT OK {key}: {problem}")
         print(f"        Jira calls per dispatch: {recipe(result.calls, args.triggers)}")
-        floor_keys = new_issues(jira, "FLOOR", first, args.triggers)
         three_keys = new_issues(jira, "THREE", first, args.triggers)
+        replay_keys = new_issues(jira, "REPLAY", first, args.triggers)
         with one_cpu(args.pin_floor):
-            runs[1].append(replay(jira, same_calls(result.calls, keys, floor_keys)))
-            print(f"run {number}  floor          {runs[1][-1].line()}", flush=True)
-            runs[2].append(replay(jira, three_calls(three_keys, args.users, query)))
-            print(f"run {number}  3-call floor   {runs[2][-1].line()}", flush=True)
+            runs[1].append(replay(jira, three_calls(three_keys, args.users, edit_body)))
+            print(f"run {number}  3-call floor             {runs[1][-1].line()}", flush=True)
+            runs[2].append(replay(jira, same_calls(result.calls, keys, replay_keys)))
+            print(f"run {number}  replay of its own calls  {runs[2][-1].line()}", flush=True)
     return runs
 
 
-def report(engine: str, service: list[ServiceRun], floor: list[FloorRun],
-           three: list[FloorRun]) -> None:
-    rate, floor_rate = median(r.rate for r in service), median(r.rate for r in floor)
-    three_rate = median(r.rate for r in three)
-    ratio, goal = rate / floor_rate, GOALS[engine]
+def report(engine: str, service: list[ServiceRun], three: list[FloorRun],
+           own: list[FloorRun]) -> None:
+    rate, three_rate = median(r.rate for r in service), median(r.rate for r in three)
+    own_rate = median(r.rate for r in own)
+    ratio, goal = rate / three_rate, GOALS[engine]
     print(f"\nmedians over {len(service)} run(s), {engine}:")
-    print(f"  service       {rate:8.1f} dispatches/s  service CPU "
+    print(f"  service                  {rate:8.1f} dispatches/s  service CPU "
           f"{median(r.cpu_ms for r in service):5.1f} ms/dispatch")
-    print(f"  floor         {floor_rate:8.1f} dispatches/s  (the service's own Jira calls)")
-    print(f"  3-call floor  {three_rate:8.1f} dispatches/s  (GET issue, user search, "
-          "PUT assignee)")
-    print(f"  ratio service/floor {ratio:.3f} (goal >= {goal}: "
-          f"{'met' if ratio >= goal else 'not met'}); service/3-call floor "
-          f"{rate / three_rate:.3f}")
+    print(f"  3-call floor             {three_rate:8.1f} dispatches/s  (GET issue, PUT "
+          "assignee, PUT issue)")
+    print(f"  replay of its own calls  {own_rate:8.1f} dispatches/s  (for reference)")
+    print(f"  ratio service/3-call floor {ratio:.3f} (goal >= {goal}: "
+          f"{'met' if ratio >= goal else 'not met'}); service/replay of its own calls "
+          f"{rate / own_rate:.3f}")
+
+
+# -- the notification workflows' Jira calls -------------------------------------------------------
+
+
+def notification_calls(database_url: str, jira: JiraProcess, timeout: float) -> None:
+    """A second service on the same database with the notification on and an assignee policy
+    for ``NOTIFY_PROJECT``: the Jira calls of card-only workflows, then of urgent ones whose
+    issue is acknowledged (not in the pending status) before the page."""
+    email, assignee = engineer(0), account(0)
+    with notification_peers(email, "Engineer 0", "ou_eng0000") as (lark, oncall, core):
+        service = start_service(database_url, jira,
+                                SETTINGS | notification_settings(lark, oncall, core))
+        try:
+            policy = service.call("POST", "/dispatch/policies", (201,),
+                                  json=assignee_notification_policy(
+                                      "bench assignee notification", NOTIFY_PROJECT,
+                                      urgent=["P0"], attempts=1, ack_timeout="1m",
+                                      poll_interval="10s", pending=PENDING))
+            service.call("POST", f"/dispatch/policies/{policy['id']}/activate")
+            print(f"\nnotification workflows ({NOTIFY_WORKFLOWS} each, assigned to {email}):")
+            for first, what, priority, status in (
+                    (101, "card workflow", "P3", PENDING),
+                    (201, "urgent workflow (acknowledged)", "P0", "In Progress")):
+                keys = new_issues(jira, NOTIFY_PROJECT, first, NOTIFY_WORKFLOWS,
+                                  labels=(NOTIFY_LABEL,), priority=priority, status=status,
+                                  assignee=assignee)
+                cards, pages = {m.message_id for m in lark.messages()}, len(oncall.pages())
+                _, since = jira.calls()
+                expected = terminal(service) + len(keys)
+                post_all(service, keys, source=NOTIFY_SOURCE)
+                wait_terminal(service, expected, timeout)
+                ended = executions_of(service, set(keys))
+                calls, _ = jira.calls(since)
+                print(f"  Jira calls per {what}: {recipe(calls, len(keys))}")
+                sent = [m for m in lark.messages() if m.message_id not in cards]
+                for problem in workflow_problems(keys, ended, sent,
+                                                 len(oncall.pages()) - pages)[:10]:
+                    print(f"        NOT OK {problem}")
+            logged = service.log_problems()
+            for line in logged[:3]:
+                print(f"        NOT OK service log: {log_summary(line)}")
+            if len(logged) > 3:
+                print(f"        ... and {len(logged) - 3} more ERROR lines")
+        finally:
+            service.kill()
+
+
+def workflow_problems(keys: list[str], ended: list[dict], sent: list, pages: int) -> list[str]:
+    """What went wrong: an issue without exactly one succeeded execution or one Lark card (a
+    card names its issue), or a page."""
+    statuses: dict[str, list[str]] = defaultdict(list)
+    for execution in ended:
+        statuses[execution["issue_key"]].append(execution["status"])
+    found = []
+    for key in keys:
+        named = re.compile(rf"\b{re.escape(key)}\b")
+        cards = sum(1 for message in sent if named.search(json.dumps(message.card)))
+        if statuses[key] != ["succeeded"] or cards != 1:
+            found.append(f"{key}: executions {statuses[key]}, {cards} Lark card(s)")
+    if pages:
+        found.append(f"{pages} page(s) sent")
+    return found
+
+
+def log_summary(line: str) -> str:
+    """A log line in short: its message and, with a traceback, the exception's last line."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line.rstrip()[:300]
+    if not isinstance(entry, dict):
+        return line.rstrip()[:300]
+    exc = str(entry.get("exc") or "").strip().splitlines()
+    return f"{entry.get('level')} {entry.get('msg')}" + (f": {exc[-1]}" if exc else "")
+
+
+# -- entry point ----------------------------------------------------------------------------------
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--triggers", type=int, default=600, help="dispatches per run")
     parser.add_argument("--repeat", type=int, default=3,
-                        help="service and floor runs, alternated; the medians are compared")
+                        help="service runs, 3-call floors and replays, alternated; the "
+                             "medians are compared")
     parser.add_argument("--users", type=int, default=10,
                         help="engineers in the round robin; more than 10 leaves account-id "
                              "cache misses (user searches) in the measured runs")
@@ -391,7 +508,8 @@ def main() -> None:
             runs = run_all(args, service, jira)
         finally:
             service.kill()
-    report(engine, *runs)
+        report(engine, *runs)
+        notification_calls(database_url, jira, args.timeout)
 
 
 if __name__ == "__main__":

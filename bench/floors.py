@@ -24,8 +24,8 @@ Run as a script, it serves one of two things in a process of its own, and prints
     would; ``wsgiref`` is tests/peer.py's own server (HTTP/1.0: a new connection and thread per
     request), kept for comparison. A middleware keeps a call log of its own (method, path,
     query, JSON body, status), because the fake's log has no query string, and adds a control
-    API for the bench under ``/_bench/`` (users, issues, the call log), since the fake's Python
-    API is out of reach in another process.
+    API for the bench under ``/_bench/`` (users; issues with their labels, priority, status and
+    assignee; the call log), since the fake's Python API is out of reach in another process.
 """
 
 from __future__ import annotations
@@ -276,6 +276,7 @@ class LoggedJira:
         elif path == "/_bench/issues":
             for key in body["keys"]:
                 self.jira.add_issue(key, labels=body.get("labels", ()),
+                                    assignee=body.get("assignee"),
                                     priority=body.get("priority", "P3"),
                                     status=body.get("status", "Open"))
         elif path == "/_bench/calls":
@@ -335,9 +336,10 @@ class JiraProcess:
         self._post("/_bench/users", {"users": users})
 
     def add_issues(self, keys: list[str], labels: list[str], priority: str = "P3",
-                   status: str = "Todo") -> None:
+                   status: str = "Todo", assignee: str | None = None) -> None:
+        """``assignee``: the account ID of a user added before, or unassigned."""
         self._post("/_bench/issues", {"keys": keys, "labels": labels, "priority": priority,
-                                      "status": status})
+                                      "status": status, "assignee": assignee})
 
     def calls(self, since: int = 0) -> tuple[list[dict], int]:
         """The calls logged from index ``since`` on, and the index after the last."""
