@@ -82,7 +82,7 @@ def flood_issue(n: int) -> dict:
 @contextmanager
 def in_store(database_url: str) -> Iterator[Store]:
     """The measured server's database, opened for one unit of work of the bench's own."""
-    store = Store.open(database_url)
+    store = Store.for_url(database_url)
     try:
         with unit_of_work(store.db):
             yield store

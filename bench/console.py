@@ -710,7 +710,7 @@ def run(engine: str, args: argparse.Namespace) -> tuple[Seeded, list[Row]]:
     now = datetime.now(UTC).replace(microsecond=0)
     with tempfile.TemporaryDirectory() as scratch, fresh_database(postgres) as url:
         sandbox_session(url, Path(scratch) / "sandbox.log")
-        store = Store.open(url)
+        store = Store.for_url(url)
         try:
             kinds, decision = read_templates(store)
             seeded = seed(store, kinds, decision, args, now)

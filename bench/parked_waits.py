@@ -160,7 +160,7 @@ class Server:
 
 def seed(database_url: str) -> None:
     """The examples ``serve --sandbox`` seeds (engineers, the four policies, active)."""
-    store = Store.open(database_url)
+    store = Store.for_url(database_url)
     try:
         store.migrate()
         seed_store(store, EXAMPLES, datetime.now(UTC))
@@ -380,7 +380,7 @@ def seed_waits(database_url: str, templates: int, count: int, first_wake: dateti
     ends before it).
     Seconds."""
     started, started_at = time.perf_counter(), datetime.now(UTC)
-    store = Store.open(database_url)
+    store = Store.for_url(database_url)
     try:
         sources = [read_template(store, f"GTOC-{1000 + n}") for n in range(templates)]
         for source in sources:  # one changed copy of each template's rules, shared by its copies

@@ -507,7 +507,7 @@ def run(args: argparse.Namespace, count: int, engine: str) -> Result:
     with tempfile.TemporaryDirectory() as scratch, fresh_database(args.postgres_url) as url:
         tmp = Path(scratch)
         park_one(url, tmp)
-        store = Store.open(url)
+        store = Store.for_url(url)
         try:
             template = read_template(store)
             seconds = seed(store, template, count, args.created, args.held)

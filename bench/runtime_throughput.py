@@ -49,7 +49,7 @@ class MemoryJira(NotConfiguredJira):
 
 def run(url: str, slots: int, triggers: int) -> float:
     registry = ActionRegistry([NoopAction()])
-    store = Store.open(url, registry=registry)
+    store = Store.for_url(url, registry=registry)
     store.migrate()
     clock = SystemClock()
     config = load_config(None, environ={"TICKET_DISPATCHER_EXECUTION_SLOTS": str(slots),
@@ -68,7 +68,7 @@ def run(url: str, slots: int, triggers: int) -> float:
         runtime.accept_trigger("bench", f"BENCH-{slots}{n + 1}")
     assert runtime.wait_idle(600), "did not settle"
     elapsed = time.perf_counter() - started
-    done, total = store.executions.list(status=ExecutionStatus.SUCCEEDED, limit=1)
+    done, total = store.executions.page(status=ExecutionStatus.SUCCEEDED, limit=1)
     runtime.stop()
     store.close()
     assert total >= triggers, f"only {total} of {triggers} executions succeeded"

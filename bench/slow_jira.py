@@ -80,7 +80,7 @@ def run(database_url: str, slots: int, dispatches: int, latency: float) -> None:
         assert service.runtime.wait_idle(900), "the runtime did not settle"
         took = time.perf_counter() - started
         stop.set()
-        succeeded = sum(1 for key in keys for e in service.store.executions.list(
+        succeeded = sum(1 for key in keys for e in service.store.executions.page(
             issue_key=key, limit=5)[0] if e.status is ExecutionStatus.SUCCEEDED)
     finally:
         service.stop_serving()

@@ -40,7 +40,7 @@ def db_url(request, tmp_path) -> str:
 
 
 def _migrated(url: str) -> Store:
-    store = Store.open(url)
+    store = Store.for_url(url)
     store.migrate()
     return store
 

@@ -95,7 +95,7 @@ class Harness:
         return self.store.executions.get(execution_id)
 
     def executions(self, **filters) -> list[Execution]:
-        items, _ = self.store.executions.list(limit=200, **filters)
+        items, _ = self.store.executions.page(limit=200, **filters)
         return sorted(items, key=lambda e: e.id)
 
     def policy(self, *rules: dict, active: bool = True, projects=("TCID",), source_in=(),

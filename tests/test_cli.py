@@ -759,7 +759,7 @@ def test_policy_shadow_report_json_is_the_report_the_api_answers(capsys, shadowe
 
 def test_policy_shadow_report_of_a_policy_never_shadowed_shows_zero_counts(capsys, shadowed,
                                                                            store):
-    live = store.policies.list(status=PolicyStatus.ACTIVE, limit=1, offset=0)[0][0]
+    live = store.policies.page(status=PolicyStatus.ACTIVE, limit=1, offset=0)[0][0]
 
     code, out, _ = run(capsys, "policy", "shadow-report", str(live.id))
 
@@ -791,7 +791,7 @@ def test_policy_shadow_report_on_an_unmigrated_database_says_to_migrate(capsys, 
     from ticket_dispatcher.store import Store
 
     url = f"sqlite:///{tmp_path / 'td.db'}"
-    Store.open(url).ping()  # an empty database file, no schema
+    Store.for_url(url).ping()  # an empty database file, no schema
     monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", url)
 
     code, out, err = run(capsys, "policy", "shadow-report", "1")

@@ -115,7 +115,7 @@ def polled(dispatcher: Dispatcher, polls: int) -> dict | None:
 
 def stored_execution(database_url: str, execution_id: int) -> dict:
     """The execution as the database has it, read while no server runs."""
-    store = Store.open(database_url)
+    store = Store.for_url(database_url)
     try:
         return store.executions.get(execution_id).to_json()
     finally:

@@ -97,7 +97,7 @@ def dispatchers(db_url, processes) -> Callable[..., Dispatcher]:
 
 def stored_status(database_url: str, execution_id: int) -> str:
     """The execution's status as the database has it, read without any server running."""
-    store = Store.open(database_url)
+    store = Store.for_url(database_url)
     try:
         return store.executions.get(execution_id).status.value
     finally:

@@ -23,7 +23,7 @@ def clock() -> ManualClock:
 def test_seed_store_fills_an_empty_database(sqlite_store, clock):
     summary = seed_store(sqlite_store, EXAMPLES, clock.now())
 
-    engineers, total = sqlite_store.engineers.list(limit=200)
+    engineers, total = sqlite_store.engineers.page(limit=200)
     policies = sqlite_store.policies.list_active()
     expected = json.loads((EXAMPLES / "engineers.json").read_text())["engineers"]
     assert summary.seeded and summary.engineers == total == len(expected)
@@ -39,7 +39,7 @@ def test_second_seed_store_does_nothing(sqlite_store, clock):
     again = seed_store(sqlite_store, EXAMPLES, clock.now())
 
     assert again.seeded is False
-    assert sqlite_store.policies.list()[1] == 4
+    assert sqlite_store.policies.page()[1] == 4
 
 
 def test_seed_store_leaves_a_database_with_engineers_alone(sqlite_store, clock):
@@ -48,8 +48,8 @@ def test_seed_store_leaves_a_database_with_engineers_alone(sqlite_store, clock):
     summary = seed_store(sqlite_store, EXAMPLES, clock.now())
 
     assert summary.seeded is False
-    assert sqlite_store.policies.list()[1] == 0
-    assert sqlite_store.engineers.list()[1] == 1
+    assert sqlite_store.policies.page()[1] == 0
+    assert sqlite_store.engineers.page()[1] == 1
 
 
 def test_seed_store_writes_nothing_when_a_file_is_bad(sqlite_store, clock, tmp_path):
@@ -60,4 +60,4 @@ def test_seed_store_writes_nothing_when_a_file_is_bad(sqlite_store, clock, tmp_p
     with pytest.raises(InvalidInput):
         seed_store(sqlite_store, tmp_path, clock.now())
 
-    assert sqlite_store.engineers.list()[1] == 0
+    assert sqlite_store.engineers.page()[1] == 0

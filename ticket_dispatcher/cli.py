@@ -236,7 +236,7 @@ def _run_migrate(args: argparse.Namespace) -> int:
 
     config = _config(args)
     with _database_errors(config):
-        store = Store.open(config.database_url, database=config.database)
+        store = Store.for_url(config.database_url, database=config.database)
         try:
             applied = store.migrate()
             version = current_version(store.db)
@@ -410,7 +410,7 @@ def _read_shadow_report(config: Config, policy_id: int) -> dict:
     from ticket_dispatcher.store.migrations import current_version, latest_version
 
     with _database_errors(config):
-        store = Store.open(config.database_url, database=config.database)
+        store = Store.for_url(config.database_url, database=config.database)
         try:
             # Connecting would create a missing SQLite file: a report never writes one.
             if not store.is_postgres and not Path(store.db.database).is_file():

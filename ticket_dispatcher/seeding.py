@@ -57,8 +57,8 @@ def seed_store(store: Store, examples_dir: str | Path, now: datetime) -> SeedSum
 
 
 def _has_rows(store: Store) -> bool:
-    _, policies = store.policies.list(limit=1)
-    _, engineers = store.engineers.list(limit=1)
+    _, policies = store.policies.page(limit=1)
+    _, engineers = store.engineers.page(limit=1)
     return bool(policies or engineers)
 
 

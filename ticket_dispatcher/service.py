@@ -58,7 +58,7 @@ class Service:
                                      config.transient_retry_budget)
         # One pool of connections, sized for every thread that may hold one at once
         # (docs/operations.md, "PostgreSQL connections").
-        self.store = Store.open(config.database_url, registry=self.registry,
+        self.store = Store.for_url(config.database_url, registry=self.registry,
                                 max_connections=connection_budget(config),
                                 database=config.database)
         self.runtime: Runtime | None = None

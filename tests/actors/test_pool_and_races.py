@@ -163,7 +163,7 @@ def test_lock_key_unique_index_stops_a_second_writer(store):
         thread.join(timeout=30)
 
     assert sorted(results) == ["conflict"] * 3 + ["created"]
-    assert len(store.executions.list(issue_key="TCID-1")[0]) == 1
+    assert len(store.executions.page(issue_key="TCID-1")[0]) == 1
 
 
 def test_failing_creation_transaction_leaves_nothing_and_fails_the_trigger(make_harness,

@@ -158,7 +158,7 @@ def test_a_trigger_matching_a_busy_and_an_idle_policy_creates_only_the_idle_one(
     assert both.status is TriggerStatus.COMPLETED and len(both.execution_ids) == 1
     assert h.execution(both.execution_ids[0]).policy_id == idle.id
     assert both.failure_reason == f"skipped busy policies {busy.id}"
-    assert [len(h.store.executions.list(policy_id=p.id)[0]) for p in (busy, idle)] == [1, 1]
+    assert [len(h.store.executions.page(policy_id=p.id)[0]) for p in (busy, idle)] == [1, 1]
     h.advance(60)
     assert h.execution(first.execution_ids[0]).status is ExecutionStatus.SUCCEEDED
 

@@ -151,7 +151,7 @@ def test_a_notification_shadow_plans_its_steps_and_sends_nothing(urgent_world):
     """The live workflow sends its card, App-urgent and first page and waits for an ACK; the
     shadow (two pages instead of three) only plans, and nothing of it reaches Lark or Oncall."""
     h = urgent_world
-    [live] = h.store.policies.list(status=PolicyStatus.ACTIVE)[0]
+    [live] = h.store.policies.page(status=PolicyStatus.ACTIVE)[0]
     send, urgent = live.spec.rules
     fewer_pages = RuleSpec(urgent.name, urgent.priority, urgent.when, urgent.then[:-1],
                            urgent.on_success)

@@ -334,7 +334,7 @@ def _write_json(path: Path, value: Any) -> None:
 def _open_store(database_url: str):
     from ticket_dispatcher.store import Store  # the product's own reading of its tables
 
-    return Store.open(database_url, max_connections=2)
+    return Store.for_url(database_url, max_connections=2)
 
 
 @dataclass(frozen=True)
@@ -416,13 +416,13 @@ def read_final(database_url: str, since: Since = Since()) -> dict[str, Any]:
         # both lists are newest first: a deployment's older rows end the paging
         triggers, before = [], None
         for _ in range(100_000):
-            page, before = store.triggers.list(before_id=before, limit=PAGE)
+            page, before = store.triggers.page(before_id=before, limit=PAGE)
             triggers += page
             if before is None or not page or page[-1].id <= since.trigger_id:
                 break
         executions, offset = [], 0
         for _ in range(100_000):
-            page, total = store.executions.list(limit=PAGE, offset=offset)
+            page, total = store.executions.page(limit=PAGE, offset=offset)
             executions += page
             offset += len(page)
             if not page or offset >= total or page[-1].id <= since.execution_id:
@@ -430,8 +430,8 @@ def read_final(database_url: str, since: Since = Since()) -> dict[str, Any]:
         with unit_of_work(store.db):
             owners = dict(ExecutionRow.select(ExecutionRow.id, ExecutionRow.lease_owner)
                           .where(ExecutionRow.id > since.execution_id).tuples())
-        engineers, _ = store.engineers.list(limit=1000)
-        policies, _ = store.policies.list(limit=1000)
+        engineers, _ = store.engineers.page(limit=1000)
+        policies, _ = store.policies.page(limit=1000)
     finally:
         store.close()
     return {

@@ -168,7 +168,7 @@ def test_a_bad_switch_answers_a_clear_page_and_changes_nothing(console, harness,
     assert answer.status_code == code
     assert says in main_text(answer.text)
     assert harness.store.engineers.get("b@example.com").dispatch_enabled is True
-    assert harness.store.engineers.list()[1] == 1  # nobody was created
+    assert harness.store.engineers.page()[1] == 1  # nobody was created
 
 
 # -- rotations ------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_triggers_failed_before_the_hour_are_not_counted(world):
 @pytest.mark.postgres
 def test_the_overview_says_the_database_is_down_while_it_is_cut_away(postgres_url):
     with Relay(*target_of(postgres_url)) as relay:
-        store = Store.open(relayed_url(postgres_url, relay), database=DATABASE)
+        store = Store.for_url(relayed_url(postgres_url, relay), database=DATABASE)
         store.migrate()
         world = World(store)
         try:

@@ -147,7 +147,7 @@ def test_a_page_wait_shows_its_attempt_deadline_and_whom_it_pages(urgent_world):
 @pytest.mark.postgres
 def test_the_page_says_the_database_is_down_while_it_is_cut_away(postgres_url):
     with Relay(*target_of(postgres_url)) as relay:
-        store = Store.open(relayed_url(postgres_url, relay), database=DATABASE)
+        store = Store.for_url(relayed_url(postgres_url, relay), database=DATABASE)
         store.migrate()
         harness = Harness(store).start()
         console = console_over(harness)

@@ -354,7 +354,7 @@ def test_rolling_back_to_an_older_version_asks_then_makes_it_live(console, polic
     assert f'href="/console/policies/{first.id}"' in done.text
     assert policies.get(first).status is PolicyStatus.ACTIVE
     assert policies.get(second).status is PolicyStatus.SUPERSEDED
-    live, _ = policies.store.policies.list(status=PolicyStatus.ACTIVE)
+    live, _ = policies.store.policies.page(status=PolicyStatus.ACTIVE)
     assert [p.id for p in live] == [first.id]
     # Going forward again is no rollback.
     assert "Activate version 2 again" in console.get(f"/console/policies/{second.id}").text
@@ -503,7 +503,7 @@ def test_a_bad_dry_run_is_a_400_page_and_posts_nothing(console, harness, family,
 
     assert answer.status_code == 400
     assert path in main_text(answer.text)
-    items, _ = harness.store.triggers.list(status=None, source=None, issue_key=None,
+    items, _ = harness.store.triggers.page(status=None, source=None, issue_key=None,
                                            created_after=None, created_before=None,
                                            before_id=None, limit=10)
     assert items == []

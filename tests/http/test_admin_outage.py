@@ -53,7 +53,7 @@ def world(store):
 @pytest.fixture
 def cut_world(postgres_url):
     with Relay(*target_of(postgres_url)) as relay:
-        store = Store.open(relayed_url(postgres_url, relay), database=DATABASE)
+        store = Store.for_url(relayed_url(postgres_url, relay), database=DATABASE)
         store.migrate()
         world = ParkedWorld(store)
         world.relay = relay

@@ -45,11 +45,11 @@ class TwoRepositoryCalls:
         self._store = store
 
     def on_get(self, req, resp) -> None:
-        self._store.engineers.list()
-        resp.media = {"total": self._store.engineers.list()[1]}
+        self._store.engineers.page()
+        resp.media = {"total": self._store.engineers.page()[1]}
 
     def on_post(self, req, resp) -> None:
-        self._store.engineers.list()
+        self._store.engineers.page()
         raise RuntimeError("the handler failed after using the database")
 
 

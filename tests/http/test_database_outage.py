@@ -65,7 +65,7 @@ def assert_unavailable(result: testing.Result) -> None:
 
 @pytest.fixture
 def sqlite_outage(tmp_path):
-    store = Store.open(f"sqlite:///{tmp_path / 'td.db'}", database=DATABASE)
+    store = Store.for_url(f"sqlite:///{tmp_path / 'td.db'}", database=DATABASE)
     store.migrate()
     outage = Outage(store)
     yield outage
@@ -75,7 +75,7 @@ def sqlite_outage(tmp_path):
 @pytest.fixture
 def postgres_outage(postgres_url):
     with Relay(*target_of(postgres_url)) as relay:
-        store = Store.open(relayed_url(postgres_url, relay), database=DATABASE)
+        store = Store.for_url(relayed_url(postgres_url, relay), database=DATABASE)
         store.migrate()
         outage = Outage(store)
         outage.relay = relay
@@ -177,9 +177,9 @@ class CutMidRequest:
 
     def on_get(self, req, resp) -> None:
         self.connection = self._store.db.connection()  # the request's, from the middleware
-        self._store.engineers.list()
+        self._store.engineers.page()
         self._relay.cut()
-        resp.media = {"total": self._store.engineers.list()[1]}
+        resp.media = {"total": self._store.engineers.page()[1]}
 
 
 @pytest.mark.postgres

@@ -61,7 +61,7 @@ def test_urls_pick_the_engine_without_connecting(tmp_path):
 
 
 def test_ping_is_false_when_the_database_is_unreachable():
-    store = Store.open("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
+    store = Store.for_url("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
 
     assert store.ping() is False
 
@@ -111,7 +111,7 @@ def test_write_lock_rolls_back_everything_on_error(store):
         store.contexts.ensure_default("TCID-1", T0)
         raise RuntimeError("boom")
 
-    assert store.engineers.list() == ([], 0)
+    assert store.engineers.page() == ([], 0)
     assert store.db.is_closed()
 
 
@@ -253,8 +253,8 @@ def test_sqlite_opens_only_as_many_connections_as_were_used_at_once(sqlite_url, 
 def test_pool_is_sized_from_the_configuration(db_url):
     config = _config(slots=40)
 
-    sized = Store.open(db_url, max_connections=connection_budget(config))
-    default = Store.open(db_url)
+    sized = Store.for_url(db_url, max_connections=connection_budget(config))
+    default = Store.for_url(db_url)
 
     assert pool_size(sized.db) == 8 + 4 + 40 + 6
     assert pool_size(default.db) == connection_budget(Config()) == 28
@@ -280,7 +280,7 @@ def test_sqlite_accepts_any_configuration(sqlite_store):
 
 @pytest.mark.postgres
 def test_postgres_limit_is_read_from_the_server(postgres_url):
-    store = Store.open(postgres_url)
+    store = Store.for_url(postgres_url)
     with unit_of_work(store.db) as db:
         shown = [int(db.execute_sql(f"SHOW {name}").fetchone()[0])
                  for name in ("max_connections", "superuser_reserved_connections")]
@@ -297,7 +297,7 @@ def test_postgres_limit_is_read_from_the_server(postgres_url):
 
 @pytest.mark.postgres
 def test_postgres_accepts_the_default_configuration(postgres_url):
-    store = Store.open(postgres_url)
+    store = Store.for_url(postgres_url)
 
     store.check_capacity(Config())  # raises if the server cannot serve 28 connections
     store.close()
@@ -305,7 +305,7 @@ def test_postgres_accepts_the_default_configuration(postgres_url):
 
 @pytest.mark.postgres
 def test_the_start_warns_of_a_server_without_autovacuum(postgres_url, caplog):
-    store = Store.open(postgres_url)
+    store = Store.for_url(postgres_url)
     with unit_of_work(store.db) as db:
         running = db.execute_sql("SHOW autovacuum").fetchone()[0] == "on"
 
@@ -319,7 +319,7 @@ def test_the_start_warns_of_a_server_without_autovacuum(postgres_url, caplog):
 
 @pytest.mark.postgres
 def test_postgres_sessions_neither_compile_nor_start_workers(postgres_url):
-    store = Store.open(postgres_url)
+    store = Store.for_url(postgres_url)
     with unit_of_work(store.db) as db:
         settings = {name: db.execute_sql(f"SHOW {name}").fetchone()[0]
                     for name in ("jit", "max_parallel_workers_per_gather", "search_path")}
@@ -332,7 +332,7 @@ def test_postgres_sessions_neither_compile_nor_start_workers(postgres_url):
 
 @pytest.mark.postgres
 def test_a_write_without_flush_wait_changes_only_its_own_commit(postgres_url):
-    store = Store.open(postgres_url)
+    store = Store.for_url(postgres_url)
     with unit_of_work(store.db) as db:
         during = db.execute_sql(f"{database.WITHOUT_FLUSH_WAIT}"
                                 "SELECT current_setting('synchronous_commit')").fetchone()[0]
@@ -344,7 +344,7 @@ def test_a_write_without_flush_wait_changes_only_its_own_commit(postgres_url):
 
 @pytest.mark.postgres
 def test_postgres_refuses_a_configuration_above_the_server_limit(postgres_url, monkeypatch):
-    store = Store.open(postgres_url)
+    store = Store.for_url(postgres_url)
     monkeypatch.setattr(database, "server_limit",
                         lambda db: database.ServerLimit(max_connections=50, reserved=3))
 
@@ -365,7 +365,7 @@ def test_a_burst_of_the_whole_budget_never_exceeds_the_pool(db_url):
     than the pool of 32 this replaced. On PostgreSQL each is its own server backend."""
     config = _config(slots=40)
     budget = connection_budget(config)
-    store = Store.open(db_url, max_connections=budget)
+    store = Store.for_url(db_url, max_connections=budget)
     store.migrate()
     store.check_capacity(config)
     barrier = threading.Barrier(budget)
@@ -387,7 +387,7 @@ def test_a_burst_of_the_whole_budget_never_exceeds_the_pool(db_url):
         thread.start()
     for thread in threads:
         thread.join()
-    total = store.engineers.list(limit=1)[1]
+    total = store.engineers.page(limit=1)[1]
     store.close()
 
     assert errors == []

@@ -132,7 +132,7 @@ def test_failing_creation_leaves_nothing_behind(store):
         store.executions.create(trigger.id, [fresh, clash], issue_key="TCID-1",
                                 ensure_context=True, now=NOW)
 
-    assert [e.id for e in store.executions.list(issue_key="TCID-1")[0]] == [holder.id]
+    assert [e.id for e in store.executions.page(issue_key="TCID-1")[0]] == [holder.id]
     assert store.contexts.find("TCID-1") is None
     assert store.triggers.get(trigger.id).status is TriggerStatus.PENDING
 
@@ -165,7 +165,7 @@ def test_dry_runs_hold_no_lock(store):
         executions.append(execution)
 
     assert all(e.live_lock_key is None for e in executions)
-    assert len(store.executions.list(issue_key="TCID-1")[0]) == 2
+    assert len(store.executions.page(issue_key="TCID-1")[0]) == 2
 
 
 def test_list_filters_and_recoverable_order(store):
@@ -176,13 +176,13 @@ def test_list_filters_and_recoverable_order(store):
         ids += store.executions.create(trigger.id, [execution], issue_key=key,
                                        ensure_context=False, now=NOW)
 
-    items, total = store.executions.list(issue_key="TCID-2")
+    items, total = store.executions.page(issue_key="TCID-2")
     assert total == 1 and items[0].issue_key == "TCID-2"
     recovered = store.executions.recoverable()
     assert [i for i, _, _ in recovered] == ids
     assert [key for _, _, key in recovered] == [store.executions.get(i).live_lock_key
                                                 for i in ids] and all(k for _, _, k in recovered)
-    assert store.executions.list(limit=2)[1] == 3
+    assert store.executions.page(limit=2)[1] == 3
 
 
 def test_restart_and_load_counters_are_single_updates(store):

@@ -208,6 +208,6 @@ def test_creating_executions_under_a_lost_trigger_lease_writes_nothing(store):
         store.executions.create(trigger.id, [execution], issue_key="TCID-1",
                                 ensure_context=True, now=NOW, lease=mine.lease)
 
-    assert store.executions.list(issue_key="TCID-1") == ([], 0)
+    assert store.executions.page(issue_key="TCID-1") == ([], 0)
     assert store.contexts.find("TCID-1") is None
     assert store.triggers.get(trigger.id).status is TriggerStatus.PROCESSING

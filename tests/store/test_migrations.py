@@ -19,7 +19,7 @@ TABLES = {
 
 @pytest.fixture
 def empty_store(db_url):
-    store = Store.open(db_url)
+    store = Store.for_url(db_url)
     yield store
     store.close()
 

@@ -272,11 +272,11 @@ def test_list_filters_by_status_and_family_and_pages_by_id(store):
     second = store.policies.activate(store.policies.create(spec(), T0).id, T0)
     third = store.policies.create_replacement(second.id, spec(), T0)
 
-    everything, total = store.policies.list()
-    drafts, drafts_total = store.policies.list(status=PolicyStatus.DRAFT)
-    family, _ = store.policies.list(family_id=second.family_id)
-    page, page_total = store.policies.list(limit=1, offset=1)
-    beyond, beyond_total = store.policies.list(limit=2, offset=5)
+    everything, total = store.policies.page()
+    drafts, drafts_total = store.policies.page(status=PolicyStatus.DRAFT)
+    family, _ = store.policies.page(family_id=second.family_id)
+    page, page_total = store.policies.page(limit=1, offset=1)
+    beyond, beyond_total = store.policies.page(limit=2, offset=5)
 
     assert ([p.id for p in everything], total) == ([first.id, second.id, third.id], 3)
     assert ([p.id for p in drafts], drafts_total) == ([first.id, third.id], 2)
@@ -291,7 +291,7 @@ def test_list_loads_rules_for_the_whole_page_in_one_query(store, query_counter):
         store.policies.create(spec(), T0)
 
     with query_counter() as queries:
-        page, total = store.policies.list(limit=3)
+        page, total = store.policies.page(limit=3)
 
     assert total == 4 and all(policy.rules for policy in page)
     assert queries.count == 3  # page, COUNT, rules

@@ -11,7 +11,7 @@ from ticket_dispatcher.store import Store
 
 def test_a_second_claim_on_one_sqlite_file_is_refused_until_the_first_ends(tmp_path):
     url = f"sqlite:///{tmp_path / 'td.db'}"
-    first, second = Store.open(url), Store.open(url)
+    first, second = Store.for_url(url), Store.for_url(url)
     first.claim_for_serving()
     try:
         with pytest.raises(ConfigError, match="already serves this SQLite database"):
@@ -24,8 +24,8 @@ def test_a_second_claim_on_one_sqlite_file_is_refused_until_the_first_ends(tmp_p
 
 
 def test_postgresql_needs_no_claim(postgres_url):
-    store = Store.open(postgres_url)
-    other = Store.open(postgres_url)
+    store = Store.for_url(postgres_url)
+    other = Store.for_url(postgres_url)
     store.claim_for_serving()
     other.claim_for_serving()
     store.close()

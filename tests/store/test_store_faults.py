@@ -125,7 +125,7 @@ def _put(store: Store, email: str = "a@x.com") -> None:
 @pytest.fixture
 def short_sqlite(tmp_path):
     """A migrated SQLite store whose waits are short (busy_timeout 300 ms)."""
-    store = Store.open(f"sqlite:///{tmp_path / 'td.db'}", database=SHORT)
+    store = Store.for_url(f"sqlite:///{tmp_path / 'td.db'}", database=SHORT)
     store.migrate()
     yield store
     store.close()
@@ -135,7 +135,7 @@ def short_sqlite(tmp_path):
 def relayed(postgres_url):
     """A migrated PostgreSQL store reached through a relay the test can cut."""
     with Relay(*target_of(postgres_url)) as relay:
-        store = Store.open(relayed_url(postgres_url, relay), database=SHORT)
+        store = Store.for_url(relayed_url(postgres_url, relay), database=SHORT)
         store.migrate()
         yield store, relay
         relay.restore()
@@ -223,7 +223,7 @@ def test_integrity_violation_in_a_unit_of_work_is_conflict(store):
                            updated_at=T0).execute()
 
     assert raised.value.message == "the change conflicts with data already stored"
-    assert store.engineers.list()[1] == 1  # nothing else changed, the store still works
+    assert store.engineers.page()[1] == 1  # nothing else changed, the store still works
     assert store.health.available
 
 
@@ -242,10 +242,10 @@ def test_nested_units_translate_once_and_pass_the_typed_error_through(sqlite_sto
 
 
 def test_unreachable_postgres_is_connection_kind_without_host_user_or_password():
-    store = Store.open(f"postgresql://svc_user:{SECRET}@127.0.0.1:1/td", database=SHORT)
+    store = Store.for_url(f"postgresql://svc_user:{SECRET}@127.0.0.1:1/td", database=SHORT)
 
     with pytest.raises(StoreUnavailable) as raised:
-        store.engineers.list()
+        store.engineers.page()
 
     assert raised.value.kind == "connection"
     assert_shows_nothing_private(raised.value, "127.0.0.1", "svc_user", SECRET, "port 1")
@@ -285,7 +285,7 @@ def test_sqlite_waits_come_from_the_configuration(short_sqlite):
 
 @pytest.mark.postgres
 def test_postgres_sessions_run_with_the_configured_timeouts(postgres_url):
-    store = Store.open(postgres_url, database=SHORT)
+    store = Store.for_url(postgres_url, database=SHORT)
     with unit_of_work(store.db) as db:
         shown = [db.execute_sql(f"SHOW {name}").fetchone()[0]
                  for name in ("statement_timeout", "lock_timeout",
@@ -300,7 +300,7 @@ def test_postgres_sessions_run_with_the_configured_timeouts(postgres_url):
 def test_a_transaction_its_client_stopped_answering_gives_its_row_locks_back(postgres_url):
     """A paused process (SIGSTOP) in the middle of a transaction: the server ends its session
     after the statement timeout, so another replica can claim the rows it had locked."""
-    store = Store.open(postgres_url)
+    store = Store.for_url(postgres_url)
     store.migrate()
     store.engineers.put("a@example.com", dispatch_enabled=True, now=datetime.now(UTC))
     # A connection as the service opens them (its options), of a process that then pauses.
@@ -340,7 +340,7 @@ def test_sqlite_write_is_locked_within_busy_timeout_and_works_once_released(shor
     assert raised.value.kind == "locked"
     assert BUSY.total_seconds() * 0.9 <= waited < BUSY.total_seconds() + SLACK
     _put(short_sqlite)
-    assert short_sqlite.engineers.list()[1] == 1
+    assert short_sqlite.engineers.page()[1] == 1
     assert short_sqlite.db.is_closed()
 
 
@@ -369,7 +369,7 @@ def test_sqlite_writers_waiting_together_are_each_locked_within_busy_timeout(sho
     assert max(waits.values()) < BUSY.total_seconds() + SLACK
     for n in range(4):
         _put(short_sqlite, f"w{n}@x.com")
-    assert short_sqlite.engineers.list()[1] == 4
+    assert short_sqlite.engineers.page()[1] == 4
 
 
 def test_sqlite_ping_is_not_ready_within_busy_timeout_while_writes_are_locked(short_sqlite):
@@ -387,9 +387,9 @@ def test_a_locked_sqlite_outage_ends_with_a_write_not_with_a_read(short_sqlite):
     with SqliteWriteLock(short_sqlite.db.database):
         with pytest.raises(StoreUnavailable):
             _put(short_sqlite)
-        assert short_sqlite.engineers.list() == ([], 0)  # readers go on under WAL
+        assert short_sqlite.engineers.page() == ([], 0)  # readers go on under WAL
         still_out = short_sqlite.health.available is False
-    assert short_sqlite.engineers.list() == ([], 0)
+    assert short_sqlite.engineers.page() == ([], 0)
     after_a_read = short_sqlite.health.available
 
     with unit_of_work(short_sqlite.db):  # an autocommit INSERT, outside any write_lock
@@ -444,13 +444,13 @@ def test_postgres_cut_fails_at_once_and_the_pool_heals_after_restore(relayed):
     relay.cut()
     started = time.monotonic()
     with pytest.raises(StoreUnavailable) as raised:
-        store.engineers.list()
+        store.engineers.page()
     failed_after = elapsed(started)
     relay.restore()
 
     assert raised.value.kind == "connection"
     assert failed_after < SLACK
-    assert store.engineers.list()[1] == 1  # the same store, no reopening
+    assert store.engineers.page()[1] == 1  # the same store, no reopening
     assert store.health.available
 
 
@@ -459,9 +459,9 @@ def test_postgres_connection_lost_inside_a_unit_is_discarded_not_pooled(relayed)
     store, relay = relayed
     with pytest.raises(StoreUnavailable) as raised, unit_of_work(store.db) as db:
         lost = db.connection()
-        store.engineers.list()
+        store.engineers.page()
         relay.cut()
-        store.engineers.list()
+        store.engineers.page()
     relay.restore()
 
     assert raised.value.kind == "connection"
@@ -470,7 +470,7 @@ def test_postgres_connection_lost_inside_a_unit_is_discarded_not_pooled(relayed)
     assert all(conn is not lost for _, _, conn in store.db._connections)
     with unit_of_work(store.db) as db:
         assert db.connection() is not lost
-        assert store.engineers.list() == ([], 0)
+        assert store.engineers.page() == ([], 0)
 
 
 @pytest.mark.postgres
@@ -480,22 +480,22 @@ def test_postgres_server_that_never_answers_fails_within_connect_timeout(relayed
     started = time.monotonic()
 
     with pytest.raises(StoreUnavailable) as raised:
-        store.engineers.list()
+        store.engineers.page()
 
     assert raised.value.kind == "connection"
     assert elapsed(started) < SHORT.connect_timeout.total_seconds() + SLACK
     relay.restore()
-    assert store.engineers.list() == ([], 0)
+    assert store.engineers.page() == ([], 0)
 
 
 @pytest.mark.postgres
 def test_postgres_messages_never_name_the_host_user_or_password(postgres_url):
     with Relay(*target_of(postgres_url)) as relay:
         url = relayed_url(postgres_url, relay).replace("postgres@", f"postgres:{SECRET}@")
-        store = Store.open(url, database=SHORT)
+        store = Store.for_url(url, database=SHORT)
         relay.cut()
         with pytest.raises(StoreUnavailable) as raised:
-            store.engineers.list()
+            store.engineers.page()
         store.close()
 
     assert_shows_nothing_private(raised.value, "127.0.0.1", str(relay.port), "postgres", SECRET)
@@ -503,7 +503,7 @@ def test_postgres_messages_never_name_the_host_user_or_password(postgres_url):
 
 @pytest.mark.postgres
 def test_postgres_backend_terminated_by_the_server_is_replaced(postgres_url):
-    store = Store.open(postgres_url, database=SHORT)
+    store = Store.for_url(postgres_url, database=SHORT)
     store.migrate()
     admin = psycopg2.connect(postgres_url.split("?")[0])
     admin.autocommit = True
@@ -511,9 +511,9 @@ def test_postgres_backend_terminated_by_the_server_is_replaced(postgres_url):
         with pytest.raises(StoreUnavailable) as raised, unit_of_work(store.db) as db:
             pid = db.connection().get_backend_pid()
             admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
-            store.engineers.list()
+            store.engineers.page()
         assert raised.value.kind == "connection"
-        assert store.engineers.list() == ([], 0)
+        assert store.engineers.page() == ([], 0)
     finally:
         admin.close()
         store.close()
@@ -536,13 +536,13 @@ def _backend_alive(admin, pid: int) -> bool:
 @pytest.mark.postgres
 def test_postgres_connection_idle_in_the_pool_is_checked_before_reuse(postgres_url, monkeypatch):
     monkeypatch.setattr(database_module, "PG_PING_IDLE_SECONDS", 0)
-    store = Store.open(postgres_url, database=SHORT)
+    store = Store.for_url(postgres_url, database=SHORT)
     store.migrate()
     admin = psycopg2.connect(postgres_url.split("?")[0])
     admin.autocommit = True
     try:
         _terminate_pooled_backend(store, admin)
-        assert store.engineers.list() == ([], 0)  # the dead one was found and replaced
+        assert store.engineers.page() == ([], 0)  # the dead one was found and replaced
     finally:
         admin.close()
         store.close()
@@ -555,23 +555,23 @@ def test_postgres_connection_just_returned_is_reused_without_a_round_trip(postgr
     # server each time queued every thread behind one round trip. One the server dropped in
     # that window fails its first statement, is discarded, and the next unit gets a new one.
     monkeypatch.setattr(database_module, "PG_PING_IDLE_SECONDS", 3600)
-    store = Store.open(postgres_url, database=SHORT)
+    store = Store.for_url(postgres_url, database=SHORT)
     store.migrate()
     admin = psycopg2.connect(postgres_url.split("?")[0])
     admin.autocommit = True
     try:
         _terminate_pooled_backend(store, admin)
         with pytest.raises(StoreUnavailable) as raised:
-            store.engineers.list()
+            store.engineers.page()
         assert raised.value.kind == "connection"
-        assert store.engineers.list() == ([], 0)
+        assert store.engineers.page() == ([], 0)
     finally:
         admin.close()
         store.close()
 
 @pytest.mark.postgres
 def test_postgres_statement_beyond_statement_timeout_is_timeout(postgres_url):
-    store = Store.open(postgres_url, database=SHORT)
+    store = Store.for_url(postgres_url, database=SHORT)
     started = time.monotonic()
 
     with pytest.raises(StoreUnavailable) as raised, unit_of_work(store.db) as db:
@@ -584,7 +584,7 @@ def test_postgres_statement_beyond_statement_timeout_is_timeout(postgres_url):
 
 @pytest.mark.postgres
 def test_postgres_lock_wait_beyond_busy_timeout_is_locked(postgres_url):
-    store = Store.open(postgres_url, database=DatabaseConfig(busy_timeout=BUSY))
+    store = Store.for_url(postgres_url, database=DatabaseConfig(busy_timeout=BUSY))
     store.migrate()
     holder = psycopg2.connect(postgres_url)
     try:
@@ -719,7 +719,7 @@ def test_metrics_know_every_kind_of_store_failure():
 
 @pytest.mark.postgres
 def test_postgres_migrations_run_without_the_request_timeouts(postgres_url):
-    store = Store.open(postgres_url, database=SHORT)
+    store = Store.for_url(postgres_url, database=SHORT)
     original = migrations_module.MIGRATIONS
 
     def slow(db):

@@ -1,4 +1,4 @@
-"""Listing triggers (``TriggerRepository.list``): newest first, filtered, paged below an id, in
+"""Listing triggers (``TriggerRepository.page``): newest first, filtered, paged below an id, in
 one query, on both engines; the indexes that keep the filters from walking the table."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def ids_of(result) -> list[int]:
 
 
 def test_every_trigger_newest_first_without_a_filter(store, history):
-    items, following = store.triggers.list()
+    items, following = store.triggers.page()
 
     assert [t.id for t in items] == sorted(history.values(), reverse=True)
     assert following is None
@@ -63,11 +63,11 @@ def test_every_trigger_newest_first_without_a_filter(store, history):
     ({"source": "nobody"}, []),
 ])
 def test_filters_are_combined(store, history, filters, expected):
-    assert ids_of(store.triggers.list(**filters)) == [history[name] for name in expected]
+    assert ids_of(store.triggers.page(**filters)) == [history[name] for name in expected]
 
 
 def test_the_time_range_is_at_or_after_and_strictly_before(store, history):
-    listed = ids_of(store.triggers.list(created_after=T0 + timedelta(minutes=1),
+    listed = ids_of(store.triggers.page(created_after=T0 + timedelta(minutes=1),
                                         created_before=T0 + timedelta(minutes=3)))
 
     assert listed == [history["failed_new"], history["completed"]]
@@ -76,15 +76,15 @@ def test_the_time_range_is_at_or_after_and_strictly_before(store, history):
 def test_the_time_range_compares_instants_whatever_the_offset(store, history):
     shanghai = T0.astimezone(ZoneInfo("Asia/Shanghai"))  # 09:00 there
 
-    listed = ids_of(store.triggers.list(created_before=shanghai + timedelta(minutes=1)))
+    listed = ids_of(store.triggers.page(created_before=shanghai + timedelta(minutes=1)))
 
     assert listed == [history["failed_old"]]
 
 
 def test_pages_follow_below_the_last_id_until_none(store, history):
-    first, after_first = store.triggers.list(limit=2)
-    second, after_second = store.triggers.list(limit=2, before_id=after_first)
-    third, after_third = store.triggers.list(limit=2, before_id=after_second)
+    first, after_first = store.triggers.page(limit=2)
+    second, after_second = store.triggers.page(limit=2, before_id=after_first)
+    third, after_third = store.triggers.page(limit=2, before_id=after_second)
 
     assert [t.id for t in first + second + third] == sorted(history.values(), reverse=True)
     assert after_first == first[-1].id and after_second == second[-1].id
@@ -92,14 +92,14 @@ def test_pages_follow_below_the_last_id_until_none(store, history):
 
 
 def test_a_page_that_ends_exactly_at_the_last_row_has_no_next(store, history):
-    items, following = store.triggers.list(limit=len(history))
+    items, following = store.triggers.page(limit=len(history))
 
     assert len(items) == len(history) and following is None
 
 
 def test_a_filtered_page_follows_under_the_same_filter(store, history):
-    first, following = store.triggers.list(status=TriggerStatus.FAILED, limit=1)
-    second, last = store.triggers.list(status=TriggerStatus.FAILED, limit=1,
+    first, following = store.triggers.page(status=TriggerStatus.FAILED, limit=1)
+    second, last = store.triggers.page(status=TriggerStatus.FAILED, limit=1,
                                        before_id=following)
 
     assert [t.id for t in first + second] == [history["failed_new"], history["failed_old"]]
@@ -108,7 +108,7 @@ def test_a_filtered_page_follows_under_the_same_filter(store, history):
 
 def test_a_page_costs_one_query_whatever_the_filters(store, history, query_counter):
     with query_counter() as queries:
-        store.triggers.list(status=TriggerStatus.FAILED, source="jira_automation",
+        store.triggers.page(status=TriggerStatus.FAILED, source="jira_automation",
                             issue_key="TCID-1", created_after=T0,
                             created_before=T0 + timedelta(hours=1), before_id=99, limit=1)
 

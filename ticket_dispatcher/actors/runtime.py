@@ -244,7 +244,7 @@ class Runtime:
         and any other; ``alive`` while its last heartbeat is younger than a lease. From the
         store, so during an outage only a note that it cannot be read."""
         try:
-            replicas = self.deps.store.replicas.list()
+            replicas = self.deps.store.replicas.known()
         except StoreUnavailable:
             return {"unavailable": DETAILS_UNAVAILABLE}
         now, duration = self.deps.clock.now(), self.deps.config.leases.duration

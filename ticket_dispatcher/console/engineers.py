@@ -187,7 +187,7 @@ def read_rotations(store) -> list[Rotation]:
             named.update(_dedupe(rotation.last.candidates))
     engineers = {}
     if named:
-        found, _ = store.engineers.list(limit=len(named), email_in=named)
+        found, _ = store.engineers.page(limit=len(named), email_in=named)
         engineers = {e.email: e for e in found}
     for rotation in rotations:
         emails = rotation.listed or _dedupe(rotation.last.candidates if rotation.last else [])
@@ -211,7 +211,7 @@ class EngineerList(Page):
         limit, offset = paging(query)
         enabled = query_choice(query, "dispatch_enabled", _flag, "true or false")
         store = self.services.store
-        items, total = store.engineers.list(limit=limit, offset=offset,
+        items, total = store.engineers.page(limit=limit, offset=offset,
                                             dispatch_enabled=enabled)
         filters = query.values(*FILTERS)
         self.console.render(

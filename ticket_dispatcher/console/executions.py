@@ -77,7 +77,7 @@ class ExecutionList(Page):
         query = Query(req)
         limit, offset = paging(query)
         chosen = execution_filters(query)
-        items, total = self.services.store.executions.list(**chosen, limit=limit,
+        items, total = self.services.store.executions.page(**chosen, limit=limit,
                                                            offset=offset)
         # The executions of one trigger (a replay's or a dry run's result page) appear once
         # the trigger is processed: until then the page says so and refreshes itself.

@@ -72,7 +72,7 @@ class PolicyList(Page):
         status = query_choice(query, "status", PolicyStatus,
                               "one of " + ", ".join(PolicyStatus))
         store = self.services.store
-        items, total = store.policies.list(status=status, family_id=query.get_param("family_id"),
+        items, total = store.policies.page(status=status, family_id=query.get_param("family_id"),
                                            limit=limit, offset=offset)
         shadows = store.shadows.of_families(sorted({p.family_id for p in items}))
         filters = query.values(*FILTERS)
@@ -108,9 +108,9 @@ class PolicyPage(Page):
 def family_versions(store, family_id: str) -> tuple[list[Policy], int]:
     """The family's versions newest first (the newest ``HISTORY_SHOWN``) and how many there
     are: one list query, a second only for a family longer than a page."""
-    versions, total = store.policies.list(family_id=family_id, limit=HISTORY_SHOWN)
+    versions, total = store.policies.page(family_id=family_id, limit=HISTORY_SHOWN)
     if total > len(versions):
-        versions, total = store.policies.list(family_id=family_id, limit=HISTORY_SHOWN,
+        versions, total = store.policies.page(family_id=family_id, limit=HISTORY_SHOWN,
                                               offset=total - HISTORY_SHOWN)
     return sorted(versions, key=lambda p: p.version, reverse=True), total
 
@@ -213,7 +213,7 @@ class PolicyActivate(Action):
         policy = store.policies.get(policy_id)
         if policy.status not in ACTIVATABLE:
             raise Conflict(f"policy {policy_id} is {policy.status.value}; it is live already")
-        live, _ = store.policies.list(family_id=policy.family_id, status=PolicyStatus.ACTIVE,
+        live, _ = store.policies.page(family_id=policy.family_id, status=PolicyStatus.ACTIVE,
                                       limit=1)
         return policy, (live[0] if live else None)
 

@@ -54,7 +54,7 @@ class ShadowPage(Page):
         store = self.services.store
         policy = store.policies.get(policy_id)
         report = store.shadows.report(policy_id)
-        live, _ = store.policies.list(family_id=policy.family_id, status=PolicyStatus.ACTIVE,
+        live, _ = store.policies.page(family_id=policy.family_id, status=PolicyStatus.ACTIVE,
                                       limit=1)
         self.console.render(req, resp, "shadow.html", policy=policy, report=report,
                             counts=agreement(report), live=live[0] if live else None,

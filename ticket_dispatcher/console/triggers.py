@@ -31,7 +31,7 @@ class TriggerList(Page):
                                    [Problem("since", "must be one of " + ", ".join(SINCE))])
             overrides["created_after"] = format_time(self.services.clock.now() - SINCE[since])
         query = Query(req, **overrides)
-        items, following = self.services.store.triggers.list(**trigger_filters(query))
+        items, following = self.services.store.triggers.page(**trigger_filters(query))
         filters = Query(req).values(*FILTERS)
         self.console.render(
             req, resp, "triggers.html", items=items, since=since,

@@ -51,8 +51,8 @@ def issue_from_jira(
 ) -> Issue:
     reader = _Reader("Jira issue", raw)
     key = reader.text(raw, "key")
-    fields = reader.object(raw, "fields")
-    project = reader.object(fields, "project", "fields.project")
+    fields = reader.mapping(raw, "fields")
+    project = reader.mapping(fields, "project", "fields.project")
     created = reader.optional_text(fields, "created", "fields.created")
     return Issue(
         key=key,
@@ -82,7 +82,7 @@ class _Reader:
     def fail(self, path: str, message: str) -> InvalidInput:
         return _malformed(self.what, path, message)
 
-    def object(self, parent: dict, key: str, path: str | None = None) -> dict:
+    def mapping(self, parent: dict, key: str, path: str | None = None) -> dict:
         value = parent.get(key)
         if not isinstance(value, dict):
             raise self.fail(path or key, "must be a JSON object")

@@ -120,7 +120,7 @@ def _query_time(req: falcon.Request, name: str) -> datetime | None:
 
 
 def trigger_filters(req: falcon.Request) -> dict:
-    """The ``GET /dispatch/triggers`` filters as ``TriggerRepository.list`` keywords; every
+    """The ``GET /dispatch/triggers`` filters as ``TriggerRepository.page`` keywords; every
     bad value is a 400 naming its parameter."""
     if req.get_param("offset") is not None:  # a client paging by offset would loop forever
         raise InvalidInput("this list pages with cursor, not offset: pass the next_cursor of "
@@ -190,7 +190,7 @@ class TriggerCollection:
             self._services.metrics.trigger_received(intake["source"], intake["outcome"])
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        items, following = self._services.store.triggers.list(**trigger_filters(req))
+        items, following = self._services.store.triggers.page(**trigger_filters(req))
         resp.media = {"items": [trigger.to_json() for trigger in items],
                       "next_cursor": encode_cursor(following) if following else None}
 
@@ -240,7 +240,7 @@ class TriggerItem:
 
 
 def execution_filters(req: falcon.Request) -> dict:
-    """The ``GET /dispatch/executions`` filters as ``ExecutionRepository.list`` keywords; every
+    """The ``GET /dispatch/executions`` filters as ``ExecutionRepository.page`` keywords; every
     bad value is a 400 naming its parameter."""
     issue_key = req.get_param("issue_key")
     return {
@@ -261,7 +261,7 @@ class ExecutionCollection:
 
     def on_get(self, req, resp) -> None:
         limit, offset = paging(req)
-        items, total = self._services.store.executions.list(
+        items, total = self._services.store.executions.page(
             **execution_filters(req), limit=limit, offset=offset)
         resp.media = page(items, total)
 

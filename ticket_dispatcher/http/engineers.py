@@ -36,7 +36,7 @@ class EngineerCollection:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit, offset = paging(req)
         enabled = query_choice(req, "dispatch_enabled", _flag, "true or false")
-        items, total = self._services.store.engineers.list(
+        items, total = self._services.store.engineers.page(
             limit=limit, offset=offset, dispatch_enabled=enabled
         )
         resp.media = page(items, total)

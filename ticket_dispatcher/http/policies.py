@@ -38,7 +38,7 @@ class PolicyCollection:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit, offset = paging(req)
         status = query_choice(req, "status", _status, "one of " + ", ".join(PolicyStatus))
-        items, total = self._services.store.policies.list(
+        items, total = self._services.store.policies.page(
             status=status, family_id=req.get_param("family_id"), limit=limit, offset=offset
         )
         resp.media = page(items, total)

@@ -1,6 +1,6 @@
 """The store: peewee models, one repository per aggregate, migrations.
 
-``Store.open(url, registry=..., max_connections=connection_budget(config),
+``Store.for_url(url, registry=..., max_connections=connection_budget(config),
 database=config.database)`` builds the pooled database for a ``database_url``, its waits bounded
 by ``[database]``, and binds the models to it; it neither connects nor migrates.
 The action registry (the product's by default) is what policy activation validates against.
@@ -104,7 +104,7 @@ class Store:
         self._process_lock: ProcessLock | None = None  # held while serving a SQLite file
 
     @classmethod
-    def open(cls, url: str, *, registry: ActionRegistry | None = None,
+    def for_url(cls, url: str, *, registry: ActionRegistry | None = None,
              max_connections: int = DEFAULT_MAX_CONNECTIONS,
              database: DatabaseConfig = DEFAULT_DATABASE) -> Store:
         """The store for ``url`` (``ConfigError`` when unusable); does not connect or migrate.

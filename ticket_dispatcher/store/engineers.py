@@ -52,7 +52,7 @@ class EngineerRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
 
-    def list(
+    def page(
         self,
         limit: int = 50,
         offset: int = 0,

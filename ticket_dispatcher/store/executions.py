@@ -418,7 +418,7 @@ class ExecutionRepository:
                    .first())
         return (row.lease_owner, row.lease_expires_at) if row is not None else None
 
-    def list(self, *, issue_key: str | None = None, status: ExecutionStatus | None = None,
+    def page(self, *, issue_key: str | None = None, status: ExecutionStatus | None = None,
              mode: ExecutionMode | None = None, policy_id: int | None = None,
              trigger_id: int | None = None, limit: int = 50, offset: int = 0,
              ) -> tuple[list[Execution], int]:

@@ -65,7 +65,7 @@ class PolicyRepository:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def list(
+    def page(
         self,
         status: PolicyStatus | None = None,
         family_id: str | None = None,

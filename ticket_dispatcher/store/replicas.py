@@ -56,7 +56,7 @@ class ReplicaRepository:
              .execute())
             ReplicaRow.delete().where(ReplicaRow.heartbeat_at < now - FORGET_AFTER).execute()
 
-    def list(self) -> list[Replica]:
+    def known(self) -> list[Replica]:
         """Every replica remembered, the most recently started first."""
         with unit_of_work(self.db):
             rows = list(ReplicaRow.select().order_by(ReplicaRow.started_at.desc(),

@@ -179,7 +179,7 @@ class TriggerRepository:
             raise NotFound(f"trigger {trigger_id} not found")
         return trigger_from_row(row)
 
-    def list(self, *, status: TriggerStatus | None = None, source: str | None = None,
+    def page(self, *, status: TriggerStatus | None = None, source: str | None = None,
              issue_key: str | None = None, created_after: datetime | None = None,
              created_before: datetime | None = None, before_id: int | None = None,
              limit: int = 50) -> tuple[list[Trigger], int | None]:

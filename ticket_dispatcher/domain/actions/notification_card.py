@@ -80,7 +80,7 @@ class SendAssignmentNotification:
             invalid = _invalid_target(target)
             if invalid:
                 card.target_invalid = invalid
-                card.warn(f"no notification: the {role.title} {invalid}")
+                card.warn(f"no notification: the {role.display_name} {invalid}")
             else:
                 card.card.phase = CallPhase.PREPARED
 
@@ -186,6 +186,6 @@ def _card(issue: Issue, snapshot: Snapshot) -> dict:
     return {
         "config": {"wide_screen_mode": True},
         "header": {"title": {"tag": "plain_text",
-                             "content": f"You are the {snapshot.role.title} of {issue.key}"}},
+                             "content": f"You are the {snapshot.role.display_name} of {issue.key}"}},
         "elements": [{"tag": "div", "text": {"tag": "lark_md", "content": "\n".join(lines)}}],
     }

@@ -85,7 +85,7 @@ class PageAssignment(GuardedAction):
         the state) before it, so a restart never pages this attempt again."""
         expected = page.expected
         target = expected.target if expected else None
-        role = expected.role.title if expected else ""
+        role = expected.role.display_name if expected else ""
         title = f"Urgent {run.issue.key}: you are the {role}"
         message = f"{run.issue.key} {run.issue.summary} (attempt {page.attempt})"
         dedup_key = idempotency_key(run)

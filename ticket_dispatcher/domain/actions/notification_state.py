@@ -47,7 +47,7 @@ class Role(StrEnum):
         return next(r.source for r in NOTIFICATION_ROLES if r.role == self.value)
 
     @property
-    def title(self) -> str:
+    def display_name(self) -> str:
         """The role as a card or a page names it."""
         return "L2 Assignee" if self is Role.L2_ASSIGNEE else "Assignee"
 
