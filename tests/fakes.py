@@ -446,7 +446,7 @@ class StoreTriggers:
 
 
 class FakeContexts:
-    """The ``NotificationState`` port in memory: role slots by issue key, every update
+    """The ``EscalationSlots`` port in memory: role slots by issue key, every update
     recorded (``(issue_key, role, slot after)``) so tests can check the order of writes."""
 
     def __init__(self):
@@ -523,7 +523,7 @@ class NotConfiguredTriggers(NotConfigured):
         raise self._refused("ensure_reserved_trigger")
 
 
-class NotConfiguredNotificationState(NotConfigured):
+class NotConfiguredEscalationSlots(NotConfigured):
     """No context store: an escalation cannot persist its intent, so it writes nothing."""
 
     service = "contexts"
@@ -540,4 +540,4 @@ class NotConfiguredNotificationState(NotConfigured):
 def bare_ports(**ports: Any) -> Ports:
     """``Ports`` for a test without a store: the store's ports not given refuse every call."""
     return Ports(**{"engineers": NotConfiguredEngineers(), "triggers": NotConfiguredTriggers(),
-                    "contexts": NotConfiguredNotificationState(), **ports})
+                    "contexts": NotConfiguredEscalationSlots(), **ports})

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from ticket_dispatcher.config import ApiKey, Config, Role, load_config, masked
+from ticket_dispatcher.config import AccessRole, ApiKey, Config, load_config, masked
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.settings import format_duration
 
@@ -118,8 +118,8 @@ def test_toml_file_sets_every_kind_of_value(write_toml):
     assert config.http.host == "127.0.0.1"
     assert config.auth.metrics_public is False
     assert config.auth.api_keys == (
-        ApiKey("jira-automation", Role.AUTOMATION, sha256("auto-key")),
-        ApiKey("ops", Role.OPERATOR, sha256("ops-key-0123456789abcdefghij")),
+        ApiKey("jira-automation", AccessRole.AUTOMATION, sha256("auto-key")),
+        ApiKey("ops", AccessRole.OPERATOR, sha256("ops-key-0123456789abcdefghij")),
     )
     assert config.notifications.enabled is True
     assert config.jira.base_url == "https://example.atlassian.net"
@@ -196,9 +196,10 @@ def test_api_keys_from_the_environment_are_added_to_the_file_keys(write_toml):
     keys = load_config(path, environ=environ).auth.api_keys
 
     assert keys == (
-        ApiKey("file", Role.VIEWER, sha256("f")),
-        ApiKey("jira", Role.AUTOMATION, sha256("k1-0123456789abcdefghijkl")),
-        ApiKey("ops", Role.OPERATOR, sha256("a:b:c-0123456789abcdefghij")),  # a key may contain ':'
+        ApiKey("file", AccessRole.VIEWER, sha256("f")),
+        ApiKey("jira", AccessRole.AUTOMATION, sha256("k1-0123456789abcdefghijkl")),
+        # a key may contain ':'
+        ApiKey("ops", AccessRole.OPERATOR, sha256("a:b:c-0123456789abcdefghij")),
     )
 
 
@@ -528,7 +529,7 @@ def test_a_key_of_24_characters_is_accepted():
 
     config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": f"ops:operator:{key}"})
 
-    assert config.auth.api_keys == (ApiKey("ops", Role.OPERATOR, sha256(key)),)
+    assert config.auth.api_keys == (ApiKey("ops", AccessRole.OPERATOR, sha256(key)),)
 
 
 def test_a_hashed_key_with_a_trailing_newline_is_refused(write_toml):

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from tests.process import wait_until
-from ticket_dispatcher.config import Role, load_config
+from ticket_dispatcher.config import AccessRole, load_config
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES
 from ticket_dispatcher.http.auth import authenticate
 from ticket_dispatcher.service import Service
@@ -154,7 +154,7 @@ def test_the_documented_key_table_configures_an_automation_key(tmp_path):
     config = load_config(str(documented_key_config(tmp_path)), environ={})
 
     key = authenticate(config.auth, AUTOMATION_KEY)
-    assert key is not None and (key.name, key.role) == ("jira-automation", Role.AUTOMATION)
+    assert key is not None and (key.name, key.role) == ("jira-automation", AccessRole.AUTOMATION)
 
 
 @pytest.fixture

@@ -143,7 +143,7 @@ def _one_of(choices: tuple[str, ...], normal: Callable[[str], str]) -> Kind:
 # --- API keys ----------------------------------------------------------------------------------
 
 
-class Role(StrEnum):
+class AccessRole(StrEnum):
     """The roles an API key carries; what each may call is decided in http/auth.py."""
 
     AUTOMATION = "automation"
@@ -156,7 +156,7 @@ class ApiKey:
     """One configured key. Only the SHA-256 of the key is kept; plain keys are hashed at load."""
 
     name: str
-    role: Role
+    role: AccessRole
     key_sha256: str = field(repr=False)  # lower-case hex, as ``key_digest`` gives
 
 
@@ -201,13 +201,13 @@ def _file_key(path: str, entry: Any, problems: SettingProblems) -> ApiKey | None
     name, role = entry.get("name"), entry.get("role")
     if not isinstance(name, str) or not name.strip():
         problems.add(f"{path}.name", "expected a non-empty string")
-    if not isinstance(role, str) or role not in set(Role):
+    if not isinstance(role, str) or role not in set(AccessRole):
         got = f", got {shown(role)}" if role is not None else ""
-        problems.add(f"{path}.role", f"expected one of {', '.join(Role)}{got}")
+        problems.add(f"{path}.role", f"expected one of {', '.join(AccessRole)}{got}")
     digest = _file_key_digest(path, entry, problems)
     if len(problems.items) > before or digest is None:
         return None
-    return ApiKey(name.strip(), Role(role), digest)
+    return ApiKey(name.strip(), AccessRole(role), digest)
 
 
 def _file_key_digest(path: str, entry: dict, problems: SettingProblems) -> str | None:
@@ -240,12 +240,13 @@ def _env_keys(env: Source, problems: SettingProblems) -> list[ApiKey]:
         where = f"{env.name} entry {position}"
         if len(parts) != 3 or not parts[0].strip() or not parts[2]:
             problems.add(where, "expected name:role:key")
-        elif parts[1].strip() not in set(Role):
-            problems.add(where, f"expected a role among {', '.join(Role)}")
+        elif parts[1].strip() not in set(AccessRole):
+            problems.add(where, f"expected a role among {', '.join(AccessRole)}")
         elif len(parts[2]) < MIN_API_KEY_LENGTH:
             problems.add(where, _short_key(parts[0].strip()))
         else:
-            keys.append(ApiKey(parts[0].strip(), Role(parts[1].strip()), key_digest(parts[2])))
+            keys.append(ApiKey(parts[0].strip(), AccessRole(parts[1].strip()),
+                               key_digest(parts[2])))
     return keys
 
 

@@ -17,7 +17,7 @@ from tests.fakes import (
     FakeJira,
     FakeOnCall,
     NotConfiguredEngineers,
-    NotConfiguredNotificationState,
+    NotConfiguredEscalationSlots,
     NotConfiguredTriggers,
 )
 from ticket_dispatcher.actors.client_pool import ClientPool
@@ -26,6 +26,7 @@ from ticket_dispatcher.domain import ports as ports_module
 from ticket_dispatcher.domain.ports import (
     Directory,
     EngineerStore,
+    EscalationSlots,
     Jira,
     Messenger,
     NotConfigured,
@@ -34,7 +35,6 @@ from ticket_dispatcher.domain.ports import (
     NotConfiguredMessenger,
     NotConfiguredOnCall,
     NotificationCalls,
-    NotificationState,
     OnCall,
     Ports,
     TriggerIntake,
@@ -95,7 +95,7 @@ IMPLEMENTATIONS = [
     (CoreClient, Directory),
     (JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory),
     (EngineerRepository, EngineerStore), (TriggerRepository, TriggerIntake),
-    (ContextRepository, NotificationState), (FakeContexts, NotificationState),
+    (ContextRepository, EscalationSlots), (FakeContexts, EscalationSlots),
     (FakeJira, Jira), (FakeDirectory, Directory), (FakeOnCall, OnCall),
     (Metrics, NotificationCalls), (UncountedCalls, NotificationCalls),
     (FakeCalls, NotificationCalls),
@@ -106,7 +106,7 @@ NOT_CONFIGURED = [(NotConfiguredJira, Jira, "jira"), (NotConfiguredMessenger, Me
                   (NotConfiguredDirectory, Directory, "core"),
                   (NotConfiguredEngineers, EngineerStore, "engineers"),
                   (NotConfiguredTriggers, TriggerIntake, "triggers"),
-                  (NotConfiguredNotificationState, NotificationState, "contexts")]
+                  (NotConfiguredEscalationSlots, EscalationSlots, "contexts")]
 
 
 def test_the_protocols_declare_the_methods_of_each_role():
@@ -182,7 +182,7 @@ def test_integrations_left_out_are_not_configured_and_ports_cannot_grow():
 @pytest.mark.parametrize("left_out", ["engineers", "triggers", "contexts"])
 def test_the_stores_ports_have_no_stand_in_in_the_product(left_out):
     store_ports = dict(engineers=NotConfiguredEngineers(), triggers=NotConfiguredTriggers(),
-                       contexts=NotConfiguredNotificationState())
+                       contexts=NotConfiguredEscalationSlots())
     del store_ports[left_out]
 
     with pytest.raises(TypeError, match=left_out):  # the runtime always passes the store's

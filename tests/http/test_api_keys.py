@@ -10,7 +10,7 @@ import hmac
 
 import pytest
 
-from ticket_dispatcher.config import ApiKey, AuthConfig, Role, load_config
+from ticket_dispatcher.config import AccessRole, ApiKey, AuthConfig, load_config
 from ticket_dispatcher.http.auth import allowed, authenticate, role_allows
 
 
@@ -20,20 +20,20 @@ def sha256(text: str) -> str:
 
 def auth_with_keys() -> AuthConfig:
     environ = {"TICKET_DISPATCHER_AUTH_API_KEYS": "jira:automation:plain-key-0123456789abcdef"}
-    path_keys = (ApiKey("ops", Role.OPERATOR, sha256("hashed-key")),)
+    path_keys = (ApiKey("ops", AccessRole.OPERATOR, sha256("hashed-key")),)
     return AuthConfig(api_keys=path_keys + load_config(None, environ=environ).auth.api_keys)
 
 
 def test_authenticate_accepts_a_key_configured_as_sha256():
     assert authenticate(auth_with_keys(), "hashed-key") == ApiKey(
-        "ops", Role.OPERATOR, sha256("hashed-key")
+        "ops", AccessRole.OPERATOR, sha256("hashed-key")
     )
 
 
 def test_authenticate_accepts_a_plain_key_from_the_environment():
     key = authenticate(auth_with_keys(), "plain-key-0123456789abcdef")
 
-    assert key is not None and (key.name, key.role) == ("jira", Role.AUTOMATION)
+    assert key is not None and (key.name, key.role) == ("jira", AccessRole.AUTOMATION)
 
 
 @pytest.mark.parametrize("presented", ["", "plain-key-0123456789abcdef ",
@@ -64,15 +64,15 @@ def test_authenticate_with_no_keys_configured_accepts_nothing():
 @pytest.mark.parametrize(
     ("have", "need", "expected"),
     [
-        (Role.OPERATOR, Role.OPERATOR, True),
-        (Role.OPERATOR, Role.VIEWER, True),
-        (Role.OPERATOR, Role.AUTOMATION, False),
-        (Role.VIEWER, Role.VIEWER, True),
-        (Role.VIEWER, Role.OPERATOR, False),
-        (Role.VIEWER, Role.AUTOMATION, False),
-        (Role.AUTOMATION, Role.AUTOMATION, True),
-        (Role.AUTOMATION, Role.VIEWER, False),
-        (Role.AUTOMATION, Role.OPERATOR, False),
+        (AccessRole.OPERATOR, AccessRole.OPERATOR, True),
+        (AccessRole.OPERATOR, AccessRole.VIEWER, True),
+        (AccessRole.OPERATOR, AccessRole.AUTOMATION, False),
+        (AccessRole.VIEWER, AccessRole.VIEWER, True),
+        (AccessRole.VIEWER, AccessRole.OPERATOR, False),
+        (AccessRole.VIEWER, AccessRole.AUTOMATION, False),
+        (AccessRole.AUTOMATION, AccessRole.AUTOMATION, True),
+        (AccessRole.AUTOMATION, AccessRole.VIEWER, False),
+        (AccessRole.AUTOMATION, AccessRole.OPERATOR, False),
     ],
 )
 def test_role_allows_operator_over_viewer_only(have, need, expected):
@@ -80,10 +80,10 @@ def test_role_allows_operator_over_viewer_only(have, need, expected):
 
 
 def test_endpoint_roles_follow_spec_table():
-    post_trigger = {Role.AUTOMATION, Role.OPERATOR}
-    get_trigger = {Role.AUTOMATION, Role.VIEWER}
+    post_trigger = {AccessRole.AUTOMATION, AccessRole.OPERATOR}
+    get_trigger = {AccessRole.AUTOMATION, AccessRole.VIEWER}
 
-    assert [allowed(role, post_trigger) for role in Role] == [True, False, True]
-    assert [allowed(role, get_trigger) for role in Role] == [True, True, True]
-    assert not allowed(Role.VIEWER, {Role.OPERATOR})
-    assert not allowed(Role.OPERATOR, set())
+    assert [allowed(role, post_trigger) for role in AccessRole] == [True, False, True]
+    assert [allowed(role, get_trigger) for role in AccessRole] == [True, True, True]
+    assert not allowed(AccessRole.VIEWER, {AccessRole.OPERATOR})
+    assert not allowed(AccessRole.OPERATOR, set())

@@ -7,7 +7,7 @@ import pytest
 
 from tests.store.test_executions_and_triggers import NOW, make_policy, new
 from ticket_dispatcher.domain.execution import ExecutionStatus, RuleOutcome
-from ticket_dispatcher.domain.shadow import Decision, Verdict
+from ticket_dispatcher.domain.shadow import Decision, ShadowVerdict
 from ticket_dispatcher.errors import Conflict, NotFound
 
 LIVE = Decision(matched_rules=["rule 0"], actions=["assign"], assignee="a@x.io")
@@ -91,7 +91,7 @@ def test_a_decision_is_judged_when_the_live_execution_ends(store):
 
     judged = store.shadows.settle(execution, NOW)
 
-    assert judged == [(draft.family_id, Verdict.OTHER_ASSIGNEE)]
+    assert judged == [(draft.family_id, ShadowVerdict.OTHER_ASSIGNEE)]
     report = store.shadows.report(draft.id).to_json()
     assert (report["seen"], report["differed"], report["pending"]) == (1, 1, 0)
     [case] = report["latest_differences"]
@@ -104,7 +104,7 @@ def test_a_decision_recorded_after_the_live_execution_ended_is_judged_at_once(st
     store.shadows.start(draft.id, now=NOW)
     trigger, execution = live_execution(store, active, ended=True)
 
-    assert record(store, draft, trigger, execution, LIVE) is Verdict.AGREED
+    assert record(store, draft, trigger, execution, LIVE) is ShadowVerdict.AGREED
     report = store.shadows.report(draft.id).to_json()
     assert (report["seen"], report["agreed"], report["latest_differences"]) == (1, 1, [])
 

@@ -70,7 +70,7 @@ from ticket_dispatcher.actors.messages import (
     WatchedWake,
 )
 from ticket_dispatcher.actors.watcher import AckWatcher
-from ticket_dispatcher.domain.admission import Outcome, admit
+from ticket_dispatcher.domain.admission import AdmissionOutcome, admit
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode, FailureCode
 from ticket_dispatcher.domain.matching import ORDINARY_LANE, lane_of
 from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
@@ -517,10 +517,10 @@ class ExecutionPool(TrackedActor):
         trigger, lease = request.trigger, request.lease
         admission = admit(request.executions, busy, explicit=request.explicit,
                           role_label=request.reserved_label, issue_labels=request.issue_labels)
-        if admission.outcome is Outcome.CONFLICT:
+        if admission.outcome is AdmissionOutcome.CONFLICT:
             store.triggers.fail(trigger.id, admission.reason, now, lease=lease)
             return CreationResult(outcome="failed", reason=admission.reason), []
-        if admission.outcome is Outcome.DEFERRED:
+        if admission.outcome is AdmissionOutcome.DEFERRED:
             # duplicates coalesce, but one wake-up always stays pending
             if (waiting := store.triggers.pending_duplicate(trigger)) is not None:
                 reason = f"{admission.reason}; coalesced into pending trigger {waiting}"

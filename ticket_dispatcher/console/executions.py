@@ -65,7 +65,7 @@ def routes(console, ID: str) -> list:
     return [
         ("/executions", ExecutionList(console)),
         (item, ExecutionView(console)),
-        (item + "/cancel", ExecutionCancel(console)),
+        (item + "/cancel", ExecutionCancelAction(console)),
     ]
 
 
@@ -198,7 +198,7 @@ class ExecutionView(Page):
             ack_reasons=ACK_REASONS)
 
 
-class ExecutionCancel(Action):
+class ExecutionCancelAction(Action):
     title = "Cancel execution"
     danger = True
 

@@ -26,7 +26,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from ticket_dispatcher.config import ApiKey, AuthConfig, ConsoleConfig, Role
+from ticket_dispatcher.config import AccessRole, ApiKey, AuthConfig, ConsoleConfig
 from ticket_dispatcher.http.auth import allowed
 
 COOKIE = "td_console"
@@ -38,19 +38,19 @@ class Viewer:
     """The person behind a console request."""
 
     name: str
-    role: Role | None  # None: known (the proxy vouched) but given no role
+    role: AccessRole | None  # None: known (the proxy vouched) but given no role
     via: str  # "session", "proxy" or "open" (authentication off)
     identity: str  # what the CSRF token is bound to
 
-    def may(self, roles: frozenset[Role]) -> bool:
+    def may(self, roles: frozenset[AccessRole]) -> bool:
         return not roles or (self.role is not None and allowed(self.role, roles))
 
     @property
     def is_operator(self) -> bool:
-        return self.role is Role.OPERATOR
+        return self.role is AccessRole.OPERATOR
 
 
-OPEN = Viewer("anonymous", Role.OPERATOR, "open", "open")
+OPEN = Viewer("anonymous", AccessRole.OPERATOR, "open", "open")
 
 
 class Sessions:
@@ -102,8 +102,8 @@ class Sessions:
             return None
         email = email.strip()
         member = {group.strip() for group in (groups or "").split(",") if group.strip()}
-        role = (Role.OPERATOR if member & self._config.operator_groups
-                else Role.VIEWER if member & self._config.viewer_groups else None)
+        role = (AccessRole.OPERATOR if member & self._config.operator_groups
+                else AccessRole.VIEWER if member & self._config.viewer_groups else None)
         return Viewer(email, role, "proxy", f"proxy:{email}")
 
     def _trusted(self, remote_addr: str | None) -> bool:

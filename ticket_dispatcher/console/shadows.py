@@ -10,7 +10,7 @@ import falcon
 from ticket_dispatcher.console.actions import Action, Done
 from ticket_dispatcher.console.web import Page, url
 from ticket_dispatcher.domain.model import PolicyStatus
-from ticket_dispatcher.domain.shadow import DIFFERENCES, Verdict
+from ticket_dispatcher.domain.shadow import DIFFERENCES, ShadowVerdict
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.shadows import LATEST_SHOWN, STOPPED_SHOWN, ShadowReport
 
@@ -28,7 +28,7 @@ def routes(console, ID: str) -> list:
 def agreement(report: ShadowReport) -> dict:
     """The counts a page shows: agreement is over the settled decisions only (a pending one
     has no live decision to agree with yet); ``ratio`` None while none is settled."""
-    agreed = report.verdicts[Verdict.AGREED]
+    agreed = report.verdicts[ShadowVerdict.AGREED]
     differed = sum(report.verdicts[v] for v in DIFFERENCES)
     settled = agreed + differed
     return {"seen": report.seen, "agreed": agreed, "differed": differed, "settled": settled,

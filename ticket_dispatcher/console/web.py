@@ -26,7 +26,7 @@ import jinja2
 import markupsafe
 
 from ticket_dispatcher import __version__
-from ticket_dispatcher.config import Role
+from ticket_dispatcher.config import AccessRole
 from ticket_dispatcher.console.session import COOKIE, OPEN, Sessions, Viewer
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http import errors
@@ -70,7 +70,7 @@ NAV = (  # (path under BASE, label)
 class Page:
     """A console resource. ``console_roles``: method → roles (empty: anyone, signed in or not)."""
 
-    console_roles: Mapping[str, frozenset[Role]] = {"GET": VIEWER}
+    console_roles: Mapping[str, frozenset[AccessRole]] = {"GET": VIEWER}
 
     def __init__(self, console: Console):
         self.console = console

@@ -32,7 +32,7 @@ class LockCandidate:
     live_lock_key: str | None
 
 
-class Outcome(StrEnum):
+class AdmissionOutcome(StrEnum):
     CREATE = "create"  # create ``admitted`` (every candidate, or the idle ones of an auto-match)
     CONFLICT = "conflict"  # an explicit policy is busy: the trigger fails, HTTP answers 409
     DEFERRED = "deferred"  # reserved source, family busy, label still there: try again later
@@ -41,7 +41,7 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True)
 class Admission:
-    outcome: Outcome
+    outcome: AdmissionOutcome
     admitted: tuple[int, ...] = ()  # indexes into the candidates, in their order
     reason: str = ""
 
@@ -58,17 +58,18 @@ def admit(candidates: Sequence[Candidate], busy: Collection[str], *, explicit: b
     admitted = tuple(i for i, c in enumerate(candidates)
                      if not (c.live_lock_key and c.live_lock_key in busy))
     if not busy_ones:
-        return Admission(Outcome.CREATE, admitted)
+        return Admission(AdmissionOutcome.CREATE, admitted)
     first = busy_ones[0]
     if explicit:
-        return Admission(Outcome.CONFLICT, (), f"policy {first.policy_id} already has a live "
-                                               f"execution for {first.issue_key}")
+        return Admission(AdmissionOutcome.CONFLICT, (),
+                         f"policy {first.policy_id} already has a live execution for "
+                         f"{first.issue_key}")
     if role_label is not None and role_label in issue_labels:
-        return Admission(Outcome.DEFERRED, (), f"a live notification workflow is running for "
-                                               f"{first.issue_key} and {role_label!r} is still "
-                                               f"on the issue")
+        return Admission(AdmissionOutcome.DEFERRED, (),
+                         f"a live notification workflow is running for {first.issue_key} "
+                         f"and {role_label!r} is still on the issue")
     skipped = ", ".join(str(c.policy_id) for c in busy_ones)
     if not admitted:
-        return Admission(Outcome.NOOP, (), f"already running for {first.issue_key}: "
+        return Admission(AdmissionOutcome.NOOP, (), f"already running for {first.issue_key}: "
                                            f"policies {skipped}")
-    return Admission(Outcome.CREATE, admitted, f"skipped busy policies {skipped}")
+    return Admission(AdmissionOutcome.CREATE, admitted, f"skipped busy policies {skipped}")

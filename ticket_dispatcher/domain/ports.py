@@ -7,7 +7,7 @@ client. Who implements them:
   ``CorePool``), each running the matching ``integrations/`` client on its actors — in
   production, and under ``serve --sandbox`` where the same clients talk to the sandbox;
 - the store's repositories for ``EngineerStore``, ``TriggerIntake`` and
-  ``NotificationState`` (``store.engineers``, ``store.triggers``, ``store.contexts``);
+  ``EscalationSlots`` (``store.engineers``, ``store.triggers``, ``store.contexts``);
 - the test fakes in ``tests/fakes.py``;
 - the ``NotConfigured*`` classes below, for an integration with no ``base_url`` (the store's
   ports have no such stand-in: the runtime always has a store);
@@ -244,7 +244,7 @@ class TriggerIntake(Protocol):
         ...
 
 
-class NotificationState(Protocol):
+class EscalationSlots(Protocol):
     """The per-role escalation slots of ``dispatch_contexts.assignment_notification_state``
     (docs/design.md, "The escalation slot"), as ``escalate_assignment_to_leader`` needs them:
     ``store.contexts`` (``ContextRepository``)."""
@@ -401,5 +401,5 @@ class Ports:
     core: Directory = field(default_factory=NotConfiguredDirectory)
     engineers: EngineerStore
     triggers: TriggerIntake
-    contexts: NotificationState
+    contexts: EscalationSlots
     calls: NotificationCalls = field(default_factory=UncountedCalls)

@@ -4,7 +4,7 @@
 A ``Decision`` is read from an execution: the rules that matched, the actions they hold, whom
 an ``assign`` chose and the notification steps planned. The shadow's comes from a dry run on
 the live trigger's issue snapshot; the live one from the live execution once it has ended. The
-``Verdict`` compares them, the most telling difference first.
+``ShadowVerdict`` compares them, the most telling difference first.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ticket_dispatcher.domain.execution import Execution, RuleOutcome
 _ASSIGNS = (ActionType.ASSIGN.value, ActionType.ASSIGN_L2.value)
 
 
-class Verdict(StrEnum):
+class ShadowVerdict(StrEnum):
     AGREED = "agreed"
     NO_MATCH = "no_match"  # one of the two matched no rule at all
     OTHER_RULE = "other_rule"  # both matched, not the same rules
@@ -27,10 +27,10 @@ class Verdict(StrEnum):
 
     @property
     def differs(self) -> bool:
-        return self is not Verdict.AGREED
+        return self is not ShadowVerdict.AGREED
 
 
-DIFFERENCES = tuple(v for v in Verdict if v.differs)
+DIFFERENCES = tuple(v for v in ShadowVerdict if v.differs)
 
 
 @dataclass(frozen=True)
@@ -72,16 +72,16 @@ def decide(execution: Execution) -> Decision:
                     notification_steps=steps, error=execution.failure_reason or "")
 
 
-def judge(live: Decision, shadow: Decision) -> Verdict:
+def judge(live: Decision, shadow: Decision) -> ShadowVerdict:
     if bool(live.matched_rules) != bool(shadow.matched_rules):
-        return Verdict.NO_MATCH
+        return ShadowVerdict.NO_MATCH
     if live.matched_rules != shadow.matched_rules:
-        return Verdict.OTHER_RULE
+        return ShadowVerdict.OTHER_RULE
     if live.actions != shadow.actions or live.notification_steps != shadow.notification_steps:
-        return Verdict.OTHER_ACTIONS
+        return ShadowVerdict.OTHER_ACTIONS
     if live.assignee != shadow.assignee:
-        return Verdict.OTHER_ASSIGNEE
-    return Verdict.AGREED
+        return ShadowVerdict.OTHER_ASSIGNEE
+    return ShadowVerdict.AGREED
 
 
 def _step(action_type: str, config: dict) -> str:

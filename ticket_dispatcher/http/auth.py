@@ -13,7 +13,7 @@ defeated by the key length (at least 24 characters, config.py), not by this thro
 throttle tells a misconfigured client to back off and keeps its noise bounded. At most
 ``MAX_TRACKED_ADDRESSES`` addresses are remembered (the least recently failing are forgotten).
 
-The keys and their roles are read by config.py (``ApiKey``, ``Role``: only SHA-256 digests are
+The keys and their roles are read by config.py (``ApiKey``, ``AccessRole``: only SHA-256 digests are
 kept); matching a presented key and deciding what a role may call happen here.
 """
 
@@ -25,17 +25,17 @@ from datetime import datetime
 
 import falcon
 
-from ticket_dispatcher.config import ApiKey, AuthConfig, Role, key_digest
+from ticket_dispatcher.config import AccessRole, ApiKey, AuthConfig, key_digest
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
 
 MAX_TRACKED_ADDRESSES = 10_000
 
-PUBLIC: frozenset[Role] = frozenset()
-VIEWER = frozenset({Role.VIEWER})
-OPERATOR = frozenset({Role.OPERATOR})
-AUTOMATION = frozenset({Role.AUTOMATION, Role.OPERATOR})
-AUTOMATION_READ = frozenset({Role.AUTOMATION, Role.VIEWER})
+PUBLIC: frozenset[AccessRole] = frozenset()
+VIEWER = frozenset({AccessRole.VIEWER})
+OPERATOR = frozenset({AccessRole.OPERATOR})
+AUTOMATION = frozenset({AccessRole.AUTOMATION, AccessRole.OPERATOR})
+AUTOMATION_READ = frozenset({AccessRole.AUTOMATION, AccessRole.VIEWER})
 
 
 def authenticate(auth: AuthConfig, presented: str | None) -> ApiKey | None:
@@ -51,17 +51,17 @@ def authenticate(auth: AuthConfig, presented: str | None) -> ApiKey | None:
     return found if presented else None
 
 
-def role_allows(have: Role, need: Role) -> bool:
+def role_allows(have: AccessRole, need: AccessRole) -> bool:
     """operator ⊃ viewer; automation covers only automation; nothing else is implied.
 
     An operator does *not* implicitly get automation endpoints: each endpoint lists its roles
     explicitly (``POST /dispatch/triggers`` is "automation, operator"), so use
     ``allowed`` with the endpoint's set of roles.
     """
-    return have == need or (have is Role.OPERATOR and need is Role.VIEWER)
+    return have == need or (have is AccessRole.OPERATOR and need is AccessRole.VIEWER)
 
 
-def allowed(role: Role, allowed_roles: Iterable[Role]) -> bool:
+def allowed(role: AccessRole, allowed_roles: Iterable[AccessRole]) -> bool:
     """Whether a key with ``role`` may call an endpoint open to ``allowed_roles``."""
     return any(role_allows(role, need) for need in allowed_roles)
 

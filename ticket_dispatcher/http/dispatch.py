@@ -9,7 +9,7 @@ from datetime import datetime
 
 import falcon
 
-from ticket_dispatcher.domain.admission import LockCandidate, Outcome, admit
+from ticket_dispatcher.domain.admission import AdmissionOutcome, LockCandidate, admit
 from ticket_dispatcher.domain.catalog import SOURCE
 from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus, TriggerStatus
 from ticket_dispatcher.domain.fanout import reserved_role
@@ -225,7 +225,7 @@ class TriggerCollection:
         candidate = LockCandidate(policy_id, issue_key, lock_key(policy, issue_key))
         admission = admit([candidate], store.executions.busy_lock_keys(
             [candidate.live_lock_key]), explicit=True)
-        if admission.outcome is Outcome.CONFLICT:
+        if admission.outcome is AdmissionOutcome.CONFLICT:
             raise Conflict(admission.reason)
 
 

@@ -41,7 +41,7 @@ FORCED_OUTCOMES: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class Page:
+class OncallPage:
     email: str
     title: str
     message: str
@@ -91,7 +91,7 @@ class OncallState:
         self.now = now
         self._lock = threading.Lock()
         self._teams: dict[str, list[str]] = {}
-        self._pages: list[Page] = []
+        self._pages: list[OncallPage] = []
         self._call_by_dedup: dict[str, str] = {}
         self._call_count = 0
         # Keyed by email, None for everybody; a person's own override comes first.
@@ -110,7 +110,7 @@ class OncallState:
         return None if emails is None else self.people.known(emails)
 
     def page(self, email: str, title: str, message: str, issue_key: str,
-             dedup_key: str) -> Page:
+             dedup_key: str) -> OncallPage:
         """Call someone. Everybody's page is recorded; a repeated ``dedup_key`` keeps its
         call id (as paging systems dedupe incidents) and is marked ``repeated``. A forced
         outcome (``force_outcome``) wins over the directory's."""
@@ -126,7 +126,7 @@ class OncallState:
                 call_id = self._call_by_dedup.get(dedup_key) or self._new_call()
                 if dedup_key:
                     self._call_by_dedup[dedup_key] = call_id
-            page = Page(key, title, message, issue_key, dedup_key, not call_error, call_id,
+            page = OncallPage(key, title, message, issue_key, dedup_key, not call_error, call_id,
                         call_error, self.now(), repeated, override is not None)
             self._pages.append(page)
             return page
@@ -184,7 +184,7 @@ class OncallState:
         self._call_count += 1
         return f"call-{self._call_count:06d}"
 
-    def pages(self) -> list[Page]:
+    def pages(self) -> list[OncallPage]:
         with self._lock:
             return list(self._pages)
 

@@ -19,7 +19,7 @@ import peewee
 
 from ticket_dispatcher.domain.execution import Execution
 from ticket_dispatcher.domain.model import PolicyStatus
-from ticket_dispatcher.domain.shadow import DIFFERENCES, Decision, Verdict, decide, judge
+from ticket_dispatcher.domain.shadow import DIFFERENCES, Decision, ShadowVerdict, decide, judge
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.executions import ExecutionRepository
@@ -49,7 +49,7 @@ class ShadowCase:
     trigger_id: int
     issue_key: str
     live_execution_id: int
-    verdict: Verdict
+    verdict: ShadowVerdict
     live: Decision
     shadow: Decision
     decided_at: datetime | None
@@ -68,7 +68,7 @@ class ShadowReport:
     shadowing: bool  # still in shadow (else: what it decided while it was)
     started_at: datetime | None
     dropped: int  # live triggers not evaluated because the service was busy
-    verdicts: Counter = field(default_factory=Counter)  # Verdict -> count; None: pending
+    verdicts: Counter = field(default_factory=Counter)  # ShadowVerdict -> count; None: pending
     latest: list[ShadowCase] = field(default_factory=list)
 
     @property
@@ -80,7 +80,7 @@ class ShadowReport:
         return {
             "policy_id": self.policy_id, "family_id": self.family_id,
             "shadowing": self.shadowing, "started_at": format_time(self.started_at),
-            "seen": self.seen, "agreed": self.verdicts[Verdict.AGREED], "differed": differed,
+            "seen": self.seen, "agreed": self.verdicts[ShadowVerdict.AGREED], "differed": differed,
             "pending": self.verdicts[None], "dropped": self.dropped,
             "differences": {v.value: self.verdicts[v] for v in DIFFERENCES},
             "latest_differences": [case.to_json() for case in self.latest],
@@ -157,7 +157,7 @@ class ShadowRepository:
     # -- decisions -----------------------------------------------------------------------------
 
     def record(self, *, policy_id: int, family_id: str, trigger_id: int, issue_key: str,
-               live_execution_id: int, shadow: Decision, now: datetime) -> Verdict | None:
+               live_execution_id: int, shadow: Decision, now: datetime) -> ShadowVerdict | None:
         """Store the shadow's decision beside the live execution; judged at once when that
         execution has ended already (the verdict), else when it ends (None now)."""
         with write_lock(self.db):
@@ -175,7 +175,7 @@ class ShadowRepository:
         judged = self._judge([row.id], decide(live), now)
         return judged[0][1] if judged else None
 
-    def settle(self, execution: Execution, now: datetime) -> list[tuple[str, Verdict]]:
+    def settle(self, execution: Execution, now: datetime) -> list[tuple[str, ShadowVerdict]]:
         """The live ``execution`` has ended: judge every shadow decision waiting for it.
         (family, verdict) for each judged now."""
         with unit_of_work(self.db):  # every live execution's end asks: written out by hand
@@ -188,7 +188,7 @@ class ShadowRepository:
         return self._judge(waiting, decide(execution), now)
 
     def _judge(self, ids: list[int], live: Decision,
-               now: datetime) -> list[tuple[str, Verdict]]:
+               now: datetime) -> list[tuple[str, ShadowVerdict]]:
         """Judge the decisions ``ids`` not judged yet against ``live``: (family, verdict)
         for each."""
         judged = []
@@ -242,7 +242,7 @@ class ShadowRepository:
                     f" WHERE policy_id IN ({placeholders(self.db.param, len(ids))})"
                     f" GROUP BY policy_id, verdict", tuple(ids)).fetchall()
                 for policy_id, verdict, n in counts:
-                    verdicts[policy_id][Verdict(verdict) if verdict else None] = n
+                    verdicts[policy_id][ShadowVerdict(verdict) if verdict else None] = n
         summaries = [ShadowSummary(
             row.policy_id, row.family_id, row.name, row.version, PolicyStatus(row.status),
             ShadowReport(policy_id=row.policy_id, family_id=row.family_id, shadowing=True,
@@ -269,13 +269,13 @@ class ShadowRepository:
                       .where(ShadowDecisionRow.policy_id == policy_id)
                       .group_by(ShadowDecisionRow.verdict).dicts())
             for row in counts:
-                verdicts[Verdict(row["verdict"]) if row["verdict"] else None] = row["n"]
+                verdicts[ShadowVerdict(row["verdict"]) if row["verdict"] else None] = row["n"]
             differing = (ShadowDecisionRow.select()
                          .where((ShadowDecisionRow.policy_id == policy_id)
                                 & ShadowDecisionRow.verdict.in_([v.value for v in DIFFERENCES]))
                          .order_by(ShadowDecisionRow.id.desc()).limit(latest))
             cases = [ShadowCase(row.trigger_id, row.issue_key, row.live_execution_id,
-                                Verdict(row.verdict), Decision.from_json(row.live_json or {}),
+                                ShadowVerdict(row.verdict), Decision.from_json(row.live_json or {}),
                                 Decision.from_json(row.shadow_json), row.decided_at)
                      for row in differing]
         return ShadowReport(policy_id=policy_id, family_id=policy.family_id,

@@ -185,7 +185,7 @@ def _card(issue: Issue, snapshot: Snapshot) -> dict:
                      f"{urgency.value or '-'}")
     return {
         "config": {"wide_screen_mode": True},
-        "header": {"title": {"tag": "plain_text",
-                             "content": f"You are the {snapshot.role.display_name} of {issue.key}"}},
+        "header": {"title": {"tag": "plain_text", "content":
+                             f"You are the {snapshot.role.display_name} of {issue.key}"}},
         "elements": [{"tag": "div", "text": {"tag": "lark_md", "content": "\n".join(lines)}}],
     }

@@ -101,7 +101,7 @@ class GuardedAction:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GuardVerdict:
     invalidated: str = ""  # why the workflow is over without an ACK
     ack: str = ""  # "read" or "status"
 
@@ -154,7 +154,7 @@ def _record_verdict(run: ActionRun, state: GuardedState,
 
 
 def look_now(run: ActionRun, state: GuardedState,
-             pending_statuses: list[str] | None) -> Verdict:
+             pending_statuses: list[str] | None) -> GuardVerdict:
     """Invalidated or ACKed now? ``pending_statuses`` None: only a read of the card is an
     ACK. Unreadable Jira or Lark is a warning and no verdict: the phone channel must not be
     blocked by a failed read."""
@@ -166,18 +166,18 @@ def look_now(run: ActionRun, state: GuardedState,
     if issue is not None:
         if expected.target is None or not same_target(expected.role.user(issue),
                                                       expected.target):
-            return Verdict(invalidated="target changed")
+            return GuardVerdict(invalidated="target changed")
         if issue.project_key != expected.project:
-            return Verdict(invalidated="project changed")
+            return GuardVerdict(invalidated="project changed")
         if not urgency(run.execution, issue, run.now).urgent:
-            return Verdict(invalidated="urgency downgraded")
+            return GuardVerdict(invalidated="urgency downgraded")
         # a missing status is no ACK; only leaving the pending statuses is
         if pending_statuses is not None and issue.status and \
                 issue.status not in pending_statuses:
-            return Verdict(ack="status")
+            return GuardVerdict(ack="status")
     if _read_by_target(run, state, expected):
-        return Verdict(ack="read")
-    return Verdict()
+        return GuardVerdict(ack="read")
+    return GuardVerdict()
 
 
 def _read_by_target(run: ActionRun, state: GuardedState, expected: Expected) -> bool:
