@@ -223,15 +223,20 @@ def test_twenty_seconds_of_429s_delay_every_assignment_and_fail_none(dispatcher,
         assign = writes[key]["context"]["assign"]
         assert assign.get("retries", 0) >= 1 and "429" in assign.get("retry_reason", ""), \
             writes[key]
-    # Every trigger posted under the limit had its load answered or refused 429, and retried.
+    # A trigger posted under the limit had its load refused 429 and was retried, unless its
+    # load waited in line behind the rate gate (at most the client's own 10 s) until the
+    # limit ended; none failed, and none waits any more.
     triggers = [dispatcher.trigger(trigger_id) for trigger_id in trigger_ids]
+    retried = []
     for trigger in triggers:
         retries = trigger["retries"]
         assert trigger["failure_reason"] == "" and retries["next_at"] is None, trigger
         if trigger["input"]["issue_key"] in IN_FLIGHT:  # loaded before the limit
             assert retries["count"] == 0, trigger
-        else:
-            assert retries["count"] >= 1 and "429" in retries["last_reason"], trigger
+        elif retries["count"]:
+            assert "429" in retries["last_reason"], trigger
+            retried.append(trigger["input"]["issue_key"])
+    assert retried, triggers
 
     # No call reached Jira while a Retry-After it was answered still ran.
     early = too_early(jira.arrivals(), RETRY_AFTER)

@@ -306,6 +306,30 @@ def test_a_write_refused_by_a_passing_fault_parks_until_its_next_try(world, stat
     assert world.engineers.get("a@example.com").last_dispatched_issue == "TCID-1"
 
 
+@pytest.mark.parametrize("failure,retried", [
+    (IntegrationError("jira GET /user/search failed: HTTP 429", status=429, service="jira",
+                      retry_after=20), True),
+    (OutcomeUnknown("jira GET /user/search: no answer", service="jira"), True),
+    (IntegrationError("jira GET /user/search failed: HTTP 403", status=403, service="jira"),
+     False)])
+def test_an_account_search_kept_from_jira_by_a_passing_fault_is_made_again(
+        world, failure, retried):
+    world.jira.fail_writes("find_user_by_email", failure)
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    if not retried:
+        with pytest.raises(ActionError, match="HTTP 403"):
+            executor.execute(run)
+        return
+    assert executor.execute(run).kind.value == "park"
+    assert "searching Jira for a@example.com" in run.context["assign"]["retry_reason"]
+    assert world.jira.calls("assign") == []
+    assert executor.execute(run).kind.value == "continue"
+    assert world.jira.issues["TCID-1"].assignee.email == "a@example.com"
+    assert world.engineers.get("a@example.com").jira_account_id == "acc-a"
+
+
 def test_a_retried_write_that_landed_is_not_made_again(world):
     world.jira.fail_writes("assign", IntegrationError("jira PUT failed: HTTP 502", status=502,
                                                       service="jira"), applied=True)

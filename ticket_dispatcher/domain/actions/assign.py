@@ -228,7 +228,15 @@ class AssignExecutor:
         with AssignState.editing(run) as state:
             if not state.jira_updated:  # else a retry of the label's removal
                 email = state.assignee or ""
-                state.account_id = state.account_id or self._find_account_id(run, email)
+                if not state.account_id:
+                    try:
+                        state.account_id = self._find_account_id(run, email)
+                    except IntegrationError as exc:  # a passing fault: search again later
+                        if not exc.transient:
+                            raise ActionError(f"Jira user search for {email} failed: "
+                                              f"{exc.message}") from None
+                        return retry_later(run, state, exc, f"searching Jira for {email}",
+                                           self._retry_budget)
                 if self._holder(run.issue) == state.account_id:
                     # ``run.issue`` is loaded fresh whenever the execution actor (re)starts or
                     # wakes: on a resume after a restart, or a retry, whose earlier PUT
@@ -313,9 +321,12 @@ class AssignExecutor:
         return user.account_id if user else None
 
     def _find_account_id(self, run: ActionRun, email: str) -> str:
-        """No cached account: an exact email match in Jira, cached on the engineer."""
+        """No cached account: an exact email match in Jira, cached on the engineer. A failed
+        search raises its ``IntegrationError`` (the caller tells a passing fault)."""
         try:
             user = run.ports.jira.find_user_by_email(email)
+        except IntegrationError:
+            raise
         except DispatcherError as exc:
             raise ActionError(f"Jira user search for {email} failed: {exc.message}") from None
         if user is None:
