@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+import pytest
+
 from tests.fakes import FakeJira, issue
 from tests.harness import assign, rule
 from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
@@ -102,8 +104,9 @@ class FirstReadHeld(FakeJira):
         return found
 
 
+@pytest.mark.parametrize("loaded", [True, False], ids=["versions loaded", "fresh replica"])
 def test_an_execution_whose_issue_lost_the_required_label_since_its_trigger_does_nothing(
-        make_harness):
+        make_harness, monkeypatch, loaded):
     """The interleaving: two copies of one trigger (a request stored late by a paused replica,
     and the client's re-send) processed side by side. The first copy's trigger read the issue
     with ``auto-dispatch``; the second copy's execution assigned it and removed the label; the
@@ -113,6 +116,8 @@ def test_an_execution_whose_issue_lost_the_required_label_since_its_trigger_does
     h = make_harness(jira=FirstReadHeld(issue(key="TCID-7")))
     staff(h)
     h.policy(rule(assign(*ENGINEERS)), labels=("auto-dispatch",))
+    if not loaded:  # as in a replica that matched no trigger since it started (shared mode)
+        monkeypatch.setattr(h.store.policies, "known", lambda policy_id: None)
     first = h.post_trigger("TCID-7", settle=False)
     assert h.jira.entered.wait(BOUND)
 

@@ -56,6 +56,7 @@ from ticket_dispatcher.errors import (
     DispatcherError,
     IntegrationError,
     LeaseLost,
+    NotFound,
     StoreUnavailable,
     transient_cause,
 )
@@ -241,8 +242,14 @@ class ExecutionActor(TrackedActor):
         execution starts whatever the issue holds."""
         if execution.status is not ExecutionStatus.CREATED or execution.dry_run:
             return False  # (a created execution never stands in: no page has run yet)
-        policy = self._deps.store.policies.known(execution.policy_id)
-        if policy is None or is_notification_policy(policy):
+        policies = self._deps.store.policies
+        # A replica that has not matched a trigger since it started has loaded no version:
+        # it reads this one rather than let the check pass unmade.
+        try:
+            policy = policies.known(execution.policy_id) or policies.get(execution.policy_id)
+        except NotFound:
+            return False  # deleted meanwhile: the step finds it gone
+        if is_notification_policy(policy):
             return False
         reason = outside_trigger(policy, self._issue)
         if not reason or self._deps.store.triggers.get(execution.trigger_id).policy_id:
