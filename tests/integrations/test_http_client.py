@@ -849,3 +849,15 @@ def test_the_send_guard_runs_on_https_calls_too(https_peer, monkeypatch):
 
     with pytest.raises(LeaseLost):
         guarded(refuse, lambda: http.request("GET", "/y"))
+
+
+def test_a_request_whose_write_times_out_is_a_read_timeout():
+    # Part of the request had left when its write timed out: the peer may act on what it got
+    # once it reads, so the outcome is unknown, not a failed connection.
+    with socket.create_server(("127.0.0.1", 0)) as server:  # never accepts, never reads
+        http = HttpClient("svc", f"http://127.0.0.1:{server.getsockname()[1]}",
+                          connect_timeout=0.3, read_timeout=0.3)
+
+        with pytest.raises(IntegrationTimeout):
+            http.request("POST", "/rest/api/2/issue", json={"big": "x" * 16_000_000},
+                         expected=(201,))
