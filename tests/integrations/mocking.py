@@ -1,7 +1,7 @@
 """``responses`` in front of the integrations' transport.
 
 The clients send through their own adapter (``integrations/http.py``'s ``_Adapter``), whose
-``send`` writes on ``http.client`` itself rather than through ``HTTPAdapter.send``; the mock
+``send`` hands the request to urllib3's pool rather than through ``HTTPAdapter.send``; the mock
 takes the place of that ``send``, the last step before a request leaves, so a test sees every
 request exactly as a client prepared it."""
 

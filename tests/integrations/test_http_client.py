@@ -580,6 +580,7 @@ def test_a_connection_the_peer_closes_is_replaced_by_a_new_one(peer_factory):
 
 @pytest.mark.parametrize("coding, encode", [
     ("gzip", gzip.compress),
+    ("gzip", lambda data: gzip.compress(data[:9]) + gzip.compress(data[9:])),  # two members
     ("deflate", zlib.compress),
     ("deflate", lambda data: zlib.compress(data, wbits=-zlib.MAX_WBITS)),  # raw, as some send
 ])
@@ -694,3 +695,169 @@ def test_an_https_peer_with_a_certificate_nobody_trusts_is_refused(https_peer, m
 
     assert not isinstance(caught.value, OutcomeUnknown)  # nothing was sent
     assert "connection failed (SSLError)" in caught.value.message
+
+
+class _TunnelProxy:
+    """A forward proxy for ``CONNECT``: records each CONNECT line it gets, answers it and relays
+    the bytes both ways to the host named; ``mute`` reads the CONNECT and never answers it."""
+
+    def __init__(self, mute: bool = False):
+        self.mute = mute
+        self.connects: list[str] = []
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        threading.Thread(target=self._accept, name="tunnel-proxy", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.socket.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with client:
+            client.settimeout(5)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                if not (chunk := client.recv(4096)):
+                    return
+                head += chunk
+            line = head.partition(b"\r\n")[0].decode()
+            self.connects.append(line)
+            if self.mute:
+                while client.recv(4096):  # until the client gives up and closes
+                    pass
+                return
+            host, _, port = line.split()[1].rpartition(":")
+            with socket.create_connection((host, int(port)), timeout=5) as upstream:
+                client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                threading.Thread(target=_relay, args=(upstream, client), daemon=True).start()
+                _relay(client, upstream)
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def _relay(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while chunk := source.recv(65536):
+            target.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        try:
+            target.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def tunnel_factory(monkeypatch):
+    """A ``_TunnelProxy`` named by ``HTTPS_PROXY`` for the clients the test makes next."""
+    proxies: list[_TunnelProxy] = []
+    for name in ("NO_PROXY", "no_proxy", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+    def start(**options) -> _TunnelProxy:
+        proxies.append(_TunnelProxy(**options))
+        monkeypatch.setenv("HTTPS_PROXY", proxies[-1].url)
+        return proxies[-1]
+
+    yield start
+    for proxy in proxies:
+        proxy.close()
+
+
+def test_an_https_peer_is_called_through_a_proxy_s_tunnel_kept_alive(https_peer, tunnel_factory,
+                                                                      monkeypatch):
+    url, cert = https_peer
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    proxy = tunnel_factory()
+    http = HttpClient("svc", url, connect_timeout=2, read_timeout=2)
+
+    assert http.request_json("GET", "/rest/api/2/myself") == {"path": "/rest/api/2/myself"}
+    assert http.request_json("GET", "/x", params={"a": "b"}) == {"path": "/x?a=b"}
+
+    port = url.rpartition(":")[2]
+    assert proxy.connects == [f"CONNECT localhost:{port} HTTP/1.0"]  # one tunnel, kept alive
+
+
+def test_a_proxy_that_never_answers_connect_is_a_connection_failure(tunnel_factory):
+    # Nothing but the CONNECT left: the request itself was never sent.
+    proxy = tunnel_factory(mute=True)
+    http = HttpClient("svc", "https://jira.invalid", connect_timeout=0.3, read_timeout=2)
+
+    with pytest.raises(IntegrationError) as caught:
+        http.request("PUT", "/rest/api/2/issue/X-1/assignee", json={"accountId": "a"},
+                     expected=(204,))
+
+    assert not isinstance(caught.value, OutcomeUnknown)
+    assert "connection failed (ConnectTimeout)" in caught.value.message
+    assert proxy.connects == ["CONNECT jira.invalid:443 HTTP/1.0"]
+
+
+def test_a_tls_handshake_that_never_ends_is_a_connection_failure(listener):
+    # The peer accepts the connection but never answers the TLS hello: nothing was sent.
+    http = HttpClient("svc", listener.url.replace("http://", "https://"), connect_timeout=0.3,
+                      read_timeout=2)
+
+    with pytest.raises(IntegrationError) as caught:
+        http.request("PUT", "/rest/api/2/issue/X-1/assignee", json={"accountId": "a"},
+                     expected=(204,))
+
+    assert not isinstance(caught.value, OutcomeUnknown)
+    assert "connection failed (ConnectTimeout)" in caught.value.message
+
+
+def test_an_answer_cut_short_by_a_silent_peer_is_a_read_timeout():
+    # The head of the answer came and its body stops halfway: the request was sent and maybe
+    # acted on, so the outcome is unknown, not a failed connection.
+    done = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def answer_half() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"half\":")
+                done.wait(5)
+
+        threading.Thread(target=answer_half, name="half-answer", daemon=True).start()
+        http = HttpClient("svc", f"http://127.0.0.1:{server.getsockname()[1]}",
+                          connect_timeout=1, read_timeout=0.3)
+        try:
+            with pytest.raises(IntegrationTimeout):
+                http.request("GET", "/x")
+        finally:
+            done.set()
+
+
+def test_the_send_guard_runs_on_https_calls_too(https_peer, monkeypatch):
+    url, cert = https_peer
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    http = HttpClient("svc", url, connect_timeout=2, read_timeout=2)
+    checks: list[int] = []
+
+    assert guarded(lambda: checks.append(1), lambda: http.request_json("GET", "/x")) == {
+        "path": "/x"}
+    assert checks == [1]
+
+    def refuse() -> None:
+        raise LeaseLost("the lease ran out")
+
+    with pytest.raises(LeaseLost):
+        guarded(refuse, lambda: http.request("GET", "/y"))
+
+
+def test_a_request_whose_write_times_out_is_a_read_timeout():
+    # Part of the request had left when its write timed out: the peer may act on what it got
+    # once it reads, so the outcome is unknown, not a failed connection.
+    with socket.create_server(("127.0.0.1", 0)) as server:  # never accepts, never reads
+        http = HttpClient("svc", f"http://127.0.0.1:{server.getsockname()[1]}",
+                          connect_timeout=0.3, read_timeout=0.3)
+
+        with pytest.raises(IntegrationTimeout):
+            http.request("POST", "/rest/api/2/issue", json={"big": "x" * 16_000_000},
+                         expected=(201,))

@@ -9,14 +9,12 @@ never a header, token or request body.
 
 from __future__ import annotations
 
-import http.client
 import io
 import logging
 import os
 import ssl
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
@@ -31,10 +29,9 @@ from requests.adapters import HTTPAdapter
 from requests.auth import AuthBase, HTTPBasicAuth
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers, requote_uri
-from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, Timeout
 from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.exceptions import ClosedPoolError
-from urllib3.util.proxy import connection_requires_http_tunnel
+from urllib3.exceptions import ConnectTimeoutError, ReadTimeoutError
 
 from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
@@ -44,8 +41,6 @@ log = logging.getLogger(__name__)
 
 DETAIL_LIMIT = 200  # characters of a service's error text kept in a message
 RETRY_STATUSES = frozenset({429, 503})  # these honour Retry-After
-# The content codings a client accepts: the ones ``_decoded`` undoes (zlib has both).
-ACCEPT_ENCODING = "gzip, deflate"
 
 
 class IntegrationTimeout(OutcomeUnknown):
@@ -166,15 +161,32 @@ class _GuardedSends:
     once the connection is open and the request is formatted, with nothing left to do but write
     it. A process paused before that line sends nothing once its lease has run out meanwhile;
     after the head of a request has left, a refused body leaves the peer a request cut short,
-    which it does not act on."""
+    which it does not act on.
+
+    It also keeps what a timeout means exact, where urllib3 alone would blur it: a socket
+    timeout while the connection opens (a TLS handshake, a proxy's answer to ``CONNECT``) is a
+    connect timeout, since no byte of the request has left (urllib3 calls it a read timeout);
+    one while a request is written is a read timeout, since part of it may have reached the
+    peer (urllib3 calls it a broken connection)."""
+
+    def connect(self) -> None:
+        try:
+            super().connect()  # type: ignore[misc]
+        except (TimeoutError, ReadTimeoutError) as exc:  # the latter: writing ``CONNECT``
+            raise ConnectTimeoutError(self, f"the connection did not open in time ({exc})") \
+                from None
 
     def send(self, data: Any) -> None:
         guard = send_guard.get()
         if guard is not None:
             if self.sock is None:  # type: ignore[attr-defined]
-                self.connect()  # type: ignore[attr-defined]  # opened first, not after the check
+                self.connect()  # opened first, not after the check
             guard()
-        super().send(data)  # type: ignore[misc]
+        try:
+            super().send(data)  # type: ignore[misc]
+        except TimeoutError:
+            raise ReadTimeoutError(None, None,  # type: ignore[arg-type]  # no pool at hand
+                                   "the request's write timed out") from None
 
 
 class _GuardedHTTPConnection(_GuardedSends, HTTPConnection):
@@ -193,25 +205,25 @@ class _GuardedHTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _GuardedHTTPSConnection
 
 
+# The pool manager's public table of pool classes, direct and through a proxy.
 _GUARDED_POOLS = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
 
 
 class _Adapter(HTTPAdapter):
-    """requests' transport adapter, sending on ``http.client`` itself.
+    """requests' transport adapter, on urllib3's public pool API.
 
     requests finds the connection pool of a request's origin (proxy, TLS settings, the pool
     manager's lookup), once per origin: a client calls one base URL with settings fixed when it
-    starts. The request is then written and its answer read by ``http.client`` on a connection
-    of that urllib3 pool (which opens it: timeouts, TLS, a proxy's tunnel), without urllib3's
-    request and response layers: its URL parsing and re-encoding of a URL requests has already
-    encoded, retry and timeout objects, header wrappers and streaming decoders, together 40 % of
-    the CPU a call cost. What stays as it was:
+    starts. The request then goes through that pool's ``urlopen``, as ``HTTPAdapter.send`` sends
+    it, but with no retry or redirect of urllib3's own and the answer read whole, and decoded
+    (gzip, deflate), inside ``urlopen``: a failure while reading it is then the same failure as
+    while waiting for it. What that keeps:
 
     - every write to a socket runs the caller's ``send_guard`` first (``_GuardedSends``);
     - no cookie jar: every call names its own credentials and no peer's session cookie is ever
       sent back;
     - the connect timeout bounds opening the connection (and a proxy's tunnel), the read timeout
-      every later wait on the socket;
+      every wait for the answer;
     - a failure is the requests exception ``HTTPAdapter.send`` raises for it, so callers tell a
       connect timeout (nothing sent) from a read timeout (maybe acted on);
     - the body is read whole before ``send`` returns and the connection goes back to the pool;
@@ -248,64 +260,34 @@ class _Adapter(HTTPAdapter):
              proxies: Any = None) -> requests.Response:
         connect_timeout, read_timeout = timeout
         pool = self.get_connection_with_tls_context(request, verify, proxies, cert)
-        target = self.request_url(request, proxies)  # the path, or the whole URL for a proxy
-        # As urllib3 has it: a proxy that forwards the request (no tunnel) is sent its own
-        # headers with it; a tunnel's CONNECT carries them instead.
-        tunnel = connection_requires_http_tunnel(
-            pool.proxy, pool.proxy_config, None if target.startswith("/") else "http")
-        headers = request.headers
-        if pool.proxy is not None and not tunnel:
-            headers = CaseInsensitiveDict({**headers, **pool.proxy_headers})
         try:
-            connection = pool._get_conn()  # a dropped keep-alive connection comes back closed
-        except ClosedPoolError as exc:
-            raise requests.ConnectionError(exc, request=request) from None
-        opening = connection.is_closed
-        try:
-            if opening:
-                connection.timeout = connect_timeout
-                if pool.proxy is not None and tunnel:
-                    pool._prepare_proxy(connection)  # CONNECT, then TLS through the tunnel
-                else:
-                    connection.connect()
-                opening = False
-            connection.sock.settimeout(read_timeout)
-            http.client.HTTPConnection.request(connection, request.method, target,
-                                               request.body, headers)
-            answer = http.client.HTTPConnection.getresponse(connection)
-            body = answer.read()
-        except BaseException as exc:
-            # Read before ``close``, which forgets it: as urllib3 has it, a failure before the
-            # proxy answered is the proxy's, one after (the peer's TLS in the tunnel) is not.
-            to_proxy = pool.proxy is not None and not connection.has_connected_to_proxy
-            connection.close()
-            pool._put_conn(connection)
-            failure = _transport_failure(exc, opening, to_proxy)
+            answer = pool.urlopen(
+                request.method, self.request_url(request, proxies),  # the whole URL to a proxy
+                body=request.body, headers=request.headers, retries=False, redirect=False,
+                assert_same_host=False, preload_content=True, decode_content=True,
+                timeout=Timeout(connect=connect_timeout, read=read_timeout))
+        except Exception as exc:
+            failure = _transport_failure(exc)
             if failure is None:
                 raise  # not the transport's (a send guard's refusal): as it was raised
             raise failure(exc, request=request) from None
-        pool._put_conn(connection)  # closed already when the peer said it would close it
         response = requests.Response()
         response.status_code = answer.status
-        response.headers = _headers(answer.msg)
+        response.headers = CaseInsensitiveDict(answer.headers)  # repeated fields joined by ", "
         response.encoding = get_encoding_from_headers(response.headers)
         response.reason = answer.reason
-        response.raw = io.BytesIO(_decoded(body, response.headers.get("Content-Encoding"),
-                                           request))
+        response.raw = io.BytesIO(answer.data)
         response.url = str(request.url)
         response.request = request
         response.connection = self
         return response
 
 
-def _transport_failure(exc: BaseException, opening: bool,
-                       to_proxy: bool) -> type[requests.RequestException] | None:
-    """The requests exception ``HTTPAdapter.send`` raises for ``exc`` (as urllib3 classifies
-    it), raised while ``opening`` the connection or after, and ``to_proxy`` before a proxy
-    answered; None when ``exc`` is not a failure of the transport."""
-    if not isinstance(exc, OSError | http.client.HTTPException | urllib3.exceptions.HTTPError):
-        return None
-    if to_proxy:
+def _transport_failure(exc: Exception) -> type[requests.RequestException] | None:
+    """The requests exception ``HTTPAdapter.send`` raises for urllib3's ``exc`` (with retries
+    off urllib3 raises the failure itself, not a ``MaxRetryError``); None when ``exc`` is not a
+    failure of the transport."""
+    if isinstance(exc, urllib3.exceptions.ProxyError):  # before the proxy answered
         return requests.exceptions.ProxyError
     if isinstance(exc, ssl.SSLError | urllib3.exceptions.SSLError):
         return requests.exceptions.SSLError
@@ -313,49 +295,13 @@ def _transport_failure(exc: BaseException, opening: bool,
         return requests.ConnectionError
     if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
         return requests.ConnectTimeout
-    if isinstance(exc, TimeoutError):  # the socket's own timeout
-        return requests.ConnectTimeout if opening else requests.ReadTimeout
-    return requests.ConnectionError
-
-
-def _headers(message: http.client.HTTPMessage) -> CaseInsensitiveDict:
-    """An answer's headers; a header sent more than once has its values joined by ", ", as
-    urllib3 joins them."""
-    headers: CaseInsensitiveDict = CaseInsensitiveDict()
-    for name, value in message.items():
-        headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return headers
-
-
-def _decoded(body: bytes, coding: str | None, request: requests.PreparedRequest) -> bytes:
-    """``body`` without the content codings the client accepts (``ACCEPT_ENCODING``), last
-    applied first; an unknown one is left as it is, as urllib3 leaves it."""
-    for name in reversed([part.strip().lower() for part in (coding or "").split(",")]):
-        try:
-            if name in ("gzip", "x-gzip"):
-                body = _gunzip(body)
-            elif name == "deflate":
-                try:
-                    body = zlib.decompress(body)
-                except zlib.error:  # a raw deflate stream, as some servers send
-                    body = zlib.decompress(body, -zlib.MAX_WBITS)
-            elif name not in ("", "identity"):
-                break
-        except zlib.error as exc:
-            raise requests.exceptions.ContentDecodingError(exc, request=request) from None
-    return body
-
-
-def _gunzip(body: bytes) -> bytes:
-    """Every gzip member of ``body``, decompressed."""
-    parts = []
-    while body:
-        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        parts.append(member.decompress(body))
-        if not member.eof:
-            raise zlib.error("the gzip stream ends early")
-        body = member.unused_data
-    return b"".join(parts)
+    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        return requests.ReadTimeout
+    if isinstance(exc, urllib3.exceptions.DecodeError):
+        return requests.exceptions.ContentDecodingError
+    if isinstance(exc, OSError | urllib3.exceptions.HTTPError):  # a broken connection…
+        return requests.ConnectionError
+    return None
 
 
 def _session_for(base_url: str) -> requests.Session:
@@ -364,11 +310,12 @@ def _session_for(base_url: str) -> requests.Session:
     With ``trust_env`` requests reads them again on every call (environment scans, a netrc
     lookup, proxy bypass rules): about a millisecond of CPU a call, a tenth of a dispatch. The
     variables mean the same (``HTTPS_PROXY``, ``NO_PROXY``, ``REQUESTS_CA_BUNDLE``…); a change
-    takes effect at the next start. No netrc: every call names its own authentication.
+    takes effect at the next start. No netrc: every call names its own authentication. The
+    headers are requests' defaults: its ``Accept-Encoding`` names the content codings urllib3
+    undoes (gzip and deflate; brotli and zstd too when their modules are installed).
     """
     session = requests.Session()
     session.trust_env = False
-    session.headers["Accept-Encoding"] = ACCEPT_ENCODING
     for scheme in ("http://", "https://"):
         session.mount(scheme, _Adapter())
     session.proxies.update(requests.utils.get_environ_proxies(base_url))
