@@ -190,12 +190,13 @@ def _compile_composite(
         _rule(problems, sub, f"{key} needs at least one condition; "
                              'use {"always": true} for a rule that always matches')
         return None
-    children = [
+    compiled = [
         _compile_node(item, f"{sub}[{i}]", problems, depth) for i, item in enumerate(body)
     ]
-    if any(child is None for child in children):
+    children = tuple(child for child in compiled if child is not None)
+    if len(children) < len(compiled):
         return None
-    return (All if key == "all" else Any)(tuple(children))
+    return (All if key == "all" else Any)(children)
 
 
 def _compile_leaf(raw: dict, path: str, problems: list[Problem]) -> Leaf | None:
