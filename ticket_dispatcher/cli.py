@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -124,7 +124,8 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add(commands: Any, common: argparse.ArgumentParser, name: str, help_text: str, run: Any):
+def _add(commands: Any, common: argparse.ArgumentParser, name: str, help_text: str,
+         run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
     command = commands.add_parser(name, parents=[common], help=help_text, description=help_text)
     command.set_defaults(run=run, parser=command)
     return command

@@ -207,6 +207,8 @@ def _file_key(path: str, entry: Any, problems: SettingProblems) -> ApiKey | None
     digest = _file_key_digest(path, entry, problems)
     if len(problems.items) > before or digest is None:
         return None
+    # A name or role that is no string added a problem above, so both are strings here.
+    assert isinstance(name, str) and isinstance(role, str)
     return ApiKey(name.strip(), AccessRole(role), digest)
 
 

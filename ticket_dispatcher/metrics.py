@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -94,7 +95,8 @@ class Metrics:
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
             return Gauge(PREFIX + name, doc, labels, registry=self.registry)
 
-        def histogram(name: str, doc: str, labels: tuple[str, ...], buckets) -> Histogram:
+        def histogram(name: str, doc: str, labels: tuple[str, ...],
+                      buckets: Sequence[float]) -> Histogram:
             return Histogram(PREFIX + name, doc, labels, buckets=buckets, registry=self.registry)
 
         # -- notification families and backlog gauges -----------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def read_json_file(path: str | Path, what: str = "", *,
     return parse_json(raw, max_depth=max_depth, what=what)
 
 
-def bind_object(raw: Any, *, required: dict[str, type], optional: dict[str, type],
+def bind_object(raw: Any, *, required: Mapping[str, type], optional: Mapping[str, type],
                 path: str = "") -> dict:
     """Check that ``raw`` is an object with exactly these keys of these JSON types.
 

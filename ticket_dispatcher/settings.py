@@ -24,7 +24,7 @@ import difflib
 import json
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -172,8 +172,7 @@ def boolean() -> Kind:
 def duration(low: timedelta | None = None, high: timedelta | None = None) -> Kind:
     """A positive duration string (``"500ms"``, ``"5s"``, ``"5m"``), optionally between
     ``low`` and ``high`` (both given, or neither)."""
-    bounded = low is not None and high is not None
-    if not bounded:
+    if low is None or high is None:
         expected = 'a positive duration like "500ms", "5s" or "5m"'
     else:
         expected = f'a duration between "{format_duration(low)}" and "{format_duration(high)}"'
@@ -185,7 +184,10 @@ def duration(low: timedelta | None = None, high: timedelta | None = None) -> Kin
             parsed = parse_duration(value)
         except ValueError:
             raise Invalid(expected) from None
-        if not low <= parsed <= high if bounded else parsed <= timedelta(0):
+        if low is not None and high is not None:
+            if not low <= parsed <= high:
+                raise Invalid(expected)
+        elif parsed <= timedelta(0):
             raise Invalid(expected)
         return parsed
 
@@ -230,8 +232,17 @@ def setting(default: Any, kind: Kind) -> Any:
     return field(default=default, metadata={_SETTING: kind})
 
 
-def section(factory: Callable[[], Any]) -> Any:
-    return field(default_factory=factory, metadata={_SECTION: True})
+def section(cls: type) -> Any:
+    """A field holding a section: the dataclass ``cls``, built with its defaults."""
+    return field(default_factory=cls, metadata={_SECTION: True})
+
+
+def _section_class(f: Field[Any]) -> type:
+    """The dataclass of a ``section`` field, which is the field's default factory."""
+    factory = f.default_factory
+    if not isinstance(factory, type):
+        raise TypeError(f"{f.name} is marked a section but its default factory is no class")
+    return factory
 
 
 def compound(default: Any, read: Callable[[Source | None, Source | None, SettingProblems], Any],
@@ -247,7 +258,7 @@ class _Key:
 
 
 def _sections(root: type) -> dict[str, type]:
-    return {f.name: f.default_factory for f in fields(root) if f.metadata.get(_SECTION)}
+    return {f.name: _section_class(f) for f in fields(root) if f.metadata.get(_SECTION)}
 
 
 def _keys(root: type, prefix: str) -> dict[str, _Key]:
@@ -255,7 +266,7 @@ def _keys(root: type, prefix: str) -> dict[str, _Key]:
     keys: dict[str, _Key] = {}
     for f in fields(root):
         if f.metadata.get(_SECTION):
-            for inner in fields(f.default_factory):
+            for inner in fields(_section_class(f)):
                 path = f"{f.name}.{inner.name}"
                 keys[path] = _Key(path, f"{prefix}{f.name}_{inner.name}".upper(),
                                   inner.metadata[_SETTING])
@@ -399,7 +410,7 @@ def _build(cls: type, section_name: str, values: dict[str, Any]) -> Any:
     arguments: dict[str, Any] = {}
     for f in fields(cls):
         if f.metadata.get(_SECTION):
-            arguments[f.name] = _build(f.default_factory, f.name, values)
+            arguments[f.name] = _build(_section_class(f), f.name, values)
             continue
         path = f"{section_name}.{f.name}" if section_name else f.name
         if path in values:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 # Surrounding blanks are allowed on purpose; fullmatch, as "$" would accept a final "\n".
 _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)\s*")
@@ -41,6 +42,12 @@ def to_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         raise ValueError("naive datetimes are not accepted; attach a zone")
     return value.astimezone(UTC)
+
+
+@overload
+def format_time(value: datetime) -> str: ...
+@overload
+def format_time(value: datetime | None) -> str | None: ...
 
 
 def format_time(value: datetime | None) -> str | None:

@@ -11,6 +11,7 @@ whatever the page showed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import falcon
 
@@ -28,23 +29,26 @@ class Done:
 
 
 class Action(Page):
-    """Subclasses give ``question`` (the confirmation text) and ``apply`` (do it → Done)."""
+    """Subclasses give ``question`` (the confirmation text) and ``apply`` (do it → Done).
+
+    Each takes the route's parameters by name (``policy_id: int``): the base methods take
+    any, so that each subclass may name its own."""
 
     console_roles = {"POST": OPERATOR}
     title = "Confirm"
     danger = False
 
-    def question(self, req: falcon.Request, **params) -> str:
+    def question(self, req: falcon.Request, *args: Any, **params: Any) -> str:
         raise NotImplementedError
 
-    def apply(self, req: falcon.Request, **params) -> Done:
+    def apply(self, req: falcon.Request, *args: Any, **params: Any) -> Done:
         raise NotImplementedError
 
-    def back(self, req: falcon.Request, **params) -> str:
+    def back(self, req: falcon.Request, *args: Any, **params: Any) -> str:
         """Where "No, go back" leads."""
         return BASE + "/"
 
-    def on_post(self, req: falcon.Request, resp: falcon.Response, **params) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, **params: Any) -> None:
         form = req.context.form
         if form.get("confirmed") != "yes":
             question = self.question(req, **params)  # may refuse (404, 409) before asking

@@ -12,6 +12,7 @@ issues in Jira at that moment: for those the page shows what the newest run of t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import quote
@@ -19,7 +20,7 @@ from urllib.parse import quote
 import falcon
 
 from ticket_dispatcher.console.actions import Action, Done
-from ticket_dispatcher.console.web import Page, Query, url
+from ticket_dispatcher.console.web import Console, Page, Query, url
 from ticket_dispatcher.domain.actions.assign import AssignState, next_in_turn
 from ticket_dispatcher.domain.actions.state import StateError
 from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
@@ -29,6 +30,7 @@ from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR
 from ticket_dispatcher.http.binding import paging, query_choice
 from ticket_dispatcher.http.engineers import normalise_email
+from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.executions import LATEST_LOOKBACK
 
 FILTERS = ("dispatch_enabled", "limit")
@@ -38,7 +40,7 @@ ROTATING = (Strategy.ROUND_ROBIN.value, Strategy.BALANCED.value)
 LISTED = (ReceiverType.USER.value, ReceiverType.USERS.value)
 
 
-def routes(console, ID: str) -> list:
+def routes(console: Console, ID: str) -> list[tuple[str, Page]]:
     return [
         ("/engineers", EngineerList(console)),
         ("/engineers/{email}/dispatch", EngineerDispatch(console)),
@@ -120,7 +122,7 @@ class Rotation:
         return self.strategy == Strategy.ROUND_ROBIN.value
 
 
-def _dedupe(emails) -> list[str]:
+def _dedupe(emails: Iterable[object]) -> list[str]:
     """Lower-cased, in configured order, each once (as the assign action reads its receiver)."""
     return list(dict.fromkeys(e.strip().lower() for e in emails if isinstance(e, str)
                               and e.strip()))
@@ -128,12 +130,14 @@ def _dedupe(emails) -> list[str]:
 
 def find_rotations(policies: list[Policy]) -> list[Rotation]:
     """Every rotating assign action of ``policies``, in policy, rule-run and action order."""
-    found = []
+    found: list[Rotation] = []
     for policy in policies:
         for rule in policy.ordered_rules:
             for index, action in enumerate(rule.then):
                 kind = action.get("type")
-                config = action.get(kind) if kind in ASSIGN_TYPES else None
+                if kind not in ASSIGN_TYPES:
+                    continue
+                config = action.get(kind)
                 if not isinstance(config, dict) or config.get("strategy") not in ROTATING:
                     continue
                 receiver = config.get("receiver") or {}
@@ -170,7 +174,7 @@ def _last_run(rotation: Rotation, execution: Execution | None) -> LastRun | None
     return None
 
 
-def read_rotations(store) -> list[Rotation]:
+def read_rotations(store: Store) -> list[Rotation]:
     """The active policies' rotations with their members and turns: a bounded number of
     queries whatever the number of rotations (the active policies, the newest run of every
     rotation's rule, and one read of every engineer any of them names)."""
@@ -180,12 +184,12 @@ def read_rotations(store) -> list[Rotation]:
     latest = store.executions.latest_matched({r.rule.id for r in rotations})
     for rotation in rotations:
         rotation.last = _last_run(rotation, latest.get(rotation.rule.id))
-    named = set()
+    named: set[str] = set()
     for rotation in rotations:
         named.update(rotation.listed)
         if rotation.last is not None:
             named.update(_dedupe(rotation.last.candidates))
-    engineers = {}
+    engineers: dict[str, Engineer] = {}
     if named:
         found, _ = store.engineers.page(limit=len(named), email_in=named)
         engineers = {e.email: e for e in found}
@@ -196,7 +200,7 @@ def read_rotations(store) -> list[Rotation]:
                             for email in emails]
         enabled = [m for m in rotation.members if m.enabled]
         if rotation.round_robin and enabled:
-            chosen = next_in_turn([m.engineer for m in enabled])
+            chosen = next_in_turn([e for m in enabled if (e := m.engineer) is not None])
             rotation.turn = next(m for m in enabled if m.engineer is chosen)
             rotation.turn.turn = True
     return rotations
@@ -274,7 +278,7 @@ class EngineerDispatch(Page):
 
     console_roles = {"POST": OPERATOR}
 
-    def __init__(self, console):
+    def __init__(self, console: Console) -> None:
         super().__init__(console)
         self._switches = {True: EnableDispatch(console), False: DisableDispatch(console)}
 

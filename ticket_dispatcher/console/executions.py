@@ -18,7 +18,7 @@ from typing import Any
 import falcon
 
 from ticket_dispatcher.console.actions import Action, Done
-from ticket_dispatcher.console.web import Page, Query, url
+from ticket_dispatcher.console.web import Console, Page, Query, url
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.conditions import MAX_CONDITION_DEPTH
 from ticket_dispatcher.domain.execution import (
@@ -60,7 +60,7 @@ ACK_REASONS = {
 }
 
 
-def routes(console, ID: str) -> list:
+def routes(console: Console, ID: str) -> list[tuple[str, Page]]:
     item = f"/executions/{{execution_id:{ID}}}"
     return [
         ("/executions", ExecutionList(console)),
@@ -119,7 +119,7 @@ class RuleView:
 def action_view(action: ActionExecution, running: bool) -> ActionView:
     key = STATE_KEYS.get(action.type)
     state = action.context.get(key) if key else None
-    if not isinstance(state, dict):
+    if not key or not isinstance(state, dict):
         return ActionView(action, "other")
     calls = [(label, str(state.get(f"{name}_phase") or ""),
               str(state.get(f"{name}_status") or ""))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TypedDict
 
 import falcon
 
@@ -12,6 +13,15 @@ from ticket_dispatcher.timeutil import format_time
 
 FAILED_WINDOW = timedelta(hours=1)
 COUNT_CAP = 200  # failed triggers counted exactly up to this; beyond it the page says "200+"
+
+
+class Facts(TypedDict):
+    """What the overview read from the database; None where it could not be read."""
+
+    triggers: dict[str, tuple[int, float]] | None  # status → (count, oldest's age in seconds)
+    executions: dict[str, dict] | None  # "created"/"executing" → mode → (count, age)
+    failed: int | None  # failed in the window, counted up to COUNT_CAP
+    failed_more: bool  # more than COUNT_CAP failed
 
 
 class Overview(Page):
@@ -25,7 +35,8 @@ class Overview(Page):
         status = runtime.status() if runtime is not None else None
         since = now - FAILED_WINDOW
         database_up = store.ping()
-        facts = {"triggers": None, "executions": None, "failed": None, "failed_more": False}
+        facts: Facts = {"triggers": None, "executions": None, "failed": None,
+                        "failed_more": False}
         if database_up:
             try:
                 with store.connection():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import falcon
 
 from ticket_dispatcher.actors.runtime import RETRYING_LOAD
-from ticket_dispatcher.console.web import Page, Query
+from ticket_dispatcher.console.web import Console, Page, Query
 from ticket_dispatcher.domain.actions.notification_state import (
     PageState,
     card_state_of,
@@ -25,7 +25,7 @@ from ticket_dispatcher.http.binding import paging
 from ticket_dispatcher.timeutil import format_time
 
 
-def routes(console, ID: str) -> list:
+def routes(console: Console, ID: str) -> list[tuple[str, Page]]:
     return [("/parked", ParkedList(console))]
 
 

@@ -11,6 +11,7 @@ the same problems.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
@@ -18,11 +19,19 @@ from typing import Any
 import falcon
 
 from ticket_dispatcher.console.actions import Action, Done
-from ticket_dispatcher.console.web import Page, Query, form_text, masked, see_other, url
+from ticket_dispatcher.console.web import (
+    Console,
+    Page,
+    Query,
+    form_text,
+    masked,
+    see_other,
+    url,
+)
 from ticket_dispatcher.domain.catalog import SOURCE
 from ticket_dispatcher.domain.conditions import MAX_CONDITION_DEPTH
 from ticket_dispatcher.domain.fanout import reserved_role
-from ticket_dispatcher.domain.model import Policy, PolicyStatus
+from ticket_dispatcher.domain.model import Policy, PolicyStatus, Rule
 from ticket_dispatcher.domain.validation import validate_policy, without_server_fields
 from ticket_dispatcher.errors import Conflict, InvalidInput, PolicyInvalid, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
@@ -36,6 +45,7 @@ from ticket_dispatcher.http.binding import (
 )
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.policies import MULTILINE_PATHS
+from ticket_dispatcher.store import Store
 from ticket_dispatcher.timeutil import parse_rfc3339
 
 FILTERS = ("status", "family_id", "limit")
@@ -49,7 +59,7 @@ DIFF_CONTEXT = 3
 DIFF_FOLD_OVER = 6
 
 
-def routes(console, ID: str) -> list:
+def routes(console: Console, ID: str) -> list[tuple[str, Page]]:
     item = f"/policies/{{policy_id:{ID}}}"
     return [
         ("/policies", PolicyList(console)),
@@ -105,7 +115,7 @@ class PolicyPage(Page):
             diff_link=diff_link)
 
 
-def family_versions(store, family_id: str) -> tuple[list[Policy], int]:
+def family_versions(store: Store, family_id: str) -> tuple[list[Policy], int]:
     """The family's versions newest first (the newest ``HISTORY_SHOWN``) and how many there
     are: one list query, a second only for a family longer than a page."""
     versions, total = store.policies.page(family_id=family_id, limit=HISTORY_SHOWN)
@@ -153,7 +163,7 @@ class Node:
     children: tuple[Node, ...] = ()
 
 
-def describe_rule(rule) -> dict:
+def describe_rule(rule: Rule) -> dict[str, Any]:
     return {"name": rule.name, "priority": rule.priority, "on_success": rule.on_success.value,
             "when": describe_condition(rule.when),
             "then": [describe_action(action) for action in rule.then]}
@@ -376,6 +386,7 @@ class PolicyDiff(Page):
             raise InvalidInput("a diff needs two versions: a and b", missing)
         a = query_int(query, "a", default=None, minimum=1, maximum=MAX_ID)
         b = query_int(query, "b", default=None, minimum=1, maximum=MAX_ID)
+        assert a is not None and b is not None  # both are there: checked above
         store = self.services.store
         left, right = store.policies.get(a), store.policies.get(b)
         rows = side_by_side(pretty(left.spec.to_json()).splitlines(),
@@ -407,7 +418,8 @@ class PolicyValidate(Page):
     def judge(self, text: str) -> tuple[str, dict]:
         """(status, what to show): 200 for a readable document, valid or not; 400 for one that
         is not JSON, or not text the API would take; 413 for one over the body limit."""
-        def unreadable(status: str, message: str, problems=()) -> tuple[str, dict]:
+        def unreadable(status: str, message: str,
+                       problems: Iterable[Problem] = ()) -> tuple[str, dict]:
             return status, {"valid": False, "readable": False, "message": message,
                             "problems": list(problems), "ignored": []}
 

@@ -121,7 +121,9 @@ class Sessions:
         return self._mac("csrf", identity)
 
     def csrf_valid(self, identity: str, presented: str | None) -> bool:
-        return bool(presented) and hmac.compare_digest(presented, self.csrf_token(identity))
+        if not presented:
+            return False
+        return hmac.compare_digest(presented, self.csrf_token(identity))
 
     def _mac(self, purpose: str, text: str) -> str:
         digest = hmac.new(self._secret, f"{purpose}\n{text}".encode(), hashlib.sha256).digest()

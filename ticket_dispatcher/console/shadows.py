@@ -5,17 +5,24 @@ change on live traffic"); starting and stopping one.
 
 from __future__ import annotations
 
+from typing import Any, TypedDict
+
 import falcon
 
 from ticket_dispatcher.console.actions import Action, Done
-from ticket_dispatcher.console.web import Page, url
+from ticket_dispatcher.console.web import Console, Page, url
 from ticket_dispatcher.domain.model import PolicyStatus
 from ticket_dispatcher.domain.shadow import DIFFERENCES, ShadowVerdict
 from ticket_dispatcher.errors import Conflict, NotFound
-from ticket_dispatcher.store.shadows import LATEST_SHOWN, STOPPED_SHOWN, ShadowReport
+from ticket_dispatcher.store.shadows import (
+    LATEST_SHOWN,
+    STOPPED_SHOWN,
+    ShadowReport,
+    ShadowSummary,
+)
 
 
-def routes(console, ID: str) -> list:
+def routes(console: Console, ID: str) -> list[tuple[str, Page]]:
     item = f"/policies/{{policy_id:{ID}}}/shadow"
     return [
         ("/shadows", ShadowList(console)),
@@ -25,7 +32,14 @@ def routes(console, ID: str) -> list:
     ]
 
 
-def agreement(report: ShadowReport) -> dict:
+class ShadowListRow(TypedDict):
+    """One shadow in the list: the version and its counts (``agreement``)."""
+
+    summary: ShadowSummary
+    counts: dict[str, Any]
+
+
+def agreement(report: ShadowReport) -> dict[str, Any]:
     """The counts a page shows: agreement is over the settled decisions only (a pending one
     has no live decision to agree with yet); ``ratio`` None while none is settled."""
     agreed = report.verdicts[ShadowVerdict.AGREED]
@@ -40,7 +54,8 @@ def agreement(report: ShadowReport) -> dict:
 class ShadowList(Page):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         summaries = self.services.store.shadows.overview()
-        rows = [{"summary": s, "counts": agreement(s.report)} for s in summaries]
+        rows: list[ShadowListRow] = [{"summary": s, "counts": agreement(s.report)}
+                                     for s in summaries]
         self.console.render(req, resp, "shadows.html",
                             running=[r for r in rows if r["summary"].report.shadowing],
                             stopped=[r for r in rows if not r["summary"].report.shadowing],

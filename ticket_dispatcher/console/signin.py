@@ -5,7 +5,7 @@ from __future__ import annotations
 import falcon
 
 from ticket_dispatcher.console.session import COOKIE
-from ticket_dispatcher.console.web import BASE, Page, form_text, see_other, url
+from ticket_dispatcher.console.web import BASE, Console, Page, form_text, see_other, url
 from ticket_dispatcher.http.auth import MAX_TRACKED_ADDRESSES, PUBLIC, authenticate
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
@@ -23,7 +23,7 @@ class SignIn(Page):
     console_roles = {"GET": PUBLIC, "POST": PUBLIC}
     uses_database = False
 
-    def __init__(self, console):
+    def __init__(self, console: Console) -> None:
         super().__init__(console)
         auth = self.services.config.auth
         self._failures = TokenBuckets(auth.failure_rate, auth.failure_burst,

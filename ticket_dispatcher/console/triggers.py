@@ -9,7 +9,7 @@ import falcon
 from ticket_dispatcher.console.actions import Action, Done
 from ticket_dispatcher.console.web import Page, Query, url
 from ticket_dispatcher.domain.catalog import SOURCE
-from ticket_dispatcher.domain.execution import TriggerStatus
+from ticket_dispatcher.domain.execution import Trigger, TriggerStatus
 from ticket_dispatcher.domain.fanout import reserved_role
 from ticket_dispatcher.errors import Conflict, InvalidInput, Problem
 from ticket_dispatcher.http.dispatch import encode_cursor, trigger_filters
@@ -24,7 +24,7 @@ SINCE = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "24h": timedelt
 class TriggerList(Page):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         since = req.get_param("since") or ""
-        overrides = {}
+        overrides: dict[str, str | None] = {}
         if since:
             if since not in SINCE:
                 raise InvalidInput("since must be one of " + ", ".join(SINCE),
@@ -47,7 +47,7 @@ class TriggerList(Page):
 class TriggerReplay(Action):
     title = "Replay trigger"
 
-    def _failed(self, trigger_id: int):
+    def _failed(self, trigger_id: int) -> Trigger:
         trigger = self.services.store.triggers.get(trigger_id)
         if trigger.status is not TriggerStatus.FAILED:
             raise Conflict(f"trigger {trigger_id} is {trigger.status.value}; only a failed "

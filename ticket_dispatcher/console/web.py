@@ -16,9 +16,10 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import falcon
@@ -36,6 +37,9 @@ from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.logging import Redactor
 from ticket_dispatcher.settings import MASK
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339, to_utc
+
+if TYPE_CHECKING:
+    from ticket_dispatcher.http.app import Services
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,7 @@ class Page:
 
     console_roles: Mapping[str, frozenset[AccessRole]] = {"GET": VIEWER}
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console) -> None:
         self.console = console
         self.services = console.services
 
@@ -80,7 +84,7 @@ class Page:
 class Console:
     """What every console page shares: the services, the templates and the sessions."""
 
-    def __init__(self, services, *, auth_enabled: bool):
+    def __init__(self, services: Services, *, auth_enabled: bool) -> None:
         self.services = services
         self.auth_enabled = auth_enabled
         self.config = services.config.console
@@ -104,7 +108,7 @@ class Console:
         self.env.filters.update(when=when, ago=ago, jsonpretty=jsonpretty, masked=masked)
 
     def render(self, req: falcon.Request, resp: falcon.Response, template: str, *,
-               status: str = falcon.HTTP_200, **values) -> None:
+               status: str | int = falcon.HTTP_200, **values: Any) -> None:
         viewer = getattr(req.context, "viewer", None)
         resp.status = status
         resp.content_type = falcon.MEDIA_HTML
@@ -141,8 +145,8 @@ class ConsoleGate:
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         req.context.viewer = None
 
-    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource,
-                         params) -> None:
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         params: dict[str, Any]) -> None:
         declared = getattr(resource, "console_roles", None)
         if declared is None:
             return
@@ -171,7 +175,7 @@ class ConsoleGate:
                 raise ApiError(falcon.HTTP_403, "this form has expired or did not come from "
                                "this console; reload the page and try again")
 
-    def process_response(self, req: falcon.Request, resp: falcon.Response, resource,
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
                          req_succeeded: bool) -> None:
         if req.path == BASE or req.path.startswith(BASE + "/"):
             for name, value in SECURITY_HEADERS.items():
@@ -200,7 +204,7 @@ def read_form(req: falcon.Request) -> dict[str, str]:
         raise ApiError(falcon.HTTP_415, "send the form as application/x-www-form-urlencoded")
     parsed = falcon.uri.parse_query_string(req.bounded_stream.read(length).decode(
         "utf-8", errors="replace"), keep_blank=True, csv=False)
-    form = {}
+    form: dict[str, str] = {}
     for name, value in parsed.items():
         form[name] = value[-1] if isinstance(value, list) else value
     return form
@@ -220,7 +224,7 @@ class Query:
 
     def values(self, *names: str) -> dict[str, str]:
         """The filters that are set, to rebuild links (pager, sorting) with."""
-        return {name: self.get_param(name) for name in names if self.get_param(name)}
+        return {name: value for name in names if (value := self.get_param(name))}
 
 
 def form_text(form: Mapping[str, str], name: str, *, required: bool = True,
@@ -245,7 +249,7 @@ def see_other(resp: falcon.Response, target: str) -> None:
 # --- template helpers --------------------------------------------------------------------------
 
 
-def url(path: str = "", **query) -> str:
+def url(path: str = "", **query: object) -> str:
     """A console URL with the query parameters that are set (None and "" are left out)."""
     kept = {k: v for k, v in query.items() if v is not None and v != ""}
     return BASE + path + ("?" + urlencode(kept) if kept else "")
@@ -276,7 +280,7 @@ def static_url(name: str) -> str:
     return f"{BASE}/static/{quote(name)}?v={_STATIC_FILES[name][2]}"
 
 
-def _as_time(value) -> datetime | None:
+def _as_time(value: object) -> datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, datetime):
@@ -287,7 +291,7 @@ def _as_time(value) -> datetime | None:
         return None
 
 
-def when(value) -> markupsafe.Markup:
+def when(value: object) -> markupsafe.Markup:
     """A ``<time>``: UTC in the page (readable without JavaScript), the viewer's local time
     once console.js has run, UTC on hover either way."""
     moment = _as_time(value)
@@ -300,7 +304,7 @@ def when(value) -> markupsafe.Markup:
     return markupsafe.Markup(f'<time datetime="{iso}" title="{shown}" data-local>{shown}</time>')
 
 
-def ago(value, now: datetime) -> str:
+def ago(value: object, now: datetime) -> str:
     """``"in 4 s"`` / ``"12 min ago"``: the distance from ``now``, for a page without JS."""
     moment = _as_time(value)
     if moment is None:
@@ -318,7 +322,7 @@ def ago(value, now: datetime) -> str:
     return f"in {text}" if seconds > 0 else f"{text} ago"
 
 
-def jsonpretty(value) -> str:
+def jsonpretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
 
 
@@ -326,7 +330,7 @@ _SECRET_WORDS = ("token", "secret", "password", "phone", "mobile", "authorizatio
                  "credential")
 
 
-def masked(value):
+def masked(value: Any) -> Any:
     """A JSON value with every key that names a secret or a phone number shown as ``***``,
     as the logs show them."""
     if isinstance(value, dict):
@@ -353,7 +357,9 @@ class StaticFile(Page):
         resp.set_header("Cache-Control", "public, max-age=86400")
 
 
-def serialize_error(console: Console):
+def serialize_error(
+    console: Console,
+) -> Callable[[falcon.Request, falcon.Response, falcon.HTTPError], None]:
     """The app's error serializer: an HTML page on console paths, the API's JSON elsewhere."""
 
     def serialize(req: falcon.Request, resp: falcon.Response, exc: falcon.HTTPError) -> None:

@@ -18,9 +18,17 @@ from typing import Protocol
 class Candidate(Protocol):
     """What admission needs of an execution about to be created."""
 
-    policy_id: int
-    issue_key: str
-    live_lock_key: str | None  # None for a dry-run: never excluded
+    # Read-only: a frozen LockCandidate and a live Execution both are one.
+    @property
+    def policy_id(self) -> int: ...
+
+    @property
+    def issue_key(self) -> str: ...
+
+    @property
+    def live_lock_key(self) -> str | None:
+        """None for a dry-run: never excluded."""
+        ...
 
 
 @dataclass(frozen=True)

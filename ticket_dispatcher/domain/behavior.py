@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRegistry, ActionRun, ResultKind
 from ticket_dispatcher.domain.catalog import OnSuccess
@@ -308,7 +308,7 @@ class _SavingFirst:
         if not callable(attribute):
             return attribute
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             self._flush()
             return attribute(*args, **kwargs)
 
@@ -324,8 +324,11 @@ _UNGUARDED_PORTS = ("calls", "engineers")
 
 def _saving_first(ports: Ports, flush: Callable[[], None]) -> Ports:
     """``ports`` with every port but ``_UNGUARDED_PORTS`` behind ``flush``."""
-    return replace(ports, **{f.name: _SavingFirst(getattr(ports, f.name), flush)
-                             for f in fields(ports) if f.name not in _UNGUARDED_PORTS})
+    # A _SavingFirst forwards every attribute to the port it wraps, so it stands in for whichever
+    # port that is; no static type says so, hence Any.
+    guarded: dict[str, Any] = {f.name: _SavingFirst(getattr(ports, f.name), flush)
+                               for f in fields(ports) if f.name not in _UNGUARDED_PORTS}
+    return replace(ports, **guarded)
 
 
 def _next_stage(execution: Execution) -> tuple[RuleExecution | None, ActionExecution | None]:

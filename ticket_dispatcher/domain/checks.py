@@ -9,6 +9,7 @@ them, so none of them needs another to phrase a problem.
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from ticket_dispatcher.errors import Problem
@@ -169,7 +170,7 @@ def check_int(value: Any, path: str, problems: Problems) -> bool:
     return True
 
 
-def check_enum(value: Any, path: str, choices: type, problems: Problems) -> None:
+def check_enum(value: Any, path: str, choices: type[StrEnum], problems: Problems) -> None:
     allowed = ", ".join(member.value for member in choices)
     if not isinstance(value, str):
         problems.shape(path, f"must be one of {allowed}")

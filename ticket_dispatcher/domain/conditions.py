@@ -190,12 +190,13 @@ def _compile_composite(
         _rule(problems, sub, f"{key} needs at least one condition; "
                              'use {"always": true} for a rule that always matches')
         return None
-    children = [
+    compiled = [
         _compile_node(item, f"{sub}[{i}]", problems, depth) for i, item in enumerate(body)
     ]
-    if any(child is None for child in children):
+    children = tuple(child for child in compiled if child is not None)
+    if len(children) < len(compiled):
         return None
-    return (All if key == "all" else Any)(tuple(children))
+    return (All if key == "all" else Any)(children)
 
 
 def _compile_leaf(raw: dict, path: str, problems: list[Problem]) -> Leaf | None:
@@ -250,12 +251,16 @@ def _compile_operands(raw: dict, leaf: Leaf, path: str, problems: list[Problem])
         elif needed and key not in raw:
             _rule(problems, f"{path}.{key}", f"{operator} needs {key}")
     if operator in _VALUES_OPERATORS:
-        values = _compile_values(raw.get("values"), f"{path}.values", problems)
+        if "values" not in raw:  # reported above
+            return None
+        values = _compile_values(raw["values"], f"{path}.values", problems)
         return replace(leaf, values=values) if values else None
     if operator in _PRESENCE_OPERATORS:
         return leaf
     if operator == "time_window":
-        window = _compile_window(raw.get("time_window"), f"{path}.time_window", problems)
+        if "time_window" not in raw:  # reported above
+            return None
+        window = _compile_window(raw["time_window"], f"{path}.time_window", problems)
         return replace(leaf, window=window) if window else None
     value = raw.get("value")
     if not isinstance(value, str):
@@ -266,8 +271,6 @@ def _compile_operands(raw: dict, leaf: Leaf, path: str, problems: list[Problem])
 
 
 def _compile_values(raw: typing.Any, path: str, problems: list[Problem]) -> tuple[str, ...]:
-    if raw is None:
-        return ()
     if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
         _shape(problems, path, "values must be a list of strings")
         return ()
@@ -364,8 +367,6 @@ def _regex_search(regex: Regex, text: str) -> bool:
 
 
 def _compile_window(raw: typing.Any, path: str, problems: list[Problem]) -> TimeWindow | None:
-    if raw is None:
-        return None
     if not isinstance(raw, dict):
         _shape(problems, path, "time_window must be an object")
         return None
@@ -376,22 +377,25 @@ def _compile_window(raw: typing.Any, path: str, problems: list[Problem]) -> Time
     for key in _WINDOW_KEYS:
         if key not in raw:
             _shape(problems, f"{path}.{key}", "missing key")
-    zone = _compile_zone(raw.get("timezone"), f"{path}.timezone", problems)
-    weekdays = _compile_weekdays(raw.get("weekdays"), f"{path}.weekdays", problems)
-    start = _compile_hhmm(raw.get("start"), f"{path}.start", problems, allow_24=False)
-    end = _compile_hhmm(raw.get("end"), f"{path}.end", problems, allow_24=True)
+    # A missing key is reported above; each part is compiled (and a null refused) only if given.
+    zone = (_compile_zone(raw["timezone"], f"{path}.timezone", problems)
+            if "timezone" in raw else None)
+    weekdays = (_compile_weekdays(raw["weekdays"], f"{path}.weekdays", problems)
+                if "weekdays" in raw else None)
+    start = (_compile_hhmm(raw["start"], f"{path}.start", problems, allow_24=False)
+             if "start" in raw else None)
+    end = (_compile_hhmm(raw["end"], f"{path}.end", problems, allow_24=True)
+           if "end" in raw else None)
     if start is not None and end is not None and start >= end:
         _rule(problems, f"{path}.end", f"end {quote(raw['end'])} must be later than start "
                                        f"{quote(raw['start'])} (windows do not wrap midnight; "
                                        "use two windows under any)")
-    if len(problems) > before or zone is None or weekdays is None:
+    if len(problems) > before or zone is None or weekdays is None or start is None or end is None:
         return None
     return TimeWindow(zone, weekdays, start, end)
 
 
 def _compile_zone(raw: typing.Any, path: str, problems: list[Problem]) -> ZoneInfo | None:
-    if raw is None:
-        return None
     if not isinstance(raw, str):
         _shape(problems, path, "timezone must be a string")
         return None
@@ -406,8 +410,6 @@ def _compile_zone(raw: typing.Any, path: str, problems: list[Problem]) -> ZoneIn
 def _compile_weekdays(
     raw: typing.Any, path: str, problems: list[Problem]
 ) -> frozenset[int] | None:
-    if raw is None:
-        return None
     if not isinstance(raw, list) or not all(isinstance(day, str) for day in raw):
         _shape(problems, path, "weekdays must be a list of strings")
         return None
@@ -426,8 +428,6 @@ def _compile_weekdays(
 def _compile_hhmm(
     raw: typing.Any, path: str, problems: list[Problem], *, allow_24: bool
 ) -> int | None:
-    if raw is None:
-        return None
     if not isinstance(raw, str):
         _shape(problems, path, "must be a string like 09:00")
         return None

@@ -246,7 +246,7 @@ def _no_executor(action_type: str, registry: ActionRegistry) -> str:
 
 
 def _check_notification_family(raw: dict, registry: ActionRegistry, problems: Problems) -> None:
-    trigger = raw.get("trigger") if isinstance(raw.get("trigger"), dict) else {}
+    trigger = raw["trigger"] if isinstance(raw.get("trigger"), dict) else {}
     rules = raw["rules"] if isinstance(raw.get("rules"), list) else []
     actions = list(_actions_with_paths(rules))
     sources = trigger.get("source_in", [])

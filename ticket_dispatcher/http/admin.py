@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import falcon
 
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
+
+if TYPE_CHECKING:  # app.py imports this module
+    from ticket_dispatcher.http.app import Services
 
 
 class ActorStatus:
@@ -16,20 +21,20 @@ class ActorStatus:
     roles = {"GET": VIEWER}
     uses_database = False  # asks the actors; no connection held while they answer
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_get(self, req, resp) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = self._services.running().status()
 
 
 class ExecutionCancel:
     roles = {"POST": OPERATOR}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_post(self, req, resp, execution_id: int) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, execution_id: int) -> None:
         who = req.context.api_key_name or "an operator"
         outcome = self._services.running().cancel(execution_id, f"cancelled by {who}")
         # "applied": it was queued or parked and is failed now; "signalled": its running actor

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import falcon
 
@@ -39,23 +39,28 @@ from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
 
 
-@dataclass
+@dataclass(init=False)
 class Services:
     """What the resources need, handed to each at construction (no globals)."""
 
     store: Store
     config: Config
     clock: Clock
-    runtime: Runtime | None = None
+    runtime: Runtime | None
     # The actions this service runs (service.py: the product registry). Defaults to the
     # store's, so validation answers what activation will decide.
-    registry: ActionRegistry | None = None
-    # The service's metrics (service.py hands the runtime the same object).
-    metrics: Metrics = field(default_factory=Metrics)
+    registry: ActionRegistry
+    # The service's metrics (service.py hands the runtime the same object); a new one by default.
+    metrics: Metrics
 
-    def __post_init__(self) -> None:
-        if self.registry is None:
-            self.registry = self.store.registry
+    def __init__(self, store: Store, config: Config, clock: Clock, runtime: Runtime | None = None,
+                 registry: ActionRegistry | None = None, metrics: Metrics | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.runtime = runtime
+        self.registry = registry if registry is not None else store.registry
+        self.metrics = metrics if metrics is not None else Metrics()
 
     def draining(self) -> bool:
         """The shutdown has begun (shared mode drains before it stops taking requests)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any
 
 import falcon
 
@@ -76,7 +77,8 @@ class ApiKeyAuth:
                                       now,
                                       max_keys=MAX_TRACKED_ADDRESSES)
 
-    def process_resource(self, req: falcon.Request, resp, resource, params) -> None:
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         params: dict[str, Any]) -> None:
         if resource is None or hasattr(resource, "console_roles"):
             return  # a console page: its own gate signs people in (console/web.py)
         declared = getattr(resource, "roles", {})

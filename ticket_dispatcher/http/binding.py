@@ -19,8 +19,8 @@ one place for every route, present and future).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterator
-from typing import Any
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, overload
 
 import falcon
 
@@ -145,8 +145,8 @@ class TextParameters:
     connection).
     """
 
-    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource,
-                         params: dict) -> None:
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         params: dict[str, Any]) -> None:
         if resource is None:
             return
         problems = [problem for name, text in _parameters(req, params)
@@ -156,7 +156,7 @@ class TextParameters:
                                "surrogates", problems[:MAX_TEXT_PROBLEMS])
 
 
-def _parameters(req: falcon.Request, params: dict) -> Iterator[tuple[str, str]]:
+def _parameters(req: falcon.Request, params: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for name, value in params.items():
         if isinstance(value, str):
             yield name, value
@@ -165,7 +165,30 @@ def _parameters(req: falcon.Request, params: dict) -> Iterator[tuple[str, str]]:
             yield name, text
 
 
-def query_int(req: falcon.Request, name: str, *, default: int | None, minimum: int = 0,
+class QueryParams(Protocol):
+    """What the query readers below read: a ``falcon.Request``, or the console's ``Query``."""
+
+    def get_param(self, name: str, /) -> str | None: ...
+
+
+class JsonShown(Protocol):
+    """An item of a list answer: it shows itself as JSON."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+T = TypeVar("T")
+
+
+@overload
+def query_int(req: QueryParams, name: str, *, default: int, minimum: int = 0,
+              maximum: int | None = None) -> int: ...
+@overload
+def query_int(req: QueryParams, name: str, *, default: int | None, minimum: int = 0,
+              maximum: int | None = None) -> int | None: ...
+
+
+def query_int(req: QueryParams, name: str, *, default: int | None, minimum: int = 0,
               maximum: int | None = None) -> int | None:
     text = req.get_param(name)
     if text is None:
@@ -181,8 +204,8 @@ def query_int(req: falcon.Request, name: str, *, default: int | None, minimum: i
     return value
 
 
-def query_choice(req: falcon.Request, name: str, parse: Callable[[str], Any],
-                 allowed: str) -> Any:
+def query_choice(req: QueryParams, name: str, parse: Callable[[str], T],
+                 allowed: str) -> T | None:
     text = req.get_param(name)
     if text is None:
         return None
@@ -193,11 +216,11 @@ def query_choice(req: falcon.Request, name: str, parse: Callable[[str], Any],
                            [Problem(name, f"must be {allowed}")]) from None
 
 
-def paging(req: falcon.Request) -> tuple[int, int]:
+def paging(req: QueryParams) -> tuple[int, int]:
     """``limit`` (1..200, default 50) and ``offset`` (>= 0) of a list endpoint."""
     return (query_int(req, "limit", default=50, minimum=1, maximum=200),
             query_int(req, "offset", default=0, maximum=MAX_ID))
 
 
-def page(items: list, total: int) -> dict:
+def page(items: Sequence[JsonShown], total: int) -> dict[str, Any]:
     return {"items": [item.to_json() for item in items], "total": total}

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import falcon
 
 from ticket_dispatcher.domain.issues import ISSUE_KEY
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
+
+if TYPE_CHECKING:  # app.py imports this module
+    from ticket_dispatcher.http.app import Services
 
 
 def checked_issue_key(text: str, path: str = "issue_key") -> str:
@@ -20,12 +25,12 @@ def checked_issue_key(text: str, path: str = "issue_key") -> str:
 class ContextItem:
     roles = {"GET": VIEWER, "DELETE": OPERATOR}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_get(self, req, resp, issue_key: str) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response, issue_key: str) -> None:
         resp.media = self._services.store.contexts.get(checked_issue_key(issue_key)).to_json()
 
-    def on_delete(self, req, resp, issue_key: str) -> None:
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, issue_key: str) -> None:
         self._services.store.contexts.delete(checked_issue_key(issue_key))
         resp.status = falcon.HTTP_204

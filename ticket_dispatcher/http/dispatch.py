@@ -6,6 +6,7 @@ import base64
 import binascii
 import re
 from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import falcon
 
@@ -19,6 +20,7 @@ from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import AUTOMATION, AUTOMATION_READ, VIEWER
 from ticket_dispatcher.http.binding import (
     MAX_ID,
+    QueryParams,
     bind_object,
     page,
     paging,
@@ -31,12 +33,15 @@ from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
 from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
 
+if TYPE_CHECKING:  # app.py imports this module
+    from ticket_dispatcher.http.app import Services
+
 TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB
 # The intake, the list filter and policy validation (source_in) judge a source by one rule.
 _SOURCE_PROBLEM = f"must be {SOURCE.what}"
 
 
-def _bind_trigger(raw) -> tuple[str, str, int | None, dict | None]:
+def _bind_trigger(raw: Any) -> tuple[str, str, int | None, dict | None]:
     body = bind_object(raw, required={"source": str, "input": dict},
                        optional={"policy_id": int, "dryrun": dict})
     problems: list[Problem] = []
@@ -105,7 +110,7 @@ def decode_cursor(text: str) -> int:
     return int(decoded[1])
 
 
-def _query_time(req: falcon.Request, name: str) -> datetime | None:
+def _query_time(req: QueryParams, name: str) -> datetime | None:
     text = req.get_param(name)
     if text is None:
         return None
@@ -119,7 +124,19 @@ def _query_time(req: falcon.Request, name: str) -> datetime | None:
     raise InvalidInput(f"query parameter {name} {message}", [Problem(name, message)])
 
 
-def trigger_filters(req: falcon.Request) -> dict:
+class TriggerFilters(TypedDict):
+    """``TriggerRepository.page``'s keywords."""
+
+    status: TriggerStatus | None
+    source: str | None
+    issue_key: str | None
+    created_after: datetime | None
+    created_before: datetime | None
+    before_id: int | None
+    limit: int
+
+
+def trigger_filters(req: QueryParams) -> TriggerFilters:
     """The ``GET /dispatch/triggers`` filters as ``TriggerRepository.page`` keywords; every
     bad value is a 400 naming its parameter."""
     if req.get_param("offset") is not None:  # a client paging by offset would loop forever
@@ -166,7 +183,7 @@ class TriggerCollection:
     # single repository call, after its parameters are judged.
     uses_database = False
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
         rate = services.config.http.trigger_rate
         self._buckets = TokenBuckets(rate, services.config.http.trigger_burst,
@@ -222,9 +239,10 @@ class TriggerCollection:
         if not live:
             return  # dry-runs are never excluded
         # The pool decides again when it creates the execution; this answers 409 early.
-        candidate = LockCandidate(policy_id, issue_key, lock_key(policy, issue_key))
-        admission = admit([candidate], store.executions.busy_lock_keys(
-            [candidate.live_lock_key]), explicit=True)
+        live_lock_key = lock_key(policy, issue_key)
+        candidate = LockCandidate(policy_id, issue_key, live_lock_key)
+        admission = admit([candidate], store.executions.busy_lock_keys([live_lock_key]),
+                          explicit=True)
         if admission.outcome is AdmissionOutcome.CONFLICT:
             raise Conflict(admission.reason)
 
@@ -232,14 +250,24 @@ class TriggerCollection:
 class TriggerItem:
     roles = {"GET": AUTOMATION_READ}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_get(self, req, resp, trigger_id: int) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response, trigger_id: int) -> None:
         resp.media = self._services.store.triggers.get(trigger_id).to_json()
 
 
-def execution_filters(req: falcon.Request) -> dict:
+class ExecutionFilters(TypedDict):
+    """``ExecutionRepository.page``'s keywords, paging aside."""
+
+    issue_key: str | None
+    status: ExecutionStatus | None
+    mode: ExecutionMode | None
+    policy_id: int | None
+    trigger_id: int | None
+
+
+def execution_filters(req: QueryParams) -> ExecutionFilters:
     """The ``GET /dispatch/executions`` filters as ``ExecutionRepository.page`` keywords; every
     bad value is a 400 naming its parameter."""
     issue_key = req.get_param("issue_key")
@@ -256,10 +284,10 @@ def execution_filters(req: falcon.Request) -> dict:
 class ExecutionCollection:
     roles = {"GET": VIEWER}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_get(self, req, resp) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit, offset = paging(req)
         items, total = self._services.store.executions.page(
             **execution_filters(req), limit=limit, offset=offset)
@@ -269,9 +297,9 @@ class ExecutionCollection:
 class ExecutionItem:
     roles = {"GET": VIEWER}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_get(self, req, resp, execution_id: int) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response, execution_id: int) -> None:
         resp.media = self._services.store.executions.get(execution_id).to_json()
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import falcon
 
 from ticket_dispatcher.domain.catalog import ENGINEER_EMAIL
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import bind_object, page, paging, query_choice, read_json
+
+if TYPE_CHECKING:  # app.py imports this module
+    from ticket_dispatcher.http.app import Services
 
 
 def normalise_email(text: str) -> str:
@@ -30,7 +35,7 @@ def _flag(text: str) -> bool:
 class EngineerCollection:
     roles = {"GET": VIEWER}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -45,13 +50,13 @@ class EngineerCollection:
 class EngineerItem:
     roles = {"GET": VIEWER, "PUT": OPERATOR, "DELETE": OPERATOR}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_get(self, req, resp, email: str) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
         resp.media = self._services.store.engineers.get(normalise_email(email)).to_json()
 
-    def on_put(self, req, resp, email: str) -> None:
+    def on_put(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
         email = normalise_email(email)
         body = bind_object(
             read_json(req, self._services.max_body_bytes,
@@ -69,6 +74,6 @@ class EngineerItem:
         resp.status = falcon.HTTP_201 if created else falcon.HTTP_200
         resp.media = engineer.to_json()
 
-    def on_delete(self, req, resp, email: str) -> None:
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
         self._services.store.engineers.delete(normalise_email(email))
         resp.status = falcon.HTTP_204

@@ -10,6 +10,8 @@ nothing of the refused request was stored.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import Any
 
 import falcon
 
@@ -19,6 +21,7 @@ from ticket_dispatcher.errors import (
     InvalidInput,
     NotFound,
     PolicyInvalid,
+    Problem,
     RuntimeUnavailable,
     StoreUnavailable,
 )
@@ -57,7 +60,8 @@ RETRY_AFTER_SECONDS = "2"
 class ApiError(falcon.HTTPError):
     """A falcon error that carries our list of problems."""
 
-    def __init__(self, status: str, description: str, problems=(), headers=None):
+    def __init__(self, status: str, description: str, problems: Iterable[Problem] = (),
+                 headers: dict[str, str] | None = None):
         super().__init__(status, title=status.split(" ", 1)[1], description=description,
                          headers=headers)
         self.problems = [p.to_json() for p in problems]
@@ -79,7 +83,8 @@ def serialize_error(req: falcon.Request, resp: falcon.Response, exc: falcon.HTTP
     )
 
 
-def handle_dispatcher_error(req, resp, exc: DispatcherError, params) -> None:
+def handle_dispatcher_error(req: falcon.Request, resp: falcon.Response, exc: DispatcherError,
+                            params: dict[str, Any]) -> None:
     for cls, status in _DOMAIN_STATUS:
         if isinstance(exc, cls):
             headers = ({"Retry-After": RETRY_AFTER_SECONDS}
@@ -88,7 +93,8 @@ def handle_dispatcher_error(req, resp, exc: DispatcherError, params) -> None:
     raise ApiError(falcon.HTTP_400, exc.message, exc.problems)
 
 
-def handle_unexpected(req, resp, exc: Exception, params) -> None:
+def handle_unexpected(req: falcon.Request, resp: falcon.Response, exc: Exception,
+                      params: dict[str, Any]) -> None:
     if isinstance(exc, falcon.HTTPError):  # falcon's own, already shaped by serialize_error
         raise exc
     log.exception("unhandled error in %s %s", req.method, req.path)

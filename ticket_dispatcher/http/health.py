@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import falcon
 
 from ticket_dispatcher.domain import catalog
 from ticket_dispatcher.http.auth import PUBLIC, VIEWER
+
+if TYPE_CHECKING:  # app.py imports this module
+    from ticket_dispatcher.http.app import Services
 
 
 class Liveness:
     roles = {"GET": PUBLIC}
     uses_database = False  # answers while every connection is busy (http/middleware.py)
 
-    def on_get(self, req, resp) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = {"status": "ok"}
 
 
@@ -27,10 +32,10 @@ class Readiness:
     # middleware would answer a bare 503 without the checks.
     uses_database = False
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_get(self, req, resp) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         checks = {
             "database": self._services.store.ping(),
             "recovery": self._services.recovery_done(),
@@ -48,11 +53,11 @@ class MetricsExposition:
 
     uses_database = False  # gauges are sampled by the backlog job, never at scrape time
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
         self.roles = {"GET": PUBLIC if services.config.auth.metrics_public else VIEWER}
 
-    def on_get(self, req, resp) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         body, content_type = self._services.metrics.exposition()
         resp.data = body
         resp.content_type = content_type
@@ -64,8 +69,8 @@ class Options:
     roles = {"GET": VIEWER}
     uses_database = False  # the catalog and the registry are code, not data
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_get(self, req, resp) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = catalog.options(self._services.registry.types())

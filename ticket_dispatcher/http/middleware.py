@@ -21,6 +21,8 @@ A connection the driver found lost during the request is discarded, not pooled a
 
 from __future__ import annotations
 
+from typing import Any
+
 import falcon
 
 from ticket_dispatcher.store import Store
@@ -37,12 +39,12 @@ class DatabaseConnection:
     def __init__(self, store: Store):
         self._store = store
 
-    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource,
-                         params) -> None:
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         params: dict[str, Any]) -> None:
         if resource is None or not uses_database(resource):
             return
         self._store.checkout()
 
-    def process_response(self, req: falcon.Request, resp: falcon.Response, resource,
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
                          req_succeeded: bool) -> None:
         self._store.checkin()  # closes only what is open: a refused request took nothing

@@ -16,6 +16,10 @@ saved with problems that only block its activation, so a stored rule's ``when`` 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import Any
+
+import falcon
 
 from ticket_dispatcher import __version__
 from ticket_dispatcher.domain import catalog
@@ -44,19 +48,21 @@ def _ref(name: str) -> dict:
 
 
 def _json(schema: dict, description: str = "OK", headers: dict | None = None) -> dict:
-    response = {"description": description, "content": {"application/json": {"schema": schema}}}
+    response: dict[str, Any] = {"description": description,
+                                "content": {"application/json": {"schema": schema}}}
     if headers:
         response["headers"] = headers
     return response
 
 
-def _enum(values) -> dict:
+def _enum(values: Iterable[object]) -> dict:
     return {"type": "string", "enum": [str(value) for value in values]}
 
 
-def _object(properties: dict, required=None, *, closed: bool = True, **extra) -> dict:
+def _object(properties: dict, required: Iterable[str] | None = None, *, closed: bool = True,
+            **extra: Any) -> dict:
     """An object schema; ``required`` defaults to every property (what ``to_json`` emits)."""
-    schema = {"type": "object", "properties": properties,
+    schema: dict[str, Any] = {"type": "object", "properties": properties,
               "required": list(properties if required is None else required)}
     if not schema["required"]:
         del schema["required"]
@@ -129,7 +135,7 @@ def _op(summary: str, responses: dict, *, errors: tuple = (), body: str | None =
     """One operation. Every operation may answer 400 (parameters are checked for control
     characters on every route); an authenticated one also 401/403/429, and one that takes a
     database connection 503 (http/middleware.py)."""
-    shared = ("400",) if public else ("400", "401", "403", "429")
+    shared: tuple[str, ...] = ("400",) if public else ("400", "401", "403", "429")
     if database:
         shared += ("503",)
     codes = sorted((set(shared) | set(errors)) - set(responses))  # e.g. /readyz's own 503
@@ -147,7 +153,7 @@ def _op(summary: str, responses: dict, *, errors: tuple = (), body: str | None =
     return operation
 
 
-def _path_param(name: str, schema: dict, example) -> dict:
+def _path_param(name: str, schema: dict, example: object) -> dict:
     return {"name": name, "in": "path", "required": True, "schema": schema, "example": example}
 
 
@@ -723,5 +729,5 @@ class OpenApiDocument:
     roles = {"GET": PUBLIC}
     uses_database = False  # a static document (http/middleware.py)
 
-    def on_get(self, req, resp) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = document()

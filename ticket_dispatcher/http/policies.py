@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import falcon
 
@@ -14,13 +14,16 @@ from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import page, paging, query_choice, read_json
 
+if TYPE_CHECKING:  # app.py imports this module
+    from ticket_dispatcher.http.app import Services
+
 # Multi-line free text in a policy body, where TAB, LF and CR are allowed (http/binding.py):
 # the description, and the values a triage action writes into Jira fields (Jira text areas hold
 # several lines). Names, labels, emails, sources and condition values stay single-line.
 MULTILINE_PATHS = ("description", "rules[].then[].triage.fields")
 
 
-def _read_policy(req: falcon.Request, services) -> Any:
+def _read_policy(req: falcon.Request, services: Services) -> Any:
     return read_json(req, services.max_body_bytes, max_depth=services.max_json_depth,
                      multiline=MULTILINE_PATHS)
 
@@ -32,7 +35,7 @@ def _status(text: str) -> PolicyStatus:
 class PolicyCollection:
     roles = {"GET": VIEWER, "POST": OPERATOR}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -53,13 +56,13 @@ class PolicyCollection:
 class PolicyItem:
     roles = {"GET": VIEWER, "PUT": OPERATOR, "DELETE": OPERATOR}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_get(self, req, resp, policy_id: int) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         resp.media = self._services.store.policies.get(policy_id).to_json()
 
-    def on_put(self, req, resp, policy_id: int) -> None:
+    def on_put(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         spec = validation.parse_policy_spec(_read_policy(req, self._services),
                                             self._services.registry)
         policy = self._services.store.policies.update_draft(
@@ -67,7 +70,7 @@ class PolicyItem:
         )
         resp.media = policy.to_json()
 
-    def on_delete(self, req, resp, policy_id: int) -> None:
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         self._services.store.policies.delete_draft(policy_id)
         resp.status = falcon.HTTP_204
 
@@ -75,10 +78,10 @@ class PolicyItem:
 class PolicyActivation:
     roles = {"POST": OPERATOR}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_post(self, req, resp, policy_id: int) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         # The store validates inside the activation (422 with every problem).
         policy = self._services.store.policies.activate(policy_id, now=self._services.clock.now())
         resp.media = policy.to_json()
@@ -87,10 +90,10 @@ class PolicyActivation:
 class PolicyDeactivation:
     roles = {"POST": OPERATOR}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_post(self, req, resp, policy_id: int) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         policy = self._services.store.policies.deactivate(
             policy_id, now=self._services.clock.now()
         )
@@ -100,10 +103,10 @@ class PolicyDeactivation:
 class PolicyReplacements:
     roles = {"POST": OPERATOR}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_post(self, req, resp, policy_id: int) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         spec = validation.parse_policy_spec(_read_policy(req, self._services),
                                             self._services.registry)
         policy = self._services.store.policies.create_replacement(
@@ -115,10 +118,10 @@ class PolicyReplacements:
 class PolicyValidation:
     roles = {"POST": VIEWER}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_post(self, req, resp) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         problems = validation.validate_policy(_read_policy(req, self._services),
                                               self._services.registry)
         resp.media = {"valid": not problems, "errors": [p.to_json() for p in problems]}
@@ -129,21 +132,21 @@ class PolicyShadow:
 
     roles = {"GET": VIEWER, "POST": OPERATOR, "DELETE": OPERATOR}
 
-    def __init__(self, services):
+    def __init__(self, services: Services) -> None:
         self._services = services
 
-    def on_post(self, req, resp, policy_id: int) -> None:
+    def on_post(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         shadows = self._services.store.shadows
         shadows.start(policy_id, now=self._services.clock.now())
         resp.status = falcon.HTTP_201
         resp.location = _shadow_path(policy_id)
         resp.media = shadows.report(policy_id).to_json()
 
-    def on_get(self, req, resp, policy_id: int) -> None:
+    def on_get(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         # A policy never shadowed answers 200 with shadowing false and zero counts.
         resp.media = self._services.store.shadows.report(policy_id).to_json()
 
-    def on_delete(self, req, resp, policy_id: int) -> None:
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         self._services.store.shadows.stop(policy_id)
         resp.status = falcon.HTTP_204
 

@@ -138,10 +138,10 @@ class JiraClient:
         if not isinstance(found, list):
             raise IntegrationError("jira GET /rest/api/2/user/search: the answer is not a list",
                                    status=200, service=SERVICE)
-        exact = [_user(raw) for raw in found if _email_of(raw) == wanted]
-        exact = [user for user in exact if user is not None]
+        exact = [user for raw in found if _email_of(raw) == wanted
+                 if (user := _user(raw)) is not None]
         active = [user for user in exact if user.active]
-        return (active or exact or [None])[0]
+        return (active or exact)[0] if exact else None
 
     def add_internal_comment(self, key: str, text: str) -> None:
         """A comment agents see and customers do not (``public: false``)."""

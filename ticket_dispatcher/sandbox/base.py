@@ -83,13 +83,15 @@ class ServiceResource:
         return read_json_body(req, self.error)
 
 
-def guard(req: falcon.Request, resp: falcon.Response, resource: ServiceResource,
-          params: dict) -> None:
+def guard(req: falcon.Request, resp: falcon.Response, resource: object,
+          params: dict[str, Any]) -> None:
     """Before every fake-service responder: apply an injected fault, then check auth.
 
     Faults come first so that even the Lark token endpoint can be made slow or failing.
     Latency really sleeps (the sandbox only), outside any state lock.
     """
+    if not isinstance(resource, ServiceResource):  # falcon types a hook's resource as object
+        raise TypeError(f"guard decorates ServiceResource subclasses, not {resource!r}")
     traffic = resource.traffic
     fault = traffic.take_fault(resource.service, req.path)
     traffic.record_request(resource.service, req.method, req.path,

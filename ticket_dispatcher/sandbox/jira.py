@@ -508,7 +508,7 @@ def read_jql(body: object, reader: Callable[[str], T]) -> tuple[dict, T]:
     """The request body and what ``reader`` makes of its ``jql``; Jira's 400 for a body
     without a JQL string, or a JQL the sandbox cannot read."""
     jql = body.get("jql") if isinstance(body, dict) else None
-    if not isinstance(jql, str):
+    if not isinstance(body, dict) or not isinstance(jql, str):
         raise jira_error(400, ["The request body must be an object with a string 'jql'."])
     try:
         return body, reader(jql)

@@ -80,7 +80,10 @@ class ActionRun:
 
 
 class ActionExecutor(Protocol):
-    type: str
+    @property
+    def type(self) -> str:
+        """The action type this executor runs (read only: the registry finds it by this)."""
+        ...
 
     def validate_config(self, config: Any, path: str) -> list[Problem]:
         """Every problem of this action's configuration, at JSON paths under ``path`` (the

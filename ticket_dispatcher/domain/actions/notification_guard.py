@@ -9,7 +9,7 @@ and an ACK writes its comment exactly once, by the action that found it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import builtins
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -46,9 +46,8 @@ class GuardedAction:
     copies what the guard compares from the card's state (``expected_from_card``)."""
 
     type: ClassVar[str]
-    state_type: ClassVar[type[GuardedState]]
-    # the action's configuration check (notification.py), a staticmethod
-    config_check: ClassVar[Callable[[Any, str], list[Problem]]]
+    # builtins.type: in this class body, ``type`` names the action type above
+    state_type: ClassVar[builtins.type[GuardedState]]
     with_label: ClassVar[bool] = False  # the escalation puts the role label back
     # Urgent and page go on while Jira cannot be read (``stand_in``): their guard reads Jira
     # itself, and a failed read is no verdict. The escalation writes Jira, so it waits.
@@ -58,6 +57,11 @@ class GuardedAction:
         """``retry_budget``: how long a Jira write refused by a passing fault is tried
         again (retrying.py)."""
         self.retry_budget = retry_budget
+
+    @staticmethod
+    def config_check(config: Any, path: str) -> list[Problem]:
+        """The action's configuration check (notification.py); each action sets its own."""
+        raise NotImplementedError
 
     def validate_config(self, config: Any, path: str) -> list[Problem]:
         return self.config_check(config, path)

@@ -31,7 +31,7 @@ from ticket_dispatcher.errors import DispatcherError, IntegrationError, OutcomeU
 def consume_label(run: ActionRun, card: CardState) -> bool:
     """Consume the label under its guard; True when the workflow is stale (the target or the
     urgency changed) and must end."""
-    phase = card.label_phase or LabelPhase.PENDING
+    phase: LabelPhase | None = card.label_phase or LabelPhase.PENDING
     if phase in (LabelPhase.PENDING, LabelPhase.REMOVE_STARTED):
         stale = _remove(run, card)
         if stale is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar, cast
 
 from ticket_dispatcher.domain.actions.base import ActionRun
 from ticket_dispatcher.domain.actions.notification_guard import look_now
@@ -29,6 +30,7 @@ from ticket_dispatcher.domain.execution import (
     RuleExecution,
 )
 from ticket_dispatcher.domain.model import Issue
+from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.errors import DispatcherError
 from ticket_dispatcher.timeutil import parse_duration
 
@@ -57,7 +59,10 @@ class AckWatch:
 
     @property
     def wake_at(self) -> datetime:
-        return self.execution.wake_at
+        wake_at = self.execution.wake_at
+        if wake_at is None:  # ack_watch takes only a parked execution; record_look keeps it so
+            raise AssertionError(f"execution {self.execution.id} is watched but not parked")
+        return wake_at
 
     @property
     def message_id(self) -> str:
@@ -80,7 +85,7 @@ class AckWatch:
         state = self._state()
         state.polls = (state.polls or 0) + 1
         state.write(self.action.context)
-        previous = self.execution.wake_at
+        previous = self.wake_at
         self.execution.wake_at = min(next_look or now + self.poll, self.deadline)
         self.execution.updated_at = now
         return previous
@@ -91,9 +96,12 @@ class AckWatch:
         or a warning to record. ``readers`` None: the guard asks Lark nothing."""
         state = PageState.load(self.action.context.get(PageState.KEY))  # the guard's own
         snapshot = issue if isinstance(issue, Issue) else Issue(self.issue_key, "")
+        # The guard's look reads only ports.jira.load_issue and ports.lark.read_user_ids
+        # (look_now), both of which _Answered answers: it stands in for the whole Ports.
+        ports = cast(Ports, _Answered(issue, readers))
         run = ActionRun(execution=self.execution, issue=snapshot,
                         config=self.action.config, context=copy.deepcopy(self.action.context),
-                        now=now, ports=_Answered(issue, readers), checkpoint=_never)
+                        now=now, ports=ports, checkpoint=_never)
         verdict = look_now(run, state, list(self.action.config["ack_pending_statuses"]))
         return bool(verdict.ack or verdict.invalidated or state.warnings)
 
@@ -130,7 +138,8 @@ def _watch_of(execution: Execution, rule: RuleExecution,
     settled = (state.page.phase is CallPhase.FINISHED and state.outcome is None
                and state.comment.phase is not CallPhase.STARTED
                and state.ack_comment.phase is None)
-    if not settled or state.deadline is None or execution.wake_at >= state.deadline:
+    if not settled or state.deadline is None or execution.wake_at is None \
+            or execution.wake_at >= state.deadline:
         return None
     return AckWatch(execution, rule, action, state.deadline, poll)
 
@@ -156,7 +165,10 @@ class _Reads:
         return _answer(self._readers)
 
 
-def _answer(value):
+_T = TypeVar("_T")
+
+
+def _answer(value: _T | DispatcherError | None) -> _T:
     if isinstance(value, DispatcherError):
         raise value
     if value is None:  # the watcher only leaves out what the guard does not ask

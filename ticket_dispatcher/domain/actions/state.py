@@ -146,7 +146,10 @@ class ActionState:
                              f"release reads ({cls.VERSION})")
         raw = cls.upgrade(raw, version)
         values: dict[str, Any] = {"version": version}
-        hints = _hints(cls)
+        # As a plain type: a dataclass's class object is hashable (type.__hash__), but mypy
+        # judges type[Self] by the instances' __hash__, which eq=True sets to None.
+        owner: type = cls
+        hints = _hints(owner)
         for item in _state_fields(cls):
             key = _key(item)
             if _CALL in item.metadata:
