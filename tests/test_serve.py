@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -170,3 +171,25 @@ def test_a_second_stop_after_the_loop_closed_its_sockets_does_nothing(tmp_path):
         wait_until(lambda: not serving(), 10, "the serving loop returns")
         service.stop_serving()  # the drain's timer, a drain later
         service.stop_serving()  # and the block's own stop, as close() follows
+
+
+def test_stop_serving_closes_the_connections_clients_hold_open(tmp_path):
+    """The serving loop runs while any socket it serves is open: a client's idle keep-alive
+    connection must not keep it serving after the drain's stop, and the client sees it
+    closed."""
+    from tests.process import sandbox_in_thread, wait_until
+
+    def serving() -> bool:
+        return any(thread.name == "waitress" for thread in threading.enumerate())
+
+    with sandbox_in_thread(tmp_path) as service:
+        client = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
+        try:
+            client.request("GET", "/healthz")
+            answer = client.getresponse()
+            assert answer.status == 200 and answer.read() and not answer.will_close
+            service.stop_serving()
+            wait_until(lambda: not serving(), 10, "the serving loop returns")
+            assert client.sock.recv(1) == b""  # closed by the server
+        finally:
+            client.close()
