@@ -24,22 +24,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start(tmp_path, *args, env=None) -> tuple[subprocess.Popen, int]:
+def start(tmp_path, *args, env=None, cpus: set[int] | None = None,
+          ) -> tuple[subprocess.Popen, int]:
+    """``serve`` in a process of its own; ``cpus``: the CPUs it is started on, as
+    ``taskset -c`` would start it."""
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("TICKET_DISPATCHER_")}
     environ["TICKET_DISPATCHER_DATABASE_URL"] = f"sqlite:///{tmp_path / 'td.db'}"
     environ.update(env or {})
     process = subprocess.Popen(
         [sys.executable, "-m", "ticket_dispatcher", "serve", "--port", str(port), *args],
-        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
     return process, port
 
 
-def wait_until_serving(process: subprocess.Popen) -> None:
-    """Read the JSON log until the server says it is serving (bounded by the test timeout)."""
+def wait_until_serving(process: subprocess.Popen) -> str:
+    """Read the JSON log until the server says it is serving (bounded by the test timeout);
+    the log up to there."""
+    lines = []
     for line in process.stderr:
+        lines.append(line)
         if "serving on" in line:
-            return
+            return "".join(lines)
     raise AssertionError(f"server exited with {process.wait()} before serving")
 
 
@@ -104,14 +111,27 @@ several_cpus = pytest.mark.skipif(
 
 
 @several_cpus
-def test_serve_runs_every_thread_on_one_cpu_by_default(tmp_path):
+def test_serve_leaves_its_cpu_affinity_alone_by_default(tmp_path):
     process, port = start(tmp_path, "--insecure-no-auth")
     try:
-        wait_until_serving(process)
+        started = wait_until_serving(process)
         get(port, "/readyz")  # the HTTP threads, actors and clients have all started
 
-        [cpus] = cpus_of(process.pid)
-        assert len(cpus) == 1 and cpus <= os.sched_getaffinity(0)
+        assert cpus_of(process.pid) == {frozenset(os.sched_getaffinity(0))}
+        assert "running on one CPU" not in started
+    finally:
+        process.kill()
+
+
+@several_cpus
+def test_serve_keeps_every_thread_on_the_cpu_the_operator_started_it_on(tmp_path):
+    chosen = max(os.sched_getaffinity(0))
+    process, port = start(tmp_path, "--insecure-no-auth", cpus={chosen})
+    try:
+        wait_until_serving(process)
+        get(port, "/readyz")
+
+        assert cpus_of(process.pid) == {frozenset({chosen})}
     finally:
         process.kill()
 
@@ -135,10 +155,11 @@ def test_serve_runs_on_the_cpu_it_is_given(tmp_path):
     process, port = start(tmp_path, "--insecure-no-auth",
                           env={"TICKET_DISPATCHER_CPU_AFFINITY": str(chosen)})
     try:
-        wait_until_serving(process)
+        started = wait_until_serving(process)
         get(port, "/readyz")
 
         assert cpus_of(process.pid) == {frozenset({chosen})}
+        assert f"cpu_affinity: CPU {chosen}" in started
     finally:
         process.kill()
 

@@ -301,10 +301,10 @@ def _already_stopping(signum: int, frame: FrameType | None) -> None:
 def serve(config: Config, *, host: str | None = None, port: int | None = None,
           sandbox: bool = False, insecure_no_auth: bool = False) -> int:
     configure_logging(level=config.log_level, secrets=config.secrets())
-    pinned = cpu.pin(config.cpu_affinity)  # before any thread of the service starts
+    # Once, before any thread of the service starts; unset, the affinity stays the operator's.
+    pinned = cpu.pin(config.cpu_affinity)
     if pinned is not None:
-        log.info("running on one CPU", extra={"reason": f"cpu_affinity {config.cpu_affinity}: "
-                                                        f"CPU {pinned}"})
+        log.info("running on one CPU", extra={"reason": f"cpu_affinity: CPU {pinned}"})
     service = Service(config, host=host, port=port, sandbox=sandbox,
                       insecure_no_auth=insecure_no_auth)
     stop = _drain_then_stop(service) if config.cluster.shared else _stop
