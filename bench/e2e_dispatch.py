@@ -53,6 +53,7 @@ succeeded, one Lark card per issue, no page.
 
     python bench/e2e_dispatch.py [--triggers 600] [--repeat 3] [--users 10]
         [--postgres-url URL] [--peer-server waitress|wsgiref] [--pin-floor] [--timeout 90]
+        [--setting NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -491,19 +492,24 @@ def main() -> None:
     parser.add_argument("--peer-server", choices=("waitress", "wsgiref"), default="waitress",
                         help="what serves the fake Jira in its own process")
     parser.add_argument("--pin-floor", action="store_true",
-                        help="run the floors' threads on one CPU, as the service runs by "
-                             "default (cpu_affinity)")
+                        help="run the floors' threads on one CPU, as a service given one "
+                             "CPU runs (--setting CPU_AFFINITY=N)")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the measured service, TICKET_DISPATCHER_NAME "
+                             "(CPU_AFFINITY=1, say); repeatable")
     parser.add_argument("--timeout", type=float, default=90,
                         help="seconds a run may take to end every execution")
     args = parser.parse_args()
     engine = "PostgreSQL" if args.postgres_url else "SQLite"
+    given = dict(setting.partition("=")[::2] for setting in args.setting)
     print(f"end to end, {engine}: {args.triggers} assign dispatches per run from {THREADS} "
           f"threads after {WARM_UP} warm-up ones, {args.repeat} run(s), round robin over "
           f"{args.users} engineers; fake Jira in its own process on {args.peer_server}"
-          f"{'; floors on one CPU' if args.pin_floor else ''}")
+          f"{'; floors on one CPU' if args.pin_floor else ''}"
+          f"{''.join(f'; {name}={value}' for name, value in given.items())}")
     with fresh_database(args.postgres_url) as database_url, \
             JiraProcess(args.peer_server) as jira:
-        service = start_service(database_url, jira)
+        service = start_service(database_url, jira, SETTINGS | given)
         try:
             runs = run_all(args, service, jira)
         finally:

@@ -71,17 +71,21 @@ def cpu_seconds(pid: int) -> float:
 @contextmanager
 def one_cpu(enabled: bool) -> Iterator[None]:
     """While inside, every thread of this process (and every thread it starts) runs on one CPU,
-    as ``serve`` runs (``cpu_affinity = "auto"``); afterwards they may use every CPU again.
-    For a floor measured the way the service runs (``--pin-floor``)."""
+    as ``serve`` runs when it is given one (``cpu_affinity``, ``taskset -c``); afterwards they
+    may use every CPU again. For a floor measured as a pinned service runs (``--pin-floor``)."""
     if not enabled:
         yield
         return
     allowed = os.sched_getaffinity(0)
-    cpu.pin(cpu.AUTO)
+    cpu.pin(min(allowed))
     try:
         yield
     finally:
-        cpu.move_threads(allowed)
+        for thread in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(thread), allowed)
+            except OSError:  # a thread that ended meanwhile
+                pass
 
 
 def median(values: Iterable[float]) -> float:
@@ -221,7 +225,7 @@ def serve_intake_floor(database_url: str, serialize: bool = False, pin: bool = F
     logging.getLogger("waitress").setLevel(logging.ERROR)
     app = intake_floor_app(database_url, serialize)
     if pin:  # before waitress starts its threads
-        cpu.pin(cpu.AUTO)
+        cpu.pin(min(os.sched_getaffinity(0)))
     server = waitress.create_server(app, host="127.0.0.1", port=0,
                                     **server_limits(HttpConfig()))
     print(f"serving on {server.effective_port}", flush=True)
@@ -364,7 +368,7 @@ def main() -> None:
     intake.add_argument("--serialize", action="store_true",
                         help="SQLite: one INSERT at a time under a process lock")
     intake.add_argument("--pin", action="store_true",
-                        help="run on one CPU, as the service does by default")
+                        help="run on one CPU, as a service given one CPU does")
     jira = commands.add_parser("jira", help="tests/peer.py's fake Jira with a control API")
     jira.add_argument("--server", choices=("waitress", "wsgiref"), default="waitress")
     jira.add_argument("--threads", type=int, default=16)

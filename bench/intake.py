@@ -2,7 +2,7 @@
 next to its floor, a bare falcon + waitress app that does one INSERT per request.
 
 The service is a real ``ticket-dispatcher serve`` process (trigger rate limit off, log level
-WARNING, its default ``[http]`` settings and ``cpu_affinity``) on a temporary SQLite file or,
+WARNING, its default ``[http]`` settings, no ``cpu_affinity``) on a temporary SQLite file or,
 with ``--postgres-url``, a throw-away PostgreSQL schema. ``wrk -t2 -cCONNECTIONS`` posts a
 trigger for an issue its Jira does not know, so the background work that follows each trigger
 (a claim, one Jira 404, the trigger marked failed) stays small but is still there: it runs in
@@ -35,7 +35,7 @@ Takes about 1.5 minutes at the defaults on a 2-core machine: the service accepts
 faster than it processes them, so each 6 s service run leaves a backlog of 10 to 15 s to drain
 (``--seconds 8`` comes close to 2 minutes).
 
-``--pin-floor`` runs the floor on one CPU as well, as the service runs by default.
+``--pin-floor`` runs the floor on one CPU, as a service given one CPU runs.
 
     python bench/intake.py [--seconds 6] [--repeat 3] [--connections 16] [--postgres-url URL]
                            [--serialize-floor] [--pin-floor] [--jira own|sandbox]
@@ -238,8 +238,8 @@ def main() -> None:
                         help="SQLite: the floor's INSERTs one at a time under a process lock "
                              "(no busy-handler sleeps: a higher, steadier floor)")
     parser.add_argument("--pin-floor", action="store_true",
-                        help="run the floor on one CPU, as the service runs by default "
-                             "(cpu_affinity)")
+                        help="run the floor on one CPU, as a service given one CPU "
+                             "(cpu_affinity) runs")
     parser.add_argument("--jira", choices=("own", "sandbox"), default="own",
                         help="the fake Jira answering the service's issue loads: in a process "
                              "of its own, or the sandbox served by the service itself")

@@ -1,7 +1,7 @@
 """Executions completed per second through the whole actor runtime (issue: runtime figures).
 
 Each trigger goes through intake (a pending row), a TriggerActor (claim, issue load from an
-in-memory Jira port, matching, the creation transaction in the pool) and an ExecutionActor
+in-memory Jira port, matching, the creation transaction in the pool) and an execution worker
 (every checkpoint of one no-op action persisted). Run with 10 slots and with 1 slot:
 
     python bench/runtime_throughput.py [--triggers 400] [--postgres-url URL]

@@ -4,8 +4,9 @@ Starts the service in-process with ``--sandbox`` on a free port, makes the sandb
 every ``PUT …/assignee`` after a fixed latency (default 1.5 s), posts N triggers over HTTP and
 waits until every execution has finished. Prints dispatches/s next to the ideal
 ``slots / latency`` (each dispatch holds its slot for one slow assignment), and the most
-executions seen running at once in the admin view. Like ``serve``, the process runs on one CPU
-(``cpu_affinity``, default ``auto``; ``TICKET_DISPATCHER_CPU_AFFINITY=off`` to compare).
+executions seen running at once in the admin view. Like ``serve``, the process runs where it
+is started (``taskset -c N`` to give it one CPU), or on the CPU
+``TICKET_DISPATCHER_CPU_AFFINITY`` names.
 
     python bench/slow_jira.py [--slots 10] [--dispatches 120] [--latency 1.5]
                               [--postgres-url postgresql://…]
@@ -38,8 +39,8 @@ def start(database_url: str, slots: int) -> tuple[Service, str, threading.Thread
         # the sandbox Jira is served by this same server: a thread per slow assignment
         "TICKET_DISPATCHER_HTTP_THREADS": str(min(64, slots + 4)),
         "TICKET_DISPATCHER_LOG_LEVEL": "WARNING",
-        "TICKET_DISPATCHER_CPU_AFFINITY": os.environ.get("TICKET_DISPATCHER_CPU_AFFINITY", "auto")})
-    cpu.pin(config.cpu_affinity)  # as ``serve`` does: this whole process on one CPU
+        "TICKET_DISPATCHER_CPU_AFFINITY": os.environ.get("TICKET_DISPATCHER_CPU_AFFINITY", "")})
+    cpu.pin(config.cpu_affinity)  # as ``serve`` does: on the one CPU named, if any
     service = Service(config, port=0, sandbox=True)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()

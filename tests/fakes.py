@@ -374,6 +374,10 @@ class GateAction:
     def open(self) -> None:
         self._gate.set()
 
+    def close(self) -> None:
+        """The executions that enter from now on wait again."""
+        self._gate.clear()
+
 
 class FakeLark:
     """The ``Messenger`` port (Lark) in memory: open IDs by email, every card and App-urgent

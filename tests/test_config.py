@@ -73,7 +73,7 @@ def test_defaults_without_file_or_environment():
     assert config.integrations.connect_timeout == timedelta(seconds=3)
     assert config.integrations.read_timeout == timedelta(seconds=10)
     assert config.log_level == "INFO"
-    assert config.cpu_affinity == "auto"
+    assert config.cpu_affinity is None
 
 
 def test_toml_file_sets_every_kind_of_value(write_toml):
@@ -168,7 +168,8 @@ def test_malformed_toml_is_a_config_error(write_toml):
         ("TICKET_DISPATCHER_INTEGRATIONS_READ_TIMEOUT", "30s",
          lambda c: c.integrations.read_timeout, timedelta(seconds=30)),
         ("TICKET_DISPATCHER_LOG_LEVEL", "debug", lambda c: c.log_level, "DEBUG"),
-        ("TICKET_DISPATCHER_CPU_AFFINITY", "Off", lambda c: c.cpu_affinity, "off"),
+        ("TICKET_DISPATCHER_CPU_AFFINITY", "Off", lambda c: c.cpu_affinity, None),
+        ("TICKET_DISPATCHER_CPU_AFFINITY", "", lambda c: c.cpu_affinity, None),
         ("TICKET_DISPATCHER_CPU_AFFINITY", " 3 ", lambda c: c.cpu_affinity, 3),
         ("TICKET_DISPATCHER_SHUTDOWN_TIMEOUT", "25s", lambda c: c.shutdown_timeout,
          timedelta(seconds=25)),
@@ -252,9 +253,13 @@ def test_config_and_test_variables_are_not_settings():
         ('[http]\nhost = ""', 'http.host: expected a non-empty string, got ""'),
         ('log_level = "LOUD"', "log_level: expected one of DEBUG, INFO"),
         ('cpu_affinity = "all"',
-         'cpu_affinity: expected "auto", "off" or a CPU number (0 or more), got "all"'),
-        ("cpu_affinity = -1", 'cpu_affinity: expected "auto", "off" or a CPU number'),
-        ("cpu_affinity = true", 'cpu_affinity: expected "auto", "off" or a CPU number'),
+         'cpu_affinity: expected a CPU number (0 or more), or "off" to leave the CPU '
+         'placement alone, got "all"'),
+        ("cpu_affinity = -1", "cpu_affinity: expected a CPU number (0 or more)"),
+        ("cpu_affinity = true", "cpu_affinity: expected a CPU number (0 or more)"),
+        ('cpu_affinity = "auto"', 'cpu_affinity: expected a CPU number (0 or more), or "off" '
+         'to leave the CPU placement alone ("auto" is gone: serve leaves the CPU placement to '
+         'the operator unless given a CPU), got "auto"'),
         ("http = 3", "http: expected a table"),
         ("[auth]\napi_keys = 3", "auth.api_keys: expected an array of tables"),
         ('[[auth.api_keys]]\nname = "a"\nrole = "admin"\nkey = "k"',
@@ -292,7 +297,7 @@ def test_bad_file_value_names_the_key(write_toml, toml, expected):
         ("TICKET_DISPATCHER_HTTP_TRIGGER_RATE", "nan",
          "TICKET_DISPATCHER_HTTP_TRIGGER_RATE: expected a number"),
         ("TICKET_DISPATCHER_CPU_AFFINITY", "1.5",
-         'TICKET_DISPATCHER_CPU_AFFINITY: expected "auto", "off" or a CPU number'),
+         "TICKET_DISPATCHER_CPU_AFFINITY: expected a CPU number (0 or more)"),
         ("TICKET_DISPATCHER_NOTIFICATIONS_ENABLED", "maybe",
          "TICKET_DISPATCHER_NOTIFICATIONS_ENABLED: expected true or false"),
         ("TICKET_DISPATCHER_TRIGGER_POLL_INTERVAL", "5 parsecs",

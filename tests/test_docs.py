@@ -120,6 +120,8 @@ def documented_settings() -> dict[str, tuple[str, str]]:
 
 def env_text(value: Any) -> str:
     """A default as an environment variable writes it."""
+    if value is None:  # a key unset by default (cpu_affinity): an empty variable
+        return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):  # auth.api_keys: "name:role:key,..."; none by default

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -23,22 +24,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start(tmp_path, *args, env=None) -> tuple[subprocess.Popen, int]:
+def start(tmp_path, *args, env=None, cpus: set[int] | None = None,
+          ) -> tuple[subprocess.Popen, int]:
+    """``serve`` in a process of its own; ``cpus``: the CPUs it is started on, as
+    ``taskset -c`` would start it."""
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("TICKET_DISPATCHER_")}
     environ["TICKET_DISPATCHER_DATABASE_URL"] = f"sqlite:///{tmp_path / 'td.db'}"
     environ.update(env or {})
     process = subprocess.Popen(
         [sys.executable, "-m", "ticket_dispatcher", "serve", "--port", str(port), *args],
-        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
     return process, port
 
 
-def wait_until_serving(process: subprocess.Popen) -> None:
-    """Read the JSON log until the server says it is serving (bounded by the test timeout)."""
+def wait_until_serving(process: subprocess.Popen) -> str:
+    """Read the JSON log until the server says it is serving (bounded by the test timeout);
+    the log up to there."""
+    lines = []
     for line in process.stderr:
+        lines.append(line)
         if "serving on" in line:
-            return
+            return "".join(lines)
     raise AssertionError(f"server exited with {process.wait()} before serving")
 
 
@@ -103,14 +111,27 @@ several_cpus = pytest.mark.skipif(
 
 
 @several_cpus
-def test_serve_runs_every_thread_on_one_cpu_by_default(tmp_path):
+def test_serve_leaves_its_cpu_affinity_alone_by_default(tmp_path):
     process, port = start(tmp_path, "--insecure-no-auth")
     try:
-        wait_until_serving(process)
+        started = wait_until_serving(process)
         get(port, "/readyz")  # the HTTP threads, actors and clients have all started
 
-        [cpus] = cpus_of(process.pid)
-        assert len(cpus) == 1 and cpus <= os.sched_getaffinity(0)
+        assert cpus_of(process.pid) == {frozenset(os.sched_getaffinity(0))}
+        assert "running on one CPU" not in started
+    finally:
+        process.kill()
+
+
+@several_cpus
+def test_serve_keeps_every_thread_on_the_cpu_the_operator_started_it_on(tmp_path):
+    chosen = max(os.sched_getaffinity(0))
+    process, port = start(tmp_path, "--insecure-no-auth", cpus={chosen})
+    try:
+        wait_until_serving(process)
+        get(port, "/readyz")
+
+        assert cpus_of(process.pid) == {frozenset({chosen})}
     finally:
         process.kill()
 
@@ -134,10 +155,11 @@ def test_serve_runs_on_the_cpu_it_is_given(tmp_path):
     process, port = start(tmp_path, "--insecure-no-auth",
                           env={"TICKET_DISPATCHER_CPU_AFFINITY": str(chosen)})
     try:
-        wait_until_serving(process)
+        started = wait_until_serving(process)
         get(port, "/readyz")
 
         assert cpus_of(process.pid) == {frozenset({chosen})}
+        assert f"cpu_affinity: CPU {chosen}" in started
     finally:
         process.kill()
 
@@ -170,3 +192,25 @@ def test_a_second_stop_after_the_loop_closed_its_sockets_does_nothing(tmp_path):
         wait_until(lambda: not serving(), 10, "the serving loop returns")
         service.stop_serving()  # the drain's timer, a drain later
         service.stop_serving()  # and the block's own stop, as close() follows
+
+
+def test_stop_serving_closes_the_connections_clients_hold_open(tmp_path):
+    """The serving loop runs while any socket it serves is open: a client's idle keep-alive
+    connection must not keep it serving after the drain's stop, and the client sees it
+    closed."""
+    from tests.process import sandbox_in_thread, wait_until
+
+    def serving() -> bool:
+        return any(thread.name == "waitress" for thread in threading.enumerate())
+
+    with sandbox_in_thread(tmp_path) as service:
+        client = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
+        try:
+            client.request("GET", "/healthz")
+            answer = client.getresponse()
+            assert answer.status == 200 and answer.read() and not answer.will_close
+            service.stop_serving()
+            wait_until(lambda: not serving(), 10, "the serving loop returns")
+            assert client.sock.recv(1) == b""  # closed by the server
+        finally:
+            client.close()

@@ -35,7 +35,6 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ticket_dispatcher import cpu
 from ticket_dispatcher.domain.issues import (
     DEFAULT_AUTO_ASSIGN_LABEL,
     DEFAULT_L2_FIELD_ID,
@@ -111,17 +110,21 @@ def _log_level() -> Kind:
 
 
 def _cpu_affinity() -> Kind:
-    """``"auto"``, ``"off"`` (any case) or a CPU number (``cpu.pin``)."""
-    expected = f'"{cpu.AUTO}", "{cpu.OFF}" or a CPU number (0 or more)'
+    """A CPU number (``cpu.pin``), or nothing: unset, ``"off"`` (any case) or, in the
+    environment, empty. ``"auto"`` is refused: ``serve`` no longer chooses a CPU itself."""
+    expected = 'a CPU number (0 or more), or "off" to leave the CPU placement alone'
 
-    def from_toml(value: Any) -> str | int:
-        if isinstance(value, str) and value.strip().lower() in (cpu.AUTO, cpu.OFF):
-            return value.strip().lower()
+    def from_toml(value: Any) -> int | None:
+        if isinstance(value, str) and value.strip().lower() in ("off", ""):
+            return None
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            raise Invalid(f'{expected} ("auto" is gone: serve leaves the CPU placement to '
+                          f"the operator unless given a CPU)")
         raise Invalid(expected)
 
-    def from_env(value: str) -> str | int:
+    def from_env(value: str) -> int | None:
         return from_toml(int(value) if value.strip().isdigit() else value)
 
     return Kind(expected, from_toml, from_env)
@@ -519,7 +522,7 @@ class Config:
     actor_restarts: int = setting(3, integer(0))
     shutdown_timeout: timedelta = setting(timedelta(seconds=10), duration())  # SIGTERM to exit
     log_level: str = setting("INFO", _log_level())
-    cpu_affinity: str | int = setting(cpu.AUTO, _cpu_affinity())  # ``serve`` only
+    cpu_affinity: int | None = setting(None, _cpu_affinity())  # ``serve`` only
     http: HttpConfig = section(HttpConfig)
     database: DatabaseConfig = section(DatabaseConfig)
     leases: LeasesConfig = section(LeasesConfig)

@@ -141,9 +141,14 @@ class Service:
         timer.start()
 
     def _listen(self, host: str, port: int):
-        """Bind the port now (serving starts in ``run``), or say clearly why not."""
+        """Bind the port now (serving starts in ``run``), or say clearly why not. The socket
+        map the serving loop runs on (the listening socket, every connection, the loop's
+        wake-up pipe) is this service's, given to ``create_server``: ``stop_serving`` closes
+        what is in it."""
+        self._sockets: dict = {}
         try:
-            return waitress.create_server(self.app, host=host, port=port, ident="ticket-dispatcher",
+            return waitress.create_server(self.app, map=self._sockets, host=host, port=port,
+                                          ident="ticket-dispatcher",
                                           **server_limits(self.services.config.http))
         except OSError as exc:
             self.store.close()
@@ -194,8 +199,8 @@ class Service:
     def _close_sockets(self) -> None:
         with self._serving_lock:  # the wake-up pipe is one of them: no pull after this
             self._server_closed = True
-            for channel in list(self.server._map.values()):
-                channel.close()
+            for channel in list(self._sockets.values()):
+                channel.close()  # the loop runs while its map holds a socket
 
     def close(self) -> None:
         """Stop everything within ``shutdown_timeout``, whatever is in flight.
@@ -296,10 +301,10 @@ def _already_stopping(signum: int, frame: FrameType | None) -> None:
 def serve(config: Config, *, host: str | None = None, port: int | None = None,
           sandbox: bool = False, insecure_no_auth: bool = False) -> int:
     configure_logging(level=config.log_level, secrets=config.secrets())
-    pinned = cpu.pin(config.cpu_affinity)  # before any thread of the service starts
+    # Once, before any thread of the service starts; unset, the affinity stays the operator's.
+    pinned = cpu.pin(config.cpu_affinity)
     if pinned is not None:
-        log.info("running on one CPU", extra={"reason": f"cpu_affinity {config.cpu_affinity}: "
-                                                        f"CPU {pinned}"})
+        log.info("running on one CPU", extra={"reason": f"cpu_affinity: CPU {pinned}"})
     service = Service(config, host=host, port=port, sandbox=sandbox,
                       insecure_no_auth=insecure_no_auth)
     stop = _drain_then_stop(service) if config.cluster.shared else _stop

@@ -1,16 +1,22 @@
-"""ExecutionActor: drives one execution from its checkpoint to a terminal state or a park.
+"""Execution workers: the pool's slots as actors, each driving one execution at a time from
+its checkpoint to a terminal state or a park.
 
-One actor per *running* execution; a parked one has none. Each behavior step is its own
-message, so a cancel told meanwhile is seen before the next step. Everything it reports goes up
-to the pool as a ``tell``; a crash is caught here and reported, never left to kill the actor
-silently.
+A worker is a long-lived actor (one thread, started once): the pool hands it an execution
+(``RunExecution``) when one of its slots is free, and it runs it as an ``ExecutionRun`` until
+that run ends, parks or is interrupted, reports so and waits for the next. The pool starts a
+worker only when none is free, so there are as many as executions ever ran at once: at most
+``execution_slots``, plus one for each worker the pool gave up on as hung (it stops once its
+call returns). A parked execution has none. Each behavior step is its own message
+(``NextStep``, naming the run), so a cancel told meanwhile is seen before the next step, and a
+message about an earlier run is ignored. Everything a run reports goes up to the pool as a
+``tell``; a crash is caught here and reported, never left to kill the worker silently.
 
-It holds no database connection of its own: each checkpoint is one short unit of work on a
+A run holds no database connection of its own: each checkpoint is one short unit of work on a
 pooled connection, so none is held across a Jira, Lark, Oncall or Core call. When the runtime
 stops, it starts no further step, and a step whose integration call was abandoned ends where
 it is: the action stays ``executing`` and resumes after the restart.
 
-It claims the execution's lease before its first write and works through a ``Hold``
+A run claims the execution's lease before its first write and works through a ``Hold``
 (actors/leases.py): its checkpoints are fenced by the lease, and its ports refuse to call out
 once the lease is lost. A step that meets a database failure or a lost lease is interrupted:
 nothing of it past the last saved checkpoint counts, and the pool tries it again later.
@@ -36,8 +42,8 @@ from ticket_dispatcher.actors.messages import (
     NextStep,
     Parked,
     Progress,
+    RunExecution,
 )
-from ticket_dispatcher.actors.threads import ActorThreads
 from ticket_dispatcher.domain.actions.notification_watch import ack_watch
 from ticket_dispatcher.domain.behavior import StepKind
 from ticket_dispatcher.domain.execution import (
@@ -69,17 +75,81 @@ def load_backoff(attempt: int) -> timedelta:
     return backoff(attempt)
 
 
-_THREADS = ActorThreads("ExecutionActor")
+class ExecutionWorker(TrackedActor):
+    """One execution slot: runs the executions the pool hands it, one at a time."""
 
-
-class ExecutionActor(TrackedActor):
-    def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef,
-                 hold: Hold, run: int, first_read: IssueRead | None = None):
+    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef):
         super().__init__()
-        self.execution_id = execution_id
         self._deps = deps
         self._pool = pool
-        self._run = run  # which of the pool's starts of this execution this actor is
+        self._current: ExecutionRun | None = None
+
+    def handle(self, message):
+        try:
+            self._handle(message)
+        except Exception as exc:  # past the run's own guard: the run crashed, the worker goes on
+            self._crashed(message, exc)
+
+    def _handle(self, message) -> None:
+        if isinstance(message, RunExecution):
+            self._current = begun = ExecutionRun(message.execution_id, self._deps, self._pool,
+                                                 self.actor_ref, message.hold, message.run,
+                                                 message.first_read)
+            if message.cancel is not None:  # seen before its first step
+                begun.cancel(message.cancel)
+            self._step(begun)
+        elif (current := self._current) is None or current.run != message.run:
+            return  # about an earlier run, which has ended
+        elif isinstance(message, Cancel):
+            current.cancel(message.reason)
+        elif isinstance(message, NextStep):
+            self._step(current)
+
+    def _step(self, current: ExecutionRun) -> None:
+        current.step()
+        if current.over:
+            self._current = None  # free for the pool's next execution
+
+    def _crashed(self, message, exc: Exception) -> None:
+        """Report the run crashed, as its guard would have: its slot is freed and the
+        supervisor restarts it from its checkpoint."""
+        current, self._current = self._current, None
+        if current is not None:
+            current.done_with_issue()
+            execution_id, run = current.execution_id, current.run
+        elif isinstance(message, RunExecution):  # it failed to begin
+            execution_id, run = message.execution_id, message.run
+        else:
+            raise exc
+        if self._deps.stopping.is_set():
+            return
+        log.exception("execution actor crashed", extra={"execution_id": execution_id})
+        self._deps.activity.tell(self._pool, Crashed(execution_id,
+                                                     f"{type(exc).__name__}: {exc}", run))
+
+    def on_stop(self) -> None:
+        if self._current is not None:
+            self._current.done_with_issue()
+        super().on_stop()
+
+    def on_failure(self, *exc_info: Any) -> None:
+        if self._current is not None:
+            self._current.done_with_issue()
+        super().on_failure(*exc_info)
+
+
+class ExecutionRun:
+    """One run of an execution on a worker: from its claim to its report (``over`` then)."""
+
+    def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef,
+                 worker: pykka.ActorRef, hold: Hold, run: int,
+                 first_read: IssueRead | None = None):
+        self.execution_id = execution_id
+        self.run = run  # which of the pool's starts of this execution this is
+        self.over = False  # reported: the worker is free
+        self._deps = deps
+        self._pool = pool
+        self._worker = worker
         self._hold = hold  # shared with the pool, whose heartbeat renews it
         self._checkpoints = FencedCheckpoints(deps.store.executions, self._hold, deps.clock.now)
         self._behavior = deps.behavior(self._checkpoints,
@@ -92,32 +162,21 @@ class ExecutionActor(TrackedActor):
         self._loaded: Issue | DispatcherError | None = None
         self._standing_in = False  # ``_issue`` is a stand-in, not what Jira answered
         # The trigger's read of the issue, for a first run (actors/first_read.py), and the
-        # issue this actor counts as at work on from its claim until it stops.
+        # issue this run counts as at work on from its claim until it reports.
         self._first_read = first_read
         self._at_work_on: str | None = None
 
-    def _start_actor_loop(self) -> None:
-        """pykka's hook: run on a kept thread (actors/threads.py) rather than a new one."""
-        _THREADS.run(self._actor_loop)
+    def cancel(self, reason: str) -> None:
+        """A flag for the next step."""
+        self._cancel_reason = reason
 
-    def on_stop(self) -> None:
-        self._done_with_issue()
-        super().on_stop()
+    def step(self) -> None:
+        self._guarded(self._step)
 
-    def on_failure(self, *exc_info: Any) -> None:
-        self._done_with_issue()
-        super().on_failure(*exc_info)
-
-    def _done_with_issue(self) -> None:
+    def done_with_issue(self) -> None:
         if self._at_work_on is not None:
             self._deps.issue_activity.end(self._at_work_on)
             self._at_work_on = None
-
-    def handle(self, message):
-        if isinstance(message, Cancel):
-            self._cancel_reason = message.reason
-        elif isinstance(message, NextStep):
-            self._guarded(self._step)
 
     def _guarded(self, work) -> None:
         try:
@@ -129,13 +188,13 @@ class ExecutionActor(TrackedActor):
             if self._deps.stopping.is_set():
                 return
             self._interrupted(exc)
-        except Exception as exc:  # report up, then stop: the supervisor decides on a restart
+        except Exception as exc:  # report up: the supervisor decides on a restart
             if self._deps.stopping.is_set():  # e.g. the pool or the store already closed
                 log.info("execution stopped for shutdown", extra={
                     "execution_id": self.execution_id, "reason": type(exc).__name__})
                 return
             log.exception("execution actor crashed", extra={"execution_id": self.execution_id})
-            self._report(Crashed(self.execution_id, f"{type(exc).__name__}: {exc}", self._run))
+            self._report(Crashed(self.execution_id, f"{type(exc).__name__}: {exc}", self.run))
 
     def _interrupted(self, exc: StoreUnavailable | LeaseLost) -> None:
         """Stop where the last checkpoint is: the pool resumes from it after a backoff. A
@@ -148,15 +207,18 @@ class ExecutionActor(TrackedActor):
             log.debug("execution step interrupted by the database", extra={
                 "execution_id": self.execution_id, "reason": exc.kind})
         self._report(Interrupted(self.execution_id, f"{type(exc).__name__}: {exc.message}",
-                                 self._run))
+                                 self.run))
 
     def _report(self, message) -> None:
+        """The run's last act: it is done with its issue (every call it made has ended), then
+        the pool hears how it ended and may hand the worker its next execution."""
+        self.done_with_issue()
+        self.over = True
         self._deps.activity.tell(self._pool, message)
-        self.stop()
 
     def _step(self) -> None:
         if self._deps.stopping.is_set():
-            return  # the shutdown stops this actor next; the store has the last checkpoint
+            return  # the shutdown stops the worker next; the store has the last checkpoint
         if self._cancel_reason is not None:
             return self._cancel()
         if self._execution is None and not self._load():
@@ -172,17 +234,17 @@ class ExecutionActor(TrackedActor):
         try:
             outcome = self._behavior.step(execution, self._issue, loaded=loaded)
         except Conflict:  # already terminal in the store (cancelled elsewhere)
-            return self._report(Finished(self.execution_id, self._run))
+            return self._report(Finished(self.execution_id, self.run))
         if outcome.kind is StepKind.ADVANCED:
             self._deps.activity.tell(self._pool, Progress(
                 self.execution_id, execution.issue_key, execution.policy_id,
-                *_position(execution), run=self._run))
-            self._deps.activity.tell(self.actor_ref, NextStep())
+                *_position(execution), run=self.run))
+            self._deps.activity.tell(self._worker, NextStep(self.run))
         elif outcome.kind is StepKind.PARKED:
-            self._report(Parked(self.execution_id, outcome.wake_at, self._run,
+            self._report(Parked(self.execution_id, outcome.wake_at, self.run,
                                 watched=ack_watch(execution) is not None))
         else:
-            self._report(Finished(self.execution_id, self._run))
+            self._report(Finished(self.execution_id, self.run))
 
     def _cancel(self) -> None:
         """End the execution as cancelled from its last checkpoint, without loading the issue:
@@ -193,7 +255,7 @@ class ExecutionActor(TrackedActor):
                 self._behavior.abort(execution, FailureCode.CANCELLED, self._cancel_reason)
             except Conflict:
                 pass  # it ended elsewhere meanwhile
-        self._report(Finished(self.execution_id, self._run))
+        self._report(Finished(self.execution_id, self.run))
 
     def _load(self) -> bool:
         """Claim the execution, then reload its checkpoint, the policy and the live issue, or
@@ -206,7 +268,7 @@ class ExecutionActor(TrackedActor):
         if claimed is None:  # ended, or another live holder has it
             log.info("execution not claimed: it ended or another holder has it",
                      extra={"execution_id": self.execution_id})
-            self._report(Finished(self.execution_id, self._run))
+            self._report(Finished(self.execution_id, self.run))
             return False
         lease, execution = claimed
         self._hold.claimed(lease, now, deps.config.leases.duration)
@@ -260,7 +322,7 @@ class ExecutionActor(TrackedActor):
             self._behavior.outside_trigger(execution, reason)
         except Conflict:
             pass  # it ended elsewhere meanwhile
-        self._report(Finished(self.execution_id, self._run))
+        self._report(Finished(self.execution_id, self.run))
         return True
 
     def _read_issue(self, execution: Execution) -> bool:
@@ -303,14 +365,14 @@ class ExecutionActor(TrackedActor):
             if due is None:
                 self._behavior.abort(execution, code, spent(reason, attempts, since or now,
                                                             now, budget))
-                self._report(Finished(self.execution_id, self._run))
+                self._report(Finished(self.execution_id, self.run))
                 return False
             deps.metrics.transient_retry("execution_load", transient_cause(error))
             return self._park_load(execution, reason, attempts, due)
         retries = deps.config.execution_load_retries
         if attempts > retries:
             self._behavior.abort(execution, code, f"{reason} (after {retries} retries)")
-            self._report(Finished(self.execution_id, self._run))
+            self._report(Finished(self.execution_id, self.run))
             return False
         return self._park_load(execution, reason, attempts, now + load_backoff(attempts))
 
@@ -321,7 +383,7 @@ class ExecutionActor(TrackedActor):
             "attempt": attempts, "deadline": wake_at.isoformat()})
         execution.wake_at = wake_at
         self._checkpoints.save(execution, [], parked=True)
-        self._report(Parked(self.execution_id, wake_at, self._run))
+        self._report(Parked(self.execution_id, wake_at, self.run))
         return False
 
 

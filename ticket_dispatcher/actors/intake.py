@@ -1,11 +1,10 @@
 """Answer first, process next: trigger requests come before the processing of new triggers.
 
 The service answers each trigger request once its row is committed and processes it in the
-background. On a 2-core machine both share one CPU (``cpu_affinity``) and one interpreter;
-under a burst of requests the trigger actors took a third of its time and more, and the
-requests queued behind them. A request that waits long enough is given up by its sender (Jira
-Automation's web request has a timeout of its own), while a trigger processed a second later
-loses nothing.
+background, and both share one interpreter; under a burst of requests the trigger actors
+took a third of its time and more, and the requests queued behind them. A request that waits
+long enough is given up by its sender (Jira Automation's web request has a timeout of its
+own), while a trigger processed a second later loses nothing.
 
 So a request is "being accepted" while its row is inserted (``Runtime.accept_trigger``), the
 round trip that takes most of its time, and a trigger actor about to start on its next trigger

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.domain.execution import Execution, Lease, Trigger
+
+if TYPE_CHECKING:
+    from ticket_dispatcher.actors.leases import Hold
 
 
 # -- to the trigger actors (tell) ------------------------------------------------------------
@@ -61,7 +65,7 @@ class PoolStatus:  # ask; answers a dict for GET /admin/actors
 
 
 @dataclass(frozen=True)
-class RunningActors:  # ask, from the shutdown; answers the refs of the running execution actors
+class ExecutionWorkers:  # ask, from the shutdown; answers the refs of every execution worker
     pass
 
 
@@ -164,15 +168,28 @@ class Interrupted:
     run: int
 
 
-# -- to an execution actor (tell) ------------------------------------------------------------
+# -- to an execution worker (tell) -----------------------------------------------------------
 @dataclass(frozen=True)
-class NextStep:  # take the execution's next step (one ``Behavior.step``)
-    pass
+class RunExecution:
+    """From the pool: run this execution from its checkpoint (the pool's ``run``-th start of
+    an execution), until it ends, parks or is interrupted."""
+
+    execution_id: int
+    hold: Hold  # shared with the pool, whose heartbeat renews it
+    run: int
+    first_read: IssueRead | None = None  # the trigger's read, for a first run
+    cancel: str | None = None  # cancelled before it started: ended at its first step
 
 
 @dataclass(frozen=True)
-class Cancel:
+class NextStep:  # take the run's next step (one ``Behavior.step``)
+    run: int
+
+
+@dataclass(frozen=True)
+class Cancel:  # from the pool: end the run at its next step
     reason: str
+    run: int
 
 
 # -- to the supervisor (tell) ----------------------------------------------------------------

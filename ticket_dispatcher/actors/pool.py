@@ -1,6 +1,9 @@
 """ExecutionPool: the execution slots, the FIFO queue, and the one writer of new executions.
 
-- At most ``execution_slots`` ExecutionActors run at once; the rest wait in FIFO order.
+- At most ``execution_slots`` executions run at once, each on an execution worker
+  (actors/execution.py) the pool hands it to; the rest wait in FIFO order. A worker is started
+  when no started one is free and is kept for the next execution, so a run costs no thread
+  start.
 - An execution ID that is queued or running is never queued again (dedupe).
 - Parked executions hold no slot; the pool keeps their wake times in a heap, and one
   scheduler timer (``WakeDue``) at the soonest queues each at its ``wake_at``. A page's ACK
@@ -11,14 +14,15 @@
   insert happen in this one thread, and the ``live_lock_key`` UNIQUE index guards against
   anything else. Enqueueing happens only after the creating transaction has committed, in
   creation order.
-- While the runtime stops, no new execution actor starts: what is queued stays ``created`` or
+- While the runtime stops, no new execution run starts: what is queued stays ``created`` or
   ``executing`` in the store and boot recovery picks it up.
 - A step interrupted by the database (or by a lost lease) frees its slot; the execution is
   queued again after a capped, jittered backoff and resumes from its last checkpoint.
 - On every heartbeat the pool renews the leases of its running executions and sweeps: an
   execution that should run and that no live lease covers (its enqueue was lost, its actor is
-  gone, or its actor showed no progress for a whole lease and is presumed hung) is queued
-  again; a hung actor is replaced, and its own writes are refused from then on.
+  gone, or its run showed no progress for a whole lease and is presumed hung) is queued
+  again; a hung run's worker is given up on (stopped once its call returns, another takes its
+  place), and the run's own writes are refused from then on.
 - Shared mode (several replicas on one PostgreSQL database): the store is the queue. What this
   replica creates starts here while it has free slots; the rest, parked waits that come due and
   work whose holder's lease expired are claimed (``ExecutionRepository.claim_due``) by whichever
@@ -41,7 +45,7 @@ import pykka
 from ticket_dispatcher import __version__
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
-from ticket_dispatcher.actors.execution import ExecutionActor
+from ticket_dispatcher.actors.execution import ExecutionWorker
 from ticket_dispatcher.actors.first_read import FRESH_READ, IssueRead
 from ticket_dispatcher.actors.lanes import Lanes, lane_view
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
@@ -53,10 +57,10 @@ from ticket_dispatcher.actors.messages import (
     CreateExecutions,
     CreationResult,
     Enqueue,
+    ExecutionWorkers,
     Finished,
     Heartbeat,
     Interrupted,
-    NextStep,
     Parked,
     PoolStatus,
     Progress,
@@ -64,7 +68,7 @@ from ticket_dispatcher.actors.messages import (
     Recover,
     Rescheduled,
     Retry,
-    RunningActors,
+    RunExecution,
     WakeDue,
     Watch,
     WatchedWake,
@@ -95,7 +99,7 @@ RECLAIMED_SHOWN = 20  # the sweeper's latest reclaims listed in GET /admin/actor
 
 @dataclass
 class Running:
-    ref: pykka.ActorRef
+    ref: pykka.ActorRef  # the worker it runs on
     since: datetime
     hold: Hold
     run: int
@@ -187,10 +191,11 @@ class ExecutionPool(TrackedActor):
         self._supervisor = supervisor
         self._queue = SlotQueue(deps.config.lanes.notification_share)
         self._running: dict[int, Running] = {}
+        self._idle: list[pykka.ActorRef] = []  # started workers without an execution
         self._parked: dict[int, datetime] = {}
         self._retrying: dict[int, datetime] = {}  # interrupted: queued again at this time
-        # Cancels told to a running actor, until the execution ends: an actor that stops
-        # before its next step (a park, an interruption) hands the cancel to the next one.
+        # Cancels told to a running execution, until it ends: a run that ends before its next
+        # step (a park, an interruption) hands the cancel to the next one.
         self._cancels: dict[int, str] = {}
         self._interruptions: dict[int, int] = {}  # interrupted steps in a row
         # Single mode: the trigger's read of the issue beside each execution created here
@@ -304,8 +309,8 @@ class ExecutionPool(TrackedActor):
                 return self._cancel(execution_id, reason)
             case PoolStatus():
                 return self._status()
-            case RunningActors():  # for the shutdown, which stops them all under one deadline
-                return [running.ref for running in self._running.values()]
+            case ExecutionWorkers():  # for the shutdown, which stops them all under one deadline
+                return [running.ref for running in self._running.values()] + self._idle
 
     def _current(self, execution_id: int, run: int) -> Running | None:
         """The running entry ``run`` reports about; None for a replaced actor's report."""
@@ -359,16 +364,25 @@ class ExecutionPool(TrackedActor):
             deps.tell_at(soonest, self.actor_ref, Pull(), label="wake")
 
     def _start(self, execution_id: int) -> None:
-        # The actor claims and loads its checkpoint itself and reports issue, policy and
+        # The run claims and loads its checkpoint itself and reports issue, policy and
         # position; the hold it claims with is shared, so the heartbeat can renew it.
         now, run = self._deps.clock.now(), next(self._runs)
         hold = Hold(now)
-        ref = ExecutionActor.start(execution_id, self._deps, self.actor_ref, hold, run,
-                                   first_read=self._first_reads.pop(execution_id, None))
-        self._running[execution_id] = Running(ref, since=now, hold=hold, run=run)
-        if execution_id in self._cancels:  # seen before its first step
-            ref.tell(Cancel(self._cancels[execution_id]))
-        self._deps.activity.tell(ref, NextStep())  # told from here, so the run is in flight at once
+        worker = self._hand(RunExecution(execution_id, hold, run,
+                                         first_read=self._first_reads.pop(execution_id, None),
+                                         cancel=self._cancels.get(execution_id)))
+        self._running[execution_id] = Running(worker, since=now, hold=hold, run=run)
+
+    def _hand(self, order: RunExecution) -> pykka.ActorRef:
+        """Tell ``order`` to a free worker, or to a new one when none is (told from here, so
+        the run is in flight at once); the worker."""
+        while self._idle:
+            worker = self._idle.pop()  # the last freed: its thread is the likeliest to be warm
+            if self._deps.activity.tell(worker, order):
+                return worker
+        worker = ExecutionWorker.start(self._deps, self.actor_ref)
+        self._deps.activity.tell(worker, order)
+        return worker
 
     def _free_slots(self) -> int:
         return max(0, self._slots - len(self._running) - len(self._queue))
@@ -377,7 +391,9 @@ class ExecutionPool(TrackedActor):
         """Free the slot of ``run``; False when that actor had already been replaced."""
         if self._current(execution_id, run) is None:
             return False
-        del self._running[execution_id]
+        worker = self._running.pop(execution_id).ref
+        if worker.is_alive():  # not after a failure that escaped the run's guard
+            self._idle.append(worker)
         self._fill_slots()
         return True
 
@@ -427,7 +443,7 @@ class ExecutionPool(TrackedActor):
                 return  # just started and not yet claimed, or renewed after this read
             running.hold.lost = True  # its own writes and calls are refused from now on
             del self._running[execution_id]
-            running.ref.stop(block=False)
+            running.ref.stop(block=False)  # once its call returns; another worker takes over
             log.warning("execution actor showed no progress for a whole lease; replacing it",
                         extra={"execution_id": execution_id, "issue_key": running.issue_key})
             self._sweeps.reclaimed(execution_id, "hung actor replaced", now)
@@ -584,8 +600,8 @@ class ExecutionPool(TrackedActor):
         """An outcome, not an exception: expected answers must not read as actor failures."""
         if running := self._running.get(execution_id):
             try:  # a flag for its next step; the step chain itself is what is in flight
-                running.ref.tell(Cancel(reason))
-                self._cancels[execution_id] = reason  # and for the next actor, if it parks
+                running.ref.tell(Cancel(reason, running.run))
+                self._cancels[execution_id] = reason  # and for the next run, if it parks
                 return "signalled"
             except pykka.ActorDeadError:
                 pass  # it has just finished: decide on the stored state below

@@ -14,9 +14,9 @@ from ticket_dispatcher.actors.intake import IntakePriority
 from ticket_dispatcher.actors.messages import (
     Boot,
     CancelExecution,
+    ExecutionWorkers,
     PoolStatus,
     Pull,
-    RunningActors,
 )
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
@@ -116,10 +116,10 @@ class Runtime:
             futures.append(self.deps.shadows.stop())
         if self._pool is not None:
             try:
-                running = self._pool.ask(RunningActors(), timeout=deadline.remaining())
+                workers = self._pool.ask(ExecutionWorkers(), timeout=deadline.remaining())
             except (pykka.Timeout, pykka.ActorDeadError):
-                running = []
-            futures += [ref.stop(block=False) for ref in running]
+                workers = []
+            futures += [ref.stop(block=False) for ref in workers]
             futures.append(self._pool.stop(block=False))
         futures.append(supervisor.stop(block=False))
         stopped = await_stopped(futures, deadline)

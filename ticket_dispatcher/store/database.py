@@ -21,11 +21,10 @@ Both engines pool their physical connections, so nothing is reopened per unit of
   runs, so the server plans each once per connection (``PostgresPool.execute_sql``).
 - SQLite: ``PooledSqliteDatabase``. Its pragmas are applied in ``SqliteDatabase._connect``,
   which the pool calls only for a new physical connection, so they are set once per connection.
-  ``check_same_thread=False`` lets a returned connection serve the next thread that asks
-  (execution-actor threads are short-lived, so thread-local connections would be reopened
-  anyway); the pool hands a connection to one thread at a time, and the sqlite3 module is built
-  serialized (``sqlite3.threadsafety == 3``). On check-in the pool rolls back any transaction
-  left open.
+  ``check_same_thread=False`` lets a returned connection serve the next thread that asks,
+  whichever it is; the pool hands a connection to one thread at a time, and the sqlite3
+  module is built serialized (``sqlite3.threadsafety == 3``). On check-in the pool rolls back
+  any transaction left open.
 
 Each pool holds at most ``connection_budget(config)`` connections: one for every thread that
 can hold one at the same time. A thread that finds the pool empty waits up to

@@ -1,0 +1,119 @@
+"""Execution workers: the pool's slots as long-lived actors. An execution runs on a worker the
+pool already started when one is free, a message about an earlier run is ignored, a failure
+past a run's own guard is a crash the supervisor restarts, and the shutdown stops every
+worker, idle ones included."""
+
+from __future__ import annotations
+
+import pykka
+
+from tests.fakes import GateAction, RecordingAction, issue
+from tests.harness import rule
+from ticket_dispatcher.actors.execution import ExecutionRun, ExecutionWorker
+from ticket_dispatcher.actors.messages import Cancel
+from ticket_dispatcher.domain.execution import ExecutionStatus
+
+
+def workers() -> list[pykka.ActorRef]:
+    return pykka.ActorRegistry.get_by_class(ExecutionWorker)
+
+
+def issues(h, count: int) -> None:
+    for n in range(1, count + 1):
+        h.jira.put(issue(key=f"TCID-{n}"))
+
+
+def test_executions_one_after_another_run_on_the_one_worker_started(make_harness):
+    noop = RecordingAction()
+    h = make_harness(noop)  # ten slots, one execution at a time
+    h.policy(rule("test_noop"))
+    issues(h, 5)
+
+    triggers = [h.post_trigger(f"TCID-{n}") for n in range(1, 6)]
+
+    executions = [h.execution(h.trigger(t.id).execution_ids[0]) for t in triggers]
+    assert all(e.status is ExecutionStatus.SUCCEEDED for e in executions)
+    assert len(workers()) == 1
+
+
+def test_as_many_workers_as_executions_ran_at_once(make_harness):
+    gate = GateAction()
+    h = make_harness(gate)
+    h.policy(rule("test_gate"))
+    issues(h, 4)
+
+    for n in range(1, 4):
+        h.post_trigger(f"TCID-{n}", settle=False)
+    gate.wait_entered(3)
+    started = len(workers())
+    gate.open()
+    h.wait_idle()
+    h.post_trigger("TCID-4")
+
+    assert started == 3
+    assert len(workers()) == 3  # the fourth ran on one of them
+
+
+def test_a_cancel_about_an_earlier_run_leaves_the_workers_next_execution_alone(make_harness):
+    gate = GateAction()
+    h = make_harness(gate, slots=1)
+    h.policy(rule("test_gate"))
+    issues(h, 2)
+    h.post_trigger("TCID-1", settle=False)
+    gate.wait_entered(1)
+    gate.open()
+    h.wait_idle()  # the first start of this runtime, run 1, has ended
+    gate.close()
+
+    second = h.post_trigger("TCID-2", settle=False)
+    gate.wait_entered(2)
+    [worker] = workers()
+    worker.tell(Cancel("meant for the first run", 1))
+    gate.open()
+    h.wait_idle()
+
+    [execution_id] = h.trigger(second.id).execution_ids
+    assert h.execution(execution_id).status is ExecutionStatus.SUCCEEDED
+    assert workers() == [worker]
+
+
+def test_a_failure_past_a_runs_guard_is_a_crash_the_supervisor_restarts(make_harness,
+                                                                         monkeypatch):
+    noop = RecordingAction()
+    h = make_harness(noop, slots=1)
+    h.policy(rule("test_noop"))
+    step, failed = ExecutionRun.step, []
+
+    def fails_once(run: ExecutionRun) -> None:
+        if not failed:
+            failed.append(run.execution_id)
+            raise RuntimeError("past the guard")
+        step(run)
+
+    monkeypatch.setattr(ExecutionRun, "step", fails_once)
+    trigger = h.post_trigger()
+
+    [execution_id] = h.trigger(trigger.id).execution_ids
+    execution = h.execution(execution_id)
+    assert failed == [execution_id]
+    assert execution.status is ExecutionStatus.SUCCEEDED
+    assert execution.restart_count == 1
+    assert len(workers()) == 1  # the worker went on
+
+
+def test_the_shutdown_stops_every_worker_idle_ones_included(make_harness):
+    gate = GateAction()
+    h = make_harness(gate)
+    h.policy(rule("test_gate"))
+    issues(h, 2)
+    h.post_trigger("TCID-1", settle=False)
+    h.post_trigger("TCID-2", settle=False)
+    gate.wait_entered(2)
+    gate.open()
+    h.wait_idle()
+    assert len(workers()) == 2
+
+    assert h.runtime.stop(timeout=10)
+    h.runtime = None
+
+    assert workers() == []
