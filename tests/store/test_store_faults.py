@@ -29,7 +29,7 @@ from ticket_dispatcher.store import FaultKind, Store, StoreHealth, unit_of_work,
 from ticket_dispatcher.store import database as database_module
 from ticket_dispatcher.store import health as health_module
 from ticket_dispatcher.store import migrations as migrations_module
-from ticket_dispatcher.store.database import open_database
+from ticket_dispatcher.store.database import open_database, pool_wait
 from ticket_dispatcher.store.faults import store_error
 from ticket_dispatcher.store.models import EngineerRow
 
@@ -271,7 +271,7 @@ def test_postgres_connections_get_the_configured_timeouts():
         "options": "-c statement_timeout=15000 -c lock_timeout=4000 "
                    "-c idle_in_transaction_session_timeout=15000 "
                    "-c jit=off -c max_parallel_workers_per_gather=0 -c search_path=x"}
-    assert db._wait_timeout == 3
+    assert pool_wait(db) == 3
 
 
 def test_sqlite_waits_come_from_the_configuration(short_sqlite):
@@ -279,8 +279,8 @@ def test_sqlite_waits_come_from_the_configuration(short_sqlite):
         busy = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
 
     assert busy == 300
-    assert short_sqlite.db._timeout == 0.3  # sqlite3.connect's own
-    assert short_sqlite.db._wait_timeout == 0.3  # a free pooled connection
+    assert short_sqlite.db.writers_turn.busy_timeout == 0.3  # the wait for this process's turn
+    assert pool_wait(short_sqlite.db) == 0.3  # a free pooled connection
 
 
 @pytest.mark.postgres

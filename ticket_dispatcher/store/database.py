@@ -151,7 +151,7 @@ def open_database(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS,
 
 
 def _open_sqlite(parts: SplitResult, max_connections: int,
-                 database: DatabaseConfig) -> PooledSqliteDatabase:
+                 database: DatabaseConfig) -> SqlitePool:
     path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
     if parts.netloc or not path or parts.query:
         raise ConfigError(f"database_url: malformed SQLite URL; {_USAGE}")
@@ -169,22 +169,44 @@ def _open_sqlite(parts: SplitResult, max_connections: int,
     # that upgrades from reading to writing fails at once with SQLITE_BUSY in WAL mode instead
     # of honouring busy_timeout; atomic('IMMEDIATE') takes the write lock at BEGIN.
     # busy_timeout comes first, so the other pragmas already wait for a lock as long.
+    # sqlite3.connect's own ``timeout`` stays peewee's default: busy_timeout, the first pragma
+    # of every new connection, replaces it before anything waits for a lock.
     busy = database.busy_timeout.total_seconds()
-    db = PooledSqliteDatabase(
+    return SqlitePool(
         path,
         max_connections=max_connections,
-        timeout=database.pool_wait.total_seconds(),  # the pool's wait for a free connection
+        pool_wait=database.pool_wait.total_seconds(),
+        busy_timeout=busy,
         pragmas=(("busy_timeout", round(busy * 1000)), *SQLITE_PRAGMAS),
         lock_type="IMMEDIATE",
         returning_clause=True,
         autoconnect=False,
         check_same_thread=False,  # a pooled connection moves between threads (see above)
     )
-    # sqlite3.connect's own ``timeout``: the pool takes the ``timeout`` keyword for its wait,
-    # so peewee would keep its default (5 s) for the connect itself.
-    db._timeout = busy
-    db.writers_turn = threading.Lock()  # see ``_writers_turn``
-    return db
+
+
+class ServicePool:
+    """What this service keeps beside peewee's pool, on the pool classes it opens
+    (``SqlitePool``, ``PostgresPool``): the most connections the pool opens (``pool_size``),
+    how long a thread waits for a free one, and the ``StoreHealth`` its units of work report
+    to (``health_of``)."""
+
+    pool_limit: int
+    pool_wait: float
+    store_health: StoreHealth
+
+
+class SqlitePool(ServicePool, PooledSqliteDatabase):
+    """peewee's SQLite pool (built with its public arguments) and this process's writers' turn
+    (``WritersTurn``), which every write transaction takes before ``BEGIN IMMEDIATE``."""
+
+    def __init__(self, path: str, *, max_connections: int, pool_wait: float,
+                 busy_timeout: float, **kwargs: Any):
+        super().__init__(path, max_connections=max_connections, timeout=pool_wait, **kwargs)
+        self.pool_limit = max_connections
+        self.pool_wait = pool_wait
+        self.store_health = StoreHealth()
+        self.writers_turn = WritersTurn(busy_timeout)
 
 
 def _open_postgres(parts: SplitResult, max_connections: int,
@@ -216,8 +238,8 @@ def _open_postgres(parts: SplitResult, max_connections: int,
     return PostgresPool(
         dbname,
         max_connections=max_connections,
+        pool_wait=database.pool_wait.total_seconds(),
         stale_timeout=PG_STALE_SECONDS,
-        timeout=database.pool_wait.total_seconds(),
         autoconnect=False,
         **params,
     )
@@ -257,7 +279,7 @@ class _PreparedHere:
     sent: int = 0
 
 
-class PostgresPool(PooledPostgresqlDatabase):
+class PostgresPool(ServicePool, PooledPostgresqlDatabase):
     """peewee's PostgreSQL pool, asking the server about a pooled connection only when it sat
     idle ``PG_PING_IDLE_SECONDS`` or longer (see the module's docstring), and running each
     ``Prepared`` statement as a SQL-level prepared statement of the connection."""
@@ -266,8 +288,11 @@ class PostgresPool(PooledPostgresqlDatabase):
     # (the hot statements come in far fewer shapes).
     PREPARED_PER_CONNECTION = 100
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, dbname: str, *, max_connections: int, pool_wait: float, **kwargs: Any):
+        super().__init__(dbname, max_connections=max_connections, timeout=pool_wait, **kwargs)
+        self.pool_limit = max_connections
+        self.pool_wait = pool_wait
+        self.store_health = StoreHealth()
         self._returned: dict[int, float] = {}  # connection key → when it was checked in
         self._prepared: dict[int, _PreparedHere] = {}  # by connection key
         self._names = itertools.count(1)  # never reused: a leftover statement cannot clash
@@ -430,7 +455,20 @@ def process_lock(db: peewee.Database) -> ProcessLock | None:
 
 def pool_size(db: peewee.Database) -> int:
     """The most connections ``db``'s pool opens at once."""
-    return _real(db)._max_connections
+    return _pool(db).pool_limit
+
+
+def pool_wait(db: peewee.Database) -> float:
+    """How long, in seconds, a thread waits for a free connection of ``db``'s pool before it
+    fails (``pool_exhausted``)."""
+    return _pool(db).pool_wait
+
+
+def _pool(db: peewee.Database) -> ServicePool:
+    real = _real(db)
+    if not isinstance(real, ServicePool):
+        raise TypeError(f"not a database open_database built: {type(real).__name__}")
+    return real
 
 
 @dataclass(frozen=True)
@@ -507,18 +545,16 @@ def is_postgres(db: peewee.Database) -> bool:
 
 
 def attach_health(db: peewee.Database) -> StoreHealth:
-    """``db``'s ``StoreHealth``, created the first time (``open_database`` and ``Store`` call
-    this before any unit of work runs)."""
-    real = _real(db)
-    health = getattr(real, "store_health", None)
-    if health is None:
-        health = real.store_health = StoreHealth()
-    return health
+    """``db``'s ``StoreHealth``, which its pool created with it (``Store`` reads it before any
+    unit of work runs). ``TypeError`` for a database ``open_database`` did not build."""
+    return _pool(db).store_health
 
 
 def health_of(db: peewee.Database) -> StoreHealth | None:
-    """The ``StoreHealth`` units of work on ``db`` report to (None: not attached)."""
-    return getattr(_real(db), "store_health", None)
+    """The ``StoreHealth`` units of work on ``db`` report to (None: a database ``open_database``
+    did not build)."""
+    real = _real(db)
+    return real.store_health if isinstance(real, ServicePool) else None
 
 
 @contextmanager
@@ -591,41 +627,54 @@ def one_statement_write(db: peewee.Database) -> Iterator[peewee.Database]:
 
 @contextmanager
 def _writers_turn(db: peewee.Database) -> Iterator[None]:
+    """SQLite: this process's turn to write (``WritersTurn``); nothing on PostgreSQL."""
+    real = _real(db)
+    if not isinstance(real, SqlitePool):
+        yield
+        return
+    with real.writers_turn.taken(db):
+        yield
+
+
+class WritersTurn:
     """SQLite: this process's write transactions take the write lock one after another, in
     the order they ask, before ``BEGIN IMMEDIATE``. Left to SQLite, a writer that finds the
     lock taken sleeps in its busy handler (1, 2, 5 … 100 ms between tries) long after the lock
     is free, and writers that keep coming overtake it. The wait for the turn and the wait for
     the lock together stay within ``busy_timeout`` (the lock's is shortened by the time spent
     waiting for the turn); another process's writers still meet this one in the busy
-    handler."""
-    real = _real(db)
-    turn: threading.Lock | None = getattr(real, "writers_turn", None)
-    if turn is None:
-        yield
-        return
-    budget, asked = real._timeout, time.monotonic()
-    if not turn.acquire(timeout=budget):
-        typed = unavailable(FaultKind.LOCKED)
-        health = health_of(db)
-        if health is not None:
-            health.failed(typed.kind)
-        raise typed
-    try:
-        waited = time.monotonic() - asked
-        if waited < _TURN_SLACK:
-            yield
-            return
-        _busy_timeout(db, max(budget - waited, 0.001))
+    handler. One per pool (``SqlitePool.writers_turn``)."""
+
+    SLACK = 0.05  # seconds of waiting for the turn that may go over busy_timeout
+
+    def __init__(self, busy_timeout: float):
+        self.busy_timeout = busy_timeout
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def taken(self, db: peewee.Database) -> Iterator[None]:
+        """Hold the turn for this thread's write on ``db`` (its connection already taken);
+        ``StoreUnavailable`` of kind ``locked`` when it does not come within busy_timeout."""
+        budget, asked = self.busy_timeout, time.monotonic()
+        if not self._lock.acquire(timeout=budget):
+            typed = unavailable(FaultKind.LOCKED)
+            health = health_of(db)
+            if health is not None:
+                health.failed(typed.kind)
+            raise typed
         try:
-            yield
+            waited = time.monotonic() - asked
+            if waited < self.SLACK:
+                yield
+                return
+            _busy_timeout(db, max(budget - waited, 0.001))
+            try:
+                yield
+            finally:
+                with suppress(Exception):  # a connection that cannot take it is failing anyway
+                    _busy_timeout(db, budget)
         finally:
-            with suppress(Exception):  # a connection that cannot take it is failing anyway
-                _busy_timeout(db, budget)
-    finally:
-        turn.release()
-
-
-_TURN_SLACK = 0.05  # seconds of waiting for the turn that may go over busy_timeout
+            self._lock.release()
 
 
 def _busy_timeout(db: peewee.Database, seconds: float) -> None:
