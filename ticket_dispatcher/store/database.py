@@ -61,7 +61,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -254,11 +254,11 @@ class Prepared(str):
 
 
 class Execute(str):
-    """The query sent for a ``Prepared`` statement (``EXECUTE`` of it, after its ``PREPARE``
-    the first time): what peewee's query hooks see, with ``statement``, the statement it
-    runs."""
+    """The query sent for a statement when it is not its plain text (``EXECUTE`` of a
+    ``Prepared`` one, after its ``PREPARE`` the first time; a write that need not wait for the
+    disk): what peewee's query hooks see, with ``statement``, the statement it runs."""
 
-    statement: Prepared
+    statement: str
 
 
 # A SQL-level prepared statement whose plan the server dropped or can no longer use: it does
@@ -297,7 +297,7 @@ class PostgresPool(ServicePool, PooledPostgresqlDatabase):
         self._prepared: dict[int, _PreparedHere] = {}  # by connection key
         self._names = itertools.count(1)  # never reused: a leftover statement cannot clash
 
-    def execute_sql(self, sql: str, params: Any = None) -> Any:
+    def execute_sql(self, sql: str, params: Any = None, *, wait_for_disk: bool = True) -> Any:
         """A ``Prepared`` statement with values is run as ``EXECUTE`` of the statement this
         connection prepared for it, prepared in the same query the first time: parsed and
         planned once per connection, where each run of the plain text was parsed and planned
@@ -305,11 +305,13 @@ class PostgresPool(ServicePool, PooledPostgresqlDatabase):
         the same, and the server infers the parameters' types from the statement, as it does
         for the literals of the plain text. A statement whose plan is gone (see
         ``_PLAN_GONE``) is prepared again and, outside a transaction, run again: it failed
-        before doing anything."""
+        before doing anything. ``wait_for_disk`` False: see ``execute``."""
+        prefix = "" if wait_for_disk else _WITHOUT_FLUSH_WAIT
         if type(sql) is not Prepared or not params or self.is_closed():
-            return super().execute_sql(sql, params)  # closed: it fails as any statement
+            # closed: it fails as any statement
+            return super().execute_sql(_execute(sql, prefix + sql) if prefix else sql, params)
         try:
-            return self._run_prepared(sql, params)
+            return self._run_prepared(sql, params, prefix)
         except peewee.DatabaseError as exc:
             if not _plan_gone(exc):
                 raise
@@ -317,12 +319,11 @@ class PostgresPool(ServicePool, PooledPostgresqlDatabase):
                 self._prepared.pop(self.conn_key(self.connection()), None)
             if self.in_transaction():  # the transaction is lost: its caller does it again
                 raise unavailable(FaultKind.SERIALIZATION) from None
-            return self._run_prepared(sql, params)
+            return self._run_prepared(sql, params, prefix)
 
-    def _run_prepared(self, sql: Prepared, params: Any) -> Any:
+    def _run_prepared(self, sql: Prepared, params: Any, prefix: str) -> Any:
         here = self._prepared.setdefault(self.conn_key(self.connection()), _PreparedHere({}))
-        prefix = WITHOUT_FLUSH_WAIT if sql.startswith(WITHOUT_FLUSH_WAIT) else ""
-        body = sql[len(prefix):]
+        body = sql
         values = ", ".join(["%s"] * len(params))
         name = here.names.get(body)
         if name is not None:
@@ -362,7 +363,7 @@ class PostgresPool(ServicePool, PooledPostgresqlDatabase):
         super()._close_raw(conn)
 
 
-def _execute(statement: Prepared, query: str) -> Execute:
+def _execute(statement: str, query: str) -> Execute:
     sent = Execute(query)
     sent.statement = statement
     return sent
@@ -606,12 +607,27 @@ def write_lock(db: peewee.Database) -> Iterator[peewee.Database]:
             _succeeded(db, wrote=True)
 
 
-# Put before a PostgreSQL write that need not wait for its WAL to reach the disk (docs/design.md,
-# "Writes that need not wait for the disk"): the write is one statement, and a crash of the
-# server that lost it loses nothing that is not done again from what was committed before it.
-# Sent in the same query as the write, so the two run as one implicit transaction and the
-# setting ends with it: no round trip more.
-WITHOUT_FLUSH_WAIT = "SET LOCAL synchronous_commit TO OFF; "
+# Sent before a PostgreSQL statement run with ``wait_for_disk=False`` (``execute``), in the same
+# query, so the two run as one implicit transaction and the setting ends with it: no round
+# trip more.
+_WITHOUT_FLUSH_WAIT = "SET LOCAL synchronous_commit TO OFF; "
+
+
+def execute(db: peewee.Database, sql: str, params: Sequence[Any] = (), *,
+            wait_for_disk: bool = True) -> Any:
+    """Run one statement on this thread's connection and answer its cursor.
+
+    ``wait_for_disk=False``: on PostgreSQL the commit of the transaction the statement runs
+    in does not wait for its WAL to reach the disk (docs/design.md, "Writes that need not wait
+    for the disk"). Only for a write a crash of the server may lose because what was
+    committed before it makes it again; the caller says so, the statement's text does not.
+    On SQLite it changes nothing: in WAL mode with ``synchronous=NORMAL`` no commit waits for
+    the disk."""
+    if wait_for_disk or not is_postgres(db):
+        return db.execute_sql(sql, params)
+    real = _real(db)
+    assert isinstance(real, PostgresPool)
+    return real.execute_sql(sql, params, wait_for_disk=False)
 
 
 @contextmanager
@@ -818,13 +834,14 @@ def close_database(db: peewee.Database) -> None:
 
 
 def read_rows(db: peewee.Database, model: type[peewee.Model], sql: str, *params: Any,
-              ) -> list[SimpleNamespace]:
+              wait_for_disk: bool = True) -> list[SimpleNamespace]:
     """The rows a written-out ``SELECT`` of ``model``'s table returns, each column converted
     as ``model``'s field for it converts it (a foreign key under its ``…_id`` name, as on a
     model instance), without building model instances: on the reads every trigger and every
     execution makes, building them cost peewee more than the read itself. Columns are matched
-    by name, so the table's order of columns does not matter."""
-    cursor = db.execute_sql(sql, params)
+    by name, so the table's order of columns does not matter. ``wait_for_disk``: see
+    ``execute`` (a write that answers rows)."""
+    cursor = execute(db, sql, params, wait_for_disk=wait_for_disk)
     converters = _converters_for(model, tuple(column[0] for column in cursor.description))
     return [SimpleNamespace(**{name: convert(value)
                                for (name, convert), value in zip(converters, row, strict=True)})
