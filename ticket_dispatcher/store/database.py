@@ -11,21 +11,18 @@ reuse its connection.
 
 Both engines pool their physical connections, so nothing is reopened per unit of work:
 
-- PostgreSQL: ``PostgresPool``; a connection older than ``PG_STALE_SECONDS`` is closed on its
-  next check-out or check-in and replaced by a new one. A check-out asks the server whether a
-  connection still lives (``SELECT 1``) only when it sat in the pool ``PG_PING_IDLE_SECONDS``
-  or longer: peewee's pool asks on every check-out, under the locks every check-out and
-  check-in of every thread takes, so under load each one queued behind a round trip. A
-  connection the server dropped while it was busy fails its first statement instead, and the
-  unit of work discards it (below). Each connection prepares the ``Prepared`` statements it
-  runs, so the server plans each once per connection (``PostgresPool.execute_sql``).
-- SQLite: ``PooledSqliteDatabase``. Its pragmas are applied in ``SqliteDatabase._connect``,
-  which the pool calls only for a new physical connection, so they are set once per connection.
+- PostgreSQL: ``PostgresPool`` (``postgres.py``), peewee's pool on psycopg 3: a connection
+  older than five minutes is replaced, a check-out asks the server whether a pooled
+  connection still lives only when it sat idle a while, and each connection has the
+  ``Prepared`` statements it runs planned once (psycopg's prepared statements).
+- SQLite: ``SqlitePool``, peewee's ``PooledSqliteDatabase``. peewee applies its pragmas to each
+  new physical connection, so they are set once per connection.
   ``check_same_thread=False`` lets a returned connection serve the next thread that asks
   (execution-actor threads are short-lived, so thread-local connections would be reopened
   anyway); the pool hands a connection to one thread at a time, and the sqlite3 module is built
   serialized (``sqlite3.threadsafety == 3``). On check-in the pool rolls back any transaction
-  left open.
+  left open. This process's write transactions take their turn (``WritersTurn``) before the
+  write lock.
 
 Each pool holds at most ``connection_budget(config)`` connections: one for every thread that
 can hold one at the same time. A thread that finds the pool empty waits up to
@@ -42,7 +39,8 @@ answers 503 within seconds while the database is away instead of hanging:
   ``tcp_user_timeout`` so a connection whose peer vanished errors out instead of waiting for an
   answer that never comes. URL query parameters override any of these.
 - SQLite: ``busy_timeout`` for the write lock held by another connection or process, as the
-  pragma (set first on each new connection) and as sqlite3's own timeout.
+  pragma set first on each new connection; the wait for this process's writers' turn counts
+  towards it.
 
 Driver errors never leave the store: ``unit_of_work`` and ``write_lock`` (outermost or nested)
 and ``checkout`` turn them into ``StoreUnavailable(kind)`` or ``Conflict`` (``faults.py``),
@@ -53,11 +51,9 @@ connection discards it, instead of pooling it again, when the connection failed.
 from __future__ import annotations
 
 import fcntl
-import itertools
 import logging
 import math
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -67,17 +63,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import peewee
-from playhouse.pool import PooledDatabase, PooledPostgresqlDatabase, PooledSqliteDatabase
+from playhouse.pool import PooledDatabase, PooledSqliteDatabase
 
 from ticket_dispatcher.config import Config, DatabaseConfig
 from ticket_dispatcher.errors import ConfigError, StoreUnavailable
 from ticket_dispatcher.store.faults import FaultKind, store_error, unavailable
 from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.timeutil import to_utc
+
+if TYPE_CHECKING:
+    from ticket_dispatcher.store.postgres import PostgresPool
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +93,6 @@ SQLITE_PRAGMAS = (
 RUNTIME_CONNECTIONS = 2
 MARGIN_CONNECTIONS = 4
 CLUSTER_LINK_CONNECTIONS = 1  # PostgreSQL: the mode lock and the work channel, outside the pool
-PG_STALE_SECONDS = 300
-PG_PING_IDLE_SECONDS = 1.0
 # TCP keepalive probes of an idle PostgreSQL connection (one waiting for an answer is idle to
 # TCP): the first after connect_timeout, then every PG_KEEPALIVE_INTERVAL seconds, and the
 # connection is dropped after PG_KEEPALIVE_COUNT unanswered ones.
@@ -210,9 +207,9 @@ class SqlitePool(ServicePool, PooledSqliteDatabase):
 
 
 def _open_postgres(parts: SplitResult, max_connections: int,
-                   database: DatabaseConfig) -> PooledPostgresqlDatabase:
+                   database: DatabaseConfig) -> PostgresPool:
     try:
-        import psycopg2  # noqa: F401
+        import psycopg  # noqa: F401
     except ImportError:
         raise ConfigError(
             "database_url: PostgreSQL needs the 'postgres' extra (pip install "
@@ -235,144 +232,25 @@ def _open_postgres(parts: SplitResult, max_connections: int,
         params["user"] = unquote(parts.username)
     if parts.password:
         params["password"] = unquote(parts.password)
+    from ticket_dispatcher.store.postgres import PostgresPool  # it needs psycopg
+
     return PostgresPool(
         dbname,
         max_connections=max_connections,
         pool_wait=database.pool_wait.total_seconds(),
-        stale_timeout=PG_STALE_SECONDS,
         autoconnect=False,
         **params,
     )
 
 
 class Prepared(str):
-    """A hot statement, always the same text run with other values: a PostgreSQL connection
-    parses and plans it once (``PostgresPool.execute_sql``) instead of at every run. On SQLite
-    it is a plain statement (the sqlite3 module keeps its own cache of compiled statements)."""
+    """A hot statement, always the same text run with other values: on PostgreSQL each
+    connection has it parsed and planned once, the first time it runs it, and runs it from
+    that plan afterwards (``postgres.py``); other statements are planned at every run. On
+    SQLite it is a plain statement (the sqlite3 module keeps its own cache of compiled
+    statements)."""
 
     __slots__ = ()
-
-
-class Execute(str):
-    """The query sent for a statement when it is not its plain text (``EXECUTE`` of a
-    ``Prepared`` one, after its ``PREPARE`` the first time; a write that need not wait for the
-    disk): what peewee's query hooks see, with ``statement``, the statement it runs."""
-
-    statement: str
-
-
-# A SQL-level prepared statement whose plan the server dropped or can no longer use: it does
-# not exist (the session was reset under the connection), or its table changed the columns
-# it answers (another replica's migration added one).
-_PLAN_GONE = {"26000": "", "0A000": "cached plan must not change result type"}
-# ``%s`` marks of a statement as numbered parameters; ``%%`` (a percent sign) stays as it is,
-# since the text is sent with values and the driver turns it into one.
-_MARKS = re.compile(r"%%|%s")
-
-
-@dataclass
-class _PreparedHere:
-    """What one connection has prepared: each statement's name, and how many PREPAREs it was
-    sent since it last forgot them all (a failed one may have left its statement behind)."""
-
-    names: dict[str, str]
-    sent: int = 0
-
-
-class PostgresPool(ServicePool, PooledPostgresqlDatabase):
-    """peewee's PostgreSQL pool, asking the server about a pooled connection only when it sat
-    idle ``PG_PING_IDLE_SECONDS`` or longer (see the module's docstring), and running each
-    ``Prepared`` statement as a SQL-level prepared statement of the connection."""
-
-    # Statements one connection keeps prepared; past it, it forgets them all and starts again
-    # (the hot statements come in far fewer shapes).
-    PREPARED_PER_CONNECTION = 100
-
-    def __init__(self, dbname: str, *, max_connections: int, pool_wait: float, **kwargs: Any):
-        super().__init__(dbname, max_connections=max_connections, timeout=pool_wait, **kwargs)
-        self.pool_limit = max_connections
-        self.pool_wait = pool_wait
-        self.store_health = StoreHealth()
-        self._returned: dict[int, float] = {}  # connection key → when it was checked in
-        self._prepared: dict[int, _PreparedHere] = {}  # by connection key
-        self._names = itertools.count(1)  # never reused: a leftover statement cannot clash
-
-    def execute_sql(self, sql: str, params: Any = None, *, wait_for_disk: bool = True) -> Any:
-        """A ``Prepared`` statement with values is run as ``EXECUTE`` of the statement this
-        connection prepared for it, prepared in the same query the first time: parsed and
-        planned once per connection, where each run of the plain text was parsed and planned
-        again (as long as running it, on the statements of every dispatch). The values are
-        the same, and the server infers the parameters' types from the statement, as it does
-        for the literals of the plain text. A statement whose plan is gone (see
-        ``_PLAN_GONE``) is prepared again and, outside a transaction, run again: it failed
-        before doing anything. ``wait_for_disk`` False: see ``execute``."""
-        prefix = "" if wait_for_disk else _WITHOUT_FLUSH_WAIT
-        if type(sql) is not Prepared or not params or self.is_closed():
-            # closed: it fails as any statement
-            return super().execute_sql(_execute(sql, prefix + sql) if prefix else sql, params)
-        try:
-            return self._run_prepared(sql, params, prefix)
-        except peewee.DatabaseError as exc:
-            if not _plan_gone(exc):
-                raise
-            if not self.is_closed():
-                self._prepared.pop(self.conn_key(self.connection()), None)
-            if self.in_transaction():  # the transaction is lost: its caller does it again
-                raise unavailable(FaultKind.SERIALIZATION) from None
-            return self._run_prepared(sql, params, prefix)
-
-    def _run_prepared(self, sql: Prepared, params: Any, prefix: str) -> Any:
-        here = self._prepared.setdefault(self.conn_key(self.connection()), _PreparedHere({}))
-        body = sql
-        values = ", ".join(["%s"] * len(params))
-        name = here.names.get(body)
-        if name is not None:
-            return super().execute_sql(_execute(sql, f"{prefix}EXECUTE {name} ({values})"),
-                                       params)
-        forget = ""
-        if here.sent >= self.PREPARED_PER_CONNECTION:
-            here.names.clear()
-            here.sent, forget = 0, "DEALLOCATE ALL; "
-        name = f"td_{next(self._names)}"
-        numbers = itertools.count(1)
-        numbered = _MARKS.sub(lambda mark: "%%" if mark[0] == "%%" else f"${next(numbers)}",
-                              body)
-        here.sent += 1
-        cursor = super().execute_sql(_execute(sql, f"{forget}{prefix}PREPARE {name} AS "
-                                                   f"{numbered}; EXECUTE {name} ({values})"),
-                                     params)
-        here.names[body] = name
-        return cursor
-
-    def _is_closed(self, conn: Any) -> bool:
-        returned = self._returned.pop(self.conn_key(conn), None)
-        if conn.closed or self._adapter.txn_status(conn) != self._adapter.txn_idle:
-            return super()._is_closed(conn)  # lost, or a transaction to roll back
-        if returned is None or time.monotonic() - returned >= PG_PING_IDLE_SECONDS:
-            return super()._is_closed(conn)
-        return False
-
-    def _close(self, conn: Any, close_conn: bool = False) -> None:
-        with self._pool_lock:  # re-entered by super()._close
-            self._returned[self.conn_key(conn)] = time.monotonic()
-            super()._close(conn, close_conn)
-
-    def _close_raw(self, conn: Any) -> None:
-        self._returned.pop(self.conn_key(conn), None)
-        self._prepared.pop(self.conn_key(conn), None)
-        super()._close_raw(conn)
-
-
-def _execute(statement: str, query: str) -> Execute:
-    sent = Execute(query)
-    sent.statement = statement
-    return sent
-
-
-def _plan_gone(exc: peewee.DatabaseError) -> bool:
-    driver = getattr(exc, "orig", None)
-    message = _PLAN_GONE.get(getattr(driver, "pgcode", None) or "")
-    return message is not None and message in str(driver)
 
 
 def _postgres_timeouts(database: DatabaseConfig) -> dict[str, str]:
@@ -607,12 +485,6 @@ def write_lock(db: peewee.Database) -> Iterator[peewee.Database]:
             _succeeded(db, wrote=True)
 
 
-# Sent before a PostgreSQL statement run with ``wait_for_disk=False`` (``execute``), in the same
-# query, so the two run as one implicit transaction and the setting ends with it: no round
-# trip more.
-_WITHOUT_FLUSH_WAIT = "SET LOCAL synchronous_commit TO OFF; "
-
-
 def execute(db: peewee.Database, sql: str, params: Sequence[Any] = (), *,
             wait_for_disk: bool = True) -> Any:
     """Run one statement on this thread's connection and answer its cursor.
@@ -625,9 +497,7 @@ def execute(db: peewee.Database, sql: str, params: Sequence[Any] = (), *,
     the disk."""
     if wait_for_disk or not is_postgres(db):
         return db.execute_sql(sql, params)
-    real = _real(db)
-    assert isinstance(real, PostgresPool)
-    return real.execute_sql(sql, params, wait_for_disk=False)
+    return cast("PostgresPool", _real(db)).execute_sql(sql, params, wait_for_disk=False)
 
 
 @contextmanager
