@@ -11,7 +11,7 @@ Run as a script, it serves one of two things in a process of its own, and prints
     pending trigger row into ``dispatch_triggers`` (the service's own table and indexes, made
     by the service's migrations before this starts), on a connection of the waitress thread's
     own that commits that one statement: SQLite with the service's pragmas (``busy_timeout``,
-    WAL, ``synchronous=NORMAL``) in autocommit mode, or PostgreSQL through psycopg2 with
+    WAL, ``synchronous=NORMAL``) in autocommit mode, or PostgreSQL through psycopg with
     ``autocommit``. It answers 202 with the new row's id, like the service. ``--serialize``
     (SQLite only) takes a process lock around each INSERT: the threads then never meet on
     SQLite's write lock, whose busy handler sleeps in steps of up to 100 ms, so the floor is
@@ -167,11 +167,10 @@ class _TriggerInsert:
 
     def _connect(self) -> Any:
         if self._postgres:
-            import psycopg2
+            import psycopg
 
-            connection = psycopg2.connect(self._url)
-            connection.autocommit = True  # the INSERT commits on its own, as the service's does
-            return connection
+            # the INSERT commits on its own, as the service's does
+            return psycopg.connect(self._url, autocommit=True)
         return _sqlite_connection(self._url.removeprefix("sqlite:///"))
 
 

@@ -15,7 +15,7 @@ The floor (``python bench/floors.py intake``, described there) runs in a process
 the same engine with a database of its own: the service's migrations make its
 ``dispatch_triggers`` table, and each request parses the JSON body and INSERTs one pending row
 on its waitress thread's own connection (SQLite: the service's ``busy_timeout``, WAL and
-``synchronous=NORMAL``, autocommit; PostgreSQL: psycopg2 in autocommit), committed before the
+``synchronous=NORMAL``, autocommit; PostgreSQL: psycopg in autocommit), committed before the
 202. Both servers use the service's default waitress adjustments (the same thread count) with
 waitress's logging quiet; ``--waitress-warnings`` leaves the service's as it ships (its "Task
 queue depth" WARNING goes through the service's JSON log formatter).

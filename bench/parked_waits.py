@@ -242,10 +242,10 @@ class WakeWatcher(threading.Thread):
             self._db = sqlite3.connect(f"file:{database_url.removeprefix('sqlite:///')}?mode=ro",
                                        uri=True, check_same_thread=False, timeout=10)
         else:
-            import psycopg2  # only a PostgreSQL run needs the driver
+            import psycopg  # only a PostgreSQL run needs the driver
 
-            self._db = psycopg2.connect(database_url)
-            self._db.autocommit = True  # each read sees what the server committed since
+            # autocommit: each read sees what the server committed since
+            self._db = psycopg.connect(database_url, autocommit=True)
         self._interval = interval
         self._last: dict[int, datetime] = {}
         self._halt = threading.Event()
@@ -319,10 +319,9 @@ class Autovacuum(threading.Thread):
         self._interval = interval
         if database_url.startswith("sqlite:///"):
             return
-        import psycopg2  # only a PostgreSQL run needs the driver
+        import psycopg  # only a PostgreSQL run needs the driver
 
-        db = psycopg2.connect(database_url)
-        db.autocommit = True  # VACUUM runs outside a transaction
+        db = psycopg.connect(database_url, autocommit=True)  # VACUUM runs outside a transaction
         with db.cursor() as cursor:
             cursor.execute("SHOW autovacuum")
             if cursor.fetchone()[0] == "on":

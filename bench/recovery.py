@@ -382,9 +382,9 @@ class Insert:
             for start in range(0, len(params), CHUNK):
                 chunk = params[start:start + CHUNK]
                 if is_postgres(self.db):  # one multi-row statement, not a round trip a row
-                    from psycopg2.extras import execute_values
-                    execute_values(cursor, f"{self.head} VALUES %s", chunk,
-                                   template=self.values, page_size=CHUNK)
+                    rows = ", ".join([self.values] * len(chunk))
+                    cursor.execute(f"{self.head} VALUES {rows}",
+                                   [value for row in chunk for value in row])
                 else:  # one prepared statement, run in-process: as fast as a multi-row one
                     cursor.executemany(self.sql, chunk)
         return len(params)

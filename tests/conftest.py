@@ -73,7 +73,7 @@ class QueryCounter:
         self.statements: list[str] = []
 
     def _record(self, event) -> None:
-        self.statements.append(getattr(event.sql, "statement", event.sql))  # not its EXECUTE
+        self.statements.append(event.sql)
 
     @property
     def count(self) -> int:

@@ -22,11 +22,10 @@ def sqlite_url(directory: Path) -> str:
 @contextmanager
 def postgres_schema(base_url: str, prefix: str = "td_") -> Iterator[str]:
     """``base_url`` with its connections pinned to a new, empty schema, dropped on exit."""
-    import psycopg2  # only a PostgreSQL run needs the driver
+    import psycopg  # only a PostgreSQL run needs the driver
 
     schema = f"{prefix}{uuid.uuid4().hex[:12]}"
-    admin = psycopg2.connect(base_url)
-    admin.autocommit = True
+    admin = psycopg.connect(base_url, autocommit=True)
     try:
         with admin.cursor() as cursor:
             cursor.execute(f'CREATE SCHEMA "{schema}"')

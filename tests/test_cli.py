@@ -504,7 +504,7 @@ def test_sqlite_database_in_a_missing_directory_is_a_config_error(capsys, monkey
 
 
 def test_unreachable_postgres_is_one_line_without_the_password(capsys, monkeypatch):
-    pytest.importorskip("psycopg2")
+    pytest.importorskip("psycopg")
     url = f"postgresql://dispatcher:{SECRET}@127.0.0.1:1/td?connect_timeout=1"
     monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", url)
 
@@ -623,7 +623,7 @@ def test_config_show_exits_0_and_2_for_a_bad_configuration(capsys, monkeypatch):
 def test_migrate_with_postgres_but_without_its_driver_is_a_configuration_error_exit_2(
     capsys, monkeypatch
 ):
-    monkeypatch.setitem(sys.modules, "psycopg2", None)  # `import psycopg2` now fails
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` now fails
     monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", "postgresql://td@127.0.0.1:1/td")
 
     code, out, err = run(capsys, "migrate")

@@ -53,9 +53,9 @@ def completed(dispatcher: Dispatcher) -> float:
 
 def slow_inserts(database_url: str, seconds: float) -> None:
     """Each trigger row's INSERT takes ``seconds`` more (a trigger on the table)."""
-    import psycopg2  # only a PostgreSQL run needs the driver
+    import psycopg  # only a PostgreSQL run needs the driver
 
-    connection = psycopg2.connect(database_url)
+    connection = psycopg.connect(database_url)
     try:
         with connection, connection.cursor() as cursor:
             cursor.execute(f"""

@@ -333,13 +333,19 @@ def test_postgres_sessions_neither_compile_nor_start_workers(postgres_url):
 @pytest.mark.postgres
 def test_a_write_without_flush_wait_changes_only_its_own_commit(postgres_url):
     store = Store.for_url(postgres_url)
+    hot = database.Prepared("SELECT current_setting('synchronous_commit'), %s::int")
     with unit_of_work(store.db) as db:
-        during = db.execute_sql(f"{database.WITHOUT_FLUSH_WAIT}"
-                                "SELECT current_setting('synchronous_commit')").fetchone()[0]
+        during = database.execute(db, "SELECT current_setting('synchronous_commit')",
+                                  wait_for_disk=False).fetchone()[0]
         after = db.execute_sql("SHOW synchronous_commit").fetchone()[0]
+        # a hot statement, the first time (prepared) and the next (run from its plan)
+        hot_runs = [database.execute(db, hot, (n,), wait_for_disk=False).fetchone()
+                    for n in (1, 2)]
+        after_hot = db.execute_sql("SHOW synchronous_commit").fetchone()[0]
     store.close()
 
     assert (during, after) == ("off", "on")
+    assert hot_runs == [("off", 1), ("off", 2)] and after_hot == "on"
 
 
 @pytest.mark.postgres

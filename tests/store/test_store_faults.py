@@ -15,7 +15,7 @@ import traceback
 from datetime import UTC, datetime, timedelta
 
 import peewee
-import psycopg2
+import psycopg
 import pytest
 from playhouse.pool import MaxConnectionsExceeded
 
@@ -26,10 +26,10 @@ from ticket_dispatcher.config import DatabaseConfig
 from ticket_dispatcher.errors import Conflict, StoreUnavailable
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import FaultKind, Store, StoreHealth, unit_of_work, write_lock
-from ticket_dispatcher.store import database as database_module
 from ticket_dispatcher.store import health as health_module
 from ticket_dispatcher.store import migrations as migrations_module
-from ticket_dispatcher.store.database import open_database
+from ticket_dispatcher.store import postgres as postgres_module
+from ticket_dispatcher.store.database import open_database, pool_wait
 from ticket_dispatcher.store.faults import store_error
 from ticket_dispatcher.store.models import EngineerRow
 
@@ -146,11 +146,12 @@ def relayed(postgres_url):
 
 
 class DriverError(Exception):
-    """Stands for a psycopg2 error: what the classification reads is ``pgcode`` and the text."""
+    """Stands for a psycopg error: what the classification reads is ``sqlstate`` and the
+    text."""
 
-    def __init__(self, text: str, pgcode: str | None = None):
+    def __init__(self, text: str, sqlstate: str | None = None):
         super().__init__(text)
-        self.pgcode = pgcode
+        self.sqlstate = sqlstate
 
 
 def _as_peewee(cls: type, error: Exception) -> Exception:
@@ -173,6 +174,10 @@ def _as_peewee(cls: type, error: Exception) -> Exception:
     (DriverError('connection to server at "db.internal", port 5432 failed: Connection refused'),
      "connection"),
     (DriverError("timeout expired"), "connection"),
+    (DriverError("consuming input failed: server closed the connection unexpectedly"),
+     "connection"),
+    (DriverError("the connection is lost"), "connection"),
+    (DriverError("the connection is closed"), "connection"),
     (sqlite3.OperationalError("database is locked"), "locked"),
     (DriverError("disk I/O error"), "other"),
 ])
@@ -196,7 +201,8 @@ def test_sqlite_busy_is_locked_by_its_error_name():
     (peewee.InterfaceError("connection already closed"), "connection"),
     (MaxConnectionsExceeded("Max connections exceeded, timed out attempting to connect."),
      "pool_exhausted"),
-    (psycopg2.OperationalError("server closed the connection unexpectedly"), "connection"),
+    (psycopg.OperationalError("server closed the connection unexpectedly"), "connection"),
+    (psycopg.OperationalError("the connection is closed"), "connection"),
 ])
 def test_interface_errors_and_an_exhausted_pool_are_unavailable(error, kind):
     assert store_error(error).kind == kind
@@ -271,7 +277,7 @@ def test_postgres_connections_get_the_configured_timeouts():
         "options": "-c statement_timeout=15000 -c lock_timeout=4000 "
                    "-c idle_in_transaction_session_timeout=15000 "
                    "-c jit=off -c max_parallel_workers_per_gather=0 -c search_path=x"}
-    assert db._wait_timeout == 3
+    assert pool_wait(db) == 3
 
 
 def test_sqlite_waits_come_from_the_configuration(short_sqlite):
@@ -279,8 +285,8 @@ def test_sqlite_waits_come_from_the_configuration(short_sqlite):
         busy = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
 
     assert busy == 300
-    assert short_sqlite.db._timeout == 0.3  # sqlite3.connect's own
-    assert short_sqlite.db._wait_timeout == 0.3  # a free pooled connection
+    assert short_sqlite.db.writers_turn.busy_timeout == 0.3  # the wait for this process's turn
+    assert pool_wait(short_sqlite.db) == 0.3  # a free pooled connection
 
 
 @pytest.mark.postgres
@@ -304,7 +310,7 @@ def test_a_transaction_its_client_stopped_answering_gives_its_row_locks_back(pos
     store.migrate()
     store.engineers.put("a@example.com", dispatch_enabled=True, now=datetime.now(UTC))
     # A connection as the service opens them (its options), of a process that then pauses.
-    paused = open_database(postgres_url, database=SHORT)._connect()
+    paused = open_database(postgres_url, database=SHORT).open_connection()
     paused.autocommit = False
     with paused.cursor() as cursor:  # locked, then the client goes silent
         cursor.execute("SELECT email FROM engineers FOR UPDATE")
@@ -319,7 +325,7 @@ def test_a_transaction_its_client_stopped_answering_gives_its_row_locks_back(pos
 
     try:
         wait_until(lockable, 10, "the server ends the silent transaction")
-        with pytest.raises(psycopg2.Error), paused.cursor() as cursor:  # its session is gone
+        with pytest.raises(psycopg.Error), paused.cursor() as cursor:  # its session is gone
             cursor.execute("SELECT 1")
     finally:
         paused.close()
@@ -505,11 +511,11 @@ def test_postgres_messages_never_name_the_host_user_or_password(postgres_url):
 def test_postgres_backend_terminated_by_the_server_is_replaced(postgres_url):
     store = Store.for_url(postgres_url, database=SHORT)
     store.migrate()
-    admin = psycopg2.connect(postgres_url.split("?")[0])
+    admin = psycopg.connect(postgres_url.split("?")[0])
     admin.autocommit = True
     try:
         with pytest.raises(StoreUnavailable) as raised, unit_of_work(store.db) as db:
-            pid = db.connection().get_backend_pid()
+            pid = db.connection().info.backend_pid
             admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
             store.engineers.page()
         assert raised.value.kind == "connection"
@@ -522,7 +528,7 @@ def test_postgres_backend_terminated_by_the_server_is_replaced(postgres_url):
 def _terminate_pooled_backend(store: Store, admin) -> None:
     """Kill, from the server's side, the backend of the connection the pool holds idle."""
     with unit_of_work(store.db) as db:
-        pid = db.connection().get_backend_pid()
+        pid = db.connection().info.backend_pid
     admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
     wait_until(lambda: not _backend_alive(admin, pid), 5, "the backend to end")
 
@@ -535,10 +541,10 @@ def _backend_alive(admin, pid: int) -> bool:
 
 @pytest.mark.postgres
 def test_postgres_connection_idle_in_the_pool_is_checked_before_reuse(postgres_url, monkeypatch):
-    monkeypatch.setattr(database_module, "PG_PING_IDLE_SECONDS", 0)
+    monkeypatch.setattr(postgres_module, "PG_PING_IDLE_SECONDS", 0)
     store = Store.for_url(postgres_url, database=SHORT)
     store.migrate()
-    admin = psycopg2.connect(postgres_url.split("?")[0])
+    admin = psycopg.connect(postgres_url.split("?")[0])
     admin.autocommit = True
     try:
         _terminate_pooled_backend(store, admin)
@@ -554,10 +560,10 @@ def test_postgres_connection_just_returned_is_reused_without_a_round_trip(postgr
     # Under load a connection comes back and goes out again within milliseconds; asking the
     # server each time queued every thread behind one round trip. One the server dropped in
     # that window fails its first statement, is discarded, and the next unit gets a new one.
-    monkeypatch.setattr(database_module, "PG_PING_IDLE_SECONDS", 3600)
+    monkeypatch.setattr(postgres_module, "PG_PING_IDLE_SECONDS", 3600)
     store = Store.for_url(postgres_url, database=SHORT)
     store.migrate()
-    admin = psycopg2.connect(postgres_url.split("?")[0])
+    admin = psycopg.connect(postgres_url.split("?")[0])
     admin.autocommit = True
     try:
         _terminate_pooled_backend(store, admin)
@@ -586,7 +592,7 @@ def test_postgres_statement_beyond_statement_timeout_is_timeout(postgres_url):
 def test_postgres_lock_wait_beyond_busy_timeout_is_locked(postgres_url):
     store = Store.for_url(postgres_url, database=DatabaseConfig(busy_timeout=BUSY))
     store.migrate()
-    holder = psycopg2.connect(postgres_url)
+    holder = psycopg.connect(postgres_url)
     try:
         holder.cursor().execute("LOCK TABLE engineers IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()

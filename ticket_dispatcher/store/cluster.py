@@ -22,15 +22,20 @@ are lost. SQLite needs none of this: a file is served by one process (``ProcessL
 from __future__ import annotations
 
 import logging
-import select
 import threading
 import zlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import peewee
 
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.store.database import _real, is_postgres
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from ticket_dispatcher.store.postgres import PostgresPool
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +70,10 @@ class ClusterLink:
     and after every reconnect; it must not block for long."""
 
     def __init__(self, db: peewee.Database, *, shared: bool, on_work: Callable[[], None]):
-        self._db = _real(db)
+        self._db = cast("PostgresPool", _real(db))
         self._shared = shared
         self._on_work = on_work
-        self._conn = None
+        self._conn: psycopg.Connection | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -78,17 +83,17 @@ class ClusterLink:
         self._thread = threading.Thread(target=self._run, name="cluster-link", daemon=True)
         self._thread.start()
 
-    def _connect(self):
-        conn = self._db._connect()  # a new connection, outside the pool, in autocommit
+    def _connect(self) -> psycopg.Connection:
+        conn = self._db.open_connection()  # a new one, outside the pool, in autocommit
         try:
             with conn.cursor() as cursor:
                 take = "pg_try_advisory_lock_shared" if self._shared else "pg_try_advisory_lock"
                 cursor.execute(f"SELECT {take}(%s, {_MODE_LOCK_OBJECT})", (_LOCK_CLASS,))
-                if not cursor.fetchone()[0]:
+                if not _answer(cursor):
                     raise ConfigError(self._refusal())
                 if self._shared:
                     cursor.execute(f"SELECT {_CHANNEL}")
-                    cursor.execute(f'LISTEN "{cursor.fetchone()[0]}"')
+                    cursor.execute(f'LISTEN "{_answer(cursor)}"')
         except BaseException:
             conn.close()
             raise
@@ -131,13 +136,10 @@ class ClusterLink:
                 self._drop()
 
     def _wait(self) -> None:
-        conn = self._conn
-        readable, _, _ = select.select([conn], [], [], WAIT_SECONDS)
-        if not readable:  # a lost connection reads as readable: poll() raises then
-            return
-        conn.poll()
-        if conn.notifies:
-            conn.notifies.clear()
+        """Wait up to ``WAIT_SECONDS`` for notifications; one call of ``on_work`` for all that
+        came together. A lost connection raises."""
+        assert self._conn is not None
+        if any(True for _ in self._conn.notifies(timeout=WAIT_SECONDS, stop_after=1)):
             self._on_work()
 
     def _drop(self) -> None:
@@ -154,3 +156,10 @@ class ClusterLink:
         if self._thread is not None:
             self._thread.join(WAIT_SECONDS * 2)
         self._drop()
+
+
+def _answer(cursor: psycopg.Cursor) -> Any:
+    """The one value a one-row ``SELECT`` answered."""
+    row = cursor.fetchone()
+    assert row is not None
+    return row[0]

@@ -11,20 +11,16 @@ reuse its connection.
 
 Both engines pool their physical connections, so nothing is reopened per unit of work:
 
-- PostgreSQL: ``PostgresPool``; a connection older than ``PG_STALE_SECONDS`` is closed on its
-  next check-out or check-in and replaced by a new one. A check-out asks the server whether a
-  connection still lives (``SELECT 1``) only when it sat in the pool ``PG_PING_IDLE_SECONDS``
-  or longer: peewee's pool asks on every check-out, under the locks every check-out and
-  check-in of every thread takes, so under load each one queued behind a round trip. A
-  connection the server dropped while it was busy fails its first statement instead, and the
-  unit of work discards it (below). Each connection prepares the ``Prepared`` statements it
-  runs, so the server plans each once per connection (``PostgresPool.execute_sql``).
-- SQLite: ``PooledSqliteDatabase``. Its pragmas are applied in ``SqliteDatabase._connect``,
-  which the pool calls only for a new physical connection, so they are set once per connection.
-  ``check_same_thread=False`` lets a returned connection serve the next thread that asks,
-  whichever it is; the pool hands a connection to one thread at a time, and the sqlite3
-  module is built serialized (``sqlite3.threadsafety == 3``). On check-in the pool rolls back
-  any transaction left open.
+- PostgreSQL: ``PostgresPool`` (``postgres.py``), peewee's pool on psycopg 3: a connection
+  older than five minutes is replaced, a check-out asks the server whether a pooled
+  connection still lives only when it sat idle a while, and each connection has the
+  ``Prepared`` statements it runs planned once (psycopg's prepared statements).
+- SQLite: ``SqlitePool``, peewee's ``PooledSqliteDatabase``. peewee applies its pragmas to each
+  new physical connection, so they are set once per connection.
+  ``check_same_thread=False`` lets a returned connection serve the next thread that asks; the
+  pool hands a connection to one thread at a time, and the sqlite3 module is built serialized
+  (``sqlite3.threadsafety == 3``). On check-in the pool rolls back any transaction left open.
+  This process's write transactions take their turn (``WritersTurn``) before the write lock.
 
 Each pool holds at most ``connection_budget(config)`` connections: one for every thread that
 can hold one at the same time. A thread that finds the pool empty waits up to
@@ -41,7 +37,8 @@ answers 503 within seconds while the database is away instead of hanging:
   ``tcp_user_timeout`` so a connection whose peer vanished errors out instead of waiting for an
   answer that never comes. URL query parameters override any of these.
 - SQLite: ``busy_timeout`` for the write lock held by another connection or process, as the
-  pragma (set first on each new connection) and as sqlite3's own timeout.
+  pragma set first on each new connection; the wait for this process's writers' turn counts
+  towards it.
 
 Driver errors never leave the store: ``unit_of_work`` and ``write_lock`` (outermost or nested)
 and ``checkout`` turn them into ``StoreUnavailable(kind)`` or ``Conflict`` (``faults.py``),
@@ -52,31 +49,32 @@ connection discards it, instead of pooling it again, when the connection failed.
 from __future__ import annotations
 
 import fcntl
-import itertools
 import logging
 import math
 import os
-import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import peewee
-from playhouse.pool import PooledDatabase, PooledPostgresqlDatabase, PooledSqliteDatabase
+from playhouse.pool import PooledDatabase, PooledSqliteDatabase
 
 from ticket_dispatcher.config import Config, DatabaseConfig
 from ticket_dispatcher.errors import ConfigError, StoreUnavailable
 from ticket_dispatcher.store.faults import FaultKind, store_error, unavailable
 from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.timeutil import to_utc
+
+if TYPE_CHECKING:
+    from ticket_dispatcher.store.postgres import PostgresPool
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +91,6 @@ SQLITE_PRAGMAS = (
 RUNTIME_CONNECTIONS = 2
 MARGIN_CONNECTIONS = 4
 CLUSTER_LINK_CONNECTIONS = 1  # PostgreSQL: the mode lock and the work channel, outside the pool
-PG_STALE_SECONDS = 300
-PG_PING_IDLE_SECONDS = 1.0
 # TCP keepalive probes of an idle PostgreSQL connection (one waiting for an answer is idle to
 # TCP): the first after connect_timeout, then every PG_KEEPALIVE_INTERVAL seconds, and the
 # connection is dropped after PG_KEEPALIVE_COUNT unanswered ones.
@@ -150,7 +146,7 @@ def open_database(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS,
 
 
 def _open_sqlite(parts: SplitResult, max_connections: int,
-                 database: DatabaseConfig) -> PooledSqliteDatabase:
+                 database: DatabaseConfig) -> SqlitePool:
     path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
     if parts.netloc or not path or parts.query:
         raise ConfigError(f"database_url: malformed SQLite URL; {_USAGE}")
@@ -168,28 +164,50 @@ def _open_sqlite(parts: SplitResult, max_connections: int,
     # that upgrades from reading to writing fails at once with SQLITE_BUSY in WAL mode instead
     # of honouring busy_timeout; atomic('IMMEDIATE') takes the write lock at BEGIN.
     # busy_timeout comes first, so the other pragmas already wait for a lock as long.
+    # sqlite3.connect's own ``timeout`` stays peewee's default: busy_timeout, the first pragma
+    # of every new connection, replaces it before anything waits for a lock.
     busy = database.busy_timeout.total_seconds()
-    db = PooledSqliteDatabase(
+    return SqlitePool(
         path,
         max_connections=max_connections,
-        timeout=database.pool_wait.total_seconds(),  # the pool's wait for a free connection
+        pool_wait=database.pool_wait.total_seconds(),
+        busy_timeout=busy,
         pragmas=(("busy_timeout", round(busy * 1000)), *SQLITE_PRAGMAS),
         lock_type="IMMEDIATE",
         returning_clause=True,
         autoconnect=False,
         check_same_thread=False,  # a pooled connection moves between threads (see above)
     )
-    # sqlite3.connect's own ``timeout``: the pool takes the ``timeout`` keyword for its wait,
-    # so peewee would keep its default (5 s) for the connect itself.
-    db._timeout = busy
-    db.writers_turn = threading.Lock()  # see ``_writers_turn``
-    return db
+
+
+class ServicePool:
+    """What this service keeps beside peewee's pool, on the pool classes it opens
+    (``SqlitePool``, ``PostgresPool``): the most connections the pool opens (``pool_size``),
+    how long a thread waits for a free one, and the ``StoreHealth`` its units of work report
+    to (``health_of``)."""
+
+    pool_limit: int
+    pool_wait: float
+    store_health: StoreHealth
+
+
+class SqlitePool(ServicePool, PooledSqliteDatabase):
+    """peewee's SQLite pool (built with its public arguments) and this process's writers' turn
+    (``WritersTurn``), which every write transaction takes before ``BEGIN IMMEDIATE``."""
+
+    def __init__(self, path: str, *, max_connections: int, pool_wait: float,
+                 busy_timeout: float, **kwargs: Any):
+        super().__init__(path, max_connections=max_connections, timeout=pool_wait, **kwargs)
+        self.pool_limit = max_connections
+        self.pool_wait = pool_wait
+        self.store_health = StoreHealth()
+        self.writers_turn = WritersTurn(busy_timeout)
 
 
 def _open_postgres(parts: SplitResult, max_connections: int,
-                   database: DatabaseConfig) -> PooledPostgresqlDatabase:
+                   database: DatabaseConfig) -> PostgresPool:
     try:
-        import psycopg2  # noqa: F401
+        import psycopg  # noqa: F401
     except ImportError:
         raise ConfigError(
             "database_url: PostgreSQL needs the 'postgres' extra (pip install "
@@ -212,140 +230,25 @@ def _open_postgres(parts: SplitResult, max_connections: int,
         params["user"] = unquote(parts.username)
     if parts.password:
         params["password"] = unquote(parts.password)
+    from ticket_dispatcher.store.postgres import PostgresPool  # it needs psycopg
+
     return PostgresPool(
         dbname,
         max_connections=max_connections,
-        stale_timeout=PG_STALE_SECONDS,
-        timeout=database.pool_wait.total_seconds(),
+        pool_wait=database.pool_wait.total_seconds(),
         autoconnect=False,
         **params,
     )
 
 
 class Prepared(str):
-    """A hot statement, always the same text run with other values: a PostgreSQL connection
-    parses and plans it once (``PostgresPool.execute_sql``) instead of at every run. On SQLite
-    it is a plain statement (the sqlite3 module keeps its own cache of compiled statements)."""
+    """A hot statement, always the same text run with other values: on PostgreSQL each
+    connection has it parsed and planned once, the first time it runs it, and runs it from
+    that plan afterwards (``postgres.py``); other statements are planned at every run. On
+    SQLite it is a plain statement (the sqlite3 module keeps its own cache of compiled
+    statements)."""
 
     __slots__ = ()
-
-
-class Execute(str):
-    """The query sent for a ``Prepared`` statement (``EXECUTE`` of it, after its ``PREPARE``
-    the first time): what peewee's query hooks see, with ``statement``, the statement it
-    runs."""
-
-    statement: Prepared
-
-
-# A SQL-level prepared statement whose plan the server dropped or can no longer use: it does
-# not exist (the session was reset under the connection), or its table changed the columns
-# it answers (another replica's migration added one).
-_PLAN_GONE = {"26000": "", "0A000": "cached plan must not change result type"}
-# ``%s`` marks of a statement as numbered parameters; ``%%`` (a percent sign) stays as it is,
-# since the text is sent with values and the driver turns it into one.
-_MARKS = re.compile(r"%%|%s")
-
-
-@dataclass
-class _PreparedHere:
-    """What one connection has prepared: each statement's name, and how many PREPAREs it was
-    sent since it last forgot them all (a failed one may have left its statement behind)."""
-
-    names: dict[str, str]
-    sent: int = 0
-
-
-class PostgresPool(PooledPostgresqlDatabase):
-    """peewee's PostgreSQL pool, asking the server about a pooled connection only when it sat
-    idle ``PG_PING_IDLE_SECONDS`` or longer (see the module's docstring), and running each
-    ``Prepared`` statement as a SQL-level prepared statement of the connection."""
-
-    # Statements one connection keeps prepared; past it, it forgets them all and starts again
-    # (the hot statements come in far fewer shapes).
-    PREPARED_PER_CONNECTION = 100
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._returned: dict[int, float] = {}  # connection key → when it was checked in
-        self._prepared: dict[int, _PreparedHere] = {}  # by connection key
-        self._names = itertools.count(1)  # never reused: a leftover statement cannot clash
-
-    def execute_sql(self, sql: str, params: Any = None) -> Any:
-        """A ``Prepared`` statement with values is run as ``EXECUTE`` of the statement this
-        connection prepared for it, prepared in the same query the first time: parsed and
-        planned once per connection, where each run of the plain text was parsed and planned
-        again (as long as running it, on the statements of every dispatch). The values are
-        the same, and the server infers the parameters' types from the statement, as it does
-        for the literals of the plain text. A statement whose plan is gone (see
-        ``_PLAN_GONE``) is prepared again and, outside a transaction, run again: it failed
-        before doing anything."""
-        if type(sql) is not Prepared or not params or self.is_closed():
-            return super().execute_sql(sql, params)  # closed: it fails as any statement
-        try:
-            return self._run_prepared(sql, params)
-        except peewee.DatabaseError as exc:
-            if not _plan_gone(exc):
-                raise
-            if not self.is_closed():
-                self._prepared.pop(self.conn_key(self.connection()), None)
-            if self.in_transaction():  # the transaction is lost: its caller does it again
-                raise unavailable(FaultKind.SERIALIZATION) from None
-            return self._run_prepared(sql, params)
-
-    def _run_prepared(self, sql: Prepared, params: Any) -> Any:
-        here = self._prepared.setdefault(self.conn_key(self.connection()), _PreparedHere({}))
-        prefix = WITHOUT_FLUSH_WAIT if sql.startswith(WITHOUT_FLUSH_WAIT) else ""
-        body = sql[len(prefix):]
-        values = ", ".join(["%s"] * len(params))
-        name = here.names.get(body)
-        if name is not None:
-            return super().execute_sql(_execute(sql, f"{prefix}EXECUTE {name} ({values})"),
-                                       params)
-        forget = ""
-        if here.sent >= self.PREPARED_PER_CONNECTION:
-            here.names.clear()
-            here.sent, forget = 0, "DEALLOCATE ALL; "
-        name = f"td_{next(self._names)}"
-        numbers = itertools.count(1)
-        numbered = _MARKS.sub(lambda mark: "%%" if mark[0] == "%%" else f"${next(numbers)}",
-                              body)
-        here.sent += 1
-        cursor = super().execute_sql(_execute(sql, f"{forget}{prefix}PREPARE {name} AS "
-                                                   f"{numbered}; EXECUTE {name} ({values})"),
-                                     params)
-        here.names[body] = name
-        return cursor
-
-    def _is_closed(self, conn: Any) -> bool:
-        returned = self._returned.pop(self.conn_key(conn), None)
-        if conn.closed or self._adapter.txn_status(conn) != self._adapter.txn_idle:
-            return super()._is_closed(conn)  # lost, or a transaction to roll back
-        if returned is None or time.monotonic() - returned >= PG_PING_IDLE_SECONDS:
-            return super()._is_closed(conn)
-        return False
-
-    def _close(self, conn: Any, close_conn: bool = False) -> None:
-        with self._pool_lock:  # re-entered by super()._close
-            self._returned[self.conn_key(conn)] = time.monotonic()
-            super()._close(conn, close_conn)
-
-    def _close_raw(self, conn: Any) -> None:
-        self._returned.pop(self.conn_key(conn), None)
-        self._prepared.pop(self.conn_key(conn), None)
-        super()._close_raw(conn)
-
-
-def _execute(statement: Prepared, query: str) -> Execute:
-    sent = Execute(query)
-    sent.statement = statement
-    return sent
-
-
-def _plan_gone(exc: peewee.DatabaseError) -> bool:
-    driver = getattr(exc, "orig", None)
-    message = _PLAN_GONE.get(getattr(driver, "pgcode", None) or "")
-    return message is not None and message in str(driver)
 
 
 def _postgres_timeouts(database: DatabaseConfig) -> dict[str, str]:
@@ -429,7 +332,20 @@ def process_lock(db: peewee.Database) -> ProcessLock | None:
 
 def pool_size(db: peewee.Database) -> int:
     """The most connections ``db``'s pool opens at once."""
-    return _real(db)._max_connections
+    return _pool(db).pool_limit
+
+
+def pool_wait(db: peewee.Database) -> float:
+    """How long, in seconds, a thread waits for a free connection of ``db``'s pool before it
+    fails (``pool_exhausted``)."""
+    return _pool(db).pool_wait
+
+
+def _pool(db: peewee.Database) -> ServicePool:
+    real = _real(db)
+    if not isinstance(real, ServicePool):
+        raise TypeError(f"not a database open_database built: {type(real).__name__}")
+    return real
 
 
 @dataclass(frozen=True)
@@ -506,18 +422,16 @@ def is_postgres(db: peewee.Database) -> bool:
 
 
 def attach_health(db: peewee.Database) -> StoreHealth:
-    """``db``'s ``StoreHealth``, created the first time (``open_database`` and ``Store`` call
-    this before any unit of work runs)."""
-    real = _real(db)
-    health = getattr(real, "store_health", None)
-    if health is None:
-        health = real.store_health = StoreHealth()
-    return health
+    """``db``'s ``StoreHealth``, which its pool created with it (``Store`` reads it before any
+    unit of work runs). ``TypeError`` for a database ``open_database`` did not build."""
+    return _pool(db).store_health
 
 
 def health_of(db: peewee.Database) -> StoreHealth | None:
-    """The ``StoreHealth`` units of work on ``db`` report to (None: not attached)."""
-    return getattr(_real(db), "store_health", None)
+    """The ``StoreHealth`` units of work on ``db`` report to (None: a database ``open_database``
+    did not build)."""
+    real = _real(db)
+    return real.store_health if isinstance(real, ServicePool) else None
 
 
 @contextmanager
@@ -569,12 +483,19 @@ def write_lock(db: peewee.Database) -> Iterator[peewee.Database]:
             _succeeded(db, wrote=True)
 
 
-# Put before a PostgreSQL write that need not wait for its WAL to reach the disk (docs/design.md,
-# "Writes that need not wait for the disk"): the write is one statement, and a crash of the
-# server that lost it loses nothing that is not done again from what was committed before it.
-# Sent in the same query as the write, so the two run as one implicit transaction and the
-# setting ends with it: no round trip more.
-WITHOUT_FLUSH_WAIT = "SET LOCAL synchronous_commit TO OFF; "
+def execute(db: peewee.Database, sql: str, params: Sequence[Any] = (), *,
+            wait_for_disk: bool = True) -> Any:
+    """Run one statement on this thread's connection and answer its cursor.
+
+    ``wait_for_disk=False``: on PostgreSQL the commit of the transaction the statement runs
+    in does not wait for its WAL to reach the disk (docs/design.md, "Writes that need not wait
+    for the disk"). Only for a write a crash of the server may lose because what was
+    committed before it makes it again; the caller says so, the statement's text does not.
+    On SQLite it changes nothing: in WAL mode with ``synchronous=NORMAL`` no commit waits for
+    the disk."""
+    if wait_for_disk or not is_postgres(db):
+        return db.execute_sql(sql, params)
+    return cast("PostgresPool", _real(db)).execute_sql(sql, params, wait_for_disk=False)
 
 
 @contextmanager
@@ -590,41 +511,54 @@ def one_statement_write(db: peewee.Database) -> Iterator[peewee.Database]:
 
 @contextmanager
 def _writers_turn(db: peewee.Database) -> Iterator[None]:
+    """SQLite: this process's turn to write (``WritersTurn``); nothing on PostgreSQL."""
+    real = _real(db)
+    if not isinstance(real, SqlitePool):
+        yield
+        return
+    with real.writers_turn.taken(db):
+        yield
+
+
+class WritersTurn:
     """SQLite: this process's write transactions take the write lock one after another, in
     the order they ask, before ``BEGIN IMMEDIATE``. Left to SQLite, a writer that finds the
     lock taken sleeps in its busy handler (1, 2, 5 … 100 ms between tries) long after the lock
     is free, and writers that keep coming overtake it. The wait for the turn and the wait for
     the lock together stay within ``busy_timeout`` (the lock's is shortened by the time spent
     waiting for the turn); another process's writers still meet this one in the busy
-    handler."""
-    real = _real(db)
-    turn: threading.Lock | None = getattr(real, "writers_turn", None)
-    if turn is None:
-        yield
-        return
-    budget, asked = real._timeout, time.monotonic()
-    if not turn.acquire(timeout=budget):
-        typed = unavailable(FaultKind.LOCKED)
-        health = health_of(db)
-        if health is not None:
-            health.failed(typed.kind)
-        raise typed
-    try:
-        waited = time.monotonic() - asked
-        if waited < _TURN_SLACK:
-            yield
-            return
-        _busy_timeout(db, max(budget - waited, 0.001))
+    handler. One per pool (``SqlitePool.writers_turn``)."""
+
+    SLACK = 0.05  # seconds of waiting for the turn that may go over busy_timeout
+
+    def __init__(self, busy_timeout: float):
+        self.busy_timeout = busy_timeout
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def taken(self, db: peewee.Database) -> Iterator[None]:
+        """Hold the turn for this thread's write on ``db`` (its connection already taken);
+        ``StoreUnavailable`` of kind ``locked`` when it does not come within busy_timeout."""
+        budget, asked = self.busy_timeout, time.monotonic()
+        if not self._lock.acquire(timeout=budget):
+            typed = unavailable(FaultKind.LOCKED)
+            health = health_of(db)
+            if health is not None:
+                health.failed(typed.kind)
+            raise typed
         try:
-            yield
+            waited = time.monotonic() - asked
+            if waited < self.SLACK:
+                yield
+                return
+            _busy_timeout(db, max(budget - waited, 0.001))
+            try:
+                yield
+            finally:
+                with suppress(Exception):  # a connection that cannot take it is failing anyway
+                    _busy_timeout(db, budget)
         finally:
-            with suppress(Exception):  # a connection that cannot take it is failing anyway
-                _busy_timeout(db, budget)
-    finally:
-        turn.release()
-
-
-_TURN_SLACK = 0.05  # seconds of waiting for the turn that may go over busy_timeout
+            self._lock.release()
 
 
 def _busy_timeout(db: peewee.Database, seconds: float) -> None:
@@ -768,13 +702,14 @@ def close_database(db: peewee.Database) -> None:
 
 
 def read_rows(db: peewee.Database, model: type[peewee.Model], sql: str, *params: Any,
-              ) -> list[SimpleNamespace]:
+              wait_for_disk: bool = True) -> list[SimpleNamespace]:
     """The rows a written-out ``SELECT`` of ``model``'s table returns, each column converted
     as ``model``'s field for it converts it (a foreign key under its ``…_id`` name, as on a
     model instance), without building model instances: on the reads every trigger and every
     execution makes, building them cost peewee more than the read itself. Columns are matched
-    by name, so the table's order of columns does not matter."""
-    cursor = db.execute_sql(sql, params)
+    by name, so the table's order of columns does not matter. ``wait_for_disk``: see
+    ``execute`` (a write that answers rows)."""
+    cursor = execute(db, sql, params, wait_for_disk=wait_for_disk)
     converters = _converters_for(model, tuple(column[0] for column in cursor.description))
     return [SimpleNamespace(**{name: convert(value)
                                for (name, convert), value in zip(converters, row, strict=True)})

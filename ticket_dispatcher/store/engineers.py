@@ -21,7 +21,6 @@ from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.store.database import (
-    WITHOUT_FLUSH_WAIT,
     Prepared,
     fetch_page,
     is_postgres,
@@ -192,8 +191,7 @@ class EngineerRepository:
         were before the mark, with the chosen one's email beside them."""
         marks = placeholders(self.db.param, len(order))
         with unit_of_work(self.db):
-            rows = read_rows(self.db, EngineerRow, Prepared(f"""{WITHOUT_FLUSH_WAIT}
-            WITH candidates AS (
+            rows = read_rows(self.db, EngineerRow, Prepared(f"""WITH candidates AS (
                 SELECT * FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = %s
                 ORDER BY email FOR UPDATE
             ), chosen AS (
@@ -214,7 +212,7 @@ class EngineerRepository:
             )
             SELECT candidates.*, (SELECT email FROM turn) AS chosen_email FROM candidates"""),
                 *order, True, order, time_param(now), time_param(now), TURN_STEP, issue_key,
-                time_param(now))
+                time_param(now), wait_for_disk=False)  # a turn lost with the server is taken again
         if not rows:
             return None
         by_email = {row.email: row for row in rows}

@@ -29,8 +29,8 @@ from ticket_dispatcher.domain.execution import (
 from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
-    WITHOUT_FLUSH_WAIT,
     Prepared,
+    execute,
     fetch_page,
     is_postgres,
     one_statement_write,
@@ -140,8 +140,11 @@ class ExecutionRepository:
         statement = self._sql.create_in_one(
             rules=tuple(len(execution.rule_executions) for execution in executions),
             fenced=lease is not None, context=ensure_context)
+        # Without the wait for the disk: lost with the server, it is done again from the
+        # claimed trigger.
         with (write_lock if self.db.in_transaction() else one_statement_write)(self.db):
-            [(ended, *ids)] = self.db.execute_sql(statement, params).fetchall()
+            [(ended, *ids)] = execute(self.db, statement, params,
+                                      wait_for_disk=False).fetchall()
         if not ended:
             if lease is not None:
                 raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
@@ -242,8 +245,11 @@ class ExecutionRepository:
         or another live holder has it."""
         params = (owner, time_param(to_utc(expires_at)), execution_id, *_RUNNING,
                   time_param(to_utc(now)), owner)
+        # Without the wait for the disk: a claim lost with the server is made again, and every
+        # checkpoint after it is fenced by it.
         with one_statement_write(self.db):
-            rows = read_rows(self.db, ExecutionRow, self._sql.claim_loaded, *params)
+            rows = read_rows(self.db, ExecutionRow, self._sql.claim_loaded, *params,
+                             wait_for_disk=False)
         if not rows:
             return None
         row = rows[0]
@@ -587,11 +593,9 @@ class _Statements:
             f"UPDATE {executions} SET lease_owner = {param}, lease_epoch = lease_epoch + 1, "
             f"lease_expires_at = {param} WHERE id IN (SELECT id FROM picked) RETURNING id")
         # The claim with the row it claimed; on PostgreSQL with its rules as well, one JSON
-        # array (a data-modifying WITH, which SQLite does not have), and without waiting for
-        # the disk: a claim lost with the server is made again, and every checkpoint after it
-        # is fenced by it.
+        # array (a data-modifying WITH, which SQLite does not have).
         self.claim_loaded = Prepared(
-            f"{WITHOUT_FLUSH_WAIT}WITH claimed AS ({claim} RETURNING *) SELECT claimed.*, "
+            f"WITH claimed AS ({claim} RETURNING *) SELECT claimed.*, "
             f"(SELECT json_agg(r ORDER BY r.sequence) FROM {rules} r "
             "WHERE r.execution_id = claimed.id) AS rules FROM claimed"
             if one_statement_writes else f"{claim} RETURNING *")
@@ -648,10 +652,8 @@ class _Statements:
             clauses.append(f"context AS ({ContextRepository.default_insert(param, 'ended')})")
         answer = ", ".join(["(SELECT count(*) FROM ended)", *(f"id{n}.id" for n in drawn)])
         sources = f" FROM {', '.join(f'id{n}' for n in drawn)}" if rules else ""
-        # Without the wait for the disk: lost with the server, it is done again from the
-        # claimed trigger.
         statement = self._creates_in_one[shape] = Prepared(
-            f"{WITHOUT_FLUSH_WAIT}WITH {', '.join(clauses)} SELECT {answer}{sources}")
+            f"WITH {', '.join(clauses)} SELECT {answer}{sources}")
         return statement
 
     def save_in_one(self, *, released: bool, fenced: bool, rules: int) -> str:

@@ -74,7 +74,8 @@ _MESSAGES = (
         "timeout expired", "ssl syscall error", "eof detected", "could not receive data",
         "could not send data", "no connection to the server", "the database system is",
         "connection reset", "broken pipe", "could not translate host name",
-        "unable to open database file",
+        "unable to open database file", "the connection is closed", "the connection is lost",
+        "connection failed",
     )),
 )
 _SQLITE_NAMES = {

@@ -11,9 +11,8 @@ from ticket_dispatcher.domain.execution import Lease, Trigger, TriggerStatus
 from ticket_dispatcher.domain.matching import NOTIFICATION_LANE
 from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
-    WITHOUT_FLUSH_WAIT,
     Prepared,
-    is_postgres,
+    execute,
     one_statement_write,
     seconds_since,
     skip_locked,
@@ -78,16 +77,16 @@ def trigger_from_row(row: TriggerRow) -> Trigger:
     )
 
 
-def _claim_statements(param: str, prefix: str) -> dict[tuple[bool, bool], str]:
+def _claim_statements(param: str) -> dict[tuple[bool, bool], str]:
     """``claim``'s UPDATE … RETURNING for (recovering, with an owner), written out once: each
     trigger is claimed at least once, and peewee took longer to build this statement (every
-    column in RETURNING) than the database took to run it. ``prefix`` goes before each."""
+    column in RETURNING) than the database took to run it."""
     free = f"(lease_owner IS NULL OR lease_expires_at < {param})"
     takeover = {(True, False): "", (True, True): "",
                 (False, False): f" AND {free}",
                 (False, True): f" AND ({free} OR lease_owner = {param})"}
     return {shape: Prepared(
-                f"{prefix}UPDATE {TriggerRow._meta.table_name} SET status = {param}, "
+                f"UPDATE {TriggerRow._meta.table_name} SET status = {param}, "
                 f"updated_at = {param}, lease_owner = {param}, "
                 f"lease_epoch = lease_epoch + 1, lease_expires_at = {param} "
                 f"WHERE id = {param} AND available_at <= {param} AND (status = {param} "
@@ -132,8 +131,7 @@ class TriggerClosing:
 class TriggerRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
-        # A claim lost with the server is made again: the trigger is still pending.
-        self._claim = _claim_statements(db.param, WITHOUT_FLUSH_WAIT if is_postgres(db) else "")
+        self._claim = _claim_statements(db.param)
         self._closing = TriggerClosing(db)
         self._insert = Prepared(
             f"INSERT INTO {TriggerRow._meta.table_name} (source, issue_key, input_json, "
@@ -238,8 +236,10 @@ class TriggerRepository:
             if owner:
                 params.append(owner)
         statement = self._claim[(recovering, bool(owner))]
+        # Without the wait for the disk: a claim lost with the server is made again, the
+        # trigger still pending.
         with one_statement_write(self.db):
-            rows = self.db.execute_sql(statement, params).fetchall()
+            rows = execute(self.db, statement, params, wait_for_disk=False).fetchall()
         if not rows:
             return None
         *columns, epoch = rows[0]
