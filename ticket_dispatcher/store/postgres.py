@@ -13,7 +13,7 @@ does); this module imports psycopg, so only a PostgreSQL store needs the ``postg
   the connection sat in the pool ``PG_PING_IDLE_SECONDS`` or longer. A connection the server
   dropped while it was busy fails its first statement instead, and the unit of work discards
   it. peewee reaches the driver through its adapter, whose class a database names in
-  ``psycopg3_adapter`` (playhouse's own databases set theirs there): ``_Adapter`` keeps that
+  ``psycopg3_adapter`` (playhouse's own databases set theirs there): ``_PooledAdapter`` keeps that
   rule.
 - **Hot statements planned once.** psycopg prepares a statement on the server, per connection,
   when a connection runs it more than ``prepare_threshold`` times; this pool sets it to 0 and
@@ -65,7 +65,7 @@ class PostgresPool(ServicePool, PooledPostgresqlDatabase):
         self.connections = _Connections()
         # peewee builds its driver adapter by calling this (the class attribute, on
         # PostgresqlDatabase); ours shares what this pool knows of its connections.
-        self.psycopg3_adapter = functools.partial(_Adapter, self.connections)
+        self.psycopg3_adapter = functools.partial(_PooledAdapter, self.connections)
         super().__init__(dbname, max_connections=max_connections, timeout=pool_wait,
                          stale_timeout=PG_STALE_SECONDS, prefer_psycopg3=True,
                          prepare_threshold=0, cursor_factory=_Cursor, **params)
@@ -120,7 +120,7 @@ class _Connections:
         self.retired: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-class _Adapter(peewee.Psycopg3Adapter):
+class _PooledAdapter(peewee.Psycopg3Adapter):
     """peewee's psycopg 3 adapter, which its pool asks about a connection at check-in
     (``is_connection_reusable``) and at check-out (``is_connection_closed``)."""
 
