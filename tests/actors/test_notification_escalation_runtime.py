@@ -19,10 +19,11 @@ from tests.fakes import FakeDirectory, FakeLark, issue
 from tests.harness import Harness, rule
 from ticket_dispatcher.actors.execution import load_backoff
 from ticket_dispatcher.actors.runtime import Runtime
+from ticket_dispatcher.domain.behavior import Behavior
 from ticket_dispatcher.domain.execution import Execution, ExecutionStatus, TriggerStatus
 from ticket_dispatcher.domain.model import JiraUser
 from ticket_dispatcher.domain.ports import DirectoryUser, Ports
-from ticket_dispatcher.errors import CallAbandoned, DispatcherError
+from ticket_dispatcher.errors import CallAbandoned, Conflict, DispatcherError
 
 CAROL = JiraUser("acc-carol", "carol@example.com", "Carol")
 DAVE = JiraUser("acc-dave", "dave@example.com", "Dave")
@@ -526,3 +527,30 @@ def test_jira_down_at_the_last_deadline_holds_the_escalation_until_jira_answers(
     ex = world.execution(execution_id)
     assert ex.status is ExecutionStatus.SUCCEEDED and escalation(ex)["outcome"] == "escalated"
     assert role_writes(world) == [("assign", "TCID-1", "acc-bob")]
+
+
+def test_an_execution_ended_elsewhere_while_this_one_stood_in_for_jira_stops_quietly(
+        world, monkeypatch):
+    """The interleaving: page 3's wait ran out while Jira failed, so it went on with the
+    issue's stand-in; before the escalation's step saves that, another replica (whose lease
+    took over meanwhile) ended the execution. The save is refused: this run stops, as at any
+    step of an execution ended elsewhere; it is no crash to restart."""
+    put(world)
+    execution_id = automation(world)
+    for _ in range(RUN_OUT_STEPS):
+        if len(world.oncall.pages) == 3:
+            break
+        world.advance(TIMEOUT)
+    world.jira.fail_next("TCID-1", times=1000)
+    flush = Behavior.flush
+
+    def ended_elsewhere(self):
+        raise Conflict(f"execution {execution_id} is no longer running")
+
+    monkeypatch.setattr(Behavior, "flush", ended_elsewhere)
+    world.advance(TIMEOUT)
+    monkeypatch.setattr(Behavior, "flush", flush)
+
+    ex = world.execution(execution_id)
+    assert ex.restart_count == 0  # not reported as a crash
+    assert role_writes(world) == []

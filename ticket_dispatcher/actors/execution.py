@@ -224,16 +224,16 @@ class ExecutionRun:
         if self._execution is None and not self._load():
             return
         execution = self._execution
-        if self._standing_in and self._behavior.needs_live_issue(execution):
-            # the step after an urgent or page that went on without the issue needs it (a rule
-            # to evaluate, the escalation): read it again, or wait for the load's retry
-            self._behavior.flush()
-            if not self._read_issue(execution):
-                return
-        loaded, self._loaded = self._loaded, None
         try:
+            if self._standing_in and self._behavior.needs_live_issue(execution):
+                # the step after an urgent or page that went on without the issue needs it (a
+                # rule to evaluate, the escalation): read it again, or wait for the load's retry
+                self._behavior.flush()
+                if not self._read_issue(execution):
+                    return
+            loaded, self._loaded = self._loaded, None
             outcome = self._behavior.step(execution, self._issue, loaded=loaded)
-        except Conflict:  # already terminal in the store (cancelled elsewhere)
+        except Conflict:  # already terminal in the store (cancelled, or ended elsewhere)
             return self._report(Finished(self.execution_id, self.run))
         if outcome.kind is StepKind.ADVANCED:
             self._deps.activity.tell(self._pool, Progress(
