@@ -97,6 +97,8 @@ class ContextRepository:
         with write_lock(self.db):
             self._insert_default(issue_key, now)
             row = self._lock(issue_key)
+            if row is None:  # on PostgreSQL, deleted by another transaction since the insert
+                raise NotFound(f"dispatch context {issue_key} not found")
             state = dict(row.assignment_notification_state_json or {})
             state[role] = mutate(copy.deepcopy(state.get(role)))
             ContextRow.update(assignment_notification_state_json=state, updated_at=now).where(

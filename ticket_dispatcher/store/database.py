@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import peewee
@@ -77,6 +77,9 @@ if TYPE_CHECKING:
     from ticket_dispatcher.store.postgres import PostgresPool
 
 log = logging.getLogger(__name__)
+
+# A select query (lock_rows, skip_locked): a model's select stays that model's.
+SelectT = TypeVar("SelectT", bound=peewee.Select)
 
 # The only module-level state of the store: models reach the database through it.
 database_proxy = peewee.DatabaseProxy()
@@ -191,7 +194,9 @@ class ServicePool:
     store_health: StoreHealth
 
 
-class SqlitePool(ServicePool, PooledSqliteDatabase):
+# The ignore: peewee's PooledSqliteDatabase itself inherits two ``init`` that disagree (the
+# untyped PooledDatabase.init and types-peewee's SqliteDatabase.init); peewee calls it, not this.
+class SqlitePool(ServicePool, PooledSqliteDatabase):  # type: ignore[misc]  # peewee's init clash
     """peewee's SQLite pool (built with its public arguments) and this process's writers' turn
     (``WritersTurn``), which every write transaction takes before ``BEGIN IMMEDIATE``."""
 
@@ -217,11 +222,12 @@ def _open_postgres(parts: SplitResult, max_connections: int,
     if not dbname or "/" in dbname:
         raise ConfigError(f"database_url: malformed PostgreSQL URL; {_USAGE}")
     # Query parameters are libpq connection parameters (sslmode, options, application_name…).
-    params: dict[str, object] = dict(parse_qsl(parts.query, keep_blank_values=True))
+    text_params = dict(parse_qsl(parts.query, keep_blank_values=True))
     for name, value in _postgres_timeouts(database).items():
-        params.setdefault(name, value)
-    params["options"] = " ".join(filter(None, (_postgres_options(database),
-                                               params.get("options"))))
+        text_params.setdefault(name, value)
+    text_params["options"] = " ".join(filter(None, (_postgres_options(database),
+                                                    text_params.get("options"))))
+    params: dict[str, object] = dict(text_params)
     if parts.hostname:  # without one libpq uses its default (the local socket)
         params["host"] = parts.hostname
     if parts.port:
@@ -293,7 +299,7 @@ class ProcessLock:
 
     def __init__(self, path: Path):
         self.path = path
-        self._file = None
+        self._file: TextIO | None = None
 
     def acquire(self) -> None:
         """Take the claim; ``ConfigError`` when another process holds it."""
@@ -680,13 +686,13 @@ def without_statement_timeouts(db: peewee.Database) -> Iterator[peewee.Database]
                     db.execute_sql(f"RESET {name}")
 
 
-def lock_rows(query: peewee.Select, db: peewee.Database) -> peewee.Select:
+def lock_rows(query: SelectT, db: peewee.Database) -> SelectT:
     """``SELECT … FOR UPDATE`` on PostgreSQL; on SQLite the IMMEDIATE transaction already
     holds the write lock and peewee refuses FOR UPDATE."""
     return query.for_update() if is_postgres(db) else query
 
 
-def skip_locked(query: peewee.Select, db: peewee.Database) -> peewee.Select:
+def skip_locked(query: SelectT, db: peewee.Database) -> SelectT:
     """``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL: rows another transaction is claiming
     are left to it. On SQLite the IMMEDIATE transaction already holds the write lock."""
     return query.for_update(skip_locked=True) if is_postgres(db) else query
@@ -714,6 +720,13 @@ def read_rows(db: peewee.Database, model: type[peewee.Model], sql: str, *params:
     return [SimpleNamespace(**{name: convert(value)
                                for (name, convert), value in zip(converters, row, strict=True)})
             for row in cursor.fetchall()]
+
+
+def dict_rows(query: peewee.SelectBase) -> list[dict[str, Any]]:
+    """``query.dicts()``'s rows: column name or alias -> value, converted by peewee. For a
+    model's select too, whose rows types-peewee types as model instances even as dicts. Any:
+    the values are whatever the columns and aggregates ``query`` selects are."""
+    return list(query.dicts())
 
 
 def rows_of(model: type[peewee.Model], records: list[dict]) -> list[SimpleNamespace]:

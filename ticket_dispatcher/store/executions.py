@@ -30,6 +30,7 @@ from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     Prepared,
+    dict_rows,
     execute,
     fetch_page,
     is_postgres,
@@ -169,10 +170,11 @@ class ExecutionRepository:
         before the write lock is taken.
         """
         released, fenced = execution.status.terminal or parked, lease is not None
-        values = (execution.status.value, execution.failure_code, execution.failure_reason,
-                  time_param(execution.wake_at), execution.live_lock_key,
-                  time_param(execution.updated_at), time_param(execution.completed_at),
-                  execution.id, *_RUNNING)
+        values: tuple[object, ...] = (
+            execution.status.value, execution.failure_code, execution.failure_reason,
+            time_param(execution.wake_at), execution.live_lock_key,
+            time_param(execution.updated_at), time_param(execution.completed_at),
+            execution.id, *_RUNNING)
         if lease is not None:
             values += (lease.owner, lease.epoch)
         changes = [_rule_values(execution.id, rule) for rule in rules]
@@ -272,9 +274,9 @@ class ExecutionRepository:
         claim together never get the same one."""
         if limit < 1:
             return []
-        now = time_param(to_utc(now))
-        woken = time_param(to_utc(woken_before)) if woken_before is not None else now
-        params = (*_RUNNING, now, limit, woken, *_RUNNING, now, limit, limit, owner,
+        at = time_param(to_utc(now))
+        woken = time_param(to_utc(woken_before)) if woken_before is not None else at
+        params = (*_RUNNING, at, limit, woken, *_RUNNING, at, limit, limit, owner,
                   time_param(to_utc(expires_at)))
         with write_lock(self.db):
             rows = self.db.execute_sql(self._sql.claim_due, params).fetchall()
@@ -284,11 +286,11 @@ class ExecutionRepository:
         """The soonest ``wake_at`` after ``now`` among the parked executions nobody holds:
         when the next claim should look again."""
         with unit_of_work(self.db):
-            row = (ExecutionRow.select(peewee.fn.MIN(ExecutionRow.wake_at).alias("soonest"))
-                   .where(self._running_by_wake()
-                          & ExecutionRow.lease_owner.is_null()
-                          & (ExecutionRow.wake_at > to_utc(now)))
-                   .dicts().get())
+            [row] = dict_rows(  # an aggregate: one row
+                ExecutionRow.select(peewee.fn.MIN(ExecutionRow.wake_at).alias("soonest"))
+                .where(self._running_by_wake()
+                       & ExecutionRow.lease_owner.is_null()
+                       & (ExecutionRow.wake_at > to_utc(now))))
         soonest = row["soonest"]
         return ExecutionRow.wake_at.python_value(soonest) if soonest is not None else None
 
@@ -448,13 +450,13 @@ class ExecutionRepository:
         created: dict[str, tuple[int, float]] = {}
         executing: dict[str, tuple[int, float]] = {}
         with unit_of_work(self.db):
-            rows = (ExecutionRow
-                    .select(ExecutionRow.mode, ExecutionRow.status,
-                            peewee.fn.COUNT(ExecutionRow.id).alias("count"),
-                            peewee.fn.MIN(ExecutionRow.created_at).alias("oldest_created"),
-                            peewee.fn.MIN(ExecutionRow.updated_at).alias("oldest_updated"))
-                    .where(ExecutionRow.status.in_(_RUNNING))
-                    .group_by(ExecutionRow.mode, ExecutionRow.status).dicts())
+            rows = dict_rows(ExecutionRow
+                             .select(ExecutionRow.mode, ExecutionRow.status,
+                                     peewee.fn.COUNT(ExecutionRow.id).alias("count"),
+                                     peewee.fn.MIN(ExecutionRow.created_at).alias("oldest_created"),
+                                     peewee.fn.MIN(ExecutionRow.updated_at).alias("oldest_updated"))
+                             .where(ExecutionRow.status.in_(_RUNNING))
+                             .group_by(ExecutionRow.mode, ExecutionRow.status))
             for row in rows:
                 if row["status"] == ExecutionStatus.CREATED.value:
                     age = seconds_since(now, row["oldest_created"], ExecutionRow.created_at)
@@ -739,7 +741,9 @@ def _rule_from_row(row: RuleExecutionRow | SimpleNamespace) -> RuleExecution:
 def _execution_from_row(row: ExecutionRow | SimpleNamespace, rules: list[RuleExecution],
                         ) -> Execution:
     return Execution(
-        id=row.id, trigger_id=row.trigger_id, issue_key=row.issue_key,
+        id=row.id, issue_key=row.issue_key,
+        # the foreign key's column, which peewee gives as ``trigger_id`` on an ExecutionRow
+        trigger_id=row.trigger_id,  # type: ignore[union-attr]  # not in types-peewee
         mode=ExecutionMode(row.mode), policy_id=row.policy_id,
         policy_family_id=row.policy_family_id, policy_version=row.policy_version,
         rule_executions=rules, status=ExecutionStatus(row.status),

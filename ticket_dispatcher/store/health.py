@@ -132,7 +132,7 @@ class StoreHealth:
             "outage_seconds": round(seconds, 3), "failures": outage.failures})
 
     @staticmethod
-    def _call(method: Callable, *args) -> None:
+    def _call(method: Callable[..., object], *args: object) -> None:
         try:
             method(*args)
         except Exception:  # a broken listener must not break the unit of work reporting

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias, cast
 
 import peewee
 
 from ticket_dispatcher.domain.execution import Lease
 from ticket_dispatcher.store.database import database_proxy
+
+# A time column's value as the driver has it: SQLite's text, PostgreSQL's naive datetime, or
+# NULL.
+DriverTime: TypeAlias = str | datetime | None
 
 
 class UTCDateTimeField(peewee.FieldDatabaseHook, peewee.Field):
@@ -29,7 +33,7 @@ class UTCDateTimeField(peewee.FieldDatabaseHook, peewee.Field):
     def _db_hook(self, database: peewee.Database | None) -> None:
         self._as_text = isinstance(database, peewee.SqliteDatabase)
 
-    def db_value(self, value):
+    def db_value(self, value: object) -> DriverTime | peewee.Node:
         if value is None or isinstance(value, peewee.Node):
             return value
         if not isinstance(value, datetime):
@@ -40,7 +44,7 @@ class UTCDateTimeField(peewee.FieldDatabaseHook, peewee.Field):
         # "YYYY-MM-DD HH:MM:SS.ffffff", as strftime("%Y-%m-%d %H:%M:%S.%f") in half the time
         return naive.isoformat(" ", "microseconds") if self._as_text else naive
 
-    def python_value(self, value):
+    def python_value(self, value: DriverTime) -> datetime | None:
         if value is None:
             return None
         if isinstance(value, str):
@@ -272,10 +276,12 @@ class ShadowDecisionRow(BaseModel):
 
 # For the statements the repositories write out by hand (their hot paths), not built by peewee.
 
-def time_param(value: datetime | None):
+def time_param(value: datetime | None) -> DriverTime:
     """A time as the driver takes it for any time column (every model's time fields convert
     alike)."""
-    return ExecutionRow.updated_at.db_value(value)
+    # cast: db_value returns a peewee.Node only when given one, and this is given a datetime
+    # or None.
+    return cast(DriverTime, ExecutionRow.updated_at.db_value(value))
 
 
 def json_param(value: Any) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from datetime import datetime
+from typing import TypedDict, Unpack
 
 import peewee
 
@@ -295,7 +296,9 @@ class PolicyRepository:
             return rules
         query = RuleRow.select().where(RuleRow.policy.in_(ids)).order_by(RuleRow.id)
         for row in query:
-            rules[row.policy_id].append(_rule(row))
+            # the foreign key's column, which peewee gives as ``policy_id`` on the row
+            policy_id: int = row.policy_id  # type: ignore[attr-defined]  # not in types-peewee
+            rules[policy_id].append(_rule(row))
         return rules
 
     def _with_rules(self, rows: list[PolicyRow]) -> list[Policy]:
@@ -323,9 +326,35 @@ def _rule(row: RuleRow) -> Rule:
     )
 
 
-def _policy(row: PolicyRow, rules: Iterable[Rule], **changes) -> Policy:
+class _PolicyFields(TypedDict):
+    """A ``Policy``'s fields but its rules."""
+
+    id: int
+    family_id: str
+    version: int
+    status: PolicyStatus
+    name: str
+    description: str
+    trigger: PolicyTrigger
+    created_at: datetime
+    updated_at: datetime
+    activated_at: datetime | None
+
+
+class _PolicyChanges(TypedDict, total=False):
+    """What an UPDATE of a policy row writes, as ``Policy`` fields."""
+
+    status: PolicyStatus
+    name: str
+    description: str
+    trigger: PolicyTrigger
+    updated_at: datetime
+    activated_at: datetime | None
+
+
+def _policy(row: PolicyRow, rules: Iterable[Rule], **changes: Unpack[_PolicyChanges]) -> Policy:
     """The domain policy of ``row`` with ``changes`` applied (what an UPDATE just wrote)."""
-    fields = {
+    fields: _PolicyFields = {
         "id": row.id,
         "family_id": row.family_id,
         "version": row.version,
@@ -336,6 +365,6 @@ def _policy(row: PolicyRow, rules: Iterable[Rule], **changes) -> Policy:
         "created_at": row.created_at,
         "updated_at": row.updated_at,
         "activated_at": row.activated_at,
+        **changes,
     }
-    fields.update(changes)
     return Policy(rules=tuple(rules), **fields)

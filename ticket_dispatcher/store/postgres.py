@@ -58,7 +58,9 @@ _PLAN_GONE = {"26000": "", "0A000": "cached plan must not change result type"}
 _WITHOUT_FLUSH_WAIT = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
-class PostgresPool(ServicePool, PooledPostgresqlDatabase):
+# The ignore: peewee's PooledPostgresqlDatabase itself inherits two ``init`` that disagree (the
+# untyped PooledDatabase.init and types-peewee's PostgresqlDatabase.init); peewee calls it.
+class PostgresPool(ServicePool, PooledPostgresqlDatabase):  # type: ignore[misc]  # init clash
     """peewee's PostgreSQL pool on psycopg 3 (see the module's docstring)."""
 
     def __init__(self, dbname: str, *, max_connections: int, pool_wait: float, **params: Any):
@@ -153,7 +155,7 @@ class _Cursor(psycopg.Cursor[Any]):
     connection's ``prepare_threshold``) and no other, unless the caller says otherwise."""
 
     def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None,
-                binary: bool | None = None) -> _Cursor:  # type: ignore[override]
+                binary: bool | None = None) -> _Cursor:
         if prepare is None and type(query) is not Prepared:
             prepare = False
         return super().execute(query, params, prepare=prepare, binary=binary)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 import peewee
 
@@ -21,7 +22,7 @@ from ticket_dispatcher.domain.execution import Execution
 from ticket_dispatcher.domain.model import PolicyStatus
 from ticket_dispatcher.domain.shadow import DIFFERENCES, Decision, ShadowVerdict, decide, judge
 from ticket_dispatcher.errors import Conflict, NotFound
-from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.database import dict_rows, lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.executions import ExecutionRepository
 from ticket_dispatcher.store.models import (
     ExecutionRow,
@@ -217,12 +218,12 @@ class ShadowRepository:
         shadows, decisions = ShadowRow._meta.table_name, ShadowDecisionRow._meta.table_name
         policies = PolicyRow._meta.table_name
         with unit_of_work(self.db):
-            running = list(ShadowRow
-                           .select(ShadowRow, PolicyRow.name, PolicyRow.version,
-                                   PolicyRow.status)
-                           .join(PolicyRow, on=(PolicyRow.id == ShadowRow.policy_id))
-                           .order_by(ShadowRow.started_at.desc(), ShadowRow.policy_id.desc())
-                           .objects())
+            running = dict_rows(ShadowRow
+                                .select(ShadowRow, PolicyRow.name, PolicyRow.version,
+                                        PolicyRow.status)
+                                .join(PolicyRow, on=(PolicyRow.id == ShadowRow.policy_id))
+                                .order_by(ShadowRow.started_at.desc(),
+                                          ShadowRow.policy_id.desc()))
             ended = self.db.execute_sql(
                 f"WITH RECURSIVE walk(policy_id) AS ("
                 f" SELECT MAX(policy_id) FROM {decisions}"
@@ -234,7 +235,7 @@ class ShadowRepository:
                 f" FROM walk JOIN {policies} p ON p.id = walk.policy_id"
                 f" WHERE walk.policy_id NOT IN (SELECT policy_id FROM {shadows})"
                 f" ORDER BY p.id DESC LIMIT {int(stopped)}").fetchall() if stopped > 0 else []
-            ids = [row.policy_id for row in running] + [row[0] for row in ended]
+            ids = [row["policy_id"] for row in running] + [row[0] for row in ended]
             verdicts: dict[int, Counter] = {policy_id: Counter() for policy_id in ids}
             if ids:
                 counts = self.db.execute_sql(
@@ -244,10 +245,11 @@ class ShadowRepository:
                 for policy_id, verdict, n in counts:
                     verdicts[policy_id][ShadowVerdict(verdict) if verdict else None] = n
         summaries = [ShadowSummary(
-            row.policy_id, row.family_id, row.name, row.version, PolicyStatus(row.status),
-            ShadowReport(policy_id=row.policy_id, family_id=row.family_id, shadowing=True,
-                         started_at=row.started_at, dropped=row.dropped,
-                         verdicts=verdicts[row.policy_id])) for row in running]
+            row["policy_id"], row["family_id"], row["name"], row["version"],
+            PolicyStatus(row["status"]),
+            ShadowReport(policy_id=row["policy_id"], family_id=row["family_id"], shadowing=True,
+                         started_at=row["started_at"], dropped=row["dropped"],
+                         verdicts=verdicts[row["policy_id"]])) for row in running]
         summaries += [ShadowSummary(
             policy_id, family_id, name, version, PolicyStatus(status),
             ShadowReport(policy_id=policy_id, family_id=family_id, shadowing=False,
@@ -263,19 +265,21 @@ class ShadowRepository:
                 raise NotFound(f"policy {policy_id} not found")
             shadow = ShadowRow.get_or_none(ShadowRow.policy_id == policy_id)
             verdicts: Counter = Counter()
-            counts = (ShadowDecisionRow
-                      .select(ShadowDecisionRow.verdict,
-                              peewee.fn.COUNT(ShadowDecisionRow.id).alias("n"))
-                      .where(ShadowDecisionRow.policy_id == policy_id)
-                      .group_by(ShadowDecisionRow.verdict).dicts())
+            counts = dict_rows(ShadowDecisionRow
+                               .select(ShadowDecisionRow.verdict,
+                                       peewee.fn.COUNT(ShadowDecisionRow.id).alias("n"))
+                               .where(ShadowDecisionRow.policy_id == policy_id)
+                               .group_by(ShadowDecisionRow.verdict))
             for row in counts:
                 verdicts[ShadowVerdict(row["verdict"]) if row["verdict"] else None] = row["n"]
             differing = (ShadowDecisionRow.select()
                          .where((ShadowDecisionRow.policy_id == policy_id)
                                 & ShadowDecisionRow.verdict.in_([v.value for v in DIFFERENCES]))
                          .order_by(ShadowDecisionRow.id.desc()).limit(latest))
+            # cast: the query keeps the rows whose verdict is one of DIFFERENCES, never NULL
             cases = [ShadowCase(row.trigger_id, row.issue_key, row.live_execution_id,
-                                ShadowVerdict(row.verdict), Decision.from_json(row.live_json or {}),
+                                ShadowVerdict(cast(str, row.verdict)),
+                                Decision.from_json(row.live_json or {}),
                                 Decision.from_json(row.shadow_json), row.decided_at)
                      for row in differing]
         return ShadowReport(policy_id=policy_id, family_id=policy.family_id,

@@ -12,6 +12,7 @@ from ticket_dispatcher.domain.matching import NOTIFICATION_LANE
 from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
     Prepared,
+    dict_rows,
     execute,
     one_statement_write,
     seconds_since,
@@ -19,7 +20,13 @@ from ticket_dispatcher.store.database import (
     unit_of_work,
     write_lock,
 )
-from ticket_dispatcher.store.models import TriggerRow, json_param, placeholders, time_param
+from ticket_dispatcher.store.models import (
+    DriverTime,
+    TriggerRow,
+    json_param,
+    placeholders,
+    time_param,
+)
 from ticket_dispatcher.timeutil import to_utc
 
 _OPEN = (TriggerStatus.PENDING.value, TriggerStatus.PROCESSING.value)
@@ -47,18 +54,21 @@ _TRIGGER_COLUMNS = ("id, source, issue_key, policy_id, dryrun_json, status, avai
                     "retry_count, retry_reason, retry_since")
 
 
-def _trigger_from_values(trigger_id, source, issue_key, policy_id, dryrun, status, available_at,
-                         output, failure_reason, created_at, updated_at, completed_at,
-                         retry_count, retry_reason, retry_since) -> Trigger:
+def _trigger_from_values(trigger_id: int, source: str, issue_key: str, policy_id: int | None,
+                         dryrun: object, status: str, available_at: DriverTime, output: object,
+                         failure_reason: str, created_at: DriverTime, updated_at: DriverTime,
+                         completed_at: DriverTime, retry_count: int, retry_reason: str,
+                         retry_since: DriverTime) -> Trigger:
     """A trigger from the driver's values of ``_TRIGGER_COLUMNS``, converted as the model's
-    fields convert them (no model object: a claim reads one per trigger)."""
+    fields convert them (no model object: a claim reads one per trigger). A JSON column's
+    value is text or already decoded, as the driver has it."""
     time = TriggerRow.created_at.python_value
-    output = TriggerRow.output_json.python_value(output)
+    output_json: dict | None = TriggerRow.output_json.python_value(output)  # an object
     return Trigger(
         id=trigger_id, source=source, issue_key=issue_key, policy_id=policy_id,
         dryrun=TriggerRow.dryrun_json.python_value(dryrun), status=TriggerStatus(status),
         available_at=time(available_at),
-        execution_ids=list((output or {}).get("execution_ids", [])),
+        execution_ids=list((output_json or {}).get("execution_ids", [])),
         failure_reason=failure_reason, created_at=time(created_at),
         updated_at=time(updated_at), completed_at=time(completed_at),
         retry_count=retry_count, retry_reason=retry_reason, retry_since=time(retry_since),
@@ -257,7 +267,7 @@ class TriggerRepository:
         if limit < 1:
             return []
         now = to_utc(now)
-        order = [TriggerRow.id]
+        order: list[peewee.ColumnBase] = [TriggerRow.id]
         if first is not None:
             notification = 0 if first == NOTIFICATION_LANE else 1
             order.insert(0, peewee.Case(None, [(TriggerRow.source.in_(sorted(RESERVED_SOURCES)),
@@ -369,10 +379,11 @@ class TriggerRepository:
         """status → (count, age in seconds of the oldest) of open triggers, deferred ones
         (not yet due) included."""
         with unit_of_work(self.db):
-            rows = (TriggerRow
-                    .select(TriggerRow.status, peewee.fn.COUNT(TriggerRow.id).alias("count"),
-                            peewee.fn.MIN(TriggerRow.created_at).alias("oldest"))
-                    .where(TriggerRow.status.in_(_OPEN)).group_by(TriggerRow.status).dicts())
+            rows = dict_rows(TriggerRow
+                             .select(TriggerRow.status,
+                                     peewee.fn.COUNT(TriggerRow.id).alias("count"),
+                                     peewee.fn.MIN(TriggerRow.created_at).alias("oldest"))
+                             .where(TriggerRow.status.in_(_OPEN)).group_by(TriggerRow.status))
             return {row["status"]: (row["count"],
                                     seconds_since(now, row["oldest"], TriggerRow.created_at))
                     for row in rows}
