@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from json import dumps as json_dumps
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlencode
 
 import requests
@@ -339,9 +339,15 @@ class _Sender:
     def __init__(self, base_url: str):
         self.session = _session_for(base_url)
         self._adapter = self.session.get_adapter(base_url)
-        self._headers = dict(self.session.headers)  # User-Agent, Accept, Accept-Encoding…
+        # cast: the session's headers are requests' defaults (User-Agent, Accept,
+        # Accept-Encoding…), all text; types-requests allows bytes in any session's.
+        self._headers = cast("dict[str, str]", dict(self.session.headers))
+        verify = self.session.verify
+        assert verify is not None, "requests' default, True, or the CA bundle _session_for set"
+        self._verify = verify
         base = requests.PreparedRequest()
         base.prepare_url(base_url + "/", None)  # validated and normalized (IDNA, case)
+        assert base.url is not None, "prepare_url sets the URL or raises"
         self._base = base.url.removesuffix("/")
 
     def send(self, method: str, path: str, *, params: Any, json: Any, auth: AuthBase,
@@ -359,7 +365,7 @@ class _Sender:
             prepared.headers["Content-Type"] = "application/json"
         prepared.prepare_content_length(prepared.body)
         auth(prepared)
-        response = self._adapter.send(prepared, timeout=timeout, verify=self.session.verify,
+        response = self._adapter.send(prepared, timeout=timeout, verify=self._verify,
                                       proxies=self.session.proxies)
         response.content  # noqa: B018 - read the whole body now (``stream=False``)
         return response
