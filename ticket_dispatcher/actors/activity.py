@@ -12,7 +12,6 @@ the benches wait on the count reaching zero instead of sleeping.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ class Tracked:
 
 
 class Activity:
-    def __init__(self):
+    def __init__(self) -> None:
         self._count = 0
         self._cond = threading.Condition()
 
@@ -121,11 +120,9 @@ class TrackedActor(pykka.ThreadingActor):
         """pykka drops told messages still in the inbox of a stopped actor; end their activity
         so the count stays true. Asks are put back for pykka to answer with ActorDeadError."""
         asks = []
-        while True:
-            try:
-                envelope = self.actor_inbox.get_nowait()
-            except queue.Empty:
-                break
+        # Only this actor's thread takes from its inbox: not empty, ``get`` does not wait.
+        while not self.actor_inbox.empty():
+            envelope = self.actor_inbox.get()
             if isinstance(envelope.message, Tracked):
                 envelope.message.in_flight.end()
             else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from ticket_dispatcher.actors.client_pool import Call, ClientPool
 from ticket_dispatcher.clock import Clock
@@ -134,14 +134,24 @@ def _seconds(value: Any) -> float:
     return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
 
 
+class _ClientTimings(TypedDict):
+    """What every integration client is built with besides its config."""
+
+    connect_timeout: float
+    read_timeout: float
+    clock: Clock
+    sleep: Callable[[float], None]
+
+
 def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start: bool = True,
                        sleep: Callable[[float], None] = time.sleep) -> dict[str, ClientPool]:
     """A typed pool per configured integration (``JiraPool``, ``LarkPool``, ``OncallPool``,
     ``CorePool``; a service with an empty ``base_url``, or Lark without an ``app_id``, is left
     out), started unless ``start`` is False."""
-    timeouts = {"connect_timeout": _seconds(config.integrations.connect_timeout),
-                "read_timeout": _seconds(config.integrations.read_timeout),
-                "clock": clock, "sleep": sleep}
+    timeouts: _ClientTimings = {
+        "connect_timeout": _seconds(config.integrations.connect_timeout),
+        "read_timeout": _seconds(config.integrations.read_timeout),
+        "clock": clock, "sleep": sleep}
     # One rate limit per Jira site, shared by every Jira client actor of the process.
     jira_gate = RateGate(clock, lambda seconds: metrics.integration_rate_limited("jira",
                                                                                   seconds))

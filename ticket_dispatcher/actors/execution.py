@@ -25,6 +25,7 @@ nothing of it past the last saved checkpoint counts, and the pool tries it again
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -84,13 +85,13 @@ class ExecutionWorker(TrackedActor):
         self._pool = pool
         self._current: ExecutionRun | None = None
 
-    def handle(self, message):
+    def handle(self, message: RunExecution | Cancel | NextStep) -> None:
         try:
             self._handle(message)
         except Exception as exc:  # past the run's own guard: the run crashed, the worker goes on
             self._crashed(message, exc)
 
-    def _handle(self, message) -> None:
+    def _handle(self, message: RunExecution | Cancel | NextStep) -> None:
         if isinstance(message, RunExecution):
             self._current = begun = ExecutionRun(message.execution_id, self._deps, self._pool,
                                                  self.actor_ref, message.hold, message.run,
@@ -110,7 +111,7 @@ class ExecutionWorker(TrackedActor):
         if current.over:
             self._current = None  # free for the pool's next execution
 
-    def _crashed(self, message, exc: Exception) -> None:
+    def _crashed(self, message: object, exc: Exception) -> None:
         """Report the run crashed, as its guard would have: its slot is freed and the
         supervisor restarts it from its checkpoint."""
         current, self._current = self._current, None
@@ -178,7 +179,7 @@ class ExecutionRun:
             self._deps.issue_activity.end(self._at_work_on)
             self._at_work_on = None
 
-    def _guarded(self, work) -> None:
+    def _guarded(self, work: Callable[[], None]) -> None:
         try:
             work()
         except CallAbandoned:  # shutting down: the checkpoint stays as it is
@@ -209,7 +210,7 @@ class ExecutionRun:
         self._report(Interrupted(self.execution_id, f"{type(exc).__name__}: {exc.message}",
                                  self.run))
 
-    def _report(self, message) -> None:
+    def _report(self, message: Crashed | Interrupted | Finished | Parked) -> None:
         """The run's last act: it is done with its issue (every call it made has ended), then
         the pool hears how it ended and may hand the worker its next execution."""
         self.done_with_issue()
@@ -220,10 +221,11 @@ class ExecutionRun:
         if self._deps.stopping.is_set():
             return  # the shutdown stops the worker next; the store has the last checkpoint
         if self._cancel_reason is not None:
-            return self._cancel()
+            return self._cancel(self._cancel_reason)
         if self._execution is None and not self._load():
             return
         execution = self._execution
+        assert execution is not None, "loaded by this step or an earlier one"
         try:
             if self._standing_in and self._behavior.needs_live_issue(execution):
                 # the step after an urgent or page that went on without the issue needs it (a
@@ -232,6 +234,7 @@ class ExecutionRun:
                 if not self._read_issue(execution):
                     return
             loaded, self._loaded = self._loaded, None
+            assert self._issue is not None, "read with the execution, or its stand-in"
             outcome = self._behavior.step(execution, self._issue, loaded=loaded)
         except Conflict:  # already terminal in the store (cancelled, or ended elsewhere)
             return self._report(Finished(self.execution_id, self.run))
@@ -241,18 +244,19 @@ class ExecutionRun:
                 *_position(execution), run=self.run))
             self._deps.activity.tell(self._worker, NextStep(self.run))
         elif outcome.kind is StepKind.PARKED:
+            assert outcome.wake_at is not None, "a parked step says when it wakes"
             self._report(Parked(self.execution_id, outcome.wake_at, self.run,
                                 watched=ack_watch(execution) is not None))
         else:
             self._report(Finished(self.execution_id, self.run))
 
-    def _cancel(self) -> None:
+    def _cancel(self, reason: str) -> None:
         """End the execution as cancelled from its last checkpoint, without loading the issue:
         a cancel must work while Jira does not."""
         execution = self._execution or self._deps.store.executions.get(self.execution_id)
         if not execution.status.terminal:
             try:
-                self._behavior.abort(execution, FailureCode.CANCELLED, self._cancel_reason)
+                self._behavior.abort(execution, FailureCode.CANCELLED, reason)
             except Conflict:
                 pass  # it ended elsewhere meanwhile
         self._report(Finished(self.execution_id, self.run))
@@ -313,6 +317,7 @@ class ExecutionRun:
             return False  # deleted meanwhile: the step finds it gone
         if is_notification_policy(policy):
             return False
+        assert self._issue is not None, "read by _load before this check"
         reason = outside_trigger(policy, self._issue)
         if not reason or self._deps.store.triggers.get(execution.trigger_id).policy_id:
             return False  # inside, or a trigger that named its policy: no filter matched it

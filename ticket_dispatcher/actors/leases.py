@@ -29,6 +29,7 @@ import os
 import random
 import secrets
 import socket
+from collections.abc import Callable
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,6 +38,7 @@ from ticket_dispatcher.actors.client_pool import call_guard
 from ticket_dispatcher.domain.execution import Execution, Lease, RuleExecution
 from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.errors import LeaseLost, StoreUnavailable
+from ticket_dispatcher.store import ExecutionRepository
 
 # Work that met a database failure is tried again after a capped, jittered backoff.
 RETRY_FIRST = timedelta(milliseconds=500)
@@ -95,7 +97,8 @@ class Hold:
 class FencedCheckpoints:
     """The behavior's ``Checkpoints`` port for one actor: fenced by its hold."""
 
-    def __init__(self, executions, hold: Hold, now):
+    def __init__(self, executions: ExecutionRepository, hold: Hold,
+                 now: Callable[[], datetime]):
         self._executions = executions
         self._hold = hold
         self._now = now
@@ -112,7 +115,7 @@ class FencedCheckpoints:
 class _GuardedPort:
     """A port whose every call first checks the hold, and whose store failures are kept."""
 
-    def __init__(self, port: Any, hold: Hold, now, store: bool):
+    def __init__(self, port: Any, hold: Hold, now: Callable[[], datetime], store: bool):
         self._port = port
         self._hold = hold
         self._now = now
@@ -143,7 +146,7 @@ class _GuardedPort:
         return call
 
 
-def guarded_ports(ports: Ports, hold: Hold, now) -> Ports:
+def guarded_ports(ports: Ports, hold: Hold, now: Callable[[], datetime]) -> Ports:
     """``ports`` with every port behind the hold's guard."""
     return replace(ports, **{
         f.name: _GuardedPort(getattr(ports, f.name), hold, now, store=f.name in STORE_PORTS)

@@ -177,6 +177,11 @@ class SlotQueue:
                                   now)}
 
 
+# What the pool answers an ask (CreateExecutions, CancelExecution, PoolStatus,
+# ExecutionWorkers); None to a told message.
+PoolAnswer = CreationResult | str | dict | list[pykka.ActorRef] | None
+
+
 class ExecutionPool(TrackedActor):
     def __init__(self, deps: RuntimeDeps, supervisor: pykka.ActorRef):
         super().__init__()
@@ -221,13 +226,14 @@ class ExecutionPool(TrackedActor):
             self._watcher.stop(block=False)
         super().on_stop()
 
-    def handle(self, message):
+    def handle(self, message: object) -> PoolAnswer:
         try:
             return self._handle(message)
         except Exception:
             if isinstance(message, (CreateExecutions, CancelExecution, PoolStatus)):
                 raise  # an ask: the asker gets the exception
             log.exception("execution pool failed on %s", type(message).__name__)
+            return None
         finally:  # four gauge sets: cheaper than asking the pool at every scrape
             self._deps.metrics.pool(slots=self._slots, busy=len(self._running),
                                     queued=len(self._queue), parked=len(self._parked))
@@ -235,24 +241,24 @@ class ExecutionPool(TrackedActor):
             self._deps.pool_free = (0 if self._queue
                                     else self._slots - len(self._running))
 
-    def _handle(self, message):
+    def _handle(self, message: object) -> PoolAnswer:
         match message:
             case Enqueue(execution_id):
                 self._enqueue(execution_id)
             case Recover(executions):
-                now = self._deps.clock.now()
+                now, watcher = self._deps.clock.now(), self._watcher
                 watch = []
                 for execution_id, wake_at, key in executions:
                     self._hold_key(execution_id, key)
                     if wake_at is None or wake_at <= now:
                         self._enqueue(execution_id)
-                    elif self._watcher is not None:  # it knows a page wait from the others
+                    elif watcher is not None:  # it knows a page wait from the others
                         self._parked[execution_id] = wake_at
                         watch.append((execution_id, wake_at))
                     else:
                         self._park(execution_id, wake_at, arm=False)
-                if watch:
-                    self._deps.activity.tell(self._watcher, Watch(tuple(watch)))
+                if watcher is not None and watch:
+                    self._deps.activity.tell(watcher, Watch(tuple(watch)))
                 self._arm_wakes()
             case WakeDue():
                 self._wake_at = None
@@ -311,6 +317,7 @@ class ExecutionPool(TrackedActor):
                 return self._status()
             case ExecutionWorkers():  # for the shutdown, which stops them all under one deadline
                 return [running.ref for running in self._running.values()] + self._idle
+        return None  # a told message
 
     def _current(self, execution_id: int, run: int) -> Running | None:
         """The running entry ``run`` reports about; None for a replaced actor's report."""
@@ -435,7 +442,7 @@ class ExecutionPool(TrackedActor):
             self._more = True
             self._fill_slots()
 
-    def _sweep(self, execution_id: int, now: datetime, duration) -> None:
+    def _sweep(self, execution_id: int, now: datetime, duration: timedelta) -> None:
         """Resume an execution the store says nobody holds, unless it is in hand here."""
         running = self._running.get(execution_id)
         if running is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any
 
 import pykka
 
@@ -81,7 +82,9 @@ class Runtime:
         """Start every actor and run boot recovery; raises if recovery cannot be read."""
         self._supervisor = Supervisor.start(self.deps)
         try:
-            self._pool, self._triggers = self._supervisor.ask(Boot(), timeout=ASK_TIMEOUT)
+            booted: tuple[pykka.ActorRef, TriggerRouter] = self._supervisor.ask(
+                Boot(), block=True, timeout=ASK_TIMEOUT)
+            self._pool, self._triggers = booted
             # A barrier: the pool has taken in every recovered execution (parked ones have
             # their timers) before start returns, since its inbox is first in, first out.
             self._pool.ask(PoolStatus(), timeout=ASK_TIMEOUT)
@@ -116,7 +119,8 @@ class Runtime:
             futures.append(self.deps.shadows.stop())
         if self._pool is not None:
             try:
-                workers = self._pool.ask(ExecutionWorkers(), timeout=deadline.remaining())
+                workers: list[pykka.ActorRef] = self._pool.ask(
+                    ExecutionWorkers(), block=True, timeout=deadline.remaining())
             except (pykka.Timeout, pykka.ActorDeadError):
                 workers = []
             futures += [ref.stop(block=False) for ref in workers]
@@ -155,7 +159,7 @@ class Runtime:
 
     def work_arrived(self) -> None:
         """Shared mode: a notification says there may be work to claim (from any thread)."""
-        if self._pool is None or self.deps.stopping.is_set():
+        if self._pool is None or self._triggers is None or self.deps.stopping.is_set():
             return
         self.activity.tell(self._pool, Pull())
         self._triggers.work_arrived()
@@ -167,7 +171,7 @@ class Runtime:
         with self.deps.intake.accepting():  # new triggers wait for it (actors/intake.py)
             trigger, here = self._insert_trigger(source, issue_key, policy_id, dryrun)
         if here:
-            self._triggers.submit(trigger.id, source=trigger.source)
+            self._router().submit(trigger.id, source=trigger.source)
         return trigger
 
     def _insert_trigger(self, source: str, issue_key: str, policy_id: int | None,
@@ -180,7 +184,7 @@ class Runtime:
                 return store.triggers.create(source, issue_key, policy_id=policy_id,
                                              dryrun=dryrun, now=now), True
         # Shared mode: an idle trigger actor here takes it at once; else the others are told.
-        here = self._triggers.has_idle() and not self.deps.stopping.is_set()
+        here = self._router().has_idle() and not self.deps.stopping.is_set()
         with write_lock(store.db):
             trigger = store.triggers.create(source, issue_key, policy_id=policy_id,
                                             dryrun=dryrun, now=now)
@@ -198,9 +202,15 @@ class Runtime:
             raise Conflict(f"execution {execution_id} has already finished")
         return outcome
 
-    def _ask_pool(self, message):
+    def _router(self) -> TriggerRouter:
+        """The trigger actors' router, which ``start`` sets before any trigger is accepted."""
+        assert self._triggers is not None, "the runtime has started"
+        return self._triggers
+
+    def _ask_pool(self, message: object) -> Any:
         """The pool's answer to an HTTP request's ``message``; ``RuntimeUnavailable`` (a 503)
-        when it does not come within ``ASK_TIMEOUT`` or the runtime is stopping."""
+        when it does not come within ``ASK_TIMEOUT`` or the runtime is stopping. Any: its
+        type is the message's (``pool.PoolAnswer``)."""
         pool = self._pool
         if pool is None:
             raise RuntimeUnavailable("the actor runtime is not running")
@@ -215,7 +225,8 @@ class Runtime:
 
     def status(self) -> dict:
         supervisor = self._supervisor  # read once: ``stop`` may clear it meanwhile
-        if supervisor is None:
+        triggers = self._triggers  # set by ``start`` just after the supervisor
+        if supervisor is None or triggers is None:
             raise RuntimeUnavailable("the actor runtime is not running")
         timers, next_timer = self.scheduler.pending()
         pool = self._ask_pool(PoolStatus())
@@ -235,7 +246,7 @@ class Runtime:
                           "looks_per_second": self.deps.config.ack_watch.looks_per_second},
             "cluster": {"mode": self.deps.config.cluster.mode, "draining": self.draining},
             "replicas": self._replica_views(),
-            "trigger_actors": self._triggers.status(),
+            "trigger_actors": triggers.status(),
             "clients": self._client_status(),
         }
 

@@ -34,7 +34,7 @@ class _Timer:
     deadline: int  # microseconds on the clock's monotonic scale (whole: sums stay exact)
     sequence: int  # registration order breaks ties
     when: datetime = field(compare=False)  # the business time asked for (the admin view)
-    callback: Callable[[], None] = field(compare=False)
+    callback: Callable[[], object] = field(compare=False)
     label: str = field(compare=False)
 
 
@@ -56,9 +56,10 @@ class Scheduler:
             self._heap.clear()
             self._cond.notify_all()
 
-    def call_at(self, when: datetime, callback: Callable[[], None], label: str) -> None:
-        """Run ``callback`` (a cheap ``tell``) at business time ``when``: after ``when - now()``
-        seconds of monotonic time, or at once when that is not positive."""
+    def call_at(self, when: datetime, callback: Callable[[], object], label: str) -> None:
+        """Run ``callback`` (a cheap ``tell``; what it returns is dropped) at business time
+        ``when``: after ``when - now()`` seconds of monotonic time, or at once when that is not
+        positive."""
         with self._cond:
             if self._stopped:
                 return

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -23,11 +24,12 @@ from typing import Any
 import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
+from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.behavior import Behavior, StepKind
 from ticket_dispatcher.domain.execution import Execution, RuleExecution, Trigger
 from ticket_dispatcher.domain.fanout import new_execution
-from ticket_dispatcher.domain.model import DispatchContext, Issue
+from ticket_dispatcher.domain.model import DispatchContext, Issue, Policy
 from ticket_dispatcher.domain.ports import Ports, UncountedCalls
 from ticket_dispatcher.domain.shadow import Decision, decide
 from ticket_dispatcher.errors import DispatcherError, IntegrationError, StoreUnavailable
@@ -68,7 +70,7 @@ class ShadowRequest:
 class ShadowLane:
     """The bounded, low-priority way in to the shadow actor (one per process)."""
 
-    def __init__(self, deps, actor: pykka.ActorRef, capacity: int = CAPACITY):
+    def __init__(self, deps: RuntimeDeps, actor: pykka.ActorRef, capacity: int = CAPACITY):
         self._deps = deps
         self._actor = actor
         self._capacity = capacity
@@ -129,8 +131,8 @@ def read_only(ports: Ports) -> Ports:
         name: _ReadOnly(name, getattr(ports, name)) for name in READS})
 
 
-def dry_run(request: ShadowRequest, policy, registry: ActionRegistry, ports: Ports,
-            clock_now) -> Execution:
+def dry_run(request: ShadowRequest, policy: Policy, registry: ActionRegistry, ports: Ports,
+            clock_now: Callable[[], datetime]) -> Execution:
     """The shadow version's execution for the live trigger, run to its end in memory."""
     trigger = replace(request.trigger,
                       dryrun={"overwrite_data": {"now": format_time(request.now)}})
@@ -144,11 +146,11 @@ def dry_run(request: ShadowRequest, policy, registry: ActionRegistry, ports: Por
 
 
 class ShadowActor(TrackedActor):
-    def __init__(self, deps):
+    def __init__(self, deps: RuntimeDeps):
         super().__init__()
         self._deps = deps
 
-    def handle(self, message):
+    def handle(self, message: object) -> None:
         if not isinstance(message, ShadowRequest):
             return
         try:

@@ -57,9 +57,13 @@ class Supervisor(TrackedActor):
         self.pool: pykka.ActorRef | None = None
         self.triggers: TriggerRouter | None = None
 
-    def handle(self, message):
+    def handle(self, message: object) -> tuple[pykka.ActorRef, TriggerRouter] | None:
         if isinstance(message, Boot):
             return self._boot()  # an ask: a failure propagates to the caller
+        self._handle_told(message)
+        return None
+
+    def _handle_told(self, message: object) -> None:
         if self._deps.stopping.is_set():
             return  # boot recovery at the next start covers what this would have done
         if isinstance(message, ObserveBacklog):
@@ -78,6 +82,12 @@ class Supervisor(TrackedActor):
                 self._restart_later(message)
         except Exception:
             log.exception("supervisor failed on %s", type(message).__name__)
+
+    def _booted(self) -> tuple[pykka.ActorRef, TriggerRouter]:
+        """The pool and the trigger router: only ``Boot`` comes before them (every other
+        message is scheduled by the boot, by a message after it, or sent by the pool)."""
+        assert self.pool is not None and self.triggers is not None, "booted first"
+        return self.pool, self.triggers
 
     def _boot(self) -> tuple[pykka.ActorRef, TriggerRouter]:
         deps = self._deps
@@ -121,14 +131,15 @@ class Supervisor(TrackedActor):
 
     def _heartbeat(self) -> None:
         """Renew and sweep the triggers here, then the executions (the pool's own beat)."""
+        pool, triggers = self._booted()
         try:
-            self.triggers.heartbeat()
+            triggers.heartbeat()
         except StoreUnavailable:
             pass  # the store's health reports the outage; the next beat tries again
         except Exception:
             log.exception("trigger lease heartbeat failed")
         finally:
-            self._deps.activity.tell(self.pool, Heartbeat())
+            self._deps.activity.tell(pool, Heartbeat())
             self._schedule_heartbeat()
 
     def _schedule_backlog(self, after: timedelta) -> None:
@@ -156,10 +167,12 @@ class Supervisor(TrackedActor):
     def _poll(self) -> None:
         """Pick up pending triggers whose ``available_at`` has come (deferred ones included)."""
         try:
+            _, triggers = self._booted()
             if self._deps.config.cluster.shared:
-                return self.triggers.work_arrived()  # claim as many as actors are idle
+                triggers.work_arrived()  # claim as many as actors are idle
+                return
             for trigger_id, source in self._deps.store.triggers.due(self._deps.clock.now()):
-                self.triggers.submit(trigger_id, source=source)
+                triggers.submit(trigger_id, source=source)
         finally:
             self._schedule_poll()
 
@@ -177,7 +190,8 @@ class Supervisor(TrackedActor):
         if restarts <= deps.config.actor_restarts:
             log.warning("restarting crashed execution from its checkpoint", extra={
                 "execution_id": crash.execution_id, "attempt": restarts, "reason": crash.error})
-            deps.activity.tell(self.pool, Enqueue(crash.execution_id))
+            pool, _ = self._booted()
+            deps.activity.tell(pool, Enqueue(crash.execution_id))
             return
         execution = deps.store.executions.get(crash.execution_id)
         if not execution.status.terminal:

@@ -32,7 +32,7 @@ from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.actors.lanes import Lanes
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
-from ticket_dispatcher.actors.messages import CreateExecutions, ProcessTrigger
+from ticket_dispatcher.actors.messages import CreateExecutions, CreationResult, ProcessTrigger
 from ticket_dispatcher.actors.shadow import ShadowRequest
 from ticket_dispatcher.domain.execution import Execution, Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
@@ -43,6 +43,7 @@ from ticket_dispatcher.domain.matching import (
     lane_of,
     match_policies,
 )
+from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.retries import next_try, spent
 from ticket_dispatcher.errors import (
     CallAbandoned,
@@ -98,6 +99,7 @@ class TriggerProcessor:
             return "retry"
         if trigger is None:
             return None  # another actor has it, it is not due yet, or it is already done
+        assert trigger.lease is not None, "a claimed trigger carries the lease of its claim"
         work.hold.claimed(trigger.lease, now, deps.config.leases.duration)
         try:
             outcome, reason = self._process(trigger)
@@ -173,11 +175,11 @@ class TriggerProcessor:
         unshadowed = self._unshadowed(trigger, executions, shadows)
         created: list[int] = []
         try:
-            result = self._pool.ask(CreateExecutions(
+            result: CreationResult = self._pool.ask(CreateExecutions(
                 trigger=trigger, executions=executions, explicit=trigger.policy_id is not None,
                 reserved_label=role.label if role else None, issue_labels=issue.labels,
                 lease=lease, read=IssueRead(issue, trigger.id, read_began)),
-                timeout=CREATE_TIMEOUT_SECONDS)
+                block=True, timeout=CREATE_TIMEOUT_SECONDS)
             created = result.execution_ids
         finally:  # the executions not created have no end to wait for
             self._deps.unshadowed.difference_update(
@@ -225,8 +227,9 @@ class TriggerProcessor:
         self._deps.unshadowed.update(unshadowed)
         return unshadowed
 
-    def _offer_shadows(self, trigger: Trigger, issue, context, executions, created: list[int],
-                       now, shadows: dict[str, int] | None) -> None:
+    def _offer_shadows(self, trigger: Trigger, issue: Issue, context: DispatchContext | None,
+                       executions: list[Execution], created: list[int], now: datetime,
+                       shadows: dict[str, int] | None) -> None:
         """The live executions exist: offer each family's shadow version, if it has one, the
         same trigger, issue snapshot and clock (actors/shadow.py). ``shadows``: read with the
         active versions the trigger matched, else read here. Never in their way: when the
@@ -251,7 +254,7 @@ class TriggerActor(TrackedActor):
         self._processor = TriggerProcessor(deps, pool)
         self._router = router
 
-    def handle(self, message):
+    def handle(self, message: object) -> None:
         if not isinstance(message, ProcessTrigger):
             return
         work = self._router.work(message)

@@ -58,6 +58,7 @@ from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import Adopt, Look, Rescheduled, Watch, WatchedWake
 from ticket_dispatcher.domain.actions.notification_watch import AckWatch, ack_watch
 from ticket_dispatcher.domain.execution import ExecutionStatus
+from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.domain.ports import Answer
 from ticket_dispatcher.errors import DispatcherError, StoreUnavailable
 
@@ -108,7 +109,7 @@ class AckWatcher(TrackedActor):
         if self._shared:
             self._adopt_later()
 
-    def handle(self, message):
+    def handle(self, message: object) -> None:
         if isinstance(message, Watch):
             for execution_id, wake_at in message.waits:
                 self._keep(execution_id, _Wait(wake_at))
@@ -278,7 +279,7 @@ class AckWatcher(TrackedActor):
             return None
         return [watch for watch in watches if watch.execution_id in saved]
 
-    def _read_issues(self, batch: list[AckWatch]) -> dict[int, object]:
+    def _read_issues(self, batch: list[AckWatch]) -> dict[int, Issue | DispatcherError]:
         """Each wait's live issue, or the error the guard is to see instead."""
         keys = sorted({watch.issue_key for watch in batch})
         try:
@@ -290,12 +291,13 @@ class AckWatcher(TrackedActor):
         missing = DispatcherError("the issue is missing from the search's answer")
         return {watch.execution_id: found.get(watch.issue_key, missing) for watch in batch}
 
-    def _read_readers(self, batch: list[AckWatch]) -> dict[int, object]:
+    def _read_readers(self, batch: list[AckWatch],
+                      ) -> dict[int, list[str] | DispatcherError | None]:
         """Each card's readers (or the error), for the waits whose guard asks Lark."""
         asking = [watch for watch in batch if watch.message_id]
         if not asking:
             return {}
-        answers: list[Answer] = self._deps.ports.lark.read_user_ids_each(
+        answers: list[Answer[list[str]]] = self._deps.ports.lark.read_user_ids_each(
             [watch.message_id for watch in asking], READS_AT_ONCE)
         return {watch.execution_id: answer.value if answer.ok else answer.error
                 for watch, answer in zip(asking, answers, strict=True)}
