@@ -7,14 +7,24 @@ import logging
 import math
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import Protocol, cast
 
-import waitress
+from waitress.server import create_server
 
 from ticket_dispatcher import __version__, console, cpu
-from ticket_dispatcher.actors.client_ports import build_client_pools
+from ticket_dispatcher.actors.client_pool import ClientPool
+from ticket_dispatcher.actors.client_ports import (
+    CorePool,
+    JiraPool,
+    LarkPool,
+    OncallPool,
+    build_client_pools,
+    configured_pool,
+)
 from ticket_dispatcher.actors.runtime import Runtime, stop_remaining_actors
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.clock import SystemClock, TimerClock
@@ -40,6 +50,26 @@ log = logging.getLogger(__name__)
 
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "ops" / "examples"
+
+
+class ServerWakeUp(Protocol):
+    """The serving loop's wake-up pipe (waitress's ``trigger``)."""
+
+    def pull_trigger(self, thunk: Callable[[], None] | None = None) -> None:
+        """Wake the loop, which runs ``thunk`` in its thread."""
+
+
+class ListeningServer(Protocol):
+    """What the service uses of waitress's server of one listening socket (types-waitress
+    lacks its ``effective_host`` and ``effective_port`` and types its ``trigger`` as an int)."""
+
+    effective_host: str
+    effective_port: int
+    trigger: ServerWakeUp
+
+    def run(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Service:
@@ -93,16 +123,19 @@ class Service:
             mount_sandbox(self.app, self.sandbox)
         self.server = self._listen(host or config.http.host,
                                    config.http.port if port is None else port)
-        self.clients: dict = {}
+        self.clients: dict[str, ClientPool] = {}
         try:
-            self.config = self._sandboxed(config) if self.sandbox is not None else config
-            self.clients = build_client_pools(self.config, self.clock, metrics=self.metrics)
+            self.config = (self._sandboxed(config, self.sandbox) if self.sandbox is not None
+                           else config)
+            self.clients = clients = build_client_pools(self.config, self.clock,
+                                                        metrics=self.metrics)
             self.runtime = Runtime(
                 self.config, self.store, self.clock, ports=Ports(
-                    jira=self.clients.get("jira") or NotConfiguredJira(),
-                    lark=self.clients.get("lark") or NotConfiguredMessenger(),
-                    oncall=self.clients.get("oncall") or NotConfiguredOnCall(),
-                    core=self.clients.get("core") or NotConfiguredDirectory(),
+                    jira=configured_pool(clients, "jira", JiraPool) or NotConfiguredJira(),
+                    lark=configured_pool(clients, "lark", LarkPool) or NotConfiguredMessenger(),
+                    oncall=(configured_pool(clients, "oncall", OncallPool)
+                            or NotConfiguredOnCall()),
+                    core=configured_pool(clients, "core", CorePool) or NotConfiguredDirectory(),
                     engineers=self.store.engineers, triggers=self.store.triggers,
                     contexts=self.store.contexts),
                 registry=self.registry, metrics=self.metrics)
@@ -132,35 +165,44 @@ class Service:
         then ``close`` hands back what is still held. ``deadline`` (``shutdown_timeout``
         from the signal) bounds the whole."""
         self._shutdown = deadline
-        self.runtime.drain()
-        threading.Event().wait(min(self.config.cluster.drain.total_seconds(),
-                                   deadline.remaining()))
+        self._started().drain()
+        drain, left = self.config.cluster.drain.total_seconds(), deadline.remaining()
+        threading.Event().wait(drain if left is None else min(drain, left))
         self.stop_serving()
         timer = threading.Timer(self.config.cluster.drain.total_seconds(), self.stop_serving)
         timer.daemon = True
         timer.start()
 
-    def _listen(self, host: str, port: int):
+    def _started(self) -> Runtime:
+        """The runtime, which only a ``Service`` still being built lacks (``_work_arrived``
+        may come before it exists)."""
+        assert self.runtime is not None, "a built Service has its runtime"
+        return self.runtime
+
+    def _listen(self, host: str, port: int) -> ListeningServer:
         """Bind the port now (serving starts in ``run``), or say clearly why not. The socket
         map the serving loop runs on (the listening socket, every connection, the loop's
         wake-up pipe) is this service's, given to ``create_server``: ``stop_serving`` closes
         what is in it."""
         self._sockets: dict = {}
         try:
-            return waitress.create_server(self.app, map=self._sockets, host=host, port=port,
-                                          ident="ticket-dispatcher",
-                                          **server_limits(self.services.config.http))
+            # cast: a host of one address gives waitress's server of one socket (a
+            # TcpWSGIServer), which has what ListeningServer names; the service has always
+            # listened on one address (a host of several would give a MultiSocketServer).
+            return cast(ListeningServer, create_server(
+                self.app, map=self._sockets, host=host, port=port, ident="ticket-dispatcher",
+                **server_limits(self.services.config.http)))
         except OSError as exc:
             self.store.close()
             raise ConfigError(f"http: cannot listen on {host}:{port}: {exc.strerror}") from None
 
-    def _sandboxed(self, config: Config) -> Config:
+    def _sandboxed(self, config: Config, sandbox: Sandbox) -> Config:
         """Load ``ops/examples``, point every client at the sandbox on this server, and turn
         the assignment notification on."""
         if not EXAMPLES_DIR.is_dir():
             raise ConfigError(f"--sandbox needs the examples at {EXAMPLES_DIR} (run it from a "
                               "clone of the repository)")
-        load_examples(self.sandbox, EXAMPLES_DIR)
+        load_examples(sandbox, EXAMPLES_DIR)
         seeded = seed_store(self.store, EXAMPLES_DIR, self.clock.now())
         log.info("sandbox loaded", extra={"reason": str(seeded)})
         host = self.server.effective_host
@@ -213,7 +255,7 @@ class Service:
         """
         deadline = self._shutdown or Deadline(self.config.shutdown_timeout.total_seconds())
         try:
-            if not self.runtime.stop(deadline.remaining()):
+            if not self._started().stop(deadline.remaining()):
                 log.warning("the actor runtime did not stop within the shutdown deadline")
         finally:
             try:
@@ -279,7 +321,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def _drain_then_stop(service: Service):
+def _drain_then_stop(service: Service) -> Callable[[int, FrameType | None], None]:
     """The SIGTERM handler of a replica in shared mode: the drain runs in a thread of its
     own (a signal handler must not log), and the serving loop goes on meanwhile."""
 

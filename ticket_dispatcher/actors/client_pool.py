@@ -35,7 +35,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 import pykka
 
@@ -203,6 +203,13 @@ class ClientPool:
             self._actors = list(actors)
             self._idle = deque(actors)
         return self
+
+    @overload
+    def stop(self, block: Literal[True] = True, timeout: float | None = 30) -> None: ...
+
+    @overload
+    def stop(self, block: Literal[False], timeout: float | None = 30,
+             ) -> list[pykka.Future[bool]]: ...
 
     def stop(self, block: bool = True,
              timeout: float | None = 30) -> list[pykka.Future[bool]] | None:

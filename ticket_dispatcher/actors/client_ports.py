@@ -11,8 +11,8 @@ method (``approximate_count``, ``find_user_by_email``), all run concurrently (``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypedDict, TypeVar
 
 from ticket_dispatcher.actors.client_pool import Call, ClientPool
 from ticket_dispatcher.clock import Clock
@@ -134,6 +134,9 @@ def _seconds(value: Any) -> float:
     return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
 
 
+PoolT = TypeVar("PoolT", bound=ClientPool)
+
+
 class _ClientTimings(TypedDict):
     """What every integration client is built with besides its config."""
 
@@ -178,6 +181,15 @@ def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start:
         for pool in pools.values():
             pool.start()
     return pools
+
+
+def configured_pool(pools: Mapping[str, ClientPool], name: str,
+                    kind: type[PoolT]) -> PoolT | None:
+    """``build_client_pools``'s pool for the integration ``name``, whose class is ``kind``;
+    None when that integration is not configured."""
+    pool = pools.get(name)
+    assert pool is None or isinstance(pool, kind), f"the {name} pool is a {kind.__name__}"
+    return pool
 
 
 def _ask_timeout(connect: float, read: float) -> float:
