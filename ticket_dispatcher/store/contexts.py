@@ -83,7 +83,7 @@ class ContextRepository:
                     f"dispatch context {issue_key} holds an assignment-notification intent or "
                     "marker; it can be deleted once both role slots are clear"
                 )
-            ContextRow.delete().where(ContextRow.issue_key == issue_key).execute()
+            ContextRow.delete().where(ContextRow.issue_key == issue_key).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
 
     def update_notification_slot(
         self, issue_key: str, role: str, mutate: SlotMutation, now: datetime

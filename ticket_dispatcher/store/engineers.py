@@ -144,7 +144,7 @@ class EngineerRepository:
     def delete(self, email: str) -> None:
         email = normalize_email(email)
         with unit_of_work(self.db):
-            deleted = EngineerRow.delete().where(EngineerRow.email == email).execute()
+            deleted = EngineerRow.delete().where(EngineerRow.email == email).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
         if not deleted:
             raise NotFound(f"engineer {email} not found")
 

@@ -54,7 +54,7 @@ class ReplicaRepository:
                           update={getattr(ReplicaRow, name): value
                                   for name, value in values.items()})
              .execute())
-            ReplicaRow.delete().where(ReplicaRow.heartbeat_at < now - FORGET_AFTER).execute()
+            ReplicaRow.delete().where(ReplicaRow.heartbeat_at < now - FORGET_AFTER).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
 
     def known(self) -> list[Replica]:
         """Every replica remembered, the most recently started first."""

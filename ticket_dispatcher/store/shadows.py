@@ -131,7 +131,7 @@ class ShadowRepository:
     def stop(self, policy_id: int) -> None:
         """``NotFound`` when the policy is not in shadow."""
         with unit_of_work(self.db):
-            if not ShadowRow.delete().where(ShadowRow.policy_id == policy_id).execute():
+            if not ShadowRow.delete().where(ShadowRow.policy_id == policy_id).execute():  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
                 raise NotFound(f"policy {policy_id} is not in shadow")
 
     def of_families(self, family_ids: list[str]) -> dict[str, int]:
