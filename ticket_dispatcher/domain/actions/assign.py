@@ -232,9 +232,6 @@ class AssignExecutor:
                     try:
                         state.account_id = self._find_account_id(run, email)
                     except IntegrationError as exc:  # a passing fault: search again later
-                        if not exc.transient:
-                            raise ActionError(f"Jira user search for {email} failed: "
-                                              f"{exc.message}") from None
                         return retry_later(run, state, exc, f"searching Jira for {email}",
                                            self._retry_budget)
                 if self._holder(run.issue) == state.account_id:
@@ -321,12 +318,15 @@ class AssignExecutor:
         return user.account_id if user else None
 
     def _find_account_id(self, run: ActionRun, email: str) -> str:
-        """No cached account: an exact email match in Jira, cached on the engineer. A failed
-        search raises its ``IntegrationError`` (the caller tells a passing fault)."""
+        """No cached account: an exact email match in Jira, cached on the engineer. A search
+        a passing fault kept from Jira raises its ``IntegrationError``; any other failure an
+        ``ActionError``."""
         try:
             user = run.ports.jira.find_user_by_email(email)
-        except IntegrationError:
-            raise
+        except IntegrationError as exc:
+            if exc.transient:
+                raise
+            raise ActionError(f"Jira user search for {email} failed: {exc.message}") from None
         except DispatcherError as exc:
             raise ActionError(f"Jira user search for {email} failed: {exc.message}") from None
         if user is None:
