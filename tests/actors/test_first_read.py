@@ -7,12 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from tests.actors.test_assign_runtime import ENGINEERS, staff
 from tests.fakes import issue
 from tests.harness import assign, rule
 from ticket_dispatcher.actors.first_read import FRESH_READ, IssueActivity, IssueRead
 from ticket_dispatcher.domain.execution import ExecutionStatus
-
-ENGINEERS = ("a@example.com", "b@example.com")
 
 
 class Ticking:
@@ -74,12 +73,6 @@ def test_what_it_keeps_is_bounded_by_the_running_actors_and_the_fresh_window():
     clock.now += FRESH_READ.total_seconds() + 1
     activity.begin("TCID-x", None)
     assert activity.kept() == (1, 0)
-
-
-def staff(h) -> None:
-    for email in ENGINEERS:
-        h.store.engineers.put(email, dispatch_enabled=True, now=h.clock.now())
-        h.jira.add_user(email)
 
 
 def test_an_ordinary_dispatch_reads_its_issue_once(make_harness):

@@ -175,6 +175,19 @@ def run_out(h, execution_id: int) -> Execution:
     return ex
 
 
+def paged_three_times(h) -> int:
+    """A workflow started and its three pages made, the last one's wait running: its
+    execution's id."""
+    put(h)
+    execution_id = automation(h)
+    for _ in range(RUN_OUT_STEPS):
+        if len(h.oncall.pages) == 3:
+            break
+        h.advance(TIMEOUT)
+    assert len(h.oncall.pages) == 3
+    return execution_id
+
+
 def next_execution(h, seen: int) -> Execution:
     """Advance by trigger polls until an execution after ``seen`` exists (the ensured
     wake-up, possibly deferred once while the previous workflow was still live)."""
@@ -504,13 +517,7 @@ def test_jira_down_at_the_last_deadline_holds_the_escalation_until_jira_answers(
     without the issue (its timeout); the escalation after it writes Jira, so it waits for the
     issue's load retry instead of running on the page's stand-in, and escalates once Jira is
     back."""
-    put(world)
-    execution_id = automation(world)
-    for _ in range(RUN_OUT_STEPS):
-        if len(world.oncall.pages) == 3:
-            break
-        world.advance(TIMEOUT)
-    assert len(world.oncall.pages) == 3
+    execution_id = paged_three_times(world)
     world.jira.fail_next("TCID-1", times=1000)
 
     world.advance(TIMEOUT)
@@ -535,12 +542,7 @@ def test_an_execution_ended_elsewhere_while_this_one_stood_in_for_jira_stops_qui
     issue's stand-in; before the escalation's step saves that, another replica (whose lease
     took over meanwhile) ended the execution. The save is refused: this run stops, as at any
     step of an execution ended elsewhere; it is no crash to restart."""
-    put(world)
-    execution_id = automation(world)
-    for _ in range(RUN_OUT_STEPS):
-        if len(world.oncall.pages) == 3:
-            break
-        world.advance(TIMEOUT)
+    execution_id = paged_three_times(world)
     world.jira.fail_next("TCID-1", times=1000)
     flush = Behavior.flush
 
