@@ -495,18 +495,15 @@ def test_a_guard_refusing_after_the_head_left_cuts_the_request_short(listener):
 # --- the transport, against real sockets -------------------------------------------------------
 
 
-class _HttpPeer:
-    """A bare HTTP/1.1 peer on a real socket: answers each request with ``answer`` (head
-    lines and body) and keeps the connection open unless the answer says ``Connection:
-    close``; ``silent`` reads requests and never answers. Counts the connections it got."""
+class _ThreadedPeer:
+    """A local TCP server on a free port: each connection it accepts is served by ``_serve``
+    on a thread of its own until ``close``; ``connections`` counts them."""
 
-    def __init__(self, headers: list[tuple[str, str]] = (), body: bytes = b"{}",
-                 silent: bool = False):
-        self.headers, self.body, self.silent = list(headers), body, silent
+    def listen(self, name: str) -> None:
         self.connections = 0
         self.socket = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
-        threading.Thread(target=self._accept, name="http-peer", daemon=True).start()
+        threading.Thread(target=self._accept, name=name, daemon=True).start()
 
     def _accept(self) -> None:
         while True:
@@ -516,6 +513,23 @@ class _HttpPeer:
                 return
             self.connections += 1
             threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class _HttpPeer(_ThreadedPeer):
+    """A bare HTTP/1.1 peer on a real socket: answers each request with ``answer`` (head
+    lines and body) and keeps the connection open unless the answer says ``Connection:
+    close``; ``silent`` reads requests and never answers. Counts the connections it got."""
+
+    def __init__(self, headers: list[tuple[str, str]] = (), body: bytes = b"{}",
+                 silent: bool = False):
+        self.headers, self.body, self.silent = list(headers), body, silent
+        self.listen("http-peer")
 
     def _serve(self, connection: socket.socket) -> None:
         with connection, connection.makefile("rb") as requests_in:
@@ -530,9 +544,6 @@ class _HttpPeer:
                     line + "\r\n" for line in lines) + "\r\n").encode() + self.body)
                 if ("Connection", "close") in self.headers:
                     return
-
-    def close(self) -> None:
-        self.socket.close()
 
 
 def _read_head(stream) -> dict[str, str]:
@@ -697,24 +708,14 @@ def test_an_https_peer_with_a_certificate_nobody_trusts_is_refused(https_peer, m
     assert "connection failed (SSLError)" in caught.value.message
 
 
-class _TunnelProxy:
+class _TunnelProxy(_ThreadedPeer):
     """A forward proxy for ``CONNECT``: records each CONNECT line it gets, answers it and relays
     the bytes both ways to the host named; ``mute`` reads the CONNECT and never answers it."""
 
     def __init__(self, mute: bool = False):
         self.mute = mute
         self.connects: list[str] = []
-        self.socket = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
-        threading.Thread(target=self._accept, name="tunnel-proxy", daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.socket.accept()
-            except OSError:  # closed
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+        self.listen("tunnel-proxy")
 
     def _serve(self, client: socket.socket) -> None:
         with client:
@@ -735,9 +736,6 @@ class _TunnelProxy:
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 threading.Thread(target=_relay, args=(upstream, client), daemon=True).start()
                 _relay(client, upstream)
-
-    def close(self) -> None:
-        self.socket.close()
 
 
 def _relay(source: socket.socket, target: socket.socket) -> None:
