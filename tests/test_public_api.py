@@ -180,3 +180,26 @@ def test_no_method_shadows_a_builtin():
                     shadowing.append(f"{path.relative_to(PACKAGE.parent)}: "
                                      f"{node.name}.{item.name}")
     assert shadowing == []
+
+
+def test_messages_between_actors_carry_no_bare_outcome_strings():
+    """What one actor answers another is an enum or a typed record: a function of
+    ``actors/`` that returns a word literal ("retry", "signalled") would make every caller
+    compare strings that no type checker can hold to the answering side."""
+    words = []
+    for path, tree in _trees().items():
+        if path.parent.name != "actors":
+            continue
+        for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
+            for node in ast.walk(function):
+                value = node.value if isinstance(node, ast.Return) else None
+                parts = value.elts if isinstance(value, ast.Tuple) else [value]
+                words += [f"{path.name}:{node.lineno} {function.name} returns {part.value!r}"
+                          for part in parts if isinstance(part, ast.Constant)
+                          and isinstance(part.value, str) and part.value.isidentifier()
+                          and function.name not in METRIC_LABELS]
+    assert not words, "\n".join(words)
+
+
+# Functions that name a metric's label value, which is a string by prometheus-client's API.
+METRIC_LABELS = {"_call_outcome"}

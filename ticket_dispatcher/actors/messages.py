@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from ticket_dispatcher.actors.first_read import IssueRead
@@ -46,15 +47,34 @@ class CreateExecutions:  # ask, from a trigger actor; answers a CreationResult
     read: IssueRead | None = None
 
 
+class TriggerOutcome(StrEnum):
+    """How one processing of a trigger ended; the value is the metric's ``outcome`` label."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    DEFERRED = "deferred"  # a busy lock key: pending again, due later
+    COALESCED = "coalesced"  # completed into a pending duplicate
+    RETRYING = "retrying"  # a passing fault of Jira: pending again after a backoff
+    # A database failure interrupted it: it keeps its claim and the same actor tries again.
+    INTERRUPTED = "interrupted"
+
+
 @dataclass(frozen=True)
 class CreationResult:
     execution_ids: list[int] = field(default_factory=list)
-    outcome: str = "completed"  # completed | failed | deferred | coalesced
+    outcome: TriggerOutcome = TriggerOutcome.COMPLETED  # never RETRYING or INTERRUPTED
     reason: str = ""
 
 
+class CancelOutcome(StrEnum):
+    APPLIED = "applied"  # it was queued or parked, and is failed now
+    SIGNALLED = "signalled"  # its running actor stops at its next step
+    MISSING = "missing"
+    FINISHED = "finished"  # already terminal
+
+
 @dataclass(frozen=True)
-class CancelExecution:  # ask, from the admin API; answers "applied" | "signalled"
+class CancelExecution:  # ask, from the admin API; answers a CancelOutcome
     execution_id: int
     reason: str
 

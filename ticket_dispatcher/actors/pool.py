@@ -52,6 +52,7 @@ from ticket_dispatcher.actors.leases import Hold, retry_backoff
 from ticket_dispatcher.actors.messages import (
     Cancel,
     CancelExecution,
+    CancelOutcome,
     ChildCrashed,
     Crashed,
     CreateExecutions,
@@ -69,6 +70,7 @@ from ticket_dispatcher.actors.messages import (
     Rescheduled,
     Retry,
     RunExecution,
+    TriggerOutcome,
     WakeDue,
     Watch,
     WatchedWake,
@@ -179,7 +181,7 @@ class SlotQueue:
 
 # What the pool answers an ask (CreateExecutions, CancelExecution, PoolStatus,
 # ExecutionWorkers); None to a told message.
-PoolAnswer = CreationResult | str | dict | list[pykka.ActorRef] | None
+PoolAnswer = CreationResult | CancelOutcome | dict | list[pykka.ActorRef] | None
 
 
 class ExecutionPool(TrackedActor):
@@ -528,7 +530,7 @@ class ExecutionPool(TrackedActor):
             except Conflict as exc:  # another writer won a lock key between check and insert
                 store.triggers.fail(request.trigger.id, exc.message, self._deps.clock.now(),
                                     lease=request.lease)
-                return CreationResult(outcome="failed", reason=exc.message)
+                return CreationResult(outcome=TriggerOutcome.FAILED, reason=exc.message)
         return self._start_created(request, result, here)
 
     def _admit(self, request: CreateExecutions, busy: set[str],
@@ -542,17 +544,17 @@ class ExecutionPool(TrackedActor):
                           role_label=request.reserved_label, issue_labels=request.issue_labels)
         if admission.outcome is AdmissionOutcome.CONFLICT:
             store.triggers.fail(trigger.id, admission.reason, now, lease=lease)
-            return CreationResult(outcome="failed", reason=admission.reason), []
+            return CreationResult(outcome=TriggerOutcome.FAILED, reason=admission.reason), []
         if admission.outcome is AdmissionOutcome.DEFERRED:
             # duplicates coalesce, but one wake-up always stays pending
             if (waiting := store.triggers.pending_duplicate(trigger)) is not None:
                 reason = f"{admission.reason}; coalesced into pending trigger {waiting}"
                 store.triggers.complete(trigger.id, [], now, reason=reason, lease=lease)
-                return CreationResult(outcome="coalesced", reason=reason), []
+                return CreationResult(outcome=TriggerOutcome.COALESCED, reason=reason), []
             until = now + self._deps.config.trigger_defer_interval
             store.triggers.defer(trigger.id, until, now, lease=lease)
-            return CreationResult(outcome="deferred", reason=f"{admission.reason}; deferred "
-                                                             f"until {format_time(until)}"), []
+            reason = f"{admission.reason}; deferred until {format_time(until)}"
+            return CreationResult(outcome=TriggerOutcome.DEFERRED, reason=reason), []
         idle = [request.executions[i] for i in admission.admitted]
         _created_now(idle, now)  # read after the keys were found free
         # the missing default context is persisted for live runs only
@@ -603,27 +605,27 @@ class ExecutionPool(TrackedActor):
 
     # -- cancel and status ------------------------------------------------------------------------
 
-    def _cancel(self, execution_id: int, reason: str) -> str:
+    def _cancel(self, execution_id: int, reason: str) -> CancelOutcome:
         """An outcome, not an exception: expected answers must not read as actor failures."""
         if running := self._running.get(execution_id):
             try:  # a flag for its next step; the step chain itself is what is in flight
                 running.ref.tell(Cancel(reason, running.run))
                 self._cancels[execution_id] = reason  # and for the next run, if it parks
-                return "signalled"
+                return CancelOutcome.SIGNALLED
             except pykka.ActorDeadError:
                 pass  # it has just finished: decide on the stored state below
         with unit_of_work(self._deps.store.db):
             try:
                 execution = self._deps.store.executions.get(execution_id)
             except NotFound:
-                return "missing"
+                return CancelOutcome.MISSING
             if execution.status.terminal:
-                return "finished"
+                return CancelOutcome.FINISHED
             self._deps.behavior().abort(execution, FailureCode.CANCELLED, reason)
         self._release_key(execution_id)
         self._parked.pop(execution_id, None)  # its heap entry is dropped as stale
         self._retrying.pop(execution_id, None)
-        return "applied"
+        return CancelOutcome.APPLIED
 
     def _status(self) -> dict:
         now = self._deps.clock.now()

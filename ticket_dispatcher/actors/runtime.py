@@ -15,6 +15,7 @@ from ticket_dispatcher.actors.intake import IntakePriority
 from ticket_dispatcher.actors.messages import (
     Boot,
     CancelExecution,
+    CancelOutcome,
     ExecutionWorkers,
     PoolStatus,
     Pull,
@@ -192,13 +193,13 @@ class Runtime:
                 notify_work(store.db)
         return trigger, here
 
-    def cancel(self, execution_id: int, reason: str) -> str:
-        """"applied" when it was not running, "signalled" when its actor stops at its next step;
-        ``NotFound`` or ``Conflict`` (already terminal) otherwise."""
-        outcome = self._ask_pool(CancelExecution(execution_id, reason))
-        if outcome == "missing":
+    def cancel(self, execution_id: int, reason: str) -> CancelOutcome:
+        """``APPLIED`` when it was not running, ``SIGNALLED`` when its actor stops at its next
+        step; ``NotFound`` or ``Conflict`` (already terminal) otherwise."""
+        outcome: CancelOutcome = self._ask_pool(CancelExecution(execution_id, reason))
+        if outcome is CancelOutcome.MISSING:
             raise NotFound(f"execution {execution_id} not found")
-        if outcome == "finished":
+        if outcome is CancelOutcome.FINISHED:
             raise Conflict(f"execution {execution_id} has already finished")
         return outcome
 

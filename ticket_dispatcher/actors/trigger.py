@@ -32,7 +32,12 @@ from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.actors.lanes import Lanes
 from ticket_dispatcher.actors.leases import Hold, retry_backoff
-from ticket_dispatcher.actors.messages import CreateExecutions, CreationResult, ProcessTrigger
+from ticket_dispatcher.actors.messages import (
+    CreateExecutions,
+    CreationResult,
+    ProcessTrigger,
+    TriggerOutcome,
+)
 from ticket_dispatcher.actors.shadow import ShadowRequest
 from ticket_dispatcher.domain.execution import Execution, Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
@@ -83,8 +88,8 @@ class TriggerProcessor:
         self._deps = deps
         self._pool = pool
 
-    def process(self, work: TriggerWork) -> str | None:
-        """Process the trigger of ``work``; its outcome, "retry" when a database failure
+    def process(self, work: TriggerWork) -> TriggerOutcome | None:
+        """Process the trigger of ``work``; its outcome, ``INTERRUPTED`` when a database failure
         interrupted it (it keeps its claim and is tried again), None when it was not ours to
         process. The claim's lease and times are recorded in ``work`` for the heartbeat."""
         if self._deps.stopping.is_set():
@@ -96,7 +101,7 @@ class TriggerProcessor:
                 work.trigger_id, now, recovering=work.recovering, owner=deps.owner,
                 expires_at=now + deps.config.leases.duration)
         except StoreUnavailable:
-            return "retry"
+            return TriggerOutcome.INTERRUPTED
         if trigger is None:
             return None  # another actor has it, it is not due yet, or it is already done
         assert trigger.lease is not None, "a claimed trigger carries the lease of its claim"
@@ -109,27 +114,27 @@ class TriggerProcessor:
         except (StoreUnavailable, pykka.Timeout) as exc:
             log.debug("trigger processing interrupted; it is retried", extra={
                 "trigger_id": trigger.id, "reason": type(exc).__name__})
-            return "retry"
+            return TriggerOutcome.INTERRUPTED
         except LeaseLost as exc:
             log.warning("trigger lease lost; another holder processes it", extra={
                 "trigger_id": trigger.id, "reason": exc.message})
             return None
         except Exception:
             log.exception("trigger processing failed", extra={"trigger_id": trigger.id})
-            outcome, reason = "failed", INTERNAL_ERROR
+            outcome, reason = TriggerOutcome.FAILED, INTERNAL_ERROR
             try:
                 deps.store.triggers.fail(trigger.id, reason, deps.clock.now(),
                                          lease=trigger.lease)
             except (StoreUnavailable, LeaseLost):
-                return "retry"
-        if outcome == "failed":  # the one place every failure passes: one line per trigger
+                return TriggerOutcome.INTERRUPTED
+        if outcome is TriggerOutcome.FAILED:  # every failure passes here: one line per trigger
             log.warning("trigger failed", extra={
                 "trigger_id": trigger.id, "issue_key": trigger.issue_key,
                 "source": trigger.source, "reason": reason})
         deps.metrics.trigger_processed(outcome)
         return outcome
 
-    def _process(self, trigger: Trigger) -> tuple[str, str]:
+    def _process(self, trigger: Trigger) -> tuple[TriggerOutcome, str]:
         """The trigger's outcome (completed, failed, deferred or coalesced) and its reason,
         once the trigger is closed or deferred in the store."""
         store, now = self._deps.store, self._deps.clock.now()
@@ -139,7 +144,7 @@ class TriggerProcessor:
         if role and not self._deps.config.notifications.enabled:  # switched off: no executions
             store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED,
                                     lease=lease)
-            return "completed", NOTIFICATIONS_DISABLED
+            return TriggerOutcome.COMPLETED, NOTIFICATIONS_DISABLED
         try:
             issue = self._deps.ports.jira.load_issue(trigger.issue_key)
         except DispatcherError as exc:
@@ -148,7 +153,7 @@ class TriggerProcessor:
                 # from when the load failed: a wait behind the rate limit took time
                 return self._retry_later(trigger, exc, reason, self._deps.clock.now())
             store.triggers.fail(trigger.id, reason, now, lease=lease)
-            return "failed", reason
+            return TriggerOutcome.FAILED, reason
         shadows: dict[str, int] | None = None  # each family's shadow, when read with them
         if trigger.policy_id is not None:  # explicit: no trigger/status check
             try:
@@ -156,19 +161,19 @@ class TriggerProcessor:
             except NotFound as exc:
                 reason = f"policy load failed: {exc.message}"
                 store.triggers.fail(trigger.id, reason, now, lease=lease)
-                return "failed", reason
+                return TriggerOutcome.FAILED, reason
             # The switch is a kill switch: no explicit live run may card or page either.
             if trigger.dryrun is None and not self._deps.config.notifications.enabled \
                     and is_notification_policy(policies[0]):
                 store.triggers.complete(trigger.id, [], now, reason=NOTIFICATIONS_DISABLED,
                                         lease=lease)
-                return "completed", NOTIFICATIONS_DISABLED
+                return TriggerOutcome.COMPLETED, NOTIFICATIONS_DISABLED
         else:
             active, shadows = store.policies.active_and_shadows()
             policies = match_policies(active, trigger.source, issue)
         if not policies:
             store.triggers.complete(trigger.id, [], now, lease=lease)
-            return "completed", ""
+            return TriggerOutcome.COMPLETED, ""
         context = store.contexts.find(trigger.issue_key)
         executions = [new_execution(trigger, policy, issue, context, self._deps.registry, now)
                       for policy in policies]
@@ -187,7 +192,7 @@ class TriggerProcessor:
         if trigger.dryrun is None and result.execution_ids:
             self._offer_shadows(trigger, issue, context, executions, result.execution_ids, now,
                                 shadows)
-        if result.outcome != "failed":  # a failure is logged once, by ``process``
+        if result.outcome is not TriggerOutcome.FAILED:  # a failure is logged once, by ``process``
             log.info("trigger processed", extra={
                 "trigger_id": trigger.id, "issue_key": trigger.issue_key,
                 "source": trigger.source,
@@ -196,7 +201,7 @@ class TriggerProcessor:
         return result.outcome, result.reason
 
     def _retry_later(self, trigger: Trigger, error: IntegrationError, reason: str,
-                     now: datetime) -> tuple[str, str]:
+                     now: datetime) -> tuple[TriggerOutcome, str]:
         """A passing fault of Jira: the trigger goes back to ``pending``, due again after a
         backoff, or fails once its retry budget is spent (domain/retries.py)."""
         deps = self._deps
@@ -206,14 +211,14 @@ class TriggerProcessor:
         if due is None:
             reason = spent(reason, attempts, since, now, budget)
             deps.store.triggers.fail(trigger.id, reason, now, lease=trigger.lease)
-            return "failed", reason
+            return TriggerOutcome.FAILED, reason
         deps.store.triggers.retry(trigger.id, due, reason, now, since=since,
                                   lease=trigger.lease)
         deps.metrics.transient_retry("trigger", transient_cause(error))
         log.info("trigger's issue load met a passing fault; it is tried again", extra={
             "trigger_id": trigger.id, "issue_key": trigger.issue_key, "source": trigger.source,
             "reason": reason, "attempt": attempts, "deadline": format_time(due)})
-        return "retrying", reason
+        return TriggerOutcome.RETRYING, reason
 
     def _unshadowed(self, trigger: Trigger, executions: list[Execution],
                     shadows: dict[str, int] | None) -> dict[tuple[int, str], Execution]:
@@ -266,7 +271,7 @@ class TriggerActor(TrackedActor):
         except Exception:  # never let one trigger stop the actor
             log.exception("trigger actor failed", extra={"trigger_id": message.trigger_id})
         finally:
-            self._router.processed(work, retry=outcome == "retry")
+            self._router.processed(work, retry=outcome is TriggerOutcome.INTERRUPTED)
             # Told before this message's activity ends, so a queued trigger is never idle time.
             if (following := self._router.next_for(self.actor_ref)) is not None:
                 self._deps.activity.tell(self.actor_ref, following)

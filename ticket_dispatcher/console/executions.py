@@ -17,6 +17,7 @@ from typing import Any
 
 import falcon
 
+from ticket_dispatcher.actors.messages import CancelOutcome
 from ticket_dispatcher.console.actions import Action, Done
 from ticket_dispatcher.console.web import Console, Page, Query, url
 from ticket_dispatcher.domain.catalog import ActionType
@@ -225,7 +226,7 @@ class ExecutionCancelAction(Action):
         who = req.context.viewer.name if req.context.viewer else "an operator"
         outcome = self.services.running().cancel(
             execution_id, f"cancelled by {who} from the console")
-        if outcome == "applied":
+        if outcome is CancelOutcome.APPLIED:
             message = (f"Execution {execution_id} of {execution.issue_key} is cancelled: it "
                        "was waiting (queued or parked), and it is failed now.")
         else:

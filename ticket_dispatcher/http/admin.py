@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import falcon
 
+from ticket_dispatcher.actors.messages import CancelOutcome
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 
 if TYPE_CHECKING:  # app.py imports this module
@@ -37,7 +38,6 @@ class ExecutionCancel:
     def on_post(self, req: falcon.Request, resp: falcon.Response, execution_id: int) -> None:
         who = req.context.api_key_name or "an operator"
         outcome = self._services.running().cancel(execution_id, f"cancelled by {who}")
-        # "applied": it was queued or parked and is failed now; "signalled": its running actor
-        # stops at its next step (the answer shows the state at this moment).
-        resp.status = falcon.HTTP_200 if outcome == "applied" else falcon.HTTP_202
+        # The answer shows the state at this moment: failed, or still running until its next step.
+        resp.status = falcon.HTTP_200 if outcome is CancelOutcome.APPLIED else falcon.HTTP_202
         resp.media = self._services.store.executions.get(execution_id).to_json()
