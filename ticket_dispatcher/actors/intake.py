@@ -2,7 +2,8 @@
 
 The service answers each trigger request once its row is committed and processes it in the
 background, and both share one interpreter; under a burst of requests the trigger actors
-took a third of its time and more, and the requests queued behind them. A request that waits
+took much of its time, and the requests queued behind them (bench/README.md, the diary's
+"answer first, process next"). A request that waits
 long enough is given up by its sender (Jira Automation's web request has a timeout of its
 own), while a trigger processed a second later loses nothing.
 

@@ -297,8 +297,8 @@ def when(value: object) -> markupsafe.Markup:
     moment = _as_time(value)
     if moment is None:
         return markupsafe.Markup('<span class="muted">—</span>')
-    # digits and separators only, nothing to escape: an f-string, not Markup.format, which
-    # took a third of a long list's rendering
+    # digits and separators only, nothing to escape: an f-string, not Markup.format, whose
+    # escaping of each argument showed in a long list's rendering
     iso = format_time(moment)
     shown = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
     return markupsafe.Markup(f'<time datetime="{iso}" title="{shown}" data-local>{shown}</time>')

@@ -282,9 +282,9 @@ def _postgres_options(database: DatabaseConfig) -> str:
     Neither JIT compilation nor parallel workers: every statement here reads or writes a few
     rows along an index. When a table's statistics are stale (a bulk of rows since the last
     ANALYZE, or a server running without autovacuum) the planner's estimates for such a
-    statement can reach the thresholds of both, and a 0.2 ms read then spends 100 ms and more
-    compiling its expressions and starting workers (measured on the parked waits' rules with
-    100,000 parked)."""
+    statement can reach the thresholds of both, and a read of a few rows then spends far longer
+    compiling its expressions and starting workers than reading (seen on the parked waits' rules
+    with 100,000 parked: bench/README.md, the diary of 2026-12-04)."""
     statement = max(1, round(database.statement_timeout.total_seconds() * 1000))
     lock = min(statement, max(1, round(database.busy_timeout.total_seconds() * 1000)))
     return (f"-c statement_timeout={statement} -c lock_timeout={lock} "

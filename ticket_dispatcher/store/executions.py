@@ -56,8 +56,8 @@ _RUNNING = (ExecutionStatus.CREATED.value, ExecutionStatus.EXECUTING.value)
 # How far back ``latest_matched`` looks for a rule's newest run, in executions (by id).
 LATEST_LOOKBACK = 10_000
 # How many parked waits past the start of its page the parked list counts, at most: a count of
-# every one reads every parked row (100 ms with 100,000 parked on PostgreSQL), for a figure an
-# operator reads as "more than ten thousand" anyway.
+# every one reads every parked row, a cost that grows with them, for a figure an operator reads
+# as "more than ten thousand" anyway.
 PARKED_COUNTED = 10_000
 
 
@@ -316,8 +316,8 @@ class ExecutionRepository:
     def _running_by_wake(self) -> peewee.ColumnBase:
         """``status`` is running, for a query that reads the parked executions by ``wake_at``
         (``ix_dispatch_executions_wake``). On SQLite written ``+status``: without statistics its
-        planner would take the status index for every running row and sort them (30 ms at
-        100,000 parked, 0.1 ms along the wake index); PostgreSQL's plans by its statistics."""
+        planner would take the status index for every running row and sort them, where the wake
+        index reads only the rows asked for; PostgreSQL's plans by its statistics."""
         status = (ExecutionRow.status if is_postgres(self.db)
                   else peewee.NodeList((peewee.SQL("+"), ExecutionRow.status), glue=""))
         return status.in_(_RUNNING)

@@ -41,7 +41,7 @@ class UTCDateTimeField(peewee.FieldDatabaseHook, peewee.Field):
         if value.tzinfo is None:
             raise ValueError(f"{self.name}: naive datetime; pass an aware UTC time")
         naive = value.astimezone(UTC).replace(tzinfo=None)
-        # "YYYY-MM-DD HH:MM:SS.ffffff", as strftime("%Y-%m-%d %H:%M:%S.%f") in half the time
+        # "YYYY-MM-DD HH:MM:SS.ffffff", as strftime("%Y-%m-%d %H:%M:%S.%f"), with no format to parse
         return naive.isoformat(" ", "microseconds") if self._as_text else naive
 
     def python_value(self, value: DriverTime) -> datetime | None:
