@@ -327,14 +327,15 @@ def _session_for(base_url: str) -> requests.Session:
 
 class _Sender:
     """Sends a request straight through the session's transport adapter (its keep-alive pool,
-    proxies and CA bundle), without ``Session.request``'s per-call merging of settings, cookie
-    jar and redirect handling, and without ``PreparedRequest.prepare``'s parsing of a URL this
-    client built itself (``prepare_url``) and its empty cookie jar: work done again for every
-    call to the same few URLs (bench/README.md, the diary's "the HTTP transport"). The base URL is prepared once, by requests; each call
-    appends its path (quoted by ``segment``) and its query, and the whole is requoted as
-    ``prepare_url`` would. An API answers where it is asked; a redirect is an unexpected status
-    like any other, so credentials never follow one to another host. The body is read before
-    the call returns, so the connection goes back to the pool and a read timeout raises here."""
+    proxies and CA bundle), without ``Session.request``'s per-call merging of settings, cookie jar
+    and redirect handling, and without ``PreparedRequest.prepare``'s parsing of a URL this client
+    built itself (``prepare_url``) and its empty cookie jar: work done again for every call to the
+    same few URLs (bench/README.md, the diary's "the HTTP transport"). The base URL is prepared
+    once, by requests; each call appends its path (quoted by ``segment``) and its query, and the
+    whole is requoted as ``prepare_url`` would. An API answers where it is asked; a redirect is an
+    unexpected status like any other, so credentials never follow one to another host. The body is
+    read before the call returns, so the connection goes back to the pool and a read timeout raises
+    here."""
 
     def __init__(self, base_url: str):
         self.session = _session_for(base_url)
