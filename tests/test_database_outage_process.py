@@ -349,6 +349,7 @@ def internal_comments(jira: FakeJira, text: str) -> list[str]:
 # --- the test -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_the_database_goes_away_and_comes_back_under_load_nothing_lost_nothing_repeated(
         dispatcher, outage, jira, lark, oncall):

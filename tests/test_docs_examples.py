@@ -639,6 +639,7 @@ def run_step(shell: Shell, service: Service, command: Command, step: Expect,
         threading.Event().wait(0.25)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)  # about 25 s: three ACKs are seen at a 5 s poll each
 def test_readme_and_policies_sandbox_examples_run_as_written(sandbox_server, tmp_path):
     require_tools()

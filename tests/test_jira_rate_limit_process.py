@@ -190,6 +190,7 @@ def settled(dispatcher: Dispatcher, trigger_ids: list[int]) -> Callable[[], bool
     return check
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_twenty_seconds_of_429s_delay_every_assignment_and_fail_none(dispatcher, jira):
     assignments = jira.hold(Route.ASSIGN)

@@ -129,6 +129,7 @@ def comments(jira: FakeJira, text: str) -> list[str]:
 # --- the test -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kill_point", ["parked", "mid_poll"])
 def test_sigkill_in_the_ack_wait_then_restart_pages_no_more_and_keeps_the_deadline(

@@ -240,6 +240,7 @@ def assert_no_overlap(executions: list[dict]) -> None:
                 assert started >= ended, (lock, spans)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_three_replicas_lose_nothing_and_repeat_nothing_through_a_kill_and_a_pause(
         postgres_url, processes, jira, lark, oncall, core):
@@ -351,6 +352,7 @@ def test_three_replicas_lose_nothing_and_repeat_nothing_through_a_kill_and_a_pau
         assert replica.log_problems() == [], replica.log_problems()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_rolling_restart_refuses_no_trigger_and_loses_none(postgres_url, processes, jira):
     # A long lease: what a stopping replica does not finish must be handed back, not left

@@ -154,6 +154,7 @@ def test_a_stuck_jira_call_holds_only_its_own_execution(dispatchers, jira):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("held_call", [Release.APPLY, Release.REFUSE],
                          ids=["held_put_lands_after_exit", "held_put_is_refused_after_exit"])
+@pytest.mark.slow
 def test_sigterm_with_a_call_stuck_in_its_read_timeout_exits_in_time_and_resumes_once(
         dispatchers, jira, db_url, held_call):
     [key] = issue_keys(1)
@@ -192,6 +193,7 @@ def test_sigterm_with_a_call_stuck_in_its_read_timeout_exits_in_time_and_resumes
     assert second.log_problems() == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_the_port_is_released_only_when_the_process_is_going(dispatchers, jira):
     [key] = issue_keys(1)
@@ -269,6 +271,7 @@ def largest_accepted_slots(start: Callable[..., Dispatcher]) -> tuple[int, Dispa
         slots -= needed - allowed
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(120)
 def test_postgres_at_the_largest_accepted_configuration_never_runs_out_of_connections(

@@ -803,6 +803,7 @@ def action(execution: dict, action_type: str, attempt: int | None = None) -> dic
 # --- the test -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_tokens_secrets_and_phone_numbers_echoed_by_failing_peers_reach_no_log_line_or_answer(
         peer, dispatcher):

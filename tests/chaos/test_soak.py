@@ -24,6 +24,7 @@ FRESH_SEED = random.SystemRandom().randrange(1, 1_000_000)  # printed in the tes
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("seed", [FIXED_SEED, FRESH_SEED],
                          ids=[f"fixed-seed-{FIXED_SEED}", f"fresh-seed-{FRESH_SEED}"])
+@pytest.mark.slow
 def test_a_short_soak_keeps_every_promise(seed, tmp_path):
     postgres_url = os.environ.get("TICKET_DISPATCHER_TEST_DATABASE_URL")
     engine = "postgres" if postgres_url else "sqlite"

@@ -169,6 +169,7 @@ class HandStarted:
         subprocess.run(["kill", "-KILL", str(pid)], capture_output=True, timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_soak_against_a_deployment_of_ones_own_keeps_every_promise(tmp_path):
     fakes_port = free_block()
