@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.notification import NOTIFICATION_CONFIG_CHECKS
+from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.execution import Execution, FailureCode, RuleExecution
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.domain.ports import (
@@ -509,6 +510,10 @@ class NotConfiguredEngineers(NotConfigured):
     def take_turn(self, emails_in_order: Iterable[str], *, issue_key: str,
                   now: datetime) -> Turn | None:
         raise self._refused("take_turn")
+
+    def time_off(self, emails: Iterable[str], since: datetime, until: datetime,
+                 ) -> Mapping[str, list[TimeOff]]:
+        raise self._refused("time_off")
 
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
         raise self._refused("set_jira_account_id")

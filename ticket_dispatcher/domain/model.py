@@ -236,6 +236,10 @@ class Engineer:
     dispatch_enabled: bool = True
     last_dispatched_at: datetime | None = None
     last_dispatched_issue: str = ""
+    timezone: str = ""  # an IANA name; "" reads as UTC
+    # weekday key ("mon" … "sun") -> local "HH:MM-HH:MM" spans; None: any time
+    working_hours: dict[str, list[str]] | None = None
+    max_open_issues: int | None = None  # None: no cap of its own
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
@@ -245,6 +249,9 @@ class Engineer:
             "display_name": self.display_name,
             "jira_account_id": self.jira_account_id,
             "dispatch_enabled": self.dispatch_enabled,
+            "timezone": self.timezone or "UTC",
+            "working_hours": self.working_hours,
+            "max_open_issues": self.max_open_issues,
             "last_dispatched_at": format_time(self.last_dispatched_at),
             "last_dispatched_issue": self.last_dispatched_issue,
             "created_at": format_time(self.created_at),

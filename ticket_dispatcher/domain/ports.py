@@ -25,6 +25,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.errors import DispatcherError, IntegrationError
 
@@ -224,6 +225,12 @@ class EngineerStore(Protocol):
         read which of ``emails_in_order`` are dispatch-enabled, choose the one whose turn it
         is (``assign.next_in_turn``) and advance their ``last_dispatched_at``/
         ``last_dispatched_issue``. None when none of them is dispatch-enabled."""
+        ...
+
+    def time_off(self, emails: Iterable[str], since: datetime, until: datetime,
+                 ) -> Mapping[str, list[TimeOff]]:
+        """Each engineer's time off that ends after ``since`` and starts before ``until``, by
+        start: one read."""
         ...
 
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool: ...

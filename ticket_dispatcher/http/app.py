@@ -21,7 +21,12 @@ from ticket_dispatcher.http.dispatch import (
     TriggerCollection,
     TriggerItem,
 )
-from ticket_dispatcher.http.engineers import EngineerCollection, EngineerItem
+from ticket_dispatcher.http.engineers import (
+    EngineerCollection,
+    EngineerItem,
+    TimeOffCollection,
+    TimeOffItem,
+)
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.health import Liveness, MetricsExposition, Options, Readiness
 from ticket_dispatcher.http.middleware import DatabaseConnection
@@ -131,4 +136,7 @@ def create_app(services: Services, *, auth_enabled: bool = True,
     app.add_route(f"{api}/dispatch/contexts/{{issue_key}}", ContextItem(services))
     app.add_route(f"{api}/engineers", EngineerCollection(services))
     app.add_route(f"{api}/engineers/{{email}}", EngineerItem(services))
+    app.add_route(f"{api}/engineers/{{email}}/time-off", TimeOffCollection(services))
+    app.add_route(f"{api}/engineers/{{email}}/time-off/{{entry_id:{ID}}}",
+                  TimeOffItem(services))
     return app

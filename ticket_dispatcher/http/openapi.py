@@ -94,6 +94,16 @@ TEXT = {"type": "string", "minLength": 1, "pattern": r"\S"}  # not blank
 TIME = {"type": "string", "format": "date-time"}
 MAYBE_TIME = {**TIME, "nullable": True}
 STRINGS = {"type": "array", "items": {"type": "string"}}
+WORKING_HOURS = {
+    "type": "object", "nullable": True,
+    "description": "weekday (mon … sun) -> local HH:MM-HH:MM spans; a day left out is not "
+                   "worked; null: any time",
+    "properties": {day: {"type": "array", "items": {
+        "type": "string", "pattern": "^[0-9]{2}:[0-9]{2}-[0-9]{2}:[0-9]{2}$"}}
+        for day in ("mon", "tue", "wed", "thu", "fri", "sat", "sun")},
+    "additionalProperties": False}
+CAP = {"type": "integer", "minimum": 1, "nullable": True,
+       "description": "open issues at which no more are assigned; null: no cap"}
 
 
 # --- responses every operation shares ----------------------------------------------------------
@@ -318,6 +328,20 @@ def _operator_paths() -> dict:
             }, body="EngineerBody", params=_EMAIL),
             "delete": _op("Delete an engineer", {"204": {"description": "Deleted"}},
                           params=_EMAIL, errors=("404",)),
+        },
+        f"{API_BASE}/engineers/{{email}}/time-off": {
+            "get": _op("An engineer's time off, by start: what has not ended, or everything "
+                       "with past=true", {"200": _json(_page_of("TimeOff"))},
+                       params=[*_EMAIL, _query("past", {"type": "boolean", "default": False}),
+                               *_PAGING], errors=("404",)),
+            "post": _op("Add time off: no assignment and, where a page says so, no page "
+                        "while it lasts", {"201": _json(_ref("TimeOff"), "Added")},
+                        body="TimeOffBody", params=_EMAIL, errors=("404",)),
+        },
+        f"{API_BASE}/engineers/{{email}}/time-off/{{entry_id}}": {
+            "delete": _op("Delete time off (a calendar feed's returns at its next refresh if "
+                          "the feed still holds it)", {"204": {"description": "Deleted"}},
+                          params=[*_EMAIL, _path_param("entry_id", ID, 1)], errors=("404",)),
         },
     }
 
@@ -695,13 +719,35 @@ def _service_schemas() -> dict:
         "EngineerBody": _object({
             "dispatch_enabled": {"type": "boolean"},
             "display_name": {"type": "string", "nullable": True},
-            "jira_account_id": {"type": "string", "nullable": True}}, ["dispatch_enabled"],
-            example={"dispatch_enabled": True, "display_name": "Alice"}),
+            "jira_account_id": {"type": "string", "nullable": True},
+            "timezone": {"type": "string", "nullable": True,
+                         "description": "an IANA time zone; working hours are read in it"},
+            "working_hours": WORKING_HOURS,
+            "max_open_issues": CAP}, ["dispatch_enabled"],
+            example={"dispatch_enabled": True, "display_name": "Alice",
+                     "timezone": "Asia/Shanghai",
+                     "working_hours": {"mon": ["09:00-12:00", "13:00-18:00"]},
+                     "max_open_issues": 8}),
         "Engineer": _object({
             "email": {"type": "string"}, "display_name": {"type": "string"},
             "jira_account_id": {"type": "string"}, "dispatch_enabled": {"type": "boolean"},
+            "timezone": {"type": "string"}, "working_hours": WORKING_HOURS,
+            "max_open_issues": CAP,
+            "availability": _object({
+                "available": {"type": "boolean"}, "reasons": STRINGS,
+                "until": {**MAYBE_TIME, "description": "when available again, at the "
+                          "earliest (null: now, or not within 14 days)"}}),
             "last_dispatched_at": MAYBE_TIME, "last_dispatched_issue": {"type": "string"},
             "created_at": TIME, "updated_at": TIME}),
+        "TimeOffBody": _object({
+            "start": TIME, "end": TIME,
+            "reason": {"type": "string", "maxLength": 500}}, ["start", "end"],
+            example={"start": "2026-12-21T00:00:00+08:00", "end": "2027-01-04T00:00:00+08:00",
+                     "reason": "vacation"}),
+        "TimeOff": _object({
+            "id": ID, "email": {"type": "string"}, "start": TIME, "end": TIME,
+            "reason": {"type": "string"},
+            "source": {"type": "string", "description": "api, or the calendar feed's name"}}),
     }
 
 

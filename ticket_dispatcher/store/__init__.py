@@ -54,6 +54,7 @@ from ticket_dispatcher.store.health import StoreHealth, StoreHealthListener
 from ticket_dispatcher.store.policies import PolicyRepository
 from ticket_dispatcher.store.replicas import ReplicaRepository
 from ticket_dispatcher.store.shadows import ShadowRepository
+from ticket_dispatcher.store.time_off import TimeOffRepository
 from ticket_dispatcher.store.triggers import TriggerRepository
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ __all__ = [
     "Store",
     "StoreHealth",
     "StoreHealthListener",
+    "TimeOffRepository",
     "TriggerRepository",
     "connection_budget",
     "driver_detail",
@@ -95,7 +97,8 @@ class Store:
         # The actions this service runs: activation refuses a policy they cannot.
         self.registry = registry if registry is not None else product_registry()
         self.policies = PolicyRepository(db, self.registry)
-        self.engineers = EngineerRepository(db)
+        self.time_off = TimeOffRepository(db)
+        self.engineers = EngineerRepository(db, self.time_off)
         self.contexts = ContextRepository(db)
         self.triggers = TriggerRepository(db)
         self.executions = ExecutionRepository(db, self.contexts)

@@ -10,13 +10,15 @@ take turns one after the other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from types import SimpleNamespace
+from typing import TypedDict
 
 import peewee
 
 from ticket_dispatcher.domain.actions.assign import next_in_turn
+from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.errors import InvalidInput, NotFound
@@ -29,7 +31,17 @@ from ticket_dispatcher.store.database import (
     write_lock,
 )
 from ticket_dispatcher.store.models import EngineerRow, placeholders, time_param
+from ticket_dispatcher.store.time_off import TimeOffRepository
 from ticket_dispatcher.timeutil import to_utc
+
+
+class AvailabilityChanges(TypedDict, total=False):
+    """The availability settings a ``put`` changes: only the keys given."""
+
+    timezone: str  # an IANA name
+    working_hours: dict[str, list[str]] | None  # None: any time
+    max_open_issues: int | None  # None: no cap
+
 
 # The smallest step of a stored time (microseconds on both engines): a turn's mark is at least
 # this much after the newest mark among the candidates (``_turn_mark``).
@@ -48,8 +60,9 @@ _TABLE = EngineerRow._meta.table_name
 
 
 class EngineerRepository:
-    def __init__(self, db: peewee.Database):
+    def __init__(self, db: peewee.Database, time_off: TimeOffRepository | None = None):
         self.db = db
+        self._time_off = time_off or TimeOffRepository(db)
 
     def page(
         self,
@@ -89,6 +102,12 @@ class EngineerRepository:
         with unit_of_work(self.db):
             return [_engineer(row) for row in self._enabled(wanted)]
 
+    def time_off(self, emails: Iterable[str], since: datetime, until: datetime,
+                 ) -> Mapping[str, list[TimeOff]]:
+        """Each engineer's time off that ends after ``since`` and starts before ``until``, by
+        start; one query (``TimeOffRepository.around``)."""
+        return self._time_off.around((normalize_email(email) for email in emails), since, until)
+
     def put(
         self,
         email: str,
@@ -96,12 +115,15 @@ class EngineerRepository:
         dispatch_enabled: bool,
         display_name: str | None = None,
         jira_account_id: str | None = None,
+        availability: AvailabilityChanges | None = None,
         now: datetime,
     ) -> tuple[Engineer, bool]:
-        """Create or update; ``None`` keeps the current value (``""`` on create). Returns the
+        """Create or update; ``None`` keeps the current value (``""`` on create), and so does
+        a key ``availability`` leaves out (on create: UTC, any time, no cap). Returns the
         engineer and whether it was created."""
         email = normalize_email(email)
         now = to_utc(now)
+        given = availability or {}
         with write_lock(self.db):
             created = (
                 EngineerRow.insert(
@@ -110,6 +132,9 @@ class EngineerRepository:
                     jira_account_id=jira_account_id or "",
                     dispatch_enabled=dispatch_enabled,
                     last_dispatched_issue="",
+                    timezone=given.get("timezone") or "",
+                    working_hours_json=given.get("working_hours"),
+                    max_open_issues=given.get("max_open_issues"),
                     created_at=now,
                     updated_at=now,
                 )
@@ -124,6 +149,9 @@ class EngineerRepository:
                     display_name=display_name or "",
                     jira_account_id=jira_account_id or "",
                     dispatch_enabled=dispatch_enabled,
+                    timezone=given.get("timezone") or "",
+                    working_hours=given.get("working_hours"),
+                    max_open_issues=given.get("max_open_issues"),
                     created_at=now,
                     updated_at=now,
                 ), True
@@ -133,6 +161,12 @@ class EngineerRepository:
                 changes[EngineerRow.display_name] = display_name
             if jira_account_id is not None:
                 changes[EngineerRow.jira_account_id] = jira_account_id
+            if "timezone" in given:
+                changes[EngineerRow.timezone] = given["timezone"] or ""
+            if "working_hours" in given:
+                changes[EngineerRow.working_hours_json] = given["working_hours"]
+            if "max_open_issues" in given:
+                changes[EngineerRow.max_open_issues] = given["max_open_issues"]
             updated = (
                 EngineerRow.update(changes)
                 .where(EngineerRow.email == email)
@@ -286,6 +320,10 @@ def _engineer(row: EngineerRow | SimpleNamespace) -> Engineer:
         dispatch_enabled=bool(row.dispatch_enabled),
         last_dispatched_at=row.last_dispatched_at,
         last_dispatched_issue=row.last_dispatched_issue,
+        timezone=row.timezone,
+        working_hours=row.working_hours_json,
+        max_open_issues=row.max_open_issues,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+

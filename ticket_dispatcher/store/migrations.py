@@ -279,6 +279,44 @@ def _transient_retries(db: peewee.Database) -> None:
                 db.execute_sql(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
 
+def _availability(db: peewee.Database) -> None:
+    """Each engineer's time zone, working hours and cap of open issues (none: any time, no
+    cap), their time off, and the calendar feeds time off is imported from. A time-off entry
+    is the API's (``source`` "api") or a feed's (``source`` its name), which a refresh of that
+    feed replaces; entries are read by engineer and end, so past ones cost no read."""
+    t = _types(db)
+    columns = {column.name for column in db.get_columns("engineers")}
+    for name, kind in (("timezone", "TEXT NOT NULL DEFAULT ''"),
+                       ("working_hours_json", f"{t.json} NULL"),
+                       ("max_open_issues", "INTEGER NULL")):
+        if name not in columns:
+            db.execute_sql(f"ALTER TABLE engineers ADD COLUMN {name} {kind}")
+    for statement in (
+        f"""CREATE TABLE IF NOT EXISTS engineer_time_off (
+            id {t.pk},
+            email TEXT NOT NULL,
+            start_at {t.time} NOT NULL,
+            end_at {t.time} NOT NULL,
+            reason TEXT NOT NULL DEFAULT '',
+            source TEXT NOT NULL,
+            created_at {t.time} NOT NULL)""",
+        """CREATE INDEX IF NOT EXISTS ix_engineer_time_off_email_end
+            ON engineer_time_off (email, end_at)""",
+        """CREATE INDEX IF NOT EXISTS ix_engineer_time_off_source
+            ON engineer_time_off (source)""",
+        f"""CREATE TABLE IF NOT EXISTS calendar_feeds (
+            name TEXT PRIMARY KEY,
+            email TEXT NULL,
+            status TEXT NOT NULL DEFAULT 'never fetched',
+            error TEXT NOT NULL DEFAULT '',
+            entries INTEGER NOT NULL DEFAULT 0,
+            attempted_at {t.time} NULL,
+            refreshed_at {t.time} NULL,
+            updated_at {t.time} NOT NULL)""",
+    ):
+        db.execute_sql(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
@@ -288,6 +326,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (6, "shadow policies", _shadows),
     (7, "indexes of the parked executions by wake_at, and of the others", _wake_index),
     (8, "retries after transient failures", _transient_retries),
+    (9, "engineers' availability: hours, caps, time off and calendar feeds", _availability),
 )
 
 

@@ -204,11 +204,41 @@ class EngineerRow(BaseModel):
     dispatch_enabled = peewee.BooleanField(default=True)
     last_dispatched_at = UTCDateTimeField(null=True)
     last_dispatched_issue = peewee.TextField(default="")
+    timezone = peewee.TextField(default="")  # an IANA name; "" reads as UTC
+    working_hours_json = peewee.JSONField(null=True)  # NULL: any time
+    max_open_issues = peewee.IntegerField(null=True)  # NULL: no cap
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
 
     class Meta:
         table_name = "engineers"
+
+
+class TimeOffRow(BaseModel):
+    id = peewee.AutoField()
+    email = peewee.TextField()
+    start_at = UTCDateTimeField()
+    end_at = UTCDateTimeField()
+    reason = peewee.TextField(default="")
+    source = peewee.TextField()  # "api", or the calendar feed's name
+    created_at = UTCDateTimeField()
+
+    class Meta:
+        table_name = "engineer_time_off"
+
+
+class CalendarFeedRow(BaseModel):
+    name = peewee.TextField(primary_key=True)
+    email = peewee.TextField(null=True)  # one engineer's feed; NULL: events name their people
+    status = peewee.TextField(default="never fetched")
+    error = peewee.TextField(default="")
+    entries = peewee.IntegerField(default=0)
+    attempted_at = UTCDateTimeField(null=True)
+    refreshed_at = UTCDateTimeField(null=True)  # the last good copy's fetch
+    updated_at = UTCDateTimeField()
+
+    class Meta:
+        table_name = "calendar_feeds"
 
 
 class SchemaMigrationRow(BaseModel):

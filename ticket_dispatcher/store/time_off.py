@@ -1,0 +1,157 @@
+"""Engineers' time off, and the calendar feeds some of it is imported from.
+
+An entry is the API's (``source`` "api") or a feed's (``source`` the feed's name). A feed's
+refresh replaces all of its entries in one transaction, so a reader sees the last good copy or
+the new one, never half of each; a failed refresh changes only the feed's status. Entries are
+read by engineer and end (``ix_engineer_time_off_email_end``): whatever ended before the window
+asked for is never read, however long the history.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import peewee
+
+from ticket_dispatcher.domain.availability import TimeOff
+from ticket_dispatcher.errors import NotFound
+from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
+from ticket_dispatcher.store.models import CalendarFeedRow, EngineerRow, TimeOffRow
+from ticket_dispatcher.timeutil import to_utc
+
+API_SOURCE = "api"
+# Rows a feed's refresh inserts per statement (SQLite binds at most 32,766 parameters).
+INSERT_BATCH = 500
+
+
+@dataclass(frozen=True)
+class FeedStatus:
+    """What the service knows of one calendar feed: the last attempt and the last good copy."""
+
+    name: str
+    email: str | None  # one engineer's feed; None: its events name their people
+    status: str  # "never fetched", "ok", or what went wrong, for an operator
+    error: str
+    entries: int  # time-off entries the last good copy holds
+    attempted_at: datetime | None
+    refreshed_at: datetime | None  # when the last good copy was fetched
+
+    def age_seconds(self, now: datetime) -> float | None:
+        """Seconds since the last good copy; None when there is none."""
+        if self.refreshed_at is None:
+            return None
+        return max(0.0, (now - self.refreshed_at).total_seconds())
+
+
+class TimeOffRepository:
+    def __init__(self, db: peewee.Database):
+        self.db = db
+
+    def add(self, entry: TimeOff, now: datetime) -> TimeOff:
+        """Store an API entry for an existing engineer (``NotFound`` otherwise)."""
+        with write_lock(self.db):
+            if not EngineerRow.select().where(EngineerRow.email == entry.email).exists():
+                raise NotFound(f"engineer {entry.email} not found")
+            row_id = TimeOffRow.insert(
+                email=entry.email, start_at=to_utc(entry.start), end_at=to_utc(entry.end),
+                reason=entry.reason, source=entry.source, created_at=to_utc(now),
+            ).execute()
+        return TimeOff(int(row_id), entry.email, to_utc(entry.start), to_utc(entry.end),
+                       entry.reason, entry.source)
+
+    def page(self, email: str, *, now: datetime, past: bool = False, limit: int = 50,
+             offset: int = 0) -> tuple[list[TimeOff], int]:
+        """An engineer's entries by start, those that have ended left out unless ``past``."""
+        query = TimeOffRow.select().where(TimeOffRow.email == email)
+        if not past:
+            query = query.where(TimeOffRow.end_at > to_utc(now))
+        with unit_of_work(self.db):
+            rows, total = fetch_page(query.order_by(TimeOffRow.start_at, TimeOffRow.id),
+                                     limit, offset)
+        return [_time_off(row) for row in rows], total
+
+    def delete(self, email: str, entry_id: int) -> None:
+        """Delete one of an engineer's entries, the API's or a feed's (a feed's comes back at
+        its next refresh if the feed still holds it)."""
+        with unit_of_work(self.db):
+            deleted = (TimeOffRow.delete()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+                       .where((TimeOffRow.id == entry_id) & (TimeOffRow.email == email))
+                       .execute())
+        if not deleted:
+            raise NotFound(f"time off {entry_id} of {email} not found")
+
+    def around(self, emails: Iterable[str], since: datetime, until: datetime,
+               ) -> dict[str, list[TimeOff]]:
+        """Each engineer's entries that end after ``since`` and start before ``until``, by
+        start: one query, along the index of engineer and end."""
+        wanted = sorted(set(emails))
+        found: dict[str, list[TimeOff]] = defaultdict(list)
+        if not wanted:
+            return found
+        query = (TimeOffRow.select()
+                 .where(TimeOffRow.email.in_(wanted) & (TimeOffRow.end_at > to_utc(since))
+                        & (TimeOffRow.start_at < to_utc(until)))
+                 .order_by(TimeOffRow.email, TimeOffRow.start_at, TimeOffRow.id))
+        with unit_of_work(self.db):
+            for row in query:
+                found[row.email].append(_time_off(row))
+        return found
+
+    # -- calendar feeds ---------------------------------------------------------------------
+
+    def replace_feed(self, name: str, email: str | None, entries: Sequence[TimeOff],
+                     now: datetime) -> None:
+        """The feed's good copy: its entries replaced by ``entries`` and its status "ok", in
+        one transaction."""
+        now = to_utc(now)
+        with write_lock(self.db):
+            TimeOffRow.delete().where(TimeOffRow.source == name).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+            rows = [{"email": e.email, "start_at": to_utc(e.start), "end_at": to_utc(e.end),
+                     "reason": e.reason, "source": name, "created_at": now} for e in entries]
+            for first in range(0, len(rows), INSERT_BATCH):
+                TimeOffRow.insert_many(rows[first:first + INSERT_BATCH]).execute()
+            self._save_feed(name, email, status="ok", error="", entries=len(rows),
+                            attempted_at=now, refreshed_at=now)
+
+    def feed_failed(self, name: str, email: str | None, error: str, now: datetime) -> None:
+        """A failed refresh: the feed's entries (its last good copy) stay as they are."""
+        with write_lock(self.db):
+            self._save_feed(name, email, status="failed", error=error, entries=None,
+                            attempted_at=to_utc(now), refreshed_at=None)
+
+    def forget_feeds(self, keep: Iterable[str]) -> None:
+        """Feeds no longer configured: their entries and status go."""
+        kept = list(keep)
+        with write_lock(self.db):
+            gone = [row.name for row in CalendarFeedRow.select(CalendarFeedRow.name)
+                    if row.name not in kept]
+            if gone:
+                TimeOffRow.delete().where(TimeOffRow.source.in_(gone)).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+                CalendarFeedRow.delete().where(CalendarFeedRow.name.in_(gone)).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+
+    def feeds(self) -> list[FeedStatus]:
+        with unit_of_work(self.db):
+            rows = list(CalendarFeedRow.select().order_by(CalendarFeedRow.name))
+        return [FeedStatus(row.name, row.email, row.status, row.error, row.entries,
+                           row.attempted_at, row.refreshed_at) for row in rows]
+
+    def _save_feed(self, name: str, email: str | None, *, status: str, error: str,
+                   entries: int | None, attempted_at: datetime,
+                   refreshed_at: datetime | None) -> None:
+        values: dict[str, object] = {"email": email, "status": status, "error": error,
+                                     "attempted_at": attempted_at, "updated_at": attempted_at}
+        if entries is not None:
+            values["entries"] = entries
+        if refreshed_at is not None:
+            values["refreshed_at"] = refreshed_at
+        updates = {getattr(CalendarFeedRow, key): value for key, value in values.items()}
+        (CalendarFeedRow.insert(name=name, **values)
+         .on_conflict(conflict_target=[CalendarFeedRow.name], update=updates)
+         .execute())
+
+
+def _time_off(row: TimeOffRow) -> TimeOff:
+    return TimeOff(row.id, row.email, row.start_at, row.end_at, row.reason, row.source)
