@@ -511,6 +511,10 @@ class NotConfiguredEngineers(NotConfigured):
                   now: datetime) -> Turn | None:
         raise self._refused("take_turn")
 
+    def enabled_with_time_off(self, emails: Iterable[str], since: datetime, until: datetime,
+                              ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
+        raise self._refused("enabled_with_time_off")
+
     def time_off(self, emails: Iterable[str], since: datetime, until: datetime,
                  ) -> Mapping[str, list[TimeOff]]:
         raise self._refused("time_off")

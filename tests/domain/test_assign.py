@@ -211,14 +211,15 @@ def test_a_turn_with_no_dispatch_enabled_candidate_is_no_candidates(world):
 
 
 def test_a_live_turn_reads_its_candidates_in_the_transaction_that_takes_it(world):
-    # One read of the engineers, locked, then the turn's one write: the candidates the plan
-    # records are the ones the turn chose among.
+    # One read of the engineers with their time off, who may take the issue; then the turn:
+    # one read of the eligible, locked, and its one write. The candidates the plan records are
+    # the ones the turn chose among.
     run, executor = run_of(world, receiver_config(ABC, "round_robin"))
 
     with QueryCounter(world.engineers.db) as queries:
         executor.plan(run)
 
-    assert queries.count == 2
+    assert queries.count == 3
     assert run.context["assign"]["candidates"] == ABC["users"]
     assert run.context["assign"]["assignee"] == "a@example.com"
 

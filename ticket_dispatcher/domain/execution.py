@@ -64,7 +64,10 @@ class FailureCode(StrEnum):
     ISSUE_LOAD_FAILED = "issue_load_failed"  # the issue could not be loaded (after retries)
     POLICY_LOAD_FAILED = "policy_load_failed"  # the policy is gone (after retries)
     CONDITION_ERROR = "condition_error"  # a frozen condition cannot be evaluated
-    NO_CANDIDATES = "no_candidates"  # a receiver resolved to nobody eligible
+    NO_CANDIDATES = "no_candidates"  # a receiver resolved to nobody dispatch-enabled
+    # everyone the receiver (and the fallback) resolved to was on time off, outside their
+    # working hours where required, or at their cap of open issues
+    NO_ELIGIBLE_CANDIDATE = "no_eligible_candidate"
     PLAN_FAILED = "plan_failed"  # an action's plan raised a technical error
     EXECUTE_FAILED = "execute_failed"  # an action's execute raised a technical error
     CANCELLED = "cancelled"  # an operator cancelled the execution

@@ -227,6 +227,12 @@ class EngineerStore(Protocol):
         ``last_dispatched_issue``. None when none of them is dispatch-enabled."""
         ...
 
+    def enabled_with_time_off(self, emails: Iterable[str], since: datetime, until: datetime,
+                              ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
+        """``enabled_by_email`` and each one's time off that ends after ``since`` and starts
+        before ``until``, by start: one read."""
+        ...
+
     def time_off(self, emails: Iterable[str], since: datetime, until: datetime,
                  ) -> Mapping[str, list[TimeOff]]:
         """Each engineer's time off that ends after ``since`` and starts before ``until``, by

@@ -38,6 +38,16 @@ from ticket_dispatcher.domain.actions.retrying import (
     RetryingState,
     retry_later,
 )
+from ticket_dispatcher.domain.availability import (
+    ANY_TIME,
+    LOOKAHEAD,
+    AvailabilitySettings,
+    CandidateVerdict,
+    WorkingHoursMode,
+    effective_cap,
+    judge_candidates,
+    no_eligible_candidate_reason,
+)
 from ticket_dispatcher.domain.catalog import (
     DIRECTORY_NAME,
     ENGINEER_EMAIL,
@@ -55,12 +65,19 @@ from ticket_dispatcher.domain.checks import (
     check_object,
     check_text,
     check_text_list,
+    quote,
 )
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.domain.ports import Turn
-from ticket_dispatcher.errors import DispatcherError, IntegrationError, OutcomeUnknown, Problem
+from ticket_dispatcher.errors import (
+    DispatcherError,
+    IntegrationError,
+    InvalidInput,
+    OutcomeUnknown,
+    Problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +101,12 @@ class AssignState(RetryingState):
     jira_outcome: str | None = None  # how the write was settled, when it was not plain
     jira_updated: bool | None = None
     label_removed: str | None = None  # the auto-assign label, once removed
-    count_jql: str | None = None  # balanced: the JQL template whose issues count as open
-    counts: dict[str, int] | None = None  # balanced: each candidate's open issues, by email
+    count_jql: str | None = None  # balanced, or a cap: the JQL template of open issues
+    counts: dict[str, int] | None = None  # balanced, or a cap: open issues, by email
+    # Each candidate's verdict at the business time: eligible or not, and why (times in the
+    # person's own zone); the fallback receiver's after the receiver's.
+    judged: list[dict] | None = None
+    fallback: bool | None = None  # the receiver had nobody eligible: the fallback's turn
 
 
 class AssignExecutor:
@@ -124,25 +145,28 @@ class AssignExecutor:
     def _plan(self, run: ActionRun, state: AssignState) -> None:
         receiver = run.config["receiver"]
         strategy = Strategy(run.config["strategy"])
-        # A live round robin reads the candidates in the transaction that takes the turn.
-        turn = strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run
-        try:
-            emails = _dedupe(self._receiver_emails(run, receiver))
-            enabled = ({} if turn else
-                       {e.email: e for e in run.ports.engineers.enabled_by_email(emails)})
-        except DispatcherError as exc:
-            state.reason = f"receiver could not be resolved: {exc.message}"
-            raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
-        taken = self._take_turn(run, state, emails) if turn else None
-        candidates = (list(taken.candidates) if taken is not None
-                      else [enabled[email] for email in emails if email in enabled])
-        state.candidates = [e.email for e in candidates]
-        if not candidates:
-            state.reason = (f"no candidates: {_describe(receiver)} resolved to "
-                            f"{emails or 'nobody'}, none of them dispatch-enabled")
-            raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
+        rules = AvailabilityRules.of(run.config)
+        judged: list[CandidateVerdict] = []
+        pool = self._eligible(run, state, receiver, rules, judged)
+        if not pool.candidates and (fallback := run.config.get("fallback")) is not None:
+            state.fallback = True
+            pool = self._eligible(run, state, fallback, rules, judged)
+        if not pool.candidates:
+            if any(not verdict.eligible for verdict in judged):  # someone was passed over
+                state.reason = no_eligible_candidate_reason(judged)
+                raise ActionError(state.reason, FailureCode.NO_ELIGIBLE_CANDIDATE)
+            raise ActionError(state.reason or "no candidates", FailureCode.NO_CANDIDATES)
+        candidates = pool.candidates
+        taken = None
+        if strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run:
+            # the turn is taken among the eligible, in one transaction under row locks
+            taken = self._take_turn(run, state, [e.email for e in candidates])
+            if taken is None:  # every one of them was disabled or deleted in the meantime
+                state.reason = (f"no candidates: {[e.email for e in candidates]} are no "
+                                f"longer dispatch-enabled")
+                raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
         if strategy is Strategy.BALANCED:
-            chosen = self._balanced(run, state, candidates)
+            chosen = self._balanced(run, state, candidates, pool)
         elif strategy is Strategy.RANDOM:
             chosen = candidates[self._rng.randrange(len(candidates))]
             state.reason = f"random: drawn uniformly among {len(candidates)} candidates"
@@ -155,11 +179,37 @@ class AssignExecutor:
         # the engineer's cache ("" when unknown), or the account ``balanced`` looked up
         state.account_id = state.account_id or chosen.jira_account_id
 
-    def _balanced(self, run: ActionRun, state: AssignState,
-                  candidates: list[Engineer]) -> Engineer:
+    def _balanced(self, run: ActionRun, state: AssignState, candidates: list[Engineer],
+                  pool: Eligible) -> Engineer:
         """The candidate with the fewest open issues; ties in round-robin order. Every count
         is recorded in ``state.counts``, and the chosen one's account in ``state.account_id``.
-        """
+        Someone back from time off counts as no fewer than the fewest of those who were not
+        away (``returning_counts``), so a return is no flood of catch-up tickets."""
+        if pool.counts is None:
+            accounts, counts = self._count(run, state, candidates)
+        else:
+            accounts, counts = pool.accounts or {}, pool.counts
+        judged_counts, lifted = returning_counts(candidates, counts, pool.returned)
+        workload = balanced.Workload(judged_counts)
+        tied = workload.least_loaded(candidates)
+        fewest = workload.counts[tied[0].email]
+        back = "".join(f"; {email} is back from time off and counts as {judged_counts[email]}"
+                       for email in lifted if any(e.email == email for e in tied))
+        if len(tied) == 1:
+            chosen = tied[0]
+            state.reason = f"balanced: fewest open issues ({fewest}){back}"
+        else:
+            chosen = (next_in_turn(tied) if run.execution.dry_run
+                      else self._tied_turn(run, state, tied))
+            state.reason = (f"balanced: fewest open issues ({fewest}), tied with "
+                            f"{len(tied) - 1} more{back}; {_round_robin_reason(chosen)}")
+        state.account_id = accounts[chosen.email]
+        return chosen
+
+    def _count(self, run: ActionRun, state: AssignState, candidates: list[Engineer],
+               ) -> tuple[dict[str, str], dict[str, int]]:
+        """Every candidate's Jira account and count of open issues (``balanced.py``),
+        recorded in ``state.counts``."""
         if len(candidates) > balanced.MAX_CANDIDATES:
             state.reason = (f"balanced: {_describe(run.config['receiver'])} has "
                             f"{len(candidates)} dispatch-enabled candidates; balanced counts "
@@ -174,18 +224,51 @@ class AssignExecutor:
         except ActionError as exc:
             state.reason = exc.message
             raise
-        tied = workload.least_loaded(candidates)
-        fewest = workload.counts[tied[0].email]
-        if len(tied) == 1:
-            chosen = tied[0]
-            state.reason = f"balanced: fewest open issues ({fewest})"
-        else:
-            chosen = (next_in_turn(tied) if run.execution.dry_run
-                      else self._tied_turn(run, state, tied))
-            state.reason = (f"balanced: fewest open issues ({fewest}), tied with "
-                            f"{len(tied) - 1} more; {_round_robin_reason(chosen)}")
-        state.account_id = accounts[chosen.email]
-        return chosen
+        return accounts, workload.counts
+
+    def _eligible(self, run: ActionRun, state: AssignState, receiver: dict,
+                  rules: AvailabilityRules, judged: list[CandidateVerdict]) -> Eligible:
+        """The receiver's engineers who may take the issue at the execution's business time,
+        each one's verdict added to ``judged``: dispatch-enabled, not on time off, inside
+        their working hours where the rules require them (where they prefer them, those
+        inside when anyone is), and under their cap of open issues. One read of the engineers
+        and their time off; open issues are counted in Jira only when a cap applies."""
+        try:
+            emails = _dedupe(self._receiver_emails(run, receiver))
+            enabled, away = run.ports.engineers.enabled_with_time_off(
+                emails, run.now - RETURN_WINDOW, run.now + LOOKAHEAD)
+        except DispatcherError as exc:
+            state.reason = f"receiver could not be resolved: {exc.message}"
+            raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
+        by_email = {e.email: e for e in enabled}
+        candidates = [by_email[email] for email in emails if email in by_email]
+        state.candidates = (state.candidates or []) + [e.email for e in candidates]
+        if not candidates:
+            state.reason = (f"no candidates: {_describe(receiver)} resolved to "
+                            f"{emails or 'nobody'}, none of them dispatch-enabled")
+            return Eligible([], set())
+        profiles = {e.email: _settings(e) for e in candidates}
+        verdicts = judge_candidates([e.email for e in candidates], profiles, away, run.now,
+                                    working_hours=rules.working_hours)
+        accounts = counts = None
+        capped = [e for e, verdict in zip(candidates, verdicts, strict=True)
+                  if verdict.eligible and effective_cap(profiles[e.email], rules.cap)]
+        if capped:  # open issues are counted for every eligible one, as balanced counts them
+            counted = [e for e, verdict in zip(candidates, verdicts, strict=True)
+                       if verdict.eligible]
+            accounts, counts = self._count(run, state, counted)
+            verdicts = judge_candidates([e.email for e in candidates], profiles, away, run.now,
+                                        working_hours=rules.working_hours, cap=rules.cap,
+                                        open_issues=counts)
+        judged.extend(verdicts)
+        state.judged = [verdict.to_json() for verdict in judged]
+        chosen = {verdict.email for verdict in _in_hours_first(verdicts)}
+        if not chosen:
+            return Eligible([], set())
+        returned = {email for email, entries in away.items()
+                    if any(run.now - RETURN_WINDOW < entry.end <= run.now for entry in entries)}
+        return Eligible([e for e in candidates if e.email in chosen], returned, accounts=accounts,
+                        counts=counts)
 
     def _tied_turn(self, run: ActionRun, state: AssignState, tied: list[Engineer]) -> Engineer:
         """``balanced``'s tie, broken by a live turn among the tied candidates."""
@@ -371,23 +454,47 @@ def _label_not_removed(run: ActionRun, exc: DispatcherError) -> None:
 
 
 def _check_assign(config: dict, path: str, problems: Problems) -> None:
-    check_keys(config, path, ("receiver", "strategy", "count_jql"), problems,
-               required=("receiver", "strategy"))
+    check_keys(config, path, ("receiver", "strategy", "count_jql", "availability", "fallback"),
+               problems, required=("receiver", "strategy"))
     if "strategy" in config:
         check_enum(config["strategy"], f"{path}.strategy", Strategy, problems)
-    if "receiver" in config and check_object(config["receiver"], f"{path}.receiver", problems):
-        _check_receiver(config["receiver"], f"{path}.receiver", problems)
+    for key in ("receiver", "fallback"):
+        if key in config and check_object(config[key], f"{path}.{key}", problems):
+            _check_receiver(config[key], f"{path}.{key}", problems)
+    capped = False
+    if "availability" in config:
+        capped = _check_availability(config["availability"], f"{path}.availability", problems)
     is_balanced = config.get("strategy") == Strategy.BALANCED
     if "count_jql" in config:
-        _check_count_jql(config["count_jql"], f"{path}.count_jql", is_balanced, problems)
+        _check_count_jql(config["count_jql"], f"{path}.count_jql", is_balanced or capped,
+                         problems)
     if is_balanced and isinstance(config.get("receiver"), dict):
         _check_balanced_receiver(config["receiver"], f"{path}.receiver", problems)
 
 
-def _check_count_jql(jql: object, path: str, is_balanced: bool, problems: Problems) -> None:
+def _check_availability(raw: object, path: str, problems: Problems) -> bool:
+    """``{"working_hours": "ignore" | "required" | "preferred", "max_open_issues": N}``;
+    whether it sets a cap."""
+    if not check_object(raw, path, problems) or not isinstance(raw, dict):
+        return False
+    check_keys(raw, path, ("working_hours", "max_open_issues"), problems)
+    if "working_hours" in raw:
+        check_enum(raw["working_hours"], at(path, "working_hours"), WorkingHoursMode, problems)
+    cap = raw.get("max_open_issues")
+    if "max_open_issues" not in raw:
+        return False
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        problems.rule(at(path, "max_open_issues"), f"{quote(cap)} is not a whole number of 1 "
+                                                   f"or more")
+        return False
+    return True
+
+
+def _check_count_jql(jql: object, path: str, counted: bool, problems: Problems) -> None:
     if not check_text(jql, path, problems) or not isinstance(jql, str):
         return
-    if not is_balanced:
+    if not counted:
+        # (and by ``availability.max_open_issues``, whose presence makes it valid)
         problems.rule(path, "is only used by the balanced strategy")
     if balanced.ACCOUNT not in jql:
         problems.rule(path, f"must contain {balanced.ACCOUNT}, where each candidate's Jira "
@@ -481,3 +588,68 @@ def _describe_user(user: JiraUser | None) -> str:
 def _describe(receiver: dict) -> str:
     kind = receiver.get("type")
     return f"{kind} {receiver.get(kind)!r}" if kind != "users" else f"users {receiver['users']}"
+
+
+# Someone whose time off ended this recently is "back from time off" for ``balanced``.
+RETURN_WINDOW = timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class AvailabilityRules:
+    """An assign action's ``availability``: whether working hours matter (``ignore``, the
+    default; ``required``; ``preferred``) and its own cap on open issues."""
+
+    working_hours: WorkingHoursMode = WorkingHoursMode.IGNORE
+    cap: int | None = None
+
+    @classmethod
+    def of(cls, config: dict) -> AvailabilityRules:
+        raw = config.get("availability") or {}
+        return cls(WorkingHoursMode(raw.get("working_hours", WorkingHoursMode.IGNORE)),
+                   raw.get("max_open_issues"))
+
+
+@dataclass(frozen=True)
+class Eligible:
+    """Who may take the issue, in receiver order, and who of them is back from time off; the
+    accounts and counts of open issues when a cap had them counted."""
+
+    candidates: list[Engineer]
+    returned: set[str]
+    accounts: dict[str, str] | None = None
+    counts: dict[str, int] | None = None
+
+
+def returning_counts(candidates: Sequence[Engineer], counts: dict[str, int],
+                     returned: set[str]) -> tuple[dict[str, int], list[str]]:
+    """The counts ``balanced`` judges by: a candidate back from time off (within
+    ``RETURN_WINDOW``) counts as no fewer open issues than the fewest of the candidates who
+    were not away, so their return puts them among the least loaded, in round-robin turn
+    with them, instead of handing them every ticket until they catch up. Also who was lifted."""
+    judged = {e.email: counts[e.email] for e in candidates}
+    stayed = [judged[e.email] for e in candidates if e.email not in returned]
+    if not stayed:
+        return judged, []
+    floor = min(stayed)
+    lifted = [email for email in judged if email in returned and judged[email] < floor]
+    for email in lifted:
+        judged[email] = floor
+    return judged, lifted
+
+
+def _in_hours_first(verdicts: Sequence[CandidateVerdict]) -> list[CandidateVerdict]:
+    """The eligible: those inside their working hours when anyone is, else all of them."""
+    eligible = [verdict for verdict in verdicts if verdict.eligible]
+    preferred = [verdict for verdict in eligible if verdict.preferred]
+    return preferred or eligible
+
+
+def _settings(engineer: Engineer) -> AvailabilitySettings:
+    """The engineer's settings; any time and no cap when they no longer read (a zone the
+    installed tzdata dropped), which is what they meant before they were set."""
+    try:
+        return AvailabilitySettings.from_engineer(engineer)
+    except InvalidInput:
+        log.warning("an engineer's availability settings do not read; taken as any time",
+                    extra={"engineer": engineer.email})
+        return ANY_TIME
