@@ -24,12 +24,16 @@ from ticket_dispatcher.domain.checks import (
     check_text,
     check_text_list,
     quote,
+    quoted,
     reason,
 )
 from ticket_dispatcher.errors import Problem
 from ticket_dispatcher.timeutil import parse_duration
 
 _PAGE_KEYS = ("attempt", "ack_pending_statuses", "ack_timeout", "poll_interval")
+# What a page does when its target is on time off: nothing different unless it says
+# "escalate" (no page, straight on to the escalation).
+WHEN_UNAVAILABLE = ("escalate",)
 # The longest ACK wait or poll, far above any real one. The wait's deadline and wake-up are
 # clock times: a duration of centuries overflows the scheduler's timer wait, of millennia the
 # date range, and either would break at run time what validation let through.
@@ -60,7 +64,10 @@ def validate_page_config(config: Any, path: str) -> list[Problem]:
     problems = Problems()
     if not check_config_object(config, path, problems):
         return problems
-    check_keys(config, path, _PAGE_KEYS, problems, required=_PAGE_KEYS)
+    check_keys(config, path, (*_PAGE_KEYS, "when_unavailable"), problems, required=_PAGE_KEYS)
+    if "when_unavailable" in config and config["when_unavailable"] not in WHEN_UNAVAILABLE:
+        problems.rule(f"{path}.when_unavailable", f"{quote(config['when_unavailable'])} is not "
+                      f"one of {quoted(WHEN_UNAVAILABLE)}")
     if "attempt" in config and check_int(config["attempt"], f"{path}.attempt", problems):
         if config["attempt"] <= 0:
             problems.rule(f"{path}.attempt", f"must be a positive integer, not "

@@ -37,9 +37,11 @@ from ticket_dispatcher.domain.actions.notification_common import (
 from ticket_dispatcher.domain.actions.notification_guard import GuardedAction, guard_ending
 from ticket_dispatcher.domain.actions.notification_state import Outcome, PageState
 from ticket_dispatcher.domain.actions.state import CallPhase, CallStatus
+from ticket_dispatcher.domain.availability import LOOKAHEAD, on_time_off
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.ports import PageOutcome, PageResult
+from ticket_dispatcher.errors import DispatcherError
 from ticket_dispatcher.timeutil import parse_duration
 
 NO_PHONE = "no_phone_number"
@@ -62,7 +64,12 @@ class PageAssignment(GuardedAction):
         ending = guard_ending(run, page, statuses, look=page.page.phase is None)
         if ending is not None:
             return ending
-        if page.outcome is Outcome.TIMEOUT:
+        if page.outcome in (Outcome.TIMEOUT, Outcome.SKIPPED):
+            return ActionResult.proceed()
+        if page.page.phase is None and (away := self._on_leave(run, page)) is not None:
+            page.outcome, page.reason = Outcome.SKIPPED, away
+            page.save(run)
+            log_step(run, page, "page skipped: its target is on time off", reason=away)
             return ActionResult.proceed()
         if page.page.phase is None:  # the guard let it through: this attempt's deadline
             page.deadline = _as_stored(run.now + _seconds(run, "ack_timeout"))
@@ -79,6 +86,24 @@ class PageAssignment(GuardedAction):
         return self._poll(run, page, statuses)
 
     # -- steps ----------------------------------------------------------------------------------
+
+    def _on_leave(self, run: ActionRun, page: PageState) -> str | None:
+        """With ``"when_unavailable": "escalate"``: why the target may not be paged (on time
+        off at the page's time), else None. A failed read pages as without the key: the phone
+        channel is not blocked by the engineers' table."""
+        if run.config.get("when_unavailable") != "escalate":
+            return None
+        target = page.expected.target if page.expected else None
+        if target is None or not target.email:
+            return None
+        email = target.email.lower()
+        try:
+            entries = run.ports.engineers.time_off([email], run.now, run.now + LOOKAHEAD)
+        except DispatcherError as exc:
+            page.warn(f"page attempt {page.attempt}: time off not read ({exc.message}); paged")
+            return None
+        hindrance = on_time_off(None, entries.get(email, []), run.now)  # times in UTC
+        return f"{email} {hindrance.sentence}" if hindrance is not None else None
 
     def _page(self, run: ActionRun, page: PageState) -> None:
         """The Oncall call, at most once: ``started`` is saved (with the deadline already in

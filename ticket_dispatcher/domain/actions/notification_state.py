@@ -282,6 +282,9 @@ class Outcome(StrEnum):
     INVALIDATED = "invalidated"  # the guard saw the workflow no longer apply: it ends
     CONTINUED = "continued"  # urgent: marked (or warned) and on to paging
     TIMEOUT = "timeout"  # page: the ACK wait ran out
+    # page: its target was on time off and the page says "when_unavailable": "escalate": no
+    # page, on to the next action at once (the next attempts skip alike: the escalation)
+    SKIPPED = "skipped"
     ESCALATED = "escalated"
     BLOCKED = "blocked"  # the slot forbids escalating (the reason is the slot's verdict)
     NO_LEADER = "no_leader"
