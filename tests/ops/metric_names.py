@@ -68,6 +68,7 @@ PLANNED_ALERTS: tuple[str, ...] = (
     "TicketDispatcherMetricsJobFailing",
     "TicketDispatcherDatabaseUnavailable",
     "TicketDispatcherJiraRateLimited",
+    "TicketDispatcherNoEligibleCandidate",
 )
 
 # A histogram is exported as NAME_bucket, NAME_sum and NAME_count; queries name those series.

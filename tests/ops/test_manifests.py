@@ -509,6 +509,15 @@ FIRING_CASES = {
          "0 60+0x29"),
         (f'{P}integration_rate_limited_seconds_total{{client="lark",instance="a"}}', "0+60x30"),
     ], 1),
+    # nobody eligible for one policy; another policy's other failure is the other alert's
+    "TicketDispatcherNoEligibleCandidate": ([
+        (f'{P}execution_outcomes_total{{mode="live",status="failed",'
+         f'failure_code="no_eligible_candidate",policy="p"}}', "0+1x30"),
+        (f'{P}execution_outcomes_total{{mode="dryrun",status="failed",'
+         f'failure_code="no_eligible_candidate",policy="q"}}', "0+1x30"),
+        (f'{P}execution_outcomes_total{{mode="live",status="failed",failure_code="x",'
+         f'policy="q"}}', "0+1x30"),
+    ], 1),
 }
 
 
