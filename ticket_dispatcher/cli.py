@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ticket_dispatcher import __version__
 from ticket_dispatcher.config import Config, load_config, masked
@@ -42,6 +42,9 @@ from ticket_dispatcher.domain.validation import (
 from ticket_dispatcher.errors import DispatcherError, InvalidInput, NotFound, Problem
 from ticket_dispatcher.safejson import read_json_file
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339
+
+if TYPE_CHECKING:  # imported inside the commands that open it
+    from ticket_dispatcher.store import Store
 
 PROG = "ticket-dispatcher"
 EXIT_OK = 0
@@ -121,7 +124,45 @@ def _build_parser() -> argparse.ArgumentParser:
     validate.add_argument("file", metavar="FILE", help="policy JSON")
     _add_policy_test(policy_commands, common)
     _add_shadow_report(policy_commands, common)
+    _add_engineer(commands, common)
     return parser
+
+
+def _add_engineer(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``engineer show|set|time-off``: availability through the configured database, as the
+    API's ``/engineers`` routes change it."""
+    engineer = _add(commands, common, "engineer",
+                    "an engineer's availability and time off (reads and writes the configured "
+                    "database)", _show_help)
+    engineer_commands = engineer.add_subparsers(metavar="COMMAND", parser_class=_Parser)
+    show = _add(engineer_commands, common, "show",
+                "an engineer, available now or not and why, and their time off to come",
+                _run_engineer_show)
+    show.add_argument("email", metavar="EMAIL")
+    show.add_argument("--json", action="store_true", help="as GET /engineers/{email} answers")
+    put = _add(engineer_commands, common, "set",
+               "set an engineer's time zone, working hours or cap (creates the engineer)",
+               _run_engineer_set)
+    put.add_argument("email", metavar="EMAIL")
+    put.add_argument("--timezone", metavar="ZONE", help="an IANA time zone, e.g. Asia/Shanghai")
+    put.add_argument("--working-hours", metavar="JSON",
+                     help='e.g. \'{"mon": ["09:00-18:00"]}\'; "null": any time')
+    put.add_argument("--max-open-issues", metavar="N", help='a whole number >= 1; "null": no cap')
+    put.add_argument("--dispatch-enabled", type=_boolean, metavar="true|false",
+                     help="the dispatch switch (default: unchanged; true for a new engineer)")
+    off = _add(engineer_commands, common, "time-off", "an engineer's time off", _show_help)
+    off_commands = off.add_subparsers(metavar="COMMAND", parser_class=_Parser)
+    listing = _add(off_commands, common, "list", "time off that has not ended", _run_time_off_list)
+    listing.add_argument("email", metavar="EMAIL")
+    listing.add_argument("--past", action="store_true", help="also what has ended")
+    adding = _add(off_commands, common, "add", "add time off", _run_time_off_add)
+    adding.add_argument("email", metavar="EMAIL")
+    adding.add_argument("--start", required=True, metavar="RFC3339")
+    adding.add_argument("--end", required=True, metavar="RFC3339")
+    adding.add_argument("--reason", default="", help="shown wherever the time off is")
+    removing = _add(off_commands, common, "delete", "delete time off", _run_time_off_delete)
+    removing.add_argument("email", metavar="EMAIL")
+    removing.add_argument("id", metavar="ID", type=_policy_id)
 
 
 def _add(commands: Any, common: argparse.ArgumentParser, name: str, help_text: str,
@@ -184,6 +225,12 @@ def _policy_id(text: str) -> int:
     if policy_id < 1:
         raise argparse.ArgumentTypeError(f"{policy_id} is not a policy id (1 or more)")
     return policy_id
+
+
+def _boolean(text: str) -> bool:
+    if text in ("true", "false"):
+        return text == "true"
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
 
 
 def _port(text: str) -> int:
@@ -407,13 +454,21 @@ def _run_shadow_report(args: argparse.Namespace) -> int:
 
 
 def _read_shadow_report(config: Config, policy_id: int) -> dict:
+    with _configured_store(config) as store:
+        return store.shadows.report(policy_id).to_json()
+
+
+@contextmanager
+def _configured_store(config: Config) -> Iterator[Store]:
+    """The configured database's store, at this release's schema (``DatabaseFailure``
+    otherwise); closed afterwards."""
     from ticket_dispatcher.store import Store
     from ticket_dispatcher.store.migrations import current_version, latest_version
 
     with _database_errors(config):
         store = Store.for_url(config.database_url, database=config.database)
         try:
-            # Connecting would create a missing SQLite file: a report never writes one.
+            # Connecting would create a missing SQLite file: a command never writes one.
             if not store.is_postgres and not Path(store.db.database).is_file():
                 raise DatabaseFailure(f"database {masked(config)['database_url']}: no such "
                                       "file (check database_url)")
@@ -422,7 +477,7 @@ def _read_shadow_report(config: Config, policy_id: int) -> dict:
                 raise DatabaseFailure(
                     f"database {masked(config)['database_url']}: schema at version {version}, "
                     f"this release needs {latest} (run `{PROG} migrate`)")
-            return store.shadows.report(policy_id).to_json()
+            yield store
         finally:
             store.close()
 
@@ -461,3 +516,134 @@ def _decision_text(decision: dict) -> str:
     if decision["error"]:
         text += f"; error: {decision['error']}"
     return text
+
+
+# --- engineer ----------------------------------------------------------------------------------
+
+
+def _email(text: str) -> str:
+    from ticket_dispatcher.domain.catalog import ENGINEER_EMAIL
+
+    email = text.strip().lower()
+    if not ENGINEER_EMAIL(email):
+        raise UsageError(f"{text!r} is not an engineer's email address")
+    return email
+
+
+def _run_engineer_show(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.domain.availability import LOOKAHEAD
+    from ticket_dispatcher.http.engineers import shown
+
+    email, now = _email(args.email), datetime.now(UTC)
+    with _configured_store(_config(args)) as store:
+        try:
+            engineer = store.engineers.get(email)
+        except NotFound as exc:
+            return _fail(exc.message, EXIT_FAILURE)
+        away = store.engineers.time_off([email], now, now + LOOKAHEAD).get(email, [])
+        upcoming, _ = store.time_off.page(email, now=now, limit=200)
+    record = shown(engineer, away, now)
+    if args.json:
+        print(json.dumps(record, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    availability = record["availability"]
+    state = "available now" if availability["available"] else "not available now"
+    print(f"{email}: {state}" + (f", until {availability['until']}"
+                                 if availability["until"] else ""))
+    for why in availability["reasons"]:
+        print(f"  {why}")
+    print(f"timezone {record['timezone']}; max_open_issues {record['max_open_issues']}; "
+          f"dispatch {'enabled' if record['dispatch_enabled'] else 'disabled'}")
+    print("working_hours " + (json.dumps(record["working_hours"])
+                              if record["working_hours"] is not None else "any time"))
+    for entry in upcoming:
+        print(_time_off_line(entry.to_json()))
+    return EXIT_OK
+
+
+def _run_engineer_set(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.http.engineers import availability_changes
+
+    email = _email(args.email)
+    given: dict[str, Any] = {}
+    if args.timezone is not None:
+        given["timezone"] = args.timezone
+    if args.working_hours is not None:
+        given["working_hours"] = _json_option("--working-hours", args.working_hours)
+    if args.max_open_issues is not None:
+        given["max_open_issues"] = _json_option("--max-open-issues", args.max_open_issues)
+    if not given and args.dispatch_enabled is None:
+        raise UsageError(f"{PROG} engineer set: nothing to set (see --help)")
+    with _configured_store(_config(args)) as store:
+        try:
+            changes = availability_changes(store, email, given)
+        except InvalidInput as exc:
+            for problem in exc.problems or [Problem("", exc.message)]:
+                print(_problem_line(problem), file=sys.stderr)
+            return EXIT_INVALID
+        try:
+            enabled = store.engineers.get(email).dispatch_enabled
+        except NotFound:
+            enabled = True
+        if args.dispatch_enabled is not None:
+            enabled = args.dispatch_enabled
+        engineer, created = store.engineers.put(email, dispatch_enabled=enabled,
+                                                availability=changes, now=datetime.now(UTC))
+    print(f"{'created' if created else 'updated'} {engineer.email}")
+    return EXIT_OK
+
+
+def _json_option(name: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise UsageError(f"{name}: {text!r} is not JSON (null, a number or an object)") from None
+
+
+def _run_time_off_list(args: argparse.Namespace) -> int:
+    email = _email(args.email)
+    with _configured_store(_config(args)) as store:
+        try:
+            store.engineers.get(email)
+        except NotFound as exc:
+            return _fail(exc.message, EXIT_FAILURE)
+        entries, _ = store.time_off.page(email, now=datetime.now(UTC), past=args.past,
+                                         limit=200)
+    for entry in entries:
+        print(_time_off_line(entry.to_json()))
+    return EXIT_OK
+
+
+def _run_time_off_add(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.domain.availability import parse_time_off
+
+    email = _email(args.email)
+    entry, problems = parse_time_off({"start": args.start, "end": args.end,
+                                      "reason": args.reason}, email)
+    if entry is None:
+        for problem in problems:
+            print(f"--{_problem_line(problem)}", file=sys.stderr)
+        return EXIT_INVALID
+    with _configured_store(_config(args)) as store:
+        try:
+            stored = store.time_off.add(entry, datetime.now(UTC))
+        except NotFound as exc:
+            return _fail(exc.message, EXIT_FAILURE)
+    print(_time_off_line(stored.to_json()))
+    return EXIT_OK
+
+
+def _run_time_off_delete(args: argparse.Namespace) -> int:
+    email = _email(args.email)
+    with _configured_store(_config(args)) as store:
+        try:
+            store.time_off.delete(email, args.id)
+        except NotFound as exc:
+            return _fail(exc.message, EXIT_FAILURE)
+    print(f"deleted time off {args.id} of {email}")
+    return EXIT_OK
+
+
+def _time_off_line(entry: dict) -> str:
+    reason = f"  {entry['reason']}" if entry["reason"] else ""
+    return f"{entry['id']}  {entry['start']} .. {entry['end']}  ({entry['source']}){reason}"

@@ -31,6 +31,7 @@ from ticket_dispatcher.timeutil import format_time
 
 if TYPE_CHECKING:  # app.py imports this module
     from ticket_dispatcher.http.app import Services
+    from ticket_dispatcher.store import Store
 
 
 def normalise_email(text: str) -> str:
@@ -98,30 +99,8 @@ class EngineerItem:
         resp.media = _shown_now(self._services, engineer)
 
     def _availability(self, email: str, body: dict) -> AvailabilityChanges:
-        """The availability keys of ``body``, checked together with the engineer's stored
-        ones they leave as they are (working hours are read in the stored zone)."""
         given = {key: body[key] for key in AVAILABILITY_KEYS if key in body}
-        if not given:
-            return {}
-        try:
-            stored = self._services.store.engineers.get(email)
-            current = {"timezone": stored.timezone or "UTC",
-                       "working_hours": stored.working_hours,
-                       "max_open_issues": stored.max_open_issues}
-        except NotFound:
-            current = {}
-        settings, problems = parse_availability_settings({**current, **given})
-        if settings is None:
-            raise InvalidInput("body is not valid", list(problems))
-        parsed = settings.to_json()
-        changes: AvailabilityChanges = {}
-        if "timezone" in given:
-            changes["timezone"] = parsed["timezone"]
-        if "working_hours" in given:
-            changes["working_hours"] = parsed["working_hours"]
-        if "max_open_issues" in given:
-            changes["max_open_issues"] = parsed["max_open_issues"]
-        return changes
+        return availability_changes(self._services.store, email, given) if given else {}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
         self._services.store.engineers.delete(normalise_email(email))
@@ -129,6 +108,30 @@ class EngineerItem:
 
 
 AVAILABILITY_KEYS = ("timezone", "working_hours", "max_open_issues")
+
+
+def availability_changes(store: Store, email: str, given: dict) -> AvailabilityChanges:
+    """The availability settings ``given`` (some of ``AVAILABILITY_KEYS``), normalized and
+    checked together with the engineer's stored ones they leave as they are (working hours
+    are read in the stored zone); ``InvalidInput`` naming each field otherwise."""
+    try:
+        stored = store.engineers.get(email)
+        current = {"timezone": stored.timezone or "UTC", "working_hours": stored.working_hours,
+                   "max_open_issues": stored.max_open_issues}
+    except NotFound:
+        current = {}
+    settings, problems = parse_availability_settings({**current, **given})
+    if settings is None:
+        raise InvalidInput("body is not valid", list(problems))
+    parsed = settings.to_json()
+    changes: AvailabilityChanges = {}
+    if "timezone" in given:
+        changes["timezone"] = parsed["timezone"]
+    if "working_hours" in given:
+        changes["working_hours"] = parsed["working_hours"]
+    if "max_open_issues" in given:
+        changes["max_open_issues"] = parsed["max_open_issues"]
+    return changes
 
 
 def shown(engineer: Engineer, time_off: list, now: datetime) -> dict:

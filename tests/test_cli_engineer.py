@@ -1,0 +1,87 @@
+"""``ticket-dispatcher engineer``: an engineer's availability and time off through the configured
+database, on both engines, as the API changes them; bad input is one line and exit 1 or 2."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.test_cli import run
+
+ALICE = "alice@example.com"
+
+
+@pytest.fixture
+def database(store, db_url, monkeypatch):
+    monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", db_url)
+    return store
+
+
+def test_set_then_show_an_engineers_hours_and_cap(capsys, database):
+    code, out, err = run(capsys, "engineer", "set", ALICE, "--timezone", "Asia/Shanghai",
+                         "--working-hours", '{"mon": ["09:00-18:00"]}', "--max-open-issues", "5")
+    shown_code, shown, _ = run(capsys, "engineer", "show", ALICE, "--json")
+
+    assert (code, out, err) == (0, f"created {ALICE}\n", "")
+    record = json.loads(shown)
+    assert shown_code == 0
+    assert record["timezone"] == "Asia/Shanghai"
+    assert record["working_hours"]["mon"] == ["09:00-18:00"]
+    assert record["max_open_issues"] == 5
+    assert record["dispatch_enabled"] is True
+    assert set(record["availability"]) == {"available", "reasons", "until"}
+
+
+def test_time_off_is_added_listed_shown_and_deleted(capsys, database):
+    run(capsys, "engineer", "set", ALICE, "--timezone", "UTC")
+    start = datetime.now(UTC) - timedelta(hours=1)
+    end = start + timedelta(days=3)
+
+    code, added, _ = run(capsys, "engineer", "time-off", "add", ALICE, "--start",
+                         start.isoformat(), "--end", end.isoformat(), "--reason", "vacation")
+    entry_id = added.split()[0]
+    _, listed, _ = run(capsys, "engineer", "time-off", "list", ALICE)
+    _, shown, _ = run(capsys, "engineer", "show", ALICE)
+    deleted = run(capsys, "engineer", "time-off", "delete", ALICE, entry_id)
+
+    assert code == 0 and "vacation" in added
+    assert listed.split()[0] == entry_id
+    assert shown.splitlines()[0].startswith(f"{ALICE}: not available now, until ")
+    assert "on time off until" in shown
+    assert deleted[0] == 0
+    assert run(capsys, "engineer", "time-off", "list", ALICE)[1] == ""
+
+
+@pytest.mark.parametrize("arguments,expected", [
+    (["set", ALICE, "--timezone", "Mars/Base"], "timezone"),
+    (["set", ALICE, "--timezone", "UTC", "--working-hours", '{"mon": ["25:00-26:00"]}'],
+     "working_hours.mon[0]"),
+    (["set", ALICE, "--max-open-issues", "-2"], "max_open_issues"),
+])
+def test_bad_settings_are_one_line_each_and_exit_1(capsys, database, arguments, expected):
+    code, out, err = run(capsys, "engineer", *arguments)
+
+    assert code == 1
+    assert err.startswith(expected)
+    assert "Traceback" not in err
+
+
+def test_usage_errors_exit_2(capsys, database):
+    assert run(capsys, "engineer", "set", "not-an-email", "--timezone", "UTC")[0] == 2
+    assert run(capsys, "engineer", "set", ALICE)[0] == 2  # nothing to set
+    assert run(capsys, "engineer", "set", ALICE, "--working-hours", "{oops")[0] == 2
+
+
+def test_time_off_of_an_unknown_engineer_or_id_fails_plainly(capsys, database):
+    code, _, err = run(capsys, "engineer", "time-off", "add", "nobody@example.com", "--start",
+                       "2026-12-01T00:00:00Z", "--end", "2026-12-02T00:00:00Z")
+    run(capsys, "engineer", "set", ALICE, "--timezone", "UTC")
+    missing = run(capsys, "engineer", "time-off", "delete", ALICE, "99")
+    backwards = run(capsys, "engineer", "time-off", "add", ALICE, "--start",
+                    "2026-12-02T00:00:00Z", "--end", "2026-12-01T00:00:00Z")
+
+    assert (code, err.strip()) == (1, "ticket-dispatcher: engineer nobody@example.com not found")
+    assert missing[0] == 1 and "not found" in missing[2]
+    assert backwards[0] == 1 and backwards[2].startswith("--end: ")
