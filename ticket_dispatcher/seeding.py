@@ -1,6 +1,7 @@
 """Seeding an empty database from ``ops/examples/`` for ``serve --sandbox``.
 
-The example engineers (``engineers.json``), the ordinary assign policy and the three
+The example engineers (``engineers.json``; ``time_off_days``: one of them away from the day
+before the seeding for that many days), the ordinary assign policy and the three
 assignment-notification families go into the store, active, and only into an empty one, so a
 restart never overwrites what the operator changed. The sandbox
 loads its own fake world from the same folder (``sandbox/examples.py``); this is the service's
@@ -10,9 +11,10 @@ half, because it writes to the service's store.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.model import PolicySpec
 from ticket_dispatcher.domain.validation import parse_policy_spec, validate_policy
 from ticket_dispatcher.errors import InvalidInput, PolicyInvalid
@@ -47,8 +49,15 @@ def seed_store(store: Store, examples_dir: str | Path, now: datetime) -> SeedSum
             dispatch_enabled=engineer["dispatch_enabled"],
             display_name=engineer.get("display_name"),
             jira_account_id=engineer.get("jira_account_id"),
+            availability=({"timezone": engineer["timezone"]} if "timezone" in engineer
+                          else None),
             now=now,
         )
+        if (away := engineer.get("time_off_days")) is not None:
+            # away from the day before the seeding for that many days: the sandbox's example
+            # of someone an assignment passes over
+            store.time_off.add(TimeOff(None, engineer["email"].lower(), now - timedelta(days=1),
+                                       now + timedelta(days=away), "vacation", "api"), now)
     policy_ids = []
     for spec in specs:
         draft = store.policies.create(spec, now)
@@ -68,7 +77,8 @@ def _read_engineers(path: Path) -> list[dict]:
         body = bind_object(raw, required={"engineers": list}, optional={})
         return [
             bind_object(item, required={"email": str, "dispatch_enabled": bool},
-                        optional={"display_name": str, "jira_account_id": str},
+                        optional={"display_name": str, "jira_account_id": str,
+                                  "timezone": str, "time_off_days": int},
                         path=f"engineers[{index}]")
             for index, item in enumerate(body["engineers"])
         ]

@@ -5,6 +5,7 @@ the turn moving as assignments take it; a group's rotation as its newest run rea
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from falcon import testing
@@ -13,6 +14,7 @@ from tests.console.conftest import Console, build_app, main_text
 from tests.fakes import issue
 from tests.harness import Harness, assign, rule
 from ticket_dispatcher.config import load_config
+from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.ports import GroupMember
 from ticket_dispatcher.http.app import Services
 
@@ -58,8 +60,10 @@ def test_the_list_shows_each_engineer_and_filters_by_the_switch(console, harness
     page = console.get(PAGE).text
 
     assert rows(page) == [
-        "a@example.com Al acc-a enabled 2026-11-30 01:00:00 UTC · TCID-7",
-        "b@example.com Bea not known yet disabled never",
+        "a@example.com Al available Mon 01:00 UTC not counted / no cap acc-a enabled "
+        "2026-11-30 01:00:00 UTC · TCID-7",
+        "b@example.com Bea available Mon 01:00 UTC not counted / no cap not known yet disabled "
+        "never",
     ]
     assert 'href="/console/executions?issue_key=TCID-7"' in page
     disabled = console.get(PAGE, params={"dispatch_enabled": "false"}).text
@@ -126,7 +130,8 @@ def test_disabling_asks_first_then_disables_and_keeps_the_other_fields(console, 
     assert (engineer.display_name, engineer.jira_account_id) == ("Bea", "acc-b")
     assert engineer.updated_at == harness.clock.now()
     listed = console.get(PAGE).text
-    assert rows(listed) == ["b@example.com Bea acc-b disabled never Enable"]
+    assert rows(listed) == ["b@example.com Bea available Mon 01:00 UTC not counted / no cap acc-b "
+                           "disabled never Enable"]
 
     console.post("/console/engineers/b@example.com/dispatch",
                  {"enabled": "true", "confirmed": "yes"})
@@ -274,3 +279,53 @@ def test_only_active_policies_have_rotations(world):
 
     assert ("No active policy assigns by round_robin or balanced"
             in rotation_text(console.get(PAGE).text))
+
+
+# -- availability ---------------------------------------------------------------------------------
+
+
+def test_the_list_shows_who_is_away_until_when_in_their_own_time(console, harness):
+    store, now = harness.store, harness.clock.now()  # Monday 01:00 UTC
+    store.engineers.put("a@example.com", dispatch_enabled=True, now=now, availability={
+        "timezone": "Asia/Shanghai", "working_hours": None, "max_open_issues": 6})
+    store.engineers.put("b@example.com", dispatch_enabled=True, now=now, availability={
+        "timezone": "Europe/Paris", "working_hours": {"mon": ["09:00-17:00"]}})
+    store.time_off.add(TimeOff(None, "a@example.com", now - timedelta(days=1),
+                               now + timedelta(days=2), "vacation", "api"), now)
+    console.sign_in("viewer")
+
+    listed = rows(console.get(PAGE).text)
+
+    assert listed[0].startswith(
+        "a@example.com — away until Wed 2026-12-02 09:00 Asia/Shanghai on time off until "
+        "Wed 2026-12-02 09:00 Asia/Shanghai (vacation) Mon 09:00 Asia/Shanghai "
+        "not counted / 6 ")
+    assert listed[1].startswith(
+        "b@example.com — away until Mon 2026-11-30 09:00 Europe/Paris outside working hours: "
+        "Mon 02:00 in Europe/Paris; next at Mon 09:00 Mon 02:00 Europe/Paris")
+
+
+def test_an_engineers_own_page_shows_time_off_and_feed_status(console, harness):
+    store, now = harness.store, harness.clock.now()
+    store.engineers.put("a@example.com", dispatch_enabled=True, now=now,
+                        availability={"timezone": "Asia/Shanghai"})
+    store.time_off.add(TimeOff(None, "a@example.com", now + timedelta(days=20),
+                               now + timedelta(days=22), "conference", "api"), now)
+    store.time_off.add(TimeOff(None, "a@example.com", now - timedelta(days=20),
+                               now - timedelta(days=18), "old trip", "api"), now)
+    store.time_off.replace_feed("hr", None, [TimeOff(None, "a@example.com",
+                                                     now + timedelta(days=30),
+                                                     now + timedelta(days=31), "holiday",
+                                                     "hr")], now)
+    console.sign_in("viewer")
+
+    page = main_text(console.get(f"{PAGE}/a@example.com").text)
+    past = main_text(console.get(f"{PAGE}/a@example.com", params={"past": "true"}).text)
+
+    assert "Available now available" in page
+    assert "Local time Mon 09:00 Asia/Shanghai" in page
+    assert "Sun 2026-12-20 09:00 Tue 2026-12-22 09:00 conference api" in page
+    assert "holiday hr" in page and "old trip" not in page
+    assert "old trip" in past
+    assert "hr ok" in page  # the feed's status
+    assert console.get(f"{PAGE}/nobody@example.com").status_code == 404

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
 import falcon
 
@@ -23,6 +24,14 @@ from ticket_dispatcher.console.actions import Action, Done
 from ticket_dispatcher.console.web import Console, Page, Query, url
 from ticket_dispatcher.domain.actions.assign import AssignState, next_in_turn
 from ticket_dispatcher.domain.actions.state import StateError
+from ticket_dispatcher.domain.availability import (
+    ANY_TIME,
+    LOOKAHEAD,
+    Availability,
+    AvailabilitySettings,
+    TimeOff,
+    availability_at,
+)
 from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
 from ticket_dispatcher.domain.execution import ActionExecution, Execution
 from ticket_dispatcher.domain.model import Engineer, Policy, Rule
@@ -43,8 +52,50 @@ LISTED = (ReceiverType.USER.value, ReceiverType.USERS.value)
 def routes(console: Console, ID: str) -> list[tuple[str, Page]]:
     return [
         ("/engineers", EngineerList(console)),
+        ("/engineers/{email}", EngineerPage(console)),
         ("/engineers/{email}/dispatch", EngineerDispatch(console)),
     ]
+
+
+def engineer_url(email: str) -> str:
+    return url(f"/engineers/{quote(email, safe='@')}")
+
+
+@dataclass
+class Presence:
+    """An engineer as the pages show their availability now: available or not, why and until
+    when, their local time, and their open issues against their cap as last counted."""
+
+    engineer: Engineer
+    availability: Availability
+    local_now: str  # "Mon 09:00 Asia/Shanghai"
+    counted: int | None = None  # open issues, as the newest rotation run counted them
+
+    @property
+    def until_local(self) -> str:
+        until = self.availability.until
+        if until is None:
+            return ""
+        local = until.astimezone(_zone(self.engineer))
+        return f"{local:%a %Y-%m-%d %H:%M} {_zone(self.engineer).key}"
+
+
+def presence(engineer: Engineer, time_off: list[TimeOff], now: datetime) -> Presence:
+    settings = _settings(engineer)
+    local = now.astimezone(settings.zone)
+    return Presence(engineer, availability_at(settings, time_off, now),
+                    f"{local:%a %H:%M} {settings.zone.key}")
+
+
+def _settings(engineer: Engineer) -> AvailabilitySettings:
+    try:
+        return AvailabilitySettings.from_engineer(engineer)
+    except InvalidInput:  # a zone the installed tzdata dropped: shown as UTC, any time
+        return ANY_TIME
+
+
+def _zone(engineer: Engineer) -> ZoneInfo:
+    return _settings(engineer).zone
 
 
 def _flag(text: str) -> bool:
@@ -217,12 +268,43 @@ class EngineerList(Page):
         store = self.services.store
         items, total = store.engineers.page(limit=limit, offset=offset,
                                             dispatch_enabled=enabled)
+        now = self.services.clock.now()
+        away = store.engineers.time_off((e.email for e in items), now, now + LOOKAHEAD)
+        rotations = read_rotations(store)
+        counted = {m.email: m.count for r in rotations for m in r.members
+                   if m.count is not None}
+        rows = [presence(e, away.get(e.email, []), now) for e in items]
+        for row in rows:
+            row.counted = counted.get(row.engineer.email)
         filters = query.values(*FILTERS)
         self.console.render(
-            req, resp, "engineers.html", items=items, total=total, limit=limit,
+            req, resp, "engineers.html", items=items, rows=rows, total=total, limit=limit,
             offset=offset, filters=dict.fromkeys(FILTERS, "") | filters, query=filters,
-            rotations=read_rotations(store), dispatch_url=dispatch_url,
+            rotations=rotations, dispatch_url=dispatch_url, engineer_url=engineer_url,
             lookback=LATEST_LOOKBACK)
+
+
+class EngineerPage(Page):
+    """One engineer: available now or not and until when, their zone, hours and cap, their
+    time off (what has ended too, with ``past=true``) and the calendar feeds it comes from."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
+        query = Query(req)
+        past = query_choice(query, "past", _flag, "true or false") or False
+        store, now = self.services.store, self.services.clock.now()
+        engineer = store.engineers.get(normalise_email(email))  # 400, 404
+        away = store.engineers.time_off([engineer.email], now, now + LOOKAHEAD)
+        entries, total = store.time_off.page(engineer.email, now=now, past=past, limit=200)
+        sources = {entry.source for entry in entries}
+        feeds = [feed for feed in store.time_off.feeds()
+                 if feed.email == engineer.email or feed.name in sources]
+        zone = _zone(engineer)
+        self.console.render(
+            req, resp, "engineer.html", row=presence(engineer, away.get(engineer.email, []),
+                                                     now),
+            entries=entries, total=total, past=past, feeds=feeds,
+            local=lambda moment: f"{moment.astimezone(zone):%a %Y-%m-%d %H:%M}",
+            dispatch_url=dispatch_url)
 
 
 class _Switch(Action):
