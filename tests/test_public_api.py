@@ -15,7 +15,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "ticket_dispatcher"
 DEPENDENCIES = {"pykka", "peewee", "playhouse", "waitress", "urllib3", "requests", "falcon",
                 "psycopg", "psycopg2", "psycopg_pool", "jinja2", "prometheus_client", "http",
-                "socketserver", "threading", "concurrent", "re2"}
+                "socketserver", "threading", "concurrent", "re2", "icalendar",
+                "recurring_ical_events"}
 # Public although they start with "_": documented so by their owners (peewee's ``Model._meta``
 # and ``FieldDatabaseHook._db_hook``; ``os._exit``; the namedtuple and enum protocols).
 DOCUMENTED = {"_meta", "_db_hook", "_exit", "_asdict", "_replace", "_fields", "_make",
