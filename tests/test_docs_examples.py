@@ -284,6 +284,13 @@ def tcid2_assigned(result: Result, ctx: dict) -> None:
     ctx["tcid2_assignee"] = assigned[0]["context"]["assign"]["assignee"]
 
 
+def carol_away(result: Result, ctx: dict) -> None:
+    availability = result.json()
+    assert availability["available"] is False and availability["until"], result
+    assert availability["reasons"][0].startswith("on time off until "), result
+    assert ctx["tcid2_assignee"] != "carol@example.com", result
+
+
 def tcid2_in_jira(result: Result, ctx: dict) -> None:
     issue = result.json()
     assert issue["assignee_email"] == ctx["tcid2_assignee"], result
@@ -431,6 +438,7 @@ def kept_id(name: str) -> Check:
 
 BALANCED_RULE = "fewest open issues"
 BALANCED_CANDIDATES = {"alice@example.com", "bob@example.com", "carol@example.com"}
+AWAY = "carol@example.com"  # on leave in the sandbox: passed over, not counted
 
 
 def tcid3_trigger_accepted(result: Result, ctx: dict) -> None:
@@ -468,7 +476,8 @@ def tcid3_rearmed(result: Result, ctx: dict) -> None:
 def assigned_by_balance(result: Result, ctx: dict) -> None:
     shown = result.json()
     counts = shown["counts"]
-    assert set(counts) == BALANCED_CANDIDATES and counts["alice@example.com"] >= 1, result
+    assert set(counts) == BALANCED_CANDIDATES - {AWAY} and counts["alice@example.com"] >= 1, \
+        result
     assert counts[shown["assignee"]] == min(counts.values()), result
     assert shown["reason"].startswith("balanced: fewest open issues"), result
 
@@ -477,6 +486,7 @@ README_STEPS = [
     # Try it
     Expect("dispatch/triggers", tcid2_trigger_accepted, statuses=(202,)),
     Expect("executions?issue_key=TCID-2", tcid2_assigned, poll=True),
+    Expect("engineers/carol@example.com", carol_away),
     Expect("_control/issues/TCID-2", tcid2_in_jira, poll=True),
     Expect("admin/actors", actor_system),
     Expect("policies/validate", validate_answer_as_commented),
@@ -519,9 +529,9 @@ README_STEPS = [
 ]
 # The README's steps up to its "to run these steps again" re-arm, and the notification steps
 # it means: the test runs those a second time right after it.
-README_FIRST = slice(0, 17)
-README_AGAIN = slice(7, 16)
-README_REST = slice(17, None)
+README_FIRST = slice(0, 18)
+README_AGAIN = slice(8, 17)
+README_REST = slice(18, None)
 
 
 def the_draft(result: Result, ctx: dict) -> None:
