@@ -85,3 +85,43 @@ def test_time_off_of_an_unknown_engineer_or_id_fails_plainly(capsys, database):
     assert (code, err.strip()) == (1, "ticket-dispatcher: engineer nobody@example.com not found")
     assert missing[0] == 1 and "not found" in missing[2]
     assert backwards[0] == 1 and backwards[2].startswith("--end: ")
+
+
+def test_policy_test_judges_the_listed_engineers_with_availability(capsys, database, tmp_path):
+    """The example assign policy's 'everything else' rule lists alice, bob and carol; carol is
+    on time off and dave is no engineer at all."""
+    from tests.test_cli import ASSIGN_TCID, snapshot_issue
+
+    for email in ("alice@example.com", "bob@example.com", "carol@example.com"):
+        run(capsys, "engineer", "set", email, "--timezone", "UTC")
+    start = datetime(2026, 12, 4, tzinfo=UTC)
+    run(capsys, "engineer", "time-off", "add", "carol@example.com", "--start",
+        start.isoformat(), "--end", (start + timedelta(days=3)).isoformat(),
+        "--reason", "offsite")
+    issue = tmp_path / "issue.json"
+    issue.write_text(json.dumps(snapshot_issue()))
+
+    code, out, _ = run(capsys, "policy", "test", ASSIGN_TCID, "--issue", str(issue), "--now",
+                       "2026-12-05T02:00:00Z", "--availability")
+    json_code, document, _ = run(capsys, "policy", "test", ASSIGN_TCID, "--issue", str(issue),
+                                 "--now", "2026-12-05T02:00:00Z", "--availability", "--json")
+
+    assert code == json_code == 0
+    assert "    alice@example.com: eligible" in out
+    assert ("    carol@example.com: passed over: on time off until Mon 2026-12-07 00:00 UTC "
+            "(offsite)") in out
+    [rule] = [r for r in json.loads(document)["rules"] if r["outcome"] == "matched"]
+    assert [(v["email"], v["eligible"]) for v in rule["candidates"][0]] == [
+        ("alice@example.com", True), ("bob@example.com", True), ("carol@example.com", False)]
+
+
+def test_policy_test_without_availability_reads_no_database(capsys, tmp_path, monkeypatch):
+    from tests.test_cli import ASSIGN_TCID, snapshot_issue
+
+    monkeypatch.setenv("TICKET_DISPATCHER_DATABASE_URL", "sqlite:////nonexistent-dir/td.db")
+    issue = tmp_path / "issue.json"
+    issue.write_text(json.dumps(snapshot_issue()))
+
+    assert run(capsys, "policy", "test", ASSIGN_TCID, "--issue", str(issue))[0] == 0
+    assert run(capsys, "policy", "test", ASSIGN_TCID, "--issue", str(issue),
+               "--availability")[0] == 2  # its directory does not exist: a configuration error

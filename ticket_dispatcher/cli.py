@@ -205,6 +205,10 @@ def _add_policy_test(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     test.add_argument("--now", metavar="RFC3339", help="business time (default: now, UTC)")
     test.add_argument("--json", action="store_true", help="machine-readable output")
+    test.add_argument("--availability", action="store_true",
+                      help="judge the listed engineers of each matched assign action at the "
+                           "business time: time off and working hours, read from the "
+                           "configured database")
 
 
 def _add_shadow_report(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -372,11 +376,32 @@ def _run_policy_test(args: argparse.Namespace) -> int:
     # Validation problems are warnings: the rules are still walked as far as they can be; a
     # condition that cannot be evaluated is reported on its rule (condition_error).
     reports = explain_policy(spec, issue, now)
+    judged = _judge_listed(config, reports, now) if args.availability else None
     if args.json:
-        print(json.dumps(_report_json(spec, issue.key, now, warnings, reports), indent=2))
+        document = _report_json(spec, issue.key, now, warnings, reports)
+        if judged is not None:
+            for rule, verdicts in zip(document["rules"], judged, strict=True):
+                rule["candidates"] = verdicts
+        print(json.dumps(document, indent=2))
     else:
-        print(_report_text(spec, issue.key, now, warnings, reports))
+        print(_report_text(spec, issue.key, now, warnings, reports, judged))
     return EXIT_OK
+
+
+def _judge_listed(config: Config, reports: list, now: datetime) -> list[list[list[dict]]]:
+    """For each rule, for each of its actions: the verdicts of an assign action's listed
+    engineers (its ``user`` or ``users`` receiver, then its fallback's) at ``now``, read from
+    the configured database as a live run would read them; [] for any other action. A group
+    or an Oncall team is resolved only when an action runs, and caps are counted in Jira then:
+    neither is judged here."""
+    from ticket_dispatcher.domain.actions.assign import AvailabilityRules, judge_listed
+
+    with _configured_store(config) as store:
+        return [[judge_listed(store.engineers, action.get(action.get("type"), {}),
+                              AvailabilityRules.of(action.get(action.get("type")) or {}), now)
+                 if action.get("type") in ("assign", "assign_l2") else []
+                 for action in report.actions]
+                for report in reports]
 
 
 def _parse_now(text: str | None) -> datetime:
@@ -411,7 +436,8 @@ def _report_json(
 
 
 def _report_text(
-    spec: PolicySpec, issue_key: str, now: datetime, warnings: list[Problem], reports: list
+    spec: PolicySpec, issue_key: str, now: datetime, warnings: list[Problem], reports: list,
+    judged: list[list[list[dict]]] | None = None,
 ) -> str:
     lines = [f"policy {spec.name!r} on {issue_key} at {format_time(now)}"]
     if warnings:
@@ -422,8 +448,12 @@ def _report_text(
         lines.append(f"rule {rule['name']!r} (priority {rule['priority']}): {rule['outcome']}")
         if rule["reason"]:
             lines.append(f"  reason: {rule['reason']}")
-        for action in rule["actions"]:
+        for index, action in enumerate(rule["actions"]):
             lines.append(f"  would run: {_action_text(action)}")
+            verdicts = judged[reports.index(report)][index] if judged is not None else []
+            lines += [f"    {v['email']}: " + ("eligible" if v["eligible"] else
+                                               "passed over: " + "; ".join(v["reasons"]))
+                      for v in verdicts]
     if not reports:
         lines.append("the policy has no rules")
     return "\n".join(lines)

@@ -70,7 +70,7 @@ from ticket_dispatcher.domain.checks import (
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
-from ticket_dispatcher.domain.ports import Turn
+from ticket_dispatcher.domain.ports import EngineerStore, Turn
 from ticket_dispatcher.errors import (
     DispatcherError,
     IntegrationError,
@@ -618,6 +618,30 @@ class Eligible:
     returned: set[str]
     accounts: dict[str, str] | None = None
     counts: dict[str, int] | None = None
+
+
+def judge_listed(engineers: EngineerStore, config: dict, rules: AvailabilityRules,
+                 now: datetime) -> list[dict]:
+    """The verdicts, at ``now``, of the engineers an action's ``user``/``users`` receiver and
+    fallback name (a group or a team is resolved only when the action runs), as its plan would
+    judge them without the Jira count of open issues: a dry look for ``policy test``."""
+    emails = []
+    for key in ("receiver", "fallback"):
+        receiver = config.get(key) or {}
+        if receiver.get("type") == ReceiverType.USER:
+            emails.append(receiver.get("user", ""))
+        elif receiver.get("type") == ReceiverType.USERS:
+            emails += list(receiver.get("users") or [])
+    listed = _dedupe([email for email in emails if isinstance(email, str)])
+    enabled, away = engineers.enabled_with_time_off(listed, now - RETURN_WINDOW, now + LOOKAHEAD)
+    by_email = {e.email: e for e in enabled}
+    present = [email for email in listed if email in by_email]
+    verdicts = judge_candidates(present, {e: _settings(by_email[e]) for e in present}, away, now,
+                                working_hours=rules.working_hours)
+    missing = [{"email": email, "eligible": False, "preferred": False,
+                "reasons": ["not a dispatch-enabled engineer"], "codes": [], "until": None}
+               for email in listed if email not in by_email]
+    return [verdict.to_json() for verdict in verdicts] + missing
 
 
 def returning_counts(candidates: Sequence[Engineer], counts: dict[str, int],
