@@ -132,3 +132,26 @@ def test_working_hours_required_skip_someone_asleep(dispatcher):
     dispatcher.activate(policy(availability={"working_hours": "required"}))
 
     assert set(dispatcher.assignees(ISSUES[:3])) == {"carol@example.com"}
+
+
+@pytest.mark.postgres
+def test_replicas_in_shared_mode_judge_by_the_same_time_off(postgres_url, jira):
+    """Time off entered through one replica rules its engineer out on every replica: nothing
+    about availability is remembered by a process."""
+    settings = {"CLUSTER_MODE": "shared", "HTTP_THREADS": "4", "TRIGGER_ACTORS": "2",
+                "EXECUTION_SLOTS": "4", "TRIGGER_POLL_INTERVAL": "1s"}
+    started = process.Processes(Dispatcher)
+    try:
+        first = started.start(postgres_url, jira, **settings).wait_serving()
+        second = started.start(postgres_url, jira, **settings).wait_serving()
+        first.staff()
+        first.activate(policy())
+        first.away("alice@example.com")
+        first.away("carol@example.com")
+
+        via_second = second.assignees(ISSUES[:3])
+        via_first = first.assignees(ISSUES[3:6])
+
+        assert set(via_second) == set(via_first) == {"bob@example.com"}
+    finally:
+        started.stop_all()
