@@ -12,7 +12,14 @@ from datetime import timedelta
 
 import pytest
 
-from ticket_dispatcher.config import AccessRole, ApiKey, Config, load_config, masked
+from ticket_dispatcher.config import (
+    AccessRole,
+    ApiKey,
+    CalendarFeed,
+    Config,
+    load_config,
+    masked,
+)
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.settings import format_duration
 
@@ -570,3 +577,138 @@ def test_http_limits_are_read_from_the_file(write_toml):
 )
 def test_bad_hostile_input_limits_name_the_key(write_toml, toml, expected):
     assert expected in config_error(write_toml(toml))
+
+
+# --- calendar feeds ----------------------------------------------------------------------------
+
+FEEDS_ENV = "TICKET_DISPATCHER_AVAILABILITY_FEEDS"
+HR_URL = "https://hr.example.com/calendars/private-7f3a9c21/holidays.ics?token=Zq81xY0pW3"
+ALICE_URL = "https://calendar.example.com/ical/alice%40example.com/private-b61e9d/basic.ics"
+
+
+def test_availability_defaults():
+    availability = Config().availability
+
+    assert availability.feeds == ()
+    assert availability.refresh_every == timedelta(minutes=15)
+    assert (availability.max_feed_bytes, availability.max_feed_events) == (5_000_000, 20_000)
+    assert availability.horizon == timedelta(days=180)
+
+
+def test_feeds_from_the_file_and_the_environment_add_up(write_toml):
+    path = write_toml(f'[availability]\nrefresh_every = "5m"\nhorizon = "90d"\n'
+                      f'[[availability.feeds]]\nname = "hr"\nurl = "{HR_URL}"\n'
+                      f'[[availability.feeds]]\nname = "alice-calendar"\nurl = "{ALICE_URL}"\n'
+                      f'email = "Alice@Example.com"\n')
+    environ = {FEEDS_ENV: "  bob_cal:bob@example.com=https://cal.example.com/b?x=1&y=a=b\n"
+                          "office=http://intranet:8080/office.ics "}
+
+    availability = load_config(path, environ=environ).availability
+
+    assert availability.feeds == (
+        CalendarFeed("hr", HR_URL),
+        CalendarFeed("alice-calendar", ALICE_URL, "alice@example.com"),
+        # split at the first "=": the rest is the URL
+        CalendarFeed("bob_cal", "https://cal.example.com/b?x=1&y=a=b", "bob@example.com"),
+        CalendarFeed("office", "http://intranet:8080/office.ics"),
+    )
+    assert (availability.refresh_every, availability.horizon) == (
+        timedelta(minutes=5), timedelta(days=90))
+
+
+def test_an_empty_feeds_variable_configures_no_feed():
+    assert load_config(None, environ={FEEDS_ENV: " "}).availability.feeds == ()
+
+
+@pytest.mark.parametrize(("toml", "expected"), [
+    ('[availability]\nfeeds = "hr"', "availability.feeds: expected an array of tables"),
+    ('[[availability.feeds]]\nname = "HR"\nurl = "https://x.example.com/a"',
+     "availability.feeds[0].name: expected a name of 1 to 64 characters of a-z, 0-9, _ and -"),
+    ('[[availability.feeds]]\nname = "-hr"\nurl = "https://x.example.com/a"',
+     "availability.feeds[0].name: expected a name"),
+    (f'[[availability.feeds]]\nname = "{"h" * 65}"\nurl = "https://x.example.com/a"',
+     "availability.feeds[0].name: expected a name"),
+    ('[[availability.feeds]]\nname = "api"\nurl = "https://x.example.com/a"',
+     'availability.feeds[0].name: the name "api" is reserved for time off entered through '
+     'the API'),
+    ('[[availability.feeds]]\nurl = "https://x.example.com/a"',
+     "availability.feeds[0].name: expected a name"),
+    ('[[availability.feeds]]\nname = "hr"\nurl = "ftp://x.example.com/a"',
+     "availability.feeds[0].url: expected an http:// or https:// URL"),
+    ('[[availability.feeds]]\nname = "hr"\nurl = "https:///no-host"',
+     "availability.feeds[0].url: expected an http:// or https:// URL"),
+    ('[[availability.feeds]]\nname = "hr"\nurl = "https://x.example.com/a"\nemail = "alice"',
+     "availability.feeds[0].email: expected an email address"),
+    ('[[availability.feeds]]\nname = "hr"\nurl = "https://x.example.com/a"\nmail = "a@b.c"',
+     "availability.feeds[0].mail: unknown key (did you mean email?)"),
+    ('[[availability.feeds]]\nname = "hr"\nurl = "https://x.example.com/a"\n'
+     '[[availability.feeds]]\nname = "hr"\nurl = "https://y.example.com/b"',
+     'availability.feeds: duplicate feed name "hr"'),
+    ('[availability]\nrefresh_every = "30s"',
+     'availability.refresh_every: expected a duration between "1m" and "1d"'),
+    ('[availability]\nmax_feed_events = 0', "availability.max_feed_events: expected an integer"),
+])
+def test_bad_feed_settings_name_the_key(write_toml, toml, expected):
+    assert expected in config_error(write_toml(toml))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (f"hr{ALICE_URL}", f"{FEEDS_ENV} entry 1: expected name=url or name:email=url"),
+    (f"hr={HR_URL} API={HR_URL}", f"{FEEDS_ENV} entry 2: expected a name of 1 to 64"),
+    (f"api={HR_URL}", f'{FEEDS_ENV} entry 1: the name "api" is reserved'),
+    (f"alice:alice={HR_URL}", f'{FEEDS_ENV} entry 1: feed "alice": expected an email address'),
+    ("hr=file:///etc/passwd", f'{FEEDS_ENV} entry 1: feed "hr": expected an http:// or '
+                              f'https:// URL'),
+    (f"hr={HR_URL} hr={ALICE_URL}", 'availability.feeds: duplicate feed name "hr"'),
+])
+def test_bad_feed_entries_in_the_environment_name_the_entry(text, expected):
+    assert expected in config_error(environ={FEEDS_ENV: text})
+
+
+@pytest.mark.parametrize("environ", [
+    {FEEDS_ENV: f"{HR_URL}"},  # no name: the whole entry may be the URL
+    {FEEDS_ENV: f"H R={HR_URL}"},
+    {FEEDS_ENV: f"hr={HR_URL} ftp={HR_URL.replace('https', 'ftp')}"},
+    {FEEDS_ENV: f"hr:nobody={HR_URL}"},
+])
+def test_a_feed_url_never_appears_in_an_error_message(environ):
+    message = config_error(environ=environ)
+
+    assert "private-7f3a9c21" not in message and "Zq81xY0pW3" not in message
+
+
+def test_a_feed_url_in_a_bad_file_entry_never_appears_in_an_error_message(write_toml):
+    path = write_toml(f'[[availability.feeds]]\nname = "API"\nurl = "{HR_URL}"\n'
+                      f'[[availability.feeds]]\nname = "x"\nurl = "{HR_URL} "\n')
+
+    message = config_error(path)
+
+    assert "availability.feeds[1].url" in message and "private-7f3a9c21" not in message
+
+
+def test_config_show_prints_only_the_scheme_and_host_of_a_feed():
+    config = load_config(None, environ={
+        FEEDS_ENV: f"hr={HR_URL} alice:alice@example.com=https://u:pw@cal.example.com:8443/x"})
+
+    shown = masked(config)["availability"]
+
+    assert shown["feeds"] == [
+        {"name": "hr", "url": "https://hr.example.com", "email": None},
+        {"name": "alice", "url": "https://cal.example.com:8443", "email": "alice@example.com"},
+    ]
+    assert "private" not in json.dumps(masked(config)) and "pw" not in json.dumps(shown)
+    assert HR_URL not in repr(config)
+
+
+def test_feed_urls_their_paths_and_queries_are_secrets_for_the_log():
+    config = load_config(None, environ={
+        FEEDS_ENV: f"hr={HR_URL} alice:alice@example.com={ALICE_URL} short=https://x.io/a.ics"})
+
+    secrets = config.secrets()
+
+    assert {HR_URL, "/calendars/private-7f3a9c21/holidays.ics", "token=Zq81xY0pW3",
+            ALICE_URL, "/ical/alice%40example.com/private-b61e9d/basic.ics",
+            "/ical/alice@example.com/private-b61e9d/basic.ics",  # as a log may decode it
+            "https://x.io/a.ics"} <= set(secrets)
+    # a path too short to carry a token is not masked on its own: it would cut up other lines
+    assert "/a.ics" not in secrets

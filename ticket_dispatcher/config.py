@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from ticket_dispatcher.domain.catalog import ENGINEER_EMAIL
 from ticket_dispatcher.domain.issues import (
     DEFAULT_AUTO_ASSIGN_LABEL,
     DEFAULT_L2_FIELD_ID,
@@ -277,6 +278,138 @@ def _show_api_keys(keys: tuple[ApiKey, ...]) -> list[dict]:
     return [{"name": key.name, "role": key.role.value, "key_sha256": MASK} for key in keys]
 
 
+# --- calendar feeds ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CalendarFeed:
+    """One iCalendar feed that time off is imported from. ``email`` given: that engineer's own
+    calendar, every busy event theirs; None: an organisation's feed, whose events name their
+    people. ``url`` is a secret (a private calendar URL carries its token in the path or
+    query): it is never shown, logged or put into an error message; ``name`` stands for it."""
+
+    name: str
+    url: str = field(repr=False)
+    email: str | None = None
+
+    def shown_url(self) -> str:
+        """Only the scheme and the host (and port): what ``config show`` prints."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 address
+            host = f"[{host}]"
+        return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
+
+
+FEED_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+# Time off entered through the API carries this source; a feed's entries carry the feed's name.
+RESERVED_FEED_NAMES = frozenset({"api"})
+_FEED_NAME_EXPECTED = ("a name of 1 to 64 characters of a-z, 0-9, _ and -, starting with a "
+                       "letter or digit")
+_FEED_ENTRY_FIELDS = ("name", "url", "email")
+# A path or query this short carries no token, and masking it in the log would cut words
+# out of unrelated lines ("/ics" out of "/icsfeeds").
+_MIN_SECRET_PART = 8
+
+
+def _is_feed_url(value: str) -> bool:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) \
+        and not any(char.isspace() for char in value)
+
+
+def _read_feeds(file: Source | None, env: Source | None,
+                problems: SettingProblems) -> tuple[CalendarFeed, ...]:
+    """``[[availability.feeds]]`` plus ``TICKET_DISPATCHER_AVAILABILITY_FEEDS``: the variable
+    adds feeds to the file's. No message ever shows a URL: only where the bad entry is."""
+    feeds: list[CalendarFeed | None] = []
+    if file is not None:
+        if isinstance(file.value, list):
+            feeds += [_file_feed(f"{file.name}[{index}]", entry, problems)
+                      for index, entry in enumerate(file.value)]
+        else:
+            problems.add(file.name, "expected an array of tables ([[availability.feeds]])")
+    if env is not None:
+        feeds += _env_feeds(env, problems)
+    found = [feed for feed in feeds if feed is not None]
+    names = [feed.name for feed in found]
+    for name in sorted({name for name in names if names.count(name) > 1}):
+        problems.add("availability.feeds", f"duplicate feed name {shown(name)}")
+    return tuple(found)
+
+
+def _file_feed(path: str, entry: Any, problems: SettingProblems) -> CalendarFeed | None:
+    if not isinstance(entry, dict):
+        problems.add(path, "expected a table with name, url and optionally email")
+        return None
+    before = len(problems.items)
+    for key in entry:
+        if key not in _FEED_ENTRY_FIELDS:
+            problems.add(f"{path}.{key}", "unknown key" + suggest(key, _FEED_ENTRY_FIELDS))
+    name, url, email = entry.get("name"), entry.get("url"), entry.get("email")
+    name_problem = _feed_name_problem(name)
+    if name_problem is not None:
+        problems.add(f"{path}.name", name_problem)
+    if not isinstance(url, str) or not _is_feed_url(url):
+        problems.add(f"{path}.url", "expected an http:// or https:// URL")
+    if email is not None and not ENGINEER_EMAIL(email.strip() if isinstance(email, str) else email):
+        problems.add(f"{path}.email", "expected an email address (the engineer whose calendar "
+                                      "this is), or no email for an organisation's feed")
+    if len(problems.items) > before:
+        return None
+    # Each value that is no string added a problem above.
+    assert isinstance(name, str) and isinstance(url, str)
+    return CalendarFeed(name, url, email.strip().lower() if isinstance(email, str) else None)
+
+
+def _env_feeds(env: Source, problems: SettingProblems) -> list[CalendarFeed]:
+    """Whitespace-separated ``name=url`` or ``name:email=url``, split at the first "=" (a URL
+    may hold more). A problem names the entry by its number, and by its name once that is a
+    valid one: the URL is the secret."""
+    feeds: list[CalendarFeed] = []
+    for position, entry in enumerate(env.value.split(), start=1):
+        head, equals, url = entry.partition("=")
+        name, colon, email = head.partition(":")
+        where = f"{env.name} entry {position}"
+        if not equals:
+            problems.add(where, "expected name=url or name:email=url")
+        elif (problem := _feed_name_problem(name)) is not None:
+            problems.add(where, problem)
+        elif colon and not ENGINEER_EMAIL(email):
+            problems.add(where, f"feed {shown(name)}: expected an email address after the "
+                                "name (name:email=url)")
+        elif not _is_feed_url(url):
+            problems.add(where, f"feed {shown(name)}: expected an http:// or https:// URL")
+        else:
+            feeds.append(CalendarFeed(name, url, email.lower() if colon else None))
+    return feeds
+
+
+def _feed_name_problem(name: Any) -> str | None:
+    if not isinstance(name, str) or FEED_NAME.fullmatch(name) is None:
+        return f"expected {_FEED_NAME_EXPECTED}"
+    if name in RESERVED_FEED_NAMES:
+        return f"the name {shown(name)} is reserved for time off entered through the API"
+    return None
+
+
+def _show_feeds(feeds: tuple[CalendarFeed, ...]) -> list[dict]:
+    return [{"name": feed.name, "url": feed.shown_url(), "email": feed.email} for feed in feeds]
+
+
+def feed_url_secrets(url: str) -> list[str]:
+    """What of a feed's URL the log redactor masks: the URL, its password, and its path and
+    query when they are long enough to carry a token, each as written and percent-decoded."""
+    parts = urlsplit(url)
+    values = [url, parts.password or ""]
+    values += [part for part in (parts.path, parts.query) if len(part) >= _MIN_SECRET_PART]
+    return [form for value in values if value for form in (value, unquote(value))]
+
+
 # --- the configuration -------------------------------------------------------------------------
 
 
@@ -427,6 +560,26 @@ class IntegrationsConfig:
 
 
 @dataclass(frozen=True)
+class AvailabilityConfig:
+    """Time off imported from iCalendar feeds (docs/operations.md, "Time off from calendars").
+
+    Every ``refresh_every`` (and once at start) each of ``feeds`` is fetched, with the
+    integrations' timeouts and at most ``max_feed_bytes``, and its absences from 14 days back
+    to ``horizon`` ahead replace that feed's time off; a feed with more than
+    ``max_feed_events`` occurrences there is refused, and a failed refresh keeps the last good
+    copy.
+    """
+
+    feeds: tuple[CalendarFeed, ...] = compound((), _read_feeds, _show_feeds)
+    refresh_every: timedelta = setting(
+        timedelta(minutes=15), duration(timedelta(minutes=1), timedelta(days=1)))
+    max_feed_bytes: int = setting(5_000_000, integer(1024, 100_000_000))
+    max_feed_events: int = setting(20_000, integer(1, 100_000))
+    horizon: timedelta = setting(
+        timedelta(days=180), duration(timedelta(days=1), timedelta(days=730)))
+
+
+@dataclass(frozen=True)
 class DatabaseConfig:
     """How long the service waits on its database before calling it unavailable.
 
@@ -537,6 +690,7 @@ class Config:
     oncall: OncallConfig = section(OncallConfig)
     core: CoreConfig = section(CoreConfig)
     integrations: IntegrationsConfig = section(IntegrationsConfig)
+    availability: AvailabilityConfig = section(AvailabilityConfig)
 
     @property
     def client_actors(self) -> int:
@@ -551,6 +705,8 @@ class Config:
         password = urlsplit(self.database_url).password or ""
         # The URL carries the password percent-encoded; a driver error may show either form.
         values += [password, unquote(password)]
+        for feed in self.availability.feeds:  # a private calendar URL carries its token
+            values += feed_url_secrets(feed.url)
         return sorted({value for value in values if value})
 
 

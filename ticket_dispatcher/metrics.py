@@ -15,7 +15,10 @@ that sees the fact happen:
 - the intake, trigger results, pool gauges and integration calls, as they happen;
 - ``database_available`` and ``store_failed``: the store's health (``Metrics`` is a
   ``StoreHealthListener``; service.py subscribes it), on every database failure and at the
-  start and end of each outage.
+  start and end of each outage;
+- ``calendar_feed_refreshed``: each refresh of a calendar feed, by the refresher
+  (actors/calendar_refresher.py); the feeds' ages are read from it at each scrape
+  (``calendar_feeds``).
 
 No label ever carries an issue key or an ID; ``source`` is capped at ``MAX_SOURCES``
 distinct values (later ones are ``other``), since any caller may name a source.
@@ -24,8 +27,9 @@ distinct values (later ones are ``other``), since any caller may name a source.
 from __future__ import annotations
 
 import logging
+import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -37,6 +41,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode
@@ -70,6 +76,37 @@ def _call_series() -> list[tuple[str, str, str, str]]:
     attempts = {"card": ("",), "urgent": ("",), "page": PAGE_ATTEMPTS}
     return [(call, result, role, attempt) for call in CALLS for result in CALL_RESULTS
             for role in roles for attempt in attempts[call]]
+
+
+FEED_AGE = PREFIX + "calendar_feed_age_seconds"
+FEED_RESULTS = ("ok", "failed")
+
+
+class _FeedAges(Collector):
+    """``calendar_feed_age_seconds``, computed when scraped from what ``ages`` says then: feed
+    name → seconds since its last good copy, None for a feed without one (+Inf)."""
+
+    def __init__(self) -> None:
+        self.ages: Callable[[], Mapping[str, float | None]] = dict
+
+    def collect(self) -> Iterator[Metric]:
+        family = self.describe_family()
+        try:
+            ages = self.ages()
+        except Exception:  # one family must never fail the whole scrape
+            log.exception("reading the calendar feeds' ages failed")
+            ages = {}
+        for feed, age in sorted(ages.items()):
+            family.add_metric([feed], math.inf if age is None else age)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield self.describe_family()
+
+    @staticmethod
+    def describe_family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(FEED_AGE, "Seconds since each calendar feed's last good "
+                                 "copy; +Inf while it has none", labels=("feed",))
 
 
 @dataclass(frozen=True)
@@ -174,6 +211,11 @@ class Metrics:
         self.database_up.set(1)  # until the store says otherwise (it does on subscription)
         self.store_errors = counter("store_errors", "Database failures (StoreUnavailable) by "
                                     "kind", ("kind",))
+        self.feed_refreshes = counter("calendar_feed_refreshes", "Refreshes of each calendar "
+                                      "feed by result: ok (its time off replaced) or failed "
+                                      "(the last good copy kept)", ("feed", "result"))
+        self._feed_ages = _FeedAges()
+        self.registry.register(self._feed_ages)
         for kind in STORE_ERROR_KINDS:
             self.store_errors.labels(kind=kind)
         # mode: a single-mode process must run alone, shared replicas are meant to be several;
@@ -293,6 +335,19 @@ class Metrics:
 
     def store_failed(self, kind: str) -> None:
         self.store_errors.labels(kind=kind if kind in STORE_ERROR_KINDS else "other").inc()
+
+    def calendar_feeds(self, feeds: Sequence[str],
+                       ages: Callable[[], Mapping[str, float | None]]) -> None:
+        """The configured calendar feeds: their refresh counters exist at 0 from now on, and
+        each scrape reads their ages from ``ages`` (feed → seconds since its last good copy,
+        None without one; cheap and never raising: it is called on the scrape's thread)."""
+        for feed in feeds:
+            for result in FEED_RESULTS:
+                self.feed_refreshes.labels(feed=feed, result=result)
+        self._feed_ages.ages = ages
+
+    def calendar_feed_refreshed(self, feed: str, ok: bool) -> None:
+        self.feed_refreshes.labels(feed=feed, result="ok" if ok else "failed").inc()
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Protocol, cast
 from waitress.server import create_server
 
 from ticket_dispatcher import __version__, console, cpu
+from ticket_dispatcher.actors.calendar_refresher import CalendarRefresher
 from ticket_dispatcher.actors.client_pool import ClientPool
 from ticket_dispatcher.actors.client_ports import (
     CorePool,
@@ -39,6 +40,7 @@ from ticket_dispatcher.domain.ports import (
 )
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.integrations.calendar_fetch import FeedFetcher
 from ticket_dispatcher.logging import configure_logging
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.sandbox import Sandbox, load_examples, mount_sandbox, service_urls
@@ -92,6 +94,7 @@ class Service:
                                 max_connections=connection_budget(config),
                                 database=config.database)
         self.runtime: Runtime | None = None
+        self.calendars: CalendarRefresher | None = None  # with calendar feeds configured
         self.link: ClusterLink | None = None
         try:
             self.store.claim_for_serving()  # a SQLite file has one serving process
@@ -141,6 +144,7 @@ class Service:
                 registry=self.registry, metrics=self.metrics)
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails
+            self.calendars = self._calendars(self.runtime)
         except BaseException:
             for pool in self.clients.values():
                 pool.abandon()
@@ -153,6 +157,21 @@ class Service:
         # sockets, its wake-up pipe among them: the lock and flag make it a no-op then.
         self._serving_lock = threading.Lock()
         self._server_closed = False
+
+    def _calendars(self, runtime: Runtime) -> CalendarRefresher | None:
+        """The refresher of the configured calendar feeds, started (None without feeds)."""
+        availability = self.config.availability
+        if not availability.feeds:
+            return None
+        integrations = self.config.integrations
+        fetcher = FeedFetcher(connect_timeout=integrations.connect_timeout.total_seconds(),
+                              read_timeout=integrations.read_timeout.total_seconds(),
+                              max_bytes=availability.max_feed_bytes)
+        refresher = CalendarRefresher(availability, store=self.store, clock=self.clock,
+                                      scheduler=runtime.scheduler, fetcher=fetcher,
+                                      metrics=self.metrics)
+        refresher.start()
+        return refresher
 
     def _work_arrived(self) -> None:
         if self.runtime is not None and self.runtime.recovered:
@@ -247,13 +266,16 @@ class Service:
     def close(self) -> None:
         """Stop everything within ``shutdown_timeout``, whatever is in flight.
 
-        The serving loop has already returned, so no request is taken any more. The actors
-        stop first (callers blocked on an integration are woken), then the client actors,
-        then whatever actor is left (the backstop). Nothing is marked failed: running work
-        stays ``executing`` and resumes at the next start. The store closes and the port is
-        released last, so no second instance can start beside one still stopping.
+        The serving loop has already returned, so no request is taken any more. The calendar
+        refresher is told to stop (its download in flight is cut off) and awaited last. The
+        actors stop first (callers blocked on an integration are woken), then the client
+        actors, then whatever actor is left (the backstop). Nothing is marked failed: running
+        work stays ``executing`` and resumes at the next start. The store closes and the port
+        is released last, so no second instance can start beside one still stopping.
         """
         deadline = self._shutdown or Deadline(self.config.shutdown_timeout.total_seconds())
+        if self.calendars is not None:
+            self.calendars.stop()  # never blocks
         try:
             if not self._started().stop(deadline.remaining()):
                 log.warning("the actor runtime did not stop within the shutdown deadline")
@@ -261,6 +283,9 @@ class Service:
             try:
                 await_stopped(self._stop_clients(), deadline)
                 stop_remaining_actors(deadline)
+                if self.calendars is not None and not self.calendars.join(deadline.remaining()):
+                    log.warning("the calendar refresher did not stop within the shutdown "
+                                "deadline; it writes nothing more")
             finally:
                 self._close_store()
                 with self._serving_lock:

@@ -52,6 +52,8 @@ PLANNED_METRICS: dict[str, str] = {
     "ticket_manager_dispatch_store_errors_total": "counter",
     "ticket_manager_dispatch_integration_rate_limited_seconds_total": "counter",
     "ticket_manager_dispatch_transient_retries_total": "counter",
+    "ticket_manager_dispatch_calendar_feed_age_seconds": "gauge",
+    "ticket_manager_dispatch_calendar_feed_refreshes_total": "counter",
 }
 
 # The alerts of the plan, in its order (group "ticket-dispatcher").

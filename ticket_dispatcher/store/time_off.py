@@ -33,8 +33,8 @@ class FeedStatus:
 
     name: str
     email: str | None  # one engineer's feed; None: its events name their people
-    status: str  # "never fetched", "ok", or what went wrong, for an operator
-    error: str
+    status: str  # "never fetched", "ok" or "failed"
+    error: str  # failed: what went wrong; ok: what the good copy left out ("" for nothing)
     entries: int  # time-off entries the last good copy holds
     attempted_at: datetime | None
     refreshed_at: datetime | None  # when the last good copy was fetched
@@ -103,9 +103,9 @@ class TimeOffRepository:
     # -- calendar feeds ---------------------------------------------------------------------
 
     def replace_feed(self, name: str, email: str | None, entries: Sequence[TimeOff],
-                     now: datetime) -> None:
-        """The feed's good copy: its entries replaced by ``entries`` and its status "ok", in
-        one transaction."""
+                     now: datetime, *, note: str = "") -> None:
+        """The feed's good copy: its entries replaced by ``entries`` and its status "ok", with
+        ``note`` saying what it left out, in one transaction."""
         now = to_utc(now)
         with write_lock(self.db):
             TimeOffRow.delete().where(TimeOffRow.source == name).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
@@ -113,7 +113,7 @@ class TimeOffRepository:
                      "reason": e.reason, "source": name, "created_at": now} for e in entries]
             for first in range(0, len(rows), INSERT_BATCH):
                 TimeOffRow.insert_many(rows[first:first + INSERT_BATCH]).execute()
-            self._save_feed(name, email, status="ok", error="", entries=len(rows),
+            self._save_feed(name, email, status="ok", error=note, entries=len(rows),
                             attempted_at=now, refreshed_at=now)
 
     def feed_failed(self, name: str, email: str | None, error: str, now: datetime) -> None:
