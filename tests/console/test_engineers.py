@@ -327,5 +327,6 @@ def test_an_engineers_own_page_shows_time_off_and_feed_status(console, harness):
     assert "Sun 2026-12-20 09:00 Tue 2026-12-22 09:00 conference api" in page
     assert "holiday hr" in page and "old trip" not in page
     assert "old trip" in past
-    assert "hr ok" in page  # the feed's status
+    assert "hr ok" in page  # the organisation feed's status, and its copy's age
+    assert "(0 s old)" in page
     assert console.get(f"{PAGE}/nobody@example.com").status_code == 404

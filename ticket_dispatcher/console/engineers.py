@@ -295,9 +295,9 @@ class EngineerPage(Page):
         engineer = store.engineers.get(normalise_email(email))  # 400, 404
         away = store.engineers.time_off([engineer.email], now, now + LOOKAHEAD)
         entries, total = store.time_off.page(engineer.email, now=now, past=past, limit=200)
-        sources = {entry.source for entry in entries}
-        feeds = [feed for feed in store.time_off.feeds()
-                 if feed.email == engineer.email or feed.name in sources]
+        # the organisation's feeds, which may name anyone, and this engineer's own
+        feeds = [(feed, _age(feed.age_seconds(now))) for feed in store.time_off.feeds()
+                 if feed.email in (None, engineer.email)]
         zone = _zone(engineer)
         self.console.render(
             req, resp, "engineer.html", row=presence(engineer, away.get(engineer.email, []),
@@ -371,6 +371,16 @@ class EngineerDispatch(Page):
             raise InvalidInput("enabled must be true or false",
                                [Problem("enabled", "must be true or false")]) from None
         self._switches[enabled].on_post(req, resp, email=email)
+
+
+def _age(seconds: float | None) -> str:
+    """A copy's age in words: ``"40 s"``, ``"12 min"``, ``"3 h"``, ``"2 d"``."""
+    if seconds is None:
+        return ""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 def _who(engineer: Engineer) -> str:
