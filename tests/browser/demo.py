@@ -182,6 +182,7 @@ class World:
             "execution-notification": f"/console/executions/{self.parked_execution_id}",
             "parked": "/console/parked",
             "engineers": "/console/engineers",
+            "engineer": "/console/engineers/carol@example.com",  # on leave in the sandbox
             "policies": "/console/policies",
             "policy": f"/console/policies/{self.assign_policy_id}",
             "policy-diff": (f"/console/policies/diff?a={self.assign_policy_id}"
@@ -197,7 +198,7 @@ class World:
 
 # Every page of the console, in the order of its navigation bar; the error pages last.
 PAGES = ("overview", "triggers", "executions", "execution", "execution-notification", "parked",
-         "engineers", "policies", "policy", "policy-diff", "policy-validate", "shadows", "shadow",
+         "engineers", "engineer", "policies", "policy", "policy-diff", "policy-validate", "shadows", "shadow",
          "sign-in", "error", "not-found")
 STATUS = {"error": 400, "not-found": 404}  # the rest answer 200
 

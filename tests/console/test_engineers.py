@@ -330,3 +330,20 @@ def test_an_engineers_own_page_shows_time_off_and_feed_status(console, harness):
     assert "hr ok" in page  # the organisation feed's status, and its copy's age
     assert "(0 s old)" in page
     assert console.get(f"{PAGE}/nobody@example.com").status_code == 404
+
+
+def test_the_turn_skips_a_member_on_time_off_as_the_next_assignment_would(world):
+    harness, console = world
+    staff(harness)
+    harness.policy(rule(assign(*ENGINEERS), name="spread"))
+    now = harness.clock.now()
+    harness.store.time_off.add(TimeOff(None, "a@example.com", now - timedelta(hours=1),
+                                       now + timedelta(days=1), "vacation", "api"), now)
+
+    page = console.get(PAGE).text
+    harness.jira.put(issue(key="TCID-1"))
+    harness.post_trigger("TCID-1")
+
+    assert turn(page) == "b@example.com"  # a, never dispatched and first, is away
+    assert "1 a@example.com enabled away skipped: on time off until" in rotation_text(page)
+    assert harness.jira.issues["TCID-1"].assignee.email == "b@example.com"

@@ -12,7 +12,7 @@ issues in Jira at that moment: for those the page shows what the newest run of t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import quote
@@ -22,7 +22,7 @@ import falcon
 
 from ticket_dispatcher.console.actions import Action, Done
 from ticket_dispatcher.console.web import Console, Page, Query, url
-from ticket_dispatcher.domain.actions.assign import AssignState, next_in_turn
+from ticket_dispatcher.domain.actions.assign import AssignState, AvailabilityRules, next_in_turn
 from ticket_dispatcher.domain.actions.state import StateError
 from ticket_dispatcher.domain.availability import (
     ANY_TIME,
@@ -31,6 +31,7 @@ from ticket_dispatcher.domain.availability import (
     AvailabilitySettings,
     TimeOff,
     availability_at,
+    judge_candidates,
 )
 from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
 from ticket_dispatcher.domain.execution import ActionExecution, Execution
@@ -124,10 +125,17 @@ class Member:
     engineer: Engineer | None = None
     turn: bool = False
     count: int | None = None  # balanced: open issues as last counted
+    # why an assignment now would pass them over (time off, working hours the action requires)
+    away: tuple[str, ...] = ()
+    preferred: bool = True  # inside their working hours, where the action prefers them
 
     @property
     def enabled(self) -> bool:
         return self.engineer is not None and self.engineer.dispatch_enabled
+
+    @property
+    def eligible(self) -> bool:
+        return self.enabled and not self.away
 
 
 @dataclass
@@ -159,6 +167,7 @@ class Rotation:
     strategy: str
     receiver_type: str
     receiver: str  # the group or team name, or the listed emails joined
+    rules: AvailabilityRules = field(default_factory=AvailabilityRules)
     listed: list[str] = field(default_factory=list)  # a listed receiver's emails, in order
     members: list[Member] = field(default_factory=list)
     turn: Member | None = None
@@ -199,11 +208,15 @@ def find_rotations(policies: list[Policy]) -> list[Rotation]:
                     listed = _dedupe(receiver.get("users") or [])
                 else:
                     listed = []
+                try:
+                    rules = AvailabilityRules.of(config)
+                except ValueError:  # an active policy was validated: not expected
+                    rules = AvailabilityRules()
                 found.append(Rotation(
                     policy=policy, rule=rule, index=index, action_type=kind,
                     strategy=config["strategy"], receiver_type=receiver_type,
                     receiver=", ".join(listed) if listed else str(receiver.get(receiver_type)),
-                    listed=listed))
+                    rules=rules, listed=listed))
     return found
 
 
@@ -225,10 +238,13 @@ def _last_run(rotation: Rotation, execution: Execution | None) -> LastRun | None
     return None
 
 
-def read_rotations(store: Store) -> list[Rotation]:
-    """The active policies' rotations with their members and turns: a bounded number of
-    queries whatever the number of rotations (the active policies, the newest run of every
-    rotation's rule, and one read of every engineer any of them names)."""
+def read_rotations(store: Store, now: datetime) -> list[Rotation]:
+    """The active policies' rotations with their members and turns at ``now``: a bounded
+    number of queries whatever the number of rotations (the active policies, the newest run of
+    every rotation's rule, one read of every engineer any of them names and one of their time
+    off). The turn skips whoever an assignment now would pass over: time off, and working hours
+    where the action requires them (where it prefers them, those inside come first); caps are
+    counted in Jira only when an assignment runs."""
     rotations = find_rotations(store.policies.list_active())
     if not rotations:
         return []
@@ -241,20 +257,36 @@ def read_rotations(store: Store) -> list[Rotation]:
         if rotation.last is not None:
             named.update(_dedupe(rotation.last.candidates))
     engineers: dict[str, Engineer] = {}
+    away: Mapping[str, list[TimeOff]] = {}
     if named:
         found, _ = store.engineers.page(limit=len(named), email_in=named)
         engineers = {e.email: e for e in found}
+        away = store.engineers.time_off(engineers, now, now + LOOKAHEAD)
     for rotation in rotations:
         emails = rotation.listed or _dedupe(rotation.last.candidates if rotation.last else [])
         counts = (rotation.last.counts or {}) if rotation.last else {}
         rotation.members = [Member(email, engineers.get(email), count=counts.get(email))
                             for email in emails]
-        enabled = [m for m in rotation.members if m.enabled]
-        if rotation.round_robin and enabled:
-            chosen = next_in_turn([e for m in enabled if (e := m.engineer) is not None])
-            rotation.turn = next(m for m in enabled if m.engineer is chosen)
+        _judge(rotation, away, now)
+        eligible = [m for m in rotation.members if m.eligible]
+        eligible = [m for m in eligible if m.preferred] or eligible
+        if rotation.round_robin and eligible:
+            chosen = next_in_turn([e for m in eligible if (e := m.engineer) is not None])
+            rotation.turn = next(m for m in eligible if m.engineer is chosen)
             rotation.turn.turn = True
     return rotations
+
+
+def _judge(rotation: Rotation, away: Mapping[str, list[TimeOff]], now: datetime) -> None:
+    """Each enabled member's verdict at ``now`` under the rotation's rules, on the member."""
+    enabled = {m.email: m for m in rotation.members if m.enabled and m.engineer is not None}
+    profiles = {email: _settings(m.engineer) for email, m in enabled.items()
+                if m.engineer is not None}
+    for verdict in judge_candidates(list(enabled), profiles, away, now,
+                                    working_hours=rotation.rules.working_hours):
+        member = enabled[verdict.email]
+        member.away = () if verdict.eligible else verdict.reasons
+        member.preferred = verdict.preferred
 
 
 # -- resources ------------------------------------------------------------------------------------
@@ -270,7 +302,7 @@ class EngineerList(Page):
                                             dispatch_enabled=enabled)
         now = self.services.clock.now()
         away = store.engineers.time_off((e.email for e in items), now, now + LOOKAHEAD)
-        rotations = read_rotations(store)
+        rotations = read_rotations(store, now)
         counted = {m.email: m.count for r in rotations for m in r.members
                    if m.count is not None}
         rows = [presence(e, away.get(e.email, []), now) for e in items]
