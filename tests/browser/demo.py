@@ -198,8 +198,8 @@ class World:
 
 # Every page of the console, in the order of its navigation bar; the error pages last.
 PAGES = ("overview", "triggers", "executions", "execution", "execution-notification", "parked",
-         "engineers", "engineer", "policies", "policy", "policy-diff", "policy-validate", "shadows", "shadow",
-         "sign-in", "error", "not-found")
+         "engineers", "engineer", "policies", "policy", "policy-diff", "policy-validate",
+         "shadows", "shadow", "sign-in", "error", "not-found")
 STATUS = {"error": 400, "not-found": 404}  # the rest answer 200
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 from enum import StrEnum
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -112,14 +112,30 @@ class AvailabilitySettings:
     @classmethod
     def from_engineer(cls, engineer: Engineer) -> AvailabilitySettings:
         """The settings an engineer record holds (an empty zone reads as UTC). InvalidInput
-        when they no longer pass the checks, such as a zone the installed tzdata dropped."""
-        raw = {"timezone": engineer.timezone or "UTC", "working_hours": engineer.working_hours,
-               "max_open_issues": engineer.max_open_issues}
-        settings, problems = parse_availability_settings(raw)
-        if settings is None:
+        when they no longer pass the checks, such as a zone the installed tzdata dropped.
+        Parsed once for each distinct set of settings: every assignment judges its
+        candidates by them."""
+        hours = engineer.working_hours
+        days = None if hours is None else tuple(
+            (day, tuple(spans) if isinstance(spans, list) else spans)
+            for day, spans in sorted(hours.items()))
+        try:
+            return _parsed(engineer.timezone or "UTC", days, engineer.max_open_issues)
+        except InvalidInput as exc:
             raise InvalidInput(f"the availability settings of {engineer.email} are invalid",
-                               problems)
-        return settings
+                               exc.problems) from None
+
+
+@lru_cache(maxsize=4096)
+def _parsed(timezone: str, days: tuple[tuple[str, Any], ...] | None,
+            cap: int | None) -> AvailabilitySettings:
+    hours = None if days is None else {day: list(spans) if isinstance(spans, tuple) else spans
+                                       for day, spans in days}
+    settings, problems = parse_availability_settings(
+        {"timezone": timezone, "working_hours": hours, "max_open_issues": cap})
+    if settings is None:
+        raise InvalidInput("invalid availability settings", problems)
+    return settings
 
 
 ANY_TIME = AvailabilitySettings()  # an engineer without settings: UTC, any time, no cap

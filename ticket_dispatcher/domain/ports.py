@@ -233,6 +233,12 @@ class EngineerStore(Protocol):
         before ``until``, by start: one read."""
         ...
 
+    def hindered(self, emails: Iterable[str], since: datetime, until: datetime, *,
+                 hours: bool) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
+        """``enabled_with_time_off`` for only those with time off in the window, a cap, or
+        (``hours``) working hours: one read."""
+        ...
+
     def time_off(self, emails: Iterable[str], since: datetime, until: datetime,
                  ) -> Mapping[str, list[TimeOff]]:
         """Each engineer's time off that ends after ``since`` and starts before ``until``, by

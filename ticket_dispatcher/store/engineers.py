@@ -107,7 +107,21 @@ class EngineerRepository:
                               ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
         """The dispatch-enabled engineers among ``emails`` (by email; callers restore their
         order) and each one's time off that ends after ``since`` and starts before ``until``,
-        by start: one query, an assignment's one read of who may take the issue."""
+        by start: one query."""
+        return self._with_time_off(emails, since, until, "")
+
+    def hindered(self, emails: Iterable[str], since: datetime, until: datetime, *,
+                 hours: bool) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
+        """``enabled_with_time_off`` for only those an assignment has something to judge of:
+        time off in the window, a cap on open issues, or (``hours``) working hours. The others
+        may take any issue; most engineers, most of the time, are not read at all."""
+        working = " OR working_hours_json IS NOT NULL" if hours else ""
+        return self._with_time_off(emails, since, until,
+                                   f" AND (t.id IS NOT NULL OR max_open_issues IS NOT NULL"
+                                   f"{working})")
+
+    def _with_time_off(self, emails: Iterable[str], since: datetime, until: datetime,
+                       which: str) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
         wanted = sorted({normalize_email(email) for email in emails})
         if not wanted:
             return [], {}
@@ -120,7 +134,8 @@ class EngineerRepository:
                 f"FROM {_TABLE} LEFT JOIN {_TIME_OFF} t ON t.email = {_TABLE}.email "
                 f"AND t.end_at > {param} AND t.start_at < {param} "
                 f"WHERE {_TABLE}.email IN ({placeholders(param, len(wanted))}) "
-                f"AND dispatch_enabled = {param} ORDER BY {_TABLE}.email, t.start_at, t.id",
+                f"AND dispatch_enabled = {param}{which} "
+                f"ORDER BY {_TABLE}.email, t.start_at, t.id",
                 time_param(to_utc(since)), time_param(to_utc(until)), *wanted, True)
         engineers: dict[str, Engineer] = {}
         away: dict[str, list[TimeOff]] = {}

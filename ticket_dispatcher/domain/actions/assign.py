@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -44,7 +44,6 @@ from ticket_dispatcher.domain.availability import (
     AvailabilitySettings,
     CandidateVerdict,
     WorkingHoursMode,
-    effective_cap,
     judge_candidates,
     no_eligible_candidate_reason,
 )
@@ -143,41 +142,54 @@ class AssignExecutor:
             self._plan(run, state)
 
     def _plan(self, run: ActionRun, state: AssignState) -> None:
-        receiver = run.config["receiver"]
         strategy = Strategy(run.config["strategy"])
         rules = AvailabilityRules.of(run.config)
         judged: list[CandidateVerdict] = []
-        pool = self._eligible(run, state, receiver, rules, judged)
-        if not pool.candidates and (fallback := run.config.get("fallback")) is not None:
+        chosen = self._choose_among(run, state, strategy, rules, run.config["receiver"], judged)
+        if chosen is None and (fallback := run.config.get("fallback")) is not None:
             state.fallback = True
-            pool = self._eligible(run, state, fallback, rules, judged)
-        if not pool.candidates:
+            chosen = self._choose_among(run, state, strategy, rules, fallback, judged)
+        if chosen is None:
             if any(not verdict.eligible for verdict in judged):  # someone was passed over
                 state.reason = no_eligible_candidate_reason(judged)
                 raise ActionError(state.reason, FailureCode.NO_ELIGIBLE_CANDIDATE)
             raise ActionError(state.reason or "no candidates", FailureCode.NO_CANDIDATES)
-        candidates = pool.candidates
-        taken = None
-        if strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run:
-            # the turn is taken among the eligible, in one transaction under row locks
-            taken = self._take_turn(run, state, [e.email for e in candidates])
-            if taken is None:  # every one of them was disabled or deleted in the meantime
-                state.reason = (f"no candidates: {[e.email for e in candidates]} are no "
-                                f"longer dispatch-enabled")
-                raise ActionError(state.reason, FailureCode.NO_CANDIDATES)
-        if strategy is Strategy.BALANCED:
-            chosen = self._balanced(run, state, candidates, pool)
-        elif strategy is Strategy.RANDOM:
-            chosen = candidates[self._rng.randrange(len(candidates))]
-            state.reason = f"random: drawn uniformly among {len(candidates)} candidates"
-        elif taken is not None:
-            chosen = taken.chosen
-            state.reason = _round_robin_reason(chosen)
-        else:  # ``first``, and a dry-run ``round_robin``: read only
-            chosen, state.reason = _choose(candidates, strategy)
         state.assignee = chosen.email
         # the engineer's cache ("" when unknown), or the account ``balanced`` looked up
         state.account_id = state.account_id or chosen.jira_account_id
+
+    def _choose_among(self, run: ActionRun, state: AssignState, strategy: Strategy,
+                      rules: AvailabilityRules, receiver: dict,
+                      judged: list[CandidateVerdict]) -> Engineer | None:
+        """The engineer ``strategy`` chooses among those of ``receiver`` who may take the
+        issue (``_eligible``), with ``state.reason`` saying why; None when nobody is left."""
+        live_turn = strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run
+        pool = self._eligible(run, state, receiver, rules, judged, read_all=not live_turn)
+        if live_turn:
+            # the turn is taken among the eligible, in one transaction under row locks
+            taken = self._take_turn(run, state, pool.emails) if pool.emails else None
+            read = [e.email for e in taken.candidates] if taken is not None else []
+            if not pool.read:  # the turn read the candidates: those passed over beside them
+                state.candidates = _in_order(state.candidates, pool.passed_over + read,
+                                             pool.resolved)
+            if taken is None:  # nobody left, or none of them is dispatch-enabled (any more)
+                if not pool.passed_over:
+                    state.reason = (f"no candidates: {_describe(receiver)} resolved to "
+                                    f"{pool.resolved or 'nobody'}, none of them "
+                                    f"dispatch-enabled")
+                return None
+            state.reason = _round_robin_reason(taken.chosen)
+            return taken.chosen
+        if not pool.emails:
+            return None
+        candidates = pool.candidates
+        if strategy is Strategy.BALANCED:
+            return self._balanced(run, state, candidates, pool)
+        if strategy is Strategy.RANDOM:
+            state.reason = f"random: drawn uniformly among {len(candidates)} candidates"
+            return candidates[self._rng.randrange(len(candidates))]
+        chosen, state.reason = _choose(candidates, strategy)  # ``first``; a dry-run turn
+        return chosen
 
     def _balanced(self, run: ActionRun, state: AssignState, candidates: list[Engineer],
                   pool: Eligible) -> Engineer:
@@ -227,48 +239,63 @@ class AssignExecutor:
         return accounts, workload.counts
 
     def _eligible(self, run: ActionRun, state: AssignState, receiver: dict,
-                  rules: AvailabilityRules, judged: list[CandidateVerdict]) -> Eligible:
-        """The receiver's engineers who may take the issue at the execution's business time,
-        each one's verdict added to ``judged``: dispatch-enabled, not on time off, inside
-        their working hours where the rules require them (where they prefer them, those
-        inside when anyone is), and under their cap of open issues. One read of the engineers
-        and their time off; open issues are counted in Jira only when a cap applies."""
+                  rules: AvailabilityRules, judged: list[CandidateVerdict], *,
+                  read_all: bool) -> Eligible:
+        """Who of the receiver may take the issue at the execution's business time:
+        dispatch-enabled, not on time off, inside their working hours where the rules require
+        them (where they prefer them, those inside when anyone is), and under their cap of
+        open issues. Only those with something to judge are read with their time off, in one
+        query (``EngineerStore.hindered``); the verdict of each one passed over, or outside
+        their hours, is added to ``judged``. ``read_all``: the dispatch-enabled candidates are
+        read too (a live round robin's turn reads them itself, in its transaction). Open
+        issues are counted in Jira only when a cap applies."""
+        mode = rules.working_hours
         try:
             emails = _dedupe(self._receiver_emails(run, receiver))
-            enabled, away = run.ports.engineers.enabled_with_time_off(
-                emails, run.now - RETURN_WINDOW, run.now + LOOKAHEAD)
+            hindered, away = run.ports.engineers.hindered(
+                emails, run.now - RETURN_WINDOW, run.now + LOOKAHEAD,
+                hours=mode is not WorkingHoursMode.IGNORE)
+            counting = rules.cap is not None or any(e.max_open_issues for e in hindered)
+            enabled = (run.ports.engineers.enabled_by_email(emails) if read_all or counting
+                       else None)
         except DispatcherError as exc:
             state.reason = f"receiver could not be resolved: {exc.message}"
             raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
-        by_email = {e.email: e for e in enabled}
-        candidates = [by_email[email] for email in emails if email in by_email]
-        state.candidates = (state.candidates or []) + [e.email for e in candidates]
-        if not candidates:
-            state.reason = (f"no candidates: {_describe(receiver)} resolved to "
-                            f"{emails or 'nobody'}, none of them dispatch-enabled")
-            return Eligible([], set())
-        profiles = {e.email: _settings(e) for e in candidates}
-        verdicts = judge_candidates([e.email for e in candidates], profiles, away, run.now,
-                                    working_hours=rules.working_hours)
+        profiles = {e.email: _settings(e) for e in hindered}
+        verdicts = judge_candidates(list(profiles), profiles, away, run.now, working_hours=mode)
+        candidates: list[Engineer] = []
         accounts = counts = None
-        capped = [e for e, verdict in zip(candidates, verdicts, strict=True)
-                  if verdict.eligible and effective_cap(profiles[e.email], rules.cap)]
-        if capped:  # open issues are counted for every eligible one, as balanced counts them
-            counted = [e for e, verdict in zip(candidates, verdicts, strict=True)
-                       if verdict.eligible]
-            accounts, counts = self._count(run, state, counted)
-            verdicts = judge_candidates([e.email for e in candidates], profiles, away, run.now,
-                                        working_hours=rules.working_hours, cap=rules.cap,
-                                        open_issues=counts)
-        judged.extend(verdicts)
+        if enabled is not None:
+            by_email = {e.email: e for e in enabled}
+            candidates = [by_email[email] for email in emails if email in by_email]
+            if counting:  # every eligible one is counted, as balanced counts them
+                out = {v.email for v in verdicts if not v.eligible}
+                counted = [e for e in candidates if e.email not in out]
+                if counted:
+                    accounts, counts = self._count(run, state, counted)
+                everyone = {**{e.email: _settings(e) for e in candidates}, **profiles}
+                verdicts = judge_candidates([e.email for e in candidates], everyone, away,
+                                            run.now, working_hours=mode, cap=rules.cap,
+                                            open_issues=counts)
+        noted = [v for v in verdicts if not v.eligible or not v.preferred]
+        judged.extend(noted)
         state.judged = [verdict.to_json() for verdict in judged]
-        chosen = {verdict.email for verdict in _in_hours_first(verdicts)}
-        if not chosen:
-            return Eligible([], set())
+        passed_over = [v.email for v in verdicts if not v.eligible]
+        outside = {v.email for v in verdicts if v.eligible and not v.preferred}
+        left = [email for email in emails if email not in passed_over]
+        if enabled is not None:
+            state.candidates = (state.candidates or []) + [e.email for e in candidates]
+            present = {e.email for e in candidates}
+            left = [email for email in left if email in present]
+            if not candidates:
+                state.reason = (f"no candidates: {_describe(receiver)} resolved to "
+                                f"{emails or 'nobody'}, none of them dispatch-enabled")
+        left = [email for email in left if email not in outside] or left
         returned = {email for email, entries in away.items()
                     if any(run.now - RETURN_WINDOW < entry.end <= run.now for entry in entries)}
-        return Eligible([e for e in candidates if e.email in chosen], returned, accounts=accounts,
-                        counts=counts)
+        return Eligible(left, [e for e in candidates if e.email in left], returned,
+                        read=enabled is not None, passed_over=passed_over, resolved=emails,
+                        accounts=accounts, counts=counts)
 
     def _tied_turn(self, run: ActionRun, state: AssignState, tied: list[Engineer]) -> Engineer:
         """``balanced``'s tie, broken by a live turn among the tied candidates."""
@@ -611,13 +638,25 @@ class AvailabilityRules:
 
 @dataclass(frozen=True)
 class Eligible:
-    """Who may take the issue, in receiver order, and who of them is back from time off; the
-    accounts and counts of open issues when a cap had them counted."""
+    """Who may take the issue, in receiver order (their records too, when they were read),
+    and who of them is back from time off; who was passed over, and whom the receiver
+    resolved to; the accounts and counts of open issues when a cap had them counted."""
 
+    emails: list[str]
     candidates: list[Engineer]
     returned: set[str]
+    read: bool = True  # the dispatch-enabled candidates were read (``candidates``)
+    passed_over: list[str] = field(default_factory=list)
+    resolved: list[str] = field(default_factory=list)
     accounts: dict[str, str] | None = None
     counts: dict[str, int] | None = None
+
+
+def _in_order(before: list[str] | None, emails: list[str], order: list[str]) -> list[str]:
+    """``before`` (the receiver's candidates, when the fallback's follow), then ``emails`` in
+    the receiver's ``order``."""
+    wanted = set(emails)
+    return list(before or []) + [email for email in order if email in wanted]
 
 
 def judge_listed(engineers: EngineerStore, config: dict, rules: AvailabilityRules,
