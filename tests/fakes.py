@@ -515,8 +515,9 @@ class NotConfiguredEngineers(NotConfigured):
                               ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
         raise self._refused("enabled_with_time_off")
 
-    def hindered(self, emails: Iterable[str], since: datetime, until: datetime, *,
-                 hours: bool) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
+    def hindered(self, emails: Iterable[str], at: datetime, until: datetime, *, hours: bool,
+                 returned_since: datetime | None = None,
+                 ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
         raise self._refused("hindered")
 
     def time_off(self, emails: Iterable[str], since: datetime, until: datetime,

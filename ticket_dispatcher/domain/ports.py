@@ -233,10 +233,12 @@ class EngineerStore(Protocol):
         before ``until``, by start: one read."""
         ...
 
-    def hindered(self, emails: Iterable[str], since: datetime, until: datetime, *,
-                 hours: bool) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
-        """``enabled_with_time_off`` for only those with time off in the window, a cap, or
-        (``hours``) working hours: one read."""
+    def hindered(self, emails: Iterable[str], at: datetime, until: datetime, *, hours: bool,
+                 returned_since: datetime | None = None,
+                 ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
+        """The dispatch-enabled engineers among ``emails`` an assignment at ``at`` has
+        something to judge of (on time off at ``at``, a cap, working hours with ``hours``, back
+        from time off since ``returned_since``), with their time off: one read."""
         ...
 
     def time_off(self, emails: Iterable[str], since: datetime, until: datetime,

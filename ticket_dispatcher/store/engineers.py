@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from types import SimpleNamespace
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import peewee
 
@@ -108,20 +108,64 @@ class EngineerRepository:
         """The dispatch-enabled engineers among ``emails`` (by email; callers restore their
         order) and each one's time off that ends after ``since`` and starts before ``until``,
         by start: one query."""
-        return self._with_time_off(emails, since, until, "")
+        return self._with_time_off(emails, since, until)
 
-    def hindered(self, emails: Iterable[str], since: datetime, until: datetime, *,
-                 hours: bool) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
-        """``enabled_with_time_off`` for only those an assignment has something to judge of:
-        time off in the window, a cap on open issues, or (``hours``) working hours. The others
-        may take any issue; most engineers, most of the time, are not read at all."""
-        working = " OR working_hours_json IS NOT NULL" if hours else ""
-        return self._with_time_off(emails, since, until,
-                                   f" AND (t.id IS NOT NULL OR max_open_issues IS NOT NULL"
-                                   f"{working})")
+    def hindered(self, emails: Iterable[str], at: datetime, until: datetime, *, hours: bool,
+                 returned_since: datetime | None = None,
+                 ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
+        """The dispatch-enabled engineers among ``emails`` an assignment at ``at`` has
+        something to judge of: on time off at ``at``, a cap on open issues, working hours
+        (``hours``), or time off ended since ``returned_since`` (back from it); each with its
+        time off that ends after ``returned_since`` (else ``at``) and starts before ``until``,
+        by start. One query; most engineers, most of the time, are not among them, and each
+        comes back with its zone, hours and cap only (the rest of the record is left empty)."""
+        wanted = sorted({normalize_email(email) for email in emails})
+        if not wanted:
+            return [], {}
+        param, since = self.db.param, returned_since or at
+        away = (f"EXISTS (SELECT 1 FROM {_TIME_OFF} c WHERE c.email = e.email "
+                f"AND c.start_at <= {param} AND c.end_at > {param})")
+        back = (f" OR EXISTS (SELECT 1 FROM {_TIME_OFF} r WHERE r.email = e.email "
+                f"AND r.end_at > {param} AND r.end_at <= {param})" if returned_since else "")
+        working = " OR e.working_hours_json IS NOT NULL" if hours else ""
+        params: list[Any] = [time_param(to_utc(since)), time_param(to_utc(until)), *wanted, True,
+                             time_param(to_utc(at)), time_param(to_utc(at))]
+        if returned_since:
+            params += [time_param(to_utc(returned_since)), time_param(to_utc(at))]
+        # Each hindered engineer's entries along the index of engineer and end, looked up for
+        # them alone (OFFSET 0 keeps PostgreSQL's planner from folding the lookup into a join
+        # that hashes every entry of the window, whoever it is for).
+        entries = (f"LEFT JOIN LATERAL (SELECT * FROM {_TIME_OFF} o WHERE o.email = e.email "
+                   f"AND o.end_at > {param} AND o.start_at < {param} OFFSET 0) t ON TRUE"
+                   if is_postgres(self.db) else
+                   f"LEFT JOIN {_TIME_OFF} t ON t.email = e.email "
+                   f"AND t.end_at > {param} AND t.start_at < {param}")
+        with unit_of_work(self.db):
+            rows = read_rows(
+                self.db, EngineerRow,
+                f"SELECT e.email, e.timezone, e.working_hours_json, e.max_open_issues, "
+                f"t.id AS off_id, t.start_at AS off_start, t.end_at AS off_end, "
+                f"t.reason AS off_reason, t.source AS off_source "
+                f"FROM {_TABLE} e {entries} "
+                f"WHERE e.email IN ({placeholders(param, len(wanted))}) "
+                f"AND e.dispatch_enabled = {param} "
+                f"AND ({away}{back} OR e.max_open_issues IS NOT NULL{working}) "
+                f"ORDER BY e.email, t.start_at, t.id", *params)
+        engineers: dict[str, Engineer] = {}
+        time_off: dict[str, list[TimeOff]] = {}
+        for row in rows:
+            if row.email not in engineers:
+                engineers[row.email] = Engineer(
+                    email=row.email, timezone=row.timezone,
+                    working_hours=row.working_hours_json, max_open_issues=row.max_open_issues)
+            if row.off_id is not None:
+                time_off.setdefault(row.email, []).append(TimeOff(
+                    row.off_id, row.email, _as_time(row.off_start), _as_time(row.off_end),
+                    row.off_reason, row.off_source))
+        return list(engineers.values()), time_off
 
     def _with_time_off(self, emails: Iterable[str], since: datetime, until: datetime,
-                       which: str) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
+                       ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
         wanted = sorted({normalize_email(email) for email in emails})
         if not wanted:
             return [], {}
@@ -134,7 +178,7 @@ class EngineerRepository:
                 f"FROM {_TABLE} LEFT JOIN {_TIME_OFF} t ON t.email = {_TABLE}.email "
                 f"AND t.end_at > {param} AND t.start_at < {param} "
                 f"WHERE {_TABLE}.email IN ({placeholders(param, len(wanted))}) "
-                f"AND dispatch_enabled = {param}{which} "
+                f"AND dispatch_enabled = {param} "
                 f"ORDER BY {_TABLE}.email, t.start_at, t.id",
                 time_param(to_utc(since)), time_param(to_utc(until)), *wanted, True)
         engineers: dict[str, Engineer] = {}

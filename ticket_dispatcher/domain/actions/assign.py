@@ -253,8 +253,9 @@ class AssignExecutor:
         try:
             emails = _dedupe(self._receiver_emails(run, receiver))
             hindered, away = run.ports.engineers.hindered(
-                emails, run.now - RETURN_WINDOW, run.now + LOOKAHEAD,
-                hours=mode is not WorkingHoursMode.IGNORE)
+                emails, run.now, run.now + LOOKAHEAD, hours=mode is not WorkingHoursMode.IGNORE,
+                returned_since=(run.now - RETURN_WINDOW
+                                if run.config["strategy"] == Strategy.BALANCED else None))
             counting = rules.cap is not None or any(e.max_open_issues for e in hindered)
             enabled = (run.ports.engineers.enabled_by_email(emails) if read_all or counting
                        else None)
