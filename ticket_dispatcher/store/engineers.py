@@ -142,7 +142,7 @@ class EngineerRepository:
                    f"AND t.end_at > {param} AND t.start_at < {param}")
         with unit_of_work(self.db):
             rows = read_rows(
-                self.db, EngineerRow,
+                self.db, EngineerRow, Prepared(  # every assignment sends it
                 f"SELECT e.email, e.timezone, e.working_hours_json, e.max_open_issues, "
                 f"t.id AS off_id, t.start_at AS off_start, t.end_at AS off_end, "
                 f"t.reason AS off_reason, t.source AS off_source "
@@ -150,7 +150,7 @@ class EngineerRepository:
                 f"WHERE e.email IN ({placeholders(param, len(wanted))}) "
                 f"AND e.dispatch_enabled = {param} "
                 f"AND ({away}{back} OR e.max_open_issues IS NOT NULL{working}) "
-                f"ORDER BY e.email, t.start_at, t.id", *params)
+                f"ORDER BY e.email, t.start_at, t.id"), *params)
         engineers: dict[str, Engineer] = {}
         time_off: dict[str, list[TimeOff]] = {}
         for row in rows:
