@@ -6,6 +6,7 @@ still runs."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from falcon import testing
@@ -17,6 +18,7 @@ from tests.domain.test_notification_page import POLL, TIMEOUT, page
 from tests.fakes import issue
 from tests.harness import assign, rule
 from ticket_dispatcher.config import load_config
+from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.http.app import Services
 from ticket_dispatcher.store.database import unit_of_work
@@ -416,3 +418,18 @@ def test_a_triggers_executions_say_while_it_is_pending_and_refresh_until_process
     assert 'hx-trigger="every 2s"' not in failed.text
     assert open_console.get("/console/executions",
                             params={"trigger_id": 999_999}).status_code == 404
+
+
+def test_the_timeline_says_who_was_passed_over_and_why(open_console, harness):
+    engineers(harness)
+    now = harness.clock.now()
+    harness.store.time_off.add(TimeOff(None, ENGINEERS[0], now - timedelta(hours=1),
+                                       now + timedelta(days=2), "parental leave", "api"), now)
+    harness.policy(rule(assign(*ENGINEERS), name="everyone"))
+    [execution_id] = harness.post_trigger().execution_ids
+
+    text = main_text(open_console.get(f"/console/executions/{execution_id}").text)
+
+    assert f"Chosen {ENGINEERS[1]}" in text
+    assert (f"Passed over {ENGINEERS[0]}: not eligible: on time off until Wed 2026-12-02 "
+            f"01:00 UTC (parental leave)") in text
