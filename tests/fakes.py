@@ -511,10 +511,6 @@ class NotConfiguredEngineers(NotConfigured):
                   now: datetime) -> Turn | None:
         raise self._refused("take_turn")
 
-    def enabled_with_time_off(self, emails: Iterable[str], since: datetime, until: datetime,
-                              ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
-        raise self._refused("enabled_with_time_off")
-
     def hindered(self, emails: Iterable[str], at: datetime, until: datetime, *, hours: bool,
                  returned_since: datetime | None = None,
                  ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:

@@ -46,7 +46,7 @@ READS = {
     "lark": {"open_ids_by_email", "read_user_ids"},
     "oncall": {"responders"},
     "core": {"group_members", "user", "leader"},
-    "engineers": {"enabled_by_email", "enabled_with_time_off", "hindered", "time_off"},
+    "engineers": {"enabled_by_email", "hindered", "time_off"},
     "contexts": {"find"},
     "triggers": set(),
 }

@@ -227,12 +227,6 @@ class EngineerStore(Protocol):
         ``last_dispatched_issue``. None when none of them is dispatch-enabled."""
         ...
 
-    def enabled_with_time_off(self, emails: Iterable[str], since: datetime, until: datetime,
-                              ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
-        """``enabled_by_email`` and each one's time off that ends after ``since`` and starts
-        before ``until``, by start: one read."""
-        ...
-
     def hindered(self, emails: Iterable[str], at: datetime, until: datetime, *, hours: bool,
                  returned_since: datetime | None = None,
                  ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:

@@ -103,13 +103,6 @@ class EngineerRepository:
         with unit_of_work(self.db):
             return [_engineer(row) for row in self._enabled(wanted)]
 
-    def enabled_with_time_off(self, emails: Iterable[str], since: datetime, until: datetime,
-                              ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
-        """The dispatch-enabled engineers among ``emails`` (by email; callers restore their
-        order) and each one's time off that ends after ``since`` and starts before ``until``,
-        by start: one query."""
-        return self._with_time_off(emails, since, until)
-
     def hindered(self, emails: Iterable[str], at: datetime, until: datetime, *, hours: bool,
                  returned_since: datetime | None = None,
                  ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
@@ -163,34 +156,6 @@ class EngineerRepository:
                     row.off_id, row.email, _as_time(row.off_start), _as_time(row.off_end),
                     row.off_reason, row.off_source))
         return list(engineers.values()), time_off
-
-    def _with_time_off(self, emails: Iterable[str], since: datetime, until: datetime,
-                       ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
-        wanted = sorted({normalize_email(email) for email in emails})
-        if not wanted:
-            return [], {}
-        param = self.db.param
-        with unit_of_work(self.db):
-            rows = read_rows(
-                self.db, EngineerRow,
-                f"SELECT {_TABLE}.*, t.id AS off_id, t.start_at AS off_start, "
-                f"t.end_at AS off_end, t.reason AS off_reason, t.source AS off_source "
-                f"FROM {_TABLE} LEFT JOIN {_TIME_OFF} t ON t.email = {_TABLE}.email "
-                f"AND t.end_at > {param} AND t.start_at < {param} "
-                f"WHERE {_TABLE}.email IN ({placeholders(param, len(wanted))}) "
-                f"AND dispatch_enabled = {param} "
-                f"ORDER BY {_TABLE}.email, t.start_at, t.id",
-                time_param(to_utc(since)), time_param(to_utc(until)), *wanted, True)
-        engineers: dict[str, Engineer] = {}
-        away: dict[str, list[TimeOff]] = {}
-        for row in rows:
-            if row.email not in engineers:
-                engineers[row.email] = _engineer(row)
-            if row.off_id is not None:
-                away.setdefault(row.email, []).append(TimeOff(
-                    row.off_id, row.email, _as_time(row.off_start), _as_time(row.off_end),
-                    row.off_reason, row.off_source))
-        return list(engineers.values()), away
 
     def time_off(self, emails: Iterable[str], since: datetime, until: datetime,
                  ) -> Mapping[str, list[TimeOff]]:

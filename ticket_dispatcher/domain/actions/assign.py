@@ -673,8 +673,8 @@ def judge_listed(engineers: EngineerStore, config: dict, rules: AvailabilityRule
         elif receiver.get("type") == ReceiverType.USERS:
             emails += list(receiver.get("users") or [])
     listed = _dedupe([email for email in emails if isinstance(email, str)])
-    enabled, away = engineers.enabled_with_time_off(listed, now - RETURN_WINDOW, now + LOOKAHEAD)
-    by_email = {e.email: e for e in enabled}
+    by_email = {e.email: e for e in engineers.enabled_by_email(listed)}
+    away = engineers.time_off(list(by_email), now, now + LOOKAHEAD)
     present = [email for email in listed if email in by_email]
     verdicts = judge_candidates(present, {e: _settings(by_email[e]) for e in present}, away, now,
                                 working_hours=rules.working_hours)
