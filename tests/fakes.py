@@ -19,7 +19,6 @@ from ticket_dispatcher.domain.execution import Execution, FailureCode, RuleExecu
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.domain.ports import (
     Answer,
-    AvailableTurn,
     DirectoryUser,
     GroupMember,
     NotConfigured,
@@ -511,10 +510,6 @@ class NotConfiguredEngineers(NotConfigured):
     def take_turn(self, emails_in_order: Iterable[str], *, issue_key: str,
                   now: datetime) -> Turn | None:
         raise self._refused("take_turn")
-
-    def take_available_turn(self, emails_in_order: Iterable[str], *, issue_key: str,
-                            now: datetime, until: datetime) -> AvailableTurn | None:
-        raise self._refused("take_available_turn")
 
     def hindered(self, emails: Iterable[str], at: datetime, until: datetime, *, hours: bool,
                  returned_since: datetime | None = None,

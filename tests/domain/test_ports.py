@@ -120,8 +120,8 @@ def test_the_protocols_declare_the_methods_of_each_role():
                  "urgent_app"],
         "oncall": ["page", "responders"],
         "core": ["group_members", "leader", "user"],
-        "engineers": ["enabled_by_email", "hindered", "set_jira_account_id",
-                      "take_available_turn", "take_turn", "time_off", "update_dispatch_state"],
+        "engineers": ["enabled_by_email", "hindered", "set_jira_account_id", "take_turn",
+                      "time_off", "update_dispatch_state"],
     }
 
 

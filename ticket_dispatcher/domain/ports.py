@@ -112,20 +112,6 @@ class Turn:
     candidates: tuple[Engineer, ...]
 
 
-@dataclass(frozen=True)
-class AvailableTurn:
-    """A round-robin turn taken among those not on time off (``EngineerStore.
-    take_available_turn``): the engineer ``chosen`` (None: nobody left, or ``capped``), the
-    dispatch-enabled ``candidates`` the transaction read, in the order asked, and the time off
-    of those away. ``capped``: a candidate not away has a cap on open issues, which only a
-    count in Jira can judge, so no turn was taken."""
-
-    chosen: Engineer | None
-    candidates: tuple[Engineer, ...]
-    away: Mapping[str, list[TimeOff]]
-    capped: bool = False
-
-
 def answer_each(call: Callable[[Any], T], arguments: Iterable[Any]) -> list[Answer[T]]:
     """``call`` of each argument, one after another; a ``DispatcherError`` is that one's
     answer, and the others are still asked (a client's batch method, without a pool)."""
@@ -239,14 +225,6 @@ class EngineerStore(Protocol):
         read which of ``emails_in_order`` are dispatch-enabled, choose the one whose turn it
         is (``assign.next_in_turn``) and advance their ``last_dispatched_at``/
         ``last_dispatched_issue``. None when none of them is dispatch-enabled."""
-        ...
-
-    def take_available_turn(self, emails_in_order: Iterable[str], *, issue_key: str,
-                            now: datetime, until: datetime) -> AvailableTurn | None:
-        """``take_turn`` among those of the dispatch-enabled candidates not on time off at
-        ``now``, in the same transaction, with the time off of those away (ending after
-        ``now``, starting before ``until``); no turn when one not away has a cap. None when
-        none of ``emails_in_order`` is dispatch-enabled."""
         ...
 
     def hindered(self, emails: Iterable[str], at: datetime, until: datetime, *, hours: bool,

@@ -10,9 +10,8 @@ take turns one after the other.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, TypedDict
 
@@ -21,7 +20,7 @@ import peewee
 from ticket_dispatcher.domain.actions.assign import next_in_turn
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.model import Engineer
-from ticket_dispatcher.domain.ports import AvailableTurn, Turn
+from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.store.database import (
     Prepared,
@@ -310,92 +309,6 @@ class EngineerRepository:
         chosen = next(e for e in candidates if e.email == rows[0].chosen_email)
         return Turn(chosen, tuple(candidates))
 
-    def take_available_turn(self, emails_in_order: Iterable[str], *, issue_key: str,
-                            now: datetime, until: datetime) -> AvailableTurn | None:
-        """``take_turn`` among those not on time off at ``now``, in one transaction: the
-        candidates locked and read as ``take_turn`` reads them, each with whether they are
-        away; the turn taken among the others (none when one of those has a cap on open
-        issues: only a count in Jira can judge it, and the caller does); the time off of those
-        away, ending after ``now`` and starting before ``until``, for saying why and until
-        when. On PostgreSQL one statement; an ordinary assignment needs no other read."""
-        order = list(dict.fromkeys(normalize_email(email) for email in emails_in_order))
-        if not order:
-            return None
-        now, until = to_utc(now), to_utc(until)
-        if is_postgres(self.db):
-            return self._available_turn_in_one(order, issue_key, now, until)
-        with write_lock(self.db):
-            rows = {row.email: row for row in self._enabled(sorted(order), lock=True)}
-            candidates = [_engineer(rows[email]) for email in order if email in rows]
-            if not candidates:
-                return None
-            away = self._time_off.around([e.email for e in candidates], now, until)
-            away = {email: entries for email, entries in away.items()
-                    if any(entry.start <= now for entry in entries)}
-            present = [e for e in candidates if e.email not in away]
-            if any(e.max_open_issues is not None for e in present):
-                return AvailableTurn(None, tuple(candidates), away, capped=True)
-            chosen = next_in_turn(present) if present else None
-            if chosen is not None:
-                self.db.execute_sql(
-                    f"UPDATE {_TABLE} SET last_dispatched_at = {self.db.param}, "
-                    f"last_dispatched_issue = {self.db.param}, updated_at = {self.db.param} "
-                    f"WHERE email = {self.db.param}",
-                    (time_param(_turn_mark(candidates, now)), issue_key, time_param(now),
-                     chosen.email))
-        return AvailableTurn(chosen, tuple(candidates), away)
-
-    def _available_turn_in_one(self, order: list[str], issue_key: str, now: datetime,
-                               until: datetime) -> AvailableTurn | None:
-        """``take_available_turn`` on PostgreSQL in one statement: ``_take_turn_in_one``'s,
-        with each candidate's absence now, the turn only among those present and only when
-        none of them has a cap, and the time off of those away as JSON beside their row."""
-        marks = placeholders(self.db.param, len(order))
-        with unit_of_work(self.db):
-            rows = read_rows(self.db, EngineerRow, Prepared(f"""WITH candidates AS (
-                SELECT e.*, EXISTS (SELECT 1 FROM {_TIME_OFF} c WHERE c.email = e.email
-                                    AND c.start_at <= %s AND c.end_at > %s) AS away
-                FROM {_TABLE} e WHERE email IN ({marks}) AND dispatch_enabled = %s
-                ORDER BY email FOR UPDATE
-            ), chosen AS (
-                SELECT email FROM candidates
-                WHERE NOT away AND NOT EXISTS (SELECT 1 FROM candidates k
-                                              WHERE NOT k.away AND k.max_open_issues IS NOT NULL)
-                ORDER BY last_dispatched_at IS NOT NULL, last_dispatched_at,
-                         array_position(%s::text[], email::text)
-                LIMIT 1
-            ), turn AS (
-                UPDATE {_TABLE} SET
-                    last_dispatched_at = (
-                        SELECT CASE WHEN MAX(last_dispatched_at) IS NULL
-                                         OR MAX(last_dispatched_at) < %s THEN %s
-                                    ELSE MAX(last_dispatched_at) + %s END
-                        FROM candidates),
-                    last_dispatched_issue = %s, updated_at = %s
-                WHERE email = (SELECT email FROM chosen)
-                RETURNING email
-            )
-            SELECT candidates.*, (SELECT email FROM turn) AS chosen_email,
-                   CASE WHEN candidates.away THEN (
-                       SELECT json_agg(json_build_object(
-                                  'id', o.id, 'start', o.start_at, 'end', o.end_at,
-                                  'reason', o.reason, 'source', o.source) ORDER BY o.start_at)
-                       FROM {_TIME_OFF} o WHERE o.email = candidates.email
-                       AND o.end_at > %s AND o.start_at < %s) END AS off
-            FROM candidates"""),
-                time_param(now), time_param(now), *order, True, order, time_param(now),
-                time_param(now), TURN_STEP, issue_key, time_param(now), time_param(now),
-                time_param(until), wait_for_disk=False)  # a turn lost with the server: taken again
-        if not rows:
-            return None
-        by_email = {row.email: row for row in rows}
-        candidates = [_engineer(by_email[email]) for email in order if email in by_email]
-        away = {row.email: [_time_off_of(row.email, entry) for entry in _json_list(row.off)]
-                for row in rows if row.away}
-        capped = any(not row.away and row.max_open_issues is not None for row in rows)
-        chosen = next((e for e in candidates if e.email == rows[0].chosen_email), None)
-        return AvailableTurn(chosen, tuple(candidates), away, capped=capped)
-
     def _enabled(self, emails: list[str], *, lock: bool = False) -> list[SimpleNamespace]:
         """The dispatch-enabled engineers among ``emails`` (normalized), by email; locked
         (``FOR UPDATE`` on PostgreSQL) with ``lock``. Every assignment reads them (a live
@@ -476,21 +389,3 @@ def _as_time(value: str | datetime | None) -> datetime:
     converted = TimeOffRow.start_at.python_value(value)
     assert converted is not None, "time off has a start and an end"
     return converted
-
-
-def _json_list(value: object) -> list[dict]:
-    """A ``json_agg`` as the driver gives it: decoded, or text; None for no rows."""
-    if value is None:
-        return []
-    decoded = json.loads(value) if isinstance(value, str) else value
-    return list(decoded) if isinstance(decoded, list) else []
-
-
-def _time_off_of(email: str, entry: dict) -> TimeOff:
-    """One entry of ``_json_list``: its times are the stored UTC ones, without a zone."""
-    return TimeOff(int(entry["id"]), email, _utc(entry["start"]), _utc(entry["end"]),
-                   str(entry["reason"]), str(entry["source"]))
-
-
-def _utc(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)

@@ -19,7 +19,6 @@ issue; a field that already holds the account is not written again. Ports used
 """
 from __future__ import annotations
 
-import enum
 import logging
 import random
 from collections.abc import Sequence
@@ -165,10 +164,6 @@ class AssignExecutor:
         """The engineer ``strategy`` chooses among those of ``receiver`` who may take the
         issue (``_eligible``), with ``state.reason`` saying why; None when nobody is left."""
         live_turn = strategy is Strategy.ROUND_ROBIN and not run.execution.dry_run
-        if live_turn and rules.working_hours is WorkingHoursMode.IGNORE and rules.cap is None:
-            available = self._available_turn(run, state, receiver, judged)
-            if not isinstance(available, Capped):
-                return available
         pool = self._eligible(run, state, receiver, rules, judged, read_all=not live_turn)
         if live_turn:
             # the turn is taken among the eligible, in one transaction under row locks
@@ -242,40 +237,6 @@ class AssignExecutor:
             state.reason = exc.message
             raise
         return accounts, workload.counts
-
-    def _available_turn(self, run: ActionRun, state: AssignState, receiver: dict,
-                        judged: list[CandidateVerdict]) -> Engineer | None | Capped:
-        """An ordinary live round robin (hours not looked at, no cap of the action's): the
-        turn taken among the candidates not on time off, in the transaction that reads them
-        (``EngineerStore.take_available_turn``), those away judged from the time off it
-        brings back. ``CAPPED`` when a candidate has a cap of their own: nothing was taken,
-        and the plan judges as for any other strategy (``_eligible``)."""
-        try:
-            emails = _dedupe(self._receiver_emails(run, receiver))
-            taken = run.ports.engineers.take_available_turn(
-                emails, issue_key=run.issue.key, now=run.now, until=run.now + LOOKAHEAD)
-        except DispatcherError as exc:
-            state.reason = f"round_robin turn could not be taken: {exc.message}"
-            raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
-        if taken is not None and taken.capped:
-            return CAPPED
-        read = [e.email for e in taken.candidates] if taken is not None else []
-        state.candidates = (state.candidates or []) + read
-        if taken is None:
-            state.reason = (f"no candidates: {_describe(receiver)} resolved to "
-                            f"{emails or 'nobody'}, none of them dispatch-enabled")
-            return None
-        by_email = {e.email: e for e in taken.candidates}
-        away = [email for email in read if email in taken.away]
-        verdicts = judge_candidates(away, {email: _settings(by_email[email]) for email in away},
-                                    taken.away, run.now)
-        judged.extend(verdicts)
-        state.judged = [verdict.to_json() for verdict in judged]
-        if taken.chosen is None:
-            return None
-        state.turn_taken = True
-        state.reason = _round_robin_reason(taken.chosen)
-        return taken.chosen
 
     def _eligible(self, run: ActionRun, state: AssignState, receiver: dict,
                   rules: AvailabilityRules, judged: list[CandidateVerdict], *,
@@ -656,14 +617,6 @@ def _describe(receiver: dict) -> str:
     kind = receiver.get("type")
     return f"{kind} {receiver.get(kind)!r}" if kind != "users" else f"users {receiver['users']}"
 
-
-class Capped(enum.Enum):
-    """``_available_turn``'s answer when a candidate's own cap needs a count in Jira."""
-
-    CAPPED = "capped"
-
-
-CAPPED = Capped.CAPPED
 
 # Someone whose time off ended this recently is "back from time off" for ``balanced``.
 RETURN_WINDOW = timedelta(days=7)
