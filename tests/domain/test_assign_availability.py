@@ -230,3 +230,19 @@ def test_an_unknown_engineer_in_l2_skips_alike(world, store):
     executor.plan(run)
 
     assert run.context["assign"]["assignee"] == "b@example.com"
+
+
+def test_a_round_robin_counts_open_issues_when_someone_has_a_cap_of_their_own(world, store):
+    """Whoever is at their own cap is passed over; the turn goes among the others."""
+    hours(store, "a@example.com", "UTC", None, cap=2)
+    world.jira.open_issues.update({"acc-a": 2, "acc-b": 0, "acc-carol": 0})
+    away(store, "carol@example.com", NOW - timedelta(hours=1), NOW + timedelta(days=1))
+
+    state = plan(world, config())
+
+    assert state["assignee"] == "b@example.com"
+    assert state["counts"] == {"a@example.com": 2, "b@example.com": 0}
+    assert {v["email"]: v["codes"] for v in state["judged"]} == {
+        "a@example.com": ["at_capacity"], "carol@example.com": ["time_off"]}
+    assert [e.email for e in store.engineers.enabled_by_email(ABC)
+            if e.last_dispatched_at is not None] == ["b@example.com"]  # one turn, b's
