@@ -1,5 +1,7 @@
-"""The chaos soak, short, in the default suite: a fixed seed whose schedule is known, and a
-fresh seed each run, so that CI keeps drawing new interleavings. Each run is the whole soak of
+"""The chaos soak, short, in the default suite, with a fixed seed whose schedule is known: a
+failure in CI is a regression to replay, never the luck of a draw. New interleavings are drawn
+on purpose, by the documented command with a fresh seed (``python bench/chaos.py --seed N``,
+bench/README.md, "The chaos soak"). Each run is the whole soak of
 bench/chaos.py (tests/chaos/soak.py): real replicas (three in shared mode on PostgreSQL when
 ``TICKET_DISPATCHER_TEST_DATABASE_URL`` is set, else one on SQLite), the fakes in their own
 process, the load and the nemesis, then the checker over the history. A failure names its
@@ -8,7 +10,6 @@ seed and the command that replays it, with the checker's report."""
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 
@@ -18,12 +19,10 @@ from tests.chaos.soak import SQLITE_RATE, run_soak
 
 DURATION_S = 45.0
 FIXED_SEED = 12
-FRESH_SEED = random.SystemRandom().randrange(1, 1_000_000)  # printed in the test's id
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("seed", [FIXED_SEED, FRESH_SEED],
-                         ids=[f"fixed-seed-{FIXED_SEED}", f"fresh-seed-{FRESH_SEED}"])
+@pytest.mark.parametrize("seed", [FIXED_SEED], ids=[f"fixed-seed-{FIXED_SEED}"])
 @pytest.mark.slow
 def test_a_short_soak_keeps_every_promise(seed, tmp_path):
     postgres_url = os.environ.get("TICKET_DISPATCHER_TEST_DATABASE_URL")
