@@ -169,11 +169,14 @@ def test_sigterm_with_a_call_stuck_in_its_read_timeout_exits_in_time_and_resumes
 
     started = time.monotonic()
     first.terminate()
-    code = first.wait_exit(timeout=3 + 2)
+    # The 3 s deadline, and the interpreter's own exit after it: measured at 3.1 to 4.0 s on an
+    # idle 2-core machine, and now and then past 5 s; far below the call's 20 s read timeout,
+    # which a shutdown that waited for the call would show.
+    code = first.wait_exit(timeout=3 + 4)
     elapsed = time.monotonic() - started
 
     assert code == 0, first.log()
-    assert elapsed < 3 + 2
+    assert elapsed < 3 + 4
     assert first.log_problems() == []
     assert stored_status(db_url, execution["id"]) == "executing"
 
