@@ -25,13 +25,12 @@ from ticket_dispatcher.console.web import Console, Page, Query, url
 from ticket_dispatcher.domain.actions.assign import AssignState, AvailabilityRules, next_in_turn
 from ticket_dispatcher.domain.actions.state import StateError
 from ticket_dispatcher.domain.availability import (
-    ANY_TIME,
     LOOKAHEAD,
     Availability,
-    AvailabilitySettings,
     TimeOff,
     availability_at,
     judge_candidates,
+    settings_of,
 )
 from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
 from ticket_dispatcher.domain.execution import ActionExecution, Execution
@@ -82,21 +81,14 @@ class Presence:
 
 
 def presence(engineer: Engineer, time_off: list[TimeOff], now: datetime) -> Presence:
-    settings = _settings(engineer)
+    settings = settings_of(engineer)
     local = now.astimezone(settings.zone)
     return Presence(engineer, availability_at(settings, time_off, now),
                     f"{local:%a %H:%M} {settings.zone.key}")
 
 
-def _settings(engineer: Engineer) -> AvailabilitySettings:
-    try:
-        return AvailabilitySettings.from_engineer(engineer)
-    except InvalidInput:  # a zone the installed tzdata dropped: shown as UTC, any time
-        return ANY_TIME
-
-
 def _zone(engineer: Engineer) -> ZoneInfo:
-    return _settings(engineer).zone
+    return settings_of(engineer).zone
 
 
 def _flag(text: str) -> bool:
@@ -280,7 +272,7 @@ def read_rotations(store: Store, now: datetime) -> list[Rotation]:
 def _judge(rotation: Rotation, away: Mapping[str, list[TimeOff]], now: datetime) -> None:
     """Each enabled member's verdict at ``now`` under the rotation's rules, on the member."""
     enabled = {m.email: m for m in rotation.members if m.enabled and m.engineer is not None}
-    profiles = {email: _settings(m.engineer) for email, m in enabled.items()
+    profiles = {email: settings_of(m.engineer) for email, m in enabled.items()
                 if m.engineer is not None}
     for verdict in judge_candidates(list(enabled), profiles, away, now,
                                     working_hours=rotation.rules.working_hours):

@@ -9,6 +9,7 @@ every sentence shows times in that zone.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +34,8 @@ from ticket_dispatcher.domain.checks import (
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import InvalidInput
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339, to_utc
+
+log = logging.getLogger(__name__)
 
 LOOKAHEAD = timedelta(days=14)  # how far ahead the next working span is looked for
 MAX_SPANS_PER_DAY = 24
@@ -124,6 +127,18 @@ class AvailabilitySettings:
         except InvalidInput as exc:
             raise InvalidInput(f"the availability settings of {engineer.email} are invalid",
                                exc.problems) from None
+
+
+def settings_of(engineer: Engineer) -> AvailabilitySettings:
+    """The engineer's settings for judging and showing them; any time and no cap when they no
+    longer read (a zone the installed tzdata dropped), which is what they meant before they
+    were set. Logged, so that someone fixes the record."""
+    try:
+        return AvailabilitySettings.from_engineer(engineer)
+    except InvalidInput:
+        log.warning("an engineer's availability settings do not read; taken as any time",
+                    extra={"engineer": engineer.email})
+        return ANY_TIME
 
 
 @lru_cache(maxsize=4096)

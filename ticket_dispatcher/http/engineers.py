@@ -10,10 +10,10 @@ import falcon
 
 from ticket_dispatcher.domain.availability import (
     LOOKAHEAD,
-    AvailabilitySettings,
     availability_at,
     parse_availability_settings,
     parse_time_off,
+    settings_of,
 )
 from ticket_dispatcher.domain.catalog import ENGINEER_EMAIL
 from ticket_dispatcher.domain.model import Engineer
@@ -137,7 +137,7 @@ def availability_changes(store: Store, email: str, given: dict) -> AvailabilityC
 def shown(engineer: Engineer, time_off: list, now: datetime) -> dict:
     """The engineer as the API answers: its record and its ``availability`` at ``now`` (time
     off and working hours; capacity is judged by an assignment, from Jira's count)."""
-    settings = AvailabilitySettings.from_engineer(engineer)
+    settings = settings_of(engineer)
     state = availability_at(settings, time_off, now)
     return {**engineer.to_json(), "availability": {
         "available": state.available, "reasons": list(state.reasons),

@@ -39,13 +39,12 @@ from ticket_dispatcher.domain.actions.retrying import (
     retry_later,
 )
 from ticket_dispatcher.domain.availability import (
-    ANY_TIME,
     LOOKAHEAD,
-    AvailabilitySettings,
     CandidateVerdict,
     WorkingHoursMode,
     judge_candidates,
     no_eligible_candidate_reason,
+    settings_of,
 )
 from ticket_dispatcher.domain.catalog import (
     DIRECTORY_NAME,
@@ -73,7 +72,6 @@ from ticket_dispatcher.domain.ports import EngineerStore, Turn
 from ticket_dispatcher.errors import (
     DispatcherError,
     IntegrationError,
-    InvalidInput,
     OutcomeUnknown,
     Problem,
 )
@@ -262,7 +260,7 @@ class AssignExecutor:
         except DispatcherError as exc:
             state.reason = f"receiver could not be resolved: {exc.message}"
             raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
-        profiles = {e.email: _settings(e) for e in hindered}
+        profiles = {e.email: settings_of(e) for e in hindered}
         verdicts = judge_candidates(list(profiles), profiles, away, run.now, working_hours=mode)
         candidates: list[Engineer] = []
         accounts = counts = None
@@ -274,7 +272,7 @@ class AssignExecutor:
                 counted = [e for e in candidates if e.email not in out]
                 if counted:
                     accounts, counts = self._count(run, state, counted)
-                everyone = {**{e.email: _settings(e) for e in candidates}, **profiles}
+                everyone = {**{e.email: settings_of(e) for e in candidates}, **profiles}
                 verdicts = judge_candidates([e.email for e in candidates], everyone, away,
                                             run.now, working_hours=mode, cap=rules.cap,
                                             open_issues=counts)
@@ -676,7 +674,7 @@ def judge_listed(engineers: EngineerStore, config: dict, rules: AvailabilityRule
     by_email = {e.email: e for e in engineers.enabled_by_email(listed)}
     away = engineers.time_off(list(by_email), now, now + LOOKAHEAD)
     present = [email for email in listed if email in by_email]
-    verdicts = judge_candidates(present, {e: _settings(by_email[e]) for e in present}, away, now,
+    verdicts = judge_candidates(present, {e: settings_of(by_email[e]) for e in present}, away, now,
                                 working_hours=rules.working_hours)
     missing = [{"email": email, "eligible": False, "preferred": False,
                 "reasons": ["not a dispatch-enabled engineer"], "codes": [], "until": None}
@@ -706,14 +704,3 @@ def _in_hours_first(verdicts: Sequence[CandidateVerdict]) -> list[CandidateVerdi
     eligible = [verdict for verdict in verdicts if verdict.eligible]
     preferred = [verdict for verdict in eligible if verdict.preferred]
     return preferred or eligible
-
-
-def _settings(engineer: Engineer) -> AvailabilitySettings:
-    """The engineer's settings; any time and no cap when they no longer read (a zone the
-    installed tzdata dropped), which is what they meant before they were set."""
-    try:
-        return AvailabilitySettings.from_engineer(engineer)
-    except InvalidInput:
-        log.warning("an engineer's availability settings do not read; taken as any time",
-                    extra={"engineer": engineer.email})
-        return ANY_TIME
