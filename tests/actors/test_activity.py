@@ -93,3 +93,32 @@ def test_messages_left_in_the_inbox_of_a_crashed_actor_end_their_activity():
 
     assert activity.wait_idle(10)
     assert not ref.is_alive()
+
+
+class Counter(TrackedActor):
+    """Counts the told messages it handled; an ask answers the count."""
+
+    def __init__(self):
+        super().__init__()
+        self.handled = 0
+
+    def handle(self, message):
+        if message == "count?":
+            return self.handled
+        self.handled += 1
+        return None
+
+
+def test_a_condition_that_asks_an_actor_holds_once_its_messages_are_handled():
+    """The condition is checked without the activity's lock: the actor it asks ends each
+    told message's activity under that lock, so checking with it held would stall both."""
+    ref = Counter.start()
+    activity = Activity()
+    try:
+        for _ in range(50):
+            activity.tell(ref, "work")
+
+        assert activity.wait_for(lambda: ref.ask("count?", timeout=5) == 50, timeout=10)
+        assert activity.wait_for(lambda: False, timeout=0.05) is False
+    finally:
+        ref.stop(timeout=10)

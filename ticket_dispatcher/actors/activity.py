@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,7 @@ class Tracked:
 class Activity:
     def __init__(self) -> None:
         self._count = 0
+        self._handled = 0  # messages handled so far: ``wait_for`` waits for it to move
         self._cond = threading.Condition()
 
     def tell(self, ref: pykka.ActorRef, message: Any) -> bool:
@@ -72,6 +74,7 @@ class Activity:
                 raise ActivityError("a message's activity was ended twice")
             unit._ended = True
             self._count -= 1
+            self._handled += 1
             self._cond.notify_all()
 
     @property
@@ -81,12 +84,28 @@ class Activity:
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until nothing is in flight; False when ``timeout`` seconds pass first."""
-        return self.wait_for(lambda: self._count == 0, timeout)
+        with self._cond:
+            return self._cond.wait_for(lambda: self._count == 0, timeout=timeout)
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Block until ``predicate`` holds, re-checking it each time a message is handled."""
-        with self._cond:
-            return self._cond.wait_for(predicate, timeout=timeout)
+        """Block until ``predicate`` holds, re-checking it each time a message is handled;
+        False when ``timeout`` seconds pass first.
+
+        The predicate runs without the lock held: it may ask an actor (the admin status),
+        and that actor ends its own message's activity under this lock before it answers.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                seen = self._handled
+            if predicate():
+                return True
+            with self._cond:
+                while self._handled == seen:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._cond.wait(remaining)
 
 
 class TrackedActor(pykka.ThreadingActor):
