@@ -3,9 +3,10 @@
 Exit codes, as README.md "Command line" documents them per command: 0 success; 1 the work
 could not be done with what was given: an invalid policy (``policy validate``), a file that is
 not a readable policy (``policy test``), a database that cannot be reached or migrated
-(``migrate``, ``serve``); 2 the command cannot start: a usage error, an unreadable file, a bad
-configuration (a ``database_url`` naming a missing SQLite directory or needing the missing
-``postgres`` extra, no API keys, a port in use); 130 interrupted. A failure is one line on
+(``migrate``, ``serve``), a Jira that cannot be reached or refuses (``jira webhook``); 2 the
+command cannot start: a usage error, an unreadable file, a bad configuration (a
+``database_url`` naming a missing SQLite directory or needing the missing ``postgres`` extra,
+no API keys, a port in use, no webhook secret); 130 interrupted. A failure is one line on
 stderr, never a traceback.
 
 ``policy validate`` and ``policy test`` read a policy exactly as ``GET /dispatch/policies/{id}``
@@ -13,8 +14,12 @@ answers it: the server-assigned fields are ignored, with a note on stderr. ``pol
 shadow-report`` reads the configured database, as ``migrate`` does (docs/policies.md, "Shadow:
 try a change on live traffic").
 
-The store and the HTTP server are imported inside their commands, so ``version``, ``config show``
-and the offline ``policy`` commands load neither peewee nor waitress.
+``jira webhook register`` and ``show`` manage the Jira admin webhook that feeds the service's
+webhook route, through Jira's admin-webhook REST API (integrations/jira_webhooks_admin.py).
+
+The store, the HTTP server and the HTTP client are imported inside their commands, so
+``version``, ``config show`` and the offline ``policy`` commands load neither peewee, waitress
+nor requests.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import urlsplit
 
 from ticket_dispatcher import __version__
 from ticket_dispatcher.config import Config, load_config, masked
@@ -39,11 +45,24 @@ from ticket_dispatcher.domain.validation import (
     validate_policy,
     without_server_fields,
 )
-from ticket_dispatcher.errors import DispatcherError, InvalidInput, NotFound, Problem
+from ticket_dispatcher.errors import (
+    DispatcherError,
+    IntegrationError,
+    InvalidInput,
+    NotFound,
+    OutcomeUnknown,
+    Problem,
+)
+from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.safejson import read_json_file
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339
 
 if TYPE_CHECKING:  # imported inside the commands that open it
+    from ticket_dispatcher.integrations.jira_webhooks_admin import (
+        AdminWebhook,
+        JiraWebhookAdmin,
+        WebhookRegistration,
+    )
     from ticket_dispatcher.store import Store
 
 PROG = "ticket-dispatcher"
@@ -54,6 +73,9 @@ EXIT_FAILURE = 1  # the service could not do its work (database unreachable, ...
 # Policy and issue files nest deeper than request bodies may (a Jira issue's raw fields); the
 # cap only keeps a hostile file from reaching RecursionError.
 MAX_FILE_JSON_DEPTH = 256
+# The service's route for Jira's admin webhooks, and the name its webhook is registered under.
+WEBHOOK_ROUTE = f"{API_BASE}/jira/webhooks"
+WEBHOOK_NAME = PROG
 
 
 class UsageError(Exception):
@@ -62,6 +84,10 @@ class UsageError(Exception):
 
 class DatabaseFailure(Exception):
     """The database could not be reached or migrated: one line on stderr, exit 1."""
+
+
+class JiraFailure(Exception):
+    """Jira could not be reached or refused the request: one line on stderr, exit 1."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    except DatabaseFailure as exc:
+    except (DatabaseFailure, JiraFailure) as exc:
         return _fail(str(exc), EXIT_FAILURE)
     except DispatcherError as exc:
         return _fail(exc.message, EXIT_USAGE)
@@ -125,6 +151,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_policy_test(policy_commands, common)
     _add_shadow_report(policy_commands, common)
     _add_engineer(commands, common)
+    _add_jira(commands, common)
     return parser
 
 
@@ -163,6 +190,33 @@ def _add_engineer(commands: Any, common: argparse.ArgumentParser) -> None:
     removing = _add(off_commands, common, "delete", "delete time off", _run_time_off_delete)
     removing.add_argument("email", metavar="EMAIL")
     removing.add_argument("id", metavar="ID", type=_policy_id)
+
+
+def _add_jira(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``jira webhook register|show``: the Jira admin webhook that sends issue events to the
+    service's webhook route, through Jira's REST API with the configured Jira credentials."""
+    jira = _add(commands, common, "jira",
+                "Jira administration (with the configured Jira credentials, an administrator's)",
+                _show_help)
+    jira_commands = jira.add_subparsers(metavar="COMMAND", parser_class=_Parser)
+    webhook = _add(jira_commands, common, "webhook",
+                   "the Jira admin webhook that sends issue events to the service", _show_help)
+    webhook_commands = webhook.add_subparsers(metavar="COMMAND", parser_class=_Parser)
+    register = _add(webhook_commands, common, "register",
+                    "create the webhook, or update the one of the same name or URL: issues "
+                    "created and updated in the active policies' projects, signed with the "
+                    "first of jira.webhook_secrets (reads the configured database)",
+                    _run_webhook_register)
+    register.add_argument("--url", required=True, type=_webhook_url, metavar="URL",
+                          help=f"where Jira posts, e.g. https://td.example.com{WEBHOOK_ROUTE}")
+    register.add_argument("--name", type=_webhook_name, default=WEBHOOK_NAME,
+                          help=f"the webhook's name in Jira (default: {WEBHOOK_NAME})")
+    show = _add(webhook_commands, common, "show",
+                f"the webhooks registered in Jira that post to {WEBHOOK_ROUTE} or have the "
+                "name; never a secret", _run_webhook_show)
+    show.add_argument("--name", type=_webhook_name, default=WEBHOOK_NAME,
+                      help=f"the webhook's name in Jira (default: {WEBHOOK_NAME})")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _add(commands: Any, common: argparse.ArgumentParser, name: str, help_text: str,
@@ -235,6 +289,32 @@ def _boolean(text: str) -> bool:
     if text in ("true", "false"):
         return text == "true"
     raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+def _webhook_url(text: str) -> str:
+    """An absolute http(s) URL with a host, no credentials (Jira signs each delivery) and no
+    fragment."""
+    refused = argparse.ArgumentTypeError(f"{text!r} is not an absolute http:// or https:// URL")
+    if not text or any(character.isspace() for character in text):
+        raise refused
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError:
+        raise refused from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
+        raise refused
+    if parts.username is not None or parts.password is not None:
+        raise argparse.ArgumentTypeError(
+            "the URL must not carry credentials: Jira signs each delivery with the secret")
+    return text
+
+
+def _webhook_name(text: str) -> str:
+    name = text.strip()
+    if not name:
+        raise argparse.ArgumentTypeError("a webhook's name must not be empty")
+    return name
 
 
 def _port(text: str) -> int:
@@ -677,3 +757,132 @@ def _run_time_off_delete(args: argparse.Namespace) -> int:
 def _time_off_line(entry: dict) -> str:
     reason = f"  {entry['reason']}" if entry["reason"] else ""
     return f"{entry['id']}  {entry['start']} .. {entry['end']}  ({entry['source']}){reason}"
+
+
+# --- jira webhook ------------------------------------------------------------------------------
+
+
+def _run_webhook_register(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.integrations.jira_webhooks_admin import (
+        WebhookRegistration,
+        projects_jql,
+        taking_triggers,
+    )
+
+    config = _config(args)
+    if not config.jira.webhook_secrets:
+        raise UsageError("no webhook secret: set jira.webhook_secrets "
+                         "(TICKET_DISPATCHER_JIRA_WEBHOOK_SECRETS); the first one is registered "
+                         "and Jira signs every delivery with it")
+    _require_jira(config)
+    with _configured_store(config) as store:
+        policies = taking_triggers(store.policies.list_active())
+    if not policies:
+        return _fail("no active policy takes triggers, so no project to send events of: "
+                     "activate a policy first (nothing registered)", EXIT_FAILURE)
+    registration = WebhookRegistration(args.name, args.url, projects_jql(policies),
+                                       config.jira.webhook_secrets[0])
+    if not _posts_to_route(args.url):
+        print(f"{PROG}: note: --url does not end in {WEBHOOK_ROUTE}, the service's webhook "
+              "route", file=sys.stderr)
+    with _jira_admin(config) as admin:
+        webhook, verb = _create_or_update(admin, registration)
+    print(f"{verb} Jira webhook {registration.name!r}" +
+          (f" (id {webhook.id})" if webhook.id else "") + f": {registration.url}")
+    print(f"  events  {', '.join(registration.events)}")
+    if registration.jql:
+        print(f"  filter  {registration.jql}")
+    else:
+        every = ", ".join(f"{policy.id} {policy.name!r}" for policy in policies
+                          if not policy.trigger.project_key_in)
+        print("  filter  none: every project's issues, since an active policy takes issues of "
+              f"any project (policy {every})")
+    print("  secret  the first of jira.webhook_secrets")
+    return EXIT_OK
+
+
+def _create_or_update(admin: JiraWebhookAdmin,
+                      registration: WebhookRegistration) -> tuple[AdminWebhook, str]:
+    """Updates the webhook with the registration's name or URL, else creates one: running
+    ``register`` again never adds a second. Several such webhooks are left for a person to
+    sort out (``JiraFailure``)."""
+    same = [webhook for webhook in admin.registered()
+            if webhook.name == registration.name or webhook.url == registration.url]
+    if len(same) > 1:
+        listed = "; ".join(f"id {webhook.id} {webhook.name!r} {webhook.url}" for webhook in same)
+        raise JiraFailure(f"several Jira webhooks have the name {registration.name!r} or this "
+                          f"URL ({listed}): delete all but one in Jira, then register again")
+    if not same:
+        return admin.create(registration), "created"
+    if not same[0].id:
+        raise JiraFailure(f"Jira did not give the id of webhook {same[0].name!r}, so it cannot "
+                          "be updated")
+    return admin.update(same[0].id, registration), "updated"
+
+
+def _run_webhook_show(args: argparse.Namespace) -> int:
+    config = _config(args)
+    _require_jira(config)
+    with _jira_admin(config) as admin:
+        webhooks = [webhook for webhook in admin.registered()
+                    if webhook.name == args.name or _posts_to_route(webhook.url)]
+    if args.json:
+        print(json.dumps([webhook.to_json() for webhook in webhooks], indent=2,
+                         ensure_ascii=False))
+        return EXIT_OK
+    if not webhooks:
+        print(f"no Jira webhook named {args.name!r} or posting to {WEBHOOK_ROUTE}")
+    for webhook in webhooks:
+        print(_webhook_text(webhook))
+    return EXIT_OK
+
+
+def _webhook_text(webhook: AdminWebhook) -> str:
+    unknown = "not reported by Jira"
+    enabled = {True: "enabled", False: "disabled", None: f"enabled: {unknown}"}[webhook.enabled]
+    secret = {True: "set", False: "none", None: unknown}[webhook.secret_set]
+    return "\n".join([
+        f"{webhook.name!r}" + (f" (id {webhook.id})" if webhook.id else "") + f": {enabled}",
+        f"  url     {webhook.url}",
+        f"  events  {', '.join(webhook.events) or 'none'}",
+        f"  filter  {webhook.jql or 'none: every project'}",
+        f"  secret  {secret}",
+    ])
+
+
+def _posts_to_route(url: str) -> bool:
+    return urlsplit(url).path.rstrip("/").endswith(WEBHOOK_ROUTE)
+
+
+def _require_jira(config: Config) -> None:
+    if not config.jira.base_url:
+        raise UsageError("jira.base_url is not set (TICKET_DISPATCHER_JIRA_BASE_URL)")
+    if not config.jira.email or not config.jira.api_token:
+        raise UsageError("jira.email and jira.api_token are not set: a Jira administrator's "
+                         "credentials are needed to manage webhooks")
+
+
+@contextmanager
+def _jira_admin(config: Config) -> Iterator[JiraWebhookAdmin]:
+    """Jira's admin-webhook endpoint; a failure is one line (``JiraFailure``), with what to
+    do about a refusal."""
+    from ticket_dispatcher.integrations.jira_webhooks_admin import JiraWebhookAdmin
+
+    admin = JiraWebhookAdmin(
+        config.jira, connect_timeout=config.integrations.connect_timeout.total_seconds(),
+        read_timeout=config.integrations.read_timeout.total_seconds())
+    site = masked(config)["jira"]["base_url"]
+    try:
+        yield admin
+    except IntegrationError as exc:
+        if exc.status in (401, 403):
+            raise JiraFailure(
+                f"Jira at {site} refused the request (HTTP {exc.status}): managing webhooks "
+                "needs Jira administrator rights; jira.email and jira.api_token must be an "
+                "administrator's") from None
+        hint = "; check jira.base_url" if exc.status == 404 else ""
+        if isinstance(exc, OutcomeUnknown):  # running register again finds what it made
+            hint = "; run the command again"
+        raise JiraFailure(f"{exc.message} (Jira at {site}{hint})") from None
+    finally:
+        admin.close()

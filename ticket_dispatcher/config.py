@@ -55,6 +55,7 @@ from ticket_dispatcher.settings import (
     mask_url_password,
     number,
     read_toml,
+    secret_list,
     section,
     setting,
     shown,
@@ -523,6 +524,10 @@ class JiraConfig:
     l2_field_id: str = setting(DEFAULT_L2_FIELD_ID, _field_id())
     severity_field_id: str = setting(DEFAULT_SEVERITY_FIELD_ID, _field_id())
     auto_assign_label: str = setting(DEFAULT_AUTO_ASSIGN_LABEL, text())
+    # The secrets Jira's admin webhooks are signed with (http/webhooks.py); a list, so that a
+    # secret can be rotated: every one is accepted. None: the webhook route refuses everything.
+    webhook_secrets: tuple[str, ...] = setting((), secret_list())
+    webhook_max_bytes: int = setting(2_097_152, integer(65_536, 16_777_216))
 
     def basic_credential(self) -> str:
         """What HTTP Basic sends for ``email:api_token``; a Jira error may echo it back, and

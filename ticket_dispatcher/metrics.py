@@ -167,6 +167,9 @@ class Metrics:
         # -- intake, outcomes, pool, integrations, store, instance ----------------------------
         self.intake = counter("trigger_intake", "Trigger requests by source and outcome",
                               ("source", "outcome"))
+        self.webhooks = counter("jira_webhooks", "Jira webhook deliveries by event and outcome: "
+                                "accepted, duplicate, ignored, unauthorized, rate_limited, "
+                                "invalid, too_large, unavailable", ("event", "outcome"))
         self.trigger_results = counter("trigger_results", "Triggers processed, by outcome",
                                        ("outcome",))
         self.intake_priority = counter("trigger_intake_priority_seconds", "Time trigger "
@@ -285,6 +288,10 @@ class Metrics:
 
     def trigger_received(self, source: str, outcome: str) -> None:
         self.intake.labels(source=self._source(source), outcome=outcome).inc()
+
+    def webhook_received(self, event: str, outcome: str) -> None:
+        """``event``: one this service takes, "other" or "unknown" (never the body's text)."""
+        self.webhooks.labels(event=event, outcome=outcome).inc()
 
     def trigger_processed(self, outcome: str) -> None:
         self.trigger_results.labels(outcome=outcome).inc()

@@ -208,6 +208,24 @@ def text(*, check: Callable[[str], bool] | None = None, expected: str = "a strin
     return Kind(expected, parse, parse)
 
 
+def secret_list() -> Kind:
+    """A list of secrets (a TOML array of strings; in a variable, separated by commas); none
+    is ever echoed, each is shown masked."""
+    expected = "a list of non-empty strings (in the environment, separated by commas)"
+
+    def check(value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list | tuple) or not all(
+                isinstance(item, str) and item.strip() for item in value):
+            raise Invalid(expected)
+        return tuple(value)
+
+    def from_env(text: str) -> tuple[str, ...]:
+        return check([part.strip() for part in text.split(",") if part.strip()])
+
+    return Kind(expected, check, from_env, echo=False,
+                show=lambda value: [mask(item) for item in value])
+
+
 # --- fields ------------------------------------------------------------------------------------
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from datetime import datetime
+from typing import Any, overload
 
 import pykka
 
@@ -169,29 +171,53 @@ class Runtime:
                        dryrun: dict | None = None) -> Trigger:
         """Persist a ``pending`` trigger in one short transaction and hand it to the trigger
         actors without waiting for them."""
-        with self.deps.intake.accepting():  # new triggers wait for it (actors/intake.py)
-            trigger, here = self._insert_trigger(source, issue_key, policy_id, dryrun)
-        if here:
-            self._router().submit(trigger.id, source=trigger.source)
+        [trigger] = self._accept(lambda store, now: [store.triggers.create(
+            source, issue_key, policy_id=policy_id, dryrun=dryrun, now=now)], statements=1)
         return trigger
 
-    def _insert_trigger(self, source: str, issue_key: str, policy_id: int | None,
-                        dryrun: dict | None) -> tuple[Trigger, bool]:
-        """The new trigger, committed, and whether a trigger actor here takes it (else the
-        other replicas have been told)."""
+    def accept_delivery(self, identifier: str, issue_key: str,
+                        triggers: list[tuple[str, dict]]) -> list[Trigger] | None:
+        """Persist a Jira webhook delivery and the triggers it makes (each a source and its
+        input) in one short transaction and hand them to the trigger actors; None when the
+        delivery was taken before, and nothing is written."""
+        def insert(store: Store, now: datetime) -> list[Trigger] | None:
+            if not store.deliveries.take(identifier, now):
+                return None
+            return [store.triggers.create(source, issue_key, policy_id=None, dryrun=None,
+                                          now=now, extra_input=extra)
+                    for source, extra in triggers]
+
+        return self._accept(insert, statements=1 + len(triggers))
+
+    @overload
+    def _accept(self, insert: Callable[[Store, datetime], list[Trigger]], *,
+                statements: int) -> list[Trigger]: ...
+
+    @overload
+    def _accept(self, insert: Callable[[Store, datetime], list[Trigger] | None], *,
+                statements: int) -> list[Trigger] | None: ...
+
+    def _accept(self, insert: Callable[[Store, datetime], list[Trigger] | None], *,
+                statements: int) -> list[Trigger] | None:
+        """Run ``insert`` (of that many ``statements``) atomically, committed before the
+        triggers it made are handed on: to a trigger actor here, or in shared mode to
+        whichever replica claims them first when none is idle here. One statement in single
+        mode needs no transaction around it."""
         store, now = self.deps.store, self.deps.clock.now()
-        if not self.deps.config.cluster.shared:
-            with unit_of_work(store.db):
-                return store.triggers.create(source, issue_key, policy_id=policy_id,
-                                             dryrun=dryrun, now=now), True
-        # Shared mode: an idle trigger actor here takes it at once; else the others are told.
-        here = self._router().has_idle() and not self.deps.stopping.is_set()
-        with write_lock(store.db):
-            trigger = store.triggers.create(source, issue_key, policy_id=policy_id,
-                                            dryrun=dryrun, now=now)
-            if not here:
-                notify_work(store.db)
-        return trigger, here
+        shared = self.deps.config.cluster.shared
+        with self.deps.intake.accepting():  # new triggers wait for it (actors/intake.py)
+            # Shared mode: an idle trigger actor here takes them at once; else the others are
+            # told.
+            here = not shared or (self._router().has_idle() and not self.deps.stopping.is_set())
+            atomic = write_lock if shared or statements > 1 else unit_of_work
+            with atomic(store.db):
+                made = insert(store, now)
+                if made and not here:
+                    notify_work(store.db)
+        if made and here:
+            for trigger in made:
+                self._router().submit(trigger.id, source=trigger.source)
+        return made
 
     def cancel(self, execution_id: int, reason: str) -> CancelOutcome:
         """``APPLIED`` when it was not running, ``SIGNALLED`` when its actor stops at its next

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import pykka
@@ -50,6 +50,7 @@ from ticket_dispatcher.domain.matching import (
 )
 from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.retries import next_try, spent
+from ticket_dispatcher.domain.webhooks import still_current
 from ticket_dispatcher.errors import (
     CallAbandoned,
     DispatcherError,
@@ -154,6 +155,11 @@ class TriggerProcessor:
                 return self._retry_later(trigger, exc, reason, self._deps.clock.now())
             store.triggers.fail(trigger.id, reason, now, lease=lease)
             return TriggerOutcome.FAILED, reason
+        if trigger.extra_input.get("add_label"):
+            labelled = self._add_label(trigger, issue)
+            if isinstance(labelled, tuple):
+                return labelled
+            issue = labelled
         shadows: dict[str, int] | None = None  # each family's shadow, when read with them
         if trigger.policy_id is not None:  # explicit: no trigger/status check
             try:
@@ -199,6 +205,31 @@ class TriggerProcessor:
                 "reason": result.reason or f"{result.outcome}: executions "
                                            f"{result.execution_ids}"})
         return result.outcome, result.reason
+
+    def _add_label(self, trigger: Trigger, issue: Issue) -> Issue | tuple[TriggerOutcome, str]:
+        """A Jira webhook's role trigger: add the role's label to the issue first, as the
+        Automation rule did, while the live issue still shows what the delivery saw (else a
+        later change took over, and its own delivery acts on it). Adding a label is harmless
+        when repeated; a passing fault is retried like the issue load. The issue as matching
+        sees it, or the trigger's outcome when it ends here."""
+        store, now, lease = self._deps.store, self._deps.clock.now(), trigger.lease
+        label = trigger.extra_input["add_label"]["label"]
+        if label in issue.labels:
+            return issue
+        stale = still_current(issue, trigger.extra_input)
+        if stale:
+            reason = f"{stale}; the label {label} was not added"
+            store.triggers.complete(trigger.id, [], now, reason=reason, lease=lease)
+            return TriggerOutcome.COMPLETED, reason
+        try:
+            self._deps.ports.jira.edit_labels(trigger.issue_key, add=[label])
+        except DispatcherError as exc:
+            reason = f"label write failed: {exc.message}"
+            if isinstance(exc, IntegrationError) and exc.transient:
+                return self._retry_later(trigger, exc, reason, self._deps.clock.now())
+            store.triggers.fail(trigger.id, reason, now, lease=lease)
+            return TriggerOutcome.FAILED, reason
+        return replace(issue, labels=(*issue.labels, label))
 
     def _retry_later(self, trigger: Trigger, error: IntegrationError, reason: str,
                      now: datetime) -> tuple[TriggerOutcome, str]:

@@ -104,6 +104,9 @@ class Trigger:
     retry_count: int = 0
     retry_reason: str = ""
     retry_since: datetime | None = None
+    # What the trigger was posted with beyond its issue: a Jira webhook's trigger names its
+    # delivery, and a role's trigger the label it adds first (domain/webhooks.py).
+    extra_input: dict = field(default_factory=dict)
 
     @property
     def mode(self) -> ExecutionMode:
@@ -113,7 +116,7 @@ class Trigger:
         return {
             "id": self.id,
             "source": self.source,
-            "input": {"issue_key": self.issue_key},
+            "input": {**self.extra_input, "issue_key": self.issue_key},
             "policy_id": self.policy_id,
             "dryrun": self.dryrun,
             "status": self.status.value,

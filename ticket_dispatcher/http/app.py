@@ -40,6 +40,7 @@ from ticket_dispatcher.http.policies import (
     PolicyShadow,
     PolicyValidation,
 )
+from ticket_dispatcher.http.webhooks import JiraWebhooks
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
 
@@ -97,9 +98,9 @@ def create_app(services: Services, *, auth_enabled: bool = True,
     # Order matters: falcon runs process_resource in this order and stops at the first that
     # raises, so authentication refuses a request before its parameters are judged, and both
     # before it takes a database connection.
+    keys = ApiKeyAuth(services.config.auth, enabled=auth_enabled, now=services.clock.now)
     app = falcon.App(
-        middleware=[ApiKeyAuth(services.config.auth, enabled=auth_enabled,
-                               now=services.clock.now),
+        middleware=[keys,
                     *gates,
                     TextParameters(),
                     DatabaseConnection(services.store)],
@@ -134,6 +135,7 @@ def create_app(services: Services, *, auth_enabled: bool = True,
                   PolicyReplacements(services))
     app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}/shadow", PolicyShadow(services))
     app.add_route(f"{api}/dispatch/contexts/{{issue_key}}", ContextItem(services))
+    app.add_route(f"{api}/jira/webhooks", JiraWebhooks(services, keys))
     app.add_route(f"{api}/engineers", EngineerCollection(services))
     app.add_route(f"{api}/engineers/{{email}}", EngineerItem(services))
     app.add_route(f"{api}/engineers/{{email}}/time-off", TimeOffCollection(services))

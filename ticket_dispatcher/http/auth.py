@@ -92,21 +92,24 @@ class ApiKeyAuth:
             return
         presented = req.get_header("X-API-KEY")
         if not presented:
-            raise self._failed(req, "send an API key in the X-API-KEY header")
+            raise self.failed(req, "send an API key in the X-API-KEY header")
         key = authenticate(self._auth, presented)
         if key is None:
-            raise self._failed(req, "the API key is not valid")
+            raise self.failed(req, "the API key is not valid")
         if not allowed(key.role, needed):
             wanted = " or ".join(sorted(role.value for role in needed))
             raise ApiError(falcon.HTTP_403, f"this needs the {wanted} role; key "
                            f"{key.name!r} has {key.role.value}")
         req.context.api_key_name = key.name
 
-    def _failed(self, req: falcon.Request, message: str) -> ApiError:
-        """401 while the address has failures to spare, then 429 until its bucket refills."""
+    def failed(self, req: falcon.Request, message: str, *,
+               scheme: str = "X-API-KEY") -> ApiError:
+        """401 while the address has failures to spare, then 429 until its bucket refills.
+        Every way of authenticating (a key, a webhook's signature) counts in the same
+        bucket."""
         wait = self._failures.take(req.remote_addr or "")
         if wait:
             return ApiError(falcon.HTTP_429, "too many failed authentication attempts from "
                             "this address; wait before trying again",
                             headers={"Retry-After": retry_after_header(wait)})
-        return ApiError(falcon.HTTP_401, message, headers={"WWW-Authenticate": "X-API-KEY"})
+        return ApiError(falcon.HTTP_401, message, headers={"WWW-Authenticate": scheme})

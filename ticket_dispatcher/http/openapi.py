@@ -346,8 +346,33 @@ def _operator_paths() -> dict:
     }
 
 
+def _webhook_paths() -> dict:
+    answer = _object({
+        "status": {"type": "string", "enum": ["accepted", "duplicate", "ignored"]},
+        "reason": {"type": "string"}, "trigger_ids": {"type": "array", "items": ID}},
+        required=("status",))
+    operation = _op(
+        "Take a Jira admin webhook delivery (jira:issue_created, jira:issue_updated), signed "
+        "with X-Hub-Signature under jira.webhook_secrets; no API key. A body over "
+        "jira.webhook_max_bytes is 413", {
+            "202": _json(answer, "Accepted: the triggers it made are stored"),
+            "200": _json(answer, "Nothing new started: a repeat of a delivery taken before "
+                                 "(same X-Atlassian-Webhook-Identifier), another event, or a "
+                                 "change the service does not act on")},
+        public=True, errors=("401", "413", "429", "503"), params=[
+            {"name": "X-Hub-Signature", "in": "header", "required": True,
+             "schema": {"type": "string", "pattern": "^sha256=[0-9a-fA-F]{64}$"}},
+            {"name": "X-Atlassian-Webhook-Identifier", "in": "header", "required": False,
+             "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}}])
+    operation["requestBody"] = {"required": True, "content": {"application/json": {
+        "schema": {"type": "object", "description": "Jira's delivery: webhookEvent, issue "
+                   "(key and fields), changelog (items), timestamp"}}}}
+    return {f"{API_BASE}/jira/webhooks": {"post": operation}}
+
+
 def _paths() -> dict:
-    return {**_service_paths(), **_policy_paths(), **_dispatch_paths(), **_operator_paths()}
+    return {**_service_paths(), **_policy_paths(), **_dispatch_paths(), **_operator_paths(),
+            **_webhook_paths()}
 
 
 # --- conditions: one leaf variant per operand shape, vocabularies from catalog -----------------
@@ -604,7 +629,14 @@ def _dispatch_schemas() -> dict:
             description="No total: follow next_cursor until it is null"),
         "Trigger": _object({
             "id": ID, "source": {"type": "string"},
-            "input": _object({"issue_key": {"type": "string"}}),
+            "input": _object({
+                "issue_key": {"type": "string"},
+                "webhook_delivery": {"type": "string", "description": "A Jira webhook's "
+                                     "trigger: the delivery's identifier"},
+                "add_label": {"type": "object", "description": "A Jira webhook's role "
+                              "trigger: the label it adds to the issue first, and the role's "
+                              "account (and urgent rule) the live issue must still show"}},
+                required=("issue_key",)),
             "policy_id": {**ID, "nullable": True}, "dryrun": dryrun,
             "status": _enum(TriggerStatus), "available_at": TIME,
             "output": _object({"execution_ids": {"type": "array", "items": ID}}),

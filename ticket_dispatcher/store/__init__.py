@@ -47,6 +47,7 @@ from ticket_dispatcher.store.database import (
     without_statement_timeouts,
     write_lock,
 )
+from ticket_dispatcher.store.deliveries import DeliveryRepository
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.executions import ExecutionRepository
 from ticket_dispatcher.store.faults import FaultKind, driver_detail
@@ -101,6 +102,7 @@ class Store:
         self.engineers = EngineerRepository(db, self.time_off)
         self.contexts = ContextRepository(db)
         self.triggers = TriggerRepository(db)
+        self.deliveries = DeliveryRepository(db)
         self.executions = ExecutionRepository(db, self.contexts)
         self.replicas = ReplicaRepository(db)
         self.shadows = ShadowRepository(db, self.executions)

@@ -317,6 +317,21 @@ def _availability(db: peewee.Database) -> None:
         db.execute_sql(statement)
 
 
+def _webhook_deliveries(db: peewee.Database) -> None:
+    """The Jira webhook deliveries taken, by the identifier Jira keeps across a delivery's
+    retries (its triggers carry it in their input); read by received time only to forget old
+    ones."""
+    t = _types(db)
+    for statement in (
+        f"""CREATE TABLE IF NOT EXISTS jira_webhook_deliveries (
+            identifier TEXT PRIMARY KEY,
+            received_at {t.time} NOT NULL)""",
+        """CREATE INDEX IF NOT EXISTS ix_jira_webhook_deliveries_received
+            ON jira_webhook_deliveries (received_at)""",
+    ):
+        db.execute_sql(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
@@ -327,6 +342,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (7, "indexes of the parked executions by wake_at, and of the others", _wake_index),
     (8, "retries after transient failures", _transient_retries),
     (9, "engineers' availability: hours, caps, time off and calendar feeds", _availability),
+    (10, "jira_webhook_deliveries", _webhook_deliveries),
 )
 
 

@@ -241,6 +241,16 @@ class CalendarFeedRow(BaseModel):
         table_name = "calendar_feeds"
 
 
+class WebhookDeliveryRow(BaseModel):
+    """A Jira webhook delivery taken, by its identifier, so that a repeat starts nothing."""
+
+    identifier = peewee.TextField(primary_key=True)
+    received_at = UTCDateTimeField()
+
+    class Meta:
+        table_name = "jira_webhook_deliveries"
+
+
 class SchemaMigrationRow(BaseModel):
     version = peewee.IntegerField(primary_key=True)
     name = peewee.TextField()

@@ -51,14 +51,14 @@ def _pending(source: str, issue_key: str) -> peewee.Select:
 # What ``_trigger_from_values`` takes, in its order.
 _TRIGGER_COLUMNS = ("id, source, issue_key, policy_id, dryrun_json, status, available_at, "
                     "output_json, failure_reason, created_at, updated_at, completed_at, "
-                    "retry_count, retry_reason, retry_since")
+                    "retry_count, retry_reason, retry_since, input_json")
 
 
 def _trigger_from_values(trigger_id: int, source: str, issue_key: str, policy_id: int | None,
                          dryrun: object, status: str, available_at: DriverTime, output: object,
                          failure_reason: str, created_at: DriverTime, updated_at: DriverTime,
                          completed_at: DriverTime, retry_count: int, retry_reason: str,
-                         retry_since: DriverTime) -> Trigger:
+                         retry_since: DriverTime, input_value: object) -> Trigger:
     """A trigger from the driver's values of ``_TRIGGER_COLUMNS``, converted as the model's
     fields convert them (no model object: a claim reads one per trigger). A JSON column's
     value is text or already decoded, as the driver has it."""
@@ -72,7 +72,13 @@ def _trigger_from_values(trigger_id: int, source: str, issue_key: str, policy_id
         failure_reason=failure_reason, created_at=time(created_at),
         updated_at=time(updated_at), completed_at=time(completed_at),
         retry_count=retry_count, retry_reason=retry_reason, retry_since=time(retry_since),
+        extra_input=_extra_input(TriggerRow.input_json.python_value(input_value)),
     )
+
+
+def _extra_input(stored: dict | None) -> dict:
+    """The stored input beyond the issue key, which has its own column."""
+    return {k: v for k, v in (stored or {}).items() if k != "issue_key"}
 
 
 def trigger_from_row(row: TriggerRow) -> Trigger:
@@ -83,7 +89,7 @@ def trigger_from_row(row: TriggerRow) -> Trigger:
         failure_reason=row.failure_reason, created_at=row.created_at,
         updated_at=row.updated_at, completed_at=row.completed_at,
         retry_count=row.retry_count, retry_reason=row.retry_reason,
-        retry_since=row.retry_since,
+        retry_since=row.retry_since, extra_input=_extra_input(row.input_json),
     )
 
 
@@ -150,19 +156,22 @@ class TriggerRepository:
             "RETURNING id")
 
     def create(self, source: str, issue_key: str, *, policy_id: int | None, dryrun: dict | None,
-               now: datetime) -> Trigger:
+               now: datetime, extra_input: dict | None = None) -> Trigger:
         """Insert a ``pending`` trigger. Every accepted request writes one, so the INSERT is
         written out once, not built by peewee per request."""
         now = to_utc(now)
         moment = time_param(now)
-        params = (source, issue_key, json_param({"issue_key": issue_key}), policy_id,
+        extra_input = extra_input or {}
+        params = (source, issue_key, json_param({**extra_input, "issue_key": issue_key}),
+                  policy_id,
                   json_param(dryrun), TriggerStatus.PENDING.value, moment,
                   json_param({"execution_ids": []}), "", moment, moment, 0)
         with unit_of_work(self.db):
             [(trigger_id,)] = self.db.execute_sql(self._insert, params).fetchall()
         return Trigger(id=trigger_id, source=source, issue_key=issue_key, policy_id=policy_id,
                        dryrun=dryrun, status=TriggerStatus.PENDING, available_at=now,
-                       execution_ids=[], failure_reason="", created_at=now, updated_at=now)
+                       execution_ids=[], failure_reason="", created_at=now, updated_at=now,
+                       extra_input=extra_input)
 
     def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
         """A ``pending`` trigger of ``source`` for ``issue_key`` exists afterwards: an open one

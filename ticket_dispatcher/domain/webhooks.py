@@ -1,0 +1,210 @@
+"""What a Jira webhook delivery asks of the service (docs/jira-webhooks.md): the triggers the
+Jira Automation rules of docs/jira-automation.md would have posted for the same change.
+
+- ``jira:issue_created``: one ordinary trigger of source ``jira_issue_created``.
+- ``jira:issue_updated``, per notification role (the Assignee, the L2 Assignee): the role's
+  person changed to someone, or the priority or severity rose from a value the role's policies
+  do not call urgent to one they do while the person is set. Either makes one trigger of the
+  role's reserved source that first adds the role's label, and only when an active policy of
+  the role could match the issue once the label is on it.
+
+Urgency is the active policies' own: the values of their urgent rule (one ``in`` leaf on the
+priority or the severity), evaluated on the value before the change and after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, URGENCY_FIELDS, NotificationRole
+from ticket_dispatcher.domain.conditions import evaluate
+from ticket_dispatcher.domain.issues import issue_from_jira
+from ticket_dispatcher.domain.matching import outside_trigger, source_admitted
+from ticket_dispatcher.domain.model import Issue, JiraUser, Policy, PolicyStatus
+from ticket_dispatcher.errors import InvalidInput, Problem
+
+ISSUE_CREATED = "jira:issue_created"
+ISSUE_UPDATED = "jira:issue_updated"
+EVENTS = (ISSUE_CREATED, ISSUE_UPDATED)
+# The source of the ordinary trigger a created issue becomes.
+CREATED_SOURCE = "jira_issue_created"
+
+_PRIORITY, _SEVERITY = URGENCY_FIELDS  # the urgent rule's field paths
+# An urgent rule tests one field of the issue, never the time: any time will do.
+_NO_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One item of an update's changelog: the field's id and its value before and after,
+    as ids (``from``/``to``: an account id, an option id) and as text (``fromString``…)."""
+
+    field_id: str
+    before: str | None
+    after: str | None
+    before_text: str | None
+    after_text: str | None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    event: str
+    issue: Issue
+    changes: tuple[Change, ...]
+    at: datetime | None  # when Jira says the change happened
+
+    @property
+    def created(self) -> bool:
+        return self.event == ISSUE_CREATED
+
+
+@dataclass(frozen=True)
+class WebhookTrigger:
+    """A trigger a delivery makes. A role's trigger first adds ``label`` to the issue, when
+    the live issue still shows ``account_id`` in the role and, for a rise in urgency, a value
+    that ``urgent`` (the urgent rule's condition) calls urgent; else a later change has
+    taken over."""
+
+    source: str
+    label: str | None = None
+    role: str | None = None
+    account_id: str | None = None
+    urgent: dict | None = None  # the urgent rule's condition, for a rise in urgency
+
+    def to_input(self, issue_key: str, delivery_id: str) -> dict:
+        """The trigger's stored ``input``."""
+        shown: dict[str, Any] = {"issue_key": issue_key, "webhook_delivery": delivery_id}
+        if self.label is not None:
+            shown["add_label"] = {"label": self.label, "role": self.role,
+                                  "account_id": self.account_id}
+            if self.urgent is not None:
+                shown["add_label"]["urgent"] = self.urgent
+        return shown
+
+
+def parse_delivery(raw: Any, *, l2_field_id: str, severity_field_id: str) -> Delivery | None:
+    """The delivery in a webhook's body; None for a Jira event this service does not take
+    (``jira:issue_deleted``, a comment); ``InvalidInput`` naming what is missing when the body
+    is no Jira issue delivery."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("webhookEvent"), str):
+        raise InvalidInput("the body is not a Jira webhook delivery: it has no webhookEvent",
+                           [Problem("webhookEvent", "is required")])
+    event = raw["webhookEvent"]
+    if event not in EVENTS:
+        return None
+    issue = issue_from_jira(raw.get("issue"), l2_field_id=l2_field_id,
+                            severity_field_id=severity_field_id)
+    changes: list[Change] = []
+    changelog = raw.get("changelog")
+    items = changelog.get("items") if isinstance(changelog, dict) else None
+    if changelog is not None and not isinstance(items, list):
+        raise InvalidInput("the delivery's changelog has no list of items",
+                           [Problem("changelog.items", "must be a list")])
+    for k, item in enumerate(items or ()):
+        if not isinstance(item, dict):
+            raise InvalidInput("a changelog item is not an object",
+                               [Problem(f"changelog.items[{k}]", "must be an object")])
+        field_id = item.get("fieldId") or item.get("field")
+        if not isinstance(field_id, str):
+            continue  # an item this service has no use for
+        changes.append(Change(field_id, _text(item.get("from")), _text(item.get("to")),
+                              _text(item.get("fromString")), _text(item.get("toString"))))
+    stamp = raw.get("timestamp")
+    at = None
+    if isinstance(stamp, int) and not isinstance(stamp, bool) and 0 < stamp < 2**53:
+        at = datetime.fromtimestamp(stamp / 1000, UTC)
+    return Delivery(event, issue, tuple(changes), at)
+
+
+def _text(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def triggers_for(delivery: Delivery, policies: Iterable[Policy], *, l2_field_id: str,
+                 severity_field_id: str) -> list[WebhookTrigger]:
+    """The triggers ``delivery`` makes against the active ``policies``: at most one per
+    role, in the order of ``NOTIFICATION_ROLES``."""
+    if delivery.created:
+        return [WebhookTrigger(CREATED_SOURCE)]
+    active = [p for p in policies if p.status is PolicyStatus.ACTIVE and p.trigger.enable]
+    urgency_fields = {"priority": _PRIORITY, severity_field_id: _SEVERITY}
+    person_fields = {"assignee": "assignee", l2_field_id: "l2_assignee"}
+    made: list[WebhookTrigger] = []
+    for role in NOTIFICATION_ROLES:
+        person = _person(delivery.issue, role)
+        candidates = _could_match(active, role, delivery.issue)
+        if person is None or not candidates:
+            continue
+        assigned = any(person_fields.get(c.field_id) == role.role and c.after is not None
+                       for c in delivery.changes)
+        if assigned:
+            made.append(WebhookTrigger(role.source, role.label, role.role, person.account_id))
+            continue
+        for change in delivery.changes:
+            path = urgency_fields.get(change.field_id)
+            urgent = _rise(candidates, delivery.issue, path, change) if path else None
+            if urgent is not None:
+                made.append(WebhookTrigger(role.source, role.label, role.role,
+                                           person.account_id, urgent))
+                break
+    return made
+
+
+def _person(issue: Issue, role: NotificationRole) -> JiraUser | None:
+    person = issue.assignee if role.role == "assignee" else issue.l2_assignee
+    return person if person is not None and person.account_id else None
+
+
+def _could_match(policies: Sequence[Policy], role: NotificationRole,
+                 issue: Issue) -> list[Policy]:
+    """The active policies of the role's source that would take the issue once the role's
+    label is on it."""
+    labelled = dataclasses.replace(issue, labels=(*issue.labels, role.label))
+    return [p for p in policies if source_admitted(p.trigger.source_in, role.source)
+            and not outside_trigger(p, labelled)]
+
+
+def _rise(policies: Sequence[Policy], issue: Issue, path: str,
+          change: Change) -> dict | None:
+    """The urgent rule's condition of the first policy that calls the value after ``change``
+    urgent and the value before it not; None when none does."""
+    for policy in policies:
+        for rule in policy.rules:
+            when = rule.when
+            if when.get("field") != path or when.get("operator") != "in":
+                continue
+            if _urgent(when, issue, path, change.after_text) and not _urgent(
+                    when, issue, path, change.before_text):
+                return when
+    return None
+
+
+def _urgent(when: dict, issue: Issue, path: str, value: str | None) -> bool:
+    """Whether the urgent rule's condition holds with ``value`` in the field ``path``."""
+    if path == _PRIORITY:
+        issue = dataclasses.replace(issue, priority=value)
+    else:
+        issue = dataclasses.replace(issue, severity=value)
+    return evaluate(when, issue, _NO_TIME)[0]
+
+
+def still_current(issue: Issue, trigger_input: dict) -> str:
+    """Why the live ``issue`` no longer shows what a role trigger's delivery saw (a later
+    change took over, and its own delivery handles it), or "" when it still does."""
+    wanted = trigger_input.get("add_label") or {}
+    role = next((r for r in NOTIFICATION_ROLES if r.role == wanted.get("role")), None)
+    if role is None:
+        return ""
+    person = _person(issue, role)
+    if person is None or person.account_id != wanted.get("account_id"):
+        return f"the {role.role.replace('_', ' ')} changed since the delivery"
+    urgent = wanted.get("urgent")
+    if urgent and not evaluate(urgent, issue, _NO_TIME)[0]:
+        return "the issue is no longer urgent"
+    return ""

@@ -1,0 +1,50 @@
+"""The Jira webhook deliveries taken (docs/jira-webhooks.md): a delivery's identifier stays
+the same across Jira's retries of it, so a repeat is known and starts nothing."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import peewee
+
+from ticket_dispatcher.store.database import Prepared, execute, unit_of_work
+from ticket_dispatcher.store.models import WebhookDeliveryRow, time_param
+from ticket_dispatcher.timeutil import to_utc
+
+# How long a delivery's identifier is remembered. Jira retries a delivery for about half an
+# hour; a day covers that and a replay of the day's deliveries by hand.
+RETENTION = timedelta(days=7)
+# Identifiers are forgotten once every so many deliveries taken, in the same transaction.
+FORGET_EVERY = 1000
+
+
+class DeliveryRepository:
+    def __init__(self, db: peewee.Database):
+        self.db = db
+        param, table = db.param, WebhookDeliveryRow._meta.table_name
+        self._insert = Prepared(
+            f"INSERT INTO {table} (identifier, received_at) VALUES ({param}, {param}) "
+            "ON CONFLICT (identifier) DO NOTHING RETURNING identifier")
+        self._taken = 0
+
+    def take(self, identifier: str, now: datetime) -> bool:
+        """Record the delivery inside the caller's transaction; False when it was taken
+        before (nothing is written then)."""
+        moment = time_param(to_utc(now))
+        with unit_of_work(self.db):
+            taken = bool(execute(self.db, self._insert, (identifier, moment)).fetchall())
+            self._taken += 1
+            if taken and self._taken % FORGET_EVERY == 0:
+                self.forget_before(now - RETENTION)
+        return taken
+
+    def forget_before(self, moment: datetime) -> int:
+        """Forget the deliveries received before ``moment``; how many."""
+        with unit_of_work(self.db):
+            return (WebhookDeliveryRow.delete()
+                    .where(WebhookDeliveryRow.received_at < to_utc(moment)).execute())
+
+    def known(self, identifier: str) -> bool:
+        with unit_of_work(self.db):
+            return WebhookDeliveryRow.select().where(
+                WebhookDeliveryRow.identifier == identifier).exists()
