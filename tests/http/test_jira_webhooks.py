@@ -306,3 +306,33 @@ def test_a_label_write_refused_for_good_fails_the_trigger_with_the_reason(world)
     [trigger] = triggers(harness)
     assert trigger.status.value == "failed"
     assert trigger.failure_reason.startswith("label write failed")
+
+
+def test_a_created_issue_gets_the_auto_assign_label_where_a_policy_requires_it(world):
+    harness, api, jira = world
+    labelled = policy_body(name="Assign labelled TCB tickets", trigger={
+        "enable": True, "source_in": [], "project_key_in": ["TCB"],
+        "issue_label_all": ["auto-dispatch"]})
+    created = api.post("/dispatch/policies", json=labelled).json
+    assert api.post(f"/dispatch/policies/{created['id']}/activate").status_code == 200
+    harness.jira.put(issue(key="TCB-1", project_key="TCB", labels=()))
+    harness.jira.put(issue(key="TCB-2", project_key="TCB", labels=(), assignee=ALICE))
+
+    jira.send(jira_delivery(key="TCB-1", project="TCB"))
+    jira.send(jira_delivery(key="TCB-2", project="TCB", assignee=ALICE.account_id))
+    harness.wait_idle()
+
+    first, second = triggers(harness)
+    assert ("edit_labels", "TCB-1", ("auto-dispatch",), ()) in harness.jira.writes
+    assert [harness.execution(n).policy_id for n in first.execution_ids] == [created["id"]]
+    assert not any(write[:2] == ("edit_labels", "TCB-2") for write in harness.jira.writes)
+    assert second.status.value == "completed" and second.execution_ids == []
+
+
+def test_a_created_issue_a_policy_takes_without_the_label_gets_none(world):
+    harness, api, jira = world
+
+    jira.send(jira_delivery(key="TCID-1"))
+    harness.wait_idle()
+
+    assert not any(write[0] == "edit_labels" for write in harness.jira.writes)

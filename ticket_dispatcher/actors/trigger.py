@@ -48,7 +48,7 @@ from ticket_dispatcher.domain.matching import (
     lane_of,
     match_policies,
 )
-from ticket_dispatcher.domain.model import DispatchContext, Issue
+from ticket_dispatcher.domain.model import DispatchContext, Issue, Policy
 from ticket_dispatcher.domain.retries import next_try, spent
 from ticket_dispatcher.domain.webhooks import still_current
 from ticket_dispatcher.errors import (
@@ -155,8 +155,9 @@ class TriggerProcessor:
                 return self._retry_later(trigger, exc, reason, self._deps.clock.now())
             store.triggers.fail(trigger.id, reason, now, lease=lease)
             return TriggerOutcome.FAILED, reason
-        if trigger.extra_input.get("add_label"):
-            labelled = self._add_label(trigger, issue)
+        wanted = trigger.extra_input.get("add_label") or {}
+        if wanted.get("role"):
+            labelled = self._add_role_label(trigger, issue, wanted["label"])
             if isinstance(labelled, tuple):
                 return labelled
             issue = labelled
@@ -177,6 +178,12 @@ class TriggerProcessor:
         else:
             active, shadows = store.policies.active_and_shadows()
             policies = match_policies(active, trigger.source, issue)
+            if not policies and wanted.get("label") and not wanted.get("role"):
+                labelled = self._add_label_required(trigger, issue, wanted["label"], active)
+                if isinstance(labelled, tuple):
+                    return labelled
+                issue = labelled
+                policies = match_policies(active, trigger.source, issue)
         if not policies:
             store.triggers.complete(trigger.id, [], now, lease=lease)
             return TriggerOutcome.COMPLETED, ""
@@ -206,28 +213,45 @@ class TriggerProcessor:
                                            f"{result.execution_ids}"})
         return result.outcome, result.reason
 
-    def _add_label(self, trigger: Trigger, issue: Issue) -> Issue | tuple[TriggerOutcome, str]:
+    def _add_role_label(self, trigger: Trigger, issue: Issue,
+                        label: str) -> Issue | tuple[TriggerOutcome, str]:
         """A Jira webhook's role trigger: add the role's label to the issue first, as the
         Automation rule did, while the live issue still shows what the delivery saw (else a
-        later change took over, and its own delivery acts on it). Adding a label is harmless
-        when repeated; a passing fault is retried like the issue load. The issue as matching
-        sees it, or the trigger's outcome when it ends here."""
-        store, now, lease = self._deps.store, self._deps.clock.now(), trigger.lease
-        label = trigger.extra_input["add_label"]["label"]
+        later change took over, and its own delivery acts on it). The issue as matching sees
+        it, or the trigger's outcome when it ends here."""
         if label in issue.labels:
             return issue
         stale = still_current(issue, trigger.extra_input)
         if stale:
             reason = f"{stale}; the label {label} was not added"
-            store.triggers.complete(trigger.id, [], now, reason=reason, lease=lease)
+            self._deps.store.triggers.complete(trigger.id, [], self._deps.clock.now(),
+                                               reason=reason, lease=trigger.lease)
             return TriggerOutcome.COMPLETED, reason
+        return self._write_label(trigger, issue, label)
+
+    def _add_label_required(self, trigger: Trigger, issue: Issue, label: str,
+                            active: list[Policy]) -> Issue | tuple[TriggerOutcome, str]:
+        """A Jira webhook's created issue: add ``jira.auto_assign_label``, as the Automation
+        rule did, when an active policy takes the issue only with it and nobody is assigned
+        yet. The issue as matching sees it, or the trigger's outcome when it ends here."""
+        labelled = replace(issue, labels=(*issue.labels, label))
+        if (label in issue.labels or issue.assignee is not None
+                or not match_policies(active, trigger.source, labelled)):
+            return issue
+        return self._write_label(trigger, issue, label)
+
+    def _write_label(self, trigger: Trigger, issue: Issue,
+                     label: str) -> Issue | tuple[TriggerOutcome, str]:
+        """Add ``label`` to the issue: harmless when repeated, a passing fault retried like
+        the issue load, a refusal the trigger's failure."""
         try:
             self._deps.ports.jira.edit_labels(trigger.issue_key, add=[label])
         except DispatcherError as exc:
             reason = f"label write failed: {exc.message}"
+            now = self._deps.clock.now()
             if isinstance(exc, IntegrationError) and exc.transient:
-                return self._retry_later(trigger, exc, reason, self._deps.clock.now())
-            store.triggers.fail(trigger.id, reason, now, lease=lease)
+                return self._retry_later(trigger, exc, reason, now)
+            self._deps.store.triggers.fail(trigger.id, reason, now, lease=trigger.lease)
             return TriggerOutcome.FAILED, reason
         return replace(issue, labels=(*issue.labels, label))
 

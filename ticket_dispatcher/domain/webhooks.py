@@ -64,7 +64,8 @@ class Delivery:
 
 @dataclass(frozen=True)
 class WebhookTrigger:
-    """A trigger a delivery makes. A role's trigger first adds ``label`` to the issue, when
+    """A trigger a delivery makes. A created issue's adds ``label`` (the auto-assign label)
+    where a policy needs it. A role's trigger first adds ``label`` to the issue, when
     the live issue still shows ``account_id`` in the role and, for a rise in urgency, a value
     that ``urgent`` (the urgent rule's condition) calls urgent; else a later change has
     taken over."""
@@ -127,11 +128,13 @@ def _text(value: Any) -> str | None:
 
 
 def triggers_for(delivery: Delivery, policies: Iterable[Policy], *, l2_field_id: str,
-                 severity_field_id: str) -> list[WebhookTrigger]:
-    """The triggers ``delivery`` makes against the active ``policies``: at most one per
-    role, in the order of ``NOTIFICATION_ROLES``."""
+                 severity_field_id: str, auto_assign_label: str = "") -> list[WebhookTrigger]:
+    """The triggers ``delivery`` makes against the active ``policies``: for a created issue
+    one, which adds ``auto_assign_label`` where a policy takes the issue only with it (the
+    trigger decides, on the live issue); for an update at most one per role, in the order of
+    ``NOTIFICATION_ROLES``."""
     if delivery.created:
-        return [WebhookTrigger(CREATED_SOURCE)]
+        return [WebhookTrigger(CREATED_SOURCE, auto_assign_label or None)]
     active = [p for p in policies if p.status is PolicyStatus.ACTIVE and p.trigger.enable]
     urgency_fields = {"priority": _PRIORITY, severity_field_id: _SEVERITY}
     person_fields = {"assignee": "assignee", l2_field_id: "l2_assignee"}

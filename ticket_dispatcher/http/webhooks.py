@@ -151,7 +151,8 @@ class JiraWebhooks:
         config = self._services.config.jira
         policies = [] if delivery.created else self._services.store.policies.list_active()
         return triggers_for(delivery, policies, l2_field_id=config.l2_field_id,
-                            severity_field_id=config.severity_field_id)
+                            severity_field_id=config.severity_field_id,
+                            auto_assign_label=config.auto_assign_label)
 
     @staticmethod
     def _answer(resp: falcon.Response, status: str, outcome: str, reason: str,
