@@ -5,12 +5,14 @@ another process holding SQLite's write lock, a relay cutting PostgreSQL away."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
 import pytest
 from falcon import testing
 
+from tests.factories import jira_delivery
 from tests.harness import Harness
 from tests.http.conftest import API_KEYS, Api
 from tests.relay import Relay, relayed_url, target_of
@@ -18,6 +20,7 @@ from tests.store.test_store_faults import SqliteWriteLock
 from ticket_dispatcher.config import DatabaseConfig, load_config
 from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.http.auth import PUBLIC
+from ticket_dispatcher.http.webhooks import signature
 from ticket_dispatcher.store import Store, unit_of_work
 from ticket_dispatcher.store.models import TriggerRow
 
@@ -26,6 +29,7 @@ CONNECT = timedelta(seconds=1)
 DATABASE = DatabaseConfig(busy_timeout=BUSY, connect_timeout=CONNECT)
 SLACK = 1.5  # what a bounded wait may add to its timeout on a busy test machine
 TRIGGER = {"source": "jira_automation", "input": {"issue_key": "TCID-1"}}
+WEBHOOK_SECRET = "outage-webhook-secret-0123456789"
 
 
 class Outage:
@@ -35,7 +39,9 @@ class Outage:
     def __init__(self, store: Store):
         self.store = store
         self.harness = Harness(store).start()
-        config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": API_KEYS})
+        config = load_config(None, environ={
+            "TICKET_DISPATCHER_AUTH_API_KEYS": API_KEYS,
+            "TICKET_DISPATCHER_JIRA_WEBHOOK_SECRETS": WEBHOOK_SECRET})
         self.services = Services(store=self.harness.store, config=config,
                                  clock=self.harness.clock, runtime=self.harness.runtime)
         self.store.health.subscribe(self.services.metrics)
@@ -44,6 +50,13 @@ class Outage:
     def metric(self, name: str, **labels: str) -> float | None:
         return self.services.metrics.registry.get_sample_value(
             f"ticket_manager_dispatch_{name}", labels)
+
+    def deliver(self, body: bytes, identifier: str) -> testing.Result:
+        """A Jira webhook delivery, signed as Jira signs it."""
+        return self.api.as_role(None).post("/jira/webhooks", body=body, headers={
+            "Content-Type": "application/json",
+            "X-Hub-Signature": signature(WEBHOOK_SECRET, body),
+            "X-Atlassian-Webhook-Identifier": identifier})
 
     def triggers_stored(self) -> int:
         with unit_of_work(self.store.db):
@@ -133,6 +146,21 @@ def test_a_write_endpoint_answers_503_while_sqlite_is_locked(sqlite_outage):
     assert api.put("/engineers/a@x.com", json={"dispatch_enabled": True}).status_code == 201
 
 
+def test_a_jira_webhook_is_refused_with_503_while_sqlite_is_locked_and_its_retry_taken(
+        sqlite_outage):
+    body = json.dumps(jira_delivery(key="TCID-1")).encode()
+    with SqliteWriteLock(sqlite_outage.store.db.database):
+        refused = sqlite_outage.deliver(body, "delivery-during-outage")
+
+    assert_unavailable(refused)
+    assert sqlite_outage.triggers_stored() == 0
+    assert sqlite_outage.metric("jira_webhooks_total", event="jira:issue_created",
+                                outcome="unavailable") == 1
+    retried = sqlite_outage.deliver(body, "delivery-during-outage")  # Jira retries a 503
+    assert retried.status_code == 202
+    assert sqlite_outage.triggers_stored() == 1
+
+
 # --- PostgreSQL: the network to the server is cut ---------------------------------------------
 
 
@@ -145,6 +173,7 @@ def test_api_answers_503_while_postgres_is_cut_and_heals_after(postgres_outage):
     started = time.monotonic()
     listing = api.get("/engineers")
     trigger = api.as_role("automation").post("/dispatch/triggers", json=TRIGGER)
+    delivery = postgres_outage.deliver(json.dumps(jira_delivery()).encode(), "cut-delivery")
     readiness = api.get("/readyz")
     liveness = api.get("/healthz")
     waited = time.monotonic() - started
@@ -153,11 +182,12 @@ def test_api_answers_503_while_postgres_is_cut_and_heals_after(postgres_outage):
 
     assert_unavailable(listing)
     assert_unavailable(trigger)
+    assert_unavailable(delivery)
     assert readiness.status_code == 503 and readiness.json["checks"]["database"] is False
     assert liveness.status_code == 200
     assert waited < SLACK  # a cut connection fails at once
     assert down == 0
-    assert postgres_outage.metric("store_errors_total", kind="connection") >= 3
+    assert postgres_outage.metric("store_errors_total", kind="connection") >= 4
     assert postgres_outage.metric("trigger_intake_total", source="jira_automation",
                                   outcome="unavailable") == 1
     assert api.get("/readyz").status_code == 200
