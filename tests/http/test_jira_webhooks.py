@@ -336,3 +336,40 @@ def test_a_created_issue_a_policy_takes_without_the_label_gets_none(world):
     harness.wait_idle()
 
     assert not any(write[0] == "edit_labels" for write in harness.jira.writes)
+
+
+def test_a_change_whose_workflow_an_automation_rule_started_already_is_not_notified_again(world):
+    """While the Automation rules and the webhook both run, the rule's trigger may start the
+    workflow and consume the label before the webhook's trigger comes: it must not put the
+    label back for a second card."""
+    harness, api, jira = world
+    changed = harness.clock.now()
+    harness.jira.put(replace(harness.jira.issues["TCOC-7"], labels=("notify-assignee",)))
+    by_rule = harness.post_trigger("TCOC-7", "jira_assignment_assignee")
+    assert by_rule.execution_ids
+    harness.jira.put(replace(harness.jira.issues["TCOC-7"], labels=()))  # consumed
+    harness.jira.writes.clear()
+
+    jira.send(assigned("TCOC-7", "TCOC", ALICE.account_id,
+                       timestamp=int(changed.timestamp() * 1000) - 1000))
+    harness.wait_idle()
+
+    by_webhook = triggers(harness)[-1]
+    assert by_webhook.status.value == "completed" and by_webhook.execution_ids == []
+    assert "started for this change already" in by_webhook.failure_reason
+    assert not any(write[0] == "edit_labels" for write in harness.jira.writes)
+
+
+def test_a_later_change_to_the_same_person_is_notified_again(world):
+    harness, api, jira = world
+    harness.jira.put(replace(harness.jira.issues["TCOC-7"], labels=("notify-assignee",)))
+    harness.post_trigger("TCOC-7", "jira_assignment_assignee")
+    harness.jira.put(replace(harness.jira.issues["TCOC-7"], labels=()))
+    harness.clock.advance(600)
+
+    jira.send(assigned("TCOC-7", "TCOC", ALICE.account_id,
+                       timestamp=int(harness.clock.now().timestamp() * 1000)))
+    harness.wait_idle()
+
+    assert triggers(harness)[-1].execution_ids
+    assert ("edit_labels", "TCOC-7", ("notify-assignee",), ()) in harness.jira.writes

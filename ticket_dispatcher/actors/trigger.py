@@ -50,7 +50,7 @@ from ticket_dispatcher.domain.matching import (
 )
 from ticket_dispatcher.domain.model import DispatchContext, Issue, Policy
 from ticket_dispatcher.domain.retries import next_try, spent
-from ticket_dispatcher.domain.webhooks import still_current
+from ticket_dispatcher.domain.webhooks import changed_at, still_current
 from ticket_dispatcher.errors import (
     CallAbandoned,
     DispatcherError,
@@ -217,11 +217,16 @@ class TriggerProcessor:
                         label: str) -> Issue | tuple[TriggerOutcome, str]:
         """A Jira webhook's role trigger: add the role's label to the issue first, as the
         Automation rule did, while the live issue still shows what the delivery saw (else a
-        later change took over, and its own delivery acts on it). The issue as matching sees
-        it, or the trigger's outcome when it ends here."""
+        later change took over, and its own delivery acts on it), and while no workflow of the
+        role was started since the change (by an Automation rule's trigger, while both run).
+        The issue as matching sees it, or the trigger's outcome when it ends here."""
         if label in issue.labels:
             return issue
         stale = still_current(issue, trigger.extra_input)
+        since = changed_at(trigger.extra_input)
+        if not stale and since is not None and self._deps.store.executions.started_since(
+                trigger.source, trigger.issue_key, since):
+            stale = "the role's workflow was started for this change already"
         if stale:
             reason = f"{stale}; the label {label} was not added"
             self._deps.store.triggers.complete(trigger.id, [], self._deps.clock.now(),

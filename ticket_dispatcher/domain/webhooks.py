@@ -26,6 +26,7 @@ from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.matching import outside_trigger, source_admitted
 from ticket_dispatcher.domain.model import Issue, JiraUser, Policy, PolicyStatus
 from ticket_dispatcher.errors import InvalidInput, Problem
+from ticket_dispatcher.timeutil import format_time, parse_rfc3339
 
 ISSUE_CREATED = "jira:issue_created"
 ISSUE_UPDATED = "jira:issue_updated"
@@ -75,6 +76,7 @@ class WebhookTrigger:
     role: str | None = None
     account_id: str | None = None
     urgent: dict | None = None  # the urgent rule's condition, for a rise in urgency
+    changed_at: datetime | None = None  # when Jira says the change happened
 
     def to_input(self, issue_key: str, delivery_id: str) -> dict:
         """The trigger's stored ``input``."""
@@ -82,6 +84,8 @@ class WebhookTrigger:
         if self.label is not None:
             shown["add_label"] = {"label": self.label, "role": self.role,
                                   "account_id": self.account_id}
+            if self.changed_at is not None:
+                shown["add_label"]["changed_at"] = format_time(self.changed_at)
             if self.urgent is not None:
                 shown["add_label"]["urgent"] = self.urgent
         return shown
@@ -147,14 +151,15 @@ def triggers_for(delivery: Delivery, policies: Iterable[Policy], *, l2_field_id:
         assigned = any(person_fields.get(c.field_id) == role.role and c.after is not None
                        for c in delivery.changes)
         if assigned:
-            made.append(WebhookTrigger(role.source, role.label, role.role, person.account_id))
+            made.append(WebhookTrigger(role.source, role.label, role.role, person.account_id,
+                                       changed_at=delivery.at))
             continue
         for change in delivery.changes:
             path = urgency_fields.get(change.field_id)
             urgent = _rise(candidates, delivery.issue, path, change) if path else None
             if urgent is not None:
                 made.append(WebhookTrigger(role.source, role.label, role.role,
-                                           person.account_id, urgent))
+                                           person.account_id, urgent, delivery.at))
                 break
     return made
 
@@ -211,3 +216,13 @@ def still_current(issue: Issue, trigger_input: dict) -> str:
     if urgent and not evaluate(urgent, issue, _NO_TIME)[0]:
         return "the issue is no longer urgent"
     return ""
+
+
+def changed_at(trigger_input: dict) -> datetime | None:
+    """When the change behind a role trigger happened, as its delivery said; None when it did
+    not say."""
+    text = (trigger_input.get("add_label") or {}).get("changed_at")
+    try:
+        return parse_rfc3339(text) if isinstance(text, str) else None
+    except ValueError:
+        return None

@@ -45,6 +45,7 @@ from ticket_dispatcher.store.database import (
 from ticket_dispatcher.store.models import (
     ExecutionRow,
     RuleExecutionRow,
+    TriggerRow,
     json_param,
     placeholders,
     time_param,
@@ -80,6 +81,18 @@ class ExecutionRepository:
             return {key for (key,) in self.db.execute_sql(
                 f"SELECT live_lock_key FROM {ExecutionRow._meta.table_name} "
                 f"WHERE live_lock_key IN ({marks})", tuple(keys)).fetchall()}
+
+    def started_since(self, source: str, issue_key: str, since: datetime) -> bool:
+        """Whether a live execution for ``issue_key`` was created by a trigger of ``source``
+        at or after ``since``: a change that already set the role's workflow going."""
+        query = (ExecutionRow.select(ExecutionRow.id)
+                 .join(TriggerRow, on=ExecutionRow.trigger == TriggerRow.id)
+                 .where((ExecutionRow.issue_key == issue_key)
+                        & (ExecutionRow.mode == ExecutionMode.LIVE.value)
+                        & (ExecutionRow.created_at >= to_utc(since))
+                        & (TriggerRow.source == source)))
+        with unit_of_work(self.db):
+            return query.exists()
 
     def create(self, trigger_id: int, executions: list[Execution], *, issue_key: str,
                ensure_context: bool, now: datetime, reason: str = "",
