@@ -446,6 +446,7 @@ def loaded_with_secrets() -> Config:
             "TICKET_DISPATCHER_LARK_APP_SECRET": f"{SECRET}3",
             "TICKET_DISPATCHER_ONCALL_TOKEN": f"{SECRET}4",
             "TICKET_DISPATCHER_AUTH_API_KEYS": f"jira:automation:{SECRET}5",
+            "TICKET_DISPATCHER_JIRA_WEBHOOK_SECRETS": f"{SECRET}6,{SECRET}7",
         },
     )
 
@@ -468,6 +469,7 @@ def test_masked_config_replaces_every_secret():
     assert shown["lark"]["app_secret"] == "***"
     assert shown["oncall"]["token"] == "***"
     assert shown["core"]["token"] == ""  # empty stays empty: nothing is configured
+    assert shown["jira"]["webhook_secrets"] == ["***", "***"]
     assert shown["auth"]["api_keys"] == [
         {"name": "jira", "role": "automation", "key_sha256": "***"}
     ]
@@ -509,7 +511,7 @@ def test_secrets_lists_every_configured_secret():
     basic = base64.b64encode(f"{config.jira.email}:{config.jira.api_token}".encode()).decode()
 
     # the Jira Basic credential is the token too: an error body may echo the header back
-    assert config.secrets() == sorted([*(f"{SECRET}{n}" for n in range(1, 5)), basic])
+    assert config.secrets() == sorted([*(f"{SECRET}{n}" for n in (1, 2, 3, 4, 6, 7)), basic])
     assert Config().secrets() == []
 
 

@@ -706,7 +706,8 @@ class Config:
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for the log redactor."""
         values = [self.jira.api_token, self.lark.app_secret, self.oncall.token, self.core.token,
-                  self.jira.basic_credential(), self.console.session_secret]
+                  self.jira.basic_credential(), self.console.session_secret,
+                  *self.jira.webhook_secrets]
         password = urlsplit(self.database_url).password or ""
         # The URL carries the password percent-encoded; a driver error may show either form.
         values += [password, unquote(password)]
