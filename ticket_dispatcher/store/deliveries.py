@@ -33,10 +33,15 @@ class DeliveryRepository:
         moment = time_param(to_utc(now))
         with unit_of_work(self.db):
             taken = bool(execute(self.db, self._insert, (identifier, moment)).fetchall())
-            self._taken += 1
-            if taken and self._taken % FORGET_EVERY == 0:
-                self.forget_before(now - RETENTION)
+        if taken:
+            self.taken(now)
         return taken
+
+    def taken(self, now: datetime) -> None:
+        """A delivery was recorded; once every ``FORGET_EVERY`` the old ones are forgotten."""
+        self._taken += 1
+        if self._taken % FORGET_EVERY == 0:
+            self.forget_before(now - RETENTION)
 
     def forget_before(self, moment: datetime) -> int:
         """Forget the deliveries received before ``moment``; how many."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import peewee
 
@@ -14,6 +15,7 @@ from ticket_dispatcher.store.database import (
     Prepared,
     dict_rows,
     execute,
+    is_postgres,
     one_statement_write,
     seconds_since,
     skip_locked,
@@ -23,11 +25,15 @@ from ticket_dispatcher.store.database import (
 from ticket_dispatcher.store.models import (
     DriverTime,
     TriggerRow,
+    WebhookDeliveryRow,
     json_param,
     placeholders,
     time_param,
 )
 from ticket_dispatcher.timeutil import to_utc
+
+if TYPE_CHECKING:
+    from ticket_dispatcher.store.deliveries import DeliveryRepository
 
 _OPEN = (TriggerStatus.PENDING.value, TriggerStatus.PROCESSING.value)
 
@@ -144,34 +150,70 @@ class TriggerClosing:
             trigger_id, *fence)).rowcount
 
 
+def _new_trigger(source: str, issue_key: str, policy_id: int | None, dryrun: dict | None,
+                 now: datetime, extra_input: dict | None) -> tuple[tuple, Trigger]:
+    """The INSERT's parameters of a new ``pending`` trigger, and the trigger (its id still 0)."""
+    now = to_utc(now)
+    moment = time_param(now)
+    extra_input = extra_input or {}
+    params = (source, issue_key, json_param({**extra_input, "issue_key": issue_key}), policy_id,
+              json_param(dryrun), TriggerStatus.PENDING.value, moment,
+              json_param({"execution_ids": []}), "", moment, moment, 0)
+    return params, Trigger(id=0, source=source, issue_key=issue_key, policy_id=policy_id,
+                           dryrun=dryrun, status=TriggerStatus.PENDING, available_at=now,
+                           execution_ids=[], failure_reason="", created_at=now, updated_at=now,
+                           extra_input=extra_input)
+
+
 class TriggerRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
         self._claim = _claim_statements(db.param)
         self._closing = TriggerClosing(db)
-        self._insert = Prepared(
-            f"INSERT INTO {TriggerRow._meta.table_name} (source, issue_key, input_json, "
-            "policy_id, dryrun_json, status, available_at, output_json, failure_reason, "
-            f"created_at, updated_at, lease_epoch) VALUES ({placeholders(db.param, 12)}) "
-            "RETURNING id")
+        columns = ("(source, issue_key, input_json, policy_id, dryrun_json, status, "
+                   "available_at, output_json, failure_reason, created_at, updated_at, "
+                   "lease_epoch)")
+        values = placeholders(db.param, 12)
+        self._insert = Prepared(f"INSERT INTO {TriggerRow._meta.table_name} {columns} "
+                                f"VALUES ({values}) RETURNING id")
+        # PostgreSQL: a webhook delivery's record and its one trigger in one statement, which
+        # needs no transaction around it (``create_once``).
+        self.postgres = is_postgres(db)
+        self._insert_once = Prepared(
+            f"WITH taken AS (INSERT INTO {WebhookDeliveryRow._meta.table_name} "
+            f"(identifier, received_at) VALUES ({db.param}, {db.param}) "
+            "ON CONFLICT (identifier) DO NOTHING RETURNING identifier) "
+            f"INSERT INTO {TriggerRow._meta.table_name} {columns} "
+            f"SELECT {values} FROM taken RETURNING id")
 
     def create(self, source: str, issue_key: str, *, policy_id: int | None, dryrun: dict | None,
                now: datetime, extra_input: dict | None = None) -> Trigger:
         """Insert a ``pending`` trigger. Every accepted request writes one, so the INSERT is
         written out once, not built by peewee per request."""
-        now = to_utc(now)
-        moment = time_param(now)
-        extra_input = extra_input or {}
-        params = (source, issue_key, json_param({**extra_input, "issue_key": issue_key}),
-                  policy_id,
-                  json_param(dryrun), TriggerStatus.PENDING.value, moment,
-                  json_param({"execution_ids": []}), "", moment, moment, 0)
+        params, trigger = _new_trigger(source, issue_key, policy_id, dryrun, now, extra_input)
         with unit_of_work(self.db):
-            [(trigger_id,)] = self.db.execute_sql(self._insert, params).fetchall()
-        return Trigger(id=trigger_id, source=source, issue_key=issue_key, policy_id=policy_id,
-                       dryrun=dryrun, status=TriggerStatus.PENDING, available_at=now,
-                       execution_ids=[], failure_reason="", created_at=now, updated_at=now,
-                       extra_input=extra_input)
+            [(trigger.id,)] = self.db.execute_sql(self._insert, params).fetchall()
+        return trigger
+
+    def create_once(self, deliveries: DeliveryRepository, identifier: str, source: str,
+                    issue_key: str, *, now: datetime, extra_input: dict) -> Trigger | None:
+        """Record the webhook delivery ``identifier`` and insert its one ``pending`` trigger;
+        None, and nothing written, when the delivery was taken before. PostgreSQL: one
+        statement; SQLite: two, in the caller's transaction."""
+        if not self.postgres:
+            if not deliveries.take(identifier, now):
+                return None
+            return self.create(source, issue_key, policy_id=None, dryrun=None, now=now,
+                               extra_input=extra_input)
+        params, trigger = _new_trigger(source, issue_key, None, None, now, extra_input)
+        with unit_of_work(self.db):
+            rows = self.db.execute_sql(self._insert_once, (
+                identifier, time_param(to_utc(now)), *params)).fetchall()
+        if not rows:
+            return None
+        [(trigger.id,)] = rows
+        deliveries.taken(now)
+        return trigger
 
     def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
         """A ``pending`` trigger of ``source`` for ``issue_key`` exists afterwards: an open one
