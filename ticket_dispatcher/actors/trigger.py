@@ -50,7 +50,7 @@ from ticket_dispatcher.domain.matching import (
 )
 from ticket_dispatcher.domain.model import DispatchContext, Issue, Policy
 from ticket_dispatcher.domain.retries import next_try, spent
-from ticket_dispatcher.domain.webhooks import changed_at, still_current
+from ticket_dispatcher.domain.webhooks import changed_at, superseded
 from ticket_dispatcher.errors import (
     CallAbandoned,
     DispatcherError,
@@ -222,7 +222,7 @@ class TriggerProcessor:
         The issue as matching sees it, or the trigger's outcome when it ends here."""
         if label in issue.labels:
             return issue
-        stale = still_current(issue, trigger.extra_input)
+        stale = superseded(issue, trigger.extra_input)
         since = changed_at(trigger.extra_input)
         if not stale and since is not None and self._deps.store.executions.started_since(
                 trigger.source, trigger.issue_key, since):

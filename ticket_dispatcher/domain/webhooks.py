@@ -202,7 +202,7 @@ def _urgent(when: dict, issue: Issue, path: str, value: str | None) -> bool:
     return evaluate(when, issue, _NO_TIME)[0]
 
 
-def still_current(issue: Issue, trigger_input: dict) -> str:
+def superseded(issue: Issue, trigger_input: dict) -> str:
     """Why the live ``issue`` no longer shows what a role trigger's delivery saw (a later
     change took over, and its own delivery handles it), or "" when it still does."""
     wanted = trigger_input.get("add_label") or {}

@@ -47,11 +47,10 @@ def signed(secrets: tuple[str, ...], body: bytes, presented: str | None) -> bool
     found = _SIGNATURE.fullmatch(presented or "")
     if found is None:
         return False
-    wanted = found[1].lower().encode("ascii")
+    wanted = f"sha256={found[1].lower()}".encode("ascii")
     matched = False
     for secret in secrets:
-        digest = hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
-        matched |= hmac.compare_digest(digest.encode("ascii"), wanted)
+        matched |= hmac.compare_digest(signature(secret, body).encode("ascii"), wanted)
     return matched
 
 
