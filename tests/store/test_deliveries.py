@@ -16,8 +16,9 @@ INPUT = {"webhook_delivery": "d-1"}
 
 def take(store, identifier: str, now: datetime = NOW):
     with write_lock(store.db):
-        return store.triggers.create_once(store.deliveries, identifier, "jira_issue_created",
-                                          "TCID-1", now=now, extra_input=INPUT)
+        made = store.triggers.create_for_delivery(
+            store.deliveries, identifier, "TCID-1", [("jira_issue_created", INPUT)], now=now)
+    return made[0] if made else None
 
 
 def triggers_stored(store) -> int:

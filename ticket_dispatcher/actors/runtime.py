@@ -180,25 +180,10 @@ class Runtime:
         """Persist a Jira webhook delivery and the triggers it makes (each a source and its
         input) in one short transaction and hand them to the trigger actors; None when the
         delivery was taken before, and nothing is written."""
-        if len(triggers) == 1:  # the usual delivery: on PostgreSQL one statement
-            [(source, extra)] = triggers
-
-            def insert_one(store: Store, now: datetime) -> list[Trigger] | None:
-                trigger = store.triggers.create_once(store.deliveries, identifier, source,
-                                                     issue_key, now=now, extra_input=extra)
-                return None if trigger is None else [trigger]
-
-            return self._accept(insert_one, statements=1 if self.deps.store.triggers.postgres
-                                else 2)
-
-        def insert(store: Store, now: datetime) -> list[Trigger] | None:
-            if not store.deliveries.take(identifier, now):
-                return None
-            return [store.triggers.create(source, issue_key, policy_id=None, dryrun=None,
-                                          now=now, extra_input=extra)
-                    for source, extra in triggers]
-
-        return self._accept(insert, statements=1 + len(triggers))
+        return self._accept(
+            lambda store, now: store.triggers.create_for_delivery(
+                store.deliveries, identifier, issue_key, triggers, now=now),
+            statements=self.deps.store.triggers.delivery_statements(len(triggers)))
 
     @overload
     def _accept(self, insert: Callable[[Store, datetime], list[Trigger]], *,

@@ -23,8 +23,8 @@ from typing import Any
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, URGENCY_FIELDS, NotificationRole
 from ticket_dispatcher.domain.conditions import evaluate
 from ticket_dispatcher.domain.issues import issue_from_jira
-from ticket_dispatcher.domain.matching import outside_trigger, source_admitted
-from ticket_dispatcher.domain.model import Issue, JiraUser, Policy, PolicyStatus
+from ticket_dispatcher.domain.matching import policy_matches
+from ticket_dispatcher.domain.model import Issue, JiraUser, Policy
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339
 
@@ -41,11 +41,11 @@ _NO_TIME = datetime(2000, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class Change:
-    """One item of an update's changelog: the field's id and its value before and after,
-    as ids (``from``/``to``: an account id, an option id) and as text (``fromString``…)."""
+    """One item of an update's changelog: the field's id, its value after the change as an id
+    (``to``: an account id, an option id), and its value before and after as text
+    (``fromString``, ``toString``)."""
 
     field_id: str
-    before: str | None
     after: str | None
     before_text: str | None
     after_text: str | None
@@ -116,7 +116,7 @@ def parse_delivery(raw: Any, *, l2_field_id: str, severity_field_id: str) -> Del
         field_id = item.get("fieldId") or item.get("field")
         if not isinstance(field_id, str):
             continue  # an item this service has no use for
-        changes.append(Change(field_id, _text(item.get("from")), _text(item.get("to")),
+        changes.append(Change(field_id, _text(item.get("to")),
                               _text(item.get("fromString")), _text(item.get("toString"))))
     stamp = raw.get("timestamp")
     at = None
@@ -139,13 +139,13 @@ def triggers_for(delivery: Delivery, policies: Iterable[Policy], *, l2_field_id:
     ``NOTIFICATION_ROLES``."""
     if delivery.created:
         return [WebhookTrigger(CREATED_SOURCE, auto_assign_label or None)]
-    active = [p for p in policies if p.status is PolicyStatus.ACTIVE and p.trigger.enable]
+    policies = list(policies)
     urgency_fields = {"priority": _PRIORITY, severity_field_id: _SEVERITY}
     person_fields = {"assignee": "assignee", l2_field_id: "l2_assignee"}
     made: list[WebhookTrigger] = []
     for role in NOTIFICATION_ROLES:
         person = _person(delivery.issue, role)
-        candidates = _could_match(active, role, delivery.issue)
+        candidates = _could_match(policies, role, delivery.issue)
         if person is None or not candidates:
             continue
         assigned = any(person_fields.get(c.field_id) == role.role and c.after is not None
@@ -174,8 +174,7 @@ def _could_match(policies: Sequence[Policy], role: NotificationRole,
     """The active policies of the role's source that would take the issue once the role's
     label is on it."""
     labelled = dataclasses.replace(issue, labels=(*issue.labels, role.label))
-    return [p for p in policies if source_admitted(p.trigger.source_in, role.source)
-            and not outside_trigger(p, labelled)]
+    return [p for p in policies if policy_matches(p, role.source, labelled)]
 
 
 def _rise(policies: Sequence[Policy], issue: Issue, path: str,

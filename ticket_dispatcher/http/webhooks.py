@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 
 import falcon
 
-from ticket_dispatcher.domain.webhooks import Delivery, parse_delivery, triggers_for
+from ticket_dispatcher.domain.webhooks import (
+    Delivery,
+    WebhookTrigger,
+    parse_delivery,
+    triggers_for,
+)
 from ticket_dispatcher.errors import InvalidInput, Problem, StoreUnavailable
 from ticket_dispatcher.http.auth import PUBLIC, ApiKeyAuth
 from ticket_dispatcher.http.errors import ApiError
@@ -145,7 +150,7 @@ class JiraWebhooks:
                                                            "or ._:-")])
         return identifier
 
-    def _triggers(self, delivery: Delivery) -> list:
+    def _triggers(self, delivery: Delivery) -> list[WebhookTrigger]:
         """The triggers the delivery makes; an update reads the active policies."""
         config = self._services.config.jira
         policies = [] if delivery.created else self._services.store.policies.list_active()

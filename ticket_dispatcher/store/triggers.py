@@ -177,7 +177,7 @@ class TriggerRepository:
         self._insert = Prepared(f"INSERT INTO {TriggerRow._meta.table_name} {columns} "
                                 f"VALUES ({values}) RETURNING id")
         # PostgreSQL: a webhook delivery's record and its one trigger in one statement, which
-        # needs no transaction around it (``create_once``).
+        # needs no transaction around it (``create_for_delivery``).
         self.postgres = is_postgres(db)
         self._insert_once = Prepared(
             f"WITH taken AS (INSERT INTO {WebhookDeliveryRow._meta.table_name} "
@@ -195,17 +195,25 @@ class TriggerRepository:
             [(trigger.id,)] = self.db.execute_sql(self._insert, params).fetchall()
         return trigger
 
-    def create_once(self, deliveries: DeliveryRepository, identifier: str, source: str,
-                    issue_key: str, *, now: datetime, extra_input: dict) -> Trigger | None:
-        """Record the webhook delivery ``identifier`` and insert its one ``pending`` trigger;
-        None, and nothing written, when the delivery was taken before. PostgreSQL: one
-        statement; SQLite: two, in the caller's transaction."""
-        if not self.postgres:
+    def delivery_statements(self, triggers: int) -> int:
+        """How many statements ``create_for_delivery`` writes for that many triggers."""
+        return 1 if self.postgres and triggers == 1 else 1 + triggers
+
+    def create_for_delivery(self, deliveries: DeliveryRepository, identifier: str,
+                            issue_key: str, triggers: list[tuple[str, dict]], *,
+                            now: datetime) -> list[Trigger] | None:
+        """Record the webhook delivery ``identifier`` and insert its ``pending`` triggers
+        (each a source and its input beyond the issue key); None, and nothing written, when
+        the delivery was taken before. One trigger on PostgreSQL, the usual delivery: one
+        statement; otherwise the delivery's INSERT and each trigger's, in the caller's
+        transaction."""
+        if self.delivery_statements(len(triggers)) > 1:
             if not deliveries.take(identifier, now):
                 return None
-            return self.create(source, issue_key, policy_id=None, dryrun=None, now=now,
-                               extra_input=extra_input)
-        params, trigger = _new_trigger(source, issue_key, None, None, now, extra_input)
+            return [self.create(source, issue_key, policy_id=None, dryrun=None, now=now,
+                                extra_input=extra) for source, extra in triggers]
+        [(source, extra)] = triggers
+        params, trigger = _new_trigger(source, issue_key, None, None, now, extra)
         with unit_of_work(self.db):
             rows = self.db.execute_sql(self._insert_once, (
                 identifier, time_param(to_utc(now)), *params)).fetchall()
@@ -213,7 +221,7 @@ class TriggerRepository:
             return None
         [(trigger.id,)] = rows
         deliveries.taken(now)
-        return trigger
+        return [trigger]
 
     def ensure_reserved_trigger(self, source: str, issue_key: str, now: datetime) -> None:
         """A ``pending`` trigger of ``source`` for ``issue_key`` exists afterwards: an open one
