@@ -51,8 +51,16 @@ from tests.process import (
     round_robin_policy,
     wait_until,
 )
+from tests.test_database_outage_process import (
+    ACCOUNT,
+    EMAIL,
+    NAME,
+    OPEN_ID,
+    Outage,
+    outage,  # noqa: F401 - a fixture
+    person,  # noqa: F401 - a fixture
+)
 from tests.test_database_outage_process import SETTINGS as OUTAGE_SETTINGS
-from tests.test_database_outage_process import Outage, outage  # noqa: F401 - fixture
 from tests.test_jira_rate_limit_process import metric
 from tests.test_replicas_process import SETTINGS as SHARED_SETTINGS
 from tests.test_replicas_process import all_executions
@@ -78,7 +86,6 @@ TOGETHER = 60  # of the flood's deliveries, sent as two copies at the same momen
 
 # The assignee's notification (ops/examples/policies/priority-assignee.json takes TCOC).
 NOTIFY_KEY, NOTIFY_SOURCE, NOTIFY_LABEL = "TCOC-7", "jira_assignment_assignee", "notify-assignee"
-EMAIL, ACCOUNT, OPEN_ID, NAME = "carol@example.com", "acc-carol", "ou_carol", "Carol Example"
 FORMER_EMAIL, FORMER_ACCOUNT = "dave@example.com", "acc-dave"  # assigned before Carol
 
 
@@ -111,13 +118,6 @@ def jira() -> Iterator[FakeJira]:
         fake.add_user(FORMER_EMAIL, FORMER_ACCOUNT)
         fake.add_issue(NOTIFY_KEY, assignee=ACCOUNT, priority="P3", status="Todo")
         yield fake
-
-
-@pytest.fixture
-def person() -> tuple[str, str, str]:
-    """Who the notification peers know (the ``lark``, ``oncall`` and ``core`` fixtures of
-    tests/conftest.py)."""
-    return EMAIL, NAME, OPEN_ID
 
 
 @pytest.fixture
