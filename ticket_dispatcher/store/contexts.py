@@ -24,7 +24,13 @@ from ticket_dispatcher.store.database import (
     unit_of_work,
     write_lock,
 )
-from ticket_dispatcher.store.models import ContextRow, json_param, placeholders, time_param
+from ticket_dispatcher.store.models import (
+    ContextRow,
+    delete_where,
+    json_param,
+    placeholders,
+    time_param,
+)
 from ticket_dispatcher.timeutil import to_utc
 
 _ROLES = frozenset(role.role for role in NOTIFICATION_ROLES)
@@ -83,7 +89,7 @@ class ContextRepository:
                     f"dispatch context {issue_key} holds an assignment-notification intent or "
                     "marker; it can be deleted once both role slots are clear"
                 )
-            ContextRow.delete().where(ContextRow.issue_key == issue_key).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+            delete_where(ContextRow, ContextRow.issue_key == issue_key)
 
     def update_notification_slot(
         self, issue_key: str, role: str, mutate: SlotMutation, now: datetime

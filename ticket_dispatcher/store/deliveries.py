@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import peewee
 
 from ticket_dispatcher.store.database import Prepared, execute, unit_of_work
-from ticket_dispatcher.store.models import WebhookDeliveryRow, time_param
+from ticket_dispatcher.store.models import WebhookDeliveryRow, delete_where, time_param
 from ticket_dispatcher.timeutil import to_utc
 
 # How long a delivery's identifier is remembered. Jira retries a delivery for about half an
@@ -46,8 +46,7 @@ class DeliveryRepository:
     def forget_before(self, moment: datetime) -> int:
         """Forget the deliveries received before ``moment``; how many."""
         with unit_of_work(self.db):
-            return (WebhookDeliveryRow.delete()
-                    .where(WebhookDeliveryRow.received_at < to_utc(moment)).execute())
+            return delete_where(WebhookDeliveryRow, WebhookDeliveryRow.received_at < to_utc(moment))
 
     def known(self, identifier: str) -> bool:
         with unit_of_work(self.db):

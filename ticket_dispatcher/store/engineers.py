@@ -30,7 +30,13 @@ from ticket_dispatcher.store.database import (
     unit_of_work,
     write_lock,
 )
-from ticket_dispatcher.store.models import EngineerRow, TimeOffRow, placeholders, time_param
+from ticket_dispatcher.store.models import (
+    EngineerRow,
+    TimeOffRow,
+    delete_where,
+    placeholders,
+    time_param,
+)
 from ticket_dispatcher.store.time_off import TimeOffRepository
 from ticket_dispatcher.timeutil import to_utc
 
@@ -233,7 +239,7 @@ class EngineerRepository:
     def delete(self, email: str) -> None:
         email = normalize_email(email)
         with unit_of_work(self.db):
-            deleted = EngineerRow.delete().where(EngineerRow.email == email).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+            deleted = delete_where(EngineerRow, EngineerRow.email == email)
         if not deleted:
             raise NotFound(f"engineer {email} not found")
 

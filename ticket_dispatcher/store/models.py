@@ -60,6 +60,15 @@ class BaseModel(peewee.Model):
         legacy_table_names = False
 
 
+def delete_where(model: type[BaseModel], condition: peewee.Expression) -> int:
+    """Delete ``model``'s rows matching ``condition``; how many.
+
+    Through a ``type[...]`` because the stubs type ``Model.delete`` with ``Self``, which mypy
+    finds ambiguous on some concrete classes and not on others, by the order it reads them.
+    """
+    return int(model.delete().where(condition).execute())
+
+
 class PolicyRow(BaseModel):
     id = peewee.AutoField()
     family_id = peewee.CharField(max_length=20)

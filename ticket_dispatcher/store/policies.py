@@ -31,7 +31,7 @@ from ticket_dispatcher.store.database import (
     unit_of_work,
     write_lock,
 )
-from ticket_dispatcher.store.models import PolicyRow, RuleRow, ShadowRow
+from ticket_dispatcher.store.models import PolicyRow, RuleRow, ShadowRow, delete_where
 from ticket_dispatcher.timeutil import to_utc
 
 # Crockford base32: upper case, no I/L/O/U, so a family ID survives being read aloud.
@@ -152,7 +152,7 @@ class PolicyRepository:
                 trigger_json=spec.trigger.to_json(),
                 updated_at=now,
             ).where(PolicyRow.id == policy_id).execute()
-            RuleRow.delete().where(RuleRow.policy == policy_id).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+            delete_where(RuleRow, RuleRow.policy == policy_id)
             rules = self._insert_rules(policy_id, spec)
             return _policy(row, rules, name=spec.name, description=spec.description,
                            trigger=spec.trigger, updated_at=now)
@@ -163,7 +163,7 @@ class PolicyRepository:
             self._require_draft(row, "deleted")
             _require_no_shadow(policy_id, "deleted")
             # Rules go with it (ON DELETE CASCADE).
-            PolicyRow.delete().where(PolicyRow.id == policy_id).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+            delete_where(PolicyRow, PolicyRow.id == policy_id)
 
     def create_replacement(self, policy_id: int, spec: PolicySpec, now: datetime) -> Policy:
         """A new draft in the source's family with the family's highest version + 1."""
@@ -212,7 +212,7 @@ class PolicyRepository:
                 status=PolicyStatus.ACTIVE.value, activated_at=now, updated_at=now
             ).where(PolicyRow.id == policy_id).execute()
             # Activating the family's shadow is the ordinary activation, and ends the shadow.
-            ShadowRow.delete().where(ShadowRow.policy_id == policy_id).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+            delete_where(ShadowRow, ShadowRow.policy_id == policy_id)
             return _policy(row, policy.rules, status=PolicyStatus.ACTIVE, activated_at=now,
                            updated_at=now)
 

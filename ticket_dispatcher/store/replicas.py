@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import peewee
 
 from ticket_dispatcher.store.database import unit_of_work
-from ticket_dispatcher.store.models import ReplicaRow
+from ticket_dispatcher.store.models import ReplicaRow, delete_where
 from ticket_dispatcher.timeutil import to_utc
 
 # A silent replica is forgotten this long after its last heartbeat.
@@ -54,7 +54,7 @@ class ReplicaRepository:
                           update={getattr(ReplicaRow, name): value
                                   for name, value in values.items()})
              .execute())
-            ReplicaRow.delete().where(ReplicaRow.heartbeat_at < now - FORGET_AFTER).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+            delete_where(ReplicaRow, ReplicaRow.heartbeat_at < now - FORGET_AFTER)
 
     def known(self) -> list[Replica]:
         """Every replica remembered, the most recently started first."""

@@ -29,6 +29,7 @@ from ticket_dispatcher.store.models import (
     PolicyRow,
     ShadowDecisionRow,
     ShadowRow,
+    delete_where,
     placeholders,
 )
 from ticket_dispatcher.timeutil import format_time, to_utc
@@ -131,7 +132,7 @@ class ShadowRepository:
     def stop(self, policy_id: int) -> None:
         """``NotFound`` when the policy is not in shadow."""
         with unit_of_work(self.db):
-            if not ShadowRow.delete().where(ShadowRow.policy_id == policy_id).execute():  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+            if not delete_where(ShadowRow, ShadowRow.policy_id == policy_id):
                 raise NotFound(f"policy {policy_id} is not in shadow")
 
     def of_families(self, family_ids: list[str]) -> dict[str, int]:

@@ -19,7 +19,7 @@ import peewee
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
-from ticket_dispatcher.store.models import CalendarFeedRow, EngineerRow, TimeOffRow
+from ticket_dispatcher.store.models import CalendarFeedRow, EngineerRow, TimeOffRow, delete_where
 from ticket_dispatcher.timeutil import to_utc
 
 API_SOURCE = "api"
@@ -77,9 +77,8 @@ class TimeOffRepository:
         """Delete one of an engineer's entries, the API's or a feed's (a feed's comes back at
         its next refresh if the feed still holds it)."""
         with unit_of_work(self.db):
-            deleted = (TimeOffRow.delete()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
-                       .where((TimeOffRow.id == entry_id) & (TimeOffRow.email == email))
-                       .execute())
+            deleted = delete_where(TimeOffRow, (TimeOffRow.id == entry_id)
+                                   & (TimeOffRow.email == email))
         if not deleted:
             raise NotFound(f"time off {entry_id} of {email} not found")
 
@@ -108,7 +107,7 @@ class TimeOffRepository:
         ``note`` saying what it left out, in one transaction."""
         now = to_utc(now)
         with write_lock(self.db):
-            TimeOffRow.delete().where(TimeOffRow.source == name).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+            delete_where(TimeOffRow, TimeOffRow.source == name)
             rows = [{"email": e.email, "start_at": to_utc(e.start), "end_at": to_utc(e.end),
                      "reason": e.reason, "source": name, "created_at": now} for e in entries]
             for first in range(0, len(rows), INSERT_BATCH):
@@ -129,8 +128,8 @@ class TimeOffRepository:
             gone = [row.name for row in CalendarFeedRow.select(CalendarFeedRow.name)
                     if row.name not in kept]
             if gone:
-                TimeOffRow.delete().where(TimeOffRow.source.in_(gone)).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
-                CalendarFeedRow.delete().where(CalendarFeedRow.name.in_(gone)).execute()  # type: ignore[misc, unused-ignore]  # types-peewee builds differ on delete
+                delete_where(TimeOffRow, TimeOffRow.source.in_(gone))
+                delete_where(CalendarFeedRow, CalendarFeedRow.name.in_(gone))
 
     def feeds(self) -> list[FeedStatus]:
         with unit_of_work(self.db):
