@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ticket_dispatcher.domain.actions.assign import next_in_turn
+from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store.database import is_postgres, unit_of_work
 from ticket_dispatcher.store.models import time_param
@@ -289,7 +290,9 @@ def test_turns_follow_the_one_rule_of_the_round_robin_whatever_the_marks(store):
     # PostgreSQL chooses and marks in SQL: it must agree with ``next_in_turn`` and the mark
     # rule on every kind of state (never dispatched, equal marks, a mark ahead of ``now``).
     emails = [f"{name}@x.com" for name in "abcde"]
-    enable(store, *emails)
+    for email in emails:  # with what an assignment needs of the one chosen
+        store.engineers.put(email, dispatch_enabled=True, display_name=email.upper(),
+                            jira_account_id=f"acc-{email}", now=T0)
     marks = [None, T0, T0 + timedelta(seconds=5), T0 + timedelta(seconds=30)]
     for round_ in range(40):
         with unit_of_work(store.db):
@@ -304,7 +307,12 @@ def test_turns_follow_the_one_rule_of_the_round_robin_whatever_the_marks(store):
 
         turn = store.engineers.take_turn(order, issue_key=f"TCID-{round_}", now=now)
 
-        assert turn.chosen == next_in_turn(before) and list(turn.candidates) == before
+        def turn_fields(engineer: Engineer) -> tuple:  # what a turn reads of a candidate
+            return (engineer.email, engineer.display_name, engineer.jira_account_id,
+                    engineer.last_dispatched_at, engineer.last_dispatched_issue)
+
+        assert turn_fields(turn.chosen) == turn_fields(next_in_turn(before))
+        assert [turn_fields(e) for e in turn.candidates] == [turn_fields(e) for e in before]
         newest = max((e.last_dispatched_at for e in before if e.last_dispatched_at),
                      default=None)
         expected = now if newest is None or newest < now else newest + timedelta(microseconds=1)

@@ -64,6 +64,10 @@ def normalize_email(email: str) -> str:
 
 _TABLE = EngineerRow._meta.table_name
 _TIME_OFF = TimeOffRow._meta.table_name
+# What a round robin's turn reads of each candidate: who it is, where its turn stands, and the
+# account an assignment needs; not its availability settings, which the turn does not judge
+# (``hindered`` reads them for those it concerns) and whose decoding was most of the read.
+_TURN_COLUMNS = "email, display_name, jira_account_id, last_dispatched_at, last_dispatched_issue"
 
 
 class EngineerRepository:
@@ -255,7 +259,8 @@ class EngineerRepository:
         ``last_dispatched_issue`` and ``updated_at``.
 
         Returns the chosen engineer as it was before its turn (its ``last_dispatched_at`` says
-        why it was chosen) with the candidates read, in the order asked; None when none of
+        why it was chosen) with the candidates read, in the order asked, each with the fields
+        of ``_TURN_COLUMNS`` only (the rest of the record is left empty); None when none of
         ``emails_in_order`` is a dispatch-enabled engineer."""
         order = list(dict.fromkeys(normalize_email(email) for email in emails_in_order))
         if not order:
@@ -265,8 +270,8 @@ class EngineerRepository:
             return self._take_turn_in_one(order, issue_key, now)
         with write_lock(self.db):
             # by email: the lock order, the same for every caller
-            rows = {row.email: row for row in self._enabled(sorted(order), lock=True)}
-            candidates = [_engineer(rows[email]) for email in order if email in rows]
+            rows = {row.email: row for row in self._enabled(sorted(order), _TURN_COLUMNS)}
+            candidates = [_in_turn(rows[email]) for email in order if email in rows]
             if not candidates:
                 return None
             chosen = next_in_turn(candidates)
@@ -287,7 +292,8 @@ class EngineerRepository:
         marks = placeholders(self.db.param, len(order))
         with unit_of_work(self.db):
             rows = read_rows(self.db, EngineerRow, Prepared(f"""WITH candidates AS (
-                SELECT * FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = %s
+                SELECT {_TURN_COLUMNS} FROM {_TABLE}
+                WHERE email IN ({marks}) AND dispatch_enabled = %s
                 ORDER BY email FOR UPDATE
             ), chosen AS (
                 SELECT email FROM candidates
@@ -311,20 +317,20 @@ class EngineerRepository:
         if not rows:
             return None
         by_email = {row.email: row for row in rows}
-        candidates = [_engineer(by_email[email]) for email in order if email in by_email]
+        candidates = [_in_turn(by_email[email]) for email in order if email in by_email]
         chosen = next(e for e in candidates if e.email == rows[0].chosen_email)
         return Turn(chosen, tuple(candidates))
 
-    def _enabled(self, emails: list[str], *, lock: bool = False) -> list[SimpleNamespace]:
-        """The dispatch-enabled engineers among ``emails`` (normalized), by email; locked
-        (``FOR UPDATE`` on PostgreSQL) with ``lock``. Every assignment reads them (a live
-        round robin in its turn): the statement is written out, not built by peewee."""
+    def _enabled(self, emails: list[str], columns: str = "*") -> list[SimpleNamespace]:
+        """The dispatch-enabled engineers among ``emails`` (normalized), by email, with
+        ``columns``. Every assignment reads them (a live round robin in its turn, inside the
+        transaction that serializes turns on SQLite): the statement is written out, not built
+        by peewee."""
         marks = placeholders(self.db.param, len(emails))
-        locking = " FOR UPDATE" if lock and is_postgres(self.db) else ""
         return read_rows(
             self.db, EngineerRow,
-            f"SELECT * FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = "
-            f"{self.db.param} ORDER BY email{locking}", *emails, True)
+            f"SELECT {columns} FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = "
+            f"{self.db.param} ORDER BY email", *emails, True)
 
     def update_dispatch_state(
         self, email: str, *, dispatched_at: datetime, issue_key: str, now: datetime
@@ -371,6 +377,14 @@ def _turn_mark(candidates: list[Engineer], now: datetime) -> datetime:
     newest = max((e.last_dispatched_at for e in candidates if e.last_dispatched_at is not None),
                  default=None)
     return now if newest is None or newest < now else newest + TURN_STEP
+
+
+def _in_turn(row: SimpleNamespace) -> Engineer:
+    """A candidate of a round robin's turn, from its ``_TURN_COLUMNS``."""
+    return Engineer(email=row.email, display_name=row.display_name,
+                    jira_account_id=row.jira_account_id,
+                    last_dispatched_at=row.last_dispatched_at,
+                    last_dispatched_issue=row.last_dispatched_issue)
 
 
 def _engineer(row: EngineerRow | SimpleNamespace) -> Engineer:
