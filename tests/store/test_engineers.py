@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ticket_dispatcher.domain.actions.assign import next_in_turn
+from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store.database import is_postgres, unit_of_work
@@ -358,3 +359,31 @@ def test_the_record_of_the_issue_whose_turn_was_taken_keeps_the_turns_place(stor
     third = T0 + timedelta(seconds=3)
     assert store.engineers.take_turn(order, issue_key="TCID-3", now=third).chosen.email == "a@x.com"
 
+
+
+def test_a_rotation_of_two_hundred_reads_and_turns_like_one_of_three(store):
+    """A large organisation's rotation: a long list of candidates is one parameter on
+    PostgreSQL, whatever its length; the reads and the turn answer as for a short one."""
+    emails = [f"eng{n:03}@x.com" for n in range(200)]
+    for n, email in enumerate(emails):
+        store.engineers.put(email, dispatch_enabled=n != 7, jira_account_id=f"acc-{n}",
+                            availability={"max_open_issues": 3} if n == 150 else None, now=T0)
+    store.time_off.add(TimeOff(None, emails[42], T0 - timedelta(hours=1), T0 + timedelta(days=2),
+                               "holiday"), now=T0)
+    store.time_off.add(TimeOff(None, emails[43], T0 + timedelta(days=5), T0 + timedelta(days=6),
+                               "later"), now=T0)
+    rotation = list(reversed(emails))
+
+    hindered, away = store.engineers.hindered(rotation, T0, T0 + timedelta(days=1), hours=False)
+    assert sorted(e.email for e in hindered) == [emails[42], emails[150]]
+    assert [entry.reason for entry in away[emails[42]]] == ["holiday"] and emails[43] not in away
+    enabled = store.engineers.enabled_by_email(rotation)
+    assert len(enabled) == 199 and emails[7] not in {e.email for e in enabled}
+
+    chosen = [store.engineers.take_turn(rotation, issue_key=f"TCID-{n}",
+                                        now=T0 + timedelta(seconds=n)).chosen
+              for n in range(3)]
+    assert [e.email for e in chosen] == [emails[199], emails[198], emails[197]]
+    assert [e.jira_account_id for e in chosen] == ["acc-199", "acc-198", "acc-197"]
+    turn = store.engineers.take_turn(rotation, issue_key="TCID-3", now=T0 + timedelta(seconds=3))
+    assert len(turn.candidates) == 199 and turn.chosen.email == emails[196]

@@ -33,8 +33,8 @@ from ticket_dispatcher.store.database import (
 from ticket_dispatcher.store.models import (
     EngineerRow,
     TimeOffRow,
+    among,
     delete_where,
-    placeholders,
     time_param,
 )
 from ticket_dispatcher.store.time_off import TimeOffRepository
@@ -131,8 +131,9 @@ class EngineerRepository:
         back = (f" OR EXISTS (SELECT 1 FROM {_TIME_OFF} r WHERE r.email = e.email "
                 f"AND r.end_at > {param} AND r.end_at <= {param})" if returned_since else "")
         working = " OR e.working_hours_json IS NOT NULL" if hours else ""
-        params: list[Any] = [time_param(to_utc(since)), time_param(to_utc(until)), *wanted, True,
-                             time_param(to_utc(at)), time_param(to_utc(at))]
+        among_wanted, wanted_params = among(self.db, "e.email", wanted, "text[]")
+        params: list[Any] = [time_param(to_utc(since)), time_param(to_utc(until)),
+                             *wanted_params, True, time_param(to_utc(at)), time_param(to_utc(at))]
         if returned_since:
             params += [time_param(to_utc(returned_since)), time_param(to_utc(at))]
         # Each hindered engineer's entries along the index of engineer and end, looked up for
@@ -150,7 +151,7 @@ class EngineerRepository:
                 f"t.id AS off_id, t.start_at AS off_start, t.end_at AS off_end, "
                 f"t.reason AS off_reason, t.source AS off_source "
                 f"FROM {_TABLE} e {entries} "
-                f"WHERE e.email IN ({placeholders(param, len(wanted))}) "
+                f"WHERE {among_wanted} "
                 f"AND e.dispatch_enabled = {param} "
                 f"AND ({away}{back} OR e.max_open_issues IS NOT NULL{working}) "
                 f"ORDER BY e.email, t.start_at, t.id"), *params)
@@ -289,11 +290,10 @@ class EngineerRepository:
         is the first by ``next_in_turn``'s order (never dispatched, then the oldest mark, then
         the order asked), and its mark is ``_turn_mark``'s. The candidates come back as they
         were before the mark, with the chosen one's email beside them."""
-        marks = placeholders(self.db.param, len(order))
         with unit_of_work(self.db):
             rows = read_rows(self.db, EngineerRow, Prepared(f"""WITH candidates AS (
                 SELECT {_TURN_COLUMNS} FROM {_TABLE}
-                WHERE email IN ({marks}) AND dispatch_enabled = %s
+                WHERE email = ANY(%s::text[]) AND dispatch_enabled = %s
                 ORDER BY email FOR UPDATE
             ), chosen AS (
                 SELECT email FROM candidates
@@ -312,7 +312,7 @@ class EngineerRepository:
                 RETURNING email
             )
             SELECT candidates.*, (SELECT email FROM turn) AS chosen_email FROM candidates"""),
-                *order, True, order, time_param(now), time_param(now), TURN_STEP, issue_key,
+                order, True, order, time_param(now), time_param(now), TURN_STEP, issue_key,
                 time_param(now), wait_for_disk=False)  # a turn lost with the server is taken again
         if not rows:
             return None
@@ -326,11 +326,11 @@ class EngineerRepository:
         ``columns``. Every assignment reads them (a live round robin in its turn, inside the
         transaction that serializes turns on SQLite): the statement is written out, not built
         by peewee."""
-        marks = placeholders(self.db.param, len(emails))
+        condition, params = among(self.db, "email", emails, "text[]")
         return read_rows(
             self.db, EngineerRow,
-            f"SELECT {columns} FROM {_TABLE} WHERE email IN ({marks}) AND dispatch_enabled = "
-            f"{self.db.param} ORDER BY email", *emails, True)
+            f"SELECT {columns} FROM {_TABLE} WHERE {condition} AND dispatch_enabled = "
+            f"{self.db.param} ORDER BY email", *params, True)
 
     def update_dispatch_state(
         self, email: str, *, dispatched_at: datetime, issue_key: str, now: datetime

@@ -46,6 +46,7 @@ from ticket_dispatcher.store.models import (
     ExecutionRow,
     RuleExecutionRow,
     TriggerRow,
+    among,
     json_param,
     placeholders,
     time_param,
@@ -76,11 +77,11 @@ class ExecutionRepository:
         keys = [key for key in keys if key]
         if not keys:
             return set()
-        marks = placeholders(self.db.param, len(keys))  # every trigger asks: written out
-        with unit_of_work(self.db):
+        condition, params = among(self.db, "live_lock_key", keys, "text[]")
+        with unit_of_work(self.db):  # every trigger asks: written out
             return {key for (key,) in self.db.execute_sql(
                 f"SELECT live_lock_key FROM {ExecutionRow._meta.table_name} "
-                f"WHERE live_lock_key IN ({marks})", tuple(keys)).fetchall()}
+                f"WHERE {condition}", params).fetchall()}
 
     def started_since(self, source: str, issue_key: str, since: datetime) -> bool:
         """Whether a live execution for ``issue_key`` was created by a trigger of ``source``
@@ -523,13 +524,14 @@ class ExecutionRepository:
         if not wanted:
             return {}
         table = RuleExecutionRow._meta.table_name
-        marks, param = placeholders(self.db.param, len(wanted)), self.db.param
+        condition, params = among(self.db, "rule_id", wanted, "bigint[]")
+        param = self.db.param
         with unit_of_work(self.db):
             newest = ExecutionRow.select(peewee.fn.MAX(ExecutionRow.id)).scalar() or 0
             latest = dict(self.db.execute_sql(
                 f"SELECT rule_id, MAX(execution_id) FROM {table} WHERE execution_id > {param} "
-                f"AND rule_id IN ({marks}) AND outcome = {param} GROUP BY rule_id",
-                (newest - lookback, *wanted, RuleOutcome.MATCHED.value)).fetchall())
+                f"AND {condition} AND outcome = {param} GROUP BY rule_id",
+                (newest - lookback, *params, RuleOutcome.MATCHED.value)).fetchall())
             executions = self.get_many(set(latest.values()))
         return {rule_id: executions[execution_id] for rule_id, execution_id in latest.items()
                 if execution_id in executions}
@@ -548,10 +550,10 @@ class ExecutionRepository:
             return []
         by_execution: dict[int, list[RuleExecution]] = {row.id: [] for row in rows}
         # written out: peewee took longer to build a page's rule rows than to read them
-        sql = (f"SELECT * FROM {RuleExecutionRow._meta.table_name} WHERE execution_id IN "
-               f"({placeholders(self.db.param, len(by_execution))}) "
+        condition, params = among(self.db, "execution_id", list(by_execution), "bigint[]")
+        sql = (f"SELECT * FROM {RuleExecutionRow._meta.table_name} WHERE {condition} "
                "ORDER BY execution_id, sequence")
-        for rule_row in read_rows(self.db, RuleExecutionRow, sql, *by_execution):
+        for rule_row in read_rows(self.db, RuleExecutionRow, sql, *params):
             by_execution[rule_row.execution_id].append(_rule_from_row(rule_row))
         return [_execution_from_row(row, by_execution[row.id]) for row in rows]
 

@@ -29,8 +29,8 @@ from ticket_dispatcher.store.models import (
     PolicyRow,
     ShadowDecisionRow,
     ShadowRow,
+    among,
     delete_where,
-    placeholders,
 )
 from ticket_dispatcher.timeutil import format_time, to_utc
 
@@ -139,11 +139,11 @@ class ShadowRepository:
         """The shadow version of each of these families that has one: family → policy id."""
         if not family_ids:
             return {}
-        marks = placeholders(self.db.param, len(family_ids))  # every trigger asks: by hand
-        with unit_of_work(self.db):
+        condition, params = among(self.db, "family_id", family_ids, "text[]")
+        with unit_of_work(self.db):  # every trigger asks: by hand
             return dict(self.db.execute_sql(
                 f"SELECT family_id, policy_id FROM {ShadowRow._meta.table_name} "
-                f"WHERE family_id IN ({marks})", tuple(family_ids)).fetchall())
+                f"WHERE {condition}", params).fetchall())
 
     def is_shadow(self, policy_id: int) -> bool:
         with unit_of_work(self.db):
@@ -239,10 +239,10 @@ class ShadowRepository:
             ids = [row["policy_id"] for row in running] + [row[0] for row in ended]
             verdicts: dict[int, Counter] = {policy_id: Counter() for policy_id in ids}
             if ids:
+                condition, params = among(self.db, "policy_id", ids, "bigint[]")
                 counts = self.db.execute_sql(
                     f"SELECT policy_id, verdict, COUNT(*) FROM {decisions}"
-                    f" WHERE policy_id IN ({placeholders(self.db.param, len(ids))})"
-                    f" GROUP BY policy_id, verdict", tuple(ids)).fetchall()
+                    f" WHERE {condition} GROUP BY policy_id, verdict", params).fetchall()
                 for policy_id, verdict, n in counts:
                     verdicts[policy_id][ShadowVerdict(verdict) if verdict else None] = n
         summaries = [ShadowSummary(
