@@ -69,10 +69,11 @@ def test_ping_is_false_when_the_database_is_unreachable():
 def test_sqlite_connections_carry_the_pragmas(sqlite_store):
     with unit_of_work(sqlite_store.db) as db:
         pragmas = {name: db.execute_sql(f"PRAGMA {name}").fetchone()[0]
-                   for name in ("journal_mode", "busy_timeout", "foreign_keys", "synchronous")}
+                   for name in ("journal_mode", "busy_timeout", "foreign_keys", "synchronous",
+                                "mmap_size")}
 
     assert pragmas == {"journal_mode": "wal", "busy_timeout": 5000, "foreign_keys": 1,
-                       "synchronous": 1}
+                       "synchronous": 1, "mmap_size": 256 * 1024 * 1024}
 
 
 def test_a_unit_of_work_closes_the_connection_it_opened(store):
