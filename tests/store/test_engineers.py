@@ -387,3 +387,19 @@ def test_a_rotation_of_two_hundred_reads_and_turns_like_one_of_three(store):
     assert [e.jira_account_id for e in chosen] == ["acc-199", "acc-198", "acc-197"]
     turn = store.engineers.take_turn(rotation, issue_key="TCID-3", now=T0 + timedelta(seconds=3))
     assert len(turn.candidates) == 199 and turn.chosen.email == emails[196]
+
+
+def test_a_list_parameter_reaches_the_database_as_it_was_given(store):
+    """Lists travel as one parameter on PostgreSQL (an array literal the statement casts):
+    whatever an element holds, the row it names is the one found, and no other."""
+    awkward = ['a,b@x.com', 'quote"d@x.com', 'back\\slash@x.com', '{brace}@x.com',
+               'sp ace@x.com', 'NULL', 'ünïcode@x.com', "o'brien@x.com"]
+    for email in awkward + ["a@x.com", "b@x.com"]:
+        store.engineers.put(email, dispatch_enabled=True, now=T0)
+
+    found = store.engineers.enabled_by_email(awkward)
+
+    assert sorted(e.email for e in found) == sorted(e.lower() for e in awkward)
+    turn = store.engineers.take_turn(list(reversed(awkward)), issue_key="TCID-1", now=T0)
+    assert turn.chosen.email == awkward[-1]
+    assert [e.email for e in turn.candidates] == [e.lower() for e in reversed(awkward)]

@@ -34,6 +34,7 @@ from ticket_dispatcher.store.models import (
     EngineerRow,
     TimeOffRow,
     among,
+    array_literal,
     delete_where,
     time_param,
 )
@@ -290,6 +291,7 @@ class EngineerRepository:
         is the first by ``next_in_turn``'s order (never dispatched, then the oldest mark, then
         the order asked), and its mark is ``_turn_mark``'s. The candidates come back as they
         were before the mark, with the chosen one's email beside them."""
+        listed = array_literal(order)
         with unit_of_work(self.db):
             rows = read_rows(self.db, EngineerRow, Prepared(f"""WITH candidates AS (
                 SELECT {_TURN_COLUMNS} FROM {_TABLE}
@@ -312,7 +314,7 @@ class EngineerRepository:
                 RETURNING email
             )
             SELECT candidates.*, (SELECT email FROM turn) AS chosen_email FROM candidates"""),
-                order, True, order, time_param(now), time_param(now), TURN_STEP, issue_key,
+                listed, True, listed, time_param(now), time_param(now), TURN_STEP, issue_key,
                 time_param(now), wait_for_disk=False)  # a turn lost with the server is taken again
         if not rows:
             return None

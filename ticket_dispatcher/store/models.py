@@ -8,7 +8,7 @@ are the column names. All models reach the database through ``database_proxy``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeAlias, cast
 
@@ -354,5 +354,14 @@ def among(db: peewee.Database, column: str, values: Sequence[Any], array_type: s
     query once rather than at every execution (it keeps the conversion only of queries of at
     most 50 parameters, which a rotation of 50 engineers passes). On SQLite an ``IN`` list."""
     if is_postgres(db):
-        return f"{column} = ANY({db.param}::{array_type})", (list(values),)
+        return f"{column} = ANY({db.param}::{array_type})", (array_literal(values),)
     return f"{column} IN ({placeholders(db.param, len(values))})", tuple(values)
+
+
+def array_literal(values: Iterable[Any]) -> str:
+    """``values`` as a PostgreSQL array literal, for a text parameter the statement casts
+    (``%s::text[]``): each element double-quoted, its backslashes and double quotes escaped, as
+    the array syntax asks. psycopg sends the text as it is; its own dumping of a list goes
+    element by element in Python, about 100 µs for ten emails."""
+    quoted = (str(value).replace("\\", "\\\\").replace('"', '\\"') for value in values)
+    return "{" + ",".join(f'"{element}"' for element in quoted) + "}"
