@@ -51,24 +51,42 @@ def read_json(req: falcon.Request, limit: int, *, required: bool = True,
     free text, array indices written ``[]`` (``"description"``); everything below such a path
     may hold TAB, LF and CR.
     """
-    length = req.content_length
-    if length is not None and length > limit:
-        raise ApiError(falcon.HTTP_413, f"the body is {length} bytes; the limit is {limit}")
-    if not length and req.get_header("Transfer-Encoding") is None:
+    _refuse_declared_over(req, limit)
+    if not req.content_length and req.get_header("Transfer-Encoding") is None:
         if required:
             raise InvalidInput("a JSON body is required")
         return None
     content_type = (req.content_type or "").split(";")[0].strip().lower()
     if content_type != falcon.MEDIA_JSON:
         raise ApiError(falcon.HTTP_415, "send the body as application/json")
-    raw = req.bounded_stream.read(limit + 1)
-    if len(raw) > limit:
-        raise ApiError(falcon.HTTP_413, f"the body exceeds the limit of {limit} bytes")
-    value = parse_json(raw, max_depth=max_depth)
+    value = parse_json(read_bounded(req, limit), max_depth=max_depth)
     problems = text_problems(value, multiline=multiline)
     if problems:
         raise InvalidInput("the body holds control characters or lone surrogates", problems)
     return value
+
+
+def read_bounded(req: falcon.Request, limit: int, setting: str = "") -> bytes:
+    """The raw request body, refused with a 413 when it is over ``limit`` bytes: by its
+    declared length before anything is read, else once more than ``limit`` bytes came.
+    ``setting`` names the setting the limit comes from, for the message."""
+    _refuse_declared_over(req, limit, setting)
+    raw = req.bounded_stream.read(limit + 1)
+    if len(raw) > limit:
+        raise ApiError(falcon.HTTP_413, f"the body exceeds the limit of {limit} bytes"
+                                        f"{_named(setting)}")
+    return raw
+
+
+def _refuse_declared_over(req: falcon.Request, limit: int, setting: str = "") -> None:
+    length = req.content_length
+    if length is not None and length > limit:
+        raise ApiError(falcon.HTTP_413, f"the body is {length} bytes; the limit is {limit}"
+                                        f"{_named(setting)}")
+
+
+def _named(setting: str) -> str:
+    return f" ({setting})" if setting else ""
 
 
 def text_problems(value: Any, *, multiline: Collection[str] = (),

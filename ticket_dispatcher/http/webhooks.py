@@ -26,6 +26,7 @@ from ticket_dispatcher.domain.webhooks import (
 )
 from ticket_dispatcher.errors import InvalidInput, Problem, StoreUnavailable
 from ticket_dispatcher.http.auth import PUBLIC, ApiKeyAuth
+from ticket_dispatcher.http.binding import read_bounded
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.safejson import parse_json
 
@@ -88,7 +89,7 @@ class JiraWebhooks:
 
     def _take(self, req: falcon.Request, resp: falcon.Response, shown: dict) -> None:
         config = self._services.config.jira
-        body = self._body(req, config.webhook_max_bytes)
+        body = read_bounded(req, config.webhook_max_bytes, "jira.webhook_max_bytes")
         if not signed(config.webhook_secrets, body, req.get_header(SIGNATURE_HEADER)):
             message = ("no webhook secret is configured (jira.webhook_secrets)"
                        if not config.webhook_secrets else
@@ -124,18 +125,6 @@ class JiraWebhooks:
         shown["outcome"] = "accepted"
         self._answer(resp, falcon.HTTP_202, "accepted", "",
                      trigger_ids=[trigger.id for trigger in triggers])
-
-    @staticmethod
-    def _body(req: falcon.Request, limit: int) -> bytes:
-        length = req.content_length
-        if length is not None and length > limit:
-            raise ApiError(falcon.HTTP_413, f"the body is {length} bytes; the limit is {limit} "
-                           "(jira.webhook_max_bytes)")
-        body = req.bounded_stream.read(limit + 1)
-        if len(body) > limit:
-            raise ApiError(falcon.HTTP_413, f"the body exceeds the limit of {limit} bytes "
-                           "(jira.webhook_max_bytes)")
-        return body
 
     @staticmethod
     def _identifier(req: falcon.Request, body: bytes) -> str:
