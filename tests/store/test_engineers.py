@@ -360,7 +360,6 @@ def test_the_record_of_the_issue_whose_turn_was_taken_keeps_the_turns_place(stor
     assert store.engineers.take_turn(order, issue_key="TCID-3", now=third).chosen.email == "a@x.com"
 
 
-
 def test_a_rotation_of_two_hundred_reads_and_turns_like_one_of_three(store):
     """A large organisation's rotation: a long list of candidates is one parameter on
     PostgreSQL, whatever its length; the reads and the turn answer as for a short one."""
