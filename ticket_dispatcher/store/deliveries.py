@@ -18,13 +18,18 @@ RETENTION = timedelta(days=7)
 FORGET_EVERY = 1000
 
 
+def take_statement(param: str) -> str:
+    """The INSERT that records a delivery (its identifier, then the time) unless it was taken
+    before, answering the identifier only when it records it. ``DeliveryRepository.take`` runs
+    it alone; ``TriggerRepository.create_for_delivery`` inserts a trigger from its answer."""
+    return (f"INSERT INTO {WebhookDeliveryRow._meta.table_name} (identifier, received_at) "
+            f"VALUES ({param}, {param}) ON CONFLICT (identifier) DO NOTHING RETURNING identifier")
+
+
 class DeliveryRepository:
     def __init__(self, db: peewee.Database):
         self.db = db
-        param, table = db.param, WebhookDeliveryRow._meta.table_name
-        self._insert = Prepared(
-            f"INSERT INTO {table} (identifier, received_at) VALUES ({param}, {param}) "
-            "ON CONFLICT (identifier) DO NOTHING RETURNING identifier")
+        self._insert = Prepared(take_statement(db.param))
         self._taken = 0
 
     def take(self, identifier: str, now: datetime) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import peewee
 
@@ -22,18 +21,15 @@ from ticket_dispatcher.store.database import (
     unit_of_work,
     write_lock,
 )
+from ticket_dispatcher.store.deliveries import DeliveryRepository, take_statement
 from ticket_dispatcher.store.models import (
     DriverTime,
     TriggerRow,
-    WebhookDeliveryRow,
     json_param,
     placeholders,
     time_param,
 )
 from ticket_dispatcher.timeutil import to_utc
-
-if TYPE_CHECKING:
-    from ticket_dispatcher.store.deliveries import DeliveryRepository
 
 _OPEN = (TriggerStatus.PENDING.value, TriggerStatus.PROCESSING.value)
 
@@ -178,11 +174,9 @@ class TriggerRepository:
                                 f"VALUES ({values}) RETURNING id")
         # PostgreSQL: a webhook delivery's record and its one trigger in one statement, which
         # needs no transaction around it (``create_for_delivery``).
-        self.postgres = is_postgres(db)
+        self._postgres = is_postgres(db)
         self._insert_once = Prepared(
-            f"WITH taken AS (INSERT INTO {WebhookDeliveryRow._meta.table_name} "
-            f"(identifier, received_at) VALUES ({db.param}, {db.param}) "
-            "ON CONFLICT (identifier) DO NOTHING RETURNING identifier) "
+            f"WITH taken AS ({take_statement(db.param)}) "
             f"INSERT INTO {TriggerRow._meta.table_name} {columns} "
             f"SELECT {values} FROM taken RETURNING id")
 
@@ -197,7 +191,7 @@ class TriggerRepository:
 
     def delivery_statements(self, triggers: int) -> int:
         """How many statements ``create_for_delivery`` writes for that many triggers."""
-        return 1 if self.postgres and triggers == 1 else 1 + triggers
+        return 1 if self._postgres and triggers == 1 else 1 + triggers
 
     def create_for_delivery(self, deliveries: DeliveryRepository, identifier: str,
                             issue_key: str, triggers: list[tuple[str, dict]], *,
