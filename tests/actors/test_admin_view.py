@@ -9,9 +9,10 @@ import pytest
 
 from tests.actors.test_notification_card_runtime import ASSIGNEE, put
 from tests.domain.test_notification_page import PENDING, POLL
-from tests.fakes import RecordingAction
+from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import rule
 from ticket_dispatcher.actors.execution import load_backoff
+from ticket_dispatcher.actors.pool import ExecutionPool
 from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.timeutil import format_time
 
@@ -86,3 +87,39 @@ def test_with_nothing_parked_the_view_reads_nothing_from_the_database(make_harne
     monkeypatch.setattr(harness.store.executions, "get_many", unreadable)
 
     assert harness.runtime.status()["parked_executions"] == []
+
+
+
+def test_a_running_execution_shows_where_it_is_and_tells_the_pool_only_its_end(
+        make_harness, monkeypatch):
+    """The admin view's running entry: the issue, the policy, and the rule and action the
+    execution is inside, as its run last advanced; the run itself tells the pool nothing
+    between its start and its end (no message a step)."""
+    gate = GateAction()
+    h = make_harness(RecordingAction("test_first"), gate)
+    policy = h.policy(rule("test_first", "test_gate", name="triage"))
+    h.jira.put(issue(key="TCID-7"))
+    told: list[str] = []
+    tell = h.runtime.deps.activity.tell
+
+    def recording_tell(actor, message):
+        if actor.actor_class is ExecutionPool and hasattr(message, "run"):
+            told.append(type(message).__name__)
+        return tell(actor, message)
+
+    monkeypatch.setattr(h.runtime.deps.activity, "tell", recording_tell)
+    trigger = h.post_trigger("TCID-7", settle=False)
+    gate.wait_entered(1)
+    h.wait_until(lambda: h.trigger(trigger.id).execution_ids)
+    [execution_id] = h.trigger(trigger.id).execution_ids
+
+    [running] = h.runtime.status()["executions"]
+
+    assert running["execution_id"] == execution_id
+    assert (running["issue_key"], running["policy_id"]) == ("TCID-7", policy.id)
+    assert (running["rule"], running["action"]) == ("triage", "1:test_gate")
+    assert told == []
+    gate.open()
+    h.wait_idle()
+    assert told == ["Finished"]
+    assert h.runtime.status()["executions"] == []

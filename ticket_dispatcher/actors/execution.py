@@ -34,7 +34,7 @@ import pykka
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.first_read import IssueRead
-from ticket_dispatcher.actors.leases import FencedCheckpoints, Hold, guarded_ports
+from ticket_dispatcher.actors.leases import FencedCheckpoints, Hold, Position, guarded_ports
 from ticket_dispatcher.actors.messages import (
     Cancel,
     Crashed,
@@ -42,7 +42,6 @@ from ticket_dispatcher.actors.messages import (
     Interrupted,
     NextStep,
     Parked,
-    Progress,
     RunExecution,
 )
 from ticket_dispatcher.domain.actions.notification_watch import ack_watch
@@ -239,9 +238,8 @@ class ExecutionRun:
         except Conflict:  # already terminal in the store (cancelled, or ended elsewhere)
             return self._report(Finished(self.execution_id, self.run))
         if outcome.kind is StepKind.ADVANCED:
-            self._deps.activity.tell(self._pool, Progress(
-                self.execution_id, execution.issue_key, execution.policy_id,
-                *_position(execution), run=self.run))
+            self._hold.position = Position(execution.issue_key, execution.policy_id,
+                                           *_position(execution))
             self._deps.activity.tell(self._worker, NextStep(self.run))
         elif outcome.kind is StepKind.PARKED:
             assert outcome.wake_at is not None, "a parked step says when it wakes"

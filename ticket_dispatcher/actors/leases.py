@@ -30,7 +30,7 @@ import random
 import secrets
 import socket
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -58,6 +58,17 @@ def retry_backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
     return ceiling * (rng or random).uniform(0.5, 1.0)
 
 
+@dataclass(frozen=True)
+class Position:
+    """Where a running execution is, for the admin view: its issue, its policy, and the rule
+    and action its next step runs ("" before its first rule, and at its end)."""
+
+    issue_key: str
+    policy_id: int | None
+    rule: str
+    action: str
+
+
 class Hold:
     """This process's claim on an execution (shared by its actor and the pool that renews it)
     or on a trigger (its ``TriggerWork``, renewed by the trigger router).
@@ -67,10 +78,13 @@ class Hold:
     the actor showed progress (a checkpoint, a step): a hold whose actor shows none for a whole
     lease is presumed hung and is no longer renewed. ``lost`` is set when the claim is known
     to be gone; ``store_error`` is the store failure a port met during the current step.
+    ``position`` is where the run is after its last step that advanced (None before one did):
+    the pool reads it for the admin view rather than hear of every step, which would wake
+    the pool's thread several times per execution.
     Plain attributes: each is written by one thread and read by another as a whole value.
     """
 
-    __slots__ = ("lease", "valid_until", "progress_at", "lost", "store_error")
+    __slots__ = ("lease", "valid_until", "progress_at", "lost", "store_error", "position")
 
     def __init__(self, now: datetime | None):
         self.lease: Lease | None = None
@@ -78,6 +92,7 @@ class Hold:
         self.progress_at = now  # None while the work waits (queued, or for a retry)
         self.lost = False
         self.store_error: StoreUnavailable | None = None
+        self.position: Position | None = None
 
     def claimed(self, lease: Lease, now: datetime, duration: timedelta) -> None:
         self.lease, self.valid_until, self.progress_at = lease, now + duration, now

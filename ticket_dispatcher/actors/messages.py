@@ -147,16 +147,6 @@ class Heartbeat:  # tell, from the heartbeat timer: renew what is held, resume w
 # ``run`` numbers the pool's starts of an execution: a report from an actor the pool has
 # already replaced (a hung one whose lease was taken over) is told apart and ignored.
 @dataclass(frozen=True)
-class Progress:
-    execution_id: int
-    issue_key: str
-    policy_id: int
-    rule: str
-    action: str
-    run: int
-
-
-@dataclass(frozen=True)
 class Finished:
     execution_id: int
     run: int

@@ -48,7 +48,7 @@ from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.execution import ExecutionWorker
 from ticket_dispatcher.actors.first_read import FRESH_READ, IssueRead
 from ticket_dispatcher.actors.lanes import Lanes, lane_view
-from ticket_dispatcher.actors.leases import Hold, retry_backoff
+from ticket_dispatcher.actors.leases import Hold, Position, retry_backoff
 from ticket_dispatcher.actors.messages import (
     Cancel,
     CancelExecution,
@@ -64,7 +64,6 @@ from ticket_dispatcher.actors.messages import (
     Interrupted,
     Parked,
     PoolStatus,
-    Progress,
     Pull,
     Recover,
     Rescheduled,
@@ -103,12 +102,8 @@ RECLAIMED_SHOWN = 20  # the sweeper's latest reclaims listed in GET /admin/actor
 class Running:
     ref: pykka.ActorRef  # the worker it runs on
     since: datetime
-    hold: Hold
+    hold: Hold  # its ``position`` is where the run is (set by the run)
     run: int
-    issue_key: str = ""
-    policy_id: int | None = None
-    rule: str = ""
-    action: str = ""
 
 
 @dataclass
@@ -273,11 +268,6 @@ class ExecutionPool(TrackedActor):
             case Retry(execution_id):
                 if self._retrying.pop(execution_id, None) is not None:
                     self._enqueue(execution_id)
-            case Progress(execution_id, issue_key, policy_id, rule, action, run):
-                if running := self._current(execution_id, run):
-                    running.issue_key, running.policy_id = issue_key, policy_id
-                    running.rule, running.action = rule, action
-                    self._interruptions.pop(execution_id, None)
             case Finished(execution_id, run):
                 if self._release(execution_id, run):
                     self._release_key(execution_id)
@@ -304,6 +294,9 @@ class ExecutionPool(TrackedActor):
                     elif execution_id in self._parked or execution_id in adopted:
                         self._parked[execution_id] = wake_at
             case Interrupted(execution_id, reason, run):
+                running = self._current(execution_id, run)
+                if running is not None and running.hold.position is not None:
+                    self._interruptions.pop(execution_id, None)  # it advanced: a new series
                 if self._release(execution_id, run):
                     self._retry_later(execution_id, reason)
             case Crashed(execution_id, error, run):
@@ -454,7 +447,8 @@ class ExecutionPool(TrackedActor):
             del self._running[execution_id]
             running.ref.stop(block=False)  # once its call returns; another worker takes over
             log.warning("execution actor showed no progress for a whole lease; replacing it",
-                        extra={"execution_id": execution_id, "issue_key": running.issue_key})
+                        extra={"execution_id": execution_id,
+                               "issue_key": _position_of(running).issue_key})
             self._sweeps.reclaimed(execution_id, "hung actor replaced", now)
         elif (execution_id in self._queue or execution_id in self._parked
               or execution_id in self._retrying):
@@ -649,12 +643,21 @@ class ExecutionPool(TrackedActor):
                         "reclaimed_total": self._sweeps.reclaimed_total,
                         "recent": list(self._sweeps.recent)},
             "running": [
-                {"execution_id": execution_id, "issue_key": r.issue_key,
-                 "policy_id": r.policy_id, "rule": r.rule, "action": r.action,
+                {"execution_id": execution_id, "issue_key": p.issue_key,
+                 "policy_id": p.policy_id, "rule": p.rule, "action": p.action,
                  "since": format_time(r.since), "lease": _lease_view(r.hold)}
                 for execution_id, r in sorted(self._running.items())
+                for p in (_position_of(r),)
             ],
         }
+
+
+# A run that has not advanced a step yet: nothing known of it but its id.
+_NOWHERE = Position("", None, "", "")
+
+
+def _position_of(running: Running) -> Position:
+    return running.hold.position or _NOWHERE
 
 
 def _lease_view(hold: Hold) -> dict | None:
