@@ -183,6 +183,10 @@ class Metrics:
         self.pool_parked = gauge("pool_parked", "Executions parked until their wake_at")
         self.lane_queued = gauge("lane_queued", "Work waiting in its lane: triggers for a "
                                  "trigger actor, executions for a slot", ("queue", "lane"))
+        # What each queue's lanes were last set to: the pool and the trigger router report
+        # their lanes after every message, and most leave them as they were. Each queue is
+        # reported from one thread (or under one lock), so its entries need no lock.
+        self._lanes_reported: dict[tuple[str, str], int] = {}
         self.calls = histogram("integration_call_duration_seconds", "Integration calls by "
                                "client, operation and outcome", ("client", "operation",
                                                                  "outcome"), CALL_BUCKETS)
@@ -319,8 +323,11 @@ class Metrics:
 
     def lanes(self, queue: str, lengths: dict[str, int]) -> None:
         """``queue``: triggers or executions; ``lengths``: lane → how many wait in it."""
+        reported = self._lanes_reported
         for lane, count in lengths.items():
-            self.lane_queued.labels(queue=queue, lane=lane).set(count)
+            if reported.get((queue, lane)) != count:
+                reported[(queue, lane)] = count
+                self.lane_queued.labels(queue=queue, lane=lane).set(count)
 
     def integration_call(self, client: str, operation: str, outcome: str,
                          seconds: float) -> None:

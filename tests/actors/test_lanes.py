@@ -1,5 +1,6 @@
 """The lanes of waiting work (actors/lanes.py): notifications before ordinary work, by the
-share, each lane first in first out, and ordinary work always moving."""
+share, each lane first in first out, and ordinary work always moving; and the gauges of their
+lengths."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from ticket_dispatcher.actors.lanes import Lanes
 from ticket_dispatcher.actors.pool import SlotQueue
 from ticket_dispatcher.domain.matching import NOTIFICATION_LANE, ORDINARY_LANE, lane_of
+from ticket_dispatcher.metrics import PREFIX, Metrics
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -88,3 +90,31 @@ def test_the_slot_queue_runs_a_notification_before_new_ordinary_work_and_still_t
     lanes = queue.lanes(T0)
     assert lanes == {lane: {"queued": 0, "oldest_queued_age_seconds": None}
                      for lane in (NOTIFICATION_LANE, ORDINARY_LANE, "wake")}
+
+
+def test_the_lane_gauges_follow_each_queue_while_unchanged_reports_set_nothing(monkeypatch):
+    metrics = Metrics()
+    sets: list[float] = []
+    child = metrics.lane_queued.labels(queue="executions", lane=ORDINARY_LANE)
+    monkeypatch.setattr(type(child), "set", lambda self, value: sets.append(value))
+
+    for lengths in ({ORDINARY_LANE: 0}, {ORDINARY_LANE: 0}, {ORDINARY_LANE: 3},
+                    {ORDINARY_LANE: 3}, {ORDINARY_LANE: 0}):
+        metrics.lanes("executions", lengths)
+
+    assert sets == [0, 3, 0]
+
+
+def test_each_queue_s_lanes_are_their_own_series():
+    metrics = Metrics()
+    metrics.lanes("executions", {ORDINARY_LANE: 2, NOTIFICATION_LANE: 1})
+    metrics.lanes("triggers", {ORDINARY_LANE: 2})
+    metrics.lanes("triggers", {ORDINARY_LANE: 0})
+
+    def queued(queue: str, lane: str) -> float | None:
+        return metrics.registry.get_sample_value(f"{PREFIX}lane_queued",
+                                                 {"queue": queue, "lane": lane})
+
+    assert queued("executions", ORDINARY_LANE) == 2
+    assert queued("executions", NOTIFICATION_LANE) == 1
+    assert queued("triggers", ORDINARY_LANE) == 0
