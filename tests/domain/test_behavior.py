@@ -265,3 +265,26 @@ def test_an_action_can_checkpoint_its_phase_from_inside_execute():
     action = saved.rule_executions[0].action_executions[0]
     assert (action.status, action.context["phase"]) == (ActionStatus.EXECUTING, "started")
     assert action.planned_at is not None and saved.status is ExecutionStatus.EXECUTING
+
+
+def test_an_execution_keeps_its_own_copy_of_the_rules_and_initial_contexts():
+    when = {"all": [P1, {"field": "issue.labels", "operator": "contains", "value": "x"}]}
+    action = {"type": "assign", "assign": {"receiver": {"type": "users", "users": ["a@x.io"]},
+                                           "weights": [1.5, None, True]}}
+    now = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
+    policy = Policy(id=1, family_id="pf_TEST", version=1, status=PolicyStatus.ACTIVE,
+                    name="p", description="", trigger=PolicyTrigger(),
+                    rules=(Rule(id=1, name="r", priority=10, when=when, then=[action]),),
+                    created_at=now, updated_at=now)
+    initial = {"assign": {"candidates": ["a@x.io"], "judged": [{"email": "a@x.io"}]}}
+
+    [built] = build_rule_executions(policy, [[initial]])
+    when["all"][0]["values"].append("P2")
+    action["assign"]["receiver"]["users"].append("b@x.io")
+    initial["assign"]["judged"][0]["email"] = "changed"
+
+    assert built.when["all"][0]["values"] == ["P0", "P1"]
+    [copied] = built.action_executions
+    assert copied.action["assign"]["receiver"]["users"] == ["a@x.io"]
+    assert copied.action["assign"]["weights"] == [1.5, None, True]
+    assert copied.context["assign"]["judged"] == [{"email": "a@x.io"}]

@@ -264,9 +264,25 @@ def build_rule_executions(policy: Policy, contexts: list[list[dict[str, Any]]] |
         for index, action in enumerate(rule.then):
             initial = contexts[sequence][index] if contexts else {}
             actions.append(ActionExecution(index=index, type=str(action.get("type", "")),
-                                           action=copy.deepcopy(action),
-                                           context=copy.deepcopy(initial)))
+                                           action=_copied(action), context=_copied(initial)))
         rules.append(RuleExecution(sequence=sequence, rule_id=rule.id, name=rule.name,
-                                   priority=rule.priority, when=copy.deepcopy(rule.when),
+                                   priority=rule.priority, when=_copied(rule.when),
                                    on_success=rule.on_success, action_executions=actions))
     return rules
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of JSON data, as ``copy.deepcopy`` makes it but without its bookkeeping
+    (every execution copies its policy's rules); anything that is not JSON data is left to
+    ``copy.deepcopy``."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if kind is list:
+        return [_copied(item) for item in value]
+    return copy.deepcopy(value)

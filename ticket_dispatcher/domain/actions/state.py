@@ -34,7 +34,7 @@ from __future__ import annotations
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import Enum, StrEnum
 from functools import cache
@@ -149,13 +149,11 @@ class ActionState:
         # As a plain type: a dataclass's class object is hashable (type.__hash__), but mypy
         # judges type[Self] by the instances' __hash__, which eq=True sets to None.
         owner: type = cls
-        hints = _hints(owner)
-        for item in _state_fields(cls):
-            key = _key(item)
-            if _CALL in item.metadata:
-                values[item.name] = CallRecord.load(item.metadata[_CALL], raw)
-            elif key in raw:
-                values[item.name] = _read(item, hints[item.name], raw.pop(key))
+        for item in _plan(owner):
+            if item.call is not None:
+                values[item.name] = CallRecord.load(item.call, raw)
+            elif item.key in raw:
+                values[item.name] = item.read(raw.pop(item.key))
         values["unknown_keys"] = raw
         return cls(**values)
 
@@ -168,12 +166,13 @@ class ActionState:
     def dump(self) -> dict:
         """The state as it is stored: its fields, the keys it did not know, its version."""
         raw = dict(self.unknown_keys)
-        for item in _state_fields(type(self)):
+        kind: type = type(self)  # a plain type, as in ``load``
+        for item in _plan(kind):
             value = getattr(self, item.name)
-            if isinstance(value, CallRecord):
+            if item.call is not None:
                 raw.update(value.dump())
-            elif value is not None and not (item.metadata.get(_OMIT_EMPTY) and not value):
-                raw[_key(item)] = _write(item, value)
+            elif value is not None and not (item.omit_empty and not value):
+                raw[item.key] = item.write(value)
         raw["version"] = self.VERSION
         return raw
 
@@ -213,59 +212,92 @@ class ActionState:
 # -- field machinery ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _FieldPlan:
+    """How one field of a state is read and written, worked out once per state class: every
+    checkpoint of an action dumps its state, so the field types are not looked at again."""
+
+    name: str
+    key: str  # the stored key
+    call: str | None  # a ``CallRecord``'s call name, stored flat
+    omit_empty: bool
+    read: Callable[[Any], Any]  # a stored value as the field's type
+    write: Callable[[Any], Any]  # a value (not None) as stored
+
+
 @cache
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
+def _plan(cls: type) -> tuple[_FieldPlan, ...]:
+    hints = get_type_hints(cls)
+    plans = []
+    for item in fields(cls):
+        if item.name in _BOOKKEEPING:
+            continue
+        how: Stored | None = item.metadata.get(_STORED)
+        plans.append(_FieldPlan(
+            name=item.name,
+            key=how.key if how is not None and how.key else item.name,
+            call=item.metadata.get(_CALL),
+            omit_empty=bool(item.metadata.get(_OMIT_EMPTY)),
+            read=_stored_words(item.name, how.read) if how is not None and how.read is not None
+            else _or_none(_decoder(hints[item.name])),
+            write=how.write.__getitem__ if how is not None and how.write is not None
+            else encode))
+    return tuple(plans)
 
 
-def _state_fields(cls: type) -> list[Field]:
-    return [item for item in fields(cls) if item.name not in _BOOKKEEPING]
+def _stored_words(name: str, words: dict[Any, Any]) -> Callable[[Any], Any]:
+    def read(raw: Any) -> Any:
+        if raw not in words:
+            raise StateError(f"{name}: unknown stored value {raw!r}")
+        return words[raw]
+    return read
 
 
-def _key(item: Field) -> str:
-    how: Stored | None = item.metadata.get(_STORED)
-    return how.key if how is not None and how.key else item.name
-
-
-def _read(item: Field, hint: Any, raw: Any) -> Any:
-    how: Stored | None = item.metadata.get(_STORED)
-    if how is not None and how.read is not None:
-        if raw not in how.read:
-            raise StateError(f"{item.name}: unknown stored value {raw!r}")
-        return how.read[raw]
-    return decode(hint, raw)
-
-
-def _write(item: Field, value: Any) -> Any:
-    how: Stored | None = item.metadata.get(_STORED)
-    if how is not None and how.write is not None:
-        return how.write[value]
-    return encode(value)
+def _or_none(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda raw: None if raw is None else read(raw)
 
 
 def decode(hint: Any, raw: Any) -> Any:
     """A stored JSON value as the type ``hint`` says."""
-    if raw is None:
-        return None
+    return None if raw is None else _decoder(hint)(raw)
+
+
+def _same(raw: Any) -> Any:
+    return raw
+
+
+@cache
+def _decoder(hint: Any) -> Callable[[Any], Any]:
+    """What reads a stored value (not None) as the type ``hint`` says, made once per type."""
     origin = get_origin(hint)
     if origin in (Union, types.UnionType):
         options = [arg for arg in get_args(hint) if arg is not type(None)]
-        return decode(options[0], raw) if len(options) == 1 else raw
+        return _decoder(options[0]) if len(options) == 1 else _same
     if origin is list:
         (item,) = get_args(hint) or (Any,)
-        return [decode(item, value) for value in raw]
+        read_item = _or_none(_decoder(item))
+        return lambda raw: [read_item(value) for value in raw]
     if hint is datetime:
-        return parse_rfc3339(raw)
+        return parse_rfc3339
     if isinstance(hint, type) and issubclass(hint, Enum):
-        return hint(raw)
+        return hint
     from_json: Callable[[Any], Any] | None = getattr(hint, "from_json", None)
-    if from_json is not None:
-        return from_json(raw)
-    return raw
+    return from_json if from_json is not None else _same
+
+
+# The values most of a state holds, stored as they are.
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 def encode(value: Any) -> Any:
     """A value as stored JSON."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {key: encode(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [encode(item) for item in value]
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):
@@ -276,5 +308,3 @@ def encode(value: Any) -> Any:
         return {key: encode(item) for key, item in value.items()}
     to_json = getattr(value, "to_json", None)
     return to_json() if to_json is not None else value
-
-
