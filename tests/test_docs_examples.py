@@ -18,6 +18,8 @@ are awaited by re-running a read until its check holds, within a bound.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -36,6 +38,7 @@ import requests
 
 from tests.process import sandbox_in_thread
 from ticket_dispatcher.metrics import Metrics
+from ticket_dispatcher.sandbox import WEBHOOK_SECRET
 from ticket_dispatcher.service import Service
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,6 +321,27 @@ def tcid2_rearmed(result: Result, ctx: dict) -> None:
     assert (issue["assignee_email"], issue["labels"]) == (None, ["auto-dispatch"]), result
 
 
+def webhook_body_kept(result: Result, ctx: dict) -> None:
+    body = json.loads(ctx["vars"]["BODY"])
+    assert (body["webhookEvent"], body["issue"]["key"]) == ("jira:issue_created", "TCID-2")
+
+
+def webhook_body_signed(result: Result, ctx: dict) -> None:
+    """The README's ``openssl`` line signs as Jira does: the hex HMAC-SHA256 of the body."""
+    expected = hmac.new(WEBHOOK_SECRET.encode(), ctx["vars"]["BODY"].encode(),
+                        hashlib.sha256).hexdigest()
+    assert ctx["vars"]["SIGNATURE"] == expected, result
+
+
+def webhook_taken(result: Result, ctx: dict) -> None:
+    body = result.json()
+    assert body["status"] == "accepted" and len(body["trigger_ids"]) == 1, result
+
+
+def webhook_taken_before(result: Result, ctx: dict) -> None:
+    assert result.json()["status"] == "duplicate", result
+
+
 # README, "Try the notification workflow"
 
 
@@ -492,6 +516,10 @@ README_STEPS = [
     Expect("policies/validate", validate_answer_as_commented),
     Expect("openapi.json", openapi),
     Expect("issues/TCID-2/rearm", tcid2_rearmed),
+    Expect("BODY='{", webhook_body_kept, statuses=()),
+    Expect("SIGNATURE=$(printf", webhook_body_signed, statuses=()),
+    Expect("try-it-1", webhook_taken, statuses=(202,)),
+    Expect("try-it-1", webhook_taken_before),
     # Try the notification workflow
     Expect("jira_assignment_assignee", gtoc1_trigger_accepted, statuses=(202,)),
     Expect("_control/messages", card_to_alice, poll=True),
@@ -529,9 +557,9 @@ README_STEPS = [
 ]
 # The README's steps up to its "to run these steps again" re-arm, and the notification steps
 # it means: the test runs those a second time right after it.
-README_FIRST = slice(0, 18)
-README_AGAIN = slice(8, 17)
-README_REST = slice(18, None)
+README_FIRST = slice(0, 22)
+README_AGAIN = slice(12, 21)
+README_REST = slice(22, None)
 
 
 def the_draft(result: Result, ctx: dict) -> None:

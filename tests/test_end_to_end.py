@@ -3,6 +3,8 @@ posted over HTTP, the execution read back, and the assignee read from the sandbo
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from pathlib import Path
 
@@ -10,6 +12,9 @@ import pytest
 import requests
 
 from tests.process import sandbox_in_thread
+from ticket_dispatcher.config import load_config
+from ticket_dispatcher.sandbox import WEBHOOK_SECRET
+from ticket_dispatcher.service import Service
 
 BASE = "/api/v1/ticketmanager"
 
@@ -86,3 +91,46 @@ def test_admin_view_shows_the_clients_at_work(sandbox_service):
 
     assert clients["jira"]["calls"] >= 2 and clients["jira"]["in_flight"] == 0
     assert clients["jira"]["last_latency_ms"] is not None
+
+
+def signed_post(url: str, body: bytes, secret: str, identifier: str) -> requests.Response:
+    signature = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return requests.post(f"{url}{BASE}/jira/webhooks", data=body, timeout=10, headers={
+        "Content-Type": "application/json", "X-Hub-Signature": f"sha256={signature}",
+        "X-Atlassian-Webhook-Identifier": identifier})
+
+
+def test_the_sandbox_takes_a_jira_webhook_signed_with_its_own_secret(sandbox_service):
+    """With no ``jira.webhook_secrets`` configured, ``serve --sandbox`` takes deliveries signed
+    with ``sandbox-webhook-secret`` (README, "Try it"): a created issue is dispatched once,
+    and a repeat of the same delivery starts nothing."""
+    service, url = sandbox_service
+    body = json.dumps({"webhookEvent": "jira:issue_created", "timestamp": 1796000000000,
+                       "issue": {"key": "TCID-2", "fields": {"project": {"key": "TCID"}}}}
+                      ).encode()
+
+    wrong = signed_post(url, body, "another-secret", "try-1")
+    taken = signed_post(url, body, WEBHOOK_SECRET, "try-1")
+    assert service.runtime.wait_idle(30)
+    again = signed_post(url, body, WEBHOOK_SECRET, "try-1")
+
+    assert wrong.status_code == 401
+    assert (taken.status_code, taken.json()["status"]) == (202, "accepted")
+    assert (again.status_code, again.json()["status"]) == (200, "duplicate")
+    [execution] = requests.get(f"{url}{BASE}/dispatch/executions",
+                               params={"issue_key": "TCID-2"}, timeout=10).json()["items"]
+    assert execution["status"] == "succeeded"
+    issue = requests.get(f"{url}/sandbox/_control/issues/TCID-2", timeout=10).json()
+    assert issue["assignee_email"] is not None and "auto-dispatch" not in issue["labels"]
+
+
+def test_a_configured_webhook_secret_replaces_the_sandbox_s(tmp_path):
+    config = load_config(None, environ={
+        "TICKET_DISPATCHER_DATABASE_URL": f"sqlite:///{tmp_path / 'td.db'}",
+        "TICKET_DISPATCHER_JIRA_WEBHOOK_SECRETS": "an-operator-secret"})
+    service = Service(config, port=0, sandbox=True)
+    try:
+        assert service.config.jira.webhook_secrets == ("an-operator-secret",)
+        assert service.services.config is service.config
+    finally:
+        service.close()

@@ -43,7 +43,13 @@ from ticket_dispatcher.http.app import Services, create_app
 from ticket_dispatcher.integrations.calendar_fetch import FeedFetcher
 from ticket_dispatcher.logging import configure_logging
 from ticket_dispatcher.metrics import Metrics
-from ticket_dispatcher.sandbox import Sandbox, load_examples, mount_sandbox, service_urls
+from ticket_dispatcher.sandbox import (
+    WEBHOOK_SECRET,
+    Sandbox,
+    load_examples,
+    mount_sandbox,
+    service_urls,
+)
 from ticket_dispatcher.seeding import seed_store
 from ticket_dispatcher.store import Store, connection_budget
 from ticket_dispatcher.store.cluster import ClusterLink
@@ -130,6 +136,7 @@ class Service:
         try:
             self.config = (self._sandboxed(config, self.sandbox) if self.sandbox is not None
                            else config)
+            self.services.config = self.config  # the HTTP app reads what the service runs with
             self.clients = clients = build_client_pools(self.config, self.clock,
                                                         metrics=self.metrics)
             self.runtime = Runtime(
@@ -216,8 +223,9 @@ class Service:
             raise ConfigError(f"http: cannot listen on {host}:{port}: {exc.strerror}") from None
 
     def _sandboxed(self, config: Config, sandbox: Sandbox) -> Config:
-        """Load ``ops/examples``, point every client at the sandbox on this server, and turn
-        the assignment notification on."""
+        """Load ``ops/examples``, point every client at the sandbox on this server, turn the
+        assignment notification on, and, when no webhook secret is configured, take Jira
+        webhooks signed with the sandbox's (``sandbox.WEBHOOK_SECRET``)."""
         if not EXAMPLES_DIR.is_dir():
             raise ConfigError(f"--sandbox needs the examples at {EXAMPLES_DIR} (run it from a "
                               "clone of the repository)")
@@ -233,7 +241,8 @@ class Service:
             # the example notification families are active in the sandbox: let them run
             notifications=replace(config.notifications, enabled=True),
             jira=replace(config.jira, base_url=urls["jira"], email="sandbox@example.com",
-                         api_token="sandbox"),
+                         api_token="sandbox",
+                         webhook_secrets=config.jira.webhook_secrets or (WEBHOOK_SECRET,)),
             lark=replace(config.lark, base_url=urls["lark"], app_id="sandbox",
                          app_secret="sandbox"),
             oncall=replace(config.oncall, base_url=urls["oncall"], token="sandbox"),
