@@ -117,3 +117,49 @@ def test_the_shutdown_stops_every_worker_idle_ones_included(make_harness):
     h.runtime = None
 
     assert workers() == []
+
+
+def test_a_run_takes_its_steps_in_one_message_while_nothing_else_is_told(make_harness,
+                                                                       monkeypatch):
+    """Nothing waits in the worker's inbox: its steps (start, rule, each action, the end) are
+    taken one after another in the message that began the run, with no ``NextStep``."""
+    h = make_harness(RecordingAction("test_first"), RecordingAction("test_second"))
+    h.policy(rule("test_first", "test_second"))
+    issues(h, 1)
+    told: list[str] = []
+    tell = h.runtime.deps.activity.tell
+
+    def recording_tell(actor, message):
+        if actor.actor_class is ExecutionWorker:
+            told.append(type(message).__name__)
+        return tell(actor, message)
+
+    monkeypatch.setattr(h.runtime.deps.activity, "tell", recording_tell)
+    trigger = h.post_trigger("TCID-1")
+
+    [execution_id] = h.trigger(trigger.id).execution_ids
+    assert h.execution(execution_id).status is ExecutionStatus.SUCCEEDED
+    assert told == ["RunExecution"]
+
+
+def test_a_message_waiting_in_the_inbox_is_handled_before_the_run_s_next_step(make_harness):
+    """A cancel told while a step runs is seen before the next step: the run ends cancelled
+    and the next action never runs."""
+    gate = GateAction()
+    after = RecordingAction("test_after")
+    h = make_harness(gate, after)
+    h.policy(rule("test_gate", "test_after"))
+    issues(h, 1)
+    trigger = h.post_trigger("TCID-1", settle=False)
+    gate.wait_entered(1)
+    h.wait_until(lambda: h.trigger(trigger.id).execution_ids)
+    [execution_id] = h.trigger(trigger.id).execution_ids
+
+    h.runtime.cancel(execution_id, "an operator cancelled it")
+    gate.open()
+    h.wait_idle()
+
+    execution = h.execution(execution_id)
+    assert execution.status is ExecutionStatus.FAILED
+    assert execution.failure_code == "cancelled"
+    assert after.calls == []

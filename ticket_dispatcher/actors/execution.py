@@ -6,10 +6,12 @@ A worker is a long-lived actor (one thread, started once): the pool hands it an 
 that run ends, parks or is interrupted, reports so and waits for the next. The pool starts a
 worker only when none is free, so there are as many as executions ever ran at once: at most
 ``execution_slots``, plus one for each worker the pool gave up on as hung (it stops once its
-call returns). A parked execution has none. Each behavior step is its own message
-(``NextStep``, naming the run), so a cancel told meanwhile is seen before the next step, and a
-message about an earlier run is ignored. Everything a run reports goes up to the pool as a
-``tell``; a crash is caught here and reported, never left to kill the worker silently.
+call returns). A parked execution has none. A run takes its behavior steps one after another
+while nothing waits in the worker's inbox; when something does (a cancel, the worker's stop),
+the next step is a message of its own (``NextStep``, naming the run), so what was told
+meanwhile is seen before it, and a message about an earlier run is ignored. Everything a run
+reports goes up to the pool as a ``tell``; a crash is caught here and reported, never left to
+kill the worker silently.
 
 A run holds no database connection of its own: each checkpoint is one short unit of work on a
 pooled connection, so none is held across a Jira, Lark, Oncall or Core call. When the runtime
@@ -93,8 +95,7 @@ class ExecutionWorker(TrackedActor):
     def _handle(self, message: RunExecution | Cancel | NextStep) -> None:
         if isinstance(message, RunExecution):
             self._current = begun = ExecutionRun(message.execution_id, self._deps, self._pool,
-                                                 self.actor_ref, message.hold, message.run,
-                                                 message.first_read)
+                                                 message.hold, message.run, message.first_read)
             if message.cancel is not None:  # seen before its first step
                 begun.cancel(message.cancel)
             self._step(begun)
@@ -107,6 +108,11 @@ class ExecutionWorker(TrackedActor):
 
     def _step(self, current: ExecutionRun) -> None:
         current.step()
+        while current.advanced:
+            if not self.actor_inbox.empty():  # a cancel or a stop first: step after it
+                self._deps.activity.tell(self.actor_ref, NextStep(current.run))
+                break
+            current.step()
         if current.over:
             self._current = None  # free for the pool's next execution
 
@@ -142,14 +148,14 @@ class ExecutionRun:
     """One run of an execution on a worker: from its claim to its report (``over`` then)."""
 
     def __init__(self, execution_id: int, deps: RuntimeDeps, pool: pykka.ActorRef,
-                 worker: pykka.ActorRef, hold: Hold, run: int,
+                 hold: Hold, run: int,
                  first_read: IssueRead | None = None):
         self.execution_id = execution_id
         self.run = run  # which of the pool's starts of this execution this is
         self.over = False  # reported: the worker is free
+        self.advanced = False  # the last step advanced: the run has a next one to take
         self._deps = deps
         self._pool = pool
-        self._worker = worker
         self._hold = hold  # shared with the pool, whose heartbeat renews it
         self._checkpoints = FencedCheckpoints(deps.store.executions, self._hold, deps.clock.now)
         self._behavior = deps.behavior(self._checkpoints,
@@ -171,6 +177,7 @@ class ExecutionRun:
         self._cancel_reason = reason
 
     def step(self) -> None:
+        self.advanced = False
         self._guarded(self._step)
 
     def done_with_issue(self) -> None:
@@ -240,7 +247,7 @@ class ExecutionRun:
         if outcome.kind is StepKind.ADVANCED:
             self._hold.position = Position(execution.issue_key, execution.policy_id,
                                            *_position(execution))
-            self._deps.activity.tell(self._worker, NextStep(self.run))
+            self.advanced = True
         elif outcome.kind is StepKind.PARKED:
             assert outcome.wake_at is not None, "a parked step says when it wakes"
             self._report(Parked(self.execution_id, outcome.wake_at, self.run,
