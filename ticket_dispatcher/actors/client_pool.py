@@ -400,8 +400,8 @@ class ClientPool:
     def _dispatch_locked(self, pooled: _PooledCall, *, front: bool = False) -> None:
         """Send ``pooled`` to an idle actor, else queue it (at the front when it had already
         waited its turn)."""
-        while self._idle:
-            if self._send_locked(self._idle.popleft(), pooled):
+        while self._idle:  # the last freed: its thread is the likeliest to be warm
+            if self._send_locked(self._idle.pop(), pooled):
                 return
         if not self._actors:
             self._refuse_locked(pooled)
