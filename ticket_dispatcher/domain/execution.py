@@ -271,7 +271,9 @@ def build_rule_executions(policy: Policy, contexts: list[list[dict[str, Any]]] |
     return rules
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+# The types of JSON's scalars as Python reads them: values that are their own copy and their
+# own stored form.
+JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _copied(value: Any) -> Any:
@@ -279,7 +281,7 @@ def _copied(value: Any) -> Any:
     (every execution copies its policy's rules); anything that is not JSON data is left to
     ``copy.deepcopy``."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in JSON_SCALARS:
         return value
     if kind is dict:
         return {key: _copied(item) for key, item in value.items()}

@@ -41,7 +41,7 @@ from functools import cache
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
-from ticket_dispatcher.domain.execution import FailureCode
+from ticket_dispatcher.domain.execution import JSON_SCALARS, FailureCode
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339
 
 _STORED = "stored"
@@ -257,11 +257,6 @@ def _or_none(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda raw: None if raw is None else read(raw)
 
 
-def decode(hint: Any, raw: Any) -> Any:
-    """A stored JSON value as the type ``hint`` says."""
-    return None if raw is None else _decoder(hint)(raw)
-
-
 def _same(raw: Any) -> Any:
     return raw
 
@@ -285,14 +280,10 @@ def _decoder(hint: Any) -> Callable[[Any], Any]:
     return from_json if from_json is not None else _same
 
 
-# The values most of a state holds, stored as they are.
-_PLAIN = frozenset({str, int, float, bool, type(None)})
-
-
 def encode(value: Any) -> Any:
     """A value as stored JSON."""
     kind = type(value)
-    if kind in _PLAIN:
+    if kind in JSON_SCALARS:  # most of a state: stored as they are
         return value
     if kind is dict:
         return {key: encode(item) for key, item in value.items()}
