@@ -86,6 +86,21 @@ class Harness:
         """Bounded wait for a condition on the store, re-checked as units of work finish."""
         assert self.runtime.activity.wait_for(predicate, timeout), "condition never held"
 
+    def record_tells(self, monkeypatch, actor_class: type) -> list[object]:
+        """Every message told (through the runtime's activity) to an actor of
+        ``actor_class`` from now on, in order; the tells still go through."""
+        told: list[object] = []
+        activity = self.runtime.deps.activity
+        tell = activity.tell
+
+        def recording_tell(actor, message):
+            if actor.actor_class is actor_class:
+                told.append(message)
+            return tell(actor, message)
+
+        monkeypatch.setattr(activity, "tell", recording_tell)
+        return told
+
     # -- store access --------------------------------------------------------------------------
 
     def trigger(self, trigger_id: int) -> Trigger:

@@ -99,15 +99,11 @@ def test_a_running_execution_shows_where_it_is_and_tells_the_pool_only_its_end(
     h = make_harness(RecordingAction("test_first"), gate)
     policy = h.policy(rule("test_first", "test_gate", name="triage"))
     h.jira.put(issue(key="TCID-7"))
-    told: list[str] = []
-    tell = h.runtime.deps.activity.tell
+    told = h.record_tells(monkeypatch, ExecutionPool)
 
-    def recording_tell(actor, message):
-        if actor.actor_class is ExecutionPool and hasattr(message, "run"):
-            told.append(type(message).__name__)
-        return tell(actor, message)
+    def reports() -> list[str]:  # what runs told the pool of themselves
+        return [type(message).__name__ for message in told if hasattr(message, "run")]
 
-    monkeypatch.setattr(h.runtime.deps.activity, "tell", recording_tell)
     trigger = h.post_trigger("TCID-7", settle=False)
     gate.wait_entered(1)
     h.wait_until(lambda: h.trigger(trigger.id).execution_ids)
@@ -118,8 +114,8 @@ def test_a_running_execution_shows_where_it_is_and_tells_the_pool_only_its_end(
     assert running["execution_id"] == execution_id
     assert (running["issue_key"], running["policy_id"]) == ("TCID-7", policy.id)
     assert (running["rule"], running["action"]) == ("triage", "1:test_gate")
-    assert told == []
+    assert reports() == []
     gate.open()
     h.wait_idle()
-    assert told == ["Finished"]
+    assert reports() == ["Finished"]
     assert h.runtime.status()["executions"] == []

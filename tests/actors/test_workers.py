@@ -126,20 +126,12 @@ def test_a_run_takes_its_steps_in_one_message_while_nothing_else_is_told(make_ha
     h = make_harness(RecordingAction("test_first"), RecordingAction("test_second"))
     h.policy(rule("test_first", "test_second"))
     issues(h, 1)
-    told: list[str] = []
-    tell = h.runtime.deps.activity.tell
-
-    def recording_tell(actor, message):
-        if actor.actor_class is ExecutionWorker:
-            told.append(type(message).__name__)
-        return tell(actor, message)
-
-    monkeypatch.setattr(h.runtime.deps.activity, "tell", recording_tell)
+    told = h.record_tells(monkeypatch, ExecutionWorker)
     trigger = h.post_trigger("TCID-1")
 
     [execution_id] = h.trigger(trigger.id).execution_ids
     assert h.execution(execution_id).status is ExecutionStatus.SUCCEEDED
-    assert told == ["RunExecution"]
+    assert [type(message).__name__ for message in told] == ["RunExecution"]
 
 
 def test_a_message_waiting_in_the_inbox_is_handled_before_the_run_s_next_step(make_harness):
