@@ -51,15 +51,23 @@ with the ``notify-assignee`` label, ``Todo``) and 20 urgent ones acknowledged be
 ``jira_assignment_assignee``; the Jira calls per workflow are printed. Checks: every execution
 succeeded, one Lark card per issue, no page.
 
+Placement. Unpinned, the service's threads hand the interpreter lock to each other across
+both CPUs and its figure drifts by a quarter from one sitting to the next. ``--split-cpus``
+gives the service one CPU (``CPU_AFFINITY``), the fake Jira the other, and runs each floor's
+client on the service's CPU in its turn: both sides under the same placement, and runs within
+a few per cent of each other. ``--pin-floor`` only pins the floors (to the first CPU), for a
+service pinned by ``--setting CPU_AFFINITY=N``.
+
     python bench/e2e_dispatch.py [--triggers 600] [--repeat 3] [--users 10]
-        [--postgres-url URL] [--peer-server waitress|wsgiref] [--pin-floor] [--timeout 90]
-        [--setting NAME=VALUE]
+        [--postgres-url URL] [--peer-server waitress|wsgiref] [--split-cpus | --pin-floor]
+        [--timeout 90] [--setting NAME=VALUE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import threading
 import time
@@ -71,7 +79,15 @@ from datetime import UTC, datetime
 
 import requests
 from databases import fresh_database  # also puts the repository root on sys.path
-from floors import JiraProcess, cpu_seconds, median, one_cpu, wait_http
+from floors import (
+    JiraProcess,
+    cpu_seconds,
+    median,
+    one_cpu,
+    pin_process,
+    split_cpus,
+    wait_http,
+)
 
 from tests.process import (
     BASE,
@@ -376,7 +392,7 @@ def run_all(args: argparse.Namespace, service: Dispatcher, jira: JiraProcess
         print(f"        Jira calls per dispatch: {recipe(result.calls, args.triggers)}")
         three_keys = new_issues(jira, "THREE", first, args.triggers)
         replay_keys = new_issues(jira, "REPLAY", first, args.triggers)
-        with one_cpu(args.pin_floor):
+        with one_cpu(args.floor_cpu):
             runs[1].append(replay(jira, three_calls(three_keys, args.users, edit_body)))
             print(f"run {number}  3-call floor             {runs[1][-1].line()}", flush=True)
             runs[2].append(replay(jira, same_calls(result.calls, keys, replay_keys)))
@@ -494,6 +510,10 @@ def main() -> None:
     parser.add_argument("--pin-floor", action="store_true",
                         help="run the floors' threads on one CPU, as a service given one "
                              "CPU runs (--setting CPU_AFFINITY=N)")
+    parser.add_argument("--split-cpus", action="store_true",
+                        help="the service, and each floor's client in its turn, on one CPU "
+                             "and the fake Jira on another: the same placement for both "
+                             "sides, and far steadier figures than unpinned runs")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting of the measured service, TICKET_DISPATCHER_NAME "
                              "(CPU_AFFINITY=1, say); repeatable")
@@ -502,13 +522,22 @@ def main() -> None:
     args = parser.parse_args()
     engine = "PostgreSQL" if args.postgres_url else "SQLite"
     given = dict(setting.partition("=")[::2] for setting in args.setting)
+    args.floor_cpu = peer_cpu = None
+    if args.split_cpus:
+        args.floor_cpu, peer_cpu = split_cpus()
+        given["CPU_AFFINITY"] = str(args.floor_cpu)
+    elif args.pin_floor:
+        args.floor_cpu = min(os.sched_getaffinity(0))
     print(f"end to end, {engine}: {args.triggers} assign dispatches per run from {THREADS} "
           f"threads after {WARM_UP} warm-up ones, {args.repeat} run(s), round robin over "
           f"{args.users} engineers; fake Jira in its own process on {args.peer_server}"
-          f"{'; floors on one CPU' if args.pin_floor else ''}"
+          f"{'; floors on one CPU' if args.floor_cpu is not None else ''}"
+          f"{f'; fake Jira on CPU {peer_cpu}' if peer_cpu is not None else ''}"
           f"{''.join(f'; {name}={value}' for name, value in given.items())}")
     with fresh_database(args.postgres_url) as database_url, \
             JiraProcess(args.peer_server) as jira:
+        if peer_cpu is not None:
+            pin_process(jira.pid, peer_cpu)
         service = start_service(database_url, jira, SETTINGS | given)
         try:
             runs = run_all(args, service, jira)

@@ -69,15 +69,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def one_cpu(enabled: bool) -> Iterator[None]:
-    """While inside, every thread of this process (and every thread it starts) runs on one CPU,
-    as ``serve`` runs when it is given one (``cpu_affinity``, ``taskset -c``); afterwards they
-    may use every CPU again. For a floor measured as a pinned service runs (``--pin-floor``)."""
-    if not enabled:
+def one_cpu(number: int | None) -> Iterator[None]:
+    """While inside, every thread of this process (and every thread it starts) runs on CPU
+    ``number``, as ``serve`` runs when it is given one (``cpu_affinity``, ``taskset -c``);
+    afterwards they may use every CPU again. For a floor measured as a pinned service runs
+    (``--pin-floor``, ``--split-cpus``). None: no change."""
+    if number is None:
         yield
         return
     allowed = os.sched_getaffinity(0)
-    cpu.pin(min(allowed))
+    cpu.pin(number)
     try:
         yield
     finally:
@@ -86,6 +87,26 @@ def one_cpu(enabled: bool) -> Iterator[None]:
                 os.sched_setaffinity(int(thread), allowed)
             except OSError:  # a thread that ended meanwhile
                 pass
+
+
+def split_cpus() -> tuple[int, int]:
+    """Two CPUs this process may run on: (the measured side's, the fake peer's). The
+    measured side (a service, or the floor's client in its turn) has one to itself and the
+    peer it calls the other, so the service and its floor run under the same placement."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        raise SystemExit(f"--split-cpus needs two CPUs; this process may use {allowed}")
+    return allowed[0], allowed[1]
+
+
+def pin_process(pid: int, number: int) -> None:
+    """Every thread of process ``pid`` (and so every thread it starts after) on CPU
+    ``number``."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(thread), {number})
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 def median(values: Iterable[float]) -> float:
