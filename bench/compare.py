@@ -21,11 +21,14 @@ after it (the processing the run left). No floor: the trees are compared with ea
 
 A tree is a directory holding a ``ticket_dispatcher`` package, e.g. a ``git worktree`` of
 another commit; the service of each runs with ``PYTHONPATH`` set to it. Settings given with
-``--setting NAME=VALUE`` (``TICKET_DISPATCHER_NAME``) apply to every tree.
+``--setting NAME=VALUE`` (``TICKET_DISPATCHER_NAME``) apply to every tree. ``--split-cpus``
+runs each service on one CPU and the fake Jira on another, as ``e2e_dispatch.py --split-cpus``
+does: unpinned, runs of the same code spread over a quarter; so placed, over a few per cent.
 
     git worktree add /tmp/before HEAD~1
     python bench/compare.py /tmp/before . [--rounds 5] [--triggers 400] [--postgres-url URL]
-                            [--setting EXECUTION_SLOTS=20] [--intake [--seconds 6]]
+                            [--setting EXECUTION_SLOTS=20] [--split-cpus]
+                            [--intake [--seconds 6]]
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from statistics import median
 import e2e_dispatch as e2e
 import intake
 from databases import fresh_database
-from floors import JiraProcess
+from floors import JiraProcess, pin_process, split_cpus
 
 WHERE = "import ticket_dispatcher; print(ticket_dispatcher.__file__)"
 
@@ -129,6 +132,9 @@ def main() -> None:
     parser.add_argument("--postgres-url", help="run on PostgreSQL (a throw-away schema a run)")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--split-cpus", action="store_true",
+                        help="each tree's service on one CPU, the fake Jira on another: runs "
+                             "within a few per cent of each other instead of a quarter")
     parser.add_argument("--intake", action="store_true",
                         help="compare the trigger intake under wrk instead")
     parser.add_argument("--seconds", type=int, default=6, help="--intake: one wrk run")
@@ -146,9 +152,15 @@ def main() -> None:
     if args.intake:
         compare_intake(trees, args, given)
         return
+    peer_cpu = None
+    if args.split_cpus:
+        service_cpu, peer_cpu = split_cpus()
+        given["CPU_AFFINITY"] = str(service_cpu)
     settings = {**e2e.SETTINGS, **given}
     runs: dict[Path, list[e2e.ServiceRun]] = {tree: [] for tree in trees}
     with JiraProcess() as jira:
+        if peer_cpu is not None:
+            pin_process(jira.pid, peer_cpu)
         for number in range(args.rounds):
             for index, tree in enumerate(trees):
                 first = 1_000_000 * (1 + number * len(trees) + index)
