@@ -64,7 +64,8 @@ PostgreSQL: psycopg with ``autocommit``. The same warm-up, flood and check of th
 
 ``--rounds`` (default 3) alternates product and floor rounds; the medians are compared.
 Goal: the product's deliveries a second >= 0.8 of the floor's, nothing lost and nothing started
-twice. The load average is printed at the start and after each round. ``--py-spy OUT``
+twice. ``--split-cpus`` runs the product's and the floor's server on one CPU and the client's
+threads and the fake Jira on the other: both servers under the same placement. The load average is printed at the start and after each round. ``--py-spy OUT``
 records the product's process (``py-spy record -r 200 -f raw``, every thread, waiting or not;
 with ``--py-spy-gil`` only the thread holding the GIL) for the first ``--py-spy-seconds`` of
 each product round's flood into ``OUT.product.N.txt``, and the floor's into
@@ -73,7 +74,7 @@ are not comparable with an unprofiled one's.
 
     python bench/webhooks.py [--deliveries 10000] [--duplicates 1000] [--concurrency 8]
                              [--rounds 3] [--postgres-url URL] [--unmatched]
-                             [--concurrent-floor] [--timeout 900]
+                             [--concurrent-floor] [--split-cpus] [--timeout 900]
                              [--py-spy OUT [--py-spy-seconds 15] [--py-spy-gil]]
 """
 
@@ -102,7 +103,16 @@ from typing import Any
 
 from databases import fresh_database  # also puts the repository root on sys.path
 from e2e_dispatch import PROJECT, SETTINGS, new_issues, problems, recipe, seed, start_service
-from floors import ROOT, JiraProcess, _sqlite_connection, cpu_seconds, median, stop
+from floors import (
+    ROOT,
+    JiraProcess,
+    _sqlite_connection,
+    cpu_seconds,
+    median,
+    pin_process,
+    split_cpus,
+    stop,
+)
 from latency import percentile
 
 from tests.process import BASE, Dispatcher
@@ -301,8 +311,10 @@ def send(connection: http.client.HTTPConnection, delivery: Delivery) -> tuple[An
     raise AssertionError("unreachable")
 
 
-def flood(port: int, pid: int, batch: list[Delivery], concurrency: int) -> Flood:
-    """Every delivery of ``batch`` from ``concurrency`` keep-alive connections."""
+def flood(port: int, pid: int, batch: list[Delivery], concurrency: int,
+          cpu: int | None = None) -> Flood:
+    """Every delivery of ``batch`` from ``concurrency`` keep-alive connections, their threads
+    on CPU ``cpu`` when one is given."""
     pending = iter(batch)
     turn = threading.Lock()
     answers: list[Answer] = []
@@ -310,6 +322,8 @@ def flood(port: int, pid: int, batch: list[Delivery], concurrency: int) -> Flood
     ready = threading.Barrier(concurrency + 1)
 
     def work() -> None:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         connection.connect()
         mine, again = [], 0
@@ -458,19 +472,20 @@ def product_round(args: argparse.Namespace, jira: JiraProcess, number: int) -> R
     keys = new_issues(jira, project, first + WARM_UP, args.deliveries, labels=())
     warm, batch = deliveries(warm_keys, first), deliveries(keys, first + WARM_UP)
     with fresh_database(args.postgres_url) as database_url:
+        placed = {"CPU_AFFINITY": str(args.server_cpu)} if args.split_cpus else {}
         service = start_service(database_url, jira,
-                                SETTINGS | {"JIRA_WEBHOOK_SECRETS": SECRET})
+                                SETTINGS | placed | {"JIRA_WEBHOOK_SECRETS": SECRET})
         try:
             seed(service, jira, USERS)
-            flood(service.port, service.process.pid, warm, args.concurrency)
+            flood(service.port, service.process.pid, warm, args.concurrency, args.client_cpu)
             wait_drained(service, args.timeout)
             _, since = jira.calls()
             out = args.py_spy and f"{args.py_spy}.product.{number}.txt"
             with profiled(service.process.pid, out, "product", args):
                 result = Round(flood(service.port, service.process.pid, batch,
-                                     args.concurrency))
+                                     args.concurrency, args.client_cpu))
             again = flood(service.port, service.process.pid, batch[:args.duplicates],
-                          args.concurrency)
+                          args.concurrency, args.client_cpu)
             cpu = cpu_seconds(service.process.pid)
             seconds = wait_drained(service, args.timeout)
             cpu = cpu_seconds(service.process.pid) - cpu
@@ -611,10 +626,12 @@ def floor_round(args: argparse.Namespace, number: int) -> Round:
                        first + WARM_UP)
     with fresh_database(args.postgres_url) as database_url:
         with floor_process(database_url, args.concurrent_floor) as (pid, port):
-            flood(port, pid, warm, args.concurrency)
+            if args.split_cpus:
+                pin_process(pid, args.server_cpu)
+            flood(port, pid, warm, args.concurrency, args.client_cpu)
             out = args.py_spy and f"{args.py_spy}.floor.{number}.txt"
             with profiled(pid, out, "floor", args):
-                result = Round(flood(port, pid, batch, args.concurrency))
+                result = Round(flood(port, pid, batch, args.concurrency, args.client_cpu))
         connection = floor_connection(database_url)
         try:
             rows = connection.execute("SELECT identifier FROM webhook_floor").fetchall()
@@ -663,6 +680,13 @@ def report(engine: str, runs: dict[str, list[Round]]) -> None:
     print(f"  nothing lost, nothing started twice: {'yes' if not wrong else 'NO'}")
 
 
+def placement(args: argparse.Namespace) -> str:
+    if not args.split_cpus:
+        return ""
+    return (f" Servers on CPU {args.server_cpu}; the client and the fake Jira on CPU "
+            f"{args.client_cpu}.")
+
+
 def run(args: argparse.Namespace) -> None:
     engine = "PostgreSQL" if args.postgres_url else "SQLite"
     sample = deliveries([f"{PROJECT}-{n}" for n in range(1, 101)], 1)
@@ -678,9 +702,11 @@ def run(args: argparse.Namespace) -> None:
           f"{WARM_UP} warm-up ones first, then {args.duplicates} sent again; {args.rounds} "
           f"round(s), product and floor alternated, each on a fresh database. The product's "
           f"triggers are processed while it takes the flood ({processing}). Floor INSERTs "
-          f"{floor_inserts}. Load average {load_average()}", flush=True)
+          f"{floor_inserts}.{placement(args)} Load average {load_average()}", flush=True)
     runs: dict[str, list[Round]] = {"product": [], "floor": []}
     with JiraProcess() as jira:
+        if args.split_cpus:
+            pin_process(jira.pid, args.client_cpu)
         for number in range(1, args.rounds + 1):
             runs["product"].append(product_round(args, jira, number))
             runs["floor"].append(floor_round(args, number))
@@ -716,6 +742,9 @@ def main() -> None:
                                                "each) instead of a temporary SQLite file each")
     parser.add_argument("--concurrent-floor", action="store_true",
                         help="SQLite: the floor's INSERTs from every thread at once")
+    parser.add_argument("--split-cpus", action="store_true",
+                        help="the product's and the floor's server on one CPU, the client and "
+                             "the fake Jira on the other")
     parser.add_argument("--unmatched", action="store_true",
                         help=f"deliveries of issues of {UNMATCHED_PROJECT}, which no policy "
                              "takes: each trigger reads its issue and ends")
@@ -730,6 +759,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.duplicates > args.deliveries:
         parser.error("--duplicates cannot exceed --deliveries")
+    args.server_cpu, args.client_cpu = split_cpus() if args.split_cpus else (None, None)
     run(args)
 
 
