@@ -62,15 +62,15 @@ autocommit, each INSERT under a process lock as the service's writers take turns
 busy handler);
 PostgreSQL: psycopg with ``autocommit``. The same warm-up, flood and check of the rows.
 
-``--rounds`` (default 3) alternates product and floor rounds; the medians are compared.
-Goal: the product's deliveries a second >= 0.8 of the floor's, nothing lost and nothing started
-twice. ``--split-cpus`` runs the product's and the floor's server on one CPU and the client's
-threads and the fake Jira on the other: both servers under the same placement. The load average is printed at the start and after each round. ``--py-spy OUT``
-records the product's process (``py-spy record -r 200 -f raw``, every thread, waiting or not;
-with ``--py-spy-gil`` only the thread holding the GIL) for the first ``--py-spy-seconds`` of
-each product round's flood into ``OUT.product.N.txt``, and the floor's into
-``OUT.floor.N.txt``; py-spy pauses the process at each sample, so a profiled run's figures
-are not comparable with an unprofiled one's.
+``--rounds`` (default 3) alternates product and floor rounds; the medians are compared. Goal:
+the product's deliveries a second >= 0.8 of the floor's, nothing lost and nothing started twice.
+``--split-cpus`` runs the product's and the floor's server on one CPU and the client's threads
+and the fake Jira on the other: both servers under the same placement. The load average is
+printed at the start and after each round. ``--py-spy OUT`` records the product's process
+(``py-spy record -r 200 -f raw``, every thread, waiting or not; with ``--py-spy-gil`` only the
+thread holding the GIL) for the first ``--py-spy-seconds`` of each product round's flood into
+``OUT.product.N.txt``, and the floor's into ``OUT.floor.N.txt``; py-spy pauses the process at
+each sample, so a profiled run's figures are not comparable with an unprofiled one's.
 
     python bench/webhooks.py [--deliveries 10000] [--duplicates 1000] [--concurrency 8]
                              [--rounds 3] [--postgres-url URL] [--unmatched]

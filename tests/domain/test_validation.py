@@ -158,6 +158,9 @@ def test_priority_families_follow_the_replacement_table():
         with_action({"type": "triage", "triage": {"labels_add": ["x"], "labels_remove": ["y"]}}),
         with_action({"type": "triage", "triage": {"priority": "P2", "components": [],
                                                   "fields": {"customfield_1": {"value": "a"}}}}),
+        # a raw field no other key writes: the labels set whole, beside a priority
+        with_action({"type": "triage", "triage": {"priority": "P2",
+                                                  "fields": {"labels": ["x"]}}}),
     ],
 )
 def test_ordinary_bodies_accepted(body):
@@ -309,6 +312,16 @@ ORDINARY_REJECTIONS = [
      "rules[0].then[0].triage.fields", "shape"),
     (lambda: with_action({"type": "triage", "triage": {"priority": ""}}),
      "rules[0].then[0].triage.priority", "rule"),
+    # Jira refuses an edit naming a field under both "fields" and "update" (the labels)
+    (lambda: with_action({"type": "triage", "triage": {"labels_add": ["triaged"],
+                                                       "fields": {"labels": ["x"]}}}),
+     "rules[0].then[0].triage.fields.labels", "rule"),
+    (lambda: with_action({"type": "triage", "triage": {"priority": "P1",
+                                                       "fields": {"priority": {"name": "P2"}}}}),
+     "rules[0].then[0].triage.fields.priority", "rule"),
+    (lambda: with_action({"type": "triage", "triage": {"components": ["db"],
+                                                       "fields": {"components": []}}}),
+     "rules[0].then[0].triage.fields.components", "rule"),
 ]
 
 

@@ -130,6 +130,16 @@ def _check_triage(config: dict, path: str, problems: Problems) -> None:
         for key in config["fields"]:
             if not key.strip():
                 problems.rule(f"{path}.fields", f"field id {quote(key)} must not be empty")
+            elif owners := [own for own in _SET_BY.get(key, ()) if own in config]:
+                problems.rule(f"{path}.fields.{key}", f"{quote(key)} is already set by "
+                              f"{' and '.join(owners)}: name it once")
+
+
+# The raw fields the other keys of a triage write themselves. Jira refuses an edit that names a
+# field both under ``fields`` and under ``update`` (the labels); a raw priority or components
+# would be overwritten by the key's own value without a word.
+_SET_BY = {"priority": ("priority",), "components": ("components",),
+           "labels": ("labels_add", "labels_remove")}
 
 
 def _triage_change(changes: dict) -> TriageChange:
