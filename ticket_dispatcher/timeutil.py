@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 from typing import overload
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 # Surrounding blanks are allowed on purpose; fullmatch, as "$" would accept a final "\n".
 _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)\s*")
@@ -35,7 +36,27 @@ def parse_rfc3339(text: str) -> datetime:
         raise ValueError(f"{text!r} is not an RFC 3339 time") from None
     if value.tzinfo is None:
         raise ValueError(f"{text!r} has no UTC offset; RFC 3339 times need 'Z' or '+HH:MM'")
+    try:  # 9999-12-31T23:59:59-23:59 is a time no UTC datetime can hold: every use would fail
+        value.astimezone(UTC)
+    except OverflowError:
+        raise TimeOutOfRange(f"{text!r} is out of range: in UTC it falls outside the years 1 "
+                             f"to 9999") from None
     return value
+
+
+class TimeOutOfRange(ValueError):
+    """An RFC 3339 time that is well formed but past either end of the years a UTC datetime
+    holds once its offset is applied."""
+
+
+def zone_named(name: str) -> ZoneInfo | None:
+    """The IANA time zone ``name``; None when there is none by that name. Names that are no
+    zone at all (a directory of the database such as "America", a path, a name too long for
+    a file name) are None too, not an error of the file system."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None
 
 
 def to_utc(value: datetime) -> datetime:

@@ -444,6 +444,12 @@ def tw(**changes) -> dict:
         (tw(end=None), "when.time_window.end", "shape"),
         (tw(timezone="Mars/Olympus"), "when.time_window.timezone", "rule"),
         (tw(timezone="../etc/passwd"), "when.time_window.timezone", "rule"),
+        (tw(timezone="America"), "when.time_window.timezone", "rule"),  # a directory of zones
+        (tw(timezone="x" * 300), "when.time_window.timezone", "rule"),  # too long a file name
+        # in UTC these fall outside the years a datetime holds
+        (leaf("now", "before", value="9999-12-31T23:59:59-23:59"), "when.value", "rule"),
+        (leaf("issue.created_at", "after", value="0001-01-01T00:00:00+01:00"), "when.value",
+         "rule"),
         (tw(timezone=8), "when.time_window.timezone", "shape"),
         (tw(weekdays=[]), "when.time_window.weekdays", "rule"),
         (tw(weekdays=["mon", "mon"]), "when.time_window.weekdays", "rule"),

@@ -48,10 +48,14 @@ def test_bad_engineer_body_is_400_naming_the_field(api, body, path):
     assert [p["path"] for p in result.json["errors"]] == [path]
 
 
-def test_engineer_path_must_be_an_email(api):
-    result = api.put("/engineers/not-an-email", json={"dispatch_enabled": True})
+@pytest.mark.parametrize("path", ["/engineers/not-an-email",
+                                  "/engineers/%ff%fe@example.com",  # no UTF-8: decoded as U+FFFD
+                                  "/engineers/a%00b@example.com"])
+def test_engineer_path_must_be_an_email(api, path):
+    result = api.put(path, json={"dispatch_enabled": True})
 
     assert result.status_code == 400
+    assert api.services.store.engineers.page()[1] == 0
 
 
 def test_context_read_and_404(api, clock):

@@ -120,6 +120,8 @@ def test_unsupported_method_is_405_in_the_error_shape(api):
 
 @pytest.mark.parametrize("params", [
     {"limit": "0"}, {"limit": "201"}, {"limit": "ten"}, {"offset": "-1"}, {"status": "bogus"},
+    # what Python's int() would take, but no client means as a plain number
+    {"limit": "+5"}, {"limit": " 5"}, {"offset": "1_0"}, {"limit": "\u0665"}, {"limit": "\uff15"},
 ])
 def test_bad_query_parameters_are_400(api, params):
     result = api.get("/dispatch/policies", params=params)

@@ -164,6 +164,28 @@ def test_a_body_that_is_no_jira_delivery_is_a_clear_400(world, body, problem):
     assert triggers(harness) == []
 
 
+@pytest.mark.parametrize("key", ["../../etc/passwd", "tcid-5", "TCID-2\u00a0", "TC\u0130D-2",
+                                 "TCID-" + "9" * 3000])
+def test_a_delivery_whose_issue_key_is_no_jira_key_is_a_400_that_stores_nothing(world, key):
+    harness, api, jira = world
+
+    answer = jira.send(jira_delivery(key=key))
+
+    assert answer.status_code == 400, answer.json
+    assert "issue.key" in json.dumps(answer.json)
+    assert triggers(harness) == []
+
+
+def test_a_malformed_identifier_is_refused_on_an_event_the_service_ignores_too(world):
+    harness, api, jira = world
+
+    answer = jira.send({**jira_delivery(), "webhookEvent": "comment_created"},
+                       identifier="not an id!")
+
+    assert answer.status_code == 400, answer.json
+    assert "X-Atlassian-Webhook-Identifier" in json.dumps(answer.json)
+
+
 def test_another_event_is_answered_and_ignored(world):
     harness, api, jira = world
 

@@ -323,6 +323,23 @@ def test_floating_times_follow_the_zone_the_feed_names():
     assert spans(feed) == [("alice@example.com", utc(2026, 3, 5, 8), utc(2026, 3, 5, 11), "Errand")]
 
 
+@pytest.mark.parametrize("name", ["America", "Mars/Olympus", "x" * 300])
+def test_a_feed_zone_that_is_no_zone_leaves_floating_times_in_the_persons_zone(name):
+    # "America" is a directory of the zone database, 300 characters too long a file name:
+    # neither may reach the file system's error
+    feed = read(events("""
+        BEGIN:VEVENT
+        UID:floating@example.com
+        DTSTART:20260305T090000
+        DTEND:20260305T120000
+        SUMMARY:Errand
+        END:VEVENT
+    """, header=f"X-WR-TIMEZONE:{name}\n"), person="alice@example.com")
+
+    assert spans(feed) == [("alice@example.com", utc(2026, 3, 5, 1), utc(2026, 3, 5, 4), "Errand")]
+    assert feed.notes[0].startswith("the feed's X-WR-TIMEZONE")
+
+
 def test_window_keeps_what_touches_it_whole_and_nothing_else():
     feed = read(events("""
         BEGIN:VEVENT

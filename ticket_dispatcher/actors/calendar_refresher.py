@@ -26,7 +26,7 @@ import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.clock import Clock
@@ -42,6 +42,7 @@ from ticket_dispatcher.integrations.calendar_feed import (
 from ticket_dispatcher.integrations.calendar_fetch import FeedFetcher, FetchError
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
+from ticket_dispatcher.timeutil import zone_named
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +277,5 @@ def _reason(summary: str) -> str:
 
 def _zone(engineer: Engineer) -> ZoneInfo:
     """The engineer's zone; UTC when it is unset, or unknown to the installed tzdata."""
-    try:
-        return ZoneInfo(engineer.timezone or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return _UTC
+    return zone_named(engineer.timezone or "UTC") or _UTC
 

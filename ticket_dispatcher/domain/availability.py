@@ -33,7 +33,7 @@ from ticket_dispatcher.domain.checks import (
 )
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import InvalidInput
-from ticket_dispatcher.timeutil import format_time, parse_rfc3339, to_utc
+from ticket_dispatcher.timeutil import TimeOutOfRange, format_time, parse_rfc3339, to_utc
 
 log = logging.getLogger(__name__)
 
@@ -341,11 +341,11 @@ def _parse_moment(raw: Any, path: str, problems: Problems) -> datetime | None:
         return None
     try:
         moment = to_utc(parse_rfc3339(raw))
+    except TimeOutOfRange:  # past either end of datetime's range once in UTC: out of range
+        moment = LATEST
     except ValueError as exc:
         problems.rule(path, reason(exc, raw))
         return None
-    except OverflowError:  # past either end of datetime's range once in UTC: out of range
-        moment = LATEST
     if not EARLIEST <= moment < LATEST:
         problems.rule(path, f"{quote(raw)} is not between {EARLIEST:%Y-%m-%d} and "
                             f"{LATEST:%Y-%m-%d}")

@@ -114,7 +114,10 @@ URGENCY_FIELDS = ("issue.priority", "issue.custom_fields.severity")
 
 SOURCE_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 PROJECT_KEY = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
-EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+# No blanks, control characters or U+FFFD, the mark of bytes that were not UTF-8 (a request's
+# path is decoded with it in their place).
+_EMAIL_PART = r"[^@\s\x00-\x1f\x7f\ufffd]+"
+EMAIL = re.compile(rf"{_EMAIL_PART}@{_EMAIL_PART}\.{_EMAIL_PART}")
 MAX_EMAIL_LENGTH = 254
 MAX_LABEL_LENGTH = 255  # Jira refuses longer labels
 # "." and ".." are dot segments: an HTTP client resolves ``/groups/../members`` to another path.

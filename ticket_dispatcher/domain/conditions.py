@@ -38,7 +38,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import re2
 
@@ -46,7 +46,7 @@ from ticket_dispatcher.domain.catalog import FIELDS, OPERATORS, WEEKDAYS, FieldK
 from ticket_dispatcher.domain.checks import printable, quote, quoted, reason
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.errors import DispatcherError, Problem
-from ticket_dispatcher.timeutil import format_time, parse_rfc3339
+from ticket_dispatcher.timeutil import format_time, parse_rfc3339, zone_named
 
 
 class ConditionError(DispatcherError):
@@ -399,12 +399,11 @@ def _compile_zone(raw: typing.Any, path: str, problems: list[Problem]) -> ZoneIn
     if not isinstance(raw, str):
         _shape(problems, path, "timezone must be a string")
         return None
-    try:
-        return ZoneInfo(raw)
-    except (ZoneInfoNotFoundError, ValueError):
+    zone = zone_named(raw)
+    if zone is None:
         _rule(problems, path, f"unknown time zone {quote(raw)}; use an IANA name like "
                               '"Asia/Shanghai"')
-        return None
+    return zone
 
 
 def _compile_weekdays(

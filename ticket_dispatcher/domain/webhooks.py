@@ -22,7 +22,7 @@ from typing import Any
 
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, URGENCY_FIELDS, NotificationRole
 from ticket_dispatcher.domain.conditions import evaluate
-from ticket_dispatcher.domain.issues import issue_from_jira
+from ticket_dispatcher.domain.issues import ISSUE_KEY, issue_from_jira
 from ticket_dispatcher.domain.matching import policy_matches
 from ticket_dispatcher.domain.model import Issue, JiraUser, Policy
 from ticket_dispatcher.errors import InvalidInput, Problem
@@ -103,6 +103,9 @@ def parse_delivery(raw: Any, *, l2_field_id: str, severity_field_id: str) -> Del
         return None
     issue = issue_from_jira(raw.get("issue"), l2_field_id=l2_field_id,
                             severity_field_id=severity_field_id)
+    if not ISSUE_KEY.fullmatch(issue.key):  # as a posted trigger's key is checked
+        raise InvalidInput("the delivery's issue key is not a Jira issue key like TCID-12345",
+                           [Problem("issue.key", "must be a Jira issue key like TCID-12345")])
     changes: list[Change] = []
     changelog = raw.get("changelog")
     items = changelog.get("items") if isinstance(changelog, dict) else None

@@ -196,6 +196,7 @@ class JsonShown(Protocol):
 
 
 T = TypeVar("T")
+_DIGITS = re.compile(r"[0-9]{1,19}")
 
 
 @overload
@@ -211,10 +212,8 @@ def query_int(req: QueryParams, name: str, *, default: int | None, minimum: int 
     text = req.get_param(name)
     if text is None:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
+    # ASCII digits only: int() would also take "+5", " 5", "1_0" and other scripts' digits
+    value = int(text) if _DIGITS.fullmatch(text) else None
     if value is None or value < minimum or (maximum is not None and value > maximum):
         bounds = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
         raise InvalidInput(f"query parameter {name} must be an integer {bounds}",

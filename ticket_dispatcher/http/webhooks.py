@@ -98,6 +98,7 @@ class JiraWebhooks:
                        f"the {SIGNATURE_HEADER} signature does not match the body under any "
                        "configured secret")
             raise self._keys.failed(req, message, scheme=SIGNATURE_SCHEME)
+        identifier = self._identifier(req, body)  # a malformed one is refused on any event
         delivery = parse_delivery(parse_json(body, max_depth=MAX_DEPTH),
                                   l2_field_id=config.l2_field_id,
                                   severity_field_id=config.severity_field_id)
@@ -106,7 +107,6 @@ class JiraWebhooks:
             self._answer(resp, falcon.HTTP_200, "ignored", "not an event this service takes")
             return
         shown["event"] = delivery.event
-        identifier = self._identifier(req, body)
         with self._services.store.connection():  # one check-out for the reads and the insert
             made = self._triggers(delivery)
             if not made:

@@ -19,12 +19,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 import recurring_ical_events
 from icalendar import Calendar, Component
 
 from ticket_dispatcher.errors import InvalidInput
+from ticket_dispatcher.timeutil import zone_named
 
 DEFAULT_MAX_COMPONENTS = 20_000
 
@@ -207,9 +208,7 @@ class _FeedReader:
         name = calendar.get("X-WR-TIMEZONE")
         if name is None:
             return None
-        try:
-            ZoneInfo(str(name))
-        except (ZoneInfoNotFoundError, ValueError):
+        if zone_named(str(name)) is None:
             self._note(f"the feed's X-WR-TIMEZONE '{_excerpt(str(name))}' is unknown;"
                        " floating times are read in each person's zone")
             return None
