@@ -379,7 +379,9 @@ def test_policy_test_with_a_malformed_policy_exits_1(capsys, write_json):
     assert_one_line_error(err)
 
 
-@pytest.mark.parametrize("now", ["yesterday", "2026-12-01T03:00:00"])
+@pytest.mark.parametrize("now", ["yesterday", "2026-12-01T03:00:00",
+                                 # past what the calendar shows in every zone
+                                 "9999-12-31T23:00:00Z", "0001-01-01T00:00:00+14:00"])
 def test_policy_test_bad_now_exits_2(capsys, write_json, now):
     code, out, err = run(
         capsys, "policy", "test", ASSIGN_TCID,

@@ -313,6 +313,21 @@ def test_bad_file_value_names_the_key(write_toml, toml, expected):
          "TICKET_DISPATCHER_AUTH_API_KEYS entry 1: expected name:role:key"),
         ("TICKET_DISPATCHER_AUTH_API_KEYS", "a:viewer:k,b:root:k2",
          "TICKET_DISPATCHER_AUTH_API_KEYS entry 2: expected a role among"),
+        # URLs whose host or port is none: the clients could never call them
+        ("TICKET_DISPATCHER_ONCALL_BASE_URL", "http://[bad",
+         "TICKET_DISPATCHER_ONCALL_BASE_URL: expected an http:// or https:// URL"),
+        ("TICKET_DISPATCHER_JIRA_BASE_URL", "https://jira.x:notaport",
+         "TICKET_DISPATCHER_JIRA_BASE_URL: expected an http:// or https:// URL"),
+        ("TICKET_DISPATCHER_LARK_BASE_URL", "https://",
+         "TICKET_DISPATCHER_LARK_BASE_URL: expected an http:// or https:// URL"),
+        # past what a wait can be given, and past the threads a process can start
+        ("TICKET_DISPATCHER_SHUTDOWN_TIMEOUT", "999999d",
+         'TICKET_DISPATCHER_SHUTDOWN_TIMEOUT: expected a positive duration like "500ms", "5s" '
+         'or "5m", at most "3650d"'),
+        ("TICKET_DISPATCHER_INTEGRATIONS_READ_TIMEOUT", "3651d",
+         "TICKET_DISPATCHER_INTEGRATIONS_READ_TIMEOUT: expected a positive duration"),
+        ("TICKET_DISPATCHER_CLIENT_POOL_SIZE", "3000",
+         "TICKET_DISPATCHER_CLIENT_POOL_SIZE: expected an integer between 0 and 256"),
     ],
 )
 def test_bad_environment_value_names_the_variable(name, text, expected):
@@ -473,6 +488,17 @@ def test_masked_config_replaces_every_secret():
     assert shown["auth"]["api_keys"] == [
         {"name": "jira", "role": "automation", "key_sha256": "***"}
     ]
+
+
+def test_a_password_in_the_database_urls_query_is_masked_and_kept_from_the_log():
+    # libpq takes the query's parameters as connection parameters: password= is one
+    config = load_config(None, environ={"TICKET_DISPATCHER_DATABASE_URL":
+                                        f"postgresql://bot@db:5432/x?sslmode=require&"
+                                        f"PASSWORD={SECRET}%21&application_name=td"})
+
+    shown = masked(config)["database_url"]
+    assert shown == "postgresql://bot@db:5432/x?sslmode=require&PASSWORD=***&application_name=td"
+    assert {f"{SECRET}%21", f"{SECRET}!"} <= set(config.secrets())
 
 
 def test_masked_integration_url_hides_an_embedded_password():

@@ -176,6 +176,16 @@ def test_serve_refuses_a_cpu_it_may_not_run_on(tmp_path):
     assert "Traceback" not in error
 
 
+@pytest.mark.parametrize("host", ["256.1.1.1", "bad host"])
+def test_serve_refuses_a_host_that_is_no_address_naming_the_key(tmp_path, host):
+    process, _ = start(tmp_path, "--insecure-no-auth", "--host", host)
+
+    assert process.wait(timeout=30) == 2
+    error = process.stderr.read()
+    assert f"http.host: {host!r} is not an address" in error
+    assert "Traceback" not in error
+
+
 def test_a_second_stop_after_the_loop_closed_its_sockets_does_nothing(tmp_path):
     """In shared mode a SIGTERM drains, stops the serving loop, and a timer pulls the loop's
     wake-up once more a drain later. The loop closes every socket it serves when it stops,

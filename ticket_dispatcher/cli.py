@@ -55,7 +55,7 @@ from ticket_dispatcher.errors import (
 )
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.safejson import read_json_file
-from ticket_dispatcher.timeutil import format_time, parse_rfc3339
+from ticket_dispatcher.timeutil import format_time, parse_business_now
 
 if TYPE_CHECKING:  # imported inside the commands that open it
     from ticket_dispatcher.integrations.jira_webhooks_admin import (
@@ -488,7 +488,7 @@ def _parse_now(text: str | None) -> datetime:
     if text is None:
         return datetime.now(UTC)  # the CLI is the edge: no Clock to inject offline
     try:
-        return parse_rfc3339(text)
+        return parse_business_now(text)
     except ValueError as exc:
         raise UsageError(f"--now: {exc}") from None
 

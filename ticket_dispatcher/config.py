@@ -61,6 +61,7 @@ from ticket_dispatcher.settings import (
     shown,
     suggest,
     text,
+    url_query_passwords,
 )
 from ticket_dispatcher.settings import masked as masked  # re-exported for ``config show``
 
@@ -71,6 +72,9 @@ _TEST_ENV_PREFIX = "TICKET_DISPATCHER_TEST_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SINGLE, SHARED = "single", "shared"
 CLUSTER_MODES = (SINGLE, SHARED)
+# Client actors per integration, each a thread: at least execution_slots + trigger_actors
+# (at most 100 + 32), and a bound that keeps four integrations' threads countable.
+MAX_CLIENT_POOL_SIZE = 256
 
 
 # --- kinds of this configuration ---------------------------------------------------------------
@@ -88,7 +92,14 @@ def _is_database_url(value: str) -> bool:
 
 def _is_http_url(value: str) -> bool:
     # Empty means "not configured" (the client refuses to call; the sandbox fills it in).
-    return value == "" or (value.startswith(("http://", "https://")) and len(value) > 8)
+    if value == "":
+        return True
+    try:  # a host that is there, and a port that is a port: "http://[bad", "https://h:x"
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is none
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _database_url() -> Kind:
@@ -664,7 +675,7 @@ class Config:
     trigger_actors: int = setting(4, integer(1, 32))
     # 0: one client actor per execution slot and trigger actor (see ``client_actors``); an
     # explicit value below that is refused (``_check_client_pool``)
-    client_pool_size: int = setting(0, integer(0))
+    client_pool_size: int = setting(0, integer(0, MAX_CLIENT_POOL_SIZE))
     trigger_defer_interval: timedelta = setting(timedelta(seconds=5), duration())
     trigger_poll_interval: timedelta = setting(timedelta(seconds=5), duration())
     # The longest a trigger actor holds back its next trigger while trigger requests are being
@@ -710,7 +721,7 @@ class Config:
                   *self.jira.webhook_secrets]
         password = urlsplit(self.database_url).password or ""
         # The URL carries the password percent-encoded; a driver error may show either form.
-        values += [password, unquote(password)]
+        values += [password, unquote(password), *url_query_passwords(self.database_url)]
         for feed in self.availability.feeds:  # a private calendar URL carries its token
             values += feed_url_secrets(feed.url)
         return sorted({value for value in values if value})

@@ -221,6 +221,10 @@ class Service:
         except OSError as exc:
             self.store.close()
             raise ConfigError(f"http: cannot listen on {host}:{port}: {exc.strerror}") from None
+        except ValueError:  # waitress: the host is no address, nor a name that resolves
+            self.store.close()
+            raise ConfigError(f"http.host: {host!r} is not an address or a host name this "
+                              f"machine can resolve") from None
 
     def _sandboxed(self, config: Config, sandbox: Sandbox) -> Config:
         """Load ``ops/examples``, point every client at the sandbox on this server, turn the

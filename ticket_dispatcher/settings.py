@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from ticket_dispatcher.errors import ConfigError, Problem
 from ticket_dispatcher.timeutil import parse_duration
@@ -71,12 +72,29 @@ def mask(value: str) -> str:
 
 
 def mask_url_password(url: str) -> str:
-    """The URL with its password, if it has one, replaced by ``***``."""
+    """The URL with its passwords replaced by ``***``: the one before the host, and a
+    ``password`` query parameter (a PostgreSQL URL passes its query to libpq as connection
+    parameters, so ``?password=`` is one too)."""
     parts = urlsplit(url)
-    if not parts.password:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}"))
+    if not parts.password and not url_query_passwords(url):
+        return url  # as written: urlunsplit would drop the empty host of sqlite:///
+    if parts.password:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}")
+    return urlunsplit(parts._replace(query=_QUERY_PASSWORD.sub(rf"\g<1>{MASK}", parts.query)))
+
+
+# ``password=VALUE`` in a query string, any case, up to the next separator.
+_QUERY_PASSWORD = re.compile(r"((?:^|[&;])\s*password\s*=)[^&;]*", re.IGNORECASE)
+
+
+def url_query_passwords(url: str) -> list[str]:
+    """The values of the ``password`` parameters of ``url``'s query, as written and decoded."""
+    values: list[str] = []
+    for match in _QUERY_PASSWORD.finditer(urlsplit(url).query):
+        written = match.group(0)[len(match.group(1)):]
+        values += [written, unquote_plus(written)]
+    return [value for value in values if value]
 
 
 def shown(value: Any) -> str:
@@ -169,11 +187,17 @@ def boolean() -> Kind:
     return Kind(expected, check, from_env)
 
 
+# The longest duration any setting takes: a timeout, a wait or a retention beyond ten years is
+# a typo, and past about 290 years a wait no longer fits the clock functions it is given to.
+MAX_DURATION = timedelta(days=3650)
+
+
 def duration(low: timedelta | None = None, high: timedelta | None = None) -> Kind:
     """A positive duration string (``"500ms"``, ``"5s"``, ``"5m"``), optionally between
     ``low`` and ``high`` (both given, or neither)."""
     if low is None or high is None:
-        expected = 'a positive duration like "500ms", "5s" or "5m"'
+        expected = (f'a positive duration like "500ms", "5s" or "5m", at most '
+                    f'"{format_duration(MAX_DURATION)}"')
     else:
         expected = f'a duration between "{format_duration(low)}" and "{format_duration(high)}"'
 
@@ -187,7 +211,7 @@ def duration(low: timedelta | None = None, high: timedelta | None = None) -> Kin
         if low is not None and high is not None:
             if not low <= parsed <= high:
                 raise Invalid(expected)
-        elif parsed <= timedelta(0):
+        elif not timedelta(0) < parsed <= MAX_DURATION:
             raise Invalid(expected)
         return parsed
 

@@ -44,6 +44,21 @@ def parse_rfc3339(text: str) -> datetime:
     return value
 
 
+# The times the service takes from its users for the calendar (time off, a dry run's "now"):
+# far enough from datetime's limits that showing them in any zone cannot overflow.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def parse_business_now(text: str) -> datetime:
+    """A dry run's "now" (``dryrun.overwrite_data.now``, ``policy test --now``): an RFC 3339
+    time from ``EARLIEST`` up to ``LATEST``; ValueError otherwise."""
+    value = parse_rfc3339(text)
+    if not EARLIEST <= value < LATEST:
+        raise ValueError(f"{text!r} is not between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d}")
+    return value
+
+
 class TimeOutOfRange(ValueError):
     """An RFC 3339 time that is well formed but past either end of the years a UTC datetime
     holds once its offset is applied."""

@@ -336,6 +336,18 @@ def test_time_window_on_created_at():
     assert check(window("Asia/Shanghai", ["sun"], "16:00", "17:00", field="issue.created_at"))
 
 
+def test_a_time_the_zone_moves_past_the_calendars_end_is_in_no_window():
+    # an issue created in the last hour of 9999 (UTC) is a Jira value no check refused: it is
+    # 10000-01-01 in Shanghai, a day no window holds
+    created = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
+    evening = window("Asia/Shanghai", ["fri"], "00:00", "24:00", field="issue.created_at")
+
+    matched, reason = evaluate(evening, make_issue(created_at=created), NOW)
+
+    assert not matched
+    assert "past the calendar's end in Asia/Shanghai" in reason
+
+
 def test_time_window_reason_shows_local_time():
     matched, reason = evaluate(SHANGHAI_OFFICE, make_issue(), NOW)
     assert matched

@@ -49,6 +49,8 @@ def test_operator_may_post_triggers_and_viewer_may_not(live_api, harness):
      "dryrun.overwrite_data.now"),
     ({**TRIGGER, "dryrun": {"overwrite_data": {"now": "9999-12-31T23:59:59-23:59"}}},
      "dryrun.overwrite_data.now"),
+    ({**TRIGGER, "dryrun": {"overwrite_data": {"now": "9999-12-31T23:00:00Z"}}},
+     "dryrun.overwrite_data.now"),
     ({**TRIGGER, "dryrun": {"overwrite": {}}}, "dryrun.overwrite"),
     ({**TRIGGER, "delivery_id": "x"}, "delivery_id"),
     ({"source": "jira_assignment_assignee", "input": {"issue_key": "TCID-1"}, "policy_id": 1},

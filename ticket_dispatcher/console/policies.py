@@ -46,7 +46,7 @@ from ticket_dispatcher.http.binding import (
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.policies import MULTILINE_PATHS
 from ticket_dispatcher.store import Store
-from ticket_dispatcher.timeutil import parse_rfc3339
+from ticket_dispatcher.timeutil import parse_business_now
 
 FILTERS = ("status", "family_id", "limit")
 HISTORY_SHOWN = 200  # versions of one family on a policy's page (the API's largest page)
@@ -316,8 +316,8 @@ class PolicyTest(Page):
         now = form_text(form, "now", required=False, limit=100).strip()
         if now:
             try:
-                parse_rfc3339(now)
-            except (ValueError, OverflowError) as exc:
+                parse_business_now(now)
+            except ValueError as exc:
                 problems.append(Problem("now", str(exc)))
         if problems:
             raise InvalidInput("the dry run is not valid", problems)

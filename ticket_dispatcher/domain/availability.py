@@ -33,7 +33,14 @@ from ticket_dispatcher.domain.checks import (
 )
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import InvalidInput
-from ticket_dispatcher.timeutil import TimeOutOfRange, format_time, parse_rfc3339, to_utc
+from ticket_dispatcher.timeutil import (
+    EARLIEST,
+    LATEST,
+    TimeOutOfRange,
+    format_time,
+    parse_rfc3339,
+    to_utc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +48,6 @@ LOOKAHEAD = timedelta(days=14)  # how far ahead the next working span is looked 
 MAX_SPANS_PER_DAY = 24
 MAX_TIME_OFF_REASON = 500  # characters
 MAX_SHOWN_REASON = 100  # characters of a time-off reason that a sentence shows
-# Time off lies in this range, far enough from datetime's limits that showing it in any zone
-# cannot overflow.
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 _DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _SPAN = re.compile(r"([0-9]{2}):([0-9]{2})-([0-9]{2}):([0-9]{2})")

@@ -593,7 +593,9 @@ def _show(leaf: Leaf, actual: typing.Any) -> str:
     if isinstance(actual, datetime):
         if leaf.window is None:
             return format_time(actual)
-        local = actual.astimezone(leaf.window.zone)
+        local = _local(actual, leaf.window.zone)
+        if local is None:
+            return f"{format_time(actual)} (past the calendar's end in {leaf.window.zone.key})"
         return f"{format_time(actual)} ({local.strftime('%a %H:%M').lower()} local)"
     return _shown(_json(list(actual) if isinstance(actual, tuple) else actual))
 
@@ -658,13 +660,22 @@ def _shown(text: str) -> str:
     return f"{text[:MAX_REASON_VALUE]}… ({len(text)} characters)"
 
 
+def _local(moment: datetime, zone: ZoneInfo) -> datetime | None:
+    """``moment`` in ``zone``; None in the hours of year 1 or 9999 that the zone's offset
+    moves past the calendar's end (no day or hour there is in any window)."""
+    try:
+        return moment.astimezone(zone)
+    except OverflowError:
+        return None
+
+
 def _evaluate_time(leaf: Leaf, actual: datetime, shown: str | None) -> tuple[bool, str]:
     if leaf.operator == "time_window":
         assert leaf.window is not None
-        local = actual.astimezone(leaf.window.zone)
-        minute = local.hour * 60 + local.minute  # whole-minute bounds make flooring exact
+        local = _local(actual, leaf.window.zone)
+        minute = local.hour * 60 + local.minute if local else -1  # whole-minute bounds
         matched = (
-            local.weekday() in leaf.window.weekdays
+            local is not None and local.weekday() in leaf.window.weekdays
             and leaf.window.start_minute <= minute < leaf.window.end_minute
         )
         operand = leaf.window.describe()

@@ -31,7 +31,7 @@ from ticket_dispatcher.http.binding import (
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
-from ticket_dispatcher.timeutil import parse_rfc3339, to_utc
+from ticket_dispatcher.timeutil import parse_business_now, parse_rfc3339, to_utc
 
 if TYPE_CHECKING:  # app.py imports this module
     from ticket_dispatcher.http.app import Services
@@ -74,7 +74,7 @@ def _bind_dryrun(raw: dict, problems: list[Problem]) -> dict:
     bind_object(overwrite, required={}, optional={"now": str}, path="dryrun.overwrite_data")
     if overwrite.get("now") is not None:
         try:
-            parse_rfc3339(overwrite["now"])
+            parse_business_now(overwrite["now"])
         except ValueError as exc:
             problems.append(Problem("dryrun.overwrite_data.now", str(exc)))
     return {"overwrite_data": overwrite}
