@@ -74,6 +74,22 @@ def test_usage_errors_exit_2(capsys, database):
     assert run(capsys, "engineer", "set", ALICE, "--working-hours", "{oops")[0] == 2
 
 
+def test_a_time_off_id_below_1_is_named_as_one(capsys, database):
+    code, _, err = run(capsys, "engineer", "time-off", "delete", ALICE, "0")
+
+    assert code == 2
+    assert "0 is not a time-off entry id (1 or more)" in err
+
+
+def test_show_says_when_an_engineer_has_no_cap(capsys, database):
+    run(capsys, "engineer", "set", ALICE, "--timezone", "UTC")
+
+    code, out, _ = run(capsys, "engineer", "show", ALICE)
+
+    assert code == 0
+    assert "max_open_issues no cap;" in out and "None" not in out
+
+
 def test_time_off_of_an_unknown_engineer_or_id_fails_plainly(capsys, database):
     code, _, err = run(capsys, "engineer", "time-off", "add", "nobody@example.com", "--start",
                        "2026-12-01T00:00:00Z", "--end", "2026-12-02T00:00:00Z")

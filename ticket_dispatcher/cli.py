@@ -189,7 +189,7 @@ def _add_engineer(commands: Any, common: argparse.ArgumentParser) -> None:
     adding.add_argument("--reason", default="", help="shown wherever the time off is")
     removing = _add(off_commands, common, "delete", "delete time off", _run_time_off_delete)
     removing.add_argument("email", metavar="EMAIL")
-    removing.add_argument("id", metavar="ID", type=_policy_id)
+    removing.add_argument("id", metavar="ID", type=_time_off_id)
 
 
 def _add_jira(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -275,14 +275,21 @@ def _add_shadow_report(commands: Any, common: argparse.ArgumentParser) -> None:
                         help="the report as GET /dispatch/policies/{id}/shadow answers it")
 
 
-def _policy_id(text: str) -> int:
-    try:
-        policy_id = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a policy id") from None
-    if policy_id < 1:
-        raise argparse.ArgumentTypeError(f"{policy_id} is not a policy id (1 or more)")
-    return policy_id
+def _row_id(what: str) -> Callable[[str], int]:
+    """An argument type for the id of a stored ``what`` (1 or more)."""
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what} id") from None
+        if number < 1:
+            raise argparse.ArgumentTypeError(f"{number} is not a {what} id (1 or more)")
+        return number
+    return parse
+
+
+_policy_id = _row_id("policy")
+_time_off_id = _row_id("time-off entry")
 
 
 def _boolean(text: str) -> bool:
@@ -662,7 +669,9 @@ def _run_engineer_show(args: argparse.Namespace) -> int:
                                  if availability["until"] else ""))
     for why in availability["reasons"]:
         print(f"  {why}")
-    print(f"timezone {record['timezone']}; max_open_issues {record['max_open_issues']}; "
+    cap = record["max_open_issues"]
+    print(f"timezone {record['timezone']}; "
+          f"max_open_issues {'no cap' if cap is None else cap}; "
           f"dispatch {'enabled' if record['dispatch_enabled'] else 'disabled'}")
     print("working_hours " + (json.dumps(record["working_hours"])
                               if record["working_hours"] is not None else "any time"))
