@@ -77,6 +77,8 @@ class ListeningServer(Protocol):
 
     def run(self) -> None: ...
 
+    def del_channel(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -199,6 +201,12 @@ class Service:
         timer.daemon = True
         timer.start()
 
+    def stop_now(self, deadline: Deadline) -> None:
+        """Single mode, at SIGTERM: stop taking requests now; ``close`` then stops the rest
+        within ``deadline`` (``shutdown_timeout`` from the signal)."""
+        self._shutdown = deadline
+        self.stop_serving()
+
     def _started(self) -> Runtime:
         """The runtime, which only a ``Service`` still being built lacks (``_work_arrived``
         may come before it exists)."""
@@ -274,7 +282,12 @@ class Service:
         with self._serving_lock:  # the wake-up pipe is one of them: no pull after this
             self._server_closed = True
             for channel in list(self._sockets.values()):
-                channel.close()  # the loop runs while its map holds a socket
+                if channel is self.server:
+                    # Out of the loop's map but still bound: the port is released last, by
+                    # ``close``, so no second instance starts beside one still stopping.
+                    channel.del_channel()
+                else:
+                    channel.close()  # the loop runs while its map holds a socket
 
     def close(self) -> None:
         """Stop everything within ``shutdown_timeout``, whatever is in flight.
@@ -300,10 +313,23 @@ class Service:
                     log.warning("the calendar refresher did not stop within the shutdown "
                                 "deadline; it writes nothing more")
             finally:
-                self._close_store()
+                self._close_store_within(deadline)
                 with self._serving_lock:
                     self._server_closed = True
                     self.server.close()  # what the loop did not close itself
+
+    def _close_store_within(self, deadline: Deadline) -> None:
+        """Close the store within what is left of ``deadline``. A connection another thread
+        is still in (a request waiting for SQLite's write lock, a statement a dead server
+        never answers) cannot close before that thread lets go; the process then exits
+        without it, and the database rolls back what the connection held, as after a lost
+        process."""
+        closing = threading.Thread(target=self._close_store, name="store-close", daemon=True)
+        closing.start()
+        closing.join(deadline.remaining())
+        if closing.is_alive():
+            log.warning("the store did not close within the shutdown deadline: a connection "
+                        "is still in use; the process exits without it")
 
     def _close_store(self) -> None:
         if self.link is not None:
@@ -352,11 +378,21 @@ def _auth_enabled(config: Config, *, sandbox: bool, insecure_no_auth: bool) -> b
     return False
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
-    # Once: a second signal must not cut the shutdown short, which has its own deadline.
-    signal.signal(signal.SIGTERM, _already_stopping)
-    signal.signal(signal.SIGINT, _already_stopping)
-    raise SystemExit(0)
+def _stop_now(service: Service) -> Callable[[int, FrameType | None], None]:
+    """The SIGTERM handler in single mode: ``shutdown_timeout`` runs from the signal, and the
+    serving loop is made to return from a thread of its own (a signal handler must not take
+    the lock the loop may hold). Not SystemExit in the loop: waitress would first wait up to
+    5 s of its own for requests in flight, outside the deadline."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        # Once: a second signal must not cut the shutdown short, which has its own deadline.
+        signal.signal(signal.SIGTERM, _already_stopping)
+        signal.signal(signal.SIGINT, _already_stopping)
+        deadline = Deadline(service.config.shutdown_timeout.total_seconds())
+        threading.Thread(target=service.stop_now, args=(deadline,), name="stop",
+                         daemon=True).start()
+
+    return handler
 
 
 def _drain_then_stop(service: Service) -> Callable[[int, FrameType | None], None]:
@@ -387,7 +423,7 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None,
         log.info("running on one CPU", extra={"reason": f"cpu_affinity: CPU {pinned}"})
     service = Service(config, host=host, port=port, sandbox=sandbox,
                       insecure_no_auth=insecure_no_auth)
-    stop = _drain_then_stop(service) if config.cluster.shared else _stop
+    stop = _drain_then_stop(service) if config.cluster.shared else _stop_now(service)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
