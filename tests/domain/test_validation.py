@@ -312,6 +312,7 @@ ORDINARY_REJECTIONS = [
      "rules[0].then[0].triage.fields", "shape"),
     (lambda: with_action({"type": "triage", "triage": {"priority": ""}}),
      "rules[0].then[0].triage.priority", "rule"),
+    (mutate(lambda b: b.update(name="n" * 201)), "name", "rule"),
     # Jira refuses an edit naming a field under both "fields" and "update" (the labels)
     (lambda: with_action({"type": "triage", "triage": {"labels_add": ["triaged"],
                                                        "fields": {"labels": ["x"]}}}),

@@ -137,11 +137,17 @@ def parse_policy_spec(raw: Any, registry: ActionRegistry) -> PolicySpec:
 # --- generic pieces -------------------------------------------------------------------------
 
 
+# A policy's name labels its executions' outcomes in /metrics, and is shown in every list.
+MAX_POLICY_NAME = 200
+
+
 def _check_name(raw: dict, path: str, problems: Problems) -> None:
     if "name" not in raw:
         problems.shape(at(path, "name"), "missing key")
-    else:
-        check_text(raw["name"], at(path, "name"), problems)
+    elif check_text(raw["name"], at(path, "name"), problems) and \
+            len(raw["name"]) > MAX_POLICY_NAME:
+        problems.rule(at(path, "name"), f"must be at most {MAX_POLICY_NAME} characters, "
+                                        f"not {len(raw['name'])}")
 
 
 # --- trigger and rules ----------------------------------------------------------------------
