@@ -468,6 +468,8 @@ def tw(**changes) -> dict:
         (tw(weekdays=["funday"]), "when.time_window.weekdays", "rule"),
         (tw(weekdays="mon"), "when.time_window.weekdays", "shape"),
         (tw(start="9:00"), "when.time_window.start", "rule"),
+        (tw(start="\uff10\uff19:\uff10\uff10"), "when.time_window.start", "rule"),  # full-width
+        (tw(start="09:00\n"), "when.time_window.start", "rule"),
         (tw(start="24:00", end="24:00"), "when.time_window.start", "rule"),
         (tw(start="09:60"), "when.time_window.start", "rule"),
         (tw(end="24:01"), "when.time_window.end", "rule"),

@@ -126,7 +126,7 @@ _TIME_OPERATORS = frozenset({"before", "after"})
 _PRESENCE_OPERATORS = frozenset({"exists", "not_exists"})
 _NEGATIONS = {"ne": "eq", "not_in": "in", "not_contains": "contains"}
 _WINDOW_KEYS = ("timezone", "weekdays", "start", "end")
-_HHMM = re.compile(r"^(\d{2}):(\d{2})$")
+_HHMM = re.compile(r"([0-9]{2}):([0-9]{2})")  # fullmatch: "$" would take a final "\n"
 
 
 # --- compile --------------------------------------------------------------------------------
@@ -430,7 +430,7 @@ def _compile_hhmm(
     if not isinstance(raw, str):
         _shape(problems, path, "must be a string like 09:00")
         return None
-    match = _HHMM.match(raw)
+    match = _HHMM.fullmatch(raw)
     minutes = int(match[1]) * 60 + int(match[2]) if match else -1
     valid = match and int(match[2]) < 60 and (minutes < 1440 or (allow_24 and minutes == 1440))
     if not valid:
