@@ -111,11 +111,13 @@ def test_health_and_openapi_need_no_key(api):
 
 
 def test_unknown_route_is_404_in_the_error_shape(api):
-    assert_error(api.get("/dispatch/nothing-here"), 404, "not_found")
+    body = assert_error(api.get("/dispatch/nothing-here"), 404, "not_found")
+    assert body["title"] == "Not Found"  # as every other error: the phrase, not the line
 
 
 def test_unsupported_method_is_405_in_the_error_shape(api):
-    assert_error(api.request("PATCH", "/dispatch/policies"), 405, "method_not_allowed")
+    body = assert_error(api.request("PATCH", "/dispatch/policies"), 405, "method_not_allowed")
+    assert body["title"] == "Method Not Allowed"
 
 
 @pytest.mark.parametrize("params", [

@@ -79,8 +79,16 @@ def _body(status_code: int, title: str, description: str | None, errors: list) -
 def serialize_error(req: falcon.Request, resp: falcon.Response, exc: falcon.HTTPError) -> None:
     resp.content_type = falcon.MEDIA_JSON
     resp.media = _body(
-        exc.status_code, exc.title or "", exc.description, getattr(exc, "problems", [])
+        exc.status_code, _title(exc), exc.description, getattr(exc, "problems", [])
     )
+
+
+def _title(exc: falcon.HTTPError) -> str:
+    """The status's phrase, as every error of this API titles it: falcon's own errors (a route
+    that does not exist, a method it does not take) default to the whole status line."""
+    title = exc.title or ""
+    code, _, phrase = title.partition(" ")
+    return phrase if code == str(exc.status_code) and phrase else title
 
 
 def handle_dispatcher_error(req: falcon.Request, resp: falcon.Response, exc: DispatcherError,
