@@ -661,8 +661,8 @@ def _shown(text: str) -> str:
 
 
 def _local(moment: datetime, zone: ZoneInfo) -> datetime | None:
-    """``moment`` in ``zone``; None in the hours of year 1 or 9999 that the zone's offset
-    moves past the calendar's end (no day or hour there is in any window)."""
+    """``moment`` in ``zone``; None for the hours at either end of years 1 to 9999 that the
+    zone's offset moves off the calendar (such a moment is in no window)."""
     try:
         return moment.astimezone(zone)
     except OverflowError:
@@ -673,7 +673,7 @@ def _evaluate_time(leaf: Leaf, actual: datetime, shown: str | None) -> tuple[boo
     if leaf.operator == "time_window":
         assert leaf.window is not None
         local = _local(actual, leaf.window.zone)
-        minute = local.hour * 60 + local.minute if local else -1  # whole-minute bounds
+        minute = -1 if local is None else local.hour * 60 + local.minute  # whole minutes
         matched = (
             local is not None and local.weekday() in leaf.window.weekdays
             and leaf.window.start_minute <= minute < leaf.window.end_minute
