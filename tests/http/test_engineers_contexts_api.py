@@ -48,6 +48,16 @@ def test_bad_engineer_body_is_400_naming_the_field(api, body, path):
     assert [p["path"] for p in result.json["errors"]] == [path]
 
 
+@pytest.mark.parametrize(("key", "length"), [("display_name", 201), ("jira_account_id", 129)])
+def test_an_engineers_name_and_account_id_are_bounded(api, key, length):
+    result = api.put("/engineers/a@example.com",
+                     json={"dispatch_enabled": True, key: "x" * length})
+
+    assert result.status_code == 400
+    assert [p["path"] for p in result.json["errors"]] == [key]
+    assert api.services.store.engineers.page()[1] == 0
+
+
 @pytest.mark.parametrize("path", ["/engineers/not-an-email",
                                   "/engineers/%ff%fe@example.com",  # no UTF-8: decoded as U+FFFD
                                   "/engineers/a%00b@example.com"])

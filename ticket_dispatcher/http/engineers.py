@@ -42,6 +42,19 @@ def normalise_email(text: str) -> str:
     return email
 
 
+# Shown in cards, lists and sentences (a name), and sent to Jira as it is (an account id, which
+# Jira Cloud writes in at most 128 characters).
+_MAX_LENGTHS = {"display_name": 200, "jira_account_id": 128}
+
+
+def _check_lengths(body: dict) -> None:
+    problems = [Problem(key, f"must be at most {limit} characters, not {len(body[key])}")
+                for key, limit in _MAX_LENGTHS.items()
+                if isinstance(body.get(key), str) and len(body[key]) > limit]
+    if problems:
+        raise InvalidInput("the engineer is not valid", problems)
+
+
 def _flag(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "1"):
@@ -87,6 +100,7 @@ class EngineerItem:
             optional={"display_name": str, "jira_account_id": str, "timezone": str,
                       "working_hours": dict, "max_open_issues": int},
         )
+        _check_lengths(body)
         engineer, created = self._services.store.engineers.put(
             email,
             dispatch_enabled=body["dispatch_enabled"],

@@ -548,7 +548,8 @@ def _policy_schemas() -> dict:
             "then": {"type": "array", "minItems": 1, "items": _ref("Action")},
             "transition": transition}, ["name", "priority", "when", "then"]),
         "PolicyBody": _object({
-            "name": TEXT, "description": {"type": "string"}, "trigger": _ref("PolicyTriggerBody"),
+            "name": {**TEXT, "maxLength": 200}, "description": {"type": "string"},
+            "trigger": _ref("PolicyTriggerBody"),
             "rules": {"type": "array", "minItems": 1, "items": _ref("RuleBody")}},
             ["name", "rules"], example=POLICY_EXAMPLE,
             description="A policy as written: no id, family_id, version, status, timestamps "
@@ -750,8 +751,8 @@ def _service_schemas() -> dict:
             closed=False),
         "EngineerBody": _object({
             "dispatch_enabled": {"type": "boolean"},
-            "display_name": {"type": "string", "nullable": True},
-            "jira_account_id": {"type": "string", "nullable": True},
+            "display_name": {"type": "string", "nullable": True, "maxLength": 200},
+            "jira_account_id": {"type": "string", "nullable": True, "maxLength": 128},
             "timezone": {"type": "string", "nullable": True,
                          "description": "an IANA time zone; working hours are read in it"},
             "working_hours": WORKING_HOURS,
