@@ -74,6 +74,17 @@ def test_usage_errors_exit_2(capsys, database):
     assert run(capsys, "engineer", "set", ALICE, "--working-hours", "{oops")[0] == 2
 
 
+def test_an_engineers_jira_account_is_set_for_a_private_email(capsys, database):
+    # Jira Cloud leaves a private profile's email out of its user search
+    code, out, _ = run(capsys, "engineer", "set", ALICE, "--jira-account-id", "acc-alice-1")
+    shown = json.loads(run(capsys, "engineer", "show", ALICE, "--json")[1])
+    refused = run(capsys, "engineer", "set", ALICE, "--jira-account-id", " ")
+
+    assert (code, out) == (0, f"created {ALICE}\n")
+    assert shown["jira_account_id"] == "acc-alice-1"
+    assert refused[0] == 2 and "is not a Jira account id" in refused[2]
+
+
 def test_a_time_off_id_below_1_is_named_as_one(capsys, database):
     code, _, err = run(capsys, "engineer", "time-off", "delete", ALICE, "0")
 

@@ -168,7 +168,8 @@ def _add_engineer(commands: Any, common: argparse.ArgumentParser) -> None:
     show.add_argument("email", metavar="EMAIL")
     show.add_argument("--json", action="store_true", help="as GET /engineers/{email} answers")
     put = _add(engineer_commands, common, "set",
-               "set an engineer's time zone, working hours or cap (creates the engineer)",
+               "set an engineer's time zone, working hours, cap or Jira account (creates the "
+               "engineer)",
                _run_engineer_set)
     put.add_argument("email", metavar="EMAIL")
     put.add_argument("--timezone", metavar="ZONE", help="an IANA time zone, e.g. Asia/Shanghai")
@@ -177,6 +178,9 @@ def _add_engineer(commands: Any, common: argparse.ArgumentParser) -> None:
     put.add_argument("--max-open-issues", metavar="N", help='a whole number >= 1; "null": no cap')
     put.add_argument("--dispatch-enabled", type=_boolean, metavar="true|false",
                      help="the dispatch switch (default: unchanged; true for a new engineer)")
+    put.add_argument("--jira-account-id", metavar="ID", type=_account_id,
+                     help="the engineer's Jira account, when Jira does not show their email "
+                          "(a private profile) and so cannot find it")
     off = _add(engineer_commands, common, "time-off", "an engineer's time off", _show_help)
     off_commands = off.add_subparsers(metavar="COMMAND", parser_class=_Parser)
     listing = _add(off_commands, common, "list", "time off that has not ended", _run_time_off_list)
@@ -290,6 +294,14 @@ def _row_id(what: str) -> Callable[[str], int]:
 
 _policy_id = _row_id("policy")
 _time_off_id = _row_id("time-off entry")
+
+
+def _account_id(text: str) -> str:
+    """A Jira account id as the API takes it: not blank, at most 128 characters."""
+    if not text.strip() or len(text) > 128 or text != text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Jira account id (1 to 128 "
+                                         f"characters, no blanks around them)")
+    return text
 
 
 def _boolean(text: str) -> bool:
@@ -691,7 +703,7 @@ def _run_engineer_set(args: argparse.Namespace) -> int:
         given["working_hours"] = _json_option("--working-hours", args.working_hours)
     if args.max_open_issues is not None:
         given["max_open_issues"] = _json_option("--max-open-issues", args.max_open_issues)
-    if not given and args.dispatch_enabled is None:
+    if not given and args.dispatch_enabled is None and args.jira_account_id is None:
         raise UsageError(f"{PROG} engineer set: nothing to set (see --help)")
     with _configured_store(_config(args)) as store:
         try:
@@ -707,6 +719,7 @@ def _run_engineer_set(args: argparse.Namespace) -> int:
         if args.dispatch_enabled is not None:
             enabled = args.dispatch_enabled
         engineer, created = store.engineers.put(email, dispatch_enabled=enabled,
+                                                jira_account_id=args.jira_account_id,
                                                 availability=changes, now=datetime.now(UTC))
     print(f"{'created' if created else 'updated'} {engineer.email}")
     return EXIT_OK
