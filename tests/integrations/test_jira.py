@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
@@ -62,6 +63,25 @@ def test_load_issue_asks_for_every_snapshot_field_and_both_custom_fields(mocked,
     assert query["fields"][0].split(",") == [
         "summary", "project", "environment", "reporter", "assignee", "created", "components",
         "labels", "priority", "status", "customfield_20001", "customfield_20002"]
+
+
+def test_a_search_answered_in_pages_is_read_to_its_last_page(mocked, jira):
+    # Jira may answer fewer issues a page than asked when many fields are asked for
+    pages = {None: {"issues": [raw_issue()], "nextPageToken": "page-2", "isLast": False},
+             "page-2": {"issues": [{**raw_issue(), "key": "TCOC-8"}], "isLast": True}}
+    asked = []
+
+    def search(request):
+        body = json.loads(request.body)
+        asked.append(body.get("nextPageToken"))
+        return 200, {}, json.dumps(pages[body.get("nextPageToken")])
+
+    mocked.add_callback("POST", f"{BASE}/rest/api/2/search/jql", callback=search)
+
+    found = jira.load_issues(["TCOC-7", "TCOC-8", "TCOC-9"])
+
+    assert sorted(found) == ["TCOC-7", "TCOC-8"]
+    assert asked == [None, "page-2"]
 
 
 def test_load_issue_parses_jira_offset_time_l2_and_severity(mocked, jira):

@@ -71,30 +71,37 @@ class JiraClient:
     def load_issues(self, keys: Sequence[str]) -> dict[str, Issue]:
         """The live issues of up to ``SEARCH_KEYS`` keys in one search, by key. A key Jira
         does not answer for (deleted, moved, not visible) is missing from the result; the
-        caller reads those one by one."""
+        caller reads those one by one. Jira may answer in pages, fewer issues a page than
+        asked when many fields are asked for: each next page is read too."""
         if not keys:
             return {}
         if len(keys) > SEARCH_KEYS:
             raise ValueError(f"at most {SEARCH_KEYS} keys per search")
         quoted = ", ".join(jql_string(key) for key in keys)
-        found = self.http.request_json("POST", SEARCH, json={
-            "jql": f"key in ({quoted})", "maxResults": len(keys),
-            "fields": [*ISSUE_FIELDS, self.l2_field_id, self.severity_field_id]})
-        raw = found.get("issues") if isinstance(found, dict) else None
-        if not isinstance(raw, list):
-            raise IntegrationError(f"jira POST {SEARCH}: the answer has no issues", status=200,
-                                   service=SERVICE)
-        wanted, issues = set(keys), {}
-        for item in raw:
-            try:
-                issue = issue_from_jira(item, l2_field_id=self.l2_field_id,
-                                        severity_field_id=self.severity_field_id)
-            except InvalidInput as exc:
-                raise IntegrationError(f"jira POST {SEARCH}: {self.http.safe(exc.message)}",
-                                       status=200, service=SERVICE) from None
-            if issue.key in wanted:
-                issues[issue.key] = issue
+        body = {"jql": f"key in ({quoted})", "maxResults": len(keys),
+                "fields": [*ISSUE_FIELDS, self.l2_field_id, self.severity_field_id]}
+        wanted, issues = set(keys), dict[str, Issue]()
+        for _ in keys:  # a page holds one issue at least: never more pages than keys
+            found = self.http.request_json("POST", SEARCH, json=body)
+            raw = found.get("issues") if isinstance(found, dict) else None
+            if not isinstance(raw, list):
+                raise IntegrationError(f"jira POST {SEARCH}: the answer has no issues",
+                                       status=200, service=SERVICE)
+            issues.update((issue.key, issue) for issue in map(self._searched, raw)
+                          if issue.key in wanted)
+            token = found.get("nextPageToken")
+            if not raw or not isinstance(token, str) or not token or found.get("isLast"):
+                break
+            body = {**body, "nextPageToken": token}
         return issues
+
+    def _searched(self, raw: Any) -> Issue:
+        try:
+            return issue_from_jira(raw, l2_field_id=self.l2_field_id,
+                                   severity_field_id=self.severity_field_id)
+        except InvalidInput as exc:
+            raise IntegrationError(f"jira POST {SEARCH}: {self.http.safe(exc.message)}",
+                                   status=200, service=SERVICE) from None
 
     def assign(self, key: str, account_id: str | None) -> None:
         """Set the Assignee (None unassigns)."""
