@@ -285,17 +285,13 @@ def encode(value: Any) -> Any:
     kind = type(value)
     if kind in JSON_SCALARS:  # most of a state: stored as they are
         return value
-    if kind is dict:
+    if isinstance(value, dict):
         return {key: encode(item) for key, item in value.items()}
-    if kind is list or kind is tuple:
+    if isinstance(value, list | tuple):
         return [encode(item) for item in value]
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):
         return format_time(value)
-    if isinstance(value, list | tuple):
-        return [encode(item) for item in value]
-    if isinstance(value, dict):
-        return {key: encode(item) for key, item in value.items()}
     to_json = getattr(value, "to_json", None)
     return to_json() if to_json is not None else value
