@@ -378,32 +378,20 @@ def _auth_enabled(config: Config, *, sandbox: bool, insecure_no_auth: bool) -> b
     return False
 
 
-def _stop_now(service: Service) -> Callable[[int, FrameType | None], None]:
-    """The SIGTERM handler in single mode: ``shutdown_timeout`` runs from the signal, and the
-    serving loop is made to return from a thread of its own (a signal handler must not take
-    the lock the loop may hold). Not SystemExit in the loop: waitress would first wait up to
-    5 s of its own for requests in flight, outside the deadline."""
+def _on_stop_signal(begin: Callable[[Deadline], None], name: str,
+                    shutdown_seconds: float) -> Callable[[int, FrameType | None], None]:
+    """The SIGTERM (and SIGINT) handler: ``shutdown_timeout`` runs from the signal, and
+    ``begin`` starts the shutdown in a thread of its own (a signal handler must not log, nor
+    take the lock the serving loop may hold). Single mode: ``Service.stop_now``, not
+    SystemExit in the loop, after which waitress would first wait up to 5 s of its own for
+    requests in flight, outside the deadline. Shared mode: ``Service.begin_shutdown``, a drain
+    while the serving loop goes on."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         # Once: a second signal must not cut the shutdown short, which has its own deadline.
         signal.signal(signal.SIGTERM, _already_stopping)
         signal.signal(signal.SIGINT, _already_stopping)
-        deadline = Deadline(service.config.shutdown_timeout.total_seconds())
-        threading.Thread(target=service.stop_now, args=(deadline,), name="stop",
-                         daemon=True).start()
-
-    return handler
-
-
-def _drain_then_stop(service: Service) -> Callable[[int, FrameType | None], None]:
-    """The SIGTERM handler of a replica in shared mode: the drain runs in a thread of its
-    own (a signal handler must not log), and the serving loop goes on meanwhile."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, _already_stopping)
-        signal.signal(signal.SIGINT, _already_stopping)
-        deadline = Deadline(service.config.shutdown_timeout.total_seconds())
-        threading.Thread(target=service.begin_shutdown, args=(deadline,), name="drain",
+        threading.Thread(target=begin, args=(Deadline(shutdown_seconds),), name=name,
                          daemon=True).start()
 
     return handler
@@ -423,7 +411,9 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None,
         log.info("running on one CPU", extra={"reason": f"cpu_affinity: CPU {pinned}"})
     service = Service(config, host=host, port=port, sandbox=sandbox,
                       insecure_no_auth=insecure_no_auth)
-    stop = _drain_then_stop(service) if config.cluster.shared else _stop_now(service)
+    begin, name = ((service.begin_shutdown, "drain") if config.cluster.shared
+                   else (service.stop_now, "stop"))
+    stop = _on_stop_signal(begin, name, config.shutdown_timeout.total_seconds())
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
