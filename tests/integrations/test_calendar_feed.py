@@ -297,28 +297,26 @@ def test_personal_feed_leaves_out_events_the_person_declined():
     assert [a.summary for a in feed.absences] == ["Planning"]
 
 
-def test_floating_times_are_read_in_the_persons_zone():
-    feed = read(events("""
+# An errand 09:00-12:00 on 2026-03-05 with no zone of its own: a "floating" time.
+FLOATING_ERRAND = """
         BEGIN:VEVENT
         UID:floating@example.com
         DTSTART:20260305T090000
         DTEND:20260305T120000
         SUMMARY:Errand
         END:VEVENT
-    """), person="alice@example.com")
+    """
+
+
+def test_floating_times_are_read_in_the_persons_zone():
+    feed = read(events(FLOATING_ERRAND), person="alice@example.com")
 
     assert spans(feed) == [("alice@example.com", utc(2026, 3, 5, 1), utc(2026, 3, 5, 4), "Errand")]
 
 
 def test_floating_times_follow_the_zone_the_feed_names():
-    feed = read(events("""
-        BEGIN:VEVENT
-        UID:floating@example.com
-        DTSTART:20260305T090000
-        DTEND:20260305T120000
-        SUMMARY:Errand
-        END:VEVENT
-    """, header="X-WR-TIMEZONE:Europe/Paris\n"), person="alice@example.com")
+    feed = read(events(FLOATING_ERRAND, header="X-WR-TIMEZONE:Europe/Paris\n"),
+                person="alice@example.com")
 
     assert spans(feed) == [("alice@example.com", utc(2026, 3, 5, 8), utc(2026, 3, 5, 11), "Errand")]
 
@@ -327,14 +325,8 @@ def test_floating_times_follow_the_zone_the_feed_names():
 def test_a_feed_zone_that_is_no_zone_leaves_floating_times_in_the_persons_zone(name):
     # "America" is a directory of the zone database, 300 characters too long a file name:
     # neither may reach the file system's error
-    feed = read(events("""
-        BEGIN:VEVENT
-        UID:floating@example.com
-        DTSTART:20260305T090000
-        DTEND:20260305T120000
-        SUMMARY:Errand
-        END:VEVENT
-    """, header=f"X-WR-TIMEZONE:{name}\n"), person="alice@example.com")
+    feed = read(events(FLOATING_ERRAND, header=f"X-WR-TIMEZONE:{name}\n"),
+                person="alice@example.com")
 
     assert spans(feed) == [("alice@example.com", utc(2026, 3, 5, 1), utc(2026, 3, 5, 4), "Errand")]
     assert feed.notes[0].startswith("the feed's X-WR-TIMEZONE")
