@@ -82,11 +82,7 @@ def one_cpu(number: int | None) -> Iterator[None]:
     try:
         yield
     finally:
-        for thread in os.listdir("/proc/self/task"):
-            try:
-                os.sched_setaffinity(int(thread), allowed)
-            except OSError:  # a thread that ended meanwhile
-                pass
+        place_threads(os.getpid(), allowed)
 
 
 def split_cpus() -> tuple[int, int]:
@@ -102,9 +98,15 @@ def split_cpus() -> tuple[int, int]:
 def pin_process(pid: int, number: int) -> None:
     """Every thread of process ``pid`` (and so every thread it starts after) on CPU
     ``number``."""
+    place_threads(pid, {number})
+
+
+def place_threads(pid: int, cpus: set[int]) -> None:
+    """Every thread of process ``pid`` may run on ``cpus`` only (the threads it starts later
+    inherit it)."""
     for thread in os.listdir(f"/proc/{pid}/task"):
         try:
-            os.sched_setaffinity(int(thread), {number})
+            os.sched_setaffinity(int(thread), cpus)
         except OSError:  # a thread that ended meanwhile
             pass
 
