@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ticket_dispatcher.domain.actions.assign import next_in_turn
-from ticket_dispatcher.domain.availability import TimeOff
+from ticket_dispatcher.domain.availability import TimeOff, on_time_off
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store.database import is_postgres, unit_of_work
@@ -56,6 +56,49 @@ def test_delete_removes_and_missing_is_not_found(store):
         store.engineers.get("a@x.com")
     with pytest.raises(NotFound, match="engineer a@x.com not found"):
         store.engineers.delete("a@x.com")
+
+
+def test_deleting_an_engineer_deletes_their_time_off_and_a_new_one_starts_without(store):
+    store.engineers.put("a@x.com", dispatch_enabled=True, now=T0)
+    store.time_off.add(TimeOff(None, "a@x.com", T0, T0 + timedelta(days=40), "leave"), now=T0)
+
+    store.engineers.delete("a@x.com")
+    store.engineers.put("a@x.com", dispatch_enabled=True, now=T0)
+
+    assert store.time_off.page("a@x.com", now=T0, past=True) == ([], 0)
+    assert store.engineers.time_off(["a@x.com"], T0, T0 + timedelta(days=14)) == {}
+
+
+def test_time_off_for_an_engineer_deleted_meanwhile_is_not_found(store):
+    store.engineers.put("a@x.com", dispatch_enabled=True, now=T0)
+    store.engineers.delete("a@x.com")
+
+    with pytest.raises(NotFound, match="engineer a@x.com not found"):
+        store.time_off.add(TimeOff(None, "a@x.com", T0, T0 + timedelta(days=1), ""), now=T0)
+
+
+def test_back_to_back_time_off_is_read_to_its_real_end_past_the_window(store, query_counter):
+    """Leave in three entries, the last starting after the window asked for: read on to its
+    end, for the reads and for an assignment's; an engineer whose leave ends inside the window
+    costs no second query."""
+    store.engineers.put("a@x.com", dispatch_enabled=True, now=T0)
+    store.engineers.put("b@x.com", dispatch_enabled=True, now=T0)
+    day = timedelta(days=1)
+    for start, end in ((-5, 9), (9, 19), (19, 50), (50, 420), (420, 425)):
+        store.time_off.add(TimeOff(None, "a@x.com", T0 + start * day, T0 + end * day, "away"),
+                           now=T0)
+    store.time_off.add(TimeOff(None, "a@x.com", T0 + 500 * day, T0 + 501 * day, "later"), now=T0)
+    store.time_off.add(TimeOff(None, "b@x.com", T0 - day, T0 + 3 * day, "short"), now=T0)
+
+    read = store.engineers.time_off(["a@x.com", "b@x.com"], T0, T0 + 14 * day)
+    _, judged = store.engineers.hindered(["a@x.com", "b@x.com"], T0, T0 + 14 * day, hours=False)
+
+    for entries in (read, judged):
+        assert on_time_off(None, entries["a@x.com"], T0).until == T0 + 425 * day
+        assert [entry.end for entry in entries["b@x.com"]] == [T0 + 3 * day]
+    with query_counter() as counted:
+        store.engineers.time_off(["b@x.com"], T0, T0 + 14 * day)
+    assert len(counted.statements) == 1
 
 
 def test_list_filters_by_switch_and_emails_and_pages_by_email(store):

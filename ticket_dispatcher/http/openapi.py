@@ -326,8 +326,8 @@ def _operator_paths() -> dict:
             "put": _op("Create or update an engineer (the email is lower-cased)", {
                 "200": _json(engineer, "Updated"), "201": _json(engineer, "Created"),
             }, body="EngineerBody", params=_EMAIL),
-            "delete": _op("Delete an engineer", {"204": {"description": "Deleted"}},
-                          params=_EMAIL, errors=("404",)),
+            "delete": _op("Delete an engineer and their time off",
+                          {"204": {"description": "Deleted"}}, params=_EMAIL, errors=("404",)),
         },
         f"{API_BASE}/engineers/{{email}}/time-off": {
             "get": _op("An engineer's time off, by start: what has not ended, or everything "

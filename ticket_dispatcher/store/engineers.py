@@ -121,8 +121,9 @@ class EngineerRepository:
         something to judge of: on time off at ``at``, a cap on open issues, working hours
         (``hours``), or time off ended since ``returned_since`` (back from it); each with its
         time off that ends after ``returned_since`` (else ``at``) and starts before ``until``,
-        by start. One query; most engineers, most of the time, are not among them, and each
-        comes back with its zone, hours and cap only (the rest of the record is left empty)."""
+        by start, carried on past ``until`` (``TimeOffRepository.carry_on``). One query, and
+        rarely another; most engineers, most of the time, are not among them, and each comes
+        back with its zone, hours and cap only (the rest of the record is left empty)."""
         wanted = sorted({normalize_email(email) for email in emails})
         if not wanted:
             return [], {}
@@ -167,6 +168,7 @@ class EngineerRepository:
                 time_off.setdefault(row.email, []).append(TimeOff(
                     row.off_id, row.email, _as_time(row.off_start), _as_time(row.off_end),
                     row.off_reason, row.off_source))
+        self._time_off.carry_on(time_off, at, until)
         return list(engineers.values()), time_off
 
     def time_off(self, emails: Iterable[str], since: datetime, until: datetime,
@@ -244,8 +246,11 @@ class EngineerRepository:
 
     def delete(self, email: str) -> None:
         email = normalize_email(email)
-        with unit_of_work(self.db):
+        with write_lock(self.db):
             deleted = delete_where(EngineerRow, EngineerRow.email == email)
+            # Their time off goes too: an engineer made again later starts with none (a
+            # calendar feed that names them brings theirs back at its next refresh).
+            delete_where(TimeOffRow, TimeOffRow.email == email)
         if not deleted:
             raise NotFound(f"engineer {email} not found")
 

@@ -12,19 +12,21 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import peewee
 
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.errors import NotFound
-from ticket_dispatcher.store.database import fetch_page, unit_of_work, write_lock
+from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.models import CalendarFeedRow, EngineerRow, TimeOffRow, delete_where
 from ticket_dispatcher.timeutil import to_utc
 
 API_SOURCE = "api"
 # Rows a feed's refresh inserts per statement (SQLite binds at most 32,766 parameters).
 INSERT_BATCH = 500
+# How far past the window ``around`` reads at once to follow time off that goes on beyond it.
+CHAIN_READ = timedelta(days=366)
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,10 @@ class TimeOffRepository:
     def add(self, entry: TimeOff, now: datetime) -> TimeOff:
         """Store an API entry for an existing engineer (``NotFound`` otherwise)."""
         with write_lock(self.db):
-            if not EngineerRow.select().where(EngineerRow.email == entry.email).exists():
+            # Locked, so that an engineer deleted meanwhile takes this entry with it.
+            engineer = EngineerRow.select(EngineerRow.email).where(
+                EngineerRow.email == entry.email)
+            if lock_rows(engineer, self.db).first() is None:
                 raise NotFound(f"engineer {entry.email} not found")
             row_id = TimeOffRow.insert(
                 email=entry.email, start_at=to_utc(entry.start), end_at=to_utc(entry.end),
@@ -85,19 +90,42 @@ class TimeOffRepository:
     def around(self, emails: Iterable[str], since: datetime, until: datetime,
                ) -> dict[str, list[TimeOff]]:
         """Each engineer's entries that end after ``since`` and start before ``until``, by
-        start: one query, along the index of engineer and end."""
+        start, along the index of engineer and end, carried on as ``carry_on`` says: one
+        query, and rarely another."""
         wanted = sorted(set(emails))
         found: dict[str, list[TimeOff]] = defaultdict(list)
-        if not wanted:
-            return found
+        if wanted:
+            self._read_into(found, wanted, (TimeOffRow.end_at > to_utc(since))
+                            & (TimeOffRow.start_at < to_utc(until)))
+            self.carry_on(found, since, until)
+        return found
+
+    def carry_on(self, found: dict[str, list[TimeOff]], at: datetime,
+                 horizon: datetime) -> None:
+        """Add to ``found`` (each engineer's entries that start before ``horizon``, by start)
+        the entries that carry on the time off of whoever is away from ``at`` to ``horizon``
+        or past it (back-to-back leave, a daily calendar event), so that its end is the real
+        one; nothing to read for anyone else. One query for each ``CHAIN_READ`` that time
+        off lasts beyond ``horizon``."""
+        at, horizon = to_utc(at), to_utc(horizon)
+        while True:
+            away = {email: back for email, entries in found.items()
+                    if (back := _away_until(entries, at)) >= horizon}
+            if not away:
+                return
+            reach = max(away.values()) + CHAIN_READ
+            self._read_into(found, sorted(away), (TimeOffRow.start_at >= horizon)
+                            & (TimeOffRow.start_at < reach))
+            horizon = reach
+
+    def _read_into(self, found: dict[str, list[TimeOff]], emails: list[str],
+                   condition: peewee.Expression) -> None:
         query = (TimeOffRow.select()
-                 .where(TimeOffRow.email.in_(wanted) & (TimeOffRow.end_at > to_utc(since))
-                        & (TimeOffRow.start_at < to_utc(until)))
+                 .where(TimeOffRow.email.in_(emails) & condition)
                  .order_by(TimeOffRow.email, TimeOffRow.start_at, TimeOffRow.id))
         with unit_of_work(self.db):
             for row in query:
-                found[row.email].append(_time_off(row))
-        return found
+                found.setdefault(row.email, []).append(_time_off(row))
 
     # -- calendar feeds ---------------------------------------------------------------------
 
@@ -150,6 +178,18 @@ class TimeOffRepository:
         (CalendarFeedRow.insert(name=name, **values)
          .on_conflict(conflict_target=[CalendarFeedRow.name], update=updates)
          .execute())
+
+
+def _away_until(entries: Iterable[TimeOff], since: datetime) -> datetime:
+    """The end of the time off that covers ``since`` (``since`` itself when none does):
+    entries by start, each that overlaps the time off or starts where it ends carrying it
+    on."""
+    back = since
+    for entry in entries:
+        if entry.start > back:
+            break
+        back = max(back, entry.end)
+    return back
 
 
 def _time_off(row: TimeOffRow) -> TimeOff:
