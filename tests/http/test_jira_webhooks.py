@@ -186,6 +186,50 @@ def test_a_malformed_identifier_is_refused_on_an_event_the_service_ignores_too(w
     assert "X-Atlassian-Webhook-Identifier" in json.dumps(answer.json)
 
 
+@pytest.mark.parametrize("account, kept", [("ok\ud800", "ok\ufffd"), ("a\u0000b", "a\ufffdb")])
+def test_an_account_id_no_store_can_hold_is_kept_readable_and_the_triggers_still_list(
+        world, account, kept):
+    """A NUL or an unpaired surrogate (JSON's escapes carry either) in the person a delivery
+    names: PostgreSQL's jsonb refuses both and UTF-8 cannot answer the second; each becomes
+    U+FFFD, and the trigger reads and lists as any other."""
+    harness, api, jira = world
+
+    answer = jira.send(assigned("TCOC-7", "TCOC", account, priority="P3"))
+    harness.wait_idle()
+
+    assert answer.status_code == 202, answer.json
+    [shown] = api.get("/dispatch/triggers").json["items"]
+    assert shown["input"]["add_label"]["account_id"] == kept
+    assert api.get(f"/dispatch/triggers/{shown['id']}").status_code == 200
+
+
+@pytest.mark.parametrize("stamp", [253402300800000, 2**53 - 1, 10**400, -5, "soon"])
+def test_a_timestamp_no_calendar_holds_is_left_out_and_the_delivery_taken(world, stamp):
+    harness, api, jira = world
+
+    answer = jira.send(assigned("TCOC-7", "TCOC", ALICE.account_id, timestamp=stamp))
+
+    assert answer.status_code == 202, answer.json
+    [trigger] = triggers(harness)
+    assert "changed_at" not in trigger.to_json()["input"]["add_label"]
+
+
+def test_a_fault_of_the_service_is_a_500_counted_as_an_error_not_as_invalid(world, monkeypatch):
+    harness, api, jira = world
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a defect")
+
+    monkeypatch.setattr("ticket_dispatcher.http.webhooks.triggers_for", broken)
+    answer = jira.send(assigned("TCOC-7", "TCOC", ALICE.account_id))
+
+    assert answer.status_code == 500
+    sample = harness.metrics.registry.get_sample_value
+    name = "ticket_manager_dispatch_jira_webhooks_total"
+    assert sample(name, {"event": "jira:issue_updated", "outcome": "error"}) == 1
+    assert sample(name, {"event": "jira:issue_updated", "outcome": "invalid"}) is None
+
+
 def test_another_event_is_answered_and_ignored(world):
     harness, api, jira = world
 

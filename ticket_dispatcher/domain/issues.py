@@ -28,6 +28,19 @@ DEFAULT_SEVERITY_FIELD_ID = "customfield_10076"  # jira.severity_field_id
 DEFAULT_AUTO_ASSIGN_LABEL = "auto-dispatch"  # removed after an assignment
 
 
+# What neither PostgreSQL's text and jsonb nor UTF-8 can hold: a NUL, an unpaired surrogate
+# (JSON's "\ud800" escape reads as one). Only a malformed answer or delivery carries them.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _storable(text: str) -> str:
+    """``text`` with each NUL and unpaired surrogate made U+FFFD, so that storing an issue's
+    text (a trigger's input, an execution's context) and answering it as JSON never fail."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def _malformed(what: str, path: str, message: str) -> InvalidInput:
     return InvalidInput(f"{what} is malformed: {path} {message}",
                         [Problem(path, message, "shape")])
@@ -92,13 +105,15 @@ class _Reader:
         value = parent.get(key)
         if not isinstance(value, str) or not value:
             raise self.fail(path or key, "must be a non-empty string")
-        return value
+        return _storable(value)
 
     def optional_text(self, parent: dict, key: str, path: str) -> str | None:
         value = parent.get(key)
-        if value is not None and not isinstance(value, str):
+        if value is None:
+            return None
+        if not isinstance(value, str):
             raise self.fail(path, "must be a string or null")
-        return value
+        return _storable(value)
 
     def text_list(self, parent: dict, key: str, path: str) -> list[str]:
         value = parent.get(key)
@@ -106,7 +121,7 @@ class _Reader:
             return []
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise self.fail(path, "must be a list of strings")
-        return value
+        return [_storable(item) for item in value]
 
     def time(self, text: str, path: str) -> datetime:
         try:

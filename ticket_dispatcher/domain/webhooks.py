@@ -122,10 +122,18 @@ def parse_delivery(raw: Any, *, l2_field_id: str, severity_field_id: str) -> Del
         changes.append(Change(field_id, _text(item.get("to")),
                               _text(item.get("fromString")), _text(item.get("toString"))))
     stamp = raw.get("timestamp")
-    at = None
-    if isinstance(stamp, int) and not isinstance(stamp, bool) and 0 < stamp < 2**53:
-        at = datetime.fromtimestamp(stamp / 1000, UTC)
-    return Delivery(event, issue, tuple(changes), at)
+    return Delivery(event, issue, tuple(changes), _moment(stamp))
+
+
+def _moment(stamp: Any) -> datetime | None:
+    """The delivery's ``timestamp`` (milliseconds since the epoch) as a time; None when it is
+    missing or no time a calendar holds (not after 1970, or past the year 9999)."""
+    if not isinstance(stamp, int) or isinstance(stamp, bool) or stamp <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(stamp / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def _text(value: Any) -> str | None:

@@ -24,7 +24,12 @@ from ticket_dispatcher.domain.webhooks import (
     parse_delivery,
     triggers_for,
 )
-from ticket_dispatcher.errors import InvalidInput, Problem, StoreUnavailable
+from ticket_dispatcher.errors import (
+    InvalidInput,
+    Problem,
+    RuntimeUnavailable,
+    StoreUnavailable,
+)
 from ticket_dispatcher.http.auth import PUBLIC, ApiKeyAuth
 from ticket_dispatcher.http.binding import read_bounded
 from ticket_dispatcher.http.errors import ApiError
@@ -74,14 +79,17 @@ class JiraWebhooks:
         self._keys = keys
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        shown = {"event": "unknown", "outcome": "invalid"}
+        shown = {"event": "unknown", "outcome": "error"}  # a fault of the service's own
         try:
             self._take(req, resp, shown)
         except ApiError as exc:
             shown["outcome"] = {401: "unauthorized", 413: "too_large",
                                 429: "rate_limited"}.get(exc.status_code, "invalid")
             raise
-        except StoreUnavailable:
+        except InvalidInput:
+            shown["outcome"] = "invalid"
+            raise
+        except (StoreUnavailable, RuntimeUnavailable):
             shown["outcome"] = "unavailable"
             raise
         finally:
