@@ -54,7 +54,7 @@ from ticket_dispatcher.errors import (
     Problem,
 )
 from ticket_dispatcher.http import API_BASE
-from ticket_dispatcher.safejson import read_json_file
+from ticket_dispatcher.safejson import MAX_ID, read_json_file
 from ticket_dispatcher.timeutil import format_time, parse_business_now
 
 if TYPE_CHECKING:  # imported inside the commands that open it
@@ -280,14 +280,14 @@ def _add_shadow_report(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _row_id(what: str) -> Callable[[str], int]:
-    """An argument type for the id of a stored ``what`` (1 or more)."""
+    """An argument type for the id of a stored ``what``: ASCII digits, from 1 to the largest
+    id a database holds."""
     def parse(text: str) -> int:
-        try:
-            number = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {what} id") from None
-        if number < 1:
-            raise argparse.ArgumentTypeError(f"{number} is not a {what} id (1 or more)")
+        if not (text.isascii() and text.isdigit()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what} id")
+        number = int(text) if len(text.lstrip("0")) <= len(str(MAX_ID)) else MAX_ID + 1
+        if not 1 <= number <= MAX_ID:
+            raise argparse.ArgumentTypeError(f"{text} is not a {what} id (1 to {MAX_ID})")
         return number
     return parse
 

@@ -135,12 +135,23 @@ def bind_object(raw: Any, *, required: Mapping[str, type], optional: Mapping[str
         elif value is None and key in optional:
             continue
         elif not _is_type(value, expected):
-            problems.append(Problem(join_path(path, key), f"must be {JSON_TYPES[expected]}"))
+            problems.append(Problem(join_path(path, key),
+                                    f"must be {JSON_TYPES[expected]}, not {shown_json(value)}"))
         elif expected is int and not -MAX_ID <= value <= MAX_ID:
             problems.append(Problem(join_path(path, key), "is out of range"))
     if problems:
         raise InvalidInput(f"{where} is not valid", problems)
     return raw
+
+
+def shown_json(value: Any, limit: int = 40) -> str:
+    """A value of the wrong JSON type as a message quotes it: a string, number, boolean or
+    null as JSON (control characters escaped), cut at ``limit`` characters and the cut marked
+    with "…"; an object or an array by its type alone."""
+    if isinstance(value, dict | list):
+        return JSON_TYPES[type(value)]
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _is_type(value: Any, expected: type) -> bool:

@@ -332,6 +332,22 @@ def test_an_engineers_own_page_shows_time_off_and_feed_status(console, harness):
     assert console.get(f"{PAGE}/nobody@example.com").status_code == 404
 
 
+def test_an_engineers_own_page_pages_through_a_long_list_of_time_off(console, harness):
+    store, now = harness.store, harness.clock.now()
+    store.engineers.put("a@example.com", dispatch_enabled=True, now=now)
+    for day in range(1, 56):  # a daily calendar event makes as many
+        store.time_off.add(TimeOff(None, "a@example.com", now + timedelta(days=day),
+                                   now + timedelta(days=day, hours=1), f"day {day}"), now)
+    console.sign_in("viewer")
+
+    first = console.get(f"{PAGE}/a@example.com").text
+    second = main_text(console.get(f"{PAGE}/a@example.com", params={"offset": "50"}).text)
+
+    assert "1–50 of 55" in main_text(first) and "day 50 " in main_text(first)
+    assert 'href="/console/engineers/a@example.com?offset=50" rel="next">Later →' in first
+    assert "51–55 of 55" in second and "day 55 " in second and "day 50 " not in second
+
+
 def test_the_turn_skips_a_member_on_time_off_as_the_next_assignment_would(world):
     harness, console = world
     staff(harness)

@@ -159,6 +159,18 @@ def test_nobody_eligible_anywhere_fails_naming_every_candidate_and_why(world, st
     assert state["assignee"] == ""
 
 
+def test_a_fallback_naming_someone_the_receiver_named_judges_them_once(world, store):
+    for email in [*ABC, "lead@example.com"]:
+        away(store, email, NOW - timedelta(hours=1), NOW + timedelta(days=1), "offsite")
+
+    error, state = plan_fails(world, config(fallback={
+        "type": "users", "users": ["lead@example.com", "b@example.com"]}))
+
+    assert [v["email"] for v in state["judged"]] == [*ABC, "lead@example.com"]
+    assert state["candidates"] == [*ABC, "lead@example.com"]
+    assert error.message.count("b@example.com") == 1
+
+
 def test_a_receiver_of_nobody_dispatch_enabled_still_fails_as_no_candidates(world, store):
     store.engineers.put("a@example.com", dispatch_enabled=False, now=NOW)
 

@@ -386,6 +386,9 @@ def test_a_balanced_users_list_is_bounded_at_validation():
     assert problems(balanced(users[:50] + ["E0@example.com"])) == []  # the same engineer
     assert problems({"receiver": {"type": "users", "users": users},
                      "strategy": "round_robin"}) == []
+    assert problems({**balanced(users[:2]), "fallback": {"type": "users", "users": users}}) == [(
+        f"{PATH}.fallback.users",
+        "balanced counts open issues for at most 50 candidates; this list has 51")]
 
 
 @pytest.mark.parametrize("jql,message", [

@@ -76,6 +76,11 @@ def test_null_clears_working_hours_and_cap(api):
      '"18:00-09:00"'),
     ({"max_open_issues": -1}, "max_open_issues", "-1"),
     ({"max_open_issues": 0}, "max_open_issues", "0"),
+    ({"max_open_issues": "5"}, "max_open_issues", 'not "5"'),
+    ({"max_open_issues": 1.0}, "max_open_issues", "not 1.0"),
+    ({"max_open_issues": True}, "max_open_issues", "not true"),
+    ({"timezone": 8}, "timezone", "not 8"),
+    ({"working_hours": ["09:00-17:00"]}, "working_hours", "not an array"),
 ])
 def test_bad_availability_is_a_400_naming_the_field_and_quoting_the_value(api, body, path,
                                                                           quoted):
@@ -88,6 +93,46 @@ def test_bad_availability_is_a_400_naming_the_field_and_quoting_the_value(api, b
     assert [p["path"] for p in problems] == [path]
     assert quoted in problems[0]["message"]
     assert api.get(ALICE).json["timezone"] == "Asia/Shanghai"  # nothing written
+
+
+def test_working_hours_need_a_zone_someone_set_on_a_new_engineer_and_an_old_one_alike(api):
+    hours = {"mon": ["09:00-18:00"]}
+    api.put("/engineers/old@example.com", json={"dispatch_enabled": True})
+
+    new = api.put(ALICE, json={"dispatch_enabled": True, "working_hours": hours})
+    old = api.put("/engineers/old@example.com",
+                  json={"dispatch_enabled": True, "working_hours": hours})
+    chosen = api.put("/engineers/old@example.com",
+                     json={"dispatch_enabled": True, "working_hours": hours, "timezone": "UTC"})
+    capped = api.put("/engineers/old@example.com",
+                     json={"dispatch_enabled": True, "max_open_issues": 3})
+
+    assert new.status_code == old.status_code == 400
+    assert [p["path"] for p in old.json["errors"]] == ["timezone"]
+    assert chosen.status_code == 200 and chosen.json["working_hours"]["mon"] == ["09:00-18:00"]
+    assert capped.status_code == 200  # the zone is set now; other changes never need it
+
+
+def test_working_hours_are_answered_monday_first_on_either_engine(api):
+    api.put(ALICE, json={"dispatch_enabled": True, "timezone": "UTC",
+                         "working_hours": {"sun": ["10:00-12:00"], "fri": ["09:00-17:00"],
+                                           "mon": ["09:00-17:00"]}})
+
+    assert list(api.get(ALICE).json["working_hours"]) == [
+        "mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+
+def test_back_to_back_time_off_says_the_day_the_engineer_is_back(api):
+    api.put(ALICE, json={"dispatch_enabled": True, "timezone": "Asia/Tokyo"})
+    for start, end, reason in (("2026-11-25", "2026-12-10", "a"), ("2026-12-10", "2026-12-20", "b"),
+                               ("2026-12-20", "2027-01-25", "c")):
+        api.post(f"{ALICE}/time-off", json={"start": f"{start}T00:00:00Z",
+                                            "end": f"{end}T00:00:00Z", "reason": reason})
+
+    away = api.get(ALICE).json["availability"]
+
+    assert away["until"] == "2027-01-25T00:00:00.000Z"
+    assert away["reasons"] == ["on time off until Mon 2027-01-25 09:00 Asia/Tokyo (a, b, c)"]
 
 
 def test_time_off_is_added_listed_and_deleted_and_makes_the_engineer_unavailable(api):

@@ -315,10 +315,12 @@ class EngineerPage(Page):
     def on_get(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
         query = Query(req)
         past = query_choice(query, "past", _flag, "true or false") or False
+        limit, offset = paging(query)
         store, now = self.services.store, self.services.clock.now()
         engineer = store.engineers.get(normalise_email(email))  # 400, 404
         away = store.engineers.time_off([engineer.email], now, now + LOOKAHEAD)
-        entries, total = store.time_off.page(engineer.email, now=now, past=past, limit=200)
+        entries, total = store.time_off.page(engineer.email, now=now, past=past, limit=limit,
+                                             offset=offset)
         # the organisation's feeds, which may name anyone, and this engineer's own
         feeds = [(feed, _age(feed.age_seconds(now))) for feed in store.time_off.feeds()
                  if feed.email in (None, engineer.email)]
@@ -326,7 +328,8 @@ class EngineerPage(Page):
         self.console.render(
             req, resp, "engineer.html", row=presence(engineer, away.get(engineer.email, []),
                                                      now),
-            entries=entries, total=total, past=past, feeds=feeds,
+            entries=entries, total=total, past=past, feeds=feeds, limit=limit, offset=offset,
+            query=query.values("past", "limit"),
             local=lambda moment: f"{moment.astimezone(zone):%a %Y-%m-%d %H:%M}",
             dispatch_url=dispatch_url)
 

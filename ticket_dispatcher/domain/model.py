@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from ticket_dispatcher.domain.catalog import OnSuccess
+from ticket_dispatcher.domain.catalog import WEEKDAYS, OnSuccess
 from ticket_dispatcher.timeutil import format_time
 
 
@@ -228,6 +228,10 @@ class Policy:
         }
 
 
+def _weekday_index(day: str) -> int:
+    return WEEKDAYS.index(day) if day in WEEKDAYS else len(WEEKDAYS)
+
+
 @dataclass(frozen=True)
 class Engineer:
     email: str
@@ -242,6 +246,14 @@ class Engineer:
     max_open_issues: int | None = None  # None: no cap of its own
     created_at: datetime | None = None
     updated_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        # Monday first, whatever order the store gave (PostgreSQL's jsonb orders an object's
+        # keys by their length, then bytes).
+        hours = self.working_hours
+        if hours is not None and list(hours) != sorted(hours, key=_weekday_index):
+            object.__setattr__(self, "working_hours",
+                               {day: hours[day] for day in sorted(hours, key=_weekday_index)})
 
     def to_json(self) -> dict:
         return {

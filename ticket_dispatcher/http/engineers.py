@@ -130,8 +130,12 @@ def availability_changes(store: Store, email: str, given: dict) -> AvailabilityC
     are read in the stored zone); ``InvalidInput`` naming each field otherwise."""
     try:
         stored = store.engineers.get(email)
-        current = {"timezone": stored.timezone or "UTC", "working_hours": stored.working_hours,
-                   "max_open_issues": stored.max_open_issues}
+        current: dict[str, object] = {"working_hours": stored.working_hours,
+                                      "max_open_issues": stored.max_open_issues}
+        # Working hours are read in a zone someone chose: set on an engineer whose zone was
+        # never set, they need one, as on a new engineer; other changes read it as UTC.
+        if stored.timezone or "working_hours" not in given:
+            current["timezone"] = stored.timezone or "UTC"
     except NotFound:
         current = {}
     settings, problems = parse_availability_settings({**current, **given})

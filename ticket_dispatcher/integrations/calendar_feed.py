@@ -388,6 +388,8 @@ def _malformation(events: list[Component]) -> str | None:
             return f"unreadable {', '.join(broken)}"
         if _moment(event, "DTSTART") is None:
             return "no DTSTART date or time"
+        if _ends_before_start(_moment(event, "DTSTART"), _moment(event, "DTEND")):
+            return "its DTEND is before its DTSTART"
         if len(event.walk("VEVENT")) > 1:
             return "an event nested in an event"
         for rule in _rules(event):
@@ -402,6 +404,18 @@ def _malformation(events: list[Component]) -> str | None:
                     frequency, rule, _moment(event, "DTSTART") or date.min):
                 return "a daily or finer repetition rule whose filters may never match"
     return None
+
+
+def _ends_before_start(start: date | None, end: date | None) -> bool:
+    """Whether ``end`` is before ``start`` where the two compare exactly: two dates, two
+    zoned times or two floating ones (RFC 5545 wants the end later; the library would
+    otherwise turn the event round)."""
+    if start is None or end is None or isinstance(start, datetime) != isinstance(end, datetime):
+        return False
+    if isinstance(start, datetime) and isinstance(end, datetime) \
+            and (start.tzinfo is None) != (end.tzinfo is None):
+        return False
+    return end < start
 
 
 def _rule_cost(rule: Any, first: date, window: datetime) -> tuple[float, float]:

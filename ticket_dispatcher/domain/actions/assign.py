@@ -184,7 +184,8 @@ class AssignExecutor:
         if strategy is Strategy.BALANCED:
             return self._balanced(run, state, candidates, pool)
         if strategy is Strategy.RANDOM:
-            state.reason = f"random: drawn uniformly among {len(candidates)} candidates"
+            state.reason = ("random: the one candidate" if len(candidates) == 1 else
+                            f"random: drawn uniformly among {len(candidates)} candidates")
             return candidates[self._rng.randrange(len(candidates))]
         chosen, state.reason = _choose(candidates, strategy)  # ``first``; a dry-run turn
         return chosen
@@ -276,14 +277,15 @@ class AssignExecutor:
                 verdicts = judge_candidates([e.email for e in candidates], everyone, away,
                                             run.now, working_hours=mode, cap=rules.cap,
                                             open_issues=counts)
-        noted = [v for v in verdicts if not v.eligible or not v.preferred]
-        judged.extend(noted)
+        seen = {v.email for v in judged}  # a fallback naming someone the receiver named
+        judged.extend(v for v in verdicts if (not v.eligible or not v.preferred)
+                      and v.email not in seen)
         state.judged = [verdict.to_json() for verdict in judged]
         passed_over = [v.email for v in verdicts if not v.eligible]
         outside = {v.email for v in verdicts if v.eligible and not v.preferred}
         left = [email for email in emails if email not in passed_over]
         if enabled is not None:
-            state.candidates = (state.candidates or []) + [e.email for e in candidates]
+            state.candidates = _dedupe((state.candidates or []) + [e.email for e in candidates])
             present = {e.email for e in candidates}
             left = [email for email in left if email in present]
             if not candidates:
@@ -494,8 +496,10 @@ def _check_assign(config: dict, path: str, problems: Problems) -> None:
     if "count_jql" in config:
         _check_count_jql(config["count_jql"], f"{path}.count_jql", is_balanced or capped,
                          problems)
-    if is_balanced and isinstance(config.get("receiver"), dict):
-        _check_balanced_receiver(config["receiver"], f"{path}.receiver", problems)
+    if is_balanced:
+        for key in ("receiver", "fallback"):
+            if isinstance(config.get(key), dict):
+                _check_balanced_receiver(config[key], f"{path}.{key}", problems)
 
 
 def _check_availability(raw: object, path: str, problems: Problems) -> bool:
@@ -655,7 +659,7 @@ def _in_order(before: list[str] | None, emails: list[str], order: list[str]) -> 
     """``before`` (the receiver's candidates, when the fallback's follow), then ``emails`` in
     the receiver's ``order``."""
     wanted = set(emails)
-    return list(before or []) + [email for email in order if email in wanted]
+    return _dedupe(list(before or []) + [email for email in order if email in wanted])
 
 
 def judge_listed(engineers: EngineerStore, config: dict, rules: AvailabilityRules,
