@@ -26,12 +26,23 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"{text!r} is too long a duration") from None
 
 
+# RFC 3339's date-time: seconds required, a fraction of any length, an offset; the offset's
+# colon may be left out, as Jira writes its times ("2026-11-30T08:00:00.000+0000"). What else
+# ``fromisoformat`` reads (week dates, the basic format, an offset with seconds) is refused.
+_RFC3339 = re.compile(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}"
+                      r"(?:\.[0-9]+)?(?:[Zz]|[+-][0-9]{2}:?[0-9]{2})\Z")
+
+
 def parse_rfc3339(text: str) -> datetime:
     """Parse an RFC 3339 timestamp with an offset (``Z`` or ``+08:00``) into an aware datetime."""
     if not isinstance(text, str):
         raise ValueError(f"expected an RFC 3339 time string, got {type(text).__name__}")
+    if not _RFC3339.match(text):
+        if _RFC3339.match(text + "Z"):
+            raise ValueError(f"{text!r} has no UTC offset; RFC 3339 times need 'Z' or '+HH:MM'")
+        raise ValueError(f"{text!r} is not an RFC 3339 time")
     try:
-        value = datetime.fromisoformat(text.strip().replace("z", "Z"))
+        value = datetime.fromisoformat(text.replace("z", "Z").replace("t", "T"))
     except ValueError:
         raise ValueError(f"{text!r} is not an RFC 3339 time") from None
     if value.tzinfo is None:

@@ -177,6 +177,12 @@ def test_past_time_off_is_listed_only_on_request(api):
     ({"start": "2026-12-02T00:00:00", "end": "2026-12-03T00:00:00Z"}, "start"),
     ({"start": "tomorrow", "end": "2026-12-03T00:00:00Z"}, "start"),
     ({"end": "2026-12-03T00:00:00Z"}, "start"),
+    # ISO 8601 forms that are no RFC 3339 time
+    ({"start": "20261202T000000Z", "end": "2026-12-03T00:00:00Z"}, "start"),
+    ({"start": "2026-W49-3T00:00:00Z", "end": "2026-12-03T00:00:00Z"}, "start"),
+    ({"start": "2026-12-02T00:00Z", "end": "2026-12-03T00:00:00Z"}, "start"),
+    ({"start": "2026-12-02T00:00:00+05:30:15", "end": "2026-12-03T00:00:00Z"}, "start"),
+    ({"start": " 2026-12-02T00:00:00Z", "end": "2026-12-03T00:00:00Z"}, "start"),
 ])
 def test_bad_time_off_is_a_400_and_stores_nothing(api, body, path):
     api.put(ALICE, json={"dispatch_enabled": True})
