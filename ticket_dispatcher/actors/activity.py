@@ -28,13 +28,15 @@ class ActivityError(RuntimeError):
 
 
 class InFlight:
-    """One told message's share of the activity count, ended once its handler is done."""
+    """One told message's share of the activity count, ended once its handler is done (or
+    once its actor stopped without handling it)."""
 
-    __slots__ = ("_activity", "_ended")
+    __slots__ = ("_activity", "_ended", "actor_urn")
 
-    def __init__(self, activity: Activity):
+    def __init__(self, activity: Activity, actor_urn: str = ""):
         self._activity = activity
         self._ended = False
+        self.actor_urn = actor_urn  # whose inbox it went to ("": nobody's, a test's own)
 
     def end(self) -> None:
         self._activity._end(self)
@@ -53,29 +55,56 @@ class Activity:
         self._count = 0
         self._handled = 0  # messages handled so far: ``wait_for`` waits for it to move
         self._cond = threading.Condition()
+        # What each actor was told and has not handled yet, by its URN: what its stop leaves
+        # in its inbox (pykka drops told messages there) is ended by ``abandon``.
+        self._pending: dict[str, set[InFlight]] = {}
 
     def tell(self, ref: pykka.ActorRef, message: Any) -> bool:
         """Tell ``message`` to ``ref`` as one unit of activity; False (and nothing in flight)
         when the actor has already stopped, which only happens while shutting down."""
-        unit = InFlight(self)
+        unit = InFlight(self, ref.actor_urn)
         with self._cond:
             self._count += 1
+            self._pending.setdefault(unit.actor_urn, set()).add(unit)
         try:
             ref.tell(Tracked(message, unit))
         except pykka.ActorDeadError:
-            unit.end()
+            self._end_unless_ended(unit)  # its actor's stop may have abandoned it already
             log.debug("%s not delivered: %s has stopped", type(message).__name__, ref)
             return False
         return True
+
+    def abandon(self, actor_urn: str) -> None:
+        """The actor ``actor_urn`` has stopped: end what it was told and will never handle.
+        pykka marks an actor stopped before its ``on_stop`` runs, so nothing told after this
+        reaches its inbox."""
+        with self._cond:
+            units = self._pending.pop(actor_urn, set())
+        for unit in units:
+            self._end_unless_ended(unit)
 
     def _end(self, unit: InFlight) -> None:
         with self._cond:
             if unit._ended:
                 raise ActivityError("a message's activity was ended twice")
-            unit._ended = True
-            self._count -= 1
-            self._handled += 1
-            self._cond.notify_all()
+            self._close(unit)
+
+    def _end_unless_ended(self, unit: InFlight) -> None:
+        with self._cond:
+            if not unit._ended:
+                self._close(unit)
+
+    def _close(self, unit: InFlight) -> None:
+        """End ``unit``; the caller holds the lock."""
+        unit._ended = True
+        self._count -= 1
+        self._handled += 1
+        pending = self._pending.get(unit.actor_urn)
+        if pending is not None:
+            pending.discard(unit)
+            if not pending:
+                del self._pending[unit.actor_urn]
+        self._cond.notify_all()
 
     @property
     def in_flight(self) -> int:
@@ -109,14 +138,19 @@ class Activity:
 
 
 class TrackedActor(pykka.ThreadingActor):
-    """An actor whose told messages come through ``Activity.tell``; subclasses implement
-    ``handle``. Asks arrive unwrapped (their asker waits for the answer, so they need no count).
+    """An actor whose told messages come through ``activity.tell``; subclasses implement
+    ``handle``. Asks arrive unwrapped (their asker waits for the answer, so they need no count;
+    pykka answers those left at a stop with ``ActorDeadError``).
 
     Daemon threads: shutdown stops every actor within one deadline and sweeps the registry
     (``Runtime.stop``); a thread stuck past that must not keep the process alive.
     """
 
     use_daemon_thread = True
+
+    def __init__(self, activity: Activity) -> None:
+        super().__init__()
+        self._activity = activity
 
     def on_receive(self, message: Any) -> Any:
         if not isinstance(message, Tracked):
@@ -130,21 +164,7 @@ class TrackedActor(pykka.ThreadingActor):
         raise NotImplementedError
 
     def on_stop(self) -> None:
-        self.drop_unhandled()
+        self._activity.abandon(self.actor_urn)
 
     def on_failure(self, *exc_info: Any) -> None:
-        self.drop_unhandled()
-
-    def drop_unhandled(self) -> None:
-        """pykka drops told messages still in the inbox of a stopped actor; end their activity
-        so the count stays true. Asks are put back for pykka to answer with ActorDeadError."""
-        asks = []
-        # Only this actor's thread takes from its inbox: not empty, ``get`` does not wait.
-        while not self.actor_inbox.empty():
-            envelope = self.actor_inbox.get()
-            if isinstance(envelope.message, Tracked):
-                envelope.message.in_flight.end()
-            else:
-                asks.append(envelope)
-        for envelope in asks:
-            self.actor_inbox.put(envelope)
+        self._activity.abandon(self.actor_urn)

@@ -81,7 +81,7 @@ class ExecutionWorker(TrackedActor):
     """One execution slot: runs the executions the pool hands it, one at a time."""
 
     def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef):
-        super().__init__()
+        super().__init__(deps.activity)
         self._deps = deps
         self._pool = pool
         self._current: ExecutionRun | None = None

@@ -181,7 +181,7 @@ PoolAnswer = CreationResult | CancelOutcome | dict | list[pykka.ActorRef] | None
 
 class ExecutionPool(TrackedActor):
     def __init__(self, deps: RuntimeDeps, supervisor: pykka.ActorRef):
-        super().__init__()
+        super().__init__(deps.activity)
         self._deps = deps
         self._slots = deps.config.execution_slots
         self._started = deps.clock.now()  # this replica's start, as the admin view shows it

@@ -147,7 +147,7 @@ def dry_run(request: ShadowRequest, policy: Policy, registry: ActionRegistry, po
 
 class ShadowActor(TrackedActor):
     def __init__(self, deps: RuntimeDeps):
-        super().__init__()
+        super().__init__(deps.activity)
         self._deps = deps
 
     def handle(self, message: object) -> None:

@@ -52,7 +52,7 @@ BACKLOG_EVERY = timedelta(seconds=60)
 
 class Supervisor(TrackedActor):
     def __init__(self, deps: RuntimeDeps):
-        super().__init__()
+        super().__init__(deps.activity)
         self._deps = deps
         self.pool: pykka.ActorRef | None = None
         self.triggers: TriggerRouter | None = None

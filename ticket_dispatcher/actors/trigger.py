@@ -314,7 +314,7 @@ class TriggerProcessor:
 
 class TriggerActor(TrackedActor):
     def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, router: TriggerRouter):
-        super().__init__()
+        super().__init__(deps.activity)
         self._deps = deps
         self._processor = TriggerProcessor(deps, pool)
         self._router = router
