@@ -430,11 +430,12 @@ class HttpConfig:
     """The HTTP server (waitress) and request limits.
 
     ``connection_limit`` and ``channel_timeout`` are sized for a webhook service behind a proxy:
-    waitress's own defaults (100 connections, 120 s) let 150 idle half-sent requests hold every
-    slot and starve ``/healthz``. Idle connections cost a file descriptor each, not a thread,
-    so 1000 is cheap; 30 s is far beyond any real client's pause between bytes. The channel
-    timeout is rounded up to whole seconds (waitress's unit). ``max_json_depth`` bounds request
-    bodies (8..512: enough for any policy, and far below Python's recursion limit).
+    waitress's own defaults (100 connections, 120 s) let a client that opens more connections
+    than that, each with a request half sent, hold every slot and starve ``/healthz``. Idle
+    connections cost a file descriptor each, not a thread, so 1000 is cheap; 30 s is far beyond
+    any real client's pause between bytes. The channel timeout is rounded up to whole seconds
+    (waitress's unit). ``max_json_depth`` bounds request bodies (8..512: enough for any policy,
+    and far below Python's recursion limit).
     """
 
     host: str = setting("127.0.0.1", text(check=bool, expected="a non-empty string"))

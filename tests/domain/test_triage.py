@@ -1,5 +1,5 @@
 """The triage executor: only real changes, handed to the Jira writer as one ``TriageChange``,
-never an assignment (§8.3)."""
+never an assignment (docs/policies.md, "triage")."""
 
 from __future__ import annotations
 

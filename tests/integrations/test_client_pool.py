@@ -127,9 +127,11 @@ class SentProbe(dict):
     def __init__(self):
         super().__init__()
         self.sent = threading.Semaphore(0)
+        self.sent_to: list[str] = []  # the actors' URNs, in the order calls were sent
 
     def __setitem__(self, key, value) -> None:
         super().__setitem__(key, value)
+        self.sent_to.append(key)
         self.sent.release()
 
     def wait_sent(self) -> None:
@@ -531,8 +533,9 @@ def askable(monkeypatch):
 
 def occupy_behind_the_pools_back(pool: ClientPool, log: Log, tag: str) -> pykka.ActorRef:
     """Keep the actor the pool will hand out next busy with a direct ask, so that the next
-    pooled call waits in that actor's inbox: sent, but not begun."""
-    actor = pool._idle[0]
+    pooled call waits in that actor's inbox: sent, but not begun. The pool hands out the
+    right end of its idle actors (the last freed), so that is the one held."""
+    actor = pool._idle[-1]
     log.gate(tag)
     actor.ask(Direct("hold", (tag,)), block=False)
     assert log.entered[tag].wait(WAIT)
@@ -560,14 +563,20 @@ def test_a_call_sent_but_not_begun_when_abandoned_never_begins(askable, echo, lo
 def test_a_call_behind_a_stop_from_outside_goes_to_another_actor(askable, echo, log):
     pool = echo(size=2)
     doomed = occupy_behind_the_pools_back(pool, log, "direct")
-    doomed.stop(block=False)  # queued behind "direct": the pool does not know yet
+    [other] = [actor for actor in pool._actors if actor != doomed]
+    stopping = doomed.stop(block=False)  # queued behind "direct": the pool does not know yet
 
     pool._running = probe = SentProbe()
     caller = start_caller(lambda: pool.call("record", "moved"))
-    probe.wait_sent()  # to the doomed actor, behind its stop
+    probe.wait_sent()
+    assert probe.sent_to == [doomed.actor_urn]  # to the doomed actor, behind its stop
     log.gates["direct"].set()
 
+    # The doomed actor stops without running the call; as it stops it hands the call back,
+    # and the pool sends it to the other actor, which runs it.
     assert caller.result() == ("moved", None)
+    assert probe.sent_to == [doomed.actor_urn, other.actor_urn]
+    assert stopping.get(timeout=WAIT) is True
     assert log.entries == ["direct", "moved"]
     assert pool.stats()["actors"] == 1 and doomed not in pool._actors
     assert pool.stats()["calls"] == 1

@@ -81,7 +81,8 @@ def _answers(settled: list[tuple[Any, BaseException | None]]) -> list[Answer]:
     for _, error in settled:
         if error is not None and not isinstance(error, DispatcherError):
             raise error
-    return [Answer(value=value) if error is None else Answer(error=error)  # type: ignore[arg-type]
+    return [Answer(value=value) if error is None
+            else Answer(error=error)  # type: ignore[arg-type]  # a DispatcherError: checked above
             for value, error in settled]
 
 

@@ -2,9 +2,9 @@
 
 A page's ACK wait looks for an ACK every ``poll_interval`` until its deadline (docs/design.md,
 "ACK waits without a slot"). Run as an execution, each look took a slot, a new actor thread,
-a claim, four reads of the store, a Jira read, a Lark read and a checkpoint, so a thousand
-waits at a 5 s poll crowded out ordinary dispatches and woke seconds late. The watcher does
-the looks that find nothing for all of them at once:
+a claim, four reads of the store, a Jira read, a Lark read and a checkpoint, so many parked
+waits crowded out ordinary dispatches and woke late (bench/README.md, the parked waits). The
+watcher does the looks that find nothing for all of them at once:
 
 - the pool hands it the parked waits (``Watch``: an execution id and its stored ``wake_at``):
   a page wait just parked by its execution, and at boot every execution recovery finds
@@ -88,7 +88,7 @@ class _Wait:
 
 class AckWatcher(TrackedActor):
     def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef):
-        super().__init__()
+        super().__init__(deps.activity)
         self._deps = deps
         self._pool = pool
         self._waits: dict[int, _Wait] = {}

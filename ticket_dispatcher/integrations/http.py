@@ -171,7 +171,7 @@ class _GuardedSends:
 
     def connect(self) -> None:
         try:
-            super().connect()  # type: ignore[misc]
+            super().connect()  # type: ignore[misc]  # a mixin: the connection class is next
         except (TimeoutError, ReadTimeoutError) as exc:  # the latter: writing ``CONNECT``
             raise ConnectTimeoutError(self, f"the connection did not open in time ({exc})") \
                 from None
@@ -179,11 +179,11 @@ class _GuardedSends:
     def send(self, data: Any) -> None:
         guard = send_guard.get()
         if guard is not None:
-            if self.sock is None:  # type: ignore[attr-defined]
+            if self.sock is None:  # type: ignore[attr-defined]  # the connection class's own
                 self.connect()  # opened first, not after the check
             guard()
         try:
-            super().send(data)  # type: ignore[misc]
+            super().send(data)  # type: ignore[misc]  # a mixin: the connection class is next
         except TimeoutError:
             raise ReadTimeoutError(None, None,  # type: ignore[arg-type]  # no pool at hand
                                    "the request's write timed out") from None
@@ -308,11 +308,12 @@ def _session_for(base_url: str) -> requests.Session:
     """A session that reads the proxy and CA-bundle environment once, for its one base URL.
 
     With ``trust_env`` requests reads them again on every call (environment scans, a netrc
-    lookup, proxy bypass rules): about a millisecond of CPU a call, a tenth of a dispatch. The
-    variables mean the same (``HTTPS_PROXY``, ``NO_PROXY``, ``REQUESTS_CA_BUNDLE``…); a change
-    takes effect at the next start. No netrc: every call names its own authentication. The
-    headers are requests' defaults: its ``Accept-Encoding`` names the content codings urllib3
-    undoes (gzip and deflate; brotli and zstd too when their modules are installed).
+    lookup, proxy bypass rules): CPU spent on every call, in the thread holding the interpreter
+    lock, for an answer that does not change while the process runs. The variables mean the
+    same (``HTTPS_PROXY``, ``NO_PROXY``, ``REQUESTS_CA_BUNDLE``…); a change takes effect at the
+    next start. No netrc: every call names its own authentication. The headers are requests'
+    defaults: its ``Accept-Encoding`` names the content codings urllib3 undoes (gzip and
+    deflate; brotli and zstd too when their modules are installed).
     """
     session = requests.Session()
     session.trust_env = False

@@ -216,7 +216,7 @@ class SqlitePool(ServicePool, PooledSqliteDatabase):  # type: ignore[misc]  # pe
 def _open_postgres(parts: SplitResult, max_connections: int,
                    database: DatabaseConfig) -> PostgresPool:
     try:
-        import psycopg  # noqa: F401
+        import psycopg  # noqa: F401 - imported to say the extra is missing, at start-up
     except ImportError:
         raise ConfigError(
             "database_url: PostgreSQL needs the 'postgres' extra (pip install "
@@ -307,7 +307,7 @@ class ProcessLock:
 
     def acquire(self) -> None:
         """Take the claim; ``ConfigError`` when another process holds it."""
-        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+        handle = open(self.path, "a+", encoding="utf-8")  # held until release: no ``with``
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

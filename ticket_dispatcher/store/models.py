@@ -362,6 +362,7 @@ def array_literal(values: Iterable[Any]) -> str:
     """``values`` as a PostgreSQL array literal, for a text parameter the statement casts
     (``%s::text[]``): each element double-quoted, its backslashes and double quotes escaped, as
     the array syntax asks. psycopg sends the text as it is; its own dumping of a list goes
-    element by element in Python (bench/README.md, "people-aware dispatch within 1.1×")."""
+    element by element in Python, CPU that a dispatch would pay for each list it sends
+    (bench/README.md, the diary of people-aware dispatch)."""
     quoted = (str(value).replace("\\", "\\\\").replace('"', '\\"') for value in values)
     return "{" + ",".join(f'"{element}"' for element in quoted) + "}"
