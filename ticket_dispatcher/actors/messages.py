@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.domain.execution import Execution, Lease, Trigger
@@ -80,8 +80,19 @@ class CancelExecution:  # ask, from the admin API; answers a CancelOutcome
 
 
 @dataclass(frozen=True)
-class PoolStatus:  # ask; answers a dict for GET /admin/actors
+class PoolStatus:  # ask; answers a PoolView for GET /admin/actors
     pass
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """The pool's answer to ``PoolStatus``, as the admin view shows it: its slots, queue,
+    lanes, parked count and sweeps (``figures``), the executions it runs, and the parked
+    ones that wake soonest."""
+
+    figures: dict[str, Any]
+    running: list[dict[str, Any]]
+    parked: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)

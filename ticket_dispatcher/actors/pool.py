@@ -64,6 +64,7 @@ from ticket_dispatcher.actors.messages import (
     Interrupted,
     Parked,
     PoolStatus,
+    PoolView,
     Pull,
     Recover,
     Rescheduled,
@@ -176,7 +177,7 @@ class SlotQueue:
 
 # What the pool answers an ask (CreateExecutions, CancelExecution, PoolStatus,
 # ExecutionWorkers); None to a told message.
-PoolAnswer = CreationResult | CancelOutcome | dict | list[pykka.ActorRef] | None
+PoolAnswer = CreationResult | CancelOutcome | PoolView | list[pykka.ActorRef] | None
 
 
 class ExecutionPool(TrackedActor):
@@ -621,35 +622,33 @@ class ExecutionPool(TrackedActor):
         self._retrying.pop(execution_id, None)
         return CancelOutcome.APPLIED
 
-    def _status(self) -> dict:
+    def _status(self) -> PoolView:
         now = self._deps.clock.now()
         oldest = self._queue.oldest()
         soonest = heapq.nsmallest(PARKED_SHOWN, self._parked.items(), key=lambda item: item[1])
         next_wake = soonest[0][1] if soonest else None
-        return {
+        figures = {
             "slots": self._slots,
             "busy": len(self._running),
             "queue_length": len(self._queue),
             "oldest_queued_age_seconds": (now - oldest).total_seconds() if oldest else None,
             "lanes": self._queue.lanes(now),
             "parked": len(self._parked),
-            # the soonest first, bounded: the admin view shows what waits and until when
-            "parked_executions": [
-                {"execution_id": execution_id, "wake_at": format_time(wake_at)}
-                for execution_id, wake_at in soonest],
             "next_wake_at": format_time(next_wake),
             "retrying": len(self._retrying),
             "sweeper": {"last_at": format_time(self._sweeps.last_at),
                         "reclaimed_total": self._sweeps.reclaimed_total,
                         "recent": list(self._sweeps.recent)},
-            "running": [
-                {"execution_id": execution_id, "issue_key": p.issue_key,
-                 "policy_id": p.policy_id, "rule": p.rule, "action": p.action,
-                 "since": format_time(r.since), "lease": _lease_view(r.hold)}
-                for execution_id, r in sorted(self._running.items())
-                for p in (_position_of(r),)
-            ],
         }
+        running = [
+            {"execution_id": execution_id, "issue_key": p.issue_key, "policy_id": p.policy_id,
+             "rule": p.rule, "action": p.action, "since": format_time(r.since),
+             "lease": _lease_view(r.hold)}
+            for execution_id, r in sorted(self._running.items()) for p in (_position_of(r),)]
+        # the soonest first, bounded: the admin view shows what waits and until when
+        parked = [{"execution_id": execution_id, "wake_at": format_time(wake_at)}
+                  for execution_id, wake_at in soonest]
+        return PoolView(figures, running, parked)
 
 
 # A run that has not advanced a step yet: nothing known of it but its id.

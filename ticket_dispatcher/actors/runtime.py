@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, overload
+from typing import overload
 
 import pykka
 
@@ -20,8 +20,10 @@ from ticket_dispatcher.actors.messages import (
     CancelOutcome,
     ExecutionWorkers,
     PoolStatus,
+    PoolView,
     Pull,
 )
+from ticket_dispatcher.actors.pool import PoolAnswer
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.actors.supervisor import Supervisor
@@ -218,7 +220,8 @@ class Runtime:
     def cancel(self, execution_id: int, reason: str) -> CancelOutcome:
         """``APPLIED`` when it was not running, ``SIGNALLED`` when its actor stops at its next
         step; ``NotFound`` or ``Conflict`` (already terminal) otherwise."""
-        outcome: CancelOutcome = self._ask_pool(CancelExecution(execution_id, reason))
+        outcome = self._ask_pool(CancelExecution(execution_id, reason))
+        assert isinstance(outcome, CancelOutcome), "the pool answers a cancel so"
         if outcome is CancelOutcome.MISSING:
             raise NotFound(f"execution {execution_id} not found")
         if outcome is CancelOutcome.FINISHED:
@@ -230,18 +233,19 @@ class Runtime:
         assert self._triggers is not None, "the runtime has started"
         return self._triggers
 
-    def _ask_pool(self, message: object) -> Any:
-        """The pool's answer to an HTTP request's ``message``; ``RuntimeUnavailable`` (a 503)
-        when it does not come within ``ASK_TIMEOUT`` or the runtime is stopping. Any: its
-        type is the message's (``pool.PoolAnswer``)."""
+    def _ask_pool(self, message: object) -> PoolAnswer:
+        """The pool's answer to an HTTP request's ``message`` (of the type the message names);
+        ``RuntimeUnavailable`` (a 503) when it does not come within ``ASK_TIMEOUT`` or the
+        runtime is stopping."""
         pool = self._pool
         if pool is None:
             raise RuntimeUnavailable("the actor runtime is not running")
         try:
-            return pool.ask(message, timeout=ASK_TIMEOUT)
+            answer: PoolAnswer = pool.ask(message, block=True, timeout=ASK_TIMEOUT)
         except (pykka.Timeout, pykka.ActorDeadError):
             raise RuntimeUnavailable("the actor runtime did not answer in time; "
                                      "retry later") from None
+        return answer
 
     def wait_idle(self, timeout: float = 10) -> bool:
         return self.activity.wait_idle(timeout)
@@ -253,6 +257,7 @@ class Runtime:
             raise RuntimeUnavailable("the actor runtime is not running")
         timers, next_timer = self.scheduler.pending()
         pool = self._ask_pool(PoolStatus())
+        assert isinstance(pool, PoolView), "the pool answers a status so"
         leases = self.deps.config.leases
         return {
             "supervisor": {"alive": supervisor.is_alive(), "recovered": self.recovered,
@@ -261,10 +266,9 @@ class Runtime:
             "leases": {"owner": self.deps.owner,
                        "heartbeat_seconds": leases.heartbeat.total_seconds(),
                        "duration_seconds": leases.duration.total_seconds()},
-            "pool": {k: v for k, v in pool.items()
-                     if k not in ("running", "parked_executions")},
-            "executions": pool["running"],
-            "parked_executions": self._parked_views(pool["parked_executions"]),
+            "pool": pool.figures,
+            "executions": pool.running,
+            "parked_executions": self._parked_views(pool.parked),
             "ack_watch": {**self.deps.ack_watch,
                           "looks_per_second": self.deps.config.ack_watch.looks_per_second},
             "cluster": {"mode": self.deps.config.cluster.mode, "draining": self.draining},
