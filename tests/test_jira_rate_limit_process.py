@@ -94,10 +94,21 @@ class RateLimitedJira(FakeJira):
         with self._condition:
             return self._limited_until is not None and time.monotonic() < self._limited_until
 
+    def apply_then_503(self, route: Route) -> None:
+        """The next call of ``route`` is applied, then answered 503 with ``Retry-After: 1``:
+        a write that took effect though its answer says otherwise."""
+        with self._condition:
+            self._applied_then_503 = route
+
     def _handle(self, call: Call, query: dict[str, list[str]]) -> tuple[int, Any]:
         if self._limited():
             return 429, {"errorMessages": ["Rate limit exceeded."], "errors": {}}
-        return super()._handle(call, query)
+        answer = super()._handle(call, query)
+        with self._condition:
+            if call.route is not None and call.route is getattr(self, "_applied_then_503", None):
+                self._applied_then_503 = None
+                return 503, {"errorMessages": ["Service unavailable."], "errors": {}}
+        return answer
 
     def _app(self, environ: dict, start_response: Callable) -> list[bytes]:
         arrival = Arrival(environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""),
@@ -110,6 +121,8 @@ class RateLimitedJira(FakeJira):
             if code == 429:
                 status = "429 Too Many Requests"
                 headers = [*headers, ("Retry-After", str(self._retry_after))]
+            elif code == 503:
+                headers = [*headers, ("Retry-After", "1")]
             with self._condition:
                 arrival.answered, arrival.status = time.monotonic(), code
             return start_response(status, headers, exc_info)
@@ -250,6 +263,25 @@ def test_twenty_seconds_of_429s_delay_every_assignment_and_fail_none(dispatcher,
     assert metric(exposition, RETRIES_METRIC, work="trigger", cause="rate_limited") \
         == sum(t["retries"]["count"] for t in triggers)
     assert dispatcher.log_problems() == []
+
+
+def test_an_assignment_applied_though_answered_503_is_read_again_and_never_repeated(
+        dispatcher, jira):
+    """The 503 carries a short Retry-After, which a read would simply wait out and repeat;
+    the PUT may have been applied (here it was), so the issue is read first and the PUT is
+    not sent again."""
+    key = ISSUES[0]
+    jira.apply_then_503(Route.ASSIGN)
+
+    trigger_id = dispatcher.post_trigger(key)["id"]
+    wait_until(settled(dispatcher, [trigger_id]), 60, "the assignment succeeded")
+
+    puts = jira.calls(Route.ASSIGN, key)
+    assert [c.status for c in puts] == [503], puts
+    execution = dispatcher.execution_of(key)
+    [action] = [a for r in execution["rule_executions"] for a in r["action_executions"]]
+    assert jira.assignee(key) == ENGINEERS[action["context"]["assign"]["assignee"]]
+    assert [c.route for c in jira.calls() if c.key == key].count(Route.GET_ISSUE) == 2
 
 
 def test_a_missing_issue_fails_its_trigger_at_once(dispatcher, jira):

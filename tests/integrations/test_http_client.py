@@ -279,6 +279,54 @@ def test_retries_are_bounded(mocked):
     assert len(mocked.calls) == 3
 
 
+@pytest.mark.parametrize("method", ["PUT", "POST", "DELETE"])
+def test_a_write_answered_503_goes_back_to_its_caller_unrepeated(mocked, method):
+    """A 503 may come after the service acted: the caller reads before it writes again."""
+    waits = Waits()
+    mocked.add(method, f"{BASE}/x", status=503, headers={"Retry-After": "1"})
+
+    with pytest.raises(IntegrationRejected) as caught:
+        client(sleep=waits).request(method, "/x", json={}, expected=(204,))
+
+    assert (caught.value.status, caught.value.retry_after) == (503, 1.0)
+    assert waits == [] and len(mocked.calls) == 1
+
+
+def test_a_read_sent_as_post_is_repeated_after_a_503_when_it_says_so(mocked):
+    waits = Waits()
+    mocked.post(f"{BASE}/search", status=503, headers={"Retry-After": "1"})
+    mocked.post(f"{BASE}/search", json={"issues": []})
+
+    answer = client(sleep=waits).request_json("POST", "/search", json={}, repeatable=True)
+
+    assert answer == {"issues": []} and waits == [1.0]
+
+
+def test_a_write_answered_429_is_repeated_after_the_wait(mocked):
+    """A rate limit refuses the request: nothing was applied, so it is sent again."""
+    waits = Waits()
+    mocked.put(f"{BASE}/x", status=429, headers={"Retry-After": "2"})
+    mocked.put(f"{BASE}/x", status=204)
+
+    client(sleep=waits).request("PUT", "/x", json={}, expected=(204,))
+
+    assert waits == [2.0] and len(mocked.calls) == 2
+
+
+@pytest.mark.parametrize("given, taken", [
+    ("999999", 600.0), ("1e12", None), ("inf", None), ("nan", None), ("-5", None),
+    ("1.5", 1.5), ("0", 0.0), ("9" * 400, 600.0), ("Fri, 31 Dec 9999 23:59:59 GMT", 600.0),
+    ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0), ("soon", None),
+])
+def test_retry_after_is_seconds_or_a_date_and_never_more_than_ten_minutes(mocked, given, taken):
+    mocked.get(f"{BASE}/x", status=429, headers={"Retry-After": given})
+
+    with pytest.raises(IntegrationRejected) as caught:
+        client(max_retries=0).request("GET", "/x")
+
+    assert caught.value.retry_after == taken
+
+
 def test_500_is_not_retried(mocked):
     waits = Waits()
     mocked.get(f"{BASE}/x", status=500, headers={"Retry-After": "1"})
@@ -635,6 +683,34 @@ def test_a_peer_that_never_answers_is_a_read_timeout_with_an_unknown_outcome(pee
     with pytest.raises(IntegrationTimeout):
         http.request("GET", "/x")
     assert peer.connections == 2
+
+
+@pytest.mark.parametrize("cut", ["reset", "close"])
+def test_a_connection_broken_after_the_request_was_sent_is_an_unknown_outcome(cut):
+    """The peer read the whole request (and may have acted on it), then the connection broke
+    before any answer: not a failed connection, after which nothing can have happened."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def read_then_break() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                if cut == "reset":  # RST instead of FIN
+                    connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                          b"\x01\x00\x00\x00\x00\x00\x00\x00")
+
+        thread = threading.Thread(target=read_then_break, name="breaker", daemon=True)
+        thread.start()
+        http = HttpClient("svc", f"http://127.0.0.1:{server.getsockname()[1]}",
+                          connect_timeout=1, read_timeout=2)
+
+        with pytest.raises(OutcomeUnknown) as caught:
+            http.request("POST", "/rest/servicedeskapi/request/X-1/comment", json={"body": "b"},
+                         expected=(201,))
+        thread.join(5)
+
+    assert caught.value.status is None
+    assert "the outcome is unknown" in caught.value.message
 
 
 def test_a_port_nobody_listens_on_is_a_connection_failure_not_a_timeout():

@@ -11,6 +11,7 @@ from responses import matchers
 from ticket_dispatcher.config import OncallConfig
 from ticket_dispatcher.domain.ports import PageResult, Responder
 from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.integrations.http import AnswerLost
 from ticket_dispatcher.integrations.oncall import OncallClient
 
 BASE = "https://oncall.internal.example"
@@ -100,6 +101,20 @@ def test_page_connection_failure_is_failed(mocked, oncall):
     mocked.post(PAGE_URL, body=requests.exceptions.ConnectionError("refused"))
 
     assert oncall.page(**PAGE).outcome == "failed"
+
+
+def test_page_whose_connection_broke_after_it_was_sent_is_unknown(mocked, oncall):
+    # sent, and the dialer may already ring: never failed, so never paged again
+    mocked.post(PAGE_URL, body=AnswerLost("reset by peer"))
+
+    assert oncall.page(**PAGE).outcome == "unknown"
+
+
+def test_page_answered_503_is_sent_once_and_failed(mocked, oncall):
+    mocked.post(PAGE_URL, status=503, headers={"Retry-After": "1"})
+
+    assert oncall.page(**PAGE).outcome == "failed"
+    assert len(mocked.calls) == 1
 
 
 def test_page_with_unreadable_success_body_is_unknown(mocked, oncall):

@@ -72,6 +72,12 @@ class IssueActivity:
         with self._lock:
             return ReadBegan(self._monotonic(), self._stops)
 
+    def answered(self, began: ReadBegan) -> ReadBegan:
+        """The read ``began`` was answered now: its age counts from the answer, not from a
+        wait before the call went (behind the service's rate limit); the stops it must not
+        have missed stay those counted when it began."""
+        return ReadBegan(self._monotonic(), began.stops)
+
     def begin(self, issue_key: str, read: IssueRead | None) -> Issue | None:
         """An execution actor starts work on ``issue_key`` (after its claim, before any call
         to a peer). The issue of ``read`` when its run may start from it under the freshness

@@ -148,6 +148,7 @@ class TriggerProcessor:
             return TriggerOutcome.COMPLETED, NOTIFICATIONS_DISABLED
         try:
             issue = self._deps.ports.jira.load_issue(trigger.issue_key)
+            read_began = self._deps.issue_activity.answered(read_began)
         except DispatcherError as exc:
             reason = f"issue load failed: {exc.message}"
             if isinstance(exc, IntegrationError) and exc.transient:

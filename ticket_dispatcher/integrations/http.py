@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import ssl
 import threading
 import time
@@ -41,6 +42,14 @@ log = logging.getLogger(__name__)
 
 DETAIL_LIMIT = 200  # characters of a service's error text kept in a message
 RETRY_STATUSES = frozenset({429, 503})  # these honour Retry-After
+# The longest wait a Retry-After is taken for: a longer one (a misconfigured proxy, a date in a
+# far year) is shortened to it, and the call is tried again then, rather than holding every
+# call of the process back until a restart.
+MAX_RETRY_AFTER = 600.0
+# Methods that only read: repeated after a 503 within the call. A write answered 503 may have
+# been applied, so it goes back to its caller, which reads before it writes again.
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # Retry-After's delta-seconds
 
 
 class IntegrationTimeout(OutcomeUnknown):
@@ -51,6 +60,13 @@ class IntegrationTimeout(OutcomeUnknown):
     ``IntegrationError``."""
 
     timeout = True
+
+
+class IntegrationLost(OutcomeUnknown):
+    """The connection broke after the request was written (reset, closed before the answer):
+    as with a read timeout, the remote side may have acted (``status`` is None)."""
+
+    timeout = False
 
 
 class IntegrationRejected(IntegrationError):
@@ -283,10 +299,16 @@ class _Adapter(HTTPAdapter):
         return response
 
 
+class AnswerLost(requests.ConnectionError):
+    """The connection broke once it was open, while the request was written or its answer
+    read: the request may have reached the peer (a refused or unresolvable connection is a
+    plain ``requests.ConnectionError``: nothing was sent)."""
+
+
 def _transport_failure(exc: Exception) -> type[requests.RequestException] | None:
     """The requests exception ``HTTPAdapter.send`` raises for urllib3's ``exc`` (with retries
-    off urllib3 raises the failure itself, not a ``MaxRetryError``); None when ``exc`` is not a
-    failure of the transport."""
+    off urllib3 raises the failure itself, not a ``MaxRetryError``), ``AnswerLost`` for a
+    connection broken once open; None when ``exc`` is not a failure of the transport."""
     if isinstance(exc, urllib3.exceptions.ProxyError):  # before the proxy answered
         return requests.exceptions.ProxyError
     if isinstance(exc, ssl.SSLError | urllib3.exceptions.SSLError):
@@ -300,7 +322,7 @@ def _transport_failure(exc: Exception) -> type[requests.RequestException] | None
     if isinstance(exc, urllib3.exceptions.DecodeError):
         return requests.exceptions.ContentDecodingError
     if isinstance(exc, OSError | urllib3.exceptions.HTTPError):  # a broken connection…
-        return requests.ConnectionError
+        return AnswerLost
     return None
 
 
@@ -434,12 +456,17 @@ class HttpClient:
         json: Any = None,
         expected: Iterable[int] = (200,),
         authenticate: bool = True,
+        repeatable: bool | None = None,
     ) -> requests.Response:
-        """One call, retried only on 429/503 with an acceptable ``Retry-After``; any other
-        outcome than an ``expected`` status raises an ``IntegrationError``. While the
-        service's rate limit holds (``RateGate``), the call waits it out first when the wait
-        is short, and is refused unsent when it is not, with the wait in ``retry_after``."""
+        """One call, retried only on 429 (the service refused it) or, when it is
+        ``repeatable``, on 503, each with an acceptable ``Retry-After``; any other outcome than
+        an ``expected`` status raises an ``IntegrationError``. ``repeatable``: the call only
+        reads (by default, a ``READS`` method), so a 503 that may have come after the service
+        acted costs nothing to repeat. While the service's rate limit holds (``RateGate``),
+        the call waits it out first when the wait is short, and is refused unsent when it is
+        not, with the wait in ``retry_after``."""
         expected = tuple(expected)
+        repeatable = method in READS if repeatable is None else repeatable
         retries = 0
         asked = False  # this call's own 429 closed the gate: its wait is that retry's
         while True:
@@ -458,7 +485,8 @@ class HttpClient:
             wait = self._retry_wait(response) if response.status_code in RETRY_STATUSES else None
             if response.status_code == 429 and wait is not None and self._gate is not None:
                 self._gate.limit(wait)
-            if wait is None or wait > self.max_retry_wait or retries >= self.max_retries:
+            if (wait is None or wait > self.max_retry_wait or retries >= self.max_retries
+                    or (response.status_code != 429 and not repeatable)):
                 raise self.rejected(method, path, response, retry_after=wait)
             retries += 1
             log.info("%s %s %s: HTTP %s, retry %d after %.1f s", self.service, method, path,
@@ -499,6 +527,10 @@ class HttpClient:
             raise IntegrationTimeout(
                 f"{self.service} {method} {path}: no answer within the read timeout; the "
                 f"outcome is unknown", service=self.service) from None
+        except AnswerLost:  # sent, or partly: maybe acted on
+            raise IntegrationLost(
+                f"{self.service} {method} {path}: the connection broke before the answer "
+                f"came; the outcome is unknown", service=self.service) from None
         except requests.RequestException as exc:
             # The class name only: requests' own text can carry the full URL.
             raise IntegrationError(
@@ -511,22 +543,21 @@ class HttpClient:
                       self.last_latency_ms)
 
     def _retry_wait(self, response: requests.Response) -> float | None:
-        """Seconds to wait from ``Retry-After`` (delta-seconds or an HTTP date), or None."""
+        """Seconds to wait from ``Retry-After``, at most ``MAX_RETRY_AFTER``; None when it is
+        missing or neither seconds (digits, a fraction allowed) nor an HTTP date."""
         value = (response.headers.get("Retry-After") or "").strip()
         if not value:
             return None
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            pass
+        if _SECONDS.fullmatch(value):
+            return min(float(value), MAX_RETRY_AFTER)  # a run of digits past a float: inf
         try:
             when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, IndexError, OverflowError):
             return None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
         now: datetime = self._clock.now()
-        return max(0.0, (when - now).total_seconds())
+        return min(max(0.0, (when - now).total_seconds()), MAX_RETRY_AFTER)
 
     # --- errors -----------------------------------------------------------------------------
 

@@ -82,7 +82,7 @@ class JiraClient:
                 "fields": [*ISSUE_FIELDS, self.l2_field_id, self.severity_field_id]}
         wanted, issues = set(keys), dict[str, Issue]()
         for _ in keys:  # a page holds one issue at least: never more pages than keys
-            found = self.http.request_json("POST", SEARCH, json=body)
+            found = self.http.request_json("POST", SEARCH, json=body, repeatable=True)
             raw = found.get("issues") if isinstance(found, dict) else None
             if not isinstance(raw, list):
                 raise IntegrationError(f"jira POST {SEARCH}: the answer has no issues",
@@ -158,7 +158,8 @@ class JiraClient:
     def approximate_count(self, jql: str) -> int:
         """How many issues ``jql`` matches (Jira's approximate count: a change made seconds
         ago may not show yet). A JQL Jira cannot parse is its 400, an ``IntegrationError``."""
-        found = self.http.request_json("POST", APPROXIMATE_COUNT, json={"jql": jql})
+        found = self.http.request_json("POST", APPROXIMATE_COUNT, json={"jql": jql},
+                                       repeatable=True)
         count = found.get("count") if isinstance(found, dict) else None
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise IntegrationError(f"jira POST {APPROXIMATE_COUNT}: the answer has no count",

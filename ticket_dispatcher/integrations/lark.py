@@ -62,7 +62,8 @@ class LarkClient:
         for start in range(0, len(wanted), EMAILS_PER_LOOKUP):
             data = self._call("POST", "/open-apis/contact/v3/users/batch_get_id",
                               params={"user_id_type": "open_id"},
-                              json={"emails": wanted[start:start + EMAILS_PER_LOOKUP]})
+                              json={"emails": wanted[start:start + EMAILS_PER_LOOKUP]},
+                              repeatable=True)  # a lookup
             for entry in _list(data, "user_list"):
                 email, user_id = entry.get("email"), entry.get("user_id")
                 if isinstance(email, str) and isinstance(user_id, str) and user_id:
@@ -156,7 +157,7 @@ class LarkClient:
     def _fetch_token(self, now: datetime) -> None:
         body = self.http.request_json(
             "POST", TOKEN_PATH, json={"app_id": self._app_id, "app_secret": self._app_secret},
-            authenticate=False)
+            authenticate=False, repeatable=True)  # a token, the same while it lasts
         if not isinstance(body, dict) or body.get("code") != 0:
             code = body.get("code") if isinstance(body, dict) else None
             msg = str(body.get("msg") or "") if isinstance(body, dict) else ""

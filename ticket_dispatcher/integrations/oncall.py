@@ -7,12 +7,8 @@ from typing import Any
 
 from ticket_dispatcher.config import OncallConfig
 from ticket_dispatcher.domain.ports import PageOutcome, PageResult, Responder
-from ticket_dispatcher.errors import IntegrationError
-from ticket_dispatcher.integrations.http import (
-    BearerServiceClient,
-    IntegrationTimeout,
-    segment,
-)
+from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
+from ticket_dispatcher.integrations.http import BearerServiceClient, segment
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +38,7 @@ class OncallClient(BearerServiceClient):
                 "dedup_key": dedup_key}
         try:
             answer = self.http.request_json("POST", PAGE_PATH, json=body)
-        except IntegrationTimeout as exc:
+        except OutcomeUnknown as exc:  # no answer, or the connection broke after sending
             return PageResult(PageOutcome.UNKNOWN, call_error=exc.message)
         except IntegrationError as exc:
             if exc.status == 200:  # accepted by HTTP, but the body is unreadable
