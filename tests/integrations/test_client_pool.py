@@ -32,7 +32,7 @@ from ticket_dispatcher.actors.client_ports import (
 from ticket_dispatcher.config import Config, CoreConfig, JiraConfig, LarkConfig, OncallConfig
 from ticket_dispatcher.domain.ports import Jira
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, LeaseLost, OutcomeUnknown
-from ticket_dispatcher.integrations.http import HttpClient
+from ticket_dispatcher.integrations.http import HttpClient, send_guard
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.metrics import Metrics
 
@@ -93,6 +93,16 @@ class EchoClient:
         self.log.add(tag)
         self.log.entered[tag].set()
         gate.wait(WAIT)
+        return tag
+
+    def hold_then_send(self, tag: str) -> str:
+        """As ``hold``, then writes a request as a connection does: the send guard first (a
+        call that waited out a rate limit before it sent)."""
+        self.hold(tag)
+        guard = send_guard.get()
+        if guard is not None:
+            guard()
+        self.log.add(f"{tag} sent")
         return tag
 
     def fail(self, message: str) -> None:
@@ -506,6 +516,20 @@ def test_abandon_wakes_queued_and_running_callers_and_refuses_new_calls(echo, lo
     pool.stop(timeout=WAIT)  # the running call ends, then the actor stops
     assert log.entries == ["running"]  # neither the queued nor the new call ever ran
     assert pool.stats()["abandoned"] is True
+
+
+def test_a_running_call_that_has_not_sent_yet_when_abandoned_sends_nothing(echo, log):
+    pool = echo(size=1, call_timeout=60, queue_timeout=60)
+    log.gate("waiting")
+    caller = start_caller(lambda: pool.call("hold_then_send", "waiting"))
+    assert log.entered["waiting"].wait(WAIT)
+
+    pool.abandon()
+    log.gates["waiting"].set()  # its wait (a rate limit's, say) ends during the shutdown
+    pool.stop(timeout=WAIT)
+
+    assert isinstance(caller.result()[1], CallAbandoned)
+    assert log.entries == ["waiting"]  # never "waiting sent"
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ has no thread of its own: a ClientActor hands itself back from its own thread wh
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import threading
 import time
@@ -121,7 +122,8 @@ class ClientActor(pykka.ThreadingActor):
         started = time.monotonic()
         result: Any = None
         error: BaseException | None = None
-        guard = send_guard.set(pooled.guard)  # checked again before each write to a socket
+        # checked again before each write to a socket
+        guard = send_guard.set(functools.partial(self._pool.check_sending, pooled.guard))
         try:
             result = self._invoke(pooled.call)
         except Exception as exc:  # the caller's to raise, not this actor's
@@ -230,6 +232,16 @@ class ClientPool:
         if not await_stopped(futures, Deadline(timeout)):
             raise pykka.Timeout(f"{self.name} client actors did not stop within {timeout} s")
         return None
+
+    def check_sending(self, guard: Callable[[], None] | None) -> None:
+        """Right before a running call writes a request (the first, or one after a wait at
+        the service's rate limit): ``CallAbandoned`` once the pool is abandoned, so nothing
+        leaves during a shutdown; then the caller's ``guard``."""
+        if self._abandoned:  # a bool, set once: read without the lock
+            raise CallAbandoned(f"{self.name}: the service is shutting down; the request was "
+                                f"not sent")
+        if guard is not None:
+            guard()
 
     def abandon(self) -> None:
         """Shutdown: every caller waiting for an actor or for a started call raises
