@@ -478,9 +478,13 @@ class FakeJira(Served):
             if call.route is Route.COUNT_ISSUES:
                 return 200, {"count": self._count(call.body)}
             if call.route is Route.SEARCH_ISSUES:
-                return 200, {"issues": [self._render(self._issues[key])
-                                        for key in self._keys_in(call.body)
-                                        if key in self._issues]}
+                keys = self._keys_in(call.body)
+                missing = [key for key in keys if key not in self._issues]
+                if missing:  # as Jira: a JQL naming an issue that does not exist is refused
+                    return 400, {"errorMessages": [
+                        f"An issue with key '{key}' does not exist for field 'key'."
+                        for key in missing], "errors": {}}
+                return 200, {"issues": [self._render(self._issues[key]) for key in keys]}
             issue = self._issues.get(call.key or "")
             if issue is None:
                 raise _PeerError(404, "Issue does not exist or you do not have permission "

@@ -84,6 +84,36 @@ def test_a_search_answered_in_pages_is_read_to_its_last_page(mocked, jira):
     assert asked == [None, "page-2"]
 
 
+def test_a_search_refused_for_a_deleted_issue_is_made_again_without_it(mocked, jira):
+    # Jira refuses a whole JQL that names an issue that no longer exists
+    asked = []
+
+    def search(request):
+        body = json.loads(request.body)
+        asked.append(body["jql"])
+        if "TCOC-9" in body["jql"]:
+            return 400, {}, json.dumps({"errorMessages": [
+                "An issue with key 'TCOC-9' does not exist for field 'key'."], "errors": {}})
+        return 200, {}, json.dumps({"issues": [raw_issue()], "isLast": True})
+
+    mocked.add_callback("POST", f"{BASE}/rest/api/2/search/jql", callback=search)
+
+    found = jira.load_issues(["TCOC-7", "TCOC-9"])
+
+    assert sorted(found) == ["TCOC-7"]
+    assert asked == ['key in ("TCOC-7", "TCOC-9")', 'key in ("TCOC-7")']
+
+
+def test_a_search_refused_for_another_reason_is_an_error(mocked, jira):
+    mocked.post(f"{BASE}/rest/api/2/search/jql", status=400,
+                json={"errorMessages": ["The JQL query is too complex."], "errors": {}})
+
+    with pytest.raises(IntegrationError) as caught:
+        jira.load_issues(["TCOC-7", "TCOC-9"])
+
+    assert caught.value.status == 400 and len(mocked.calls) == 1
+
+
 def test_load_issue_parses_jira_offset_time_l2_and_severity(mocked, jira):
     mocked.get(f"{BASE}/rest/api/2/issue/TCOC-7", json=raw_issue())
 

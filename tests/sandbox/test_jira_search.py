@@ -52,3 +52,14 @@ def test_an_unreadable_search_is_jiras_400(client, sandbox):
 
     assert result.status_code == 400
     assert "Error in the JQL Query" in result.json["errorMessages"][0]
+
+
+def test_a_search_naming_an_issue_that_does_not_exist_is_jiras_400_naming_it(client, sandbox):
+    sandbox.jira.put_issue(SandboxIssue(key="TCID-2", project_key="TCID"))
+
+    result = client.simulate_post(f"{JIRA}/search/jql", json={"jql": 'key in (TCID-2, NOPE-9)'},
+                                  headers=JIRA_AUTH)
+
+    assert result.status_code == 400
+    assert result.json["errorMessages"] == [
+        "An issue with key 'NOPE-9' does not exist for field 'key'."]

@@ -16,7 +16,12 @@ from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.domain.ports import Answer, TriageChange, answer_each
 from ticket_dispatcher.errors import IntegrationError, InvalidInput
-from ticket_dispatcher.integrations.http import HttpClient, RateGate, segment
+from ticket_dispatcher.integrations.http import (
+    HttpClient,
+    IntegrationRejected,
+    RateGate,
+    segment,
+)
 
 SERVICE = "jira"
 # Everything the issue snapshot (``model.Issue``) reads, plus the two configured custom fields.
@@ -72,11 +77,28 @@ class JiraClient:
         """The live issues of up to ``SEARCH_KEYS`` keys in one search, by key. A key Jira
         does not answer for (deleted, moved, not visible) is missing from the result; the
         caller reads those one by one. Jira may answer in pages, fewer issues a page than
-        asked when many fields are asked for: each next page is read too."""
+        asked when many fields are asked for: each next page is read too.
+
+        Jira refuses the whole search (400) when the JQL names an issue that does not exist
+        any more ("An issue with key 'TCID-7' does not exist for field 'key'."): the keys its
+        answer names are left out and the rest searched again. A 400 that names none of them
+        is raised."""
         if not keys:
             return {}
         if len(keys) > SEARCH_KEYS:
             raise ValueError(f"at most {SEARCH_KEYS} keys per search")
+        remaining = list(keys)
+        while remaining:
+            try:
+                return self._search_keys(remaining)
+            except IntegrationRejected as exc:
+                named = [key for key in remaining if f"'{key}'" in exc.detail]
+                if exc.status != 400 or not named:
+                    raise
+                remaining = [key for key in remaining if key not in named]
+        return {}
+
+    def _search_keys(self, keys: Sequence[str]) -> dict[str, Issue]:
         quoted = ", ".join(jql_string(key) for key in keys)
         body = {"jql": f"key in ({quoted})", "maxResults": len(keys),
                 "fields": [*ISSUE_FIELDS, self.l2_field_id, self.severity_field_id]}

@@ -519,8 +519,8 @@ def read_jql(body: object, reader: Callable[[str], T]) -> tuple[dict, T]:
 @falcon.before(guard)
 class SearchResource(JiraResource):
     """``POST /rest/api/{2,3}/search/jql``: ``{"jql": "key in (...)", "fields": [...]}``
-    answers ``{"issues": [...]}`` with the issues that exist, as ``GET`` renders them; any
-    other JQL is Jira's 400."""
+    answers ``{"issues": [...]}`` as ``GET`` renders them; as Jira does, a JQL naming an issue
+    that does not exist is a 400 naming each such key, and any other JQL is a 400 too."""
 
     roles = {"POST": PUBLIC}
 
@@ -528,14 +528,18 @@ class SearchResource(JiraResource):
         body, keys = read_jql(self.body(req), keys_in)
         requested = body.get("fields") if isinstance(body.get("fields"), list) else []
         wanted = None if not requested or set(requested) & set(ALL_FIELDS) else set(requested)
-        issues = []
+        issues, missing = [], []
         for key in dict.fromkeys(keys):
             try:
                 issue, people = self.state.issue_with_people(key)
             except UnknownIssue:
-                continue  # Jira leaves out what does not exist or cannot be seen
+                missing.append(key)
+                continue
             issues.append(render_issue(issue, people, self.state.l2_field_id,
                                        self.state.severity_field_id, wanted))
+        if missing:
+            raise jira_error(400, [f"An issue with key '{key}' does not exist for field 'key'."
+                                   for key in missing])
         resp.media = {"issues": issues}
 
 
