@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from falcon import testing
@@ -346,6 +347,16 @@ def test_an_engineers_own_page_pages_through_a_long_list_of_time_off(console, ha
     assert "1–50 of 55" in main_text(first) and "day 50 " in main_text(first)
     assert 'href="/console/engineers/a@example.com?offset=50" rel="next">Later →' in first
     assert "51–55 of 55" in second and "day 55 " in second and "day 50 " not in second
+
+
+def test_an_engineers_own_page_links_to_itself_with_the_email_quoted(console, harness):
+    email = "o'neil+ops#1@example.com"  # the API takes it; "#" would end a link's path
+    harness.store.engineers.put(email, dispatch_enabled=True, now=harness.clock.now())
+    console.sign_in("viewer")
+
+    page = console.get(f"{PAGE}/{quote(email, safe='@')}").text
+
+    assert f'href="/console/engineers/{quote(email, safe="@")}?past=true"' in page
 
 
 def test_the_turn_skips_a_member_on_time_off_as_the_next_assignment_would(world):

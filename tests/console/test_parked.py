@@ -109,6 +109,9 @@ def test_waits_are_listed_soonest_first_and_page(waiting, open_console):
     assert [row.split()[0] for row in rows(second)] == ["WAIT-3"]
     assert 'href="/console/parked?limit=2&amp;offset=0" rel="prev">← Sooner' in second
     assert open_console.get(PAGE, params={"limit": "500"}).status_code == 400
+    # an offset at the end of a row id's range is a page past the last, not an overflow
+    deep = open_console.get(PAGE, params={"offset": str(2**63 - 1)})
+    assert deep.status_code == 200 and rows(deep.text) == ["Nothing is parked on this page."]
 
 
 def test_past_its_bound_the_count_says_more_than(waiting, open_console, monkeypatch):

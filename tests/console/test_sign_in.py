@@ -49,13 +49,21 @@ def test_a_wrong_key_is_refused_with_the_form_again_and_nothing_set(console):
     assert console.get("/console/").status_code == 303
 
 
-def test_an_automation_key_signs_in_but_sees_no_page(console):
-    console.sign_in("automation")
-
-    answer = console.get("/console/")
+def test_an_automation_key_is_refused_at_sign_in_with_the_reason(console):
+    answer = console.sign_in("automation")
 
     assert answer.status_code == 403
-    assert "this needs the viewer role" in main_text(answer.text)
+    assert "sign in with a viewer or operator key" in main_text(answer.text)
+    assert "td_console" not in answer.cookies
+    assert console.get("/console/").status_code == 303
+
+
+@pytest.mark.parametrize("cookie", ["x.\u00e9", "\u00e9.\u00e9", "a" * 40 + ".\u00ff"])
+def test_a_cookie_with_any_character_is_nobody_not_an_error(console, cookie):
+    console.cookies["td_console"] = cookie
+
+    assert console.get("/console/").status_code == 303
+    assert console.get("/console/sign-in").status_code == 200
 
 
 def test_a_session_ends_when_it_expires_or_its_key_is_removed(console, harness):
@@ -106,7 +114,7 @@ def test_a_viewer_sees_no_action_and_a_forged_post_is_refused(console, harness):
     assert "this needs the operator role" in main_text(forged.text)
 
 
-@pytest.mark.parametrize("token", ["", "made-up"])
+@pytest.mark.parametrize("token", ["", "made-up", "\u00e9t\u00e9"])
 def test_a_changing_post_without_its_token_is_refused(open_console, token):
     answer = open_console.post("/console/sign-out", token=token)
 

@@ -330,6 +330,7 @@ class EngineerPage(Page):
                                                      now),
             entries=entries, total=total, past=past, feeds=feeds, limit=limit, offset=offset,
             query=query.values("past", "limit"),
+            page_path=f"/engineers/{quote(engineer.email, safe='@')}",
             local=lambda moment: f"{moment.astimezone(zone):%a %Y-%m-%d %H:%M}",
             dispatch_url=dispatch_url)
 

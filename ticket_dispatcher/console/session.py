@@ -78,7 +78,7 @@ class Sessions:
         if not value or value.count(".") != 1 or len(value) > 1024:
             return None
         payload, mac = value.split(".")
-        if not hmac.compare_digest(mac, self._mac("session", payload)):
+        if not _same(mac, self._mac("session", payload)):
             return None
         try:
             body = json.loads(_unb64(payload))
@@ -88,7 +88,8 @@ class Sessions:
         if expires <= now.timestamp():
             return None
         key = next((k for k in self._auth.api_keys if k.name == name), None)
-        if key is None or not hmac.compare_digest(key.key_sha256[:_DIGEST_PREFIX], digest):
+        if key is None or not isinstance(digest, str) \
+                or not _same(key.key_sha256[:_DIGEST_PREFIX], digest):
             return None
         return Viewer(key.name, key.role, "session", f"session:{nonce}")
 
@@ -123,11 +124,17 @@ class Sessions:
     def csrf_valid(self, identity: str, presented: str | None) -> bool:
         if not presented:
             return False
-        return hmac.compare_digest(presented, self.csrf_token(identity))
+        return _same(presented, self.csrf_token(identity))
 
     def _mac(self, purpose: str, text: str) -> str:
         digest = hmac.new(self._secret, f"{purpose}\n{text}".encode(), hashlib.sha256).digest()
         return _b64(digest)
+
+
+def _same(given: str, expected: str) -> bool:
+    """``given`` equals ``expected``, compared in constant time. As bytes: given text (a cookie,
+    a form field) may hold any character, and ``compare_digest`` takes ASCII text only."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
 
 
 def _b64(data: bytes) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import falcon
 
+from ticket_dispatcher.config import AccessRole
 from ticket_dispatcher.console.session import COOKIE
 from ticket_dispatcher.console.web import BASE, Console, Page, form_text, see_other, url
 from ticket_dispatcher.http.auth import MAX_TRACKED_ADDRESSES, PUBLIC, authenticate
@@ -56,6 +57,12 @@ class SignIn(Page):
                                headers={"Retry-After": retry_after_header(wait)})
             self.console.render(req, resp, "sign_in.html", status=falcon.HTTP_401,
                                 next=target, failed="That API key is not valid.",
+                                cookie_lost=self._cookie_lost(req))
+            return
+        if key.role is AccessRole.AUTOMATION:  # it may post triggers, and read nothing
+            self.console.render(req, resp, "sign_in.html", status=falcon.HTTP_403,
+                                next=target, failed="That is an automation key, which may only "
+                                "post triggers; sign in with a viewer or operator key.",
                                 cookie_lost=self._cookie_lost(req))
             return
         value, lifetime = self.console.sessions.sign_in(key, self.services.clock.now())

@@ -27,6 +27,7 @@ from ticket_dispatcher.domain.execution import (
     TriggerStatus,
 )
 from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
+from ticket_dispatcher.safejson import MAX_ID
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     Prepared,
@@ -506,7 +507,7 @@ class ExecutionRepository:
             # a short page is the last one: its total needs no COUNT (as ``fetch_page``)
             if len(rows) < limit and (rows or offset == 0):
                 return self._with_rules(rows), offset + len(rows), True
-            bound = offset + max(counted, limit)
+            bound = min(offset + max(counted, limit), MAX_ID - 1)  # a row id's range at most
             total = waiting.limit(bound + 1).count()  # counts a subquery of at most bound + 1
             return self._with_rules(rows), min(total, bound), total <= bound
 
