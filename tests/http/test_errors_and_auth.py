@@ -171,3 +171,13 @@ def test_rule_priority_beyond_32_bits_is_400(api):
 
     errors = assert_error(result, 400, "validation_failed")["errors"]
     assert [p["path"] for p in errors] == ["rules[0].priority"]
+
+
+@pytest.mark.parametrize("path, role", [("/dispatch/policies", "viewer"),
+                                        ("/dispatch/policies/424242", "viewer"),
+                                        ("/dispatch/policies", None)])
+def test_every_answer_is_neither_sniffed_nor_cached(api, path, role):
+    answer = api.as_role(role).get(path)
+
+    assert answer.headers["X-Content-Type-Options"] == "nosniff"
+    assert answer.headers["Cache-Control"] == "no-store"

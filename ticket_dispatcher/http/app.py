@@ -29,7 +29,7 @@ from ticket_dispatcher.http.engineers import (
 )
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.health import Liveness, MetricsExposition, Options, Readiness
-from ticket_dispatcher.http.middleware import DatabaseConnection
+from ticket_dispatcher.http.middleware import DatabaseConnection, PrivateAnswers
 from ticket_dispatcher.http.openapi import OpenApiDocument
 from ticket_dispatcher.http.policies import (
     PolicyActivation,
@@ -103,7 +103,8 @@ def create_app(services: Services, *, auth_enabled: bool = True,
         middleware=[keys,
                     *gates,
                     TextParameters(),
-                    DatabaseConnection(services.store)],
+                    DatabaseConnection(services.store),
+                    PrivateAnswers()],
         cors_enable=False,
     )
     app.req_options.strip_url_path_trailing_slash = True

@@ -48,3 +48,16 @@ class DatabaseConnection:
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
                          req_succeeded: bool) -> None:
         self._store.checkin()  # closes only what is open: a refused request took nothing
+
+
+class PrivateAnswers:
+    """Falcon middleware: an answer is never to be sniffed for another type than it says, nor
+    kept by a cache, unless its resource said otherwise: API answers hold what an
+    authenticated reader was shown. The console adds its own policy to its pages."""
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: object,
+                         req_succeeded: bool) -> None:
+        if resp.get_header("X-Content-Type-Options") is None:
+            resp.set_header("X-Content-Type-Options", "nosniff")
+        if resp.get_header("Cache-Control") is None:
+            resp.set_header("Cache-Control", "no-store")
