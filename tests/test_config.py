@@ -740,3 +740,16 @@ def test_feed_urls_their_paths_and_queries_are_secrets_for_the_log():
             "https://x.io/a.ics"} <= set(secrets)
     # a path too short to carry a token is not masked on its own: it would cut up other lines
     assert "/a.ics" not in secrets
+
+
+def test_a_bare_zero_is_a_zero_duration_where_the_range_starts_at_zero(write_toml):
+    from_file = load_config(write_toml("intake_priority = 0\n[database]\nbusy_timeout = 0\n"),
+                            environ={})
+    from_environment = load_config(None, environ={"TICKET_DISPATCHER_INTAKE_PRIORITY": "0",
+                                                  "TICKET_DISPATCHER_CLUSTER_DRAIN": "0"})
+
+    assert from_file.intake_priority == from_file.database.busy_timeout == timedelta(0)
+    assert from_environment.intake_priority == from_environment.cluster.drain == timedelta(0)
+    # where a duration must be positive, zero is refused as before
+    assert "TRIGGER_POLL_INTERVAL: expected a positive duration" in config_error(
+        None, {"TICKET_DISPATCHER_TRIGGER_POLL_INTERVAL": "0"})

@@ -202,12 +202,15 @@ def duration(low: timedelta | None = None, high: timedelta | None = None) -> Kin
         expected = f'a duration between "{format_duration(low)}" and "{format_duration(high)}"'
 
     def check(value: Any) -> timedelta:
-        if not isinstance(value, str):
+        if _bare_zero(value):  # zero needs no unit: where a range starts at 0, it is allowed
+            parsed = timedelta(0)
+        elif not isinstance(value, str):
             raise Invalid(expected)
-        try:
-            parsed = parse_duration(value)
-        except ValueError:
-            raise Invalid(expected) from None
+        else:
+            try:
+                parsed = parse_duration(value)
+            except ValueError:
+                raise Invalid(expected) from None
         if low is not None and high is not None:
             if not low <= parsed <= high:
                 raise Invalid(expected)
@@ -216,6 +219,13 @@ def duration(low: timedelta | None = None, high: timedelta | None = None) -> Kin
         return parsed
 
     return Kind(expected, check, check)
+
+
+def _bare_zero(value: Any) -> bool:
+    """``0`` as a TOML integer or ``"0"`` as text (an environment variable's form)."""
+    if isinstance(value, str):
+        return value.strip() == "0"
+    return isinstance(value, int) and not isinstance(value, bool) and value == 0
 
 
 def text(*, check: Callable[[str], bool] | None = None, expected: str = "a string",

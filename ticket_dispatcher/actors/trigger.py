@@ -353,6 +353,7 @@ class TriggerRouter:
         self._deps = deps
         self._lock = threading.Lock()
         self._queue: Lanes[ProcessTrigger] = Lanes(deps.config.lanes.notification_share)
+        deps.metrics.lanes("triggers", self._queue.lengths())  # each lane's series from the start
         self._in_hand: dict[int, TriggerWork] = {}
         self._tokens = itertools.count(1)
         self._actors = [TriggerActor.start(deps, pool, self) for _ in range(size)]
