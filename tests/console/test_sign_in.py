@@ -102,6 +102,25 @@ def test_sign_out_ends_the_session(console):
     assert console.get("/console/").status_code == 303
 
 
+def test_a_copy_of_a_signed_out_cookie_is_refused_until_it_would_have_expired(console,
+                                                                               harness):
+    console.sign_in("operator")
+    copied = dict(console.cookies)
+    page = console.get("/console/")
+    console.post("/console/sign-out", token=form_token(page.text))
+
+    console.cookies = copied  # someone kept the cookie
+    assert console.get("/console/").status_code == 303
+    console.sign_in("operator")  # a new sign-in is a new session
+    assert console.get("/console/").status_code == 200
+    harness.clock.advance(12 * 3600 + 1)  # the sign-out is forgotten with the session
+    console.sign_in("viewer")
+    console.post("/console/sign-out", token=form_token(console.get("/console/").text))
+    with harness.store.db.connection_context():
+        assert harness.store.db.execute_sql(
+            "SELECT COUNT(*) FROM console_sign_outs").fetchone()[0] == 1
+
+
 def test_a_viewer_sees_no_action_and_a_forged_post_is_refused(console, harness):
     trigger = failed_trigger(harness.store, harness.clock)
     console.sign_in("viewer")

@@ -24,7 +24,7 @@ import ipaddress
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from ticket_dispatcher.config import AccessRole, ApiKey, AuthConfig, ConsoleConfig
 from ticket_dispatcher.http.auth import allowed
@@ -41,6 +41,8 @@ class Viewer:
     role: AccessRole | None  # None: known (the proxy vouched) but given no role
     via: str  # "session", "proxy" or "open" (authentication off)
     identity: str  # what the CSRF token is bound to
+    session: str = ""  # a session's nonce, which signing out records
+    expires_at: datetime | None = None  # when a session ends by itself
 
     def may(self, roles: frozenset[AccessRole]) -> bool:
         return not roles or (self.role is not None and allowed(self.role, roles))
@@ -91,7 +93,8 @@ class Sessions:
         if key is None or not isinstance(digest, str) \
                 or not _same(key.key_sha256[:_DIGEST_PREFIX], digest):
             return None
-        return Viewer(key.name, key.role, "session", f"session:{nonce}")
+        return Viewer(key.name, key.role, "session", f"session:{nonce}", session=str(nonce),
+                      expires_at=datetime.fromtimestamp(expires, UTC))
 
     # --- the reverse proxy --------------------------------------------------------------
 

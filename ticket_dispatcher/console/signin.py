@@ -73,9 +73,15 @@ class SignIn(Page):
 
 
 class SignOut(Page):
+    """Ends the session: recorded until it would have expired, so that a copy of its cookie
+    is refused by every replica too, and the cookie is removed from the browser."""
+
     console_roles = {"POST": PUBLIC}
-    uses_database = False
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        viewer = req.context.viewer  # the gate's, for this request
+        if viewer is not None and viewer.session and viewer.expires_at is not None:
+            self.services.store.console_sessions.sign_out(viewer.session, viewer.expires_at,
+                                                          self.services.clock.now())
         resp.unset_cookie(COOKIE, path=BASE)
         see_other(resp, url("/sign-in"))

@@ -29,7 +29,7 @@ import markupsafe
 from ticket_dispatcher import __version__
 from ticket_dispatcher.config import AccessRole
 from ticket_dispatcher.console.session import COOKIE, OPEN, Sessions, Viewer
-from ticket_dispatcher.errors import InvalidInput, Problem
+from ticket_dispatcher.errors import InvalidInput, Problem, StoreUnavailable
 from ticket_dispatcher.http import errors
 from ticket_dispatcher.http.auth import PUBLIC, VIEWER
 from ticket_dispatcher.http.binding import check_text
@@ -126,7 +126,19 @@ class Console:
                                            req.get_header("X-Forwarded-Groups"))
         if proxied is not None:
             return proxied
-        return self.sessions.read(req.cookies.get(COOKIE), self.services.clock.now())
+        viewer = self.sessions.read(req.cookies.get(COOKIE), self.services.clock.now())
+        if viewer is not None and self._signed_out(viewer):
+            return None
+        return viewer
+
+    def _signed_out(self, viewer: Viewer) -> bool:
+        """Whether the viewer's session was signed out (on any replica). While the database
+        cannot say, the session stands: every page that reads the database fails anyway, and
+        one that does not shows no data of its own."""
+        try:
+            return self.services.store.console_sessions.signed_out(viewer.session)
+        except StoreUnavailable:
+            return False
 
     def error_page(self, req: falcon.Request, resp: falcon.Response,
                    exc: falcon.HTTPError) -> None:

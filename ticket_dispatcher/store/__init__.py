@@ -27,6 +27,7 @@ from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.store import migrations
+from ticket_dispatcher.store.console_sessions import ConsoleSessionRepository
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     DEFAULT_DATABASE,
@@ -106,6 +107,7 @@ class Store:
         self.executions = ExecutionRepository(db, self.contexts)
         self.replicas = ReplicaRepository(db)
         self.shadows = ShadowRepository(db, self.executions)
+        self.console_sessions = ConsoleSessionRepository(db)
         self._process_lock: ProcessLock | None = None  # held while serving a SQLite file
 
     @classmethod

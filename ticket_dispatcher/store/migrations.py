@@ -332,6 +332,20 @@ def _webhook_deliveries(db: peewee.Database) -> None:
         db.execute_sql(statement)
 
 
+def _console_sign_outs(db: peewee.Database) -> None:
+    """The console sessions signed out before they expired, until they would have; read by
+    the session, forgotten by expiry."""
+    t = _types(db)
+    for statement in (
+        f"""CREATE TABLE IF NOT EXISTS console_sign_outs (
+            session TEXT PRIMARY KEY,
+            expires_at {t.time} NOT NULL)""",
+        """CREATE INDEX IF NOT EXISTS ix_console_sign_outs_expires
+            ON console_sign_outs (expires_at)""",
+    ):
+        db.execute_sql(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
@@ -343,6 +357,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (8, "retries after transient failures", _transient_retries),
     (9, "engineers' availability: hours, caps, time off and calendar feeds", _availability),
     (10, "jira_webhook_deliveries", _webhook_deliveries),
+    (11, "console_sign_outs", _console_sign_outs),
 )
 
 

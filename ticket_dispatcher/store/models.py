@@ -261,6 +261,16 @@ class WebhookDeliveryRow(BaseModel):
         table_name = "jira_webhook_deliveries"
 
 
+class ConsoleSignOutRow(BaseModel):
+    """A console session signed out before it expired: refused on every replica until then."""
+
+    session = peewee.TextField(primary_key=True)  # the session's nonce
+    expires_at = UTCDateTimeField()
+
+    class Meta:
+        table_name = "console_sign_outs"
+
+
 class SchemaMigrationRow(BaseModel):
     version = peewee.IntegerField(primary_key=True)
     name = peewee.TextField()
