@@ -131,6 +131,20 @@ def test_control_characters_in_condition_values_anywhere_in_when_are_400(engine_
     assert_healthy(engine_api)
 
 
+@pytest.mark.parametrize("control", ["\u202e", "\u2066", "\u202a"])
+def test_a_bidirectional_override_in_a_name_is_400_so_nobody_reads_it_reversed(engine_api,
+                                                                              control):
+    result = send(engine_api, "PUT", "/engineers/alice@example.com",
+                  {"dispatch_enabled": True, "display_name": f"Alice{control}nimda"})
+
+    errors = assert_400(result, "display_name")
+    assert f"U+{ord(control):04X} (a bidirectional control)" in errors[0]["message"]
+    assert engine_api.put("/engineers/alice@example.com", json={
+        "dispatch_enabled": True, "display_name": "\u0623\u0644\u064a\u0633 \u200f"}
+                          ).status_code == 201  # right-to-left text itself is welcome
+    assert_healthy(engine_api)
+
+
 def test_a_bad_object_key_is_400_at_its_path_written_safely(engine_api):
     result = send(engine_api, "POST", "/dispatch/policies/validate",
                   policy_body(**{"na\x00me\udfff": "x"}))

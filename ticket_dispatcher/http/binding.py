@@ -37,8 +37,11 @@ from ticket_dispatcher.safejson import (  # noqa: F401 - bind_object is part of 
 MAX_TEXT_PROBLEMS = 10  # offending strings reported per body; the rest would only repeat them
 
 # C0 controls and lone surrogates; the multi-line variant spares TAB, LF and CR.
-_BAD_SINGLE_LINE = re.compile("[\x00-\x1f\ud800-\udfff]")
-_BAD_MULTI_LINE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+# Control characters, lone surrogates, and the bidirectional embeddings, overrides and
+# isolates, which would show a name reversed or out of place to whoever reads it.
+_BIDI = "\u202a-\u202e\u2066-\u2069"
+_BAD_SINGLE_LINE = re.compile(f"[\x00-\x1f{_BIDI}\ud800-\udfff]")
+_BAD_MULTI_LINE = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f{_BIDI}\ud800-\udfff]")
 _INDEX = re.compile(r"\[\d+\]")
 
 
@@ -62,7 +65,8 @@ def read_json(req: falcon.Request, limit: int, *, required: bool = True,
     value = parse_json(read_bounded(req, limit), max_depth=max_depth)
     problems = text_problems(value, multiline=multiline)
     if problems:
-        raise InvalidInput("the body holds control characters or lone surrogates", problems)
+        raise InvalidInput("the body holds control characters, bidirectional controls or lone "
+                           "surrogates", problems)
     return value
 
 
@@ -125,7 +129,11 @@ def safe_text(text: str) -> str:
 
 def _describe(char: str) -> str:
     code = f"U+{ord(char):04X}"
-    return f"{code} (a lone surrogate)" if ord(char) >= 0xD800 else f"{code} (a control character)"
+    if ord(char) >= 0xD800:
+        return f"{code} (a lone surrogate)"
+    if ord(char) >= 0x2000:
+        return f"{code} (a bidirectional control)"
+    return f"{code} (a control character)"
 
 
 def _strings(value: Any) -> Iterator[tuple[str, str, bool]]:
