@@ -92,11 +92,14 @@ class FakeJiraWebhooks:
                     fake.release.wait(timeout=5)
                 status, answer = fake._answer(self.command, self.path, body)
                 data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # a held answer the client stopped waiting for: no one reads it
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = _serve
 
