@@ -531,6 +531,11 @@ class HttpClient:
             raise IntegrationLost(
                 f"{self.service} {method} {path}: the connection broke before the answer "
                 f"came; the outcome is unknown", service=self.service) from None
+        except requests.exceptions.ContentDecodingError:  # answered: it was received
+            raise IntegrationLost(
+                f"{self.service} {method} {path}: the answer could not be decoded "
+                f"(ContentDecodingError); the outcome is unknown", service=self.service) \
+                from None
         except requests.RequestException as exc:
             # The class name only: requests' own text can carry the full URL.
             raise IntegrationError(
