@@ -34,3 +34,15 @@ def test_a_replica_silent_for_a_day_is_forgotten(store):
 
     assert [r.owner for r in store.replicas.known()] == ["here:2:bbbbbb"]
 
+
+
+def test_a_replica_that_gave_its_work_back_shows_none_busy_or_parked(store):
+    store.replicas.beat(beat("a:10:aaaaaa", busy=4), NOW)
+    store.replicas.beat(beat("b:20:bbbbbb", busy=2), NOW)
+
+    store.replicas.gave_back("a:10:aaaaaa")
+
+    replicas = {r.owner: r for r in store.replicas.known()}
+    assert (replicas["a:10:aaaaaa"].busy, replicas["a:10:aaaaaa"].parked) == (0, 0)
+    assert replicas["a:10:aaaaaa"].heartbeat_at == NOW  # it stays as lost as it was
+    assert replicas["b:20:bbbbbb"].busy == 2

@@ -154,6 +154,7 @@ class Runtime:
             with write_lock(store.db):
                 executions = store.executions.release_owner(owner)
                 triggers = store.triggers.release_owner(owner)
+                store.replicas.gave_back(owner)
                 notify_work(store.db)
         except StoreUnavailable:
             log.warning("leases not given back: the database cannot be reached; the other "

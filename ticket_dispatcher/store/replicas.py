@@ -56,6 +56,12 @@ class ReplicaRepository:
              .execute())
             delete_where(ReplicaRow, ReplicaRow.heartbeat_at < now - FORGET_AFTER)
 
+    def gave_back(self, owner: str) -> None:
+        """The replica ``owner`` gave its work back as it stopped: it shows none busy or parked
+        any more, whatever its last heartbeat said (its heartbeat time is left as it was)."""
+        with unit_of_work(self.db):
+            ReplicaRow.update(busy=0, parked=0).where(ReplicaRow.owner == owner).execute()
+
     def known(self) -> list[Replica]:
         """Every replica remembered, the most recently started first."""
         with unit_of_work(self.db):
