@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 from enum import StrEnum
@@ -409,6 +409,20 @@ class Availability:
         }
 
 
+def covering(time_off: Iterable[TimeOff], at: datetime) -> list[TimeOff]:
+    """The entries that make up the time off covering ``at``, by start: the one covering
+    ``at``, then each that overlaps the time off so far or starts where it ends and takes it
+    further; the last one's end is the time off's. Empty when nothing covers ``at``."""
+    back, chain = to_utc(at), list[TimeOff]()
+    for entry in sorted(time_off, key=lambda entry: entry.start):
+        if entry.start > back:
+            break
+        if entry.end > back:
+            back = entry.end
+            chain.append(entry)
+    return chain
+
+
 def on_time_off(
     settings: AvailabilitySettings | None, time_off: Sequence[TimeOff], at: datetime
 ) -> Hindrance | None:
@@ -416,18 +430,14 @@ def on_time_off(
     ``at``, carried on through every entry that overlaps it or starts where it ends; the
     sentence gives that end in the engineer's zone and the reasons of the entries that set it:
     ``on time off until Wed 2026-12-09 18:00 Asia/Shanghai (vacation)``."""
-    at = to_utc(at)
-    back, notes = at, list[str]()
-    for entry in sorted(time_off, key=lambda entry: entry.start):
-        if entry.start > back:
-            break
-        if entry.end > back:
-            back = entry.end
-            shown = printable(entry.reason, MAX_SHOWN_REASON)
-            if shown and shown not in notes:
-                notes.append(shown)
-    if back == at:
+    chain = covering(time_off, at)
+    if not chain:
         return None
+    back, notes = chain[-1].end, list[str]()
+    for entry in chain:
+        shown = printable(entry.reason, MAX_SHOWN_REASON)
+        if shown and shown not in notes:
+            notes.append(shown)
     zone = (settings or ANY_TIME).zone
     why = f" ({', '.join(notes)})" if notes else ""
     return Hindrance(Unavailable.TIME_OFF, f"on time off until {_dated(back, zone)}{why}", back)

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 import peewee
 
-from ticket_dispatcher.domain.availability import TimeOff
+from ticket_dispatcher.domain.availability import TimeOff, covering
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.models import CalendarFeedRow, EngineerRow, TimeOffRow, delete_where
@@ -181,15 +181,9 @@ class TimeOffRepository:
 
 
 def _away_until(entries: Iterable[TimeOff], since: datetime) -> datetime:
-    """The end of the time off that covers ``since`` (``since`` itself when none does):
-    entries by start, each that overlaps the time off or starts where it ends carrying it
-    on."""
-    back = since
-    for entry in entries:
-        if entry.start > back:
-            break
-        back = max(back, entry.end)
-    return back
+    """The end of the time off that covers ``since``; ``since`` itself when none does."""
+    chain = covering(entries, since)
+    return chain[-1].end if chain else since
 
 
 def _time_off(row: TimeOffRow) -> TimeOff:
