@@ -45,8 +45,6 @@ def parse_rfc3339(text: str) -> datetime:
         value = datetime.fromisoformat(text.replace("z", "Z").replace("t", "T"))
     except ValueError:
         raise ValueError(f"{text!r} is not an RFC 3339 time") from None
-    if value.tzinfo is None:
-        raise ValueError(f"{text!r} has no UTC offset; RFC 3339 times need 'Z' or '+HH:MM'")
     try:  # 9999-12-31T23:59:59-23:59 is a time no UTC datetime can hold: every use would fail
         value.astimezone(UTC)
     except OverflowError:
