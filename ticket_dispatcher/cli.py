@@ -39,7 +39,7 @@ from ticket_dispatcher.config import Config, load_config, masked
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.explain import explain_policy
 from ticket_dispatcher.domain.issues import issue_from_any
-from ticket_dispatcher.domain.model import PolicySpec
+from ticket_dispatcher.domain.model import MAX_ACCOUNT_ID, PolicySpec
 from ticket_dispatcher.domain.validation import (
     parse_policy_spec,
     validate_policy,
@@ -297,10 +297,11 @@ _time_off_id = _row_id("time-off entry")
 
 
 def _account_id(text: str) -> str:
-    """A Jira account id as the API takes it: not blank, at most 128 characters."""
-    if not text.strip() or len(text) > 128 or text != text.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a Jira account id (1 to 128 "
-                                         f"characters, no blanks around them)")
+    """A Jira account id as the API takes it: not blank, at most ``MAX_ACCOUNT_ID``
+    characters."""
+    if not text.strip() or len(text) > MAX_ACCOUNT_ID or text != text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Jira account id (1 to "
+                                         f"{MAX_ACCOUNT_ID} characters, no blanks around them)")
     return text
 
 

@@ -228,6 +228,12 @@ class Policy:
         }
 
 
+# An engineer's name is shown in cards, lists and sentences; their Jira account id is sent to
+# Jira as it is, and Jira Cloud writes one in at most 128 characters.
+MAX_DISPLAY_NAME = 200
+MAX_ACCOUNT_ID = 128
+
+
 def _weekday_index(day: str) -> int:
     return WEEKDAYS.index(day) if day in WEEKDAYS else len(WEEKDAYS)
 

@@ -16,7 +16,7 @@ from ticket_dispatcher.domain.availability import (
     settings_of,
 )
 from ticket_dispatcher.domain.catalog import ENGINEER_EMAIL
-from ticket_dispatcher.domain.model import Engineer
+from ticket_dispatcher.domain.model import MAX_ACCOUNT_ID, MAX_DISPLAY_NAME, Engineer
 from ticket_dispatcher.errors import InvalidInput, NotFound, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import (
@@ -42,9 +42,7 @@ def normalise_email(text: str) -> str:
     return email
 
 
-# Shown in cards, lists and sentences (a name), and sent to Jira as it is (an account id, which
-# Jira Cloud writes in at most 128 characters).
-_MAX_LENGTHS = {"display_name": 200, "jira_account_id": 128}
+_MAX_LENGTHS = {"display_name": MAX_DISPLAY_NAME, "jira_account_id": MAX_ACCOUNT_ID}
 
 
 def _check_lengths(body: dict) -> None:

@@ -34,8 +34,9 @@ from ticket_dispatcher.domain.execution import (
     TriggerStatus,
 )
 from ticket_dispatcher.domain.issues import ISSUE_KEY
-from ticket_dispatcher.domain.model import PolicyStatus
+from ticket_dispatcher.domain.model import MAX_ACCOUNT_ID, MAX_DISPLAY_NAME, PolicyStatus
 from ticket_dispatcher.domain.shadow import DIFFERENCES
+from ticket_dispatcher.domain.validation import MAX_POLICY_NAME
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import PUBLIC
 from ticket_dispatcher.http.binding import MAX_ID
@@ -548,7 +549,7 @@ def _policy_schemas() -> dict:
             "then": {"type": "array", "minItems": 1, "items": _ref("Action")},
             "transition": transition}, ["name", "priority", "when", "then"]),
         "PolicyBody": _object({
-            "name": {**TEXT, "maxLength": 200}, "description": {"type": "string"},
+            "name": {**TEXT, "maxLength": MAX_POLICY_NAME}, "description": {"type": "string"},
             "trigger": _ref("PolicyTriggerBody"),
             "rules": {"type": "array", "minItems": 1, "items": _ref("RuleBody")}},
             ["name", "rules"], example=POLICY_EXAMPLE,
@@ -751,8 +752,9 @@ def _service_schemas() -> dict:
             closed=False),
         "EngineerBody": _object({
             "dispatch_enabled": {"type": "boolean"},
-            "display_name": {"type": "string", "nullable": True, "maxLength": 200},
-            "jira_account_id": {"type": "string", "nullable": True, "maxLength": 128},
+            "display_name": {"type": "string", "nullable": True, "maxLength": MAX_DISPLAY_NAME},
+            "jira_account_id": {"type": "string", "nullable": True,
+                                "maxLength": MAX_ACCOUNT_ID},
             "timezone": {"type": "string", "nullable": True,
                          "description": "an IANA time zone; working hours are read in it"},
             "working_hours": WORKING_HOURS,
