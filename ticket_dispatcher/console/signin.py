@@ -31,8 +31,13 @@ class SignIn(Page):
                                       self.services.clock.now, max_keys=MAX_TRACKED_ADDRESSES)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        self.console.render(req, resp, "sign_in.html", next=_safe_next(req.get_param("next")),
-                            failed="", cookie_lost=self._cookie_lost(req))
+        self._form(req, resp, _safe_next(req.get_param("next")))
+
+    def _form(self, req: falcon.Request, resp: falcon.Response, target: str, failed: str = "",
+              status: str = falcon.HTTP_200) -> None:
+        """The sign-in form, going on to ``target``; ``failed``: why the last try was refused."""
+        self.console.render(req, resp, "sign_in.html", status=status, next=target,
+                            failed=failed, cookie_lost=self._cookie_lost(req))
 
     def _cookie_lost(self, req: falcon.Request) -> bool:
         """A ``Secure`` cookie over plain HTTP (not to localhost, which browsers treat as
@@ -55,15 +60,11 @@ class SignIn(Page):
                 raise ApiError(falcon.HTTP_429, "too many failed sign-ins from this address; "
                                "wait before trying again",
                                headers={"Retry-After": retry_after_header(wait)})
-            self.console.render(req, resp, "sign_in.html", status=falcon.HTTP_401,
-                                next=target, failed="That API key is not valid.",
-                                cookie_lost=self._cookie_lost(req))
+            self._form(req, resp, target, "That API key is not valid.", falcon.HTTP_401)
             return
         if key.role is AccessRole.AUTOMATION:  # it may post triggers, and read nothing
-            self.console.render(req, resp, "sign_in.html", status=falcon.HTTP_403,
-                                next=target, failed="That is an automation key, which may only "
-                                "post triggers; sign in with a viewer or operator key.",
-                                cookie_lost=self._cookie_lost(req))
+            self._form(req, resp, target, "That is an automation key, which may only post "
+                       "triggers; sign in with a viewer or operator key.", falcon.HTTP_403)
             return
         value, lifetime = self.console.sessions.sign_in(key, self.services.clock.now())
         resp.set_cookie(COOKIE, value, max_age=lifetime, path=BASE,
