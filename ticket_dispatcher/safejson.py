@@ -136,7 +136,7 @@ def bind_object(raw: Any, *, required: Mapping[str, type], optional: Mapping[str
             continue
         elif not _is_type(value, expected):
             problems.append(Problem(join_path(path, key),
-                                    f"must be {JSON_TYPES[expected]}, not {shown_json(value)}"))
+                                    f"must be {JSON_TYPES[expected]}, not {_shown_json(value)}"))
         elif expected is int and not -MAX_ID <= value <= MAX_ID:
             problems.append(Problem(join_path(path, key), "is out of range"))
     if problems:
@@ -144,7 +144,7 @@ def bind_object(raw: Any, *, required: Mapping[str, type], optional: Mapping[str
     return raw
 
 
-def shown_json(value: Any, limit: int = 40) -> str:
+def _shown_json(value: Any, limit: int = 40) -> str:
     """A value of the wrong JSON type as a message quotes it: a string, number, boolean or
     null as JSON (control characters escaped), cut at ``limit`` characters and the cut marked
     with "…"; an object or an array by its type alone."""
