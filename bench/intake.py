@@ -9,7 +9,7 @@ trigger for an issue its Jira does not know, so the background work that follows
 the same process while ``wrk`` loads it, as it would in production. That Jira is tests/peer.py's
 fake in a process of its own (``python bench/floors.py jira``), as a real Jira is; ``--jira
 sandbox`` runs ``serve --sandbox`` instead, whose in-process Jira also answers each 404 on the
-service's own threads (the figures in bench/README.md before "2026-12-02, one CPU" were taken so).
+service's own threads (the figures in bench/diary/ before "2026-12-02, one CPU" were taken so).
 
 The floor (``python bench/floors.py intake``, described there) runs in a process of its own on
 the same engine with a database of its own: the service's migrations make its

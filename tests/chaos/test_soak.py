@@ -1,7 +1,7 @@
 """The chaos soak, short, in the default suite, with a fixed seed whose schedule is known: a
 failure in CI is a regression to replay, never the luck of a draw. New interleavings are drawn
 on purpose, by the documented command with a fresh seed (``python bench/chaos.py --seed N``,
-bench/README.md, "The chaos soak"). Each run is the whole soak of
+bench/README.md, "Method notes"). Each run is the whole soak of
 bench/chaos.py (tests/chaos/soak.py): real replicas (three in shared mode on PostgreSQL when
 ``TICKET_DISPATCHER_TEST_DATABASE_URL`` is set, else one on SQLite), the fakes in their own
 process, the load and the nemesis, then the checker over the history. A failure names its
