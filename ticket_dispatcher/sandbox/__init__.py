@@ -12,6 +12,7 @@ without any credentials. ``/sandbox/_control`` shapes the fake world and shows w
 | ``world.py`` | ``Sandbox``: the four states below over one directory, and the traffic |
 | ``people.py`` | the directory of people the four services share |
 | ``jira.py``, ``lark.py``, ``oncall.py``, ``core.py`` | each service's state and resources |
+| ``jira_webhooks.py`` | the fake Jira's admin webhooks (``jira webhook register``) |
 | ``traffic.py`` | injected faults and the request log |
 | ``base.py`` | what the resources share: errors, fault guard, fake auth |
 | ``control.py`` | the control API and its parsers |
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import falcon
 
-from ticket_dispatcher.sandbox import control, core, jira, lark, oncall
+from ticket_dispatcher.sandbox import control, core, jira, jira_webhooks, lark, oncall
 from ticket_dispatcher.sandbox.base import ServiceError, handle_service_error
 from ticket_dispatcher.sandbox.examples import ExampleSummary, load_examples
 from ticket_dispatcher.sandbox.traffic import SERVICES
@@ -45,7 +46,8 @@ def mount_sandbox(app: falcon.App, sandbox: Sandbox, prefix: str = PREFIX) -> No
     # Fake-service errors keep the real service's shape, not the project's.
     app.add_error_handler(ServiceError, handle_service_error)
     services = {
-        "jira": jira.routes(sandbox.jira, sandbox.traffic),
+        "jira": [*jira.routes(sandbox.jira, sandbox.traffic),
+                 *jira_webhooks.routes(sandbox.jira_webhooks, sandbox.traffic)],
         "lark": lark.routes(sandbox.lark, sandbox.traffic),
         "oncall": oncall.routes(sandbox.oncall, sandbox.traffic),
         "core": core.routes(sandbox.core, sandbox.traffic),

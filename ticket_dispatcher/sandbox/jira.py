@@ -290,24 +290,36 @@ def render_issue(issue: SandboxIssue, people: dict[str, SandboxUser], l2_field_i
 # --- the resources -----------------------------------------------------------------------------
 
 
-class JiraResource(ServiceResource):
+def basic_user(req: falcon.Request) -> str:
+    """The user of an ``Authorization: Basic user:token`` header with both parts, or ""."""
+    scheme, _, encoded = (req.get_header("Authorization") or "").partition(" ")
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
+    user, _, token = decoded.partition(":")
+    return user if scheme.lower() == "basic" and user and token else ""
+
+
+class JiraServiceResource(ServiceResource):
+    """Any fake Jira resource: Jira's error shape and Basic auth."""
+
     service = "jira"
-    state: JiraState
 
     def error(self, status: int, message: str,
               headers: dict[str, str] | None = None) -> ServiceError:
         return jira_error(status, [message], headers=headers)
 
     def authenticate(self, req: falcon.Request) -> None:
-        scheme, _, encoded = (req.get_header("Authorization") or "").partition(" ")
-        try:
-            decoded = base64.b64decode(encoded.strip(), validate=True).decode()
-            user, _, token = decoded.partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            user = token = ""
-        if scheme.lower() != "basic" or not user or not token:
+        if not basic_user(req):
             raise jira_error(401, ["You are not authenticated. Authentication required to "
                                    "perform this operation."])
+
+
+class JiraResource(JiraServiceResource):
+    """A resource over the issues (``JiraState``)."""
+
+    state: JiraState
 
     def assignable(self, field: str, account_id: Any) -> str | None:
         """An account id a user field may be set to (None clears), or Jira's 400."""

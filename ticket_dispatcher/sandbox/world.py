@@ -1,5 +1,6 @@
 """The whole fake world: the four services' states over one directory of
-people, and the traffic (injected faults, the request log) they all go through."""
+people (and the webhooks registered in the fake Jira), and the traffic (injected faults, the
+request log) they all go through."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import UTC, datetime
 from ticket_dispatcher.domain.issues import DEFAULT_L2_FIELD_ID, DEFAULT_SEVERITY_FIELD_ID
 from ticket_dispatcher.sandbox.core import CoreState
 from ticket_dispatcher.sandbox.jira import JiraState
+from ticket_dispatcher.sandbox.jira_webhooks import AdminWebhooks
 from ticket_dispatcher.sandbox.lark import LarkState
 from ticket_dispatcher.sandbox.oncall import OncallState
 from ticket_dispatcher.sandbox.people import People
@@ -35,6 +37,7 @@ class Sandbox:
         self.people = People()
         self.jira = JiraState(self.people, now=now, l2_field_id=l2_field_id,
                               severity_field_id=severity_field_id)
+        self.jira_webhooks = AdminWebhooks(now=now)
         self.lark = LarkState(self.people, now=now)
         self.oncall = OncallState(self.people, now=now)
         self.core = CoreState(self.people)
