@@ -11,7 +11,11 @@ Each command runs with ``bash`` from the root of the repository, exactly as the 
 variables a command sets (``ID=$(curl … | jq -r .id)``) carry to the next ones, and the
 ``curl`` on the PATH is a wrapper around the real one that sends ``localhost:8080`` to the test
 server (``--connect-to``) and reports each answer's HTTP status on stderr, so the doc's text is
-never rewritten. ``console`` blocks compare the command's output with the lines the doc shows.
+never rewritten. Likewise the ``ticket-dispatcher`` on the PATH runs this checkout's CLI with a
+Jira base URL at ``localhost:8080`` sent to the test server, and, unless the doc names one, the
+test server's database (what a reader's CLI finds beside ``serve --sandbox``). A variable a
+command exports (``export A=1 B=2``) stays exported for the next ones, as in the reader's shell.
+``console`` blocks compare the command's output with the lines the doc shows.
 Asynchronous effects (a trigger processed, a parked wait that sees its ACK at its next 5 s poll)
 are awaited by re-running a read until its check holds, within a bound.
 """
@@ -38,7 +42,7 @@ import requests
 
 from tests.process import sandbox_in_thread
 from ticket_dispatcher.metrics import Metrics
-from ticket_dispatcher.sandbox import WEBHOOK_SECRET
+from ticket_dispatcher.sandbox import WEBHOOK_SECRET, service_urls
 from ticket_dispatcher.service import Service
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +61,8 @@ _LEAVE_OUT = re.compile(r"^<!-- not-a-sandbox-example: \S.* -->$")
 _FILE = re.compile(r"^<!-- example-file: (\S+) -->$")
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=")
+_EXPORT = re.compile(r"^export\s(.*)", re.S)
+_EXPORTED_NAME = re.compile(r"(?:^|\s)([A-Za-z_][A-Za-z0-9_]*)=")
 STATUS_LINE = "doc-example-http-status "
 POLL_SECONDS = 20  # above the sandbox's 5 s page poll, with room for a slow machine
 COMMAND_SECONDS = 30
@@ -173,31 +179,44 @@ class Result:
 
 class Shell:
     """Runs one doc command at a time in ``bash`` from the repository root, carrying the
-    variables the doc's commands set, with the ``curl`` wrapper first on the PATH."""
+    variables the doc's commands set, with the ``curl`` and ``ticket-dispatcher`` wrappers
+    first on the PATH."""
 
-    def __init__(self, tmp: Path, port: int):
+    def __init__(self, tmp: Path, port: int, database_url: str = ""):
         self.tmp = tmp
         self.variables: dict[str, str] = {}
+        self.exported: set[str] = set()
         wrapper_dir = tmp / "bin"
         wrapper_dir.mkdir()
-        wrapper = wrapper_dir / "curl"
-        wrapper.write_text(
-            "#!/bin/sh\n"
-            f"exec {shutil.which('curl')} --connect-to localhost:8080:127.0.0.1:{port} "
-            f"--write-out '%{{stderr}}{STATUS_LINE}%{{http_code}}\\n' \"$@\"\n")
-        wrapper.chmod(0o755)
-        # The CLI of this checkout (the venv's), and no setting of the test run leaks in.
-        path = os.pathsep.join([str(wrapper_dir), str(Path(sys.executable).parent),
-                                os.environ.get("PATH", "")])
+        cli = Path(sys.executable).parent / "ticket-dispatcher"  # this checkout's (the venv's)
+        _script(wrapper_dir / "curl",
+                f"exec {shutil.which('curl')} --connect-to localhost:8080:127.0.0.1:{port} "
+                f"--write-out '%{{stderr}}{STATUS_LINE}%{{http_code}}\\n' \"$@\"")
+        _script(wrapper_dir / "ticket-dispatcher", "\n".join([
+            'case "$TICKET_DISPATCHER_JIRA_BASE_URL" in http://localhost:8080/*)',
+            f'  TICKET_DISPATCHER_JIRA_BASE_URL="http://127.0.0.1:{port}/'
+            '${TICKET_DISPATCHER_JIRA_BASE_URL#http://localhost:8080/}";;',
+            "esac",
+            *([f'export TICKET_DISPATCHER_DATABASE_URL='
+               f'"${{TICKET_DISPATCHER_DATABASE_URL:-{database_url}}}"'] if database_url else []),
+            f'exec {cli} "$@"',
+        ]))
+        # The wrappers, this checkout's venv, and no setting of the test run leaks in.
+        path = os.pathsep.join([str(wrapper_dir), str(cli.parent), os.environ.get("PATH", "")])
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith(("TICKET_DISPATCHER_", "TD_"))}
         self.env["PATH"] = path
 
     def run(self, command: Command) -> Result:
         names = _ASSIGNMENT.findall(command.text)
+        if exports := _EXPORT.match(command.text):
+            exported = _EXPORTED_NAME.findall(exports[1])
+            names += exported
+            self.exported.update(exported)
         saved = self.tmp / "variables"
         script = "\n".join([
-            *(f"{name}={_quote(value)}" for name, value in self.variables.items()),
+            *(f"{'export ' if name in self.exported else ''}{name}={_quote(value)}"
+              for name, value in self.variables.items()),
             command.text,
             "status=$?",
             *(f"printf '%s\\0%s\\0' {name} \"${name}\" >> {saved}" for name in names),
@@ -217,6 +236,11 @@ class Shell:
 
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "'\\''") + "'"
+
+
+def _script(path: Path, body: str) -> None:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
 
 
 # --- what each command must answer ------------------------------------------------------------
@@ -340,6 +364,41 @@ def webhook_taken(result: Result, ctx: dict) -> None:
 
 def webhook_taken_before(result: Result, ctx: dict) -> None:
     assert result.json()["status"] == "duplicate", result
+
+
+WEBHOOK_ROUTE_URL = "http://localhost:8080/api/v1/ticketmanager/jira/webhooks"
+
+
+def sandbox_jira_settings(result: Result, ctx: dict) -> None:
+    """The README gives the CLI the sandbox's Jira and the secret ``serve --sandbox`` checks
+    deliveries against."""
+    settings = ctx["vars"]
+    assert settings["TICKET_DISPATCHER_JIRA_BASE_URL"] == \
+        service_urls("http://localhost:8080")["jira"], result
+    assert settings["TICKET_DISPATCHER_JIRA_WEBHOOK_SECRETS"] == WEBHOOK_SECRET, result
+
+
+def webhook_registered(verb: str) -> Check:
+    def check(result: Result, ctx: dict) -> None:
+        lines = result.stdout.splitlines()
+        assert lines[:2] == [
+            f"{verb} Jira webhook 'ticket-dispatcher' (id 1): {WEBHOOK_ROUTE_URL}",
+            "  events  jira:issue_created, jira:issue_updated"], result
+        # the projects of the active policies, the assign policy's among them
+        assert re.fullmatch(r'  filter  project in \(.*"TCID".*\)', lines[2]), result
+        assert result.stderr == "" and WEBHOOK_SECRET not in result.stdout, result
+        ctx["webhook_filter"] = lines[2]
+    return check
+
+
+def webhook_shown(result: Result, ctx: dict) -> None:
+    assert result.stdout.splitlines() == [
+        "'ticket-dispatcher' (id 1): enabled",
+        f"  url     {WEBHOOK_ROUTE_URL}",
+        "  events  jira:issue_created, jira:issue_updated",
+        ctx["webhook_filter"],
+        "  secret  not reported by Jira",
+    ], result
 
 
 # README, "Try the notification workflow"
@@ -520,6 +579,10 @@ README_STEPS = [
     Expect("SIGNATURE=$(printf", webhook_body_signed, statuses=()),
     Expect("try-it-1", webhook_taken, statuses=(202,)),
     Expect("try-it-1", webhook_taken_before),
+    Expect("export TICKET_DISPATCHER_JIRA_BASE_URL", sandbox_jira_settings, statuses=()),
+    Expect("jira webhook register", webhook_registered("created"), statuses=()),
+    Expect("jira webhook register", webhook_registered("updated"), statuses=()),
+    Expect("jira webhook show", webhook_shown, statuses=()),
     # Try the notification workflow
     Expect("jira_assignment_assignee", gtoc1_trigger_accepted, statuses=(202,)),
     Expect("_control/messages", card_to_alice, poll=True),
@@ -557,9 +620,9 @@ README_STEPS = [
 ]
 # The README's steps up to its "to run these steps again" re-arm, and the notification steps
 # it means: the test runs those a second time right after it.
-README_FIRST = slice(0, 22)
-README_AGAIN = slice(12, 21)
-README_REST = slice(22, None)
+README_FIRST = slice(0, 26)
+README_AGAIN = slice(16, 25)
+README_REST = slice(26, None)
 
 
 def the_draft(result: Result, ctx: dict) -> None:
@@ -681,7 +744,7 @@ def run_step(shell: Shell, service: Service, command: Command, step: Expect,
 @pytest.mark.timeout(120)  # about 25 s: three ACKs are seen at a 5 s poll each
 def test_readme_and_policies_sandbox_examples_run_as_written(sandbox_server, tmp_path):
     require_tools()
-    shell = Shell(tmp_path, sandbox_server.port)
+    shell = Shell(tmp_path, sandbox_server.port, sandbox_server.config.database_url)
     readme = [c for heading in EXAMPLE_SECTIONS[README]
               for c in example_commands(README, heading)]
     ctx: dict = {}
@@ -690,6 +753,8 @@ def test_readme_and_policies_sandbox_examples_run_as_written(sandbox_server, tmp
     for part in (README_FIRST, README_AGAIN, README_REST):
         run_steps(shell, sandbox_server, readme[part], README_STEPS[part], ctx)
     assert ctx["acknowledged"] == 2  # the notification steps ran twice
+    [webhook] = sandbox_server.sandbox.jira_webhooks.webhooks()  # registered, then updated
+    assert (webhook.spec.url, webhook.spec.secret) == (WEBHOOK_ROUTE_URL, WEBHOOK_SECRET)
     shaped_workflow_ended_as_the_readme_says(sandbox_server.port, ctx["gtoc1_trigger"])
     policies = [c for heading in EXAMPLE_SECTIONS[POLICIES]
                 for c in example_commands(POLICIES, heading)]
@@ -765,6 +830,29 @@ def test_console_reader_pairs_each_command_with_its_output():
 
     assert console_commands(block) == [Command("x.md", 11, "a b", ("out 1", "out 2")),
                                        Command("x.md", 14, "c", ())]
+
+
+def test_shell_keeps_exported_variables_exported(tmp_path):
+    require_tools()
+    shell = Shell(tmp_path, port=9)
+
+    shell.run(Command("x.md", 1, "export A=1 \\\n       B='two words'"))
+    shown = shell.run(Command("x.md", 3, """sh -c 'echo "$A/$B"'"""))
+
+    assert shown.stdout == "1/two words\n"
+
+
+def test_the_cli_wrapper_sends_the_sandbox_jira_to_the_test_server(tmp_path):
+    shell = Shell(tmp_path, port=9, database_url="sqlite:////tmp/td.db")
+
+    shown = shell.run(Command("x.md", 1, "TICKET_DISPATCHER_JIRA_BASE_URL="
+                              "http://localhost:8080/sandbox/jira ticket-dispatcher config show"))
+    named = shell.run(Command("x.md", 2, "TICKET_DISPATCHER_DATABASE_URL=sqlite:///mine.db "
+                              "ticket-dispatcher config show"))
+
+    assert (shown.json()["jira"]["base_url"], shown.json()["database_url"]) == \
+        ("http://127.0.0.1:9/sandbox/jira", "sqlite:////tmp/td.db")
+    assert named.json()["database_url"] == "sqlite:///mine.db"
 
 
 def test_shell_carries_variables_and_reports_curl_statuses(tmp_path):
