@@ -20,7 +20,7 @@ from tests.fakes import FakeJira, issue
 from tests.integrations.mocking import mock_http
 from tests.peer import Answering, serving
 from ticket_dispatcher.actors import client_pool
-from ticket_dispatcher.actors.client_pool import ClientActor, ClientPool, call_guard
+from ticket_dispatcher.actors.client_pool import Call, ClientActor, ClientPool, call_guard
 from ticket_dispatcher.actors.client_ports import (
     CorePool,
     JiraPool,
@@ -224,7 +224,7 @@ def echo(log, started):
 def hold(pool: ClientPool, log: Log, tag: str) -> Caller:
     """A caller whose call runs on one actor and stays there until ``log.gates[tag]`` opens."""
     log.gate(tag)
-    caller = start_caller(lambda: pool.call("hold", tag))
+    caller = start_caller(lambda: pool.call(EchoClient.hold, tag))
     assert log.entered[tag].wait(WAIT)
     return caller
 
@@ -241,13 +241,13 @@ def probe_queue(pool: ClientPool) -> QueueProbe:
 def test_a_call_answers_with_the_clients_result(echo):
     pool = echo()
 
-    assert pool.call("add", 2, b=3) == 5
+    assert pool.call(EchoClient.add, 2, b=3) == 5
 
 
 def test_calls_run_in_daemon_actor_threads(echo):
     pool = echo(size=1)
 
-    thread = pool.call("thread")
+    thread = pool.call(EchoClient.thread)
 
     assert thread is not threading.current_thread()
     # A read stuck in a socket must never keep the process alive past shutdown.
@@ -258,10 +258,10 @@ def test_client_exception_reaches_the_caller_and_the_actor_lives_on(echo):
     pool = echo(size=1)
 
     with pytest.raises(IntegrationError) as caught:
-        pool.call("fail", "jira said no")
+        pool.call(EchoClient.fail, "jira said no")
 
     assert (caught.value.message, caught.value.status) == ("jira said no", 502)
-    assert pool.call("add", 1) == 1
+    assert pool.call(EchoClient.add, 1) == 1
 
 
 def test_a_call_whose_caller_guard_fails_when_it_would_begin_is_never_made(echo, log):
@@ -279,7 +279,7 @@ def test_a_call_whose_caller_guard_fails_when_it_would_begin_is_never_made(echo,
     def guarded_call() -> str:  # in the caller's thread, as the execution actor sets it
         token = call_guard.set(guard)
         try:
-            return pool.call("record", "second")
+            return pool.call(EchoClient.record, "second")
         finally:
             call_guard.reset(token)
 
@@ -291,7 +291,7 @@ def test_a_call_whose_caller_guard_fails_when_it_would_begin_is_never_made(echo,
 
     assert isinstance(waiting.result()[1], LeaseLost)
     assert log.entries == ["first"]  # "second" never reached the client
-    assert pool.call("record", "third") == "third"  # no guard: the pool goes on
+    assert pool.call(EchoClient.record, "third") == "third"  # no guard: the pool goes on
 
 
 @pytest.fixture
@@ -327,12 +327,19 @@ def test_a_request_checks_the_callers_guard_again_right_before_it_leaves(started
     token = call_guard.set(guard)
     try:
         with pytest.raises(LeaseLost):
-            pool.call("fetch")
+            pool.call(_Fetcher.fetch)
     finally:
         call_guard.reset(token)
 
     assert busy.paths == ["/thing"]  # the first request; its retry never left
     assert checks == [0, 1, 2]  # at the call's start, before the request, before the retry
+
+
+class Unrelated:
+    """No client of the echo pool has its method."""
+
+    def no_such_method(self) -> None:
+        raise AssertionError("never run: a call runs the client's own method of its name")
 
 
 def test_a_pool_routes_no_client_method_by_attribute(echo):
@@ -341,7 +348,7 @@ def test_a_pool_routes_no_client_method_by_attribute(echo):
     assert not hasattr(pool, "whoami")  # only the typed pools name methods, each written out
     assert not hasattr(pool, "close")  # the actors close their clients as they stop
     with pytest.raises(AttributeError):
-        pool.call("no_such_method")
+        pool.call(Unrelated.no_such_method)
 
 
 def test_pool_needs_at_least_one_actor(log):
@@ -353,7 +360,7 @@ def test_a_call_before_start_is_refused(log):
     pool = ClientPool("echo", lambda: EchoClient(0, log), 1, **limits())
 
     with pytest.raises(IntegrationError, match="not started"):
-        pool.call("add", 1)
+        pool.call(EchoClient.add, 1)
 
 
 # --- no head-of-line blocking ----------------------------------------------------------------
@@ -364,7 +371,7 @@ def test_one_stuck_call_holds_only_its_own_caller(echo, log):
     stuck = hold(pool, log, "stuck")
 
     # Round-robin would put every third of these behind the stuck call.
-    answers = [pool.call("add", n) for n in range(12)]
+    answers = [pool.call(EchoClient.add, n) for n in range(12)]
 
     assert answers == list(range(12))
     assert stuck.is_alive() and pool.stats()["busy"] == 1
@@ -393,7 +400,7 @@ def test_queued_callers_are_served_in_fifo_order(echo, log):
     probe = probe_queue(pool)
     callers = []
     for tag in ("c1", "c2", "c3", "c4"):
-        callers.append(start_caller(lambda tag=tag: pool.call("record", tag)))
+        callers.append(start_caller(lambda tag=tag: pool.call(EchoClient.record, tag)))
         probe.wait_joined()  # each caller is queued before the next one arrives
 
     assert pool.stats()["queue_length"] == 4
@@ -412,7 +419,7 @@ def test_a_caller_that_gives_up_while_queued_never_makes_its_call(echo, log):
     held = hold(pool, log, "held")
 
     with pytest.raises(IntegrationError) as caught:
-        pool.call("record", "late")
+        pool.call(EchoClient.record, "late")
 
     assert not isinstance(caught.value, OutcomeUnknown)
     assert caught.value.service == "echo"
@@ -420,7 +427,7 @@ def test_a_caller_that_gives_up_while_queued_never_makes_its_call(echo, log):
     log.gates["held"].set()
     assert held.result() == ("held", None)
     # The actor serves calls in order, so "late" would have run before this one.
-    assert pool.call("record", "after") == "after"
+    assert pool.call(EchoClient.record, "after") == "after"
     assert log.entries == ["held", "after"]
     stats = pool.stats()
     assert (stats["gave_up_queued"], stats["queue_length"], stats["calls"]) == (1, 0, 2)
@@ -460,7 +467,7 @@ def test_a_started_call_past_call_timeout_is_an_unknown_outcome(echo, log):
     log.gate("slow")
 
     with pytest.raises(OutcomeUnknown) as caught:
-        pool.call("hold", "slow")
+        pool.call(EchoClient.hold, "slow")
 
     assert isinstance(caught.value, IntegrationError) and caught.value.service == "echo"
     assert "may take effect" in caught.value.message
@@ -469,7 +476,7 @@ def test_a_started_call_past_call_timeout_is_an_unknown_outcome(echo, log):
 
     # The actor is still running "slow": it is not handed out until that call really ends.
     probe = probe_queue(pool)
-    following = start_caller(lambda: pool.call("record", "next"))
+    following = start_caller(lambda: pool.call(EchoClient.record, "next"))
     probe.wait_joined()
     assert log.entries == ["slow"]
     log.gates["slow"].set()
@@ -483,7 +490,7 @@ def test_call_timeout_counts_only_call_time_not_queue_time(echo, log):
     pool = echo(size=1, call_timeout=0.2)
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.call("hold", "second"))
+    queued = start_caller(lambda: pool.call(EchoClient.hold, "second"))
     probe.wait_joined()
     log.gate("second").set()  # the second call answers at once when it runs
 
@@ -501,7 +508,7 @@ def test_abandon_wakes_queued_and_running_callers_and_refuses_new_calls(echo, lo
     pool = echo(size=1, call_timeout=60, queue_timeout=60)
     running = hold(pool, log, "running")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.call("record", "queued"))
+    queued = start_caller(lambda: pool.call(EchoClient.record, "queued"))
     probe.wait_joined()
 
     pool.abandon()
@@ -511,7 +518,7 @@ def test_abandon_wakes_queued_and_running_callers_and_refuses_new_calls(echo, lo
         answer, error = caller.result()
         assert isinstance(error, CallAbandoned) and answer is None
     with pytest.raises(CallAbandoned):
-        pool.call("record", "new")
+        pool.call(EchoClient.record, "new")
     log.gates["running"].set()
     pool.stop(timeout=WAIT)  # the running call ends, then the actor stops
     assert log.entries == ["running"]  # neither the queued nor the new call ever ran
@@ -521,7 +528,7 @@ def test_abandon_wakes_queued_and_running_callers_and_refuses_new_calls(echo, lo
 def test_a_running_call_that_has_not_sent_yet_when_abandoned_sends_nothing(echo, log):
     pool = echo(size=1, call_timeout=60, queue_timeout=60)
     log.gate("waiting")
-    caller = start_caller(lambda: pool.call("hold_then_send", "waiting"))
+    caller = start_caller(lambda: pool.call(EchoClient.hold_then_send, "waiting"))
     assert log.entered["waiting"].wait(WAIT)
 
     pool.abandon()
@@ -570,7 +577,7 @@ def test_a_call_sent_but_not_begun_when_abandoned_never_begins(askable, echo, lo
     pool = echo(size=1)
     occupy_behind_the_pools_back(pool, log, "direct")
     pool._running = probe = SentProbe()
-    caller = start_caller(lambda: pool.call("record", "sent"))
+    caller = start_caller(lambda: pool.call(EchoClient.record, "sent"))
     probe.wait_sent()
     assert pool.stats()["in_flight"] == 1
 
@@ -591,7 +598,7 @@ def test_a_call_behind_a_stop_from_outside_goes_to_another_actor(askable, echo, 
     stopping = doomed.stop(block=False)  # queued behind "direct": the pool does not know yet
 
     pool._running = probe = SentProbe()
-    caller = start_caller(lambda: pool.call("record", "moved"))
+    caller = start_caller(lambda: pool.call(EchoClient.record, "moved"))
     probe.wait_sent()
     assert probe.sent_to == [doomed.actor_urn]  # to the doomed actor, behind its stop
     log.gates["direct"].set()
@@ -632,7 +639,7 @@ def test_stop_refuses_queued_and_later_calls_without_making_them(echo, log):
     pool = echo(size=1)
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.call("record", "queued"))
+    queued = start_caller(lambda: pool.call(EchoClient.record, "queued"))
     probe.wait_joined()
 
     futures = pool.stop(block=False)
@@ -640,7 +647,7 @@ def test_stop_refuses_queued_and_later_calls_without_making_them(echo, log):
     _, error = queued.result()
     assert isinstance(error, IntegrationError) and "not made" in error.message
     with pytest.raises(IntegrationError, match="stopped"):
-        pool.call("record", "later")
+        pool.call(EchoClient.record, "later")
     log.gates["held"].set()
     pykka.get_all(futures, timeout=WAIT)
     assert held.result() == ("held", None)
@@ -662,12 +669,12 @@ def test_an_actor_stopped_from_outside_leaves_the_pool(echo):
     pool = echo(size=2)
     pool._actors[0].stop(timeout=WAIT)
 
-    assert [pool.call("add", n) for n in range(4)] == [0, 1, 2, 3]
+    assert [pool.call(EchoClient.add, n) for n in range(4)] == [0, 1, 2, 3]
     assert pool.stats()["actors"] == 1
 
     pool._actors[0].stop(timeout=WAIT)
     with pytest.raises(IntegrationError, match="stopped"):
-        pool.call("add", 1)
+        pool.call(EchoClient.add, 1)
 
 
 # --- no actor leaks out of the pool -----------------------------------------------------------
@@ -681,7 +688,7 @@ def test_no_actor_leaks_when_callers_give_up_at_the_moment_of_a_hand_off(echo, l
     def churn_30_times() -> None:
         for _ in range(30):
             try:
-                pool.call("churn")
+                pool.call(EchoClient.churn)
             except IntegrationError as exc:
                 refusals.append(exc.message)
 
@@ -707,9 +714,9 @@ def test_no_actor_leaks_when_callers_give_up_at_the_moment_of_a_hand_off(echo, l
 def test_calls_and_errors_are_counted_by_exception(echo):
     pool = echo(size=2)
 
-    pool.call("add", 1)
-    for call in (lambda: pool.call("fail", "x"), lambda: pool.call("fail", "y"),
-                 lambda: pool.call("crash")):
+    pool.call(EchoClient.add, 1)
+    for call in (lambda: pool.call(EchoClient.fail, "x"),
+                 lambda: pool.call(EchoClient.fail, "y"), lambda: pool.call(EchoClient.crash)):
         with pytest.raises((IntegrationError, RuntimeError)):
             call()
 
@@ -729,7 +736,7 @@ def test_stats_show_the_queue_the_longest_wait_and_in_flight_calls(echo, log):
     assert empty["last_latency_ms"] is None and empty["mean_latency_ms"] is None
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.call("record", "queued"))
+    queued = start_caller(lambda: pool.call(EchoClient.record, "queued"))
     probe.wait_joined()
 
     stats = pool.stats()
@@ -750,7 +757,7 @@ def test_longest_wait_is_the_oldest_queued_callers_wait(echo, log):
     pool = echo(size=1)
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.call("record", "queued"))
+    queued = start_caller(lambda: pool.call(EchoClient.record, "queued"))
     probe.wait_joined()
     # The wait is measured on the monotonic clock from the oldest queued caller's arrival.
     probe[0].queued_at -= 7
@@ -764,7 +771,7 @@ def test_latency_is_call_time_not_queue_time(echo, log):
     pool = echo(size=1)
     held = hold(pool, log, "held")
     probe = probe_queue(pool)
-    queued = start_caller(lambda: pool.call("record", "queued"))
+    queued = start_caller(lambda: pool.call(EchoClient.record, "queued"))
     probe.wait_joined()
     probe[0].queued_at -= 60  # as if it had waited a minute for its actor
     log.gates["held"].set()
@@ -938,7 +945,7 @@ def meeting_pool(started, pool_class: type[ClientPool], size: int, parties: int,
 def test_a_batch_runs_its_calls_concurrently(started):
     pool, meeting = meeting_pool(started, ClientPool, size=4, parties=4)
 
-    answers = pool.call_each([client_pool.Call("meet", (f"c{n}",)) for n in range(4)])
+    answers = pool.call_each([Call.of(MeetingClient.meet, f"c{n}") for n in range(4)])
 
     # each call waited at the barrier until all four were inside: one after another, the
     # first would have failed after WAIT
@@ -949,7 +956,7 @@ def test_a_batch_runs_its_calls_concurrently(started):
 def test_a_batch_holds_at_most_the_pool_size_at_once(started):
     pool, meeting = meeting_pool(started, ClientPool, size=3, parties=3)
 
-    answers = pool.call_each([client_pool.Call("meet", (f"c{n}",)) for n in range(9)])
+    answers = pool.call_each([Call.of(MeetingClient.meet, f"c{n}") for n in range(9)])
 
     assert answers == [(f"c{n}", None) for n in range(9)]
     assert meeting.most_inside == 3  # three rounds of three
@@ -959,7 +966,7 @@ def test_a_batch_holds_at_most_the_pool_size_at_once(started):
 def test_a_batch_asked_for_fewer_at_once_leaves_the_rest_of_the_pool_free(started):
     pool, meeting = meeting_pool(started, ClientPool, size=4, parties=2)
 
-    answers = pool.call_each([client_pool.Call("meet", (f"c{n}",)) for n in range(6)],
+    answers = pool.call_each([Call.of(MeetingClient.meet, f"c{n}") for n in range(6)],
                              at_once=2)
 
     assert answers == [(f"c{n}", None) for n in range(6)]
@@ -969,9 +976,9 @@ def test_a_batch_asked_for_fewer_at_once_leaves_the_rest_of_the_pool_free(starte
 def test_one_failing_call_of_a_batch_leaves_the_others_answered(echo):
     pool = echo(size=2)
 
-    answers = pool.call_each([client_pool.Call("add", (1,)),
-                              client_pool.Call("fail", ("no",)),
-                              client_pool.Call("add", (2, 3))])
+    answers = pool.call_each([Call.of(EchoClient.add, 1),
+                              Call.of(EchoClient.fail, "no"),
+                              Call.of(EchoClient.add, 2, 3)])
 
     assert [answer for answer, _ in answers] == [1, None, 5]
     error = answers[1][1]
@@ -988,11 +995,11 @@ def test_an_empty_batch_calls_nobody(echo):
 def test_a_batch_lets_callers_queued_meanwhile_go_before_its_next_call(echo, log):
     pool = echo(size=1)
     log.gate("b1")
-    batch = start_caller(lambda: pool.call_each([client_pool.Call("hold", ("b1",)),
-                                                 client_pool.Call("record", ("b2",))]))
+    batch = start_caller(lambda: pool.call_each([Call.of(EchoClient.hold, "b1"),
+                                                 Call.of(EchoClient.record, "b2")]))
     assert log.entered["b1"].wait(WAIT)
     probe = probe_queue(pool)
-    other = start_caller(lambda: pool.call("record", "other"))
+    other = start_caller(lambda: pool.call(EchoClient.record, "other"))
     probe.wait_joined()
 
     log.gates["b1"].set()
@@ -1006,7 +1013,7 @@ def test_a_batch_call_queued_past_queue_timeout_is_not_made(echo, log):
     pool = echo(size=1, queue_timeout=0.05)
     held = hold(pool, log, "held")
 
-    answers = pool.call_each([client_pool.Call("record", ("late",))])
+    answers = pool.call_each([Call.of(EchoClient.record, "late")])
 
     [(answer, error)] = answers
     assert answer is None and isinstance(error, IntegrationError)
@@ -1014,7 +1021,7 @@ def test_a_batch_call_queued_past_queue_timeout_is_not_made(echo, log):
     assert "no free client within 0.05 s; the call was not made" in error.message
     log.gates["held"].set()
     assert held.result() == ("held", None)
-    assert pool.call("record", "after") == "after"
+    assert pool.call(EchoClient.record, "after") == "after"
     assert log.entries == ["held", "after"]
     assert pool.stats()["gave_up_queued"] == 1
 
@@ -1023,8 +1030,8 @@ def test_a_batch_call_running_past_call_timeout_is_an_unknown_outcome(echo, log)
     pool = echo(size=2, call_timeout=0.05)
     log.gate("slow")
 
-    answers = pool.call_each([client_pool.Call("hold", ("slow",)),
-                              client_pool.Call("add", (1,))])
+    answers = pool.call_each([Call.of(EchoClient.hold, "slow"),
+                              Call.of(EchoClient.add, 1)])
 
     assert isinstance(answers[0][1], OutcomeUnknown) and answers[1] == (1, None)
     assert "may take effect" in answers[0][1].message
@@ -1035,8 +1042,8 @@ def test_a_batch_call_running_past_call_timeout_is_an_unknown_outcome(echo, log)
 def test_abandon_ends_a_batch_and_its_unbegun_calls_never_begin(echo, log):
     pool = echo(size=1, call_timeout=60, queue_timeout=60)
     log.gate("first")
-    batch = start_caller(lambda: pool.call_each([client_pool.Call("hold", ("first",)),
-                                                 client_pool.Call("record", ("second",))]))
+    batch = start_caller(lambda: pool.call_each([Call.of(EchoClient.hold, "first"),
+                                                 Call.of(EchoClient.record, "second")]))
     assert log.entered["first"].wait(WAIT)
 
     pool.abandon()

@@ -2,7 +2,16 @@
 
 The typed pools of actors/client_ports.py serve the ports of domain/ports.py on top of it:
 ``JiraPool.load_issue("TCID-1")`` runs ``JiraClient.load_issue`` on one of the pool's actors and
-answers in the caller's thread. A call goes to an idle actor at once, or waits in the pool's one
+answers in the caller's thread. A call names the client method itself,
+``self.call(JiraClient.load_issue, key)``: ``call`` is typed with ``ParamSpec``, so mypy checks
+the arguments against ``JiraClient.load_issue`` and the answer is an ``Issue``; the pool's type
+parameter (``JiraPool`` is a ``ClientPool[JiraClient]``) lets through only methods of its own
+client class. Across the actor boundary a call travels as the method's name and its arguments,
+and the actor looks that name up on the client it holds. It does not apply the function it was
+given: a test's stand-in client (``tests/fakes.py``) is no ``JiraClient``, and must run its own
+method of that name, not the real code on the fake.
+
+A call goes to an idle actor at once, or waits in the pool's one
 FIFO queue for the first actor that frees; it is never queued behind a busy actor, so a slow peer
 holds only its own caller. Requests only flow down into client actors, which ask
 nobody, so these calls cannot deadlock.
@@ -33,10 +42,21 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    NamedTuple,
+    ParamSpec,
+    Self,
+    TypedDict,
+    TypeVar,
+    overload,
+)
 
 import pykka
 
@@ -52,15 +72,59 @@ log = logging.getLogger(__name__)
 # by the caller; an exception it raises is the call's answer, and the call is not made.
 call_guard: ContextVar[Callable[[], None] | None] = ContextVar("call_guard", default=None)
 
+ClientT = TypeVar("ClientT")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
-class Call:
-    """What a caller asked the pool to run: ``client.<method>(*args, **kwargs)``."""
+class Call(Generic[ClientT, R]):
+    """``client.<method>(*args, **kwargs)`` on a ``ClientT``, answering an ``R``.
 
-    method: str
-    args: tuple = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    Built with ``Call.of(JiraClient.approximate_count, jql)``: mypy checks the arguments
+    against the method and carries its return type. The actor looks the method up by its name
+    on the client it holds (see the module docstring)."""
+
+    method: str  # the client method's name: also the ``operation`` label of its metrics
+    args: tuple[object, ...] = ()
+    kwargs: Mapping[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, method: Callable[Concatenate[ClientT, P], R], /, *args: P.args,
+           **kwargs: P.kwargs) -> Call[ClientT, R]:
+        """The call of ``method``, a method of the client class, with these arguments."""
+        return cls(method.__name__, args, kwargs)
+
+
+class Settled(NamedTuple, Generic[R]):
+    """What one call of a batch came to: its ``value``, or the ``error`` that ``call`` would
+    have raised for it alone."""
+
+    value: R | None
+    error: BaseException | None
+
+
+class LatencyStats(TypedDict):
+    """Call durations in milliseconds (monotonic, not business time); None before any call."""
+
+    last_latency_ms: float | None
+    mean_latency_ms: float | None
+    max_latency_ms: float | None
+
+
+class ClientStats(LatencyStats):
+    """One client pool as ``GET /admin/actors`` shows it."""
+
+    actors: int  # live actors, idle or busy
+    busy: int  # actors running a call (also one whose caller gave up)
+    queue_length: int
+    longest_wait_seconds: float  # the oldest queued caller's, so far
+    calls: int  # client calls begun
+    errors: dict[str, int]  # by exception class
+    in_flight: int  # callers waiting for an answer
+    gave_up_queued: int  # calls never made: their callers stopped waiting first
+    unknown_outcomes: int
+    abandoned: bool
 
 
 class _State(enum.Enum):
@@ -73,14 +137,14 @@ class _State(enum.Enum):
 class _PooledCall:
     """One pooled call, from the caller's arrival to its end. Guarded by the pool's lock."""
 
-    call: Call
+    call: Call[Any, Any]
     ready: threading.Condition  # a condition of the pool's lock, notified on every change
     queued_at: float
     sent_at: float | None = None  # handed to an actor (``call_timeout`` runs from here)
     state: _State = _State.QUEUED
     started: bool = False  # the actor began the client call: from here it may take effect
     caller_gone: bool = False  # the caller stopped waiting: an unstarted call must not start
-    result: Any = None
+    result: Any = None  # what the client method ``call.method`` answered: the call's ``R``
     error: BaseException | None = None
     guard: Callable[[], None] | None = field(default_factory=call_guard.get)  # the caller's
 
@@ -100,7 +164,7 @@ class ClientActor(pykka.ThreadingActor):
     # keep the process alive past its shutdown deadline.
     use_daemon_thread = True
 
-    def __init__(self, client: Any, pool: ClientPool):
+    def __init__(self, client: object, pool: ClientPool[Any]):
         super().__init__()
         self._client = client
         self._pool = pool
@@ -111,7 +175,8 @@ class ClientActor(pykka.ThreadingActor):
         log.warning("client actor ignored %s", type(message).__name__)
         return None
 
-    def _invoke(self, call: Call) -> Any:
+    def _invoke(self, call: Call[Any, Any]) -> Any:
+        """The client's method of the name ``call`` carries (see the module docstring)."""
         return getattr(self._client, call.method)(*call.args, **call.kwargs)
 
     def _run_job(self, pooled: _PooledCall) -> None:
@@ -157,8 +222,8 @@ def _refusal(pooled: _PooledCall) -> Exception | None:
     return None
 
 
-class ClientPool:
-    """``size`` ClientActors built by ``factory``, used like one client.
+class ClientPool(Generic[ClientT]):
+    """``size`` ClientActors, each over a client built by ``factory``, used like one client.
 
     ``call(method, ...)`` returns the client's answer or raises its exception in the caller's
     thread; the typed pools (actors/client_ports.py) name each method of their port. It adds
@@ -167,7 +232,7 @@ class ClientPool:
     runs) and ``CallAbandoned`` (after ``abandon()``).
     """
 
-    def __init__(self, name: str, factory: Callable[[], Any], size: int, *,
+    def __init__(self, name: str, factory: Callable[[], ClientT], size: int, *,
                  call_timeout: float, queue_timeout: float, metrics: Metrics):
         if size < 1:
             raise ValueError("a client pool needs at least one actor")
@@ -194,7 +259,7 @@ class ClientPool:
 
     # -- life cycle ---------------------------------------------------------------------------
 
-    def start(self) -> ClientPool:
+    def start(self) -> Self:
         with self._lock:
             if self._started:
                 return self
@@ -257,29 +322,32 @@ class ClientPool:
 
     # -- calls --------------------------------------------------------------------------------
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Run ``client.<method>`` on a free actor and return its answer (see the class)."""
+    def call(self, method: Callable[Concatenate[ClientT, P], R], /, *args: P.args,
+             **kwargs: P.kwargs) -> R:
+        """Run ``method`` (a method of the pool's client class) with these arguments on a free
+        actor's client, and return its answer (see the class)."""
+        call = Call.of(method, *args, **kwargs)
         with self._lock:
-            self._check_open_locked(method)
-            pooled = _PooledCall(Call(method, args, kwargs), threading.Condition(self._lock),
-                             queued_at=time.monotonic())
+            self._check_open_locked(call.method)
+            pooled = _PooledCall(call, threading.Condition(self._lock),
+                                 queued_at=time.monotonic())
             self._dispatch_locked(pooled)
             self._await_actor_locked(pooled)
             self._await_answer_locked(pooled)
         if pooled.error is not None:
             raise pooled.error
-        return pooled.result
+        return pooled.result  # what the method ``call`` names answered: its ``R``
 
-    def call_each(self, calls: Sequence[Call], at_once: int | None = None,
-                  ) -> list[tuple[Any, BaseException | None]]:
+    def call_each(self, calls: Sequence[Call[ClientT, R]], at_once: int | None = None,
+                  ) -> list[Settled[R]]:
         """Run every call of ``calls`` concurrently, at most ``size`` (or ``at_once``, when
         smaller: a background batch that must leave the pool to others) at a time, and answer
-        ``(answer, None)`` or ``(None, error)`` for each, in order. An error is what ``call``
-        would have raised for that call alone: the client's exception, ``IntegrationError``
-        (no free actor within ``queue_timeout``, not made) or ``OutcomeUnknown`` (no answer
-        within ``call_timeout``); one failing call does not stop the others. Only
-        ``CallAbandoned`` (shutdown), or a pool that is not open, ends the whole batch: it is
-        raised, and the calls not yet begun never begin."""
+        ``Settled(value, None)`` or ``Settled(None, error)`` for each, in order. An error is
+        what ``call`` would have raised for that call alone: the client's exception,
+        ``IntegrationError`` (no free actor within ``queue_timeout``, not made) or
+        ``OutcomeUnknown`` (no answer within ``call_timeout``); one failing call does not stop
+        the others. Only ``CallAbandoned`` (shutdown), or a pool that is not open, ends the
+        whole batch: it is raised, and the calls not yet begun never begin."""
         if not calls:
             return []
         bound = min(self.size, at_once or self.size)
@@ -321,19 +389,19 @@ class ClientPool:
         now = time.monotonic()
         for index, pooled in list(batch.in_pool.items()):
             if pooled.state is _State.DONE:
-                batch.settle(index, (pooled.result, pooled.error))
+                batch.settle(index, Settled(pooled.result, pooled.error))
             elif pooled.state is _State.QUEUED and now >= pooled.queued_at + self.queue_timeout:
                 pooled.caller_gone = True
                 if pooled in self._queue:
                     self._queue.remove(pooled)
                 self._gave_up_queued += 1
-                batch.settle(index, (None, IntegrationError(
+                batch.settle(index, Settled(None, IntegrationError(
                     f"{self.name} {pooled.call.method}: no free client within "
                     f"{self.queue_timeout:g} s; the call was not made", service=self.name)))
             elif (pooled.state is _State.RUNNING and pooled.sent_at is not None
                   and now >= pooled.sent_at + self.call_timeout):
                 pooled.caller_gone = True
-                batch.settle(index, (None, self._overdue_locked(pooled)))
+                batch.settle(index, Settled(None, self._overdue_locked(pooled)))
 
     def _overdue_locked(self, pooled: _PooledCall) -> IntegrationError:
         method = pooled.call.method
@@ -503,7 +571,7 @@ class ClientPool:
 
     # -- admin view ---------------------------------------------------------------------------
 
-    def stats(self) -> dict:
+    def stats(self) -> ClientStats:
         """What ``GET /admin/actors`` shows for this client. ``busy`` counts actors running a
         call (also one whose caller gave up); ``in_flight`` counts callers waiting for an
         answer; latencies are call time only, never queue time."""
@@ -530,12 +598,12 @@ class _Batch:
     """The calls of one ``call_each`` and how far they got. Guarded by the pool's lock; every
     call of the batch notifies its one condition, ``ready``."""
 
-    calls: list[Call]
+    calls: list[Call[Any, Any]]
     ready: threading.Condition
     bound: int  # calls of the batch in the pool at a time, at most
     next_index: int = 0  # the next call to hand to the pool
     in_pool: dict[int, _PooledCall] = field(default_factory=dict)  # by index, not yet settled
-    settled: dict[int, tuple[Any, BaseException | None]] = field(default_factory=dict)
+    settled: dict[int, Settled[Any]] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -544,11 +612,11 @@ class _Batch:
     def can_top_up(self) -> bool:
         return self.next_index < len(self.calls) and len(self.in_pool) < self.bound
 
-    def settle(self, index: int, outcome: tuple[Any, BaseException | None]) -> None:
+    def settle(self, index: int, outcome: Settled[Any]) -> None:
         del self.in_pool[index]
         self.settled[index] = outcome
 
-    def answers(self) -> list[tuple[Any, BaseException | None]]:
+    def answers(self) -> list[Settled[Any]]:
         return [self.settled[index] for index in range(len(self.calls))]
 
 
@@ -568,7 +636,7 @@ class _Latency:
         self.last = ms
         self.max = ms if self.max is None else max(self.max, ms)
 
-    def stats(self) -> dict:
+    def stats(self) -> LatencyStats:
         def rounded(value: float | None) -> float | None:
             return None if value is None else round(value, 1)
 

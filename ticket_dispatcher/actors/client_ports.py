@@ -3,9 +3,11 @@ them from the configuration.
 
 Each typed pool is a ``ClientPool`` (actors/client_pool.py) over the matching ``integrations/``
 client and implements one port of domain/ports.py (``JiraPool`` the ``Jira`` port, and so on):
-one method per port method, the same name on the client, run on one of the pool's actors. The
-batches of ``JiraSearch`` are the exception: each item is one call of a single-item client
-method (``approximate_count``, ``find_user_by_email``), all run concurrently (``call_each``).
+one method per port method, which names the client method of the same name
+(``self.call(JiraClient.load_issue, key)``, checked by mypy) and runs it on one of the pool's
+actors. The batches of ``JiraSearch`` and ``read_user_ids_each`` are the exception: each item
+is one call of a single-item client method (``Call.of(JiraClient.approximate_count, jql)``),
+all run concurrently (``call_each``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, TypeVar
 
-from ticket_dispatcher.actors.client_pool import Call, ClientPool
+from ticket_dispatcher.actors.client_pool import Call, ClientPool, Settled
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.model import Issue, JiraUser
@@ -34,108 +36,114 @@ from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient
 from ticket_dispatcher.metrics import Metrics
 
-# One line per port method. An iterable argument is made a tuple here, so the actor's thread
-# never consumes the caller's.
+T = TypeVar("T")
+
+# One line per port method, naming the client method it runs (actors/client_pool.py). An
+# iterable argument is made a tuple here, so the actor's thread never consumes the caller's.
 
 
-class JiraPool(ClientPool):
+class JiraPool(ClientPool[JiraClient]):
     """The ``Jira`` port: ``integrations.jira.JiraClient`` on the pool's actors."""
 
     def load_issue(self, key: str) -> Issue:
-        return self.call("load_issue", key)
+        return self.call(JiraClient.load_issue, key)
 
     def load_issues(self, keys: Sequence[str]) -> dict[str, Issue]:
-        return self.call("load_issues", tuple(keys))
+        return self.call(JiraClient.load_issues, tuple(keys))
 
     def assign(self, key: str, account_id: str | None) -> None:
-        self.call("assign", key, account_id)
+        self.call(JiraClient.assign, key, account_id)
 
     def set_l2_assignee(self, key: str, account_id: str | None) -> None:
-        self.call("set_l2_assignee", key, account_id)
+        self.call(JiraClient.set_l2_assignee, key, account_id)
 
     def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
-        self.call("edit_labels", key, tuple(add), tuple(remove))
+        self.call(JiraClient.edit_labels, key, tuple(add), tuple(remove))
 
     def apply_triage(self, key: str, change: TriageChange) -> None:
-        self.call("apply_triage", key, change)
+        self.call(JiraClient.apply_triage, key, change)
 
     def find_user_by_email(self, email: str) -> JiraUser | None:
-        return self.call("find_user_by_email", email)
+        return self.call(JiraClient.find_user_by_email, email)
 
     def add_internal_comment(self, key: str, text: str) -> None:
-        self.call("add_internal_comment", key, text)
+        self.call(JiraClient.add_internal_comment, key, text)
 
     # A batch runs concurrently on the pool's actors, each call one single-item client method.
 
     def count_issues(self, jqls: Sequence[str]) -> list[Answer[int]]:
-        return _answers(self.call_each([Call("approximate_count", (jql,)) for jql in jqls]))
+        return _answers(self.call_each([Call.of(JiraClient.approximate_count, jql)
+                                        for jql in jqls]))
 
     def find_users_by_email(self, emails: Sequence[str]) -> list[Answer[JiraUser | None]]:
-        return _answers(self.call_each([Call("find_user_by_email", (email,))
+        return _answers(self.call_each([Call.of(JiraClient.find_user_by_email, email)
                                         for email in emails]))
 
 
-def _answers(settled: list[tuple[Any, BaseException | None]]) -> list[Answer]:
+def _answers(settled: list[Settled[T]]) -> list[Answer[T]]:
     """A batch's outcomes as the port answers them. An error that is no ``DispatcherError`` (a
     bug in a client) is raised, as ``call`` would raise it."""
-    for _, error in settled:
-        if error is not None and not isinstance(error, DispatcherError):
+    answers: list[Answer[T]] = []
+    for value, error in settled:
+        if error is None:
+            answers.append(Answer(value=value))
+        elif isinstance(error, DispatcherError):
+            answers.append(Answer(error=error))
+        else:
             raise error
-    return [Answer(value=value) if error is None
-            else Answer(error=error)  # type: ignore[arg-type]  # a DispatcherError: checked above
-            for value, error in settled]
+    return answers
 
 
-class LarkPool(ClientPool):
+class LarkPool(ClientPool[LarkClient]):
     """The ``Messenger`` port: ``integrations.lark.LarkClient`` on the pool's actors."""
 
     def open_ids_by_email(self, emails: Iterable[str]) -> dict[str, str]:
-        return self.call("open_ids_by_email", tuple(emails))
+        return self.call(LarkClient.open_ids_by_email, tuple(emails))
 
     def send_card(self, open_id: str, card: dict, uuid: str) -> str:
-        return self.call("send_card", open_id, card, uuid)
+        return self.call(LarkClient.send_card, open_id, card, uuid)
 
     def urgent_app(self, message_id: str, open_id: str) -> list[str]:
-        return self.call("urgent_app", message_id, open_id)
+        return self.call(LarkClient.urgent_app, message_id, open_id)
 
     def read_user_ids(self, message_id: str) -> list[str]:
-        return self.call("read_user_ids", message_id)
+        return self.call(LarkClient.read_user_ids, message_id)
 
     def read_user_ids_each(self, message_ids: Sequence[str],
                            at_once: int | None = None) -> list[Answer[list[str]]]:
-        return _answers(self.call_each([Call("read_user_ids", (message_id,))
+        return _answers(self.call_each([Call.of(LarkClient.read_user_ids, message_id)
                                         for message_id in message_ids], at_once))
 
 
-class OncallPool(ClientPool):
+class OncallPool(ClientPool[OncallClient]):
     """The ``OnCall`` port: ``integrations.oncall.OncallClient`` on the pool's actors."""
 
     def responders(self, team: str) -> list[Responder]:
-        return self.call("responders", team)
+        return self.call(OncallClient.responders, team)
 
     def page(self, email: str, title: str, message: str, issue_key: str,
              dedup_key: str) -> PageResult:
-        return self.call("page", email, title, message, issue_key, dedup_key)
+        return self.call(OncallClient.page, email, title, message, issue_key, dedup_key)
 
 
-class CorePool(ClientPool):
+class CorePool(ClientPool[CoreClient]):
     """The ``Directory`` port: ``integrations.core.CoreClient`` on the pool's actors."""
 
     def group_members(self, group: str) -> list[GroupMember]:
-        return self.call("group_members", group)
+        return self.call(CoreClient.group_members, group)
 
     def user(self, email: str) -> DirectoryUser | None:
-        return self.call("user", email)
+        return self.call(CoreClient.user, email)
 
     def leader(self, email: str) -> DirectoryUser | None:
-        return self.call("leader", email)
+        return self.call(CoreClient.leader, email)
 
 
 def _seconds(value: Any) -> float:
     return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
 
 
-PoolT = TypeVar("PoolT", bound=ClientPool)
+PoolT = TypeVar("PoolT", bound=ClientPool[Any])
 
 
 class _ClientTimings(TypedDict):
@@ -148,7 +156,8 @@ class _ClientTimings(TypedDict):
 
 
 def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start: bool = True,
-                       sleep: Callable[[float], None] = time.sleep) -> dict[str, ClientPool]:
+                       sleep: Callable[[float], None] = time.sleep,
+                       ) -> dict[str, ClientPool[Any]]:
     """A typed pool per configured integration (``JiraPool``, ``LarkPool``, ``OncallPool``,
     ``CorePool``; a service with an empty ``base_url``, or Lark without an ``app_id``, is left
     out), started unless ``start`` is False."""
@@ -160,7 +169,7 @@ def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start:
     jira_gate = RateGate(clock, lambda seconds: metrics.integration_rate_limited("jira",
                                                                                   seconds))
     # Lark's base_url has a default, so it counts as configured only with an app id.
-    factories: dict[str, tuple[bool, type[ClientPool], Callable[[], Any]]] = {
+    factories: dict[str, tuple[bool, type[ClientPool[Any]], Callable[[], object]]] = {
         "jira": (bool(config.jira.base_url), JiraPool,
                  lambda: JiraClient(config.jira, gate=jira_gate, **timeouts)),
         "lark": (bool(config.lark.base_url and config.lark.app_id), LarkPool,
@@ -184,7 +193,7 @@ def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start:
     return pools
 
 
-def configured_pool(pools: Mapping[str, ClientPool], name: str,
+def configured_pool(pools: Mapping[str, ClientPool[Any]], name: str,
                     kind: type[PoolT]) -> PoolT | None:
     """``build_client_pools``'s pool for the integration ``name``, whose class is ``kind``;
     None when that integration is not configured."""

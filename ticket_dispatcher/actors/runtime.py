@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import overload
@@ -319,7 +319,7 @@ class Runtime:
         """Each integration's pool statistics; ``configured: False`` for a ``NotConfigured``
         port; ``configured: True`` for any other port (a test fake)."""
         ports, pools = self.deps.ports, client_pools(self.deps.ports)
-        clients = {}
+        clients: dict[str, Mapping[str, object]] = {}
         for name in INTEGRATIONS:
             if name in pools:
                 clients[name] = pools[name].stats()
