@@ -24,6 +24,7 @@ from ticket_dispatcher.domain.ports import (
     Answer,
     DirectoryUser,
     GroupMember,
+    LarkCard,
     PageResult,
     Responder,
     TriageChange,
@@ -100,7 +101,7 @@ class LarkPool(ClientPool[LarkClient]):
     def open_ids_by_email(self, emails: Iterable[str]) -> dict[str, str]:
         return self.call(LarkClient.open_ids_by_email, tuple(emails))
 
-    def send_card(self, open_id: str, card: dict, uuid: str) -> str:
+    def send_card(self, open_id: str, card: LarkCard, uuid: str) -> str:
         return self.call(LarkClient.send_card, open_id, card, uuid)
 
     def urgent_app(self, message_id: str, open_id: str) -> list[str]:

@@ -31,6 +31,10 @@ from ticket_dispatcher.errors import DispatcherError, IntegrationError
 
 T = TypeVar("T")
 
+# An interactive card as Lark's API takes it: a JSON body for Lark, which the notification
+# action builds and ``Messenger.send_card`` sends as it is.
+LarkCard = dict[str, Any]
+
 # -- the values the ports speak ------------------------------------------------------------------
 
 
@@ -201,7 +205,7 @@ class Messenger(Protocol):
 
     def open_ids_by_email(self, emails: Iterable[str]) -> dict[str, str]: ...
 
-    def send_card(self, open_id: str, card: dict, uuid: str) -> str: ...
+    def send_card(self, open_id: str, card: LarkCard, uuid: str) -> str: ...
 
     def urgent_app(self, message_id: str, open_id: str) -> list[str]: ...
 
@@ -374,7 +378,7 @@ class NotConfiguredMessenger(NotConfigured):
     def open_ids_by_email(self, emails: Iterable[str]) -> dict[str, str]:
         raise self._refused("open_ids_by_email")
 
-    def send_card(self, open_id: str, card: dict, uuid: str) -> str:
+    def send_card(self, open_id: str, card: LarkCard, uuid: str) -> str:
         raise self._refused("send_card")
 
     def urgent_app(self, message_id: str, open_id: str) -> list[str]:
