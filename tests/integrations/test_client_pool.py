@@ -20,7 +20,8 @@ from tests.fakes import FakeJira, issue
 from tests.integrations.mocking import mock_http
 from tests.peer import Answering, serving
 from ticket_dispatcher.actors import client_pool
-from ticket_dispatcher.actors.client_pool import Call, ClientActor, ClientPool, call_guard
+from ticket_dispatcher.actors.call_queue import Call
+from ticket_dispatcher.actors.client_pool import ClientActor, ClientPool, call_guard
 from ticket_dispatcher.actors.client_ports import (
     CorePool,
     JiraPool,
@@ -231,7 +232,7 @@ def hold(pool: ClientPool, log: Log, tag: str) -> Caller:
 
 def probe_queue(pool: ClientPool) -> QueueProbe:
     probe = QueueProbe()
-    pool._queue = probe
+    pool._calls._queue = probe
     return probe
 
 
@@ -566,7 +567,7 @@ def occupy_behind_the_pools_back(pool: ClientPool, log: Log, tag: str) -> pykka.
     """Keep the actor the pool will hand out next busy with a direct ask, so that the next
     pooled call waits in that actor's inbox: sent, but not begun. The pool hands out the
     right end of its idle actors (the last freed), so that is the one held."""
-    actor = pool._idle[-1]
+    actor = pool._calls._idle[-1]
     log.gate(tag)
     actor.ask(Direct("hold", (tag,)), block=False)
     assert log.entered[tag].wait(WAIT)
@@ -576,7 +577,7 @@ def occupy_behind_the_pools_back(pool: ClientPool, log: Log, tag: str) -> pykka.
 def test_a_call_sent_but_not_begun_when_abandoned_never_begins(askable, echo, log):
     pool = echo(size=1)
     occupy_behind_the_pools_back(pool, log, "direct")
-    pool._running = probe = SentProbe()
+    pool._calls._running = probe = SentProbe()
     caller = start_caller(lambda: pool.call(EchoClient.record, "sent"))
     probe.wait_sent()
     assert pool.stats()["in_flight"] == 1
@@ -594,10 +595,10 @@ def test_a_call_sent_but_not_begun_when_abandoned_never_begins(askable, echo, lo
 def test_a_call_behind_a_stop_from_outside_goes_to_another_actor(askable, echo, log):
     pool = echo(size=2)
     doomed = occupy_behind_the_pools_back(pool, log, "direct")
-    [other] = [actor for actor in pool._actors if actor != doomed]
+    [other] = [actor for actor in pool._calls._workers if actor != doomed]
     stopping = doomed.stop(block=False)  # queued behind "direct": the pool does not know yet
 
-    pool._running = probe = SentProbe()
+    pool._calls._running = probe = SentProbe()
     caller = start_caller(lambda: pool.call(EchoClient.record, "moved"))
     probe.wait_sent()
     assert probe.sent_to == [doomed.actor_urn]  # to the doomed actor, behind its stop
@@ -609,7 +610,7 @@ def test_a_call_behind_a_stop_from_outside_goes_to_another_actor(askable, echo, 
     assert probe.sent_to == [doomed.actor_urn, other.actor_urn]
     assert stopping.get(timeout=WAIT) is True
     assert log.entries == ["direct", "moved"]
-    assert pool.stats()["actors"] == 1 and doomed not in pool._actors
+    assert pool.stats()["actors"] == 1 and doomed not in pool._calls._workers
     assert pool.stats()["calls"] == 1
 
 
@@ -620,7 +621,8 @@ def test_abandoned_is_not_a_business_error():
 def test_stop_without_blocking_returns_futures_while_a_call_runs(echo, log):
     pool = echo(size=2)
     running = hold(pool, log, "running")
-    busy = [ref.actor_urn for ref in pool._actors].index(next(iter(pool._running)))
+    busy = [ref.actor_urn for ref in pool._calls._workers].index(
+        next(iter(pool._calls._running)))
 
     futures = pool.stop(block=False)  # returns at once although one actor is busy
 
@@ -656,7 +658,7 @@ def test_stop_refuses_queued_and_later_calls_without_making_them(echo, log):
 
 def test_blocking_stop_stops_every_actor_and_closes_its_client(echo):
     pool = echo(size=2)
-    refs = list(pool._actors)
+    refs = list(pool._calls._workers)
 
     assert pool.stop(timeout=WAIT) is None
 
@@ -667,12 +669,12 @@ def test_blocking_stop_stops_every_actor_and_closes_its_client(echo):
 
 def test_an_actor_stopped_from_outside_leaves_the_pool(echo):
     pool = echo(size=2)
-    pool._actors[0].stop(timeout=WAIT)
+    pool._calls._workers[0].stop(timeout=WAIT)
 
     assert [pool.call(EchoClient.add, n) for n in range(4)] == [0, 1, 2, 3]
     assert pool.stats()["actors"] == 1
 
-    pool._actors[0].stop(timeout=WAIT)
+    pool._calls._workers[0].stop(timeout=WAIT)
     with pytest.raises(IntegrationError, match="stopped"):
         pool.call(EchoClient.add, 1)
 
@@ -700,7 +702,7 @@ def test_no_actor_leaks_when_callers_give_up_at_the_moment_of_a_hand_off(echo, l
     assert (stats["busy"], stats["queue_length"], stats["in_flight"]) == (0, 0, 0)
     assert stats["calls"] + stats["gave_up_queued"] == 12 * 30  # each ran, or never started
     # All three actors are back: three calls can be held at the same time.
-    pool.queue_timeout = WAIT
+    pool._calls.queue_timeout = WAIT
     held = [hold(pool, log, tag) for tag in ("x", "y", "z")]
     assert pool.stats()["busy"] == 3
     for tag in ("x", "y", "z"):

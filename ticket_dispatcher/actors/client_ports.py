@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, TypeVar
 
-from ticket_dispatcher.actors.client_pool import Call, ClientPool, Settled
+from ticket_dispatcher.actors.call_queue import Call, Settled
+from ticket_dispatcher.actors.client_pool import ClientPool
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.model import Issue, JiraUser
