@@ -492,7 +492,7 @@ class FakeCalls:
         if self._seen is not None:
             self.witnessed.append(self._seen())
 
-    def transient_retry(self, work: str, cause: str) -> None:
+    def passing_fault_retry(self, work: str, cause: str) -> None:
         self.retried.append((work, cause))
 
 

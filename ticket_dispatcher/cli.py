@@ -50,8 +50,8 @@ from ticket_dispatcher.errors import (
     IntegrationError,
     InvalidInput,
     NotFound,
-    OutcomeUnknown,
     Problem,
+    fault_of,
 )
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.safejson import MAX_ID, read_json_file
@@ -904,7 +904,7 @@ def _jira_admin(config: Config) -> Iterator[JiraWebhookAdmin]:
                 "needs Jira administrator rights; jira.email and jira.api_token must be an "
                 "administrator's") from None
         hint = "; check jira.base_url" if exc.status == 404 else ""
-        if isinstance(exc, OutcomeUnknown):  # running register again finds what it made
+        if fault_of(exc).answer_lost:  # running register again finds what it made
             hint = "; run the command again"
         raise JiraFailure(f"{exc.message} (Jira at {site}{hint})") from None
     finally:

@@ -7,6 +7,7 @@ exit code, so a user error never surfaces as a traceback.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 
 @dataclass(frozen=True)
@@ -83,29 +84,16 @@ class IntegrationError(DispatcherError):
     """An external service (Jira, Lark, Oncall, Core) failed; ``status`` is its HTTP status or
     None for a timeout or connection failure. The message never carries a secret.
 
-    ``transient``: a fault that passes (no answer, a failed connection, 429, a 5xx), which the
-    caller retries within its budget rather than failing (docs/design.md, "Passing faults");
-    a 4xx answer or a malformed body is permanent. ``retry_after``: the seconds the service
-    asked to wait (``Retry-After``), when it said."""
+    ``retry_after``: the seconds the service asked to wait (``Retry-After``), when it said.
+    What the failure means for the caller (repeat, read first, wait, fail) is ``fault_of``'s
+    to say, not the caller's (docs/design.md, "Passing faults")."""
 
     def __init__(self, message: str, status: int | None = None, service: str = "", *,
-                 retry_after: float | None = None, transient: bool | None = None):
+                 retry_after: float | None = None):
         super().__init__(message)
         self.status = status
         self.service = service
         self.retry_after = retry_after
-        self.transient = (status is None or status == 429 or status >= 500
-                          if transient is None else transient)
-
-
-def transient_cause(error: IntegrationError) -> str:
-    """The kind of a transient ``error``, for metrics: rate_limited, server_error, no_answer
-    (sent, no answer) or connection (nothing sent)."""
-    if error.status == 429:
-        return "rate_limited"
-    if error.status is not None:
-        return "server_error"
-    return "no_answer" if isinstance(error, OutcomeUnknown) else "connection"
 
 
 class OutcomeUnknown(IntegrationError):
@@ -113,6 +101,86 @@ class OutcomeUnknown(IntegrationError):
     waiting for a call already running): the remote side may or may not have acted. Actions
     handle it explicitly: re-read before deciding, or record ``unknown`` and never repeat the
     side effect (docs/design.md, "Checkpoints and at-most-once")."""
+
+
+class ServiceNotConfigured(IntegrationError):
+    """The service has no ``base_url``: no call is made, now or later."""
+
+
+class FaultKind(Enum):
+    """What an integration call ended in, as far as its caller can tell."""
+
+    NOT_SENT = "not_sent"  # nothing reached the peer: safe to repeat
+    UNKNOWN = "unknown"  # the peer may have acted: read before writing again; a read repeats
+    HELD = "held"  # refused by a limit, not applied: repeat no sooner than ``retry_after``
+    PERMANENT = "permanent"  # an answer that asking again will not change: fail
+
+
+class FaultCause(Enum):
+    """Why a passing fault happened, as the metric
+    ``ticket_manager_dispatch_transient_retries_total`` labels its ``cause``."""
+
+    RATE_LIMITED = "rate_limited"  # a 429, or not sent while the rate limit holds
+    SERVER_ERROR = "server_error"  # a 5xx answer
+    NO_ANSWER = "no_answer"  # sent, and no answer came
+    CONNECTION = "connection"  # nothing sent
+
+
+@dataclass(frozen=True)
+class Fault:
+    """``fault_of``'s verdict on a failed call. ``cause`` is None for a permanent one;
+    ``retry_after`` the seconds the service asked to wait, when it said."""
+
+    kind: FaultKind
+    cause: FaultCause | None = None
+    retry_after: float | None = None
+
+    @property
+    def passing(self) -> bool:
+        """A fault that passes: the work is tried again within the retry budget rather than
+        failed (docs/design.md, "Passing faults")."""
+        return self.kind is not FaultKind.PERMANENT
+
+    @property
+    def repeatable(self) -> bool:
+        """Refused with certainty (never sent, or held by a limit): nothing was applied, so
+        the same call may simply be made again, after ``retry_after``."""
+        return self.kind in (FaultKind.NOT_SENT, FaultKind.HELD)
+
+    @property
+    def answer_lost(self) -> bool:
+        """Sent, and no answer came: reading the peer now may tell whether it acted. (A 5xx is
+        an unknown outcome too, but the peer said it is failing: a read waits for the next
+        try.)"""
+        return self.cause is FaultCause.NO_ANSWER
+
+    @property
+    def cause_label(self) -> str:
+        """``cause`` as the metric labels it; asked of a passing fault only."""
+        assert self.cause is not None, "a permanent fault is never tried again"
+        return self.cause.value
+
+
+_PERMANENT = Fault(FaultKind.PERMANENT)
+
+
+def fault_of(error: BaseException) -> Fault:
+    """What a call that raised ``error`` ended in: the one place that judges a failure of an
+    integration call (docs/design.md, "Passing faults"). A 429 was held by a limit, a 5xx or a
+    lost answer left the outcome unknown, a call that never left was not sent; any other
+    answer, and anything that is no ``IntegrationError``, is permanent."""
+    if not isinstance(error, IntegrationError) or isinstance(error, ServiceNotConfigured):
+        return _PERMANENT
+    status, wait = error.status, error.retry_after
+    if isinstance(error, OutcomeUnknown):
+        return Fault(FaultKind.UNKNOWN, FaultCause.NO_ANSWER, wait)
+    if status is None:
+        return Fault(FaultKind.NOT_SENT, FaultCause.CONNECTION, wait)
+    if status == 429:
+        return Fault(FaultKind.HELD, FaultCause.RATE_LIMITED, wait)
+    if status >= 500:
+        return Fault(FaultKind.UNKNOWN, FaultCause.SERVER_ERROR, wait)
+    return _PERMANENT
 
 
 class CallAbandoned(Exception):

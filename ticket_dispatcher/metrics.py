@@ -336,9 +336,9 @@ class Metrics:
     def integration_rate_limited(self, client: str, seconds: float) -> None:
         self.rate_limited.labels(client=client).inc(seconds)
 
-    def transient_retry(self, work: str, cause: str) -> None:
+    def passing_fault_retry(self, work: str, cause: str) -> None:
         """``work``: trigger, execution_load or execution_write; ``cause``: rate_limited,
-        server_error, no_answer or connection (``errors.transient_cause``)."""
+        server_error, no_answer or connection (``errors.FaultCause``)."""
         self.retries.labels(work=work, cause=cause).inc()
 
     def client_queue_wait(self, client: str, seconds: float) -> None:

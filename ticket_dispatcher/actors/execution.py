@@ -62,11 +62,10 @@ from ticket_dispatcher.errors import (
     CallAbandoned,
     Conflict,
     DispatcherError,
-    IntegrationError,
     LeaseLost,
     NotFound,
     StoreUnavailable,
-    transient_cause,
+    fault_of,
 )
 
 log = logging.getLogger(__name__)
@@ -369,15 +368,16 @@ class ExecutionRun:
         deps = self._deps
         now = deps.clock.now()
         attempts, since = deps.store.executions.record_load_failure(execution.id, now)
-        if isinstance(error, IntegrationError) and error.transient:
+        fault = fault_of(error) if error is not None else None
+        if fault is not None and fault.passing:
             budget = deps.config.transient_retry_budget
-            due = next_try(error, attempts, since or now, now, budget)
+            due = next_try(fault.retry_after, attempts, since or now, now, budget)
             if due is None:
                 self._behavior.abort(execution, code, spent(reason, attempts, since or now,
                                                             now, budget))
                 self._report(Finished(self.execution_id, self.run))
                 return False
-            deps.metrics.transient_retry("execution_load", transient_cause(error))
+            deps.metrics.passing_fault_retry("execution_load", fault.cause_label)
             return self._park_load(execution, reason, attempts, due)
         retries = deps.config.execution_load_retries
         if attempts > retries:
@@ -400,7 +400,7 @@ class ExecutionRun:
 def _unavailable(exc: DispatcherError) -> bool:
     """Jira failing for now (no answer, 429, 5xx), not answering that the issue is gone or
     out of reach (404, 403): only then does a notification go on without the issue."""
-    return isinstance(exc, IntegrationError) and exc.transient
+    return fault_of(exc).passing
 
 
 def _position(execution: Execution) -> tuple[str, str]:

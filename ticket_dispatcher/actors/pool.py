@@ -299,7 +299,7 @@ class ExecutionPool(TrackedActor):
                 if running is not None and running.hold.position is not None:
                     self._interruptions.pop(execution_id, None)  # it advanced: a new series
                 if self._release(execution_id, run):
-                    self._retry_later(execution_id, reason)
+                    self._requeue_after_interruption(execution_id, reason)
             case Crashed(execution_id, error, run):
                 if self._release(execution_id, run):
                     self._deps.activity.tell(self._supervisor, ChildCrashed(execution_id, error))
@@ -400,7 +400,7 @@ class ExecutionPool(TrackedActor):
         self._fill_slots()
         return True
 
-    def _retry_later(self, execution_id: int, reason: str) -> None:
+    def _requeue_after_interruption(self, execution_id: int, reason: str) -> None:
         attempt = self._interruptions.get(execution_id, 0) + 1
         self._interruptions[execution_id] = attempt
         due = self._deps.clock.now() + retry_backoff(attempt)

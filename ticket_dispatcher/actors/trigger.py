@@ -54,11 +54,11 @@ from ticket_dispatcher.domain.webhooks import changed_at, superseded
 from ticket_dispatcher.errors import (
     CallAbandoned,
     DispatcherError,
-    IntegrationError,
+    Fault,
     LeaseLost,
     NotFound,
     StoreUnavailable,
-    transient_cause,
+    fault_of,
 )
 from ticket_dispatcher.timeutil import format_time
 
@@ -150,10 +150,10 @@ class TriggerProcessor:
             issue = self._deps.ports.jira.load_issue(trigger.issue_key)
             read_began = self._deps.issue_activity.answered(read_began)
         except DispatcherError as exc:
-            reason = f"issue load failed: {exc.message}"
-            if isinstance(exc, IntegrationError) and exc.transient:
+            reason, fault = f"issue load failed: {exc.message}", fault_of(exc)
+            if fault.passing:
                 # from when the load failed: a wait behind the rate limit took time
-                return self._retry_later(trigger, exc, reason, self._deps.clock.now())
+                return self._put_off_trigger(trigger, fault, reason, self._deps.clock.now())
             store.triggers.fail(trigger.id, reason, now, lease=lease)
             return TriggerOutcome.FAILED, reason
         wanted = trigger.extra_input.get("add_label") or {}
@@ -253,29 +253,29 @@ class TriggerProcessor:
         try:
             self._deps.ports.jira.edit_labels(trigger.issue_key, add=[label])
         except DispatcherError as exc:
-            reason = f"label write failed: {exc.message}"
+            reason, fault = f"label write failed: {exc.message}", fault_of(exc)
             now = self._deps.clock.now()
-            if isinstance(exc, IntegrationError) and exc.transient:
-                return self._retry_later(trigger, exc, reason, now)
+            if fault.passing:
+                return self._put_off_trigger(trigger, fault, reason, now)
             self._deps.store.triggers.fail(trigger.id, reason, now, lease=trigger.lease)
             return TriggerOutcome.FAILED, reason
         return replace(issue, labels=(*issue.labels, label))
 
-    def _retry_later(self, trigger: Trigger, error: IntegrationError, reason: str,
-                     now: datetime) -> tuple[TriggerOutcome, str]:
+    def _put_off_trigger(self, trigger: Trigger, fault: Fault, reason: str,
+                         now: datetime) -> tuple[TriggerOutcome, str]:
         """A passing fault of Jira: the trigger goes back to ``pending``, due again after a
         backoff, or fails once its retry budget is spent (domain/retries.py)."""
         deps = self._deps
         budget = deps.config.transient_retry_budget
         since, attempts = trigger.retry_since or now, trigger.retry_count + 1
-        due = next_try(error, attempts, since, now, budget)
+        due = next_try(fault.retry_after, attempts, since, now, budget)
         if due is None:
             reason = spent(reason, attempts, since, now, budget)
             deps.store.triggers.fail(trigger.id, reason, now, lease=trigger.lease)
             return TriggerOutcome.FAILED, reason
         deps.store.triggers.retry(trigger.id, due, reason, now, since=since,
                                   lease=trigger.lease)
-        deps.metrics.transient_retry("trigger", transient_cause(error))
+        deps.metrics.passing_fault_retry("trigger", fault.cause_label)
         log.info("trigger's issue load met a passing fault; it is tried again", extra={
             "trigger_id": trigger.id, "issue_key": trigger.issue_key, "source": trigger.source,
             "reason": reason, "attempt": attempts, "deadline": format_time(due)})

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
-from ticket_dispatcher.errors import DispatcherError, IntegrationError
+from ticket_dispatcher.errors import DispatcherError, IntegrationError, ServiceNotConfigured
 
 T = TypeVar("T")
 
@@ -293,9 +293,9 @@ class NotificationCalls(Protocol):
         twice); must not raise."""
         ...
 
-    def transient_retry(self, work: str, cause: str) -> None:
+    def passing_fault_retry(self, work: str, cause: str) -> None:
         """An action's step put off for a passing fault (``work`` execution_write; ``cause``
-        as ``errors.transient_cause`` names it); must not raise."""
+        as ``errors.FaultCause`` names it); must not raise."""
         ...
 
 
@@ -310,8 +310,8 @@ class NotConfigured:
     service: ClassVar[str]
 
     def _refused(self, method: str) -> IntegrationError:
-        return IntegrationError(f"{self.service} is not configured ({method})",
-                                service=self.service, transient=False)
+        return ServiceNotConfigured(f"{self.service} is not configured ({method})",
+                                    service=self.service)
 
 
 class NotConfiguredJira(NotConfigured):
@@ -398,7 +398,7 @@ class UncountedCalls:
     def call_settled(self, call: str, result: str, role: str, attempt: str) -> None:
         return None
 
-    def transient_retry(self, work: str, cause: str) -> None:
+    def passing_fault_retry(self, work: str, cause: str) -> None:
         return None
 
 

@@ -134,7 +134,7 @@ class JiraWebhookAdmin:
         found = self.http.request_json("GET", WEBHOOKS)
         if not isinstance(found, list):
             raise IntegrationError(f"jira GET {WEBHOOKS}: the answer is not a list",
-                                   service=SERVICE, transient=False)
+                                   status=200, service=SERVICE)
         return [AdminWebhook.from_jira(item) for item in found if isinstance(item, dict)]
 
     def create(self, registration: WebhookRegistration) -> AdminWebhook:
@@ -150,5 +150,5 @@ class JiraWebhookAdmin:
                                         expected=expected)
         if not isinstance(answer, dict):
             raise IntegrationError(f"jira {method} {path}: the answer is not a webhook",
-                                   service=SERVICE, transient=False)
+                                   status=200, service=SERVICE)
         return AdminWebhook.from_jira(answer)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ticket_dispatcher.config import OncallConfig
 from ticket_dispatcher.domain.ports import PageOutcome, PageResult, Responder
-from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
+from ticket_dispatcher.errors import IntegrationError, fault_of
 from ticket_dispatcher.integrations.http import BearerServiceClient, segment
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,10 @@ class OncallClient(BearerServiceClient):
                 "dedup_key": dedup_key}
         try:
             answer = self.http.request_json("POST", PAGE_PATH, json=body)
-        except OutcomeUnknown as exc:  # no answer, or the connection broke after sending
-            return PageResult(PageOutcome.UNKNOWN, call_error=exc.message)
         except IntegrationError as exc:
-            if exc.status == 200:  # accepted by HTTP, but the body is unreadable
+            # no answer (or the connection broke after sending), or accepted by HTTP with a
+            # body that cannot be read: the phone may ring
+            if fault_of(exc).answer_lost or exc.status == 200:
                 return PageResult(PageOutcome.UNKNOWN, call_error=exc.message)
             return PageResult(PageOutcome.FAILED, call_error=exc.message)
         return self._result(answer)

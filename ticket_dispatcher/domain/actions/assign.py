@@ -12,7 +12,7 @@ resolves the Jira account, writes the assignee (or the L2 user picker), records 
 dispatch state with one UPDATE (unless a turn chose the engineer: taking it recorded the
 dispatch, and a record landing after the engineer's next turn would move them behind turns
 taken meanwhile), and finally removes the auto-assign label (a failure there is only
-logged). A write whose outcome is unknown (``OutcomeUnknown``) is decided by re-reading the
+logged). A write whose outcome is unknown (``errors.fault_of``) is decided by re-reading the
 issue; a field that already holds the account is not written again. Ports used
 (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
 (``OnCall.responders``), ``engineers`` (``EngineerStore``).
@@ -36,7 +36,7 @@ from ticket_dispatcher.domain.actions.base import (
 from ticket_dispatcher.domain.actions.retrying import (
     DEFAULT_RETRY_BUDGET,
     RetryingState,
-    retry_later,
+    park_for_next_try,
 )
 from ticket_dispatcher.domain.availability import (
     LOOKAHEAD,
@@ -72,8 +72,8 @@ from ticket_dispatcher.domain.ports import EngineerStore, Turn
 from ticket_dispatcher.errors import (
     DispatcherError,
     IntegrationError,
-    OutcomeUnknown,
     Problem,
+    fault_of,
 )
 
 log = logging.getLogger(__name__)
@@ -343,8 +343,8 @@ class AssignExecutor:
                     try:
                         state.account_id = self._find_account_id(run, email)
                     except IntegrationError as exc:  # a passing fault: search again later
-                        return retry_later(run, state, exc, f"searching Jira for {email}",
-                                           self._retry_budget)
+                        return park_for_next_try(run, state, exc, f"searching Jira for {email}",
+                                                 self._retry_budget)
                 if self._holder(run.issue) == state.account_id:
                     # ``run.issue`` is loaded fresh whenever the execution actor (re)starts or
                     # wakes: on a resume after a restart, or a retry, whose earlier PUT
@@ -364,8 +364,9 @@ class AssignExecutor:
             return self._remove_auto_assign_label(run, state) or ActionResult.proceed()
 
     def _write_to_jira(self, run: ActionRun, state: AssignState) -> ActionResult | None:
-        """Set the field; a park until the next try when a passing fault refused it or
-        left its outcome unknown (the wake reads the issue again before any new PUT)."""
+        """Set the field. Its answer lost, the issue is read now to see whether it landed; any
+        other passing fault parks until the next try, whose fresh issue tells whether a write
+        with an unknown outcome (a 5xx) landed before the PUT is made again."""
         # ``CallAbandoned`` (shutdown) is no DispatcherError and passes through untouched: the
         # action stays ``executing`` and resumes after the restart
         account_id = state.account_id or ""
@@ -374,31 +375,27 @@ class AssignExecutor:
                 run.ports.jira.set_l2_assignee(run.issue.key, account_id)
             else:
                 run.ports.jira.assign(run.issue.key, account_id)
-        except OutcomeUnknown as exc:  # sent, answer lost: Jira may have acted
-            return self._confirm_by_rereading(run, state, exc)
-        except IntegrationError as exc:
-            if exc.transient:  # not applied (429), or unknown (5xx): settled on the wake
-                return retry_later(run, state, exc, f"setting the Jira {self._field}",
-                                   self._retry_budget)
-            raise ActionError(f"Jira refused to set the {self._field}: {exc.message}") from None
         except DispatcherError as exc:  # the engineer's dispatch state is not updated
+            fault = fault_of(exc)
+            if fault.answer_lost:
+                return self._confirm_by_rereading(run, state, exc)
+            if fault.passing:
+                return park_for_next_try(run, state, exc, f"setting the Jira {self._field}",
+                                         self._retry_budget)
             raise ActionError(f"Jira refused to set the {self._field}: {exc.message}") from None
         return None
 
     def _confirm_by_rereading(self, run: ActionRun, state: AssignState,
-                              unknown: OutcomeUnknown) -> ActionResult | None:
-        """The write's outcome is unknown: the issue as Jira now has it decides. When it does
+                              unknown: DispatcherError) -> ActionResult | None:
+        """The write's answer was lost: the issue as Jira now has it decides. When it does
         not hold the account (yet), the write is tried again later, after another read."""
-        first = f"setting the Jira {self._field} had an unknown outcome ({unknown.message})"
+        what = f"setting the Jira {self._field}"
+        first = f"{what} had an unknown outcome ({unknown.message})"
         try:
             issue = run.ports.jira.load_issue(run.issue.key)
-        except IntegrationError as exc:
-            if exc.transient:
-                return retry_later(run, state, unknown, f"setting the Jira {self._field}",
-                                   self._retry_budget)
-            raise ActionError(f"{first}, and re-reading the issue failed too: "
-                              f"{exc.message}") from None
         except DispatcherError as exc:
+            if fault_of(exc).passing:
+                return park_for_next_try(run, state, unknown, what, self._retry_budget)
             raise ActionError(f"{first}, and re-reading the issue failed too: "
                               f"{exc.message}") from None
         if self._holder(issue) == state.account_id:
@@ -407,8 +404,7 @@ class AssignExecutor:
         if self._changed_by_someone(issue, state):
             raise ActionError(f"{first}; re-reading the issue found the {self._field} is "
                               f"{_describe_user(self._user(issue))}, not {state.assignee}")
-        return retry_later(run, state, unknown, f"setting the Jira {self._field}",
-                           self._retry_budget)
+        return park_for_next_try(run, state, unknown, what, self._retry_budget)
 
     def _changed_by_someone(self, issue: Issue, state: AssignState) -> bool:
         """The field holds neither the chosen engineer nor whom it held when the execution
@@ -434,11 +430,9 @@ class AssignExecutor:
         ``ActionError``."""
         try:
             user = run.ports.jira.find_user_by_email(email)
-        except IntegrationError as exc:
-            if exc.transient:
-                raise
-            raise ActionError(f"Jira user search for {email} failed: {exc.message}") from None
         except DispatcherError as exc:
+            if fault_of(exc).passing:
+                raise
             raise ActionError(f"Jira user search for {email} failed: {exc.message}") from None
         if user is None:
             raise ActionError(f"no Jira user has the email {email}")
@@ -466,12 +460,10 @@ class AssignExecutor:
         try:
             run.ports.jira.edit_labels(run.issue.key, remove=[label])
             state.label_removed = label
-        except IntegrationError as exc:
-            if exc.transient:
-                return retry_later(run, state, exc, "removing the auto-assign label",
-                                   self._retry_budget)
-            _label_not_removed(run, exc)
-        except DispatcherError as exc:
+        except DispatcherError as exc:  # removing by name: made twice, it removes once
+            if fault_of(exc).passing:
+                return park_for_next_try(run, state, exc, "removing the auto-assign label",
+                                         self._retry_budget)
             _label_not_removed(run, exc)
         return None
 

@@ -39,7 +39,7 @@ from ticket_dispatcher.domain.actions.notification_state import (
 from ticket_dispatcher.domain.actions.retrying import (
     DEFAULT_RETRY_BUDGET,
     PassingFault,
-    retry_later,
+    park_for_next_try,
 )
 from ticket_dispatcher.domain.actions.state import CallPhase, CallStatus
 from ticket_dispatcher.domain.catalog import ActionType
@@ -91,7 +91,7 @@ class SendAssignmentNotification:
             try:
                 return self._execute(run, card)
             except PassingFault as fault:  # raised only while ``card.may_retry``
-                return retry_later(run, card, fault.error, fault.what, self.retry_budget)
+                return park_for_next_try(run, card, fault.error, fault.what, self.retry_budget)
 
     def _execute(self, run: ActionRun, card: CardState) -> ActionResult:
         if card.target_invalid:  # nobody to notify: consume the marker and end

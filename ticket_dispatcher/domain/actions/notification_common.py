@@ -18,14 +18,14 @@ from ticket_dispatcher.domain.actions.notification_state import (
     Target,
     Urgency,
 )
-from ticket_dispatcher.domain.actions.retrying import PassingFault, not_applied
+from ticket_dispatcher.domain.actions.retrying import PassingFault, hold_for_next_try
 from ticket_dispatcher.domain.actions.state import CallPhase, CallRecord, CallStatus
 from ticket_dispatcher.domain.catalog import URGENCY_FIELDS, ActionType
 from ticket_dispatcher.domain.conditions import ConditionError, evaluate
 from ticket_dispatcher.domain.execution import ActionExecution, Execution, RuleExecution
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.domain.observations import CALL_RESULTS
-from ticket_dispatcher.errors import DispatcherError, IntegrationError, OutcomeUnknown
+from ticket_dispatcher.errors import DispatcherError, fault_of
 
 log = logging.getLogger("ticket_dispatcher.notification")
 
@@ -104,12 +104,8 @@ def fresh_issue(run: ActionRun, state: NotificationState, purpose: str, *,
         if isinstance(loaded, DispatcherError):
             raise loaded
         return loaded if loaded is not None else run.ports.jira.load_issue(run.issue.key)
-    except IntegrationError as exc:
-        if retry and exc.transient:
-            raise PassingFault(exc, purpose) from exc
-        state.warn(f"{purpose}: the issue could not be read ({exc.message})")
-        return None
     except DispatcherError as exc:
+        hold_for_next_try(exc, purpose, retry)
         state.warn(f"{purpose}: the issue could not be read ({exc.message})")
         return None
 
@@ -168,12 +164,12 @@ def call_at_most_once(run: ActionRun, state: NotificationState, call: CallRecord
     means the result was lost, so the status is ``unknown`` and nothing is called. On an
     answer, ``on_answer`` keeps it in the state, saved with the status; ``status_of`` names
     the status from the answer instead of ``success`` (a page answers accepted, failed or
-    unknown). ``OutcomeUnknown`` is ``unknown``, any other ``DispatcherError`` ``failed``;
-    ``CallAbandoned`` (shutdown) passes through with the phase ``started``. ``counted``: the
-    settled status goes to ``ports.calls`` right after the checkpoint that saved it.
-    ``retry_refused``: a call refused with certainty by a passing fault (``not_applied``) is
-    not settled; its phase goes back to none and ``PassingFault`` is raised, so the caller
-    decides when to make it again."""
+    unknown). A lost answer (``Fault.answer_lost``) is ``unknown``, any other
+    ``DispatcherError`` ``failed``; ``CallAbandoned`` (shutdown) passes through with the phase
+    ``started``. ``counted``: the settled status goes to ``ports.calls`` right after the
+    checkpoint that saved it. ``retry_refused``: a call refused with certainty
+    (``Fault.repeatable``: never sent, or held by a rate limit) is not settled; its phase goes
+    back to none and ``PassingFault`` is raised, so the caller decides when to make it again."""
     if call.phase is CallPhase.FINISHED:
         return
     if call.phase is CallPhase.STARTED:
@@ -202,16 +198,14 @@ def _make(state: NotificationState, name: str, make_call: Callable[[], Any],
     """The call's status; a failure is a warning, never an error."""
     try:
         answer = make_call()
-    except OutcomeUnknown as exc:
-        state.warn(f"{name}: outcome unknown ({exc.message})")
-        return CallStatus.UNKNOWN
-    except IntegrationError as exc:
-        if retry_refused and exc.transient and not_applied(exc):
-            raise PassingFault(exc, name.replace("_", " ")) from exc
-        state.warn(f"{name}: failed ({exc.message})")
-        return CallStatus.FAILED
     except DispatcherError as exc:
-        state.warn(f"{name}: failed ({exc.message})")
+        fault = fault_of(exc)
+        if fault.answer_lost:
+            state.warn(f"{name}: outcome unknown ({exc.message})")
+            return CallStatus.UNKNOWN
+        if retry_refused and fault.repeatable:
+            raise PassingFault(exc, name.replace("_", " ")) from exc
+        state.warn(f"{name}: failed ({exc.message})")  # a 5xx too: the peer answered
         return CallStatus.FAILED
     if on_answer is not None:
         on_answer(answer)

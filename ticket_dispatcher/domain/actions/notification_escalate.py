@@ -61,10 +61,10 @@ from ticket_dispatcher.domain.actions.notification_state import (
     Target,
     Wakeup,
 )
-from ticket_dispatcher.domain.actions.retrying import PassingFault
+from ticket_dispatcher.domain.actions.retrying import hold_for_next_try
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.execution import FailureCode
-from ticket_dispatcher.errors import DispatcherError, IntegrationError, OutcomeUnknown
+from ticket_dispatcher.errors import DispatcherError, fault_of
 
 
 class EscalateAssignmentToLeader(GuardedAction):
@@ -177,28 +177,24 @@ class EscalateAssignmentToLeader(GuardedAction):
         # an applied intent was written for sure: ``from`` again is a hand-made change back
         if current != intent.from_account_id or intent.state is IntentState.APPLIED:
             return self._superseded(run, escalation, intent, "someone else holds the role now")
-        unknown: OutcomeUnknown | None = None
+        unknown: DispatcherError | None = None
         try:
             _write_role(run, role, intent.to_account_id)
-        except OutcomeUnknown as exc:  # the re-read below tells
-            escalation.warn(f"escalation: the Jira write's outcome is unknown ({exc.message})")
-            unknown = exc
-        except IntegrationError as exc:
-            if exc.transient and escalation.may_retry(run.now):
-                raise PassingFault(exc, "escalation: the role write") from exc
-            return self._superseded(run, escalation, intent,
-                                    f"the Jira write failed ({exc.message})",
-                                    outcome=Outcome.FAILED)
         except DispatcherError as exc:
-            return self._superseded(run, escalation, intent,
-                                    f"the Jira write failed ({exc.message})",
-                                    outcome=Outcome.FAILED)
+            if not fault_of(exc).answer_lost:
+                hold_for_next_try(exc, "escalation: the role write", escalation.may_retry(run.now))
+                return self._superseded(run, escalation, intent,
+                                        f"the Jira write failed ({exc.message})",
+                                        outcome=Outcome.FAILED)
+            escalation.warn(f"escalation: the Jira write's outcome is unknown ({exc.message})")
+            unknown = exc  # the re-read below tells
         current = _holder(run, escalation, role)
         if current == intent.to_account_id:
             return self._applied(run, escalation, intent)
         if current == intent.from_account_id:
-            if unknown is not None and escalation.may_retry(run.now):
-                raise PassingFault(unknown, "escalation: the role write did not land")
+            if unknown is not None:
+                hold_for_next_try(unknown, "escalation: the role write did not land",
+                                  escalation.may_retry(run.now))
             return self._superseded(run, escalation, intent, "the Jira write did not apply",
                                     outcome=Outcome.FAILED)
         return self._superseded(run, escalation, intent, "someone else holds the role now")
@@ -266,9 +262,8 @@ def _read_again_if_passing(run: ActionRun, escalation: EscalationState) -> Itera
         yield
     except ActionError as exc:
         cause = exc.__cause__
-        if isinstance(cause, IntegrationError) and cause.transient and \
-                escalation.may_retry(run.now):
-            raise PassingFault(cause, "escalation: reading the issue") from exc
+        if isinstance(cause, DispatcherError):
+            hold_for_next_try(cause, "escalation: reading the issue", escalation.may_retry(run.now))
         raise
 
 

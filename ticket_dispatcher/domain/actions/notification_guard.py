@@ -32,7 +32,7 @@ from ticket_dispatcher.domain.actions.notification_state import (
 from ticket_dispatcher.domain.actions.retrying import (
     DEFAULT_RETRY_BUDGET,
     PassingFault,
-    retry_later,
+    park_for_next_try,
 )
 from ticket_dispatcher.domain.actions.state import CallStatus
 from ticket_dispatcher.domain.execution import Execution, FailureCode
@@ -87,7 +87,7 @@ class GuardedAction:
             try:
                 return self.execute_state(run, state)
             except PassingFault as fault:  # raised only while ``state.may_retry``
-                return retry_later(run, state, fault.error, fault.what, self.retry_budget)
+                return park_for_next_try(run, state, fault.error, fault.what, self.retry_budget)
 
     def execute_state(self, run: ActionRun, state: Any) -> ActionResult:
         raise NotImplementedError

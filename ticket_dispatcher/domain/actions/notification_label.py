@@ -23,9 +23,9 @@ from ticket_dispatcher.domain.actions.notification_state import (
     Wakeup,
     same_target,
 )
-from ticket_dispatcher.domain.actions.retrying import PassingFault
+from ticket_dispatcher.domain.actions.retrying import hold_for_next_try
 from ticket_dispatcher.domain.model import Issue
-from ticket_dispatcher.errors import DispatcherError, IntegrationError, OutcomeUnknown
+from ticket_dispatcher.errors import DispatcherError, fault_of
 
 
 def consume_label(run: ActionRun, card: CardState) -> bool:
@@ -62,11 +62,8 @@ def restore_label_and_wake(run: ActionRun, state: CardState | EscalationState, r
     if state.wakeup is Wakeup.REQUIRED:
         try:
             run.ports.jira.edit_labels(run.issue.key, add=[label])
-        except IntegrationError as exc:
-            if exc.transient and state.may_retry(run.now):
-                raise PassingFault(exc, f"label {label} restore") from exc
-            state.warn(f"label {label} could not be restored ({exc.message})")
         except DispatcherError as exc:  # the wake-up below still re-reads the latest state
+            hold_for_next_try(exc, f"label {label} restore", state.may_retry(run.now))
             state.warn(f"label {label} could not be restored ({exc.message})")
         state.wakeup = Wakeup.LABEL_RESTORED
         state.save(run)
@@ -99,14 +96,14 @@ def _remove(run: ActionRun, card: CardState) -> bool | None:
         card.save(run)
         try:
             run.ports.jira.edit_labels(run.issue.key, remove=[label])
-        except OutcomeUnknown as exc:  # the post-check reads what Jira now has
-            card.warn(f"label {label} removal outcome unknown ({exc.message})")
         except DispatcherError as exc:
-            card.label_phase = LabelPhase.PENDING
-            if hold and isinstance(exc, IntegrationError) and exc.transient:
-                raise PassingFault(exc, f"label {label} removal") from exc
-            card.warn(f"label {label} not consumed ({exc.message})")
-            return False
+            if fault_of(exc).answer_lost:  # the post-check reads what Jira now has
+                card.warn(f"label {label} removal outcome unknown ({exc.message})")
+            else:
+                card.label_phase = LabelPhase.PENDING
+                hold_for_next_try(exc, f"label {label} removal", hold)
+                card.warn(f"label {label} not consumed ({exc.message})")
+                return False
     card.label_phase = LabelPhase.REMOVED
     card.save(run)
     return None

@@ -22,7 +22,7 @@ from ticket_dispatcher.domain.actions.base import (
 from ticket_dispatcher.domain.actions.retrying import (
     DEFAULT_RETRY_BUDGET,
     RetryingState,
-    retry_later,
+    park_for_next_try,
 )
 from ticket_dispatcher.domain.catalog import LABEL
 from ticket_dispatcher.domain.checks import (
@@ -37,7 +37,7 @@ from ticket_dispatcher.domain.checks import (
 )
 from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.ports import TriageChange
-from ticket_dispatcher.errors import DispatcherError, IntegrationError, Problem
+from ticket_dispatcher.errors import DispatcherError, Problem, fault_of
 
 _KEYS = ("priority", "components", "labels_add", "labels_remove", "fields")
 
@@ -99,11 +99,10 @@ class TriageExecutor:
                 return ActionResult.proceed()
             try:
                 run.ports.jira.apply_triage(run.issue.key, _triage_change(state.changes))
-            except IntegrationError as exc:
-                if exc.transient:
-                    return retry_later(run, state, exc, "the triage edit", self._retry_budget)
-                raise ActionError(f"Jira refused the triage edit: {exc.message}") from None
             except DispatcherError as exc:
+                if fault_of(exc).passing:  # it sets values: made twice, it leaves them as once
+                    return park_for_next_try(run, state, exc, "the triage edit",
+                                             self._retry_budget)
                 raise ActionError(f"Jira refused the triage edit: {exc.message}") from None
             state.applied = True
             return ActionResult.proceed()
