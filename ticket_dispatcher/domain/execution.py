@@ -99,7 +99,7 @@ class Trigger:
     updated_at: datetime | None = None
     completed_at: datetime | None = None
     lease: Lease | None = None  # the claim it was processed under; never shown in the API
-    # Retries after transient failures of the issue load: how many, the last one's reason,
+    # Retries after passing faults of the issue load: how many, the last one's reason,
     # and when the first failed (the retry budget counts from it).
     retry_count: int = 0
     retry_reason: str = ""

@@ -264,8 +264,8 @@ def _wake_index(db: peewee.Database) -> None:
         db.execute_sql(statement)
 
 
-def _transient_retries(db: peewee.Database) -> None:
-    """A trigger's retries after a transient failure of its issue load (how many, the last
+def _passing_fault_retries(db: peewee.Database) -> None:
+    """A trigger's retries after a passing fault of its issue load (how many, the last
     reason, since when), and since when an execution's loads have failed: the retry budget
     counts from the first failure. Existing rows keep none."""
     t = _types(db)
@@ -354,7 +354,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     (5, "dispatch_replicas", _replicas),
     (6, "shadow policies", _shadows),
     (7, "indexes of the parked executions by wake_at, and of the others", _wake_index),
-    (8, "retries after transient failures", _transient_retries),
+    # the name is recorded in every database's schema_migrations: it stays as first written
+    (8, "retries after transient failures", _passing_fault_retries),
     (9, "engineers' availability: hours, caps, time off and calendar feeds", _availability),
     (10, "jira_webhook_deliveries", _webhook_deliveries),
     (11, "console_sign_outs", _console_sign_outs),

@@ -138,7 +138,7 @@ class TriggerRow(LeasedRow):
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
     completed_at = UTCDateTimeField(null=True)
-    # Retries after transient failures of the issue load (docs/design.md, "Passing faults").
+    # Retries after passing faults of the issue load (docs/design.md, "Passing faults").
     retry_count = peewee.IntegerField(default=0)
     retry_reason = peewee.TextField(default="")
     retry_since = UTCDateTimeField(null=True)

@@ -382,7 +382,7 @@ class TriggerRepository:
 
     def retry(self, trigger_id: int, until: datetime, reason: str, now: datetime, *,
               since: datetime, lease: Lease | None = None) -> None:
-        """Back to ``pending`` after a transient failure, due again at ``until``: one retry
+        """Back to ``pending`` after a passing fault, due again at ``until``: one retry
         more, its ``reason``, and ``since`` when the first of them failed."""
         with unit_of_work(self.db):
             updated = (TriggerRow.update(status=TriggerStatus.PENDING.value,

@@ -1,6 +1,6 @@
-"""A passing fault of Jira is never final: a trigger's issue load that fails for a transient
-cause goes back to pending and is tried again within the retry budget; a permanent answer
-fails it at once; a fault longer than the budget fails it with the last reason."""
+"""A passing fault of Jira is never final: a trigger whose issue load one failed goes back to
+pending and is tried again within the retry budget; a permanent answer fails it at once; a
+fault longer than the budget fails it with the last reason."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
 from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.http import IntegrationRejected, IntegrationTimeout
 
-TRANSIENT = {
+PASSING_FAULTS = {
     "429": lambda: IntegrationRejected("jira GET /issue failed: HTTP 429", status=429,
                                        service="jira"),
     "500": lambda: IntegrationRejected("jira GET /issue failed: HTTP 500", status=500,
@@ -44,11 +44,11 @@ def advance_until(h, done, *, step: float = 5, limit: float = 3600) -> None:
         moved += step
 
 
-@pytest.mark.parametrize("cause", sorted(TRANSIENT))
+@pytest.mark.parametrize("cause", sorted(PASSING_FAULTS))
 def test_trigger_load_failing_for_a_passing_fault_is_retried_not_failed(make_harness, cause):
     h = make_harness(RecordingAction())
     h.policy(rule("test_noop"))
-    h.jira.fail_next("TCID-1", times=2, error=TRANSIENT[cause])
+    h.jira.fail_next("TCID-1", times=2, error=PASSING_FAULTS[cause])
     start = h.clock.now()
 
     trigger = h.post_trigger()
