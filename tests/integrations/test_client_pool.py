@@ -33,8 +33,9 @@ from ticket_dispatcher.actors.client_ports import (
 from ticket_dispatcher.config import Config, CoreConfig, JiraConfig, LarkConfig, OncallConfig
 from ticket_dispatcher.domain.ports import Jira
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, LeaseLost, OutcomeUnknown
-from ticket_dispatcher.integrations.http import HttpClient, send_guard
+from ticket_dispatcher.integrations.http import HttpClient
 from ticket_dispatcher.integrations.jira import JiraClient
+from ticket_dispatcher.integrations.transport import send_guard
 from ticket_dispatcher.metrics import Metrics
 
 WAIT = 5  # seconds: the bound on every wait for something that should happen at once

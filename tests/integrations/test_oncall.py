@@ -11,8 +11,8 @@ from responses import matchers
 from ticket_dispatcher.config import OncallConfig
 from ticket_dispatcher.domain.ports import PageResult, Responder
 from ticket_dispatcher.errors import IntegrationError
-from ticket_dispatcher.integrations.http import AnswerLost
 from ticket_dispatcher.integrations.oncall import OncallClient
+from ticket_dispatcher.integrations.transport import AnswerLost
 
 BASE = "https://oncall.internal.example"
 TOKEN = "oncall-bearer-secret"

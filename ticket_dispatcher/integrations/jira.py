@@ -16,12 +16,8 @@ from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.domain.ports import Answer, TriageChange, answer_each
 from ticket_dispatcher.errors import IntegrationError, InvalidInput
-from ticket_dispatcher.integrations.http import (
-    HttpClient,
-    IntegrationRejected,
-    RateGate,
-    segment,
-)
+from ticket_dispatcher.integrations.call_policy import RateGate
+from ticket_dispatcher.integrations.http import HttpClient, IntegrationRejected, segment
 
 SERVICE = "jira"
 # Everything the issue snapshot (``model.Issue``) reads, plus the two configured custom fields.
