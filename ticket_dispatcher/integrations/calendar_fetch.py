@@ -4,8 +4,12 @@ A feed's server is outside the service's control: it may answer slowly, send a b
 end, or drip it a byte at a time. So the body is read in chunks and the download stops as soon
 as it passes the byte limit or the whole fetch passes its deadline (``DEADLINE_READS`` read
 timeouts), and a fetch in flight can be cut short from another thread (``abort``) when the
-service stops. This is no API call, so it goes through urllib3's public API directly rather
-than the integrations' ``HttpClient`` (http.py), which reads every answer whole.
+service stops. This is no API call, and the API clients' transport (transport.py) fits it
+nowhere: it reads every answer whole, and decoded, before the call returns, keeps one
+connection pool per base URL for a client's life, and runs the send guard of a pooled call. So
+the fetch goes through urllib3's public API itself, reading the proxy and the CA bundle from
+the environment as the transport does. It is made once, never tried again within the fetch:
+the refresher fetches each feed again at its next round.
 
 A feed's URL is a secret (a private calendar URL carries its token), so no message here ever
 holds it, nor anything urllib3 says, which may quote it: the feed's name stands for it.
@@ -13,7 +17,6 @@ holds it, nor anything urllib3 says, which may quote it: the feed's name stands 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -22,6 +25,7 @@ import urllib3
 
 from ticket_dispatcher import __version__
 from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.integrations.transport import ca_bundle
 
 # The whole fetch, from the connection to the last byte, may take this many read timeouts: a
 # feed dripping its body slowly holds the refresh no longer than that.
@@ -162,7 +166,7 @@ class FeedFetcher:
     def _manager(self, url: str) -> urllib3.PoolManager:
         """A pool manager for one fetch (feeds are fetched minutes apart: nothing to keep
         alive), through the proxy the environment names for ``url``."""
-        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        bundle = ca_bundle()
         proxies = requests.utils.get_environ_proxies(url)
         proxy = proxies.get(url.partition(":")[0].lower()) or proxies.get("all")
         if proxy:
