@@ -1,7 +1,8 @@
 """The one error hierarchy of the service.
 
 Every layer raises these; the HTTP layer maps each class to one status code and the CLI to one
-exit code, so a user error never surfaces as a traceback.
+exit code, so a user error never surfaces as a traceback. ``fault_of`` says what a failed
+integration call ended in, for every caller that decides what to do next.
 """
 
 from __future__ import annotations
@@ -98,9 +99,10 @@ class IntegrationError(DispatcherError):
 
 class OutcomeUnknown(IntegrationError):
     """The call was sent but its answer never came (a read timeout, or the caller stopped
-    waiting for a call already running): the remote side may or may not have acted. Actions
-    handle it explicitly: re-read before deciding, or record ``unknown`` and never repeat the
-    side effect (docs/design.md, "Checkpoints and at-most-once")."""
+    waiting for a call already running): the remote side may or may not have acted
+    (``fault_of``: unknown, its answer lost). Actions re-read before deciding, or record
+    ``unknown`` and never repeat the side effect (docs/design.md, "Checkpoints and
+    at-most-once")."""
 
 
 class ServiceNotConfigured(IntegrationError):

@@ -97,13 +97,13 @@ def _remove(run: ActionRun, card: CardState) -> bool | None:
         try:
             run.ports.jira.edit_labels(run.issue.key, remove=[label])
         except DispatcherError as exc:
-            if fault_of(exc).answer_lost:  # the post-check reads what Jira now has
-                card.warn(f"label {label} removal outcome unknown ({exc.message})")
-            else:
+            if not fault_of(exc).answer_lost:
                 card.label_phase = LabelPhase.PENDING
                 hold_for_next_try(exc, f"label {label} removal", hold)
                 card.warn(f"label {label} not consumed ({exc.message})")
                 return False
+            # the post-check reads what Jira now has
+            card.warn(f"label {label} removal outcome unknown ({exc.message})")
     card.label_phase = LabelPhase.REMOVED
     card.save(run)
     return None
