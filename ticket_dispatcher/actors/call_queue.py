@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, Protocol, TypedDict, TypeVar
 
-from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown
-from ticket_dispatcher.integrations.http import send_guard
+from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown, fault_of
+from ticket_dispatcher.integrations.transport import send_guard
 from ticket_dispatcher.metrics import Metrics
 
 ClientT = TypeVar("ClientT")
@@ -572,4 +572,4 @@ class _Latency:
 def _call_outcome(error: BaseException | None) -> str:
     if error is None:
         return "ok"
-    return "unknown" if isinstance(error, OutcomeUnknown) else "error"
+    return "unknown" if fault_of(error).answer_lost else "error"

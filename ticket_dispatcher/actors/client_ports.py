@@ -31,8 +31,8 @@ from ticket_dispatcher.domain.ports import (
     TriageChange,
 )
 from ticket_dispatcher.errors import DispatcherError
+from ticket_dispatcher.integrations.call_policy import RateGate
 from ticket_dispatcher.integrations.core import CoreClient
-from ticket_dispatcher.integrations.http import RateGate
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient

@@ -21,9 +21,6 @@ from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.call_policy import READS, CallPolicy, HeldBack, RateGate
 from ticket_dispatcher.integrations.transport import AnswerLost, Sender
-
-# actors/client_pool.py imports it from here
-from ticket_dispatcher.integrations.transport import send_guard as send_guard
 from ticket_dispatcher.logging import Redactor
 
 log = logging.getLogger(__name__)
