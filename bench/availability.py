@@ -91,7 +91,8 @@ from latency import assign_arrivals, fire, percentile
 
 from tests.process import BASE, Dispatcher, round_robin_policy
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
-from ticket_dispatcher.store.database import bind, execute, open_database, write_lock
+from ticket_dispatcher.store.connect import open_database
+from ticket_dispatcher.store.database import bind, execute, write_lock
 from ticket_dispatcher.store.models import EngineerRow, TimeOffRow
 from ticket_dispatcher.store.time_off import API_SOURCE, INSERT_BATCH
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339

@@ -86,7 +86,8 @@ from ticket_dispatcher.config import load_config
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.app import Services
 from ticket_dispatcher.http.dispatch import encode_cursor
-from ticket_dispatcher.store import Store, is_postgres, write_lock
+from ticket_dispatcher.store import Store, write_lock
+from ticket_dispatcher.store.connect import is_postgres
 from ticket_dispatcher.store.database import unit_of_work, without_statement_timeouts
 from ticket_dispatcher.store.models import (
     ContextRow,

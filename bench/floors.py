@@ -207,7 +207,7 @@ def _sqlite_connection(path: str) -> Any:
     import sqlite3
 
     from ticket_dispatcher.config import DatabaseConfig
-    from ticket_dispatcher.store.database import SQLITE_PRAGMAS
+    from ticket_dispatcher.store.sqlite import SQLITE_PRAGMAS
 
     busy = DatabaseConfig().busy_timeout.total_seconds()
     connection = sqlite3.connect(path, timeout=busy, isolation_level=None,

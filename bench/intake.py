@@ -71,7 +71,7 @@ from floors import (
 )
 
 from ticket_dispatcher.config import HttpConfig
-from ticket_dispatcher.store.database import open_database
+from ticket_dispatcher.store.connect import open_database
 from ticket_dispatcher.store.migrations import migrate
 
 __all__ = ["cpu_seconds"]  # bench/replicas.py imports it from here

@@ -77,7 +77,8 @@ from recovery import insert_all, next_id, read_template
 
 from ticket_dispatcher.sandbox import service_urls
 from ticket_dispatcher.seeding import seed_store
-from ticket_dispatcher.store import Store, is_postgres, write_lock
+from ticket_dispatcher.store import Store, write_lock
+from ticket_dispatcher.store.connect import is_postgres
 from ticket_dispatcher.store.database import unit_of_work, without_statement_timeouts
 from ticket_dispatcher.store.models import (
     ContextRow,

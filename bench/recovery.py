@@ -94,7 +94,8 @@ from databases import fresh_database  # also puts the repository root on sys.pat
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.fanout import new_execution
 from ticket_dispatcher.domain.model import Issue, JiraUser
-from ticket_dispatcher.store import Store, is_postgres, write_lock
+from ticket_dispatcher.store import Store, write_lock
+from ticket_dispatcher.store.connect import is_postgres
 from ticket_dispatcher.store.database import unit_of_work, without_statement_timeouts
 from ticket_dispatcher.store.models import (
     ContextRow,

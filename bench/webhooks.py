@@ -118,7 +118,8 @@ from latency import percentile
 from tests.process import BASE, Dispatcher
 from ticket_dispatcher.domain.webhooks import CREATED_SOURCE
 from ticket_dispatcher.http.webhooks import IDENTIFIER_HEADER, SIGNATURE_HEADER
-from ticket_dispatcher.store.database import bind, open_database, unit_of_work
+from ticket_dispatcher.store.connect import open_database
+from ticket_dispatcher.store.database import bind, unit_of_work
 from ticket_dispatcher.store.models import ExecutionRow, TriggerRow, WebhookDeliveryRow
 
 WEBHOOKS_PATH = f"{BASE}/jira/webhooks"

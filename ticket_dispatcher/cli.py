@@ -30,7 +30,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -599,7 +598,7 @@ def _configured_store(config: Config) -> Iterator[Store]:
         store = Store.for_url(config.database_url, database=config.database)
         try:
             # Connecting would create a missing SQLite file: a command never writes one.
-            if not store.is_postgres and not Path(store.db.database).is_file():
+            if store.engine.is_missing():
                 raise DatabaseFailure(f"database {masked(config)['database_url']}: no such "
                                       "file (check database_url)")
             version, latest = current_version(store.db), latest_version()

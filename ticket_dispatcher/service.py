@@ -108,7 +108,7 @@ class Service:
             self.store.claim_for_serving()  # a SQLite file has one serving process
             self.store.check_capacity(config)  # refuse what the database cannot serve
             applied = self.store.migrate()
-            if self.store.is_postgres:  # the mode lock, and a replica's work channel
+            if self.store.engine.several_processes:  # the mode lock, a replica's work channel
                 self.link = ClusterLink(self.store.db, shared=config.cluster.shared,
                                         on_work=self._work_arrived)
                 self.link.start()

@@ -14,7 +14,7 @@ from tests.conftest import QueryCounter
 from tests.fakes import RecordingAction, issue
 from tests.harness import Harness, assign, rule
 from ticket_dispatcher.domain.execution import ExecutionStatus, Trigger, TriggerStatus
-from ticket_dispatcher.store.database import is_postgres
+from ticket_dispatcher.store.connect import is_postgres
 
 ENGINEERS = ("a@example.com", "b@example.com")
 # The trigger inserted and claimed; the active versions with their families' shadows; the

@@ -14,13 +14,14 @@ from ticket_dispatcher.store import (
     Store,
     connection_budget,
     database,
-    is_postgres,
     models,
     open_database,
     unit_of_work,
     write_lock,
 )
-from ticket_dispatcher.store.database import bind, pool_size, read_rows, server_limit
+from ticket_dispatcher.store.connect import is_postgres
+from ticket_dispatcher.store.database import bind, pool_size, read_rows
+from ticket_dispatcher.store.engine import ServerLimit
 from ticket_dispatcher.store.models import EngineerRow
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -276,7 +277,7 @@ def test_connection_budget_is_threads_trigger_actors_slots_and_the_runtime(confi
 def test_sqlite_accepts_any_configuration(sqlite_store):
     sqlite_store.check_capacity(_config(slots=100, trigger_actors=32, threads=64))
 
-    assert server_limit(sqlite_store.db) is None
+    assert sqlite_store.engine.server_limit(sqlite_store.db) is None
 
 
 @pytest.mark.postgres
@@ -287,7 +288,7 @@ def test_postgres_limit_is_read_from_the_server(postgres_url):
                  for name in ("max_connections", "superuser_reserved_connections")]
         autovacuum = db.execute_sql("SHOW autovacuum").fetchone()[0]
 
-    limit = server_limit(store.db)
+    limit = store.engine.server_limit(store.db)
     store.close()
 
     assert limit.autovacuum == (autovacuum == "on")
@@ -352,8 +353,8 @@ def test_a_write_without_flush_wait_changes_only_its_own_commit(postgres_url):
 @pytest.mark.postgres
 def test_postgres_refuses_a_configuration_above_the_server_limit(postgres_url, monkeypatch):
     store = Store.for_url(postgres_url)
-    monkeypatch.setattr(database, "server_limit",
-                        lambda db: database.ServerLimit(max_connections=50, reserved=3))
+    monkeypatch.setattr(store.engine, "server_limit",
+                        lambda db: ServerLimit(max_connections=50, reserved=3))
 
     store.check_capacity(_config(slots=28))  # 8 + 4 + 28 + 7 = 47: exactly what is allowed
     with pytest.raises(ConfigError) as refused:

@@ -14,7 +14,8 @@ from ticket_dispatcher.domain.actions.assign import next_in_turn
 from ticket_dispatcher.domain.availability import TimeOff, on_time_off
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import NotFound
-from ticket_dispatcher.store.database import is_postgres, unit_of_work
+from ticket_dispatcher.store.connect import is_postgres
+from ticket_dispatcher.store.database import unit_of_work
 from ticket_dispatcher.store.models import time_param
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)

@@ -29,7 +29,8 @@ from ticket_dispatcher.store import FaultKind, Store, StoreHealth, unit_of_work,
 from ticket_dispatcher.store import health as health_module
 from ticket_dispatcher.store import migrations as migrations_module
 from ticket_dispatcher.store import postgres as postgres_module
-from ticket_dispatcher.store.database import open_database, pool_wait
+from ticket_dispatcher.store.connect import open_database
+from ticket_dispatcher.store.database import pool_wait
 from ticket_dispatcher.store.faults import store_error
 from ticket_dispatcher.store.models import EngineerRow
 

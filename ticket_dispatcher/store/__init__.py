@@ -27,12 +27,12 @@ from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.store import migrations
+from ticket_dispatcher.store.connect import open_database
 from ticket_dispatcher.store.console_sessions import ConsoleSessionRepository
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     DEFAULT_DATABASE,
     DEFAULT_MAX_CONNECTIONS,
-    ProcessLock,
     attach_health,
     bind,
     check_capacity,
@@ -40,15 +40,14 @@ from ticket_dispatcher.store.database import (
     checkout,
     close_database,
     connection_budget,
-    is_postgres,
+    engine_of,
     lock_rows,
-    open_database,
-    process_lock,
     unit_of_work,
     without_statement_timeouts,
     write_lock,
 )
 from ticket_dispatcher.store.deliveries import DeliveryRepository
+from ticket_dispatcher.store.engine import Engine, ServingClaim
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.executions import ExecutionRepository
 from ticket_dispatcher.store.faults import FaultKind, driver_detail
@@ -80,7 +79,6 @@ __all__ = [
     "TriggerRepository",
     "connection_budget",
     "driver_detail",
-    "is_postgres",
     "lock_rows",
     "open_database",
     "unit_of_work",
@@ -94,6 +92,8 @@ class Store:
         # from any database is always the one its repositories query.
         bind(db)
         self.db = db
+        # What differs between the database engines: asked, never branched on.
+        self.engine: Engine = engine_of(db)
         # Outages of this database: its units of work report here, the metrics listen.
         self.health: StoreHealth = attach_health(db)
         # The actions this service runs: activation refuses a policy they cannot.
@@ -108,7 +108,7 @@ class Store:
         self.replicas = ReplicaRepository(db)
         self.shadows = ShadowRepository(db, self.executions)
         self.console_sessions = ConsoleSessionRepository(db)
-        self._process_lock: ProcessLock | None = None  # held while serving a SQLite file
+        self._process_lock: ServingClaim | None = None  # held while serving a SQLite file
 
     @classmethod
     def for_url(cls, url: str, *, registry: ActionRegistry | None = None,
@@ -122,10 +122,6 @@ class Store:
         timeouts of every wait on the database (``config.database``).
         """
         return cls(open_database(url, max_connections, database), registry)
-
-    @property
-    def is_postgres(self) -> bool:
-        return is_postgres(self.db)
 
     def check_capacity(self, config: Config) -> None:
         """``ConfigError`` when ``config`` could need more connections than the PostgreSQL
@@ -158,9 +154,8 @@ class Store:
         timeouts, never raising. PostgreSQL: ``SELECT 1``. SQLite: the same inside a write
         transaction, since another process holding the write lock stops every write while
         reads go on; an empty transaction writes nothing."""
-        probe = unit_of_work if is_postgres(self.db) else write_lock
         try:
-            with probe(self.db):
+            with self.engine.readiness(self.db):
                 self.db.execute_sql("SELECT 1").fetchone()
         except StoreUnavailable:
             return False  # the store's health has logged the outage
@@ -172,7 +167,7 @@ class Store:
     def claim_for_serving(self) -> None:
         """Refuse (``ConfigError``) to serve a SQLite file another process already serves;
         the claim lasts until ``close``. PostgreSQL needs none."""
-        lock = process_lock(self.db)
+        lock = self.engine.process_lock()
         if lock is not None:
             lock.acquire()
             self._process_lock = lock

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, cast
 import peewee
 
 from ticket_dispatcher.errors import ConfigError
-from ticket_dispatcher.store.database import _real, is_postgres
+from ticket_dispatcher.store.connect import is_postgres
+from ticket_dispatcher.store.database import _real
 
 if TYPE_CHECKING:
     import psycopg

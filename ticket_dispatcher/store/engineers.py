@@ -24,8 +24,8 @@ from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.store.database import (
     Prepared,
+    engine_of,
     fetch_page,
-    is_postgres,
     read_rows,
     unit_of_work,
     write_lock,
@@ -33,7 +33,6 @@ from ticket_dispatcher.store.database import (
 from ticket_dispatcher.store.models import (
     EngineerRow,
     TimeOffRow,
-    among,
     array_literal,
     delete_where,
     time_param,
@@ -74,7 +73,11 @@ _TURN_COLUMNS = "email, display_name, jira_account_id, last_dispatched_at, last_
 class EngineerRepository:
     def __init__(self, db: peewee.Database, time_off: TimeOffRepository | None = None):
         self.db = db
+        self.engine = engine_of(db)
         self._time_off = time_off or TimeOffRepository(db)
+        # Round robin's turn: one statement where the engine writes so, else a transaction.
+        self._take_turn = (self._take_turn_in_one if self.engine.one_statement_writes
+                           else self._take_turn_in_transaction)
 
     def page(
         self,
@@ -133,19 +136,15 @@ class EngineerRepository:
         back = (f" OR EXISTS (SELECT 1 FROM {_TIME_OFF} r WHERE r.email = e.email "
                 f"AND r.end_at > {param} AND r.end_at <= {param})" if returned_since else "")
         working = " OR e.working_hours_json IS NOT NULL" if hours else ""
-        among_wanted, wanted_params = among(self.db, "e.email", wanted, "text[]")
+        among_wanted, wanted_params = self.engine.among("e.email", wanted, "text[]")
         params: list[Any] = [time_param(to_utc(since)), time_param(to_utc(until)),
                              *wanted_params, True, time_param(to_utc(at)), time_param(to_utc(at))]
         if returned_since:
             params += [time_param(to_utc(returned_since)), time_param(to_utc(at))]
         # Each hindered engineer's entries along the index of engineer and end, looked up for
-        # them alone (OFFSET 0 keeps PostgreSQL's planner from folding the lookup into a join
-        # that hashes every entry of the window, whoever it is for).
-        entries = (f"LEFT JOIN LATERAL (SELECT * FROM {_TIME_OFF} o WHERE o.email = e.email "
-                   f"AND o.end_at > {param} AND o.start_at < {param} OFFSET 0) t ON TRUE"
-                   if is_postgres(self.db) else
-                   f"LEFT JOIN {_TIME_OFF} t ON t.email = e.email "
-                   f"AND t.end_at > {param} AND t.start_at < {param}")
+        # them alone, not hashed for every engineer.
+        entries = self.engine.join_each(_TIME_OFF, "t", lambda t: (
+            f"{t}.email = e.email AND {t}.end_at > {param} AND {t}.start_at < {param}"))
         with unit_of_work(self.db):
             rows = read_rows(
                 self.db, EngineerRow, Prepared(  # every assignment sends it
@@ -257,10 +256,10 @@ class EngineerRepository:
     def take_turn(
         self, emails_in_order: Iterable[str], *, issue_key: str, now: datetime
     ) -> Turn | None:
-        """Round robin's choose-and-advance in one transaction: lock the dispatch-enabled
-        engineers among ``emails_in_order`` (``SELECT … FOR UPDATE`` on PostgreSQL, in email
-        order so that overlapping candidate lists never deadlock; SQLite's ``IMMEDIATE``
-        transaction already serializes), choose by ``next_in_turn`` (never dispatched first,
+        """Round robin's choose-and-advance, atomic: lock the dispatch-enabled engineers
+        among ``emails_in_order`` (``SELECT … FOR UPDATE`` on PostgreSQL, in email order so
+        that overlapping candidate lists never deadlock; SQLite's ``IMMEDIATE`` transaction
+        already serializes), choose by ``next_in_turn`` (never dispatched first,
         then the oldest ``last_dispatched_at``, ties by the order of ``emails_in_order``) and
         mark the chosen one's turn: ``last_dispatched_at`` (see ``_turn_mark``),
         ``last_dispatched_issue`` and ``updated_at``.
@@ -272,9 +271,11 @@ class EngineerRepository:
         order = list(dict.fromkeys(normalize_email(email) for email in emails_in_order))
         if not order:
             return None
-        now = to_utc(now)
-        if is_postgres(self.db):
-            return self._take_turn_in_one(order, issue_key, now)
+        return self._take_turn(order, issue_key, to_utc(now))
+
+    def _take_turn_in_transaction(self, order: list[str], issue_key: str, now: datetime,
+                                  ) -> Turn | None:
+        """``take_turn`` as a read and a mark in one write transaction."""
         with write_lock(self.db):
             # by email: the lock order, the same for every caller
             rows = {row.email: row for row in self._enabled(sorted(order), _TURN_COLUMNS)}
@@ -291,7 +292,7 @@ class EngineerRepository:
         return Turn(chosen, tuple(candidates))
 
     def _take_turn_in_one(self, order: list[str], issue_key: str, now: datetime) -> Turn | None:
-        """``take_turn`` on PostgreSQL in one statement, one round trip instead of four (BEGIN,
+        """``take_turn`` in one PostgreSQL statement, one round trip instead of four (BEGIN,
         the read, the mark, COMMIT): the candidates are locked in email order, the chosen one
         is the first by ``next_in_turn``'s order (never dispatched, then the oldest mark, then
         the order asked), and its mark is ``_turn_mark``'s. The candidates come back as they
@@ -333,7 +334,7 @@ class EngineerRepository:
         ``columns``. Every assignment reads them (a live round robin in its turn, inside the
         transaction that serializes turns on SQLite): the statement is written out, not built
         by peewee."""
-        condition, params = among(self.db, "email", emails, "text[]")
+        condition, params = self.engine.among("email", emails, "text[]")
         return read_rows(
             self.db, EngineerRow,
             f"SELECT {columns} FROM {_TABLE} WHERE {condition} AND dispatch_enabled = "

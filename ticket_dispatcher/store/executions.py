@@ -32,9 +32,9 @@ from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     Prepared,
     dict_rows,
+    engine_of,
     execute,
     fetch_page,
-    is_postgres,
     one_statement_write,
     read_rows,
     rows_of,
@@ -43,11 +43,11 @@ from ticket_dispatcher.store.database import (
     unit_of_work,
     write_lock,
 )
+from ticket_dispatcher.store.engine import Engine
 from ticket_dispatcher.store.models import (
     ExecutionRow,
     RuleExecutionRow,
     TriggerRow,
-    among,
     json_param,
     placeholders,
     time_param,
@@ -67,9 +67,10 @@ PARKED_COUNTED = 10_000
 class ExecutionRepository:
     def __init__(self, db: peewee.Database, contexts: ContextRepository):
         self.db = db
+        self.engine = engine_of(db)
         self._contexts = contexts  # creation writes the missing default context too
         self._closing = TriggerClosing(db)  # creation completes the trigger
-        self._sql = _Statements(db.param, self._closing, one_statement_writes=is_postgres(db))
+        self._sql = _Statements(db.param, self._closing, self.engine)
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -78,7 +79,7 @@ class ExecutionRepository:
         keys = [key for key in keys if key]
         if not keys:
             return set()
-        condition, params = among(self.db, "live_lock_key", keys, "text[]")
+        condition, params = self.engine.among("live_lock_key", keys, "text[]")
         with unit_of_work(self.db):  # every trigger asks: written out
             return {key for (key,) in self.db.execute_sql(
                 f"SELECT live_lock_key FROM {ExecutionRow._meta.table_name} "
@@ -107,7 +108,7 @@ class ExecutionRepository:
         trigger is no longer processing under ``lease`` (nothing is written either way).
         """
         now = to_utc(now)
-        write = self._create_in_one if self._sql.one_statement_writes else self._create
+        write = self._create_in_one if self.engine.one_statement_writes else self._create
         try:
             write(trigger_id, executions, issue_key=issue_key, ensure_context=ensure_context,
                   now=now, reason=reason, lease=lease)
@@ -193,7 +194,7 @@ class ExecutionRepository:
         if lease is not None:
             values += (lease.owner, lease.epoch)
         changes = [_rule_values(execution.id, rule) for rule in rules]
-        if self._sql.one_statement_writes:
+        if self.engine.one_statement_writes:
             statement = self._sql.save_in_one(released=released, fenced=fenced,
                                               rules=len(changes))
             with one_statement_write(self.db):
@@ -270,7 +271,7 @@ class ExecutionRepository:
         if not rows:
             return None
         row = rows[0]
-        if self._sql.one_statement_writes:
+        if self.engine.one_statement_writes:
             rule_rows = rows_of(RuleExecutionRow, row.rules or [])
         else:
             with unit_of_work(self.db):
@@ -333,9 +334,7 @@ class ExecutionRepository:
         (``ix_dispatch_executions_wake``). On SQLite written ``+status``: without statistics its
         planner would take the status index for every running row and sort them, where the wake
         index reads only the rows asked for; PostgreSQL's plans by its statistics."""
-        status = (ExecutionRow.status if is_postgres(self.db)
-                  else peewee.NodeList((peewee.SQL("+"), ExecutionRow.status), glue=""))
-        return status.in_(_RUNNING)
+        return self.engine.unindexed(ExecutionRow.status).in_(_RUNNING)
 
     def release_owner(self, owner: str) -> int:
         """Give back every lease ``owner`` holds on a running execution (a replica that
@@ -525,7 +524,7 @@ class ExecutionRepository:
         if not wanted:
             return {}
         table = RuleExecutionRow._meta.table_name
-        condition, params = among(self.db, "rule_id", wanted, "bigint[]")
+        condition, params = self.engine.among("rule_id", wanted, "bigint[]")
         param = self.db.param
         with unit_of_work(self.db):
             newest = ExecutionRow.select(peewee.fn.MAX(ExecutionRow.id)).scalar() or 0
@@ -551,7 +550,7 @@ class ExecutionRepository:
             return []
         by_execution: dict[int, list[RuleExecution]] = {row.id: [] for row in rows}
         # written out: peewee took longer to build a page's rule rows than to read them
-        condition, params = among(self.db, "execution_id", list(by_execution), "bigint[]")
+        condition, params = self.engine.among("execution_id", list(by_execution), "bigint[]")
         sql = (f"SELECT * FROM {RuleExecutionRow._meta.table_name} WHERE {condition} "
                "ORDER BY execution_id, sequence")
         for rule_row in read_rows(self.db, RuleExecutionRow, sql, *params):
@@ -564,11 +563,10 @@ class _Statements:
     an execution claims it, every step saves it, and every look of the ACK watcher moves a
     wait; peewee took longer to build each of them than the database took to run it."""
 
-    def __init__(self, param: str, closing: TriggerClosing, *,
-                 one_statement_writes: bool = False):
-        """``one_statement_writes`` (PostgreSQL): a creation and a save are one statement
-        each, with data-modifying ``WITH`` clauses (``create_in_one``, ``save_in_one``)."""
-        self.one_statement_writes = one_statement_writes
+    def __init__(self, param: str, closing: TriggerClosing, engine: Engine):
+        """With the ``engine``'s ``one_statement_writes`` a creation and a save are one
+        statement each, with data-modifying ``WITH`` clauses (``create_in_one``,
+        ``save_in_one``), and a claim reads the rules with the execution."""
         self._closing = closing
         self._param = param
         self._creates_in_one: dict[tuple[tuple[int, ...], bool, bool], str] = {}
@@ -596,8 +594,8 @@ class _Statements:
         # ones by ``created_at`` (``ix_dispatch_executions_unparked``), and the parked ones
         # whose wake has come by ``wake_at`` (``ix_dispatch_executions_wake``); the longest due
         # of both first. On SQLite ``+status`` keeps its planner off the status index.
-        lock = " FOR UPDATE SKIP LOCKED" if one_statement_writes else ""
-        status = "status" if one_statement_writes else "+status"
+        lock = engine.skip_locked_clause
+        status = engine.unindexed_name("status")
         unheld = f"(lease_owner IS NULL OR lease_expires_at < {param})"
         self.claim_due = (  # not Prepared: its plan depends on how many are due
             f"WITH fresh AS (SELECT id, created_at AS due FROM {executions} "
@@ -616,7 +614,7 @@ class _Statements:
             f"WITH claimed AS ({claim} RETURNING *) SELECT claimed.*, "
             f"(SELECT json_agg(r ORDER BY r.sequence) FROM {rules} r "
             "WHERE r.execution_id = claimed.id) AS rules FROM claimed"
-            if one_statement_writes else f"{claim} RETURNING *")
+            if engine.one_statement_writes else f"{claim} RETURNING *")
         self.insert = Prepared(
             f"INSERT INTO {executions} ({_INSERTED}) "
             f"VALUES ({placeholders(param, _INSERTED.count(',') + 1)}) RETURNING id")

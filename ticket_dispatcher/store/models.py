@@ -8,14 +8,14 @@ are the column names. All models reach the database through ``database_proxy``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeAlias, cast
 
 import peewee
 
 from ticket_dispatcher.domain.execution import Lease
-from ticket_dispatcher.store.database import database_proxy, is_postgres
+from ticket_dispatcher.store.database import database_proxy
 
 # A time column's value as the driver has it: SQLite's text, PostgreSQL's naive datetime, or
 # NULL.
@@ -356,23 +356,11 @@ def placeholders(param: str, count: int) -> str:
     return ", ".join([param] * count)
 
 
-def among(db: peewee.Database, column: str, values: Sequence[Any], array_type: str,
-          ) -> tuple[str, tuple]:
-    """``column`` is one of ``values``: the condition and its parameters. On PostgreSQL one
-    array parameter (``= ANY``, of ``array_type`` such as ``text[]``), so the statement's text
-    is the same whatever the count: one prepared statement and plan, and psycopg converts the
-    query once rather than at every execution (it keeps the conversion only of queries of at
-    most 50 parameters, which a rotation of 50 engineers passes). On SQLite an ``IN`` list."""
-    if is_postgres(db):
-        return f"{column} = ANY({db.param}::{array_type})", (array_literal(values),)
-    return f"{column} IN ({placeholders(db.param, len(values))})", tuple(values)
-
-
 def array_literal(values: Iterable[Any]) -> str:
     """``values`` as a PostgreSQL array literal, for a text parameter the statement casts
-    (``%s::text[]``): each element double-quoted, its backslashes and double quotes escaped, as
-    the array syntax asks. psycopg sends the text as it is; its own dumping of a list goes
-    element by element in Python, CPU that a dispatch would pay for each list it sends
-    (bench/README.md, the diary of people-aware dispatch)."""
+    (``%s::text[]``, ``PostgresEngine.among``): each element double-quoted, its backslashes
+    and double quotes escaped, as the array syntax asks. psycopg sends the text as it is; its
+    own dumping of a list goes element by element in Python, CPU that a dispatch would pay for
+    each list it sends (bench/README.md, the diary of people-aware dispatch)."""
     quoted = (str(value).replace("\\", "\\\\").replace('"', '\\"') for value in values)
     return "{" + ",".join(f'"{element}"' for element in quoted) + "}"

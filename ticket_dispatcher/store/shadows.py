@@ -22,14 +22,19 @@ from ticket_dispatcher.domain.execution import Execution
 from ticket_dispatcher.domain.model import PolicyStatus
 from ticket_dispatcher.domain.shadow import DIFFERENCES, Decision, ShadowVerdict, decide, judge
 from ticket_dispatcher.errors import Conflict, NotFound
-from ticket_dispatcher.store.database import dict_rows, lock_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.database import (
+    dict_rows,
+    engine_of,
+    lock_rows,
+    unit_of_work,
+    write_lock,
+)
 from ticket_dispatcher.store.executions import ExecutionRepository
 from ticket_dispatcher.store.models import (
     ExecutionRow,
     PolicyRow,
     ShadowDecisionRow,
     ShadowRow,
-    among,
     delete_where,
 )
 from ticket_dispatcher.timeutil import format_time, to_utc
@@ -104,6 +109,7 @@ class ShadowSummary:
 class ShadowRepository:
     def __init__(self, db: peewee.Database, executions: ExecutionRepository):
         self.db = db
+        self.engine = engine_of(db)
         self._executions = executions  # a live execution that ended first is judged at once
 
     # -- the shadow itself ------------------------------------------------------------------
@@ -139,7 +145,7 @@ class ShadowRepository:
         """The shadow version of each of these families that has one: family → policy id."""
         if not family_ids:
             return {}
-        condition, params = among(self.db, "family_id", family_ids, "text[]")
+        condition, params = self.engine.among("family_id", family_ids, "text[]")
         with unit_of_work(self.db):  # every trigger asks: by hand
             return dict(self.db.execute_sql(
                 f"SELECT family_id, policy_id FROM {ShadowRow._meta.table_name} "
@@ -239,7 +245,7 @@ class ShadowRepository:
             ids = [row["policy_id"] for row in running] + [row[0] for row in ended]
             verdicts: dict[int, Counter] = {policy_id: Counter() for policy_id in ids}
             if ids:
-                condition, params = among(self.db, "policy_id", ids, "bigint[]")
+                condition, params = self.engine.among("policy_id", ids, "bigint[]")
                 counts = self.db.execute_sql(
                     f"SELECT policy_id, verdict, COUNT(*) FROM {decisions}"
                     f" WHERE {condition} GROUP BY policy_id, verdict", params).fetchall()

@@ -13,8 +13,8 @@ from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
     Prepared,
     dict_rows,
+    engine_of,
     execute,
-    is_postgres,
     one_statement_write,
     seconds_since,
     skip_locked,
@@ -172,9 +172,9 @@ class TriggerRepository:
         values = placeholders(db.param, 12)
         self._insert = Prepared(f"INSERT INTO {TriggerRow._meta.table_name} {columns} "
                                 f"VALUES ({values}) RETURNING id")
-        # PostgreSQL: a webhook delivery's record and its one trigger in one statement, which
-        # needs no transaction around it (``create_for_delivery``).
-        self._postgres = is_postgres(db)
+        # A webhook delivery's record and its one trigger in one statement, which needs no
+        # transaction around it, where the engine writes so (``create_for_delivery``).
+        self._one_statement_writes = engine_of(db).one_statement_writes
         self._insert_once = Prepared(
             f"WITH taken AS ({take_statement(db.param)}) "
             f"INSERT INTO {TriggerRow._meta.table_name} {columns} "
@@ -191,7 +191,7 @@ class TriggerRepository:
 
     def delivery_statements(self, triggers: int) -> int:
         """How many statements ``create_for_delivery`` writes for that many triggers."""
-        return 1 if self._postgres and triggers == 1 else 1 + triggers
+        return 1 if self._one_statement_writes and triggers == 1 else 1 + triggers
 
     def create_for_delivery(self, deliveries: DeliveryRepository, identifier: str,
                             issue_key: str, triggers: list[tuple[str, dict]], *,
