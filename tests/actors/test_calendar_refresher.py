@@ -86,7 +86,7 @@ class World:
         return [(e.start, e.end, e.reason, e.source) for e in entries]
 
     def status(self, feed: str):
-        return next(status for status in self.store.time_off.feeds() if status.name == feed)
+        return next(status for status in self.store.calendar_feeds.feeds() if status.name == feed)
 
     def sample(self, name: str, **labels: str) -> float | None:
         text = self.metrics.exposition()[0].decode()
@@ -172,12 +172,12 @@ def test_an_engineers_own_feed_that_names_no_engineer_imports_nothing_and_says_w
 
 
 def test_feeds_no_longer_configured_are_forgotten_with_their_time_off(world):
-    world.store.time_off.replace_feed("old-hr", None, [TimeOff(
+    world.store.calendar_feeds.replace_feed("old-hr", None, [TimeOff(
         None, ALICE, NOW, NOW + timedelta(days=1), "Old leave", "old-hr")], NOW)
 
     world.refresher().refresh_all()
 
-    assert {status.name for status in world.store.time_off.feeds()} == {"hr", "bob-calendar"}
+    assert {status.name for status in world.store.calendar_feeds.feeds()} == {"hr", "bob-calendar"}
     assert [reason for _, _, reason, _ in world.time_off(ALICE)] == ["Annual leave"]
 
 
@@ -253,7 +253,7 @@ def test_a_database_outage_while_storing_keeps_the_last_good_copy(world, monkeyp
     def unavailable(*args, **kwargs):
         raise StoreUnavailable("the database cannot be reached", kind="connection")
 
-    monkeypatch.setattr(world.store.time_off, "replace_feed", unavailable)
+    monkeypatch.setattr(world.store.calendar_feeds, "replace_feed", unavailable)
     results = refresher.refresh_all()
 
     assert [(r.ok, r.message) for r in results] == [
@@ -288,7 +288,7 @@ def test_the_age_counts_from_the_last_good_copy_and_is_infinite_without_one(worl
 
 
 def test_the_age_of_a_good_copy_from_before_a_restart_counts(world):
-    world.store.time_off.replace_feed("hr", None, [], NOW - timedelta(hours=1))
+    world.store.calendar_feeds.replace_feed("hr", None, [], NOW - timedelta(hours=1))
     world.server.serve(HR, Answer(b"oops", 500, "text/plain"))
 
     world.refresher().refresh_all()
@@ -324,5 +324,5 @@ def test_stop_cuts_a_download_in_flight_short_and_writes_nothing(world):
     stopped = refresher.join(timeout=5)
 
     assert stopped and time.monotonic() - started < READ_TIMEOUT
-    assert world.store.time_off.feeds() == []  # not even a failure is recorded
+    assert world.store.calendar_feeds.feeds() == []  # not even a failure is recorded
     assert world.server.requests(BOB_CALENDAR) == 0  # no feed after the stop

@@ -314,7 +314,7 @@ def test_an_engineers_own_page_shows_time_off_and_feed_status(console, harness):
                                now + timedelta(days=22), "conference", "api"), now)
     store.time_off.add(TimeOff(None, "a@example.com", now - timedelta(days=20),
                                now - timedelta(days=18), "old trip", "api"), now)
-    store.time_off.replace_feed("hr", None, [TimeOff(None, "a@example.com",
+    store.calendar_feeds.replace_feed("hr", None, [TimeOff(None, "a@example.com",
                                                      now + timedelta(days=30),
                                                      now + timedelta(days=31), "holiday",
                                                      "hr")], now)

@@ -5,7 +5,7 @@ The refresher runs on one thread of its own: once at start and then every
 ``availability.refresh_every`` it fetches each configured feed (integrations/calendar_fetch.py),
 reads its absences from ``PAST`` back to ``availability.horizon`` ahead
 (integrations/calendar_feed.py) and replaces that feed's time off with them in one transaction
-(store/time_off.py). A failure of any kind — the download, the feed's content, the database —
+(store/calendar_feeds.py). A failure of any kind — the download, the feed's content, the database —
 records the feed as failed with a short reason and keeps its last good copy; the other feeds go
 on as if nothing happened. Feeds no longer configured are forgotten at each round.
 
@@ -147,7 +147,7 @@ class CalendarRefresher:
             entries, note = self._read(feed, now)
             if self._stopping.is_set():
                 return FeedRefresh(feed.name, False, 0, STOPPING)
-            self._store.time_off.replace_feed(feed.name, feed.email, entries, now, note=note)
+            self._store.calendar_feeds.replace_feed(feed.name, feed.email, entries, now, note=note)
         except DispatcherError as exc:  # the download, the content, the database
             return self._failed(feed, exc, now)
         except Exception:
@@ -209,7 +209,7 @@ class CalendarRefresher:
         log.warning("calendar feed not refreshed; its last good copy stays",
                     extra={"reason": named})
         try:
-            self._store.time_off.feed_failed(feed.name, feed.email, message, now)
+            self._store.calendar_feeds.feed_failed(feed.name, feed.email, message, now)
         except StoreUnavailable as exc:
             log.warning("calendar feed status not saved", extra={
                 "reason": f"{feed.name}: {exc.message}"})
@@ -217,7 +217,7 @@ class CalendarRefresher:
 
     def _forget_unconfigured(self) -> None:
         try:
-            self._store.time_off.forget_feeds(keep=[feed.name for feed in self.feeds])
+            self._store.calendar_feeds.forget_feeds(keep=[feed.name for feed in self.feeds])
         except StoreUnavailable as exc:
             log.warning("calendar feeds no longer configured not forgotten yet", extra={
                 "reason": exc.message})
@@ -226,7 +226,7 @@ class CalendarRefresher:
         """When each feed's last good copy was fetched, as the database says: a copy from
         before a restart, or one another replica fetched, counts for the age too."""
         try:
-            statuses = self._store.time_off.feeds()
+            statuses = self._store.calendar_feeds.feeds()
         except StoreUnavailable:
             return  # the refreshes themselves say what fails
         with self._lock:

@@ -322,7 +322,7 @@ class EngineerPage(Page):
         entries, total = store.time_off.page(engineer.email, now=now, past=past, limit=limit,
                                              offset=offset)
         # the organisation's feeds, which may name anyone, and this engineer's own
-        feeds = [(feed, _age(feed.age_seconds(now))) for feed in store.time_off.feeds()
+        feeds = [(feed, _age(feed.age_seconds(now))) for feed in store.calendar_feeds.feeds()
                  if feed.email in (None, engineer.email)]
         zone = _zone(engineer)
         self.console.render(

@@ -27,6 +27,7 @@ from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.store import migrations
+from ticket_dispatcher.store.calendar_feeds import CalendarFeedRepository
 from ticket_dispatcher.store.connect import open_database
 from ticket_dispatcher.store.console_sessions import ConsoleSessionRepository
 from ticket_dispatcher.store.contexts import ContextRepository
@@ -67,6 +68,7 @@ DATABASE_ERRORS: tuple[type[Exception], ...] = (StoreUnavailable, peewee.PeeweeE
 
 __all__ = [
     "DATABASE_ERRORS",
+    "CalendarFeedRepository",
     "ContextRepository",
     "EngineerRepository",
     "ExecutionRepository",
@@ -100,6 +102,7 @@ class Store:
         self.registry = registry if registry is not None else product_registry()
         self.policies = PolicyRepository(db, self.registry)
         self.time_off = TimeOffRepository(db)
+        self.calendar_feeds = CalendarFeedRepository(db)
         self.engineers = EngineerRepository(db, self.time_off)
         self.contexts = ContextRepository(db)
         self.triggers = TriggerRepository(db)

@@ -1,8 +1,7 @@
-"""Engineers' time off, and the calendar feeds some of it is imported from.
+"""Engineers' time off.
 
-An entry is the API's (``source`` "api") or a feed's (``source`` the feed's name). A feed's
-refresh replaces all of its entries in one transaction, so a reader sees the last good copy or
-the new one, never half of each; a failed refresh changes only the feed's status. Entries are
+An entry is the API's (``source`` "api") or a calendar feed's (``source`` the feed's name,
+``calendar_feeds.py``), which the feed's refresh replaces (``replace_source``). Entries are
 read by engineer and end (``ix_engineer_time_off_email_end``): whatever ended before the window
 asked for is never read, however long the history.
 """
@@ -11,7 +10,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import peewee
@@ -19,33 +17,14 @@ import peewee
 from ticket_dispatcher.domain.availability import TimeOff, covering
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
-from ticket_dispatcher.store.models import CalendarFeedRow, EngineerRow, TimeOffRow, delete_where
+from ticket_dispatcher.store.models import EngineerRow, TimeOffRow, delete_where
 from ticket_dispatcher.timeutil import to_utc
 
 API_SOURCE = "api"
-# Rows a feed's refresh inserts per statement (SQLite binds at most 32,766 parameters).
+# Rows ``replace_source`` inserts per statement (SQLite binds at most 32,766 parameters).
 INSERT_BATCH = 500
 # How far past the window ``around`` reads at once to follow time off that goes on beyond it.
 CHAIN_READ = timedelta(days=366)
-
-
-@dataclass(frozen=True)
-class FeedStatus:
-    """What the service knows of one calendar feed: the last attempt and the last good copy."""
-
-    name: str
-    email: str | None  # one engineer's feed; None: its events name their people
-    status: str  # "never fetched", "ok" or "failed"
-    error: str  # failed: what went wrong; ok: what the good copy left out ("" for nothing)
-    entries: int  # time-off entries the last good copy holds
-    attempted_at: datetime | None
-    refreshed_at: datetime | None  # when the last good copy was fetched
-
-    def age_seconds(self, now: datetime) -> float | None:
-        """Seconds since the last good copy; None when there is none."""
-        if self.refreshed_at is None:
-            return None
-        return max(0.0, (now - self.refreshed_at).total_seconds())
 
 
 class TimeOffRepository:
@@ -127,57 +106,21 @@ class TimeOffRepository:
             for row in query:
                 found.setdefault(row.email, []).append(_time_off(row))
 
-    # -- calendar feeds ---------------------------------------------------------------------
 
-    def replace_feed(self, name: str, email: str | None, entries: Sequence[TimeOff],
-                     now: datetime, *, note: str = "") -> None:
-        """The feed's good copy: its entries replaced by ``entries`` and its status "ok", with
-        ``note`` saying what it left out, in one transaction."""
-        now = to_utc(now)
-        with write_lock(self.db):
-            delete_where(TimeOffRow, TimeOffRow.source == name)
-            rows = [{"email": e.email, "start_at": to_utc(e.start), "end_at": to_utc(e.end),
-                     "reason": e.reason, "source": name, "created_at": now} for e in entries]
-            for first in range(0, len(rows), INSERT_BATCH):
-                TimeOffRow.insert_many(rows[first:first + INSERT_BATCH]).execute()
-            self._save_feed(name, email, status="ok", error=note, entries=len(rows),
-                            attempted_at=now, refreshed_at=now)
+def replace_source(source: str, entries: Sequence[TimeOff], now: datetime) -> int:
+    """Replace the entries of ``source`` with ``entries``, inside the caller's transaction;
+    how many there are now."""
+    delete_where(TimeOffRow, TimeOffRow.source == source)
+    rows = [{"email": e.email, "start_at": to_utc(e.start), "end_at": to_utc(e.end),
+             "reason": e.reason, "source": source, "created_at": now} for e in entries]
+    for first in range(0, len(rows), INSERT_BATCH):
+        TimeOffRow.insert_many(rows[first:first + INSERT_BATCH]).execute()
+    return len(rows)
 
-    def feed_failed(self, name: str, email: str | None, error: str, now: datetime) -> None:
-        """A failed refresh: the feed's entries (its last good copy) stay as they are."""
-        with write_lock(self.db):
-            self._save_feed(name, email, status="failed", error=error, entries=None,
-                            attempted_at=to_utc(now), refreshed_at=None)
 
-    def forget_feeds(self, keep: Iterable[str]) -> None:
-        """Feeds no longer configured: their entries and status go."""
-        kept = list(keep)
-        with write_lock(self.db):
-            gone = [row.name for row in CalendarFeedRow.select(CalendarFeedRow.name)
-                    if row.name not in kept]
-            if gone:
-                delete_where(TimeOffRow, TimeOffRow.source.in_(gone))
-                delete_where(CalendarFeedRow, CalendarFeedRow.name.in_(gone))
-
-    def feeds(self) -> list[FeedStatus]:
-        with unit_of_work(self.db):
-            rows = list(CalendarFeedRow.select().order_by(CalendarFeedRow.name))
-        return [FeedStatus(row.name, row.email, row.status, row.error, row.entries,
-                           row.attempted_at, row.refreshed_at) for row in rows]
-
-    def _save_feed(self, name: str, email: str | None, *, status: str, error: str,
-                   entries: int | None, attempted_at: datetime,
-                   refreshed_at: datetime | None) -> None:
-        values: dict[str, object] = {"email": email, "status": status, "error": error,
-                                     "attempted_at": attempted_at, "updated_at": attempted_at}
-        if entries is not None:
-            values["entries"] = entries
-        if refreshed_at is not None:
-            values["refreshed_at"] = refreshed_at
-        updates = {getattr(CalendarFeedRow, key): value for key, value in values.items()}
-        (CalendarFeedRow.insert(name=name, **values)
-         .on_conflict(conflict_target=[CalendarFeedRow.name], update=updates)
-         .execute())
+def forget_sources(sources: list[str]) -> None:
+    """Delete every entry of ``sources``, inside the caller's transaction."""
+    delete_where(TimeOffRow, TimeOffRow.source.in_(sources))
 
 
 def _away_until(entries: Iterable[TimeOff], since: datetime) -> datetime:
