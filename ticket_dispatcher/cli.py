@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # imported inside the commands that open it
         WebhookRegistration,
     )
     from ticket_dispatcher.store import Store
+    from ticket_dispatcher.store.shadows import ShadowReportJson
 
 PROG = "ticket-dispatcher"
 EXIT_OK = 0
@@ -582,7 +583,7 @@ def _run_shadow_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_shadow_report(config: Config, policy_id: int) -> dict:
+def _read_shadow_report(config: Config, policy_id: int) -> ShadowReportJson:
     with _configured_store(config) as store:
         return store.shadows.report(policy_id).to_json()
 
@@ -611,7 +612,7 @@ def _configured_store(config: Config) -> Iterator[Store]:
             store.close()
 
 
-def _shadow_text(report: dict) -> str:
+def _shadow_text(report: ShadowReportJson) -> str:
     state = (f"in shadow since {report['started_at']}" if report["shadowing"]
              else "not in shadow")
     lines = [

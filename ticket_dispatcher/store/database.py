@@ -389,7 +389,8 @@ def dict_rows(query: peewee.SelectBase) -> list[dict[str, Any]]:
     return list(query.dicts())
 
 
-def rows_of(model: type[peewee.Model], records: list[dict]) -> list[SimpleNamespace]:
+def rows_of(model: type[peewee.Model], records: list[dict[str, Any]],
+            ) -> list[SimpleNamespace]:
     """``read_rows`` for rows the database sent as JSON objects (a ``json_agg`` of them), each
     value converted as ``model``'s field for its column converts it."""
     return [SimpleNamespace(**{name: convert(value) for (name, convert), value

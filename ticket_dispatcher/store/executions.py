@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from types import SimpleNamespace
+from typing import Any
 
 import peewee
 
@@ -457,7 +458,8 @@ class ExecutionRepository:
             rows, total = fetch_page(query.order_by(ExecutionRow.id.desc()), limit, offset)
             return self._with_rules(rows), total
 
-    def backlog(self, now: datetime) -> tuple[dict, dict]:
+    def backlog(self, now: datetime,
+                ) -> tuple[dict[str, tuple[int, float]], dict[str, tuple[int, float]]]:
         """(created, executing): mode → (count, age in seconds of the oldest), for the
         backlog gauges. A created execution ages from its creation; an executing one from its
         ``updated_at``."""
@@ -718,7 +720,7 @@ def _rule_values(execution_id: int, rule: RuleExecution) -> tuple:
     return tuple(_rule_changes(rule, raw=True).values()) + (execution_id, rule.sequence)
 
 
-def _rule_changes(rule: RuleExecution, *, raw: bool = False) -> dict:
+def _rule_changes(rule: RuleExecution, *, raw: bool = False) -> dict[str, Any]:
     """What a checkpoint writes of a rule execution; ``raw``: as the driver takes the values
     (for a statement written out, not built by peewee)."""
     changes = {"outcome": rule.outcome.value, "evaluation_json": rule.evaluation,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import cast
+from typing import Any, TypedDict, cast
 
 import peewee
 
@@ -51,6 +51,34 @@ class Shadow:
     started_at: datetime
 
 
+class ShadowCaseJson(TypedDict):
+    """A differing case as the API and ``policy shadow --json`` show it."""
+
+    trigger_id: int
+    issue_key: str
+    live_execution_id: int
+    kind: str  # the verdict
+    live: dict[str, Any]  # ``Decision.to_json``
+    shadow: dict[str, Any]
+    decided_at: str | None
+
+
+class ShadowReportJson(TypedDict):
+    """A shadow report as the API and ``policy shadow --json`` show it."""
+
+    policy_id: int
+    family_id: str
+    shadowing: bool
+    started_at: str | None
+    seen: int
+    agreed: int
+    differed: int
+    pending: int
+    dropped: int
+    differences: dict[str, int]  # verdict → count, for each verdict that differs
+    latest_differences: list[ShadowCaseJson]
+
+
 @dataclass(frozen=True)
 class ShadowCase:
     trigger_id: int
@@ -61,7 +89,7 @@ class ShadowCase:
     shadow: Decision
     decided_at: datetime | None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> ShadowCaseJson:
         return {"trigger_id": self.trigger_id, "issue_key": self.issue_key,
                 "live_execution_id": self.live_execution_id, "kind": self.verdict.value,
                 "live": self.live.to_json(), "shadow": self.shadow.to_json(),
@@ -82,7 +110,7 @@ class ShadowReport:
     def seen(self) -> int:
         return sum(self.verdicts.values())
 
-    def to_json(self) -> dict:
+    def to_json(self) -> ShadowReportJson:
         differed = sum(self.verdicts[v] for v in DIFFERENCES)
         return {
             "policy_id": self.policy_id, "family_id": self.family_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import peewee
 
@@ -78,7 +79,7 @@ def _trigger_from_values(trigger_id: int, source: str, issue_key: str, policy_id
     )
 
 
-def _extra_input(stored: dict | None) -> dict:
+def _extra_input(stored: dict[str, Any] | None) -> dict[str, Any]:
     """The stored input beyond the issue key, which has its own column."""
     return {k: v for k, v in (stored or {}).items() if k != "issue_key"}
 
