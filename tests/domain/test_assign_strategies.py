@@ -11,16 +11,12 @@ import pytest
 from tests.domain.test_assign import run_of
 from tests.fakes import FakeDirectory, FakeJira, bare_ports, issue
 from ticket_dispatcher.domain.actions.assign import AssignExecutor
-from ticket_dispatcher.domain.actions.balanced import (
-    DEFAULT_COUNT_JQL,
-    MAX_CANDIDATES,
-    fill,
-    jql_string,
-)
+from ticket_dispatcher.domain.actions.balanced import DEFAULT_COUNT_JQL, MAX_CANDIDATES
 from ticket_dispatcher.domain.actions.base import ActionError
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.execution import ExecutionMode
+from ticket_dispatcher.domain.jql import fill
 from ticket_dispatcher.domain.ports import GroupMember, NotConfiguredJira
 from ticket_dispatcher.domain.validation import validate_policy
 from ticket_dispatcher.errors import CallAbandoned
@@ -107,11 +103,6 @@ def test_the_default_jql_counts_a_candidates_unfinished_issues_as_a_quoted_strin
     assert DEFAULT_COUNT_JQL == "assignee = {account} AND statusCategory != Done"
     assert fill(DEFAULT_COUNT_JQL, "557058:f58131cb") == \
         'assignee = "557058:f58131cb" AND statusCategory != Done'
-    assert jql_string('x" OR project = SECRET OR assignee = "y') == \
-        '"x\\" OR project = SECRET OR assignee = \\"y"'
-    assert jql_string("a\\") == '"a\\\\"'  # a trailing backslash cannot escape the quote
-    assert fill("assignee = {account} AND labels = {other}", "acc") == \
-        'assignee = "acc" AND labels = {other}'
 
 
 def test_a_live_balanced_plan_caches_the_accounts_it_searched(world):

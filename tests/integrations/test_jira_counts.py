@@ -10,7 +10,8 @@ from responses import matchers
 from tests.integrations.test_jira import BASE, BASIC, CONFIG, jira_user
 from tests.peer import FakeJira
 from ticket_dispatcher.config import JiraConfig
-from ticket_dispatcher.domain.actions.balanced import DEFAULT_COUNT_JQL, fill
+from ticket_dispatcher.domain.actions.balanced import DEFAULT_COUNT_JQL
+from ticket_dispatcher.domain.jql import fill
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.jira import JiraClient
 

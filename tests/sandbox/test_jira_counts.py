@@ -13,7 +13,8 @@ import requests
 from tests.process import sandbox_in_thread
 from tests.sandbox.calls import JIRA, JIRA_AUTH, assert_jira_error
 from ticket_dispatcher.config import JiraConfig
-from ticket_dispatcher.domain.actions.balanced import DEFAULT_COUNT_JQL, fill
+from ticket_dispatcher.domain.actions.balanced import DEFAULT_COUNT_JQL
+from ticket_dispatcher.domain.jql import fill
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.sandbox.jira import SandboxIssue

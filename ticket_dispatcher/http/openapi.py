@@ -22,7 +22,7 @@ from typing import Any
 import falcon
 
 from ticket_dispatcher import __version__
-from ticket_dispatcher.domain import catalog
+from ticket_dispatcher.domain import catalog, jql
 from ticket_dispatcher.domain.actions import balanced
 from ticket_dispatcher.domain.catalog import FieldKind
 from ticket_dispatcher.domain.conditions import MAX_CONDITION_DEPTH
@@ -473,7 +473,7 @@ def _action_configs() -> dict[str, dict | None]:
         "receiver": _ref("Receiver"), "strategy": _enum(catalog.Strategy),
         "count_jql": {**TEXT, "maxLength": balanced.MAX_COUNT_JQL_LENGTH, "description": (
             f"balanced only: the JQL whose issues count as a candidate's open ones; "
-            f"{balanced.ACCOUNT} becomes each candidate's Jira account id, quoted. Default: "
+            f"{jql.ACCOUNT} becomes each candidate's Jira account id, quoted. Default: "
             f"{balanced.DEFAULT_COUNT_JQL}")}},
         ("receiver", "strategy"))
     roles = [role.role for role in catalog.NOTIFICATION_ROLES]

@@ -11,8 +11,8 @@ from requests.auth import HTTPBasicAuth
 
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import JiraConfig
-from ticket_dispatcher.domain.actions.balanced import jql_string
 from ticket_dispatcher.domain.issues import issue_from_jira
+from ticket_dispatcher.domain.jql import jql_string
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.domain.ports import Answer, TriageChange, answer_each
 from ticket_dispatcher.errors import IntegrationError, InvalidInput

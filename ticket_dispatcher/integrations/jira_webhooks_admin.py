@@ -20,7 +20,7 @@ from typing import Any
 from requests.auth import HTTPBasicAuth
 
 from ticket_dispatcher.config import JiraConfig
-from ticket_dispatcher.domain.actions.balanced import jql_string
+from ticket_dispatcher.domain.jql import jql_string
 from ticket_dispatcher.domain.model import Policy, PolicyStatus
 from ticket_dispatcher.domain.webhooks import EVENTS
 from ticket_dispatcher.errors import IntegrationError

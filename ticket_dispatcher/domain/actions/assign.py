@@ -67,6 +67,7 @@ from ticket_dispatcher.domain.checks import (
 )
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
+from ticket_dispatcher.domain.jql import ACCOUNT
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.domain.ports import EngineerStore, Turn
 from ticket_dispatcher.errors import (
@@ -518,11 +519,11 @@ def _check_count_jql(jql: object, path: str, counted: bool, problems: Problems) 
     if not counted:
         # (and by ``availability.max_open_issues``, whose presence makes it valid)
         problems.rule(path, "is only used by the balanced strategy")
-    if balanced.ACCOUNT not in jql:
-        problems.rule(path, f"must contain {balanced.ACCOUNT}, where each candidate's Jira "
+    if ACCOUNT not in jql:
+        problems.rule(path, f"must contain {ACCOUNT}, where each candidate's Jira "
                             f"account goes")
-    elif f'"{balanced.ACCOUNT}"' in jql or f"'{balanced.ACCOUNT}'" in jql:
-        problems.rule(path, f"{balanced.ACCOUNT} is put in as a quoted JQL string; remove "
+    elif f'"{ACCOUNT}"' in jql or f"'{ACCOUNT}'" in jql:
+        problems.rule(path, f"{ACCOUNT} is put in as a quoted JQL string; remove "
                             f"the quotes around it")
     if len(jql) > balanced.MAX_COUNT_JQL_LENGTH:
         problems.rule(path, f"is longer than {balanced.MAX_COUNT_JQL_LENGTH} characters")

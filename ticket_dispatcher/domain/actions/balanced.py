@@ -2,7 +2,8 @@
 for every candidate at once (docs/policies.md, "assign and assign_l2").
 
 A JQL template (the action's ``count_jql``, else ``DEFAULT_COUNT_JQL``) decides which issues
-count; ``{account}`` in it becomes each candidate's Jira account id as a quoted JQL string.
+count; ``{account}`` in it becomes each candidate's Jira account id as a quoted JQL string
+(``jql.py``).
 The accounts come from the engineers' cache or, for those without one, from Jira's user search
 (cached on the engineer in a live run; a dry run writes nothing). Both the user searches and
 the counts go to Jira as one batch each (``JiraSearch``), which the client pool runs
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionRun
 from ticket_dispatcher.domain.execution import FailureCode
+from ticket_dispatcher.domain.jql import ACCOUNT, fill
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import DispatcherError
 
-ACCOUNT = "{account}"
 DEFAULT_COUNT_JQL = f"assignee = {ACCOUNT} AND statusCategory != Done"
 MAX_CANDIDATES = 50  # counts one plan may ask Jira for
 MAX_COUNT_JQL_LENGTH = 2000
@@ -36,20 +37,6 @@ class Workload:
         """The candidates with the fewest open issues, in candidate order."""
         fewest = min(self.counts.values())
         return [e for e in candidates if self.counts[e.email] == fewest]
-
-
-def jql_string(text: str) -> str:
-    """``text`` as one JQL string literal: double quotes around it, and a backslash before
-    each backslash and double quote inside, so an account id can never end the literal and
-    add JQL of its own."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
-def fill(template: str, account_id: str) -> str:
-    """The template with every ``{account}`` replaced by the quoted account id; other braces
-    are left as written."""
-    return template.replace(ACCOUNT, jql_string(account_id))
 
 
 def accounts_of(run: ActionRun, candidates: Sequence[Engineer], *,
