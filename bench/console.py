@@ -84,8 +84,8 @@ from tests.harness import Harness
 from tests.http.conftest import API_KEYS, KEYS
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.http import API_BASE
-from ticket_dispatcher.http.app import Services
 from ticket_dispatcher.http.dispatch import encode_cursor
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.store import Store, write_lock
 from ticket_dispatcher.store.connect import is_postgres
 from ticket_dispatcher.store.database import unit_of_work, without_statement_timeouts

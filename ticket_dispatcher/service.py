@@ -39,7 +39,8 @@ from ticket_dispatcher.domain.ports import (
     Ports,
 )
 from ticket_dispatcher.errors import ConfigError
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.integrations.calendar_fetch import FeedFetcher
 from ticket_dispatcher.logging import configure_logging
 from ticket_dispatcher.metrics import Metrics

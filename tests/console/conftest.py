@@ -18,7 +18,8 @@ from tests.http.conftest import API_KEYS, KEYS
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.console import Console as ConsoleSite
 from ticket_dispatcher.console import ConsoleGate, mount
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
+from ticket_dispatcher.http.services import Services
 
 _TOKEN = re.compile(r'name="csrf-token" content="([^"]*)"')  # every page's <meta>
 

@@ -17,7 +17,7 @@ from tests.harness import Harness, assign, rule
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.ports import GroupMember
-from ticket_dispatcher.http.app import Services
+from ticket_dispatcher.http.services import Services
 
 ENGINEERS = ("a@example.com", "b@example.com", "c@example.com")
 PAGE = "/console/engineers"

@@ -20,7 +20,7 @@ from tests.harness import assign, rule
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.execution import ExecutionStatus
-from ticket_dispatcher.http.app import Services
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.store.database import unit_of_work
 from ticket_dispatcher.store.models import RuleExecutionRow
 

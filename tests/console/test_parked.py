@@ -21,7 +21,7 @@ from tests.http.test_admin_outage import DATABASE
 from tests.relay import Relay, relayed_url, target_of
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.execution import ExecutionStatus
-from ticket_dispatcher.http.app import Services
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.timeutil import format_time
 

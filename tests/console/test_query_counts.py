@@ -27,7 +27,7 @@ from tests.harness import Harness, assign, rule
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.model import PolicySpec, RuleSpec
-from ticket_dispatcher.http.app import Services
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.store import Store
 
 FEW, MANY = 3, 40  # rows on the page: both below every list's page size (50)

@@ -9,7 +9,7 @@ from falcon import testing
 from tests.console.conftest import Console, build_app, failed_trigger, form_token, main_text
 from tests.http.conftest import API_KEYS, KEYS
 from ticket_dispatcher.config import load_config
-from ticket_dispatcher.http.app import Services
+from ticket_dispatcher.http.services import Services
 
 
 def test_a_stranger_is_sent_to_sign_in_and_comes_back_where_they_were_going(console):

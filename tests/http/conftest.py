@@ -5,7 +5,8 @@ from falcon import testing
 
 from tests.clocks import ManualClock
 from ticket_dispatcher.config import load_config
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
+from ticket_dispatcher.http.services import Services
 
 # At least 24 characters: shorter plain keys stop the start.
 KEYS = {"operator": "op-secret-key-0123456789abcdef", "viewer": "view-secret-key-0123456789abcdef",

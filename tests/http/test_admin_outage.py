@@ -16,7 +16,8 @@ from tests.http.conftest import API_KEYS, Api
 from tests.relay import Relay, relayed_url, target_of
 from ticket_dispatcher.config import DatabaseConfig, load_config
 from ticket_dispatcher.errors import StoreUnavailable
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.store import Store
 
 DATABASE = DatabaseConfig(busy_timeout=timedelta(milliseconds=300),

@@ -9,7 +9,8 @@ from falcon import testing
 
 from tests.http.conftest import API_KEYS, Api
 from ticket_dispatcher.config import load_config
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
+from ticket_dispatcher.http.services import Services
 
 ALICE = "/engineers/alice@example.com"
 SHANGHAI_DAY = {"mon": ["09:00-12:00", "13:00-18:00"], "tue": ["09:00-18:00"]}

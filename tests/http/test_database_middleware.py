@@ -10,8 +10,9 @@ from falcon import testing
 from playhouse.pool import MaxConnectionsExceeded
 
 from ticket_dispatcher.config import Config
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
 from ticket_dispatcher.http.auth import PUBLIC
+from ticket_dispatcher.http.services import Services
 
 
 class CheckoutCounter:

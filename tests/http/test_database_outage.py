@@ -18,8 +18,9 @@ from tests.http.conftest import API_KEYS, Api
 from tests.relay import Relay, relayed_url, target_of
 from tests.store.test_store_faults import SqliteWriteLock
 from ticket_dispatcher.config import DatabaseConfig, load_config
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
 from ticket_dispatcher.http.auth import PUBLIC
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.http.webhooks import signature
 from ticket_dispatcher.store import Store, unit_of_work
 from ticket_dispatcher.store.models import TriggerRow

@@ -20,9 +20,10 @@ from tests.http.conftest import API_KEYS, KEYS, Api
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.issues import ISSUE_KEY
 from ticket_dispatcher.errors import InvalidInput
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.ratelimit import TokenBuckets
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.safejson import json_depth_exceeds, parse_json
 from ticket_dispatcher.sandbox.control import parse_issue
 

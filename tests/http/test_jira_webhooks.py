@@ -15,7 +15,8 @@ from tests.harness import Harness
 from tests.http.conftest import API_KEYS, Api
 from ticket_dispatcher.domain.model import JiraUser
 from ticket_dispatcher.errors import IntegrationError
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.http.webhooks import signature
 
 SECRET = "It's a Secret to Everybody"

@@ -34,8 +34,9 @@ from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.model import PolicySpec
 from ticket_dispatcher.domain.shadow import Decision
 from ticket_dispatcher.http import API_BASE
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
 from ticket_dispatcher.http.openapi import POLICY_EXAMPLE, document
+from ticket_dispatcher.http.services import Services
 
 # An operator key (operator may call every operation) of at least 24 characters.
 OPERATOR_KEY = "fuzz-operator-key-0123456789abcdef"

@@ -12,7 +12,8 @@ from falcon import testing
 from tests.factories import policy_body
 from tests.http.conftest import API_KEYS, Api
 from ticket_dispatcher.config import load_config
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
+from ticket_dispatcher.http.services import Services
 
 SOURCES = ["jira_automation", "manual", "a", "a" * 64, "policy.check-2",  # accepted
            "Jira Automation", "Jira_Automation", "1abc", "_x", "a" * 65, "jira\u00e9", "JIRA"]

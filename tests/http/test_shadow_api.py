@@ -18,7 +18,8 @@ from tests.http.conftest import API_KEYS, Api
 from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.domain.shadow import Decision
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.timeutil import format_time
 
 SHADOW_KEYS = ("policy_id", "family_id", "shadowing", "started_at", "seen", "agreed",

@@ -13,8 +13,9 @@ from falcon import testing
 from tests.clocks import ManualClock
 from tests.http.conftest import API_KEYS, Api
 from ticket_dispatcher.config import load_config
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
 from ticket_dispatcher.http.dispatch import decode_cursor, encode_cursor
+from ticket_dispatcher.http.services import Services
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 

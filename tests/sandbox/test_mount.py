@@ -8,7 +8,8 @@ from falcon import testing
 from tests.clocks import ManualClock
 from tests.sandbox.calls import CONTROL, JIRA, JIRA_AUTH
 from ticket_dispatcher.config import load_config
-from ticket_dispatcher.http.app import Services, create_app
+from ticket_dispatcher.http.app import create_app
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.sandbox import mount_sandbox, service_urls
 
 

@@ -39,7 +39,7 @@ from ticket_dispatcher.settings import MASK
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339, to_utc
 
 if TYPE_CHECKING:
-    from ticket_dispatcher.http.app import Services
+    from ticket_dispatcher.http.services import Services
 
 log = logging.getLogger(__name__)
 

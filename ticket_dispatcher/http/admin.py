@@ -11,7 +11,7 @@ from ticket_dispatcher.actors.messages import CancelOutcome
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 
 if TYPE_CHECKING:  # app.py imports this module
-    from ticket_dispatcher.http.app import Services
+    from ticket_dispatcher.http.services import Services
 
 
 class ActorStatus:

@@ -1,15 +1,10 @@
-"""The Falcon app factory: routes, middleware and error handling."""
+"""The Falcon app factory: routes, middleware and error handling. What the resources are handed
+is ``services.py``'s; they import that, never this module, which imports them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import falcon
 
-from ticket_dispatcher.actors.runtime import Runtime
-from ticket_dispatcher.clock import Clock
-from ticket_dispatcher.config import Config
-from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.http import API_BASE, errors
 from ticket_dispatcher.http.admin import ActorStatus, ExecutionCancel
 from ticket_dispatcher.http.auth import ApiKeyAuth
@@ -27,7 +22,6 @@ from ticket_dispatcher.http.engineers import (
     TimeOffCollection,
     TimeOffItem,
 )
-from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.health import Liveness, MetricsExposition, Options, Readiness
 from ticket_dispatcher.http.middleware import DatabaseConnection, PrivateAnswers
 from ticket_dispatcher.http.openapi import OpenApiDocument
@@ -40,55 +34,8 @@ from ticket_dispatcher.http.policies import (
     PolicyShadow,
     PolicyValidation,
 )
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.http.webhooks import JiraWebhooks
-from ticket_dispatcher.metrics import Metrics
-from ticket_dispatcher.store import Store
-
-
-@dataclass(init=False)
-class Services:
-    """What the resources need, handed to each at construction (no globals)."""
-
-    store: Store
-    config: Config
-    clock: Clock
-    runtime: Runtime | None
-    # The actions this service runs (service.py: the product registry). Defaults to the
-    # store's, so validation answers what activation will decide.
-    registry: ActionRegistry
-    # The service's metrics (service.py hands the runtime the same object); a new one by default.
-    metrics: Metrics
-
-    def __init__(self, store: Store, config: Config, clock: Clock, runtime: Runtime | None = None,
-                 registry: ActionRegistry | None = None, metrics: Metrics | None = None) -> None:
-        self.store = store
-        self.config = config
-        self.clock = clock
-        self.runtime = runtime
-        self.registry = registry if registry is not None else store.registry
-        self.metrics = metrics if metrics is not None else Metrics()
-
-    def draining(self) -> bool:
-        """The shutdown has begun (shared mode drains before it stops taking requests)."""
-        return self.runtime is not None and self.runtime.draining
-
-    def recovery_done(self) -> bool:
-        """Boot recovery has finished; an app built without a runtime recovers nothing."""
-        return self.runtime.recovered if self.runtime is not None else True
-
-    @property
-    def max_body_bytes(self) -> int:
-        return self.config.http.max_body_bytes
-
-    @property
-    def max_json_depth(self) -> int:
-        return self.config.http.max_json_depth
-
-    def running(self) -> Runtime:
-        """The actor runtime, or a 503 when this app was built without one."""
-        if self.runtime is None:
-            raise ApiError(falcon.HTTP_503, "the actor runtime is not running")
-        return self.runtime
 
 
 def create_app(services: Services, *, auth_enabled: bool = True,

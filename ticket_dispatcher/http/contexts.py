@@ -3,16 +3,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import falcon
 
 from ticket_dispatcher.domain.issues import ISSUE_KEY
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
-
-if TYPE_CHECKING:  # app.py imports this module
-    from ticket_dispatcher.http.app import Services
+from ticket_dispatcher.http.services import Services
 
 
 def checked_issue_key(text: str, path: str = "issue_key") -> str:

@@ -6,7 +6,7 @@ import base64
 import binascii
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 import falcon
 
@@ -31,10 +31,8 @@ from ticket_dispatcher.http.binding import (
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.timeutil import parse_business_now, parse_rfc3339, to_utc
-
-if TYPE_CHECKING:  # app.py imports this module
-    from ticket_dispatcher.http.app import Services
 
 TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB
 # The intake, the list filter and policy validation (source_in) judge a source by one rule.

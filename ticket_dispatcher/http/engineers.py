@@ -4,7 +4,6 @@ hours, cap on open issues) and time off (docs/policies.md, "Who can take a ticke
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import falcon
 
@@ -26,12 +25,10 @@ from ticket_dispatcher.http.binding import (
     query_choice,
     read_json,
 )
+from ticket_dispatcher.http.services import Services
+from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.engineers import AvailabilityChanges
 from ticket_dispatcher.timeutil import format_time
-
-if TYPE_CHECKING:  # app.py imports this module
-    from ticket_dispatcher.http.app import Services
-    from ticket_dispatcher.store import Store
 
 
 def normalise_email(text: str) -> str:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import falcon
 
 from ticket_dispatcher.domain import catalog
 from ticket_dispatcher.http.auth import PUBLIC, VIEWER
-
-if TYPE_CHECKING:  # app.py imports this module
-    from ticket_dispatcher.http.app import Services
+from ticket_dispatcher.http.services import Services
 
 
 class Liveness:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 
@@ -13,9 +13,7 @@ from ticket_dispatcher.domain.model import Policy, PolicyStatus
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import page, paging, query_choice, read_json
-
-if TYPE_CHECKING:  # app.py imports this module
-    from ticket_dispatcher.http.app import Services
+from ticket_dispatcher.http.services import Services
 
 # Multi-line free text in a policy body, where TAB, LF and CR are allowed (http/binding.py):
 # the description, and the values a triage action writes into Jira fields (Jira text areas hold

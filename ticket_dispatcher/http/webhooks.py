@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from typing import TYPE_CHECKING
 
 import falcon
 
@@ -33,10 +32,8 @@ from ticket_dispatcher.errors import (
 from ticket_dispatcher.http.auth import PUBLIC, ApiKeyAuth
 from ticket_dispatcher.http.binding import read_bounded
 from ticket_dispatcher.http.errors import ApiError
+from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.safejson import parse_json
-
-if TYPE_CHECKING:  # app.py imports this module
-    from ticket_dispatcher.http.app import Services
 
 SIGNATURE_HEADER = "X-Hub-Signature"
 IDENTIFIER_HEADER = "X-Atlassian-Webhook-Identifier"
