@@ -748,7 +748,7 @@ def _run_time_off_list(args: argparse.Namespace) -> int:
 
 
 def _run_time_off_add(args: argparse.Namespace) -> int:
-    from ticket_dispatcher.domain.availability import parse_time_off
+    from ticket_dispatcher.domain.availability_parsing import parse_time_off
 
     email = _email(args.email)
     entry, problems = parse_time_off({"start": args.start, "end": args.end,

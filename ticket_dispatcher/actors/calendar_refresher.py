@@ -31,7 +31,8 @@ from zoneinfo import ZoneInfo
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import AvailabilityConfig, CalendarFeed
-from ticket_dispatcher.domain.availability import EARLIEST, LATEST, MAX_TIME_OFF_REASON, TimeOff
+from ticket_dispatcher.domain.availability import TimeOff
+from ticket_dispatcher.domain.availability_parsing import MAX_TIME_OFF_REASON
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.errors import DispatcherError, StoreUnavailable
 from ticket_dispatcher.integrations.calendar_feed import (
@@ -42,7 +43,7 @@ from ticket_dispatcher.integrations.calendar_feed import (
 from ticket_dispatcher.integrations.calendar_fetch import FeedFetcher, FetchError
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
-from ticket_dispatcher.timeutil import zone_named
+from ticket_dispatcher.timeutil import EARLIEST, LATEST, zone_named
 
 log = logging.getLogger(__name__)
 

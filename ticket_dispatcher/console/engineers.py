@@ -30,8 +30,8 @@ from ticket_dispatcher.domain.availability import (
     TimeOff,
     availability_at,
     judge_candidates,
-    settings_of,
 )
+from ticket_dispatcher.domain.availability_parsing import settings_of
 from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
 from ticket_dispatcher.domain.execution import ActionExecution, Execution
 from ticket_dispatcher.domain.model import Engineer, Policy, Rule

@@ -7,9 +7,8 @@ from datetime import datetime
 
 import falcon
 
-from ticket_dispatcher.domain.availability import (
-    LOOKAHEAD,
-    availability_at,
+from ticket_dispatcher.domain.availability import LOOKAHEAD, availability_at
+from ticket_dispatcher.domain.availability_parsing import (
     parse_availability_settings,
     parse_time_off,
     settings_of,

@@ -44,8 +44,8 @@ from ticket_dispatcher.domain.availability import (
     WorkingHoursMode,
     judge_candidates,
     no_eligible_candidate_reason,
-    settings_of,
 )
+from ticket_dispatcher.domain.availability_parsing import settings_of
 from ticket_dispatcher.domain.catalog import (
     DIRECTORY_NAME,
     ENGINEER_EMAIL,
