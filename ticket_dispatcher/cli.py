@@ -38,7 +38,7 @@ from ticket_dispatcher.config import Config, load_config, masked
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.explain import explain_policy
 from ticket_dispatcher.domain.issues import issue_from_any
-from ticket_dispatcher.domain.model import MAX_ACCOUNT_ID, PolicySpec
+from ticket_dispatcher.domain.model import MAX_ACCOUNT_ID, Engineer, PolicySpec
 from ticket_dispatcher.domain.validation import (
     parse_policy_spec,
     validate_policy,
@@ -652,17 +652,17 @@ def _decision_text(decision: dict) -> str:
 
 
 def _email(text: str) -> str:
-    from ticket_dispatcher.domain.catalog import ENGINEER_EMAIL
+    from ticket_dispatcher.domain.engineers import engineer_email
 
-    email = text.strip().lower()
-    if not ENGINEER_EMAIL(email):
+    email = engineer_email(text)
+    if email is None:
         raise UsageError(f"{text!r} is not an engineer's email address")
     return email
 
 
 def _run_engineer_show(args: argparse.Namespace) -> int:
     from ticket_dispatcher.domain.availability import LOOKAHEAD
-    from ticket_dispatcher.http.engineers import shown
+    from ticket_dispatcher.domain.engineers import shown_engineer
 
     email, now = _email(args.email), datetime.now(UTC)
     with _configured_store(_config(args)) as store:
@@ -672,7 +672,7 @@ def _run_engineer_show(args: argparse.Namespace) -> int:
             return _fail(exc.message, EXIT_FAILURE)
         away = store.engineers.time_off([email], now, now + LOOKAHEAD).get(email, [])
         upcoming, _ = store.time_off.page(email, now=now, limit=200)
-    record = shown(engineer, away, now)
+    record = shown_engineer(engineer, away, now)
     if args.json:
         print(json.dumps(record, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -694,7 +694,7 @@ def _run_engineer_show(args: argparse.Namespace) -> int:
 
 
 def _run_engineer_set(args: argparse.Namespace) -> int:
-    from ticket_dispatcher.http.engineers import availability_changes
+    from ticket_dispatcher.domain.engineers import availability_changes
 
     email = _email(args.email)
     given: dict[str, Any] = {}
@@ -708,15 +708,16 @@ def _run_engineer_set(args: argparse.Namespace) -> int:
         raise UsageError(f"{PROG} engineer set: nothing to set (see --help)")
     with _configured_store(_config(args)) as store:
         try:
-            changes = availability_changes(store, email, given)
+            stored: Engineer | None = store.engineers.get(email)
+        except NotFound:
+            stored = None
+        try:
+            changes = availability_changes(stored, given)
         except InvalidInput as exc:
             for problem in exc.problems or [Problem("", exc.message)]:
                 print(_problem_line(problem), file=sys.stderr)
             return EXIT_INVALID
-        try:
-            enabled = store.engineers.get(email).dispatch_enabled
-        except NotFound:
-            enabled = True
+        enabled = stored.dispatch_enabled if stored is not None else True
         if args.dispatch_enabled is not None:
             enabled = args.dispatch_enabled
         engineer, created = store.engineers.put(email, dispatch_enabled=enabled,

@@ -38,7 +38,7 @@ from ticket_dispatcher.domain.model import Engineer, Policy, Rule
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR
 from ticket_dispatcher.http.binding import paging, query_choice
-from ticket_dispatcher.http.engineers import normalise_email
+from ticket_dispatcher.http.engineers import checked_email
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.executions import LATEST_LOOKBACK
 
@@ -317,7 +317,7 @@ class EngineerPage(Page):
         past = query_choice(query, "past", _flag, "true or false") or False
         limit, offset = paging(query)
         store, now = self.services.store, self.services.clock.now()
-        engineer = store.engineers.get(normalise_email(email))  # 400, 404
+        engineer = store.engineers.get(checked_email(email))  # 400, 404
         away = store.engineers.time_off([engineer.email], now, now + LOOKAHEAD)
         entries, total = store.time_off.page(engineer.email, now=now, past=past, limit=limit,
                                              offset=offset)
@@ -343,7 +343,7 @@ class _Switch(Action):
     effect: str  # what the switch does, for the question
 
     def _engineer(self, email: str) -> Engineer:
-        return self.services.store.engineers.get(normalise_email(email))  # 400, 404
+        return self.services.store.engineers.get(checked_email(email))  # 400, 404
 
     def back(self, req: falcon.Request, email: str) -> str:
         return url("/engineers")

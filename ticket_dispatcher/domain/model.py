@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 from ticket_dispatcher.domain.catalog import WEEKDAYS, OnSuccess
 from ticket_dispatcher.timeutil import format_time
@@ -238,6 +238,22 @@ def _weekday_index(day: str) -> int:
     return WEEKDAYS.index(day) if day in WEEKDAYS else len(WEEKDAYS)
 
 
+class EngineerJson(TypedDict):
+    """An engineer's record as the API and the command line show it (``Engineer.to_json``)."""
+
+    email: str
+    display_name: str
+    jira_account_id: str
+    dispatch_enabled: bool
+    timezone: str
+    working_hours: dict[str, list[str]] | None
+    max_open_issues: int | None
+    last_dispatched_at: str | None
+    last_dispatched_issue: str
+    created_at: str | None
+    updated_at: str | None
+
+
 @dataclass(frozen=True)
 class Engineer:
     email: str
@@ -261,7 +277,7 @@ class Engineer:
             object.__setattr__(self, "working_hours",
                                {day: hours[day] for day in sorted(hours, key=_weekday_index)})
 
-    def to_json(self) -> dict:
+    def to_json(self) -> EngineerJson:
         return {
             "email": self.email,
             "display_name": self.display_name,

@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from types import SimpleNamespace
-from typing import Any, TypedDict
+from typing import Any
 
 import peewee
 
 from ticket_dispatcher.domain.actions.assign import next_in_turn
 from ticket_dispatcher.domain.availability import TimeOff
+from ticket_dispatcher.domain.engineers import AvailabilityChanges
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.errors import InvalidInput, NotFound
@@ -40,21 +41,12 @@ from ticket_dispatcher.store.models import (
 from ticket_dispatcher.store.time_off import TimeOffRepository
 from ticket_dispatcher.timeutil import to_utc
 
-
-class AvailabilityChanges(TypedDict, total=False):
-    """The availability settings a ``put`` changes: only the keys given."""
-
-    timezone: str  # an IANA name
-    working_hours: dict[str, list[str]] | None  # None: any time
-    max_open_issues: int | None  # None: no cap
-
-
 # The smallest step of a stored time (microseconds on both engines): a turn's mark is at least
 # this much after the newest mark among the candidates (``_turn_mark``).
 TURN_STEP = timedelta(microseconds=1)
 
 
-def normalize_email(email: str) -> str:
+def email_key(email: str) -> str:
     """Engineers are keyed by lower-case email."""
     normalized = (email or "").strip().lower()
     if not normalized:
@@ -92,7 +84,7 @@ class EngineerRepository:
         if dispatch_enabled is not None:
             query = query.where(EngineerRow.dispatch_enabled == dispatch_enabled)
         if email_in is not None:
-            emails = sorted({normalize_email(email) for email in email_in})
+            emails = sorted({email_key(email) for email in email_in})
             if not emails:
                 return [], 0
             query = query.where(EngineerRow.email.in_(emails))
@@ -101,7 +93,7 @@ class EngineerRepository:
         return [_engineer(row) for row in rows], total
 
     def get(self, email: str) -> Engineer:
-        email = normalize_email(email)
+        email = email_key(email)
         with unit_of_work(self.db):
             row = EngineerRow.get_or_none(EngineerRow.email == email)
         if row is None:
@@ -111,7 +103,7 @@ class EngineerRepository:
     def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]:
         """The dispatch-enabled engineers among ``emails``, ordered by email; one query.
         Callers restore their configured order."""
-        wanted = sorted({normalize_email(email) for email in emails})
+        wanted = sorted({email_key(email) for email in emails})
         if not wanted:
             return []
         with unit_of_work(self.db):
@@ -127,7 +119,7 @@ class EngineerRepository:
         by start, carried on past ``until`` (``TimeOffRepository.carry_on``). One query, and
         rarely another; most engineers, most of the time, are not among them, and each comes
         back with its zone, hours and cap only (the rest of the record is left empty)."""
-        wanted = sorted({normalize_email(email) for email in emails})
+        wanted = sorted({email_key(email) for email in emails})
         if not wanted:
             return [], {}
         param, since = self.db.param, returned_since or at
@@ -174,7 +166,7 @@ class EngineerRepository:
                  ) -> Mapping[str, list[TimeOff]]:
         """Each engineer's time off that ends after ``since`` and starts before ``until``, by
         start; one query (``TimeOffRepository.around``)."""
-        return self._time_off.around((normalize_email(email) for email in emails), since, until)
+        return self._time_off.around((email_key(email) for email in emails), since, until)
 
     def put(
         self,
@@ -189,7 +181,7 @@ class EngineerRepository:
         """Create or update; ``None`` keeps the current value (``""`` on create), and so does
         a key ``availability`` leaves out (on create: UTC, any time, no cap). Returns the
         engineer and whether it was created."""
-        email = normalize_email(email)
+        email = email_key(email)
         now = to_utc(now)
         given = availability or {}
         with write_lock(self.db):
@@ -244,7 +236,7 @@ class EngineerRepository:
             return _engineer(next(iter(updated))), False
 
     def delete(self, email: str) -> None:
-        email = normalize_email(email)
+        email = email_key(email)
         with write_lock(self.db):
             deleted = delete_where(EngineerRow, EngineerRow.email == email)
             # Their time off goes too: an engineer made again later starts with none (a
@@ -268,7 +260,7 @@ class EngineerRepository:
         why it was chosen) with the candidates read, in the order asked, each with the fields
         of ``_TURN_COLUMNS`` only (the rest of the record is left empty); None when none of
         ``emails_in_order`` is a dispatch-enabled engineer."""
-        order = list(dict.fromkeys(normalize_email(email) for email in emails_in_order))
+        order = list(dict.fromkeys(email_key(email) for email in emails_in_order))
         if not order:
             return None
         return self._take_turn(order, issue_key, to_utc(now))
@@ -364,13 +356,13 @@ class EngineerRepository:
                 f"last_dispatched_issue = CASE WHEN {newer} THEN {param} "
                 f"ELSE last_dispatched_issue END, updated_at = {param} WHERE email = {param}",
                 (at, issue_key, at, at, issue_key, issue_key, time_param(to_utc(now)),
-                 normalize_email(email)),
+                 email_key(email)),
             ).rowcount == 1
 
     def set_jira_account_id(self, email: str, account_id: str, now: datetime) -> bool:
         """Cache the Jira account of an engineer: one UPDATE of that column."""
         query = EngineerRow.update(jira_account_id=account_id, updated_at=to_utc(now)).where(
-            EngineerRow.email == normalize_email(email)
+            EngineerRow.email == email_key(email)
         )
         with unit_of_work(self.db):
             return query.execute() == 1
