@@ -497,8 +497,9 @@ def _judge_listed(config: Config, reports: list, now: datetime) -> list[list[lis
     from ticket_dispatcher.domain.actions.assign import AvailabilityRules, judge_listed
 
     with _configured_store(config) as store:
-        return [[judge_listed(store.engineers, action.get(action.get("type"), {}),
-                              AvailabilityRules.of(action.get(action.get("type")) or {}), now)
+        return [[[verdict.to_json() for verdict in judge_listed(
+                    store.engineers, action.get(action.get("type"), {}),
+                    AvailabilityRules.of(action.get(action.get("type")) or {}), now)]
                  if action.get("type") in ("assign", "assign_l2") else []
                  for action in report.actions]
                 for report in reports]

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ticket_dispatcher.domain.actions.assign import next_in_turn
 from ticket_dispatcher.domain.availability import TimeOff, on_time_off
 from ticket_dispatcher.domain.model import Engineer
+from ticket_dispatcher.domain.rotation import next_in_turn
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store.connect import is_postgres
 from ticket_dispatcher.store.database import unit_of_work

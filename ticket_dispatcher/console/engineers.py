@@ -3,8 +3,9 @@ policies with whose turn it is now.
 
 A rotation is a ``round_robin`` or ``balanced`` receiver of an active policy's ``assign`` or
 ``assign_l2`` action. Where the receiver lists its engineers, the turn is computed as a live
-assignment would take it now (``next_in_turn`` over the dispatch-enabled members, the rule
-``EngineerRepository.take_turn`` applies), from one read of every member of every rotation. A
+assignment would take it now, by the action's own rules (domain/rotation.py: whom the receiver
+names, who may be chosen, and ``next_in_turn``, the rule ``EngineerRepository.take_turn``
+applies), from one read of every member of every rotation. A
 group or an Oncall team is only resolved when an assignment runs, and ``balanced`` counts open
 issues in Jira at that moment: for those the page shows what the newest run of the rule read
 (its candidates, counts, choice and reason), from one bounded query for all the rules.
@@ -12,7 +13,7 @@ issues in Jira at that moment: for those the page shows what the newest run of t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import quote
@@ -22,11 +23,12 @@ import falcon
 
 from ticket_dispatcher.console.actions import Action, Done
 from ticket_dispatcher.console.web import Console, Page, Query, url
-from ticket_dispatcher.domain.actions.assign import AssignState, AvailabilityRules, next_in_turn
+from ticket_dispatcher.domain.actions.assign import AssignState, AvailabilityRules
 from ticket_dispatcher.domain.actions.state import StateError
 from ticket_dispatcher.domain.availability import (
     LOOKAHEAD,
     Availability,
+    CandidateVerdict,
     TimeOff,
     availability_at,
     judge_candidates,
@@ -35,6 +37,12 @@ from ticket_dispatcher.domain.availability_parsing import settings_of
 from ticket_dispatcher.domain.catalog import ActionType, ReceiverType, Strategy
 from ticket_dispatcher.domain.execution import ActionExecution, Execution
 from ticket_dispatcher.domain.model import Engineer, Policy, Rule
+from ticket_dispatcher.domain.rotation import (
+    dedupe,
+    listed_emails,
+    next_in_turn,
+    turn_candidates,
+)
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR
 from ticket_dispatcher.http.binding import paging, query_choice
@@ -174,12 +182,6 @@ class Rotation:
         return self.strategy == Strategy.ROUND_ROBIN.value
 
 
-def _dedupe(emails: Iterable[object]) -> list[str]:
-    """Lower-cased, in configured order, each once (as the assign action reads its receiver)."""
-    return list(dict.fromkeys(e.strip().lower() for e in emails if isinstance(e, str)
-                              and e.strip()))
-
-
 def find_rotations(policies: list[Policy]) -> list[Rotation]:
     """Every rotating assign action of ``policies``, in policy, rule-run and action order."""
     found: list[Rotation] = []
@@ -194,12 +196,7 @@ def find_rotations(policies: list[Policy]) -> list[Rotation]:
                     continue
                 receiver = config.get("receiver") or {}
                 receiver_type = receiver.get("type", "")
-                if receiver_type == ReceiverType.USER.value:
-                    listed = _dedupe([receiver.get("user")])
-                elif receiver_type == ReceiverType.USERS.value:
-                    listed = _dedupe(receiver.get("users") or [])
-                else:
-                    listed = []
+                listed = listed_emails(receiver)
                 try:
                     rules = AvailabilityRules.of(config)
                 except ValueError:  # an active policy was validated: not expected
@@ -243,42 +240,61 @@ def read_rotations(store: Store, now: datetime) -> list[Rotation]:
     latest = store.executions.latest_matched({r.rule.id for r in rotations})
     for rotation in rotations:
         rotation.last = _last_run(rotation, latest.get(rotation.rule.id))
-    named: set[str] = set()
+    named = {email for rotation in rotations for email in _member_emails(rotation)}
+    engineers, away = _read_engineers(store, named, now)
     for rotation in rotations:
-        named.update(rotation.listed)
-        if rotation.last is not None:
-            named.update(_dedupe(rotation.last.candidates))
-    engineers: dict[str, Engineer] = {}
-    away: Mapping[str, list[TimeOff]] = {}
-    if named:
-        found, _ = store.engineers.page(limit=len(named), email_in=named)
-        engineers = {e.email: e for e in found}
-        away = store.engineers.time_off(engineers, now, now + LOOKAHEAD)
-    for rotation in rotations:
-        emails = rotation.listed or _dedupe(rotation.last.candidates if rotation.last else [])
         counts = (rotation.last.counts or {}) if rotation.last else {}
         rotation.members = [Member(email, engineers.get(email), count=counts.get(email))
-                            for email in emails]
-        _judge(rotation, away, now)
-        eligible = [m for m in rotation.members if m.eligible]
-        eligible = [m for m in eligible if m.preferred] or eligible
-        if rotation.round_robin and eligible:
-            chosen = next_in_turn([e for m in eligible if (e := m.engineer) is not None])
-            rotation.turn = next(m for m in eligible if m.engineer is chosen)
-            rotation.turn.turn = True
+                            for email in _member_emails(rotation)]
+        verdicts = _judge(rotation, away, now)
+        if rotation.round_robin:
+            _mark_turn(rotation, verdicts)
     return rotations
 
 
-def _judge(rotation: Rotation, away: Mapping[str, list[TimeOff]], now: datetime) -> None:
-    """Each enabled member's verdict at ``now`` under the rotation's rules, on the member."""
-    enabled = {m.email: m for m in rotation.members if m.enabled and m.engineer is not None}
-    profiles = {email: settings_of(m.engineer) for email, m in enabled.items()
-                if m.engineer is not None}
-    for verdict in judge_candidates(list(enabled), profiles, away, now,
-                                    working_hours=rotation.rules.working_hours):
-        member = enabled[verdict.email]
+def _member_emails(rotation: Rotation) -> list[str]:
+    """Whom the rotation names: its listed engineers, else those its newest run read."""
+    return rotation.listed or dedupe(rotation.last.candidates if rotation.last else [])
+
+
+def _read_engineers(store: Store, emails: set[str], now: datetime,
+                    ) -> tuple[dict[str, Engineer], Mapping[str, list[TimeOff]]]:
+    """The engineers of ``emails`` who exist, by email, and their time off around ``now``."""
+    if not emails:
+        return {}, {}
+    found, _ = store.engineers.page(limit=len(emails), email_in=emails)
+    engineers = {e.email: e for e in found}
+    return engineers, store.engineers.time_off(engineers, now, now + LOOKAHEAD)
+
+
+def _judge(rotation: Rotation, away: Mapping[str, list[TimeOff]],
+           now: datetime) -> list[CandidateVerdict]:
+    """Each enabled member's verdict at ``now`` under the rotation's rules, also set on the
+    member."""
+    enabled = {m.email: m.engineer for m in rotation.members
+               if m.enabled and m.engineer is not None}
+    verdicts = judge_candidates(list(enabled),
+                                {email: settings_of(e) for email, e in enabled.items()},
+                                away, now, working_hours=rotation.rules.working_hours)
+    members = {m.email: m for m in rotation.members}
+    for verdict in verdicts:
+        member = members[verdict.email]
         member.away = () if verdict.eligible else verdict.reasons
         member.preferred = verdict.preferred
+    return verdicts
+
+
+def _mark_turn(rotation: Rotation, verdicts: list[CandidateVerdict]) -> None:
+    """The member whose turn a round robin would take now, by the assign action's own rules:
+    among those it may choose (``turn_candidates``), the next in turn (``next_in_turn``)."""
+    enabled = {m.email: m.engineer for m in rotation.members
+               if m.enabled and m.engineer is not None}
+    emails = turn_candidates(list(enabled), verdicts)
+    if not emails:
+        return
+    chosen = next_in_turn([enabled[email] for email in emails])
+    rotation.turn = next(m for m in rotation.members if m.email == chosen.email)
+    rotation.turn.turn = True
 
 
 # -- resources ------------------------------------------------------------------------------------

@@ -227,7 +227,7 @@ class EngineerStore(Protocol):
                   now: datetime) -> Turn | None:
         """A live round robin's choice: in one transaction with the candidates' rows locked,
         read which of ``emails_in_order`` are dispatch-enabled, choose the one whose turn it
-        is (``assign.next_in_turn``) and advance their ``last_dispatched_at``/
+        is (``rotation.next_in_turn``) and advance their ``last_dispatched_at``/
         ``last_dispatched_issue``. None when none of them is dispatch-enabled."""
         ...
 

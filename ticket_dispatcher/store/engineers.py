@@ -17,11 +17,11 @@ from typing import Any
 
 import peewee
 
-from ticket_dispatcher.domain.actions.assign import next_in_turn
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.engineers import AvailabilityChanges
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.domain.ports import Turn
+from ticket_dispatcher.domain.rotation import next_in_turn
 from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.store.database import (
     Prepared,

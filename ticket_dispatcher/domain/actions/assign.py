@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,6 +41,7 @@ from ticket_dispatcher.domain.actions.retrying import (
 from ticket_dispatcher.domain.availability import (
     LOOKAHEAD,
     CandidateVerdict,
+    TimeOff,
     WorkingHoursMode,
     judge_candidates,
     no_eligible_candidate_reason,
@@ -70,6 +71,13 @@ from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
 from ticket_dispatcher.domain.jql import ACCOUNT
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.domain.ports import EngineerStore, Turn
+from ticket_dispatcher.domain.rotation import (
+    dedupe,
+    listed_emails,
+    next_in_turn,
+    receiver_emails,
+    turn_candidates,
+)
 from ticket_dispatcher.errors import (
     DispatcherError,
     IntegrationError,
@@ -249,11 +257,31 @@ class AssignExecutor:
         their hours, is added to ``judged``. ``read_all``: the dispatch-enabled candidates are
         read too (a live round robin's turn reads them itself, in its transaction). Open
         issues are counted in Jira only when a cap applies."""
-        mode = rules.working_hours
+        read = self._read_receiver(run, state, receiver, rules, read_all=read_all)
+        verdicts, accounts, counts = self._judge(run, state, read, rules)
+        _keep_judged(state, judged, verdicts)
+        candidates = read.candidates
+        if read.enabled is not None:
+            state.candidates = dedupe((state.candidates or []) + [e.email for e in candidates])
+            if not candidates:
+                state.reason = (f"no candidates: {_describe(receiver)} resolved to "
+                                f"{read.emails or 'nobody'}, none of them dispatch-enabled")
+        left = turn_candidates(read.emails if read.enabled is None
+                               else [e.email for e in candidates], verdicts)
+        return Eligible(left, [e for e in candidates if e.email in left],
+                        _back_from_time_off(read.away, run.now), read=read.enabled is not None,
+                        passed_over=[v.email for v in verdicts if not v.eligible],
+                        resolved=read.emails, accounts=accounts, counts=counts)
+
+    def _read_receiver(self, run: ActionRun, state: AssignState, receiver: dict,
+                       rules: AvailabilityRules, *, read_all: bool) -> ReceiverRead:
+        """Whom the receiver resolves to, those of them with something to judge with their
+        time off, and (with ``read_all``, or when a cap applies) the dispatch-enabled ones."""
         try:
-            emails = _dedupe(self._receiver_emails(run, receiver))
+            emails = receiver_emails(receiver, run.ports.core, run.ports.oncall)
             hindered, away = run.ports.engineers.hindered(
-                emails, run.now, run.now + LOOKAHEAD, hours=mode is not WorkingHoursMode.IGNORE,
+                emails, run.now, run.now + LOOKAHEAD,
+                hours=rules.working_hours is not WorkingHoursMode.IGNORE,
                 returned_since=(run.now - RETURN_WINDOW
                                 if run.config["strategy"] == Strategy.BALANCED else None))
             counting = rules.cap is not None or any(e.max_open_issues for e in hindered)
@@ -262,42 +290,29 @@ class AssignExecutor:
         except DispatcherError as exc:
             state.reason = f"receiver could not be resolved: {exc.message}"
             raise ActionError(state.reason, FailureCode.PLAN_FAILED) from None
-        profiles = {e.email: settings_of(e) for e in hindered}
-        verdicts = judge_candidates(list(profiles), profiles, away, run.now, working_hours=mode)
-        candidates: list[Engineer] = []
-        accounts = counts = None
-        if enabled is not None:
-            by_email = {e.email: e for e in enabled}
-            candidates = [by_email[email] for email in emails if email in by_email]
-            if counting:  # every eligible one is counted, as balanced counts them
-                out = {v.email for v in verdicts if not v.eligible}
-                counted = [e for e in candidates if e.email not in out]
-                if counted:
-                    accounts, counts = self._count(run, state, counted)
-                everyone = {**{e.email: settings_of(e) for e in candidates}, **profiles}
-                verdicts = judge_candidates([e.email for e in candidates], everyone, away,
-                                            run.now, working_hours=mode, cap=rules.cap,
-                                            open_issues=counts)
-        seen = {v.email for v in judged}  # a fallback naming someone the receiver named
-        judged.extend(v for v in verdicts if (not v.eligible or not v.preferred)
-                      and v.email not in seen)
-        state.judged = [verdict.to_json() for verdict in judged]
-        passed_over = [v.email for v in verdicts if not v.eligible]
-        outside = {v.email for v in verdicts if v.eligible and not v.preferred}
-        left = [email for email in emails if email not in passed_over]
-        if enabled is not None:
-            state.candidates = _dedupe((state.candidates or []) + [e.email for e in candidates])
-            present = {e.email for e in candidates}
-            left = [email for email in left if email in present]
-            if not candidates:
-                state.reason = (f"no candidates: {_describe(receiver)} resolved to "
-                                f"{emails or 'nobody'}, none of them dispatch-enabled")
-        left = [email for email in left if email not in outside] or left
-        returned = {email for email, entries in away.items()
-                    if any(run.now - RETURN_WINDOW < entry.end <= run.now for entry in entries)}
-        return Eligible(left, [e for e in candidates if e.email in left], returned,
-                        read=enabled is not None, passed_over=passed_over, resolved=emails,
-                        accounts=accounts, counts=counts)
+        return ReceiverRead(emails, hindered, away, enabled, counting)
+
+    def _judge(self, run: ActionRun, state: AssignState, read: ReceiverRead,
+               rules: AvailabilityRules,
+               ) -> tuple[list[CandidateVerdict], dict[str, str] | None, dict[str, int] | None]:
+        """The verdicts at the business time of those with something to judge; when a cap
+        applies, of every dispatch-enabled candidate instead, with the open issues of each
+        one still eligible counted (as ``balanced`` counts them). Also the accounts and
+        counts, when counted."""
+        mode = rules.working_hours
+        profiles = {e.email: settings_of(e) for e in read.hindered}
+        verdicts = judge_candidates(list(profiles), profiles, read.away, run.now,
+                                    working_hours=mode)
+        if not read.counting:
+            return verdicts, None, None
+        out = {v.email for v in verdicts if not v.eligible}
+        counted = [e for e in read.candidates if e.email not in out]
+        accounts, counts = self._count(run, state, counted) if counted else (None, None)
+        everyone = {**{e.email: settings_of(e) for e in read.candidates}, **profiles}
+        verdicts = judge_candidates([e.email for e in read.candidates], everyone, read.away,
+                                    run.now, working_hours=mode, cap=rules.cap,
+                                    open_issues=counts)
+        return verdicts, accounts, counts
 
     def _tied_turn(self, run: ActionRun, state: AssignState, tied: list[Engineer]) -> Engineer:
         """``balanced``'s tie, broken by a live turn among the tied candidates."""
@@ -323,16 +338,6 @@ class AssignExecutor:
         if taken is not None:
             state.turn_taken = True
         return taken
-
-    def _receiver_emails(self, run: ActionRun, receiver: dict) -> list[str]:
-        kind = ReceiverType(receiver["type"])
-        if kind is ReceiverType.USER:
-            return [receiver["user"]]
-        if kind is ReceiverType.USERS:
-            return list(receiver["users"])
-        if kind is ReceiverType.GROUP:
-            return [m.email for m in run.ports.core.group_members(receiver["group"]) if m.active]
-        return [r.email for r in run.ports.oncall.responders(receiver["oncall_team"])]
 
     # -- execute --------------------------------------------------------------------------------
 
@@ -535,7 +540,7 @@ def _check_balanced_receiver(receiver: dict, path: str, problems: Problems) -> N
     users = receiver.get("users") if receiver.get("type") == ReceiverType.USERS else None
     if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
         return
-    distinct = len(_dedupe(users))
+    distinct = len(dedupe(users))
     if distinct > balanced.MAX_CANDIDATES:
         problems.rule(at(path, "users"), f"balanced counts open issues for at most "
                                          f"{balanced.MAX_CANDIDATES} candidates; this list "
@@ -565,34 +570,11 @@ def _check_receiver(receiver: dict, path: str, problems: Problems) -> None:
         check_name(receiver[kind], target_path, rule, problems)
 
 
-def _dedupe(emails: list[str]) -> list[str]:
-    """Lower-cased, configured order kept, duplicates dropped."""
-    seen: dict[str, None] = {}
-    for email in emails:
-        seen.setdefault(email.strip().lower(), None)
-    return [email for email in seen if email]
-
-
 def _choose(candidates: list[Engineer], strategy: Strategy) -> tuple[Engineer, str]:
     if strategy is Strategy.FIRST:
         return candidates[0], "first: first dispatch-enabled candidate in receiver order"
     chosen = next_in_turn(candidates)
     return chosen, _round_robin_reason(chosen)
-
-
-def next_in_turn(candidates: Sequence[Engineer]) -> Engineer:
-    """Whose turn it is in a round robin over ``candidates`` (in configured order, not empty):
-    never-dispatched first, then the oldest ``last_dispatched_at``, ties by configured order.
-    The one rule for a dry run's read-only choice and for ``EngineerStore.take_turn``."""
-    never = datetime.min
-
-    def age(indexed: tuple[int, Engineer]) -> tuple:
-        index, engineer = indexed
-        last = engineer.last_dispatched_at
-        return (last is not None, last.replace(tzinfo=None) if last else never, index)
-
-    _, chosen = min(enumerate(candidates), key=age)
-    return chosen
 
 
 def _round_robin_reason(chosen: Engineer) -> str:
@@ -648,35 +630,65 @@ class Eligible:
     counts: dict[str, int] | None = None
 
 
+@dataclass(frozen=True)
+class ReceiverRead:
+    """What a plan read of a receiver: whom it resolved to (each once, in its order), those of
+    them with something to judge with their time off, the dispatch-enabled ones when read
+    (None: not read) and whether a cap applies, so their open issues are counted."""
+
+    emails: list[str]
+    hindered: list[Engineer]
+    away: Mapping[str, list[TimeOff]]
+    enabled: list[Engineer] | None
+    counting: bool
+
+    @property
+    def candidates(self) -> list[Engineer]:
+        """The dispatch-enabled ones in receiver order; none when they were not read."""
+        by_email = {e.email: e for e in self.enabled or []}
+        return [by_email[email] for email in self.emails if email in by_email]
+
+
+def _keep_judged(state: AssignState, judged: list[CandidateVerdict],
+                 verdicts: list[CandidateVerdict]) -> None:
+    """Add to ``judged``, and to the state, each one passed over or outside their hours (once:
+    a fallback may name someone the receiver named)."""
+    seen = {v.email for v in judged}
+    judged.extend(v for v in verdicts if (not v.eligible or not v.preferred)
+                  and v.email not in seen)
+    state.judged = [verdict.to_json() for verdict in judged]
+
+
+def _back_from_time_off(away: Mapping[str, list[TimeOff]], now: datetime) -> set[str]:
+    """Whose time off ended within ``RETURN_WINDOW`` before ``now``."""
+    return {email for email, entries in away.items()
+            if any(now - RETURN_WINDOW < entry.end <= now for entry in entries)}
+
+
 def _in_order(before: list[str] | None, emails: list[str], order: list[str]) -> list[str]:
     """``before`` (the receiver's candidates, when the fallback's follow), then ``emails`` in
     the receiver's ``order``."""
     wanted = set(emails)
-    return _dedupe(list(before or []) + [email for email in order if email in wanted])
+    return dedupe(list(before or []) + [email for email in order if email in wanted])
 
 
 def judge_listed(engineers: EngineerStore, config: dict, rules: AvailabilityRules,
-                 now: datetime) -> list[dict]:
+                 now: datetime) -> list[CandidateVerdict]:
     """The verdicts, at ``now``, of the engineers an action's ``user``/``users`` receiver and
     fallback name (a group or a team is resolved only when the action runs), as its plan would
-    judge them without the Jira count of open issues: a dry look for ``policy test``."""
-    emails = []
-    for key in ("receiver", "fallback"):
-        receiver = config.get(key) or {}
-        if receiver.get("type") == ReceiverType.USER:
-            emails.append(receiver.get("user", ""))
-        elif receiver.get("type") == ReceiverType.USERS:
-            emails += list(receiver.get("users") or [])
-    listed = _dedupe([email for email in emails if isinstance(email, str)])
+    judge them without the Jira count of open issues: a dry look for ``policy test``. Those
+    who are no dispatch-enabled engineer come last."""
+    listed = dedupe(listed_emails(config.get("receiver") or {})
+                    + listed_emails(config.get("fallback") or {}))
     by_email = {e.email: e for e in engineers.enabled_by_email(listed)}
     away = engineers.time_off(list(by_email), now, now + LOOKAHEAD)
     present = [email for email in listed if email in by_email]
     verdicts = judge_candidates(present, {e: settings_of(by_email[e]) for e in present}, away, now,
                                 working_hours=rules.working_hours)
-    missing = [{"email": email, "eligible": False, "preferred": False,
-                "reasons": ["not a dispatch-enabled engineer"], "codes": [], "until": None}
+    missing = [CandidateVerdict(email, eligible=False, preferred=False,
+                                reasons=("not a dispatch-enabled engineer",))
                for email in listed if email not in by_email]
-    return [verdict.to_json() for verdict in verdicts] + missing
+    return verdicts + missing
 
 
 def returning_counts(candidates: Sequence[Engineer], counts: dict[str, int],
@@ -694,10 +706,3 @@ def returning_counts(candidates: Sequence[Engineer], counts: dict[str, int],
     for email in lifted:
         judged[email] = floor
     return judged, lifted
-
-
-def _in_hours_first(verdicts: Sequence[CandidateVerdict]) -> list[CandidateVerdict]:
-    """The eligible: those inside their working hours when anyone is, else all of them."""
-    eligible = [verdict for verdict in verdicts if verdict.eligible]
-    preferred = [verdict for verdict in eligible if verdict.preferred]
-    return preferred or eligible
