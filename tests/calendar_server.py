@@ -2,7 +2,7 @@
 path, what the test last set there — a good feed, an error status, an HTML page, a body too
 large, a body dripped a byte at a time — and counts the requests.
 
-Used by tests/actors/test_calendar_refresher.py and tests/test_calendar_feeds_process.py.
+Used by tests/calendars/test_refresher.py and tests/test_calendar_feeds_process.py.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "http": {"domain", "config", "settings", "store", "actors", "logging", "metrics"},
     "sandbox": {"domain"},
     "console": {"domain", "config", "settings", "store", "actors", "http", "logging", "metrics"},
+    "calendars": {"domain", "config", "store", "integrations", "logging", "metrics"},
 }
 for leaf in LEAVES:
     ALLOWED.setdefault(leaf, set())

@@ -17,7 +17,7 @@ that sees the fact happen:
   ``StoreHealthListener``; service.py subscribes it), on every database failure and at the
   start and end of each outage;
 - ``calendar_feed_refreshed``: each refresh of a calendar feed, by the refresher
-  (actors/calendar_refresher.py); the feeds' ages are read from it at each scrape
+  (calendars/refresher.py); the feeds' ages are read from it at each scrape
   (``calendar_feeds``).
 
 No label ever carries an issue key or an ID; ``source`` is capped at ``MAX_SOURCES``

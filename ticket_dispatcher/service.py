@@ -16,7 +16,6 @@ from typing import Protocol, cast
 from waitress.server import create_server
 
 from ticket_dispatcher import __version__, console, cpu
-from ticket_dispatcher.actors.calendar_refresher import CalendarRefresher
 from ticket_dispatcher.actors.client_pool import ClientPool
 from ticket_dispatcher.actors.client_ports import (
     CorePool,
@@ -28,6 +27,7 @@ from ticket_dispatcher.actors.client_ports import (
 )
 from ticket_dispatcher.actors.runtime import Runtime, stop_remaining_actors
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
+from ticket_dispatcher.calendars.refresher import CalendarRefresher
 from ticket_dispatcher.clock import SystemClock, TimerClock
 from ticket_dispatcher.config import Config, HttpConfig
 from ticket_dispatcher.domain.actions.registry import product_registry

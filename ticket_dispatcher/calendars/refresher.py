@@ -24,11 +24,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import AvailabilityConfig, CalendarFeed
 from ticket_dispatcher.domain.availability import TimeOff
@@ -57,6 +58,13 @@ STOPPING = "not refreshed: the service is stopping"
 UNEXPECTED = "the refresh failed unexpectedly (the service's log has the details)"
 
 
+class Timers(Protocol):
+    """Where the next round's timer is set: the runtime's scheduler (actors/scheduler.py), so
+    a test's manual clock drives the rounds."""
+
+    def call_at(self, when: datetime, callback: Callable[[], object], label: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class FeedRefresh:
     """How one refresh of a feed went: ``ok`` with the ``entries`` stored and a ``message``
@@ -70,7 +78,7 @@ class FeedRefresh:
 
 class CalendarRefresher:
     def __init__(self, settings: AvailabilityConfig, *, store: Store, clock: Clock,
-                 scheduler: Scheduler, fetcher: FeedFetcher, metrics: Metrics | None = None):
+                 scheduler: Timers, fetcher: FeedFetcher, metrics: Metrics | None = None):
         """``scheduler``: where the timer of the next round is set (the runtime's).
         ``metrics``: told of each refresh, and asked at each scrape for the feeds' ages."""
         self.settings = settings

@@ -23,8 +23,8 @@ from tests.calendar_server import (
 )
 from tests.clocks import ManualClock
 from tests.process import free_port, wait_until
-from ticket_dispatcher.actors.calendar_refresher import CalendarRefresher, FeedRefresh
 from ticket_dispatcher.actors.scheduler import Scheduler
+from ticket_dispatcher.calendars.refresher import CalendarRefresher, FeedRefresh
 from ticket_dispatcher.config import AvailabilityConfig, CalendarFeed
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.errors import StoreUnavailable
