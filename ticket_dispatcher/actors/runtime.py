@@ -32,7 +32,13 @@ from ticket_dispatcher.clock import TimerClock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.actions.notification_state import page_wait
-from ticket_dispatcher.domain.execution import ActionStatus, Execution, Trigger
+from ticket_dispatcher.domain.execution import (
+    ActionStatus,
+    DryRun,
+    Execution,
+    Trigger,
+    TriggerInput,
+)
 from ticket_dispatcher.domain.ports import NotConfigured, Ports, UncountedCalls
 from ticket_dispatcher.errors import Conflict, NotFound, RuntimeUnavailable, StoreUnavailable
 from ticket_dispatcher.metrics import Metrics
@@ -171,7 +177,7 @@ class Runtime:
         self._triggers.work_arrived()
 
     def accept_trigger(self, source: str, issue_key: str, *, policy_id: int | None = None,
-                       dryrun: dict | None = None) -> Trigger:
+                       dryrun: DryRun | None = None) -> Trigger:
         """Persist a ``pending`` trigger in one short transaction and hand it to the trigger
         actors without waiting for them."""
         [trigger] = self._accept(lambda store, now: [store.triggers.create(
@@ -179,7 +185,7 @@ class Runtime:
         return trigger
 
     def accept_delivery(self, identifier: str, issue_key: str,
-                        triggers: list[tuple[str, dict]]) -> list[Trigger] | None:
+                        triggers: list[tuple[str, TriggerInput]]) -> list[Trigger] | None:
         """Persist a Jira webhook delivery and the triggers it makes (each a source and its
         input) in one short transaction and hand them to the trigger actors; None when the
         delivery was taken before, and nothing is written."""

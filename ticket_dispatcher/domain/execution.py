@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.model import Policy
@@ -84,13 +84,47 @@ class Lease:
     epoch: int
 
 
+class OverwriteData(TypedDict, total=False):
+    """What a dry run is told to take as given (``dryrun.overwrite_data``): ``now``, the
+    business time it judges at (RFC 3339; absent or null: the clock's)."""
+
+    now: str | None
+
+
+class DryRun(TypedDict, total=False):
+    """A dry run's settings, as its trigger was posted with them (``dryrun``)."""
+
+    overwrite_data: OverwriteData | None
+
+
+class RoleLabel(TypedDict, total=False):
+    """The label a Jira webhook's trigger adds to its issue first (``add_label``), and what its
+    delivery saw: whom the role held, when it changed and, for a rise in urgency, the urgent
+    rule's condition (domain/webhooks.py)."""
+
+    label: str
+    role: str | None
+    account_id: str | None
+    changed_at: str  # RFC 3339
+    urgent: dict
+
+
+class TriggerInput(TypedDict, total=False):
+    """What a trigger was posted with beyond its issue key, which has its own column: a Jira
+    webhook's trigger names its delivery, and a role's trigger the label it adds first."""
+
+    issue_key: str
+    webhook_delivery: str
+    add_label: RoleLabel
+
+
 @dataclass
 class Trigger:
     id: int
     source: str
     issue_key: str
     policy_id: int | None = None
-    dryrun: dict | None = None  # {"overwrite_data": {"now": RFC3339?}}
+    dryrun: DryRun | None = None
     status: TriggerStatus = TriggerStatus.PENDING
     available_at: datetime | None = None
     execution_ids: list[int] = field(default_factory=list)
@@ -104,9 +138,7 @@ class Trigger:
     retry_count: int = 0
     retry_reason: str = ""
     retry_since: datetime | None = None
-    # What the trigger was posted with beyond its issue: a Jira webhook's trigger names its
-    # delivery, and a role's trigger the label it adds first (domain/webhooks.py).
-    extra_input: dict = field(default_factory=dict)
+    extra_input: TriggerInput = field(default_factory=lambda: TriggerInput())
 
     @property
     def mode(self) -> ExecutionMode:
@@ -211,7 +243,7 @@ class Execution:
     status: ExecutionStatus = ExecutionStatus.CREATED
     failure_code: str = ""
     failure_reason: str = ""
-    overwrite_data: dict | None = None
+    overwrite_data: OverwriteData | None = None
     business_now: datetime | None = None  # the business time of a dry-run; live: creation
     wake_at: datetime | None = None
     live_lock_key: str | None = None

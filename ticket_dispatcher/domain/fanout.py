@@ -42,8 +42,8 @@ def new_execution(trigger: Trigger, policy: Policy, issue: Issue,
     live = trigger.mode is ExecutionMode.LIVE
     overwrite = (trigger.dryrun or {}).get("overwrite_data") if not live else None
     business_now = now  # live runs record their creation time and evaluate on the clock
-    if not live and overwrite and overwrite.get("now"):
-        business_now = parse_rfc3339(overwrite["now"])
+    if not live and overwrite and (pretended := overwrite.get("now")):
+        business_now = parse_rfc3339(pretended)
     return Execution(
         id=0,
         trigger_id=trigger.id,

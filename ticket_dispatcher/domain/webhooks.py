@@ -22,6 +22,7 @@ from typing import Any
 
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, URGENCY_FIELDS, NotificationRole
 from ticket_dispatcher.domain.conditions import evaluate
+from ticket_dispatcher.domain.execution import TriggerInput
 from ticket_dispatcher.domain.issues import ISSUE_KEY, issue_from_jira
 from ticket_dispatcher.domain.matching import policy_matches
 from ticket_dispatcher.domain.model import Issue, JiraUser, Policy
@@ -78,9 +79,9 @@ class WebhookTrigger:
     urgent: dict | None = None  # the urgent rule's condition, for a rise in urgency
     changed_at: datetime | None = None  # when Jira says the change happened
 
-    def to_input(self, issue_key: str, delivery_id: str) -> dict:
+    def to_input(self, issue_key: str, delivery_id: str) -> TriggerInput:
         """The trigger's stored ``input``."""
-        shown: dict[str, Any] = {"issue_key": issue_key, "webhook_delivery": delivery_id}
+        shown: TriggerInput = {"issue_key": issue_key, "webhook_delivery": delivery_id}
         if self.label is not None:
             shown["add_label"] = {"label": self.label, "role": self.role,
                                   "account_id": self.account_id}
@@ -212,7 +213,7 @@ def _urgent(when: dict, issue: Issue, path: str, value: str | None) -> bool:
     return evaluate(when, issue, _NO_TIME)[0]
 
 
-def superseded(issue: Issue, trigger_input: dict) -> str:
+def superseded(issue: Issue, trigger_input: TriggerInput) -> str:
     """Why the live ``issue`` no longer shows what a role trigger's delivery saw (a later
     change took over, and its own delivery handles it), or "" when it still does."""
     wanted = trigger_input.get("add_label") or {}
@@ -228,7 +229,7 @@ def superseded(issue: Issue, trigger_input: dict) -> str:
     return ""
 
 
-def changed_at(trigger_input: dict) -> datetime | None:
+def changed_at(trigger_input: TriggerInput) -> datetime | None:
     """When the change behind a role trigger happened, as its delivery said; None when it did
     not say."""
     text = (trigger_input.get("add_label") or {}).get("changed_at")

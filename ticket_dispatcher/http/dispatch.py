@@ -12,7 +12,12 @@ import falcon
 
 from ticket_dispatcher.domain.admission import AdmissionOutcome, LockCandidate, admit
 from ticket_dispatcher.domain.catalog import SOURCE
-from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus, TriggerStatus
+from ticket_dispatcher.domain.execution import (
+    DryRun,
+    ExecutionMode,
+    ExecutionStatus,
+    TriggerStatus,
+)
 from ticket_dispatcher.domain.fanout import reserved_role
 from ticket_dispatcher.domain.matching import lock_key
 from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem, StoreUnavailable
@@ -39,7 +44,7 @@ TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB
 _SOURCE_PROBLEM = f"must be {SOURCE.what}"
 
 
-def _bind_trigger(raw: Any) -> tuple[str, str, int | None, dict | None]:
+def _bind_trigger(raw: Any) -> tuple[str, str, int | None, DryRun | None]:
     body = bind_object(raw, required={"source": str, "input": dict},
                        optional={"policy_id": int, "dryrun": dict})
     problems: list[Problem] = []
@@ -52,9 +57,7 @@ def _bind_trigger(raw: Any) -> tuple[str, str, int | None, dict | None]:
     except InvalidInput as exc:
         problems.extend(exc.problems)
         issue_key = ""
-    dryrun = body.get("dryrun")
-    if dryrun is not None:
-        dryrun = _bind_dryrun(dryrun, problems)
+    dryrun = None if body.get("dryrun") is None else _bind_dryrun(body["dryrun"], problems)
     policy_id = body.get("policy_id")
     if policy_id is not None and not 0 < policy_id <= MAX_ID:
         problems.append(Problem("policy_id", "must be a positive policy id"))
@@ -66,16 +69,17 @@ def _bind_trigger(raw: Any) -> tuple[str, str, int | None, dict | None]:
     return body["source"], issue_key, policy_id, dryrun
 
 
-def _bind_dryrun(raw: dict, problems: list[Problem]) -> dict:
+def _bind_dryrun(raw: dict, problems: list[Problem]) -> DryRun:
     dryrun = bind_object(raw, required={}, optional={"overwrite_data": dict}, path="dryrun")
-    overwrite = dryrun.get("overwrite_data") or {}
-    bind_object(overwrite, required={}, optional={"now": str}, path="dryrun.overwrite_data")
-    if overwrite.get("now") is not None:
+    overwrite = bind_object(dryrun.get("overwrite_data") or {}, required={},
+                            optional={"now": str}, path="dryrun.overwrite_data")
+    now = overwrite.get("now")
+    if now is not None:
         try:
-            parse_business_now(overwrite["now"])
+            parse_business_now(now)
         except ValueError as exc:
             problems.append(Problem("dryrun.overwrite_data.now", str(exc)))
-    return {"overwrite_data": overwrite}
+    return {"overwrite_data": {"now": now} if "now" in overwrite else {}}
 
 
 # --- the trigger list: filters and its cursor -------------------------------------------------

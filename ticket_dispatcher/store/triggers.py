@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import peewee
 
 from ticket_dispatcher.domain.catalog import RESERVED_SOURCES
-from ticket_dispatcher.domain.execution import Lease, Trigger, TriggerStatus
+from ticket_dispatcher.domain.execution import DryRun, Lease, Trigger, TriggerInput, TriggerStatus
 from ticket_dispatcher.domain.matching import NOTIFICATION_LANE
 from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
@@ -79,9 +79,9 @@ def _trigger_from_values(trigger_id: int, source: str, issue_key: str, policy_id
     )
 
 
-def _extra_input(stored: dict[str, Any] | None) -> dict[str, Any]:
+def _extra_input(stored: dict[str, Any] | None) -> TriggerInput:
     """The stored input beyond the issue key, which has its own column."""
-    return {k: v for k, v in (stored or {}).items() if k != "issue_key"}
+    return cast(TriggerInput, {k: v for k, v in (stored or {}).items() if k != "issue_key"})
 
 
 def trigger_from_row(row: TriggerRow) -> Trigger:
@@ -147,8 +147,8 @@ class TriggerClosing:
             trigger_id, *fence)).rowcount
 
 
-def _new_trigger(source: str, issue_key: str, policy_id: int | None, dryrun: dict | None,
-                 now: datetime, extra_input: dict | None) -> tuple[tuple, Trigger]:
+def _new_trigger(source: str, issue_key: str, policy_id: int | None, dryrun: DryRun | None,
+                 now: datetime, extra_input: TriggerInput | None) -> tuple[tuple, Trigger]:
     """The INSERT's parameters of a new ``pending`` trigger, and the trigger (its id still 0)."""
     now = to_utc(now)
     moment = time_param(now)
@@ -181,8 +181,9 @@ class TriggerRepository:
             f"INSERT INTO {TriggerRow._meta.table_name} {columns} "
             f"SELECT {values} FROM taken RETURNING id")
 
-    def create(self, source: str, issue_key: str, *, policy_id: int | None, dryrun: dict | None,
-               now: datetime, extra_input: dict | None = None) -> Trigger:
+    def create(self, source: str, issue_key: str, *, policy_id: int | None,
+               dryrun: DryRun | None, now: datetime,
+               extra_input: TriggerInput | None = None) -> Trigger:
         """Insert a ``pending`` trigger. Every accepted request writes one, so the INSERT is
         written out once, not built by peewee per request."""
         params, trigger = _new_trigger(source, issue_key, policy_id, dryrun, now, extra_input)
@@ -195,7 +196,7 @@ class TriggerRepository:
         return 1 if self._one_statement_writes and triggers == 1 else 1 + triggers
 
     def create_for_delivery(self, deliveries: DeliveryRepository, identifier: str,
-                            issue_key: str, triggers: list[tuple[str, dict]], *,
+                            issue_key: str, triggers: list[tuple[str, TriggerInput]], *,
                             now: datetime) -> list[Trigger] | None:
         """Record the webhook delivery ``identifier`` and insert its ``pending`` triggers
         (each a source and its input beyond the issue key); None, and nothing written, when
