@@ -13,7 +13,14 @@ from typing import Any
 
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.safejson import read_json_file
-from ticket_dispatcher.sandbox import control
+from ticket_dispatcher.sandbox.control import (
+    build_issue,
+    parse_emails,
+    parse_issue,
+    parse_world,
+    put_members,
+    put_user,
+)
 from ticket_dispatcher.sandbox.world import Sandbox
 
 SANDBOX_FILE = "sandbox.json"
@@ -38,25 +45,25 @@ def load_examples(sandbox: Sandbox, examples_dir: str | Path) -> ExampleSummary:
 
 
 def _load_world(sandbox: Sandbox, raw: Any) -> ExampleSummary:
-    world = control.parse_world(raw)
+    world = parse_world(raw)
     users = world.get("users") or []
     for index, user in enumerate(users):
-        control.put_user(sandbox.people, user, path=f"users[{index}]")
+        put_user(sandbox.people, user, path=f"users[{index}]")
     _check_leaders(sandbox, users)
     groups = world.get("groups") or {}
     for name, emails in groups.items():
-        members = control.parse_emails({"members": emails}, "members", path=f"groups.{name}")
-        control.put_members(sandbox.core.put_group, name, members, f"groups.{name}")
+        members = parse_emails({"members": emails}, "members", path=f"groups.{name}")
+        put_members(sandbox.core.put_group, name, members, f"groups.{name}")
     teams = world.get("teams") or {}
     for name, emails in teams.items():
-        responders = control.parse_emails({"responders": emails}, "responders",
+        responders = parse_emails({"responders": emails}, "responders",
                                           path=f"teams.{name}")
-        control.put_members(sandbox.oncall.put_team, name, responders, f"teams.{name}")
+        put_members(sandbox.oncall.put_team, name, responders, f"teams.{name}")
     issues = world.get("issues") or []
     for index, raw_issue in enumerate(issues):
         path = f"issues[{index}]"
-        body = control.parse_issue(raw_issue, path=path)
-        sandbox.jira.put_issue(control.build_issue(sandbox.people, body, path=path))
+        body = parse_issue(raw_issue, path=path)
+        sandbox.jira.put_issue(build_issue(sandbox.people, body, path=path))
     return ExampleSummary(len(users), len(groups), len(teams), len(issues))
 
 
