@@ -51,9 +51,10 @@ def process_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-def retry_backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
-    """The wait before retry ``attempt`` (1, 2, ...): 0.5 s doubling up to 30 s, each drawn
-    between half and all of that, so work that failed together does not retry together."""
+def store_fault_backoff(attempt: int, rng: random.Random | None = None) -> timedelta:
+    """The wait before retry ``attempt`` (1, 2, ...) of work a database fault interrupted:
+    0.5 s doubling up to 30 s, each drawn between half and all of that, so work that failed
+    together does not retry together."""
     ceiling = min(RETRY_FIRST * (2 ** max(attempt - 1, 0)), RETRY_MAX)
     return ceiling * (rng or random).uniform(0.5, 1.0)
 

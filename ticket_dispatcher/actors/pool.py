@@ -48,7 +48,7 @@ from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.execution import ExecutionWorker
 from ticket_dispatcher.actors.first_read import FRESH_READ, IssueRead
 from ticket_dispatcher.actors.lanes import Lanes, lane_view
-from ticket_dispatcher.actors.leases import Hold, Position, retry_backoff
+from ticket_dispatcher.actors.leases import Hold, Position, store_fault_backoff
 from ticket_dispatcher.actors.messages import (
     Cancel,
     CancelExecution,
@@ -403,7 +403,7 @@ class ExecutionPool(TrackedActor):
     def _requeue_after_interruption(self, execution_id: int, reason: str) -> None:
         attempt = self._interruptions.get(execution_id, 0) + 1
         self._interruptions[execution_id] = attempt
-        due = self._deps.clock.now() + retry_backoff(attempt)
+        due = self._deps.clock.now() + store_fault_backoff(attempt)
         self._retrying[execution_id] = due
         log.info("execution interrupted; retrying from its last checkpoint", extra={
             "execution_id": execution_id, "attempt": attempt, "reason": reason,

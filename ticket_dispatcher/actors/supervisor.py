@@ -23,7 +23,7 @@ import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
-from ticket_dispatcher.actors.leases import retry_backoff
+from ticket_dispatcher.actors.leases import store_fault_backoff
 from ticket_dispatcher.actors.messages import (
     Boot,
     ChildCrashed,
@@ -181,8 +181,8 @@ class Supervisor(TrackedActor):
         so the execution is never left without an actor."""
         deps = self._deps
         retried = ChildCrashed(crash.execution_id, crash.error, crash.attempt + 1)
-        deps.tell_at(deps.clock.now() + retry_backoff(retried.attempt), self.actor_ref, retried,
-                     label="restart")
+        deps.tell_at(deps.clock.now() + store_fault_backoff(retried.attempt), self.actor_ref,
+                     retried, label="restart")
 
     def _restart(self, crash: ChildCrashed) -> None:
         deps = self._deps

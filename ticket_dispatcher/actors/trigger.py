@@ -31,7 +31,7 @@ from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.actors.lanes import Lanes
-from ticket_dispatcher.actors.leases import Hold, retry_backoff
+from ticket_dispatcher.actors.leases import Hold, store_fault_backoff
 from ticket_dispatcher.actors.messages import (
     CreateExecutions,
     CreationResult,
@@ -456,7 +456,7 @@ class TriggerRouter:
                 return
             work.attempts += 1
             work.hold.progress_at = None  # waiting, not hung: its lease is renewed meanwhile
-        due = self._deps.clock.now() + retry_backoff(work.attempts)
+        due = self._deps.clock.now() + store_fault_backoff(work.attempts)
         message = ProcessTrigger(work.trigger_id, work.recovering, work.token)
         self._deps.scheduler.call_at(due, lambda: self._dispatch(message), label="retry")
 
