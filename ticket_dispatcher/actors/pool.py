@@ -603,12 +603,11 @@ class ExecutionPool(TrackedActor):
     def _cancel(self, execution_id: int, reason: str) -> CancelOutcome:
         """An outcome, not an exception: expected answers must not read as actor failures."""
         if running := self._running.get(execution_id):
-            try:  # a flag for its next step; the step chain itself is what is in flight
-                running.ref.tell(Cancel(reason, running.run))
+            # A flag for its next step; False when its worker has just stopped, and the stored
+            # state below decides.
+            if self._deps.activity.tell(running.ref, Cancel(reason, running.run)):
                 self._cancels[execution_id] = reason  # and for the next run, if it parks
                 return CancelOutcome.SIGNALLED
-            except pykka.ActorDeadError:
-                pass  # it has just finished: decide on the stored state below
         with unit_of_work(self._deps.store.db):
             try:
                 execution = self._deps.store.executions.get(execution_id)
