@@ -9,6 +9,7 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Protocol, cast
@@ -163,7 +164,7 @@ class Service:
             self._close_store()
             raise
         self._shutdown: Deadline | None = None  # from the SIGTERM on
-        # ``stop_serving`` may come again (the drain's timer) after the serving loop closed its
+        # ``stop_serving`` may come (the drain's timer) after the serving loop closed its
         # sockets, its wake-up pipe among them: the lock and flag make it a no-op then.
         self._serving_lock = threading.Lock()
         self._server_closed = False
@@ -190,17 +191,16 @@ class Service:
     def begin_shutdown(self, deadline: Deadline) -> None:
         """Shared mode, at SIGTERM: drain (readiness false, no new work taken, the steps
         under way finish) while triggers are still accepted for the other replicas, for
-        ``cluster.drain``, so a load balancer has stopped sending before the port closes;
-        then ``close`` hands back what is still held. ``deadline`` (``shutdown_timeout``
-        from the signal) bounds the whole."""
+        ``cluster.drain``, so a load balancer has stopped sending before the port closes; a
+        scheduler timer then stops taking requests, and ``close`` hands back what is still
+        held. ``deadline`` (``shutdown_timeout`` from the signal) bounds the whole."""
         self._shutdown = deadline
-        self._started().drain()
-        drain, left = self.config.cluster.drain.total_seconds(), deadline.remaining()
-        threading.Event().wait(drain if left is None else min(drain, left))
-        self.stop_serving()
-        timer = threading.Timer(self.config.cluster.drain.total_seconds(), self.stop_serving)
-        timer.daemon = True
-        timer.start()
+        runtime = self._started()
+        runtime.drain()
+        drain, left = self.config.cluster.drain, deadline.remaining()
+        if left is not None:
+            drain = min(drain, timedelta(seconds=left))
+        runtime.scheduler.call_at(self.clock.now() + drain, self.stop_serving, label="drain")
 
     def stop_now(self, deadline: Deadline) -> None:
         """Single mode, at SIGTERM: stop taking requests now; ``close`` then stops the rest
