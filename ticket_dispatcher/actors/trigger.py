@@ -48,9 +48,9 @@ from ticket_dispatcher.domain.matching import (
     lane_of,
     match_policies,
 )
-from ticket_dispatcher.domain.model import DispatchContext, Issue, Policy
+from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.retries import next_try, spent
-from ticket_dispatcher.domain.webhooks import changed_at, superseded
+from ticket_dispatcher.domain.webhooks import required_label, role_label_step
 from ticket_dispatcher.errors import (
     CallAbandoned,
     DispatcherError,
@@ -156,12 +156,10 @@ class TriggerProcessor:
                 return self._put_off_trigger(trigger, fault, reason, self._deps.clock.now())
             store.triggers.fail(trigger.id, reason, now, lease=lease)
             return TriggerOutcome.FAILED, reason
-        wanted = trigger.extra_input.get("add_label") or {}
-        if wanted.get("role"):
-            labelled = self._add_role_label(trigger, issue, wanted["label"])
-            if isinstance(labelled, tuple):
-                return labelled
-            issue = labelled
+        labelled = self._role_label(trigger, issue)
+        if isinstance(labelled, tuple):
+            return labelled
+        issue = labelled
         shadows: dict[str, int] | None = None  # each family's shadow, when read with them
         if trigger.policy_id is not None:  # explicit: no trigger/status check
             try:
@@ -179,8 +177,10 @@ class TriggerProcessor:
         else:
             active, shadows = store.policies.active_and_shadows()
             policies = match_policies(active, trigger.source, issue)
-            if not policies and wanted.get("label") and not wanted.get("role"):
-                labelled = self._add_label_required(trigger, issue, wanted["label"], active)
+            label = None if policies else required_label(issue, trigger.extra_input,
+                                                         trigger.source, active)
+            if label is not None:
+                labelled = self._write_label(trigger, issue, label)
                 if isinstance(labelled, tuple):
                     return labelled
                 issue = labelled
@@ -214,37 +214,18 @@ class TriggerProcessor:
                                            f"{result.execution_ids}"})
         return result.outcome, result.reason
 
-    def _add_role_label(self, trigger: Trigger, issue: Issue,
-                        label: str) -> Issue | tuple[TriggerOutcome, str]:
-        """A Jira webhook's role trigger: add the role's label to the issue first, as the
-        Automation rule did, while the live issue still shows what the delivery saw (else a
-        later change took over, and its own delivery acts on it), and while no workflow of the
-        role was started since the change (by an Automation rule's trigger, while both run).
-        The issue as matching sees it, or the trigger's outcome when it ends here."""
-        if label in issue.labels:
-            return issue
-        stale = superseded(issue, trigger.extra_input)
-        since = changed_at(trigger.extra_input)
-        if not stale and since is not None and self._deps.store.executions.started_since(
-                trigger.source, trigger.issue_key, since):
-            stale = "the role's workflow was started for this change already"
-        if stale:
-            reason = f"{stale}; the label {label} was not added"
-            self._deps.store.triggers.complete(trigger.id, [], self._deps.clock.now(),
-                                               reason=reason, lease=trigger.lease)
-            return TriggerOutcome.COMPLETED, reason
-        return self._write_label(trigger, issue, label)
-
-    def _add_label_required(self, trigger: Trigger, issue: Issue, label: str,
-                            active: list[Policy]) -> Issue | tuple[TriggerOutcome, str]:
-        """A Jira webhook's created issue: add ``jira.auto_assign_label``, as the Automation
-        rule did, when an active policy takes the issue only with it and nobody is assigned
-        yet. The issue as matching sees it, or the trigger's outcome when it ends here."""
-        labelled = replace(issue, labels=(*issue.labels, label))
-        if (label in issue.labels or issue.assignee is not None
-                or not match_policies(active, trigger.source, labelled)):
-            return issue
-        return self._write_label(trigger, issue, label)
+    def _role_label(self, trigger: Trigger, issue: Issue) -> Issue | tuple[TriggerOutcome, str]:
+        """A Jira webhook's role trigger adds the role's label to the issue first, when the
+        webhook code says so (domain/webhooks.py, ``role_label_step``). The issue as matching
+        sees it, or the trigger's outcome when it ends here."""
+        store = self._deps.store
+        step = role_label_step(issue, trigger.extra_input, lambda since: (
+            store.executions.started_since(trigger.source, trigger.issue_key, since)))
+        if step.ends:
+            store.triggers.complete(trigger.id, [], self._deps.clock.now(), reason=step.ends,
+                                    lease=trigger.lease)
+            return TriggerOutcome.COMPLETED, step.ends
+        return issue if step.label is None else self._write_label(trigger, issue, step.label)
 
     def _write_label(self, trigger: Trigger, issue: Issue,
                      label: str) -> Issue | tuple[TriggerOutcome, str]:

@@ -10,12 +10,16 @@ Jira Automation rules of docs/jira-automation.md would have posted for the same 
 
 Urgency is the active policies' own: the values of their urgent rule (one ``in`` leaf on the
 priority or the severity), evaluated on the value before the change and after it.
+
+What such a trigger then adds to the live issue, before it matches policies, is decided here
+too (``role_label_step``, ``required_label``); the trigger writes it through its Jira port
+(actors/trigger.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +28,7 @@ from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, URGENCY_FIELDS,
 from ticket_dispatcher.domain.conditions import evaluate
 from ticket_dispatcher.domain.execution import TriggerInput
 from ticket_dispatcher.domain.issues import ISSUE_KEY, issue_from_jira
-from ticket_dispatcher.domain.matching import policy_matches
+from ticket_dispatcher.domain.matching import match_policies, policy_matches
 from ticket_dispatcher.domain.model import Issue, JiraUser, Policy
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339
@@ -237,3 +241,51 @@ def changed_at(trigger_input: TriggerInput) -> datetime | None:
         return parse_rfc3339(text) if isinstance(text, str) else None
     except ValueError:
         return None
+
+
+# -- the label step: what a webhook's trigger adds to the live issue before matching ----------
+
+STARTED_ALREADY = "the role's workflow was started for this change already"
+
+
+@dataclass(frozen=True)
+class LabelStep:
+    """What a role trigger does before matching: add ``label`` to the live issue, or nothing
+    (None); ``ends``: the trigger ends here, completed, and why."""
+
+    label: str | None = None
+    ends: str = ""
+
+
+def role_label_step(issue: Issue, trigger_input: dict,
+                    started_since: Callable[[datetime], bool]) -> LabelStep:
+    """A role trigger adds the role's label to the live ``issue`` first, as the Automation
+    rule did, while the issue still shows what the delivery saw (else a later change took
+    over, and its own delivery acts on it), and while no workflow of the role was started
+    since the change (by an Automation rule's trigger, while both run): ``started_since``
+    answers that from the store, asked only when all else says to add. Nothing for any other
+    trigger, nor when the label is there already."""
+    wanted = trigger_input.get("add_label") or {}
+    label = wanted.get("label")
+    if not wanted.get("role") or label in issue.labels:
+        return LabelStep()
+    stale = superseded(issue, trigger_input)
+    since = changed_at(trigger_input)
+    if not stale and since is not None and started_since(since):
+        stale = STARTED_ALREADY
+    if stale:
+        return LabelStep(ends=f"{stale}; the label {label} was not added")
+    return LabelStep(label=label)
+
+
+def required_label(issue: Issue, trigger_input: dict, source: str,
+                   active: Sequence[Policy]) -> str | None:
+    """A created issue's trigger that no ``active`` policy matched: the auto-assign label to
+    add, as the Automation rule did, when an active policy takes the issue only with it and
+    nobody is assigned yet; else None."""
+    wanted = trigger_input.get("add_label") or {}
+    label = wanted.get("label")
+    if not label or wanted.get("role") or label in issue.labels or issue.assignee is not None:
+        return None
+    labelled = dataclasses.replace(issue, labels=(*issue.labels, label))
+    return label if match_policies(active, source, labelled) else None
