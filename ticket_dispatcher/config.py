@@ -761,13 +761,13 @@ def _check_across_keys(config: Config, problems: SettingProblems) -> None:
 def _check_cluster(config: Config, problems: SettingProblems) -> None:
     """Shared mode coordinates replicas through PostgreSQL (row locks that skip what another
     replica holds, advisory locks, LISTEN/NOTIFY); a SQLite file has one process."""
-    if problems.refused("cluster.mode", "database_url"):
+    if problems.refused("cluster.mode", "database_url") or not config.cluster.shared:
         return
-    if config.cluster.shared and not config.database_url.lower().startswith("postgres"):
+    if not config.database_url.lower().startswith("postgres"):
         problems.add(problems.source_name("cluster.mode"),
                      'shared needs a PostgreSQL database_url: a SQLite database is served by '
                      'one process')
-    if (config.cluster.shared and not problems.refused("cluster.drain", "shutdown_timeout")
+    if (not problems.refused("cluster.drain", "shutdown_timeout")
             and config.cluster.drain >= config.shutdown_timeout):
         problems.add(problems.source_name("cluster.drain"),
                      "must be below shutdown_timeout, which bounds the whole shutdown")

@@ -9,7 +9,6 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Protocol, cast
@@ -26,6 +25,7 @@ from ticket_dispatcher.actors.client_ports import (
     build_client_pools,
     configured_pool,
 )
+from ticket_dispatcher.actors.cluster import for_mode
 from ticket_dispatcher.actors.runtime import Runtime, stop_remaining_actors
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.calendars.refresher import CalendarRefresher
@@ -103,6 +103,8 @@ class Service:
         self.store = Store.for_url(config.database_url, registry=self.registry,
                                 max_connections=connection_budget(config),
                                 database=config.database)
+        # A single process or one of several replicas: decided here, once (actors/cluster.py).
+        self.cluster = for_mode(config.cluster)
         self.runtime: Runtime | None = None
         self.calendars: CalendarRefresher | None = None  # with calendar feeds configured
         self.link: ClusterLink | None = None
@@ -111,7 +113,7 @@ class Service:
             self.store.check_capacity(config)  # refuse what the database cannot serve
             applied = self.store.migrate()
             if self.store.engine.several_processes:  # the mode lock, a replica's work channel
-                self.link = ClusterLink(self.store.db, shared=config.cluster.shared,
+                self.link = ClusterLink(self.store.db, lock=self.cluster.mode_lock,
                                         on_work=self._work_arrived)
                 self.link.start()
         except BaseException:
@@ -125,7 +127,8 @@ class Service:
         self.store.health.subscribe(self.metrics)  # database_up and store_errors_total
         self.services = Services(store=self.store, config=config, clock=self.clock,
                                  registry=self.registry, metrics=self.metrics)
-        self.console = (console.Console(self.services, auth_enabled=self.auth_enabled)
+        self.console = (console.Console(self.services, auth_enabled=self.auth_enabled,
+                                        cluster=self.cluster)
                         if config.console.enabled else None)
         self.app = create_app(self.services, auth_enabled=self.auth_enabled,
                               gates=[console.ConsoleGate(self.console)] if self.console else [])
@@ -152,7 +155,7 @@ class Service:
                     core=configured_pool(clients, "core", CorePool) or NotConfiguredDirectory(),
                     engineers=self.store.engineers, triggers=self.store.triggers,
                     contexts=self.store.contexts),
-                registry=self.registry, metrics=self.metrics)
+                registry=self.registry, metrics=self.metrics, cluster=self.cluster)
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails
             self.calendars = self._calendars(self.runtime)
@@ -189,24 +192,18 @@ class Service:
             self.runtime.work_arrived()
 
     def begin_shutdown(self, deadline: Deadline) -> None:
-        """Shared mode, at SIGTERM: drain (readiness false, no new work taken, the steps
-        under way finish) while triggers are still accepted for the other replicas, for
-        ``cluster.drain``, so a load balancer has stopped sending before the port closes; a
-        scheduler timer then stops taking requests, and ``close`` hands back what is still
-        held. ``deadline`` (``shutdown_timeout`` from the signal) bounds the whole."""
+        """At SIGTERM: stop taking requests once the drain is over, by a scheduler timer.
+
+        A single process does not drain: it stops taking requests at once. A replica drains
+        (readiness false, no new work taken, the steps under way finish) while triggers are
+        still accepted for the other replicas, for ``cluster.drain``, so a load balancer has
+        stopped sending before the port closes (actors/cluster.py). ``close`` then stops the
+        rest, and a replica hands back what is still held. ``deadline`` (``shutdown_timeout``
+        from the signal) bounds the whole."""
         self._shutdown = deadline
         runtime = self._started()
-        runtime.drain()
-        drain, left = self.config.cluster.drain, deadline.remaining()
-        if left is not None:
-            drain = min(drain, timedelta(seconds=left))
+        drain = self.cluster.drain(runtime.drain, deadline)
         runtime.scheduler.call_at(self.clock.now() + drain, self.stop_serving, label="drain")
-
-    def stop_now(self, deadline: Deadline) -> None:
-        """Single mode, at SIGTERM: stop taking requests now; ``close`` then stops the rest
-        within ``deadline`` (``shutdown_timeout`` from the signal)."""
-        self._shutdown = deadline
-        self.stop_serving()
 
     def _started(self) -> Runtime:
         """The runtime, which only a ``Service`` still being built lacks (``_work_arrived``
@@ -383,10 +380,9 @@ def _on_stop_signal(begin: Callable[[Deadline], None], name: str,
                     shutdown_seconds: float) -> Callable[[int, FrameType | None], None]:
     """The SIGTERM (and SIGINT) handler: ``shutdown_timeout`` runs from the signal, and
     ``begin`` starts the shutdown in a thread of its own (a signal handler must not log, nor
-    take the lock the serving loop may hold). Single mode: ``Service.stop_now``, not
-    SystemExit in the loop, after which waitress would first wait up to 5 s of its own for
-    requests in flight, outside the deadline. Shared mode: ``Service.begin_shutdown``, a drain
-    while the serving loop goes on."""
+    take the lock the serving loop may hold): ``Service.begin_shutdown``, not SystemExit in
+    the loop, after which waitress would first wait up to 5 s of its own for requests in
+    flight, outside the deadline; a replica's drain goes on while the serving loop does."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         # Once: a second signal must not cut the shutdown short, which has its own deadline.
@@ -412,9 +408,8 @@ def serve(config: Config, *, host: str | None = None, port: int | None = None,
         log.info("running on one CPU", extra={"reason": f"cpu_affinity: CPU {pinned}"})
     service = Service(config, host=host, port=port, sandbox=sandbox,
                       insecure_no_auth=insecure_no_auth)
-    begin, name = ((service.begin_shutdown, "drain") if config.cluster.shared
-                   else (service.stop_now, "stop"))
-    stop = _on_stop_signal(begin, name, config.shutdown_timeout.total_seconds())
+    stop = _on_stop_signal(service.begin_shutdown, "shutdown",
+                           config.shutdown_timeout.total_seconds())
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:

@@ -131,7 +131,7 @@ def test_only_the_live_executions_without_a_shadow_are_noted_until_they_end(make
     busy = h.post_trigger()
 
     assert busy.execution_ids == []
-    assert h.runtime.deps.unshadowed == {(first.id, policy.family_id)}
+    assert h.runtime.deps.cluster.unshadowed.noted == {(first.id, policy.family_id)}
     h.advance(60)
     assert h.execution(first.execution_ids[0]).status is ExecutionStatus.SUCCEEDED
-    assert h.runtime.deps.unshadowed == set()
+    assert h.runtime.deps.cluster.unshadowed.noted == set()

@@ -8,6 +8,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
+from ticket_dispatcher.actors.cluster import SingleProcess
 from ticket_dispatcher.actors.deps import POLICY_NAMES_KEPT, PolicyNames, RuntimeDeps
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode, ExecutionStatus
 from ticket_dispatcher.errors import NotFound
@@ -34,7 +35,7 @@ def deps_over(policies: CountingPolicies) -> RuntimeDeps:
     """Runtime dependencies with only what a finished execution's metrics read."""
     return RuntimeDeps(config=None, store=SimpleNamespace(policies=policies), clock=None,
                        registry=None, ports=None, scheduler=None, activity=None,
-                       metrics=Metrics())
+                       cluster=SingleProcess(), metrics=Metrics())
 
 
 def finished(policy_id: int) -> Execution:

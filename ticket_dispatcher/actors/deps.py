@@ -13,6 +13,7 @@ from typing import Any
 import pykka
 
 from ticket_dispatcher.actors.activity import Activity
+from ticket_dispatcher.actors.cluster import Cluster
 from ticket_dispatcher.actors.first_read import IssueActivity
 from ticket_dispatcher.actors.intake import IntakePriority
 from ticket_dispatcher.actors.leases import process_identity
@@ -57,6 +58,8 @@ class RuntimeDeps:
     ports: Ports  # the integrations and the engineer store (domain/ports.py)
     scheduler: Scheduler
     activity: Activity
+    # A single process or one of several replicas (actors/cluster.py), decided at start-up.
+    cluster: Cluster
     metrics: Metrics = field(default_factory=Metrics)
     # Who holds this process's leases (actors/leases.py).
     owner: str = field(default_factory=process_identity)
@@ -72,11 +75,6 @@ class RuntimeDeps:
     intake: IntakePriority = field(default_factory=lambda: IntakePriority(0))
     # The ACK watcher as it last saw itself (actors/watcher.py): waits watched, its round.
     ack_watch: dict = field(default_factory=lambda: {"watched": 0, "round_seconds": 0.0})
-    # Single mode: the live executions of this process that no shadow decision waits for,
-    # by (trigger id, family): their trigger found no shadow version of the family, so their
-    # end does not look for decisions to judge. Kept from just before their creation to
-    # their end; any other execution's end looks.
-    unshadowed: set[tuple[int, str]] = field(default_factory=set)
     # The issues the execution actors are at work on, for the freshness rule of a trigger's
     # read (actors/first_read.py).
     issue_activity: IssueActivity = field(init=False, repr=False)
@@ -120,10 +118,8 @@ class RuntimeDeps:
 
     def _settle_shadows(self, execution: Execution) -> None:
         """Judge the shadow decisions made beside this live execution, now that it ended."""
-        key = (execution.trigger_id, execution.policy_family_id)
-        if key in self.unshadowed:
-            self.unshadowed.discard(key)
-            return
+        if self.cluster.unshadowed.settled((execution.trigger_id, execution.policy_family_id)):
+            return  # its trigger found no shadow version of its family
         try:
             for family, verdict in self.store.shadows.settle(execution, self.clock.now()):
                 self.metrics.shadow_decision(family, "differed" if verdict.differs

@@ -27,6 +27,7 @@
   replica creates starts here while it has free slots; the rest, parked waits that come due and
   work whose holder's lease expired are claimed (``ExecutionRepository.claim_due``) by whichever
   replica has free slots, when a notification, a wake timer or the heartbeat says to look.
+  The cluster strategy (actors/cluster.py) says which: a single process has nothing to claim.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from ticket_dispatcher import __version__
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.execution import ExecutionWorker
-from ticket_dispatcher.actors.first_read import FRESH_READ, IssueRead
 from ticket_dispatcher.actors.lanes import Lanes, lane_view
 from ticket_dispatcher.actors.leases import Hold, Position, store_fault_backoff
 from ticket_dispatcher.actors.messages import (
@@ -80,8 +80,8 @@ from ticket_dispatcher.domain.admission import AdmissionOutcome, admit
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode, FailureCode
 from ticket_dispatcher.domain.matching import ORDINARY_LANE, lane_of
 from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
-from ticket_dispatcher.store.cluster import lock_issue, notify_work
-from ticket_dispatcher.store.database import unit_of_work, write_lock
+from ticket_dispatcher.store.cluster import notify_work
+from ticket_dispatcher.store.database import unit_of_work
 from ticket_dispatcher.store.replicas import ReplicaBeat
 from ticket_dispatcher.timeutil import format_time
 
@@ -186,10 +186,8 @@ class ExecutionPool(TrackedActor):
         self._deps = deps
         self._slots = deps.config.execution_slots
         self._started = deps.clock.now()  # this replica's start, as the admin view shows it
-        # Single mode: the lock keys of the live executions, both ways (``_create``). Taken
-        # when created or recovered here, given back when the execution's end is reported.
-        self._held_keys: dict[str, int] = {}
-        self._key_of: dict[int, str] = {}
+        # The lock keys of the live executions, as far as they are known here (``_create``).
+        self._keys = deps.cluster.lock_keys()
         self._host, self._pid = socket.gethostname(), os.getpid()
         self._supervisor = supervisor
         self._queue = SlotQueue(deps.config.lanes.notification_share)
@@ -201,15 +199,14 @@ class ExecutionPool(TrackedActor):
         # step (a park, an interruption) hands the cancel to the next one.
         self._cancels: dict[int, str] = {}
         self._interruptions: dict[int, int] = {}  # interrupted steps in a row
-        # Single mode: the trigger's read of the issue beside each execution created here
-        # and not yet started, for its first run (actors/first_read.py); in creation order.
-        self._first_reads: dict[int, IssueRead] = {}
+        # The trigger's read of the issue beside each execution created here and not yet
+        # started, for its first run, when one is kept (actors/first_read.py).
+        self._first_reads = deps.cluster.first_reads()
         self._runs = itertools.count(1)
         self._sweeps = SweepRecord()
-        # Shared mode: the store is the queue. Whether it may hold more due executions than
-        # the last claim took, and when a timer tells the next Pull for a parked wait.
+        # The store as a queue: whether it may hold more due executions than the last claim
+        # took, and when a timer tells the next Pull for a parked wait.
         deps.pool_free = self._slots
-        self._shared = deps.config.cluster.shared
         self._more = True
         self._pull_at: datetime | None = None
         self._watcher: pykka.ActorRef | None = None  # started with the pool
@@ -247,7 +244,7 @@ class ExecutionPool(TrackedActor):
                 now, watcher = self._deps.clock.now(), self._watcher
                 watch = []
                 for execution_id, wake_at, key in executions:
-                    self._hold_key(execution_id, key)
+                    self._keys.hold(execution_id, key)
                     if wake_at is None or wake_at <= now:
                         self._enqueue(execution_id)
                     elif watcher is not None:  # it knows a page wait from the others
@@ -271,7 +268,7 @@ class ExecutionPool(TrackedActor):
                     self._enqueue(execution_id)
             case Finished(execution_id, run):
                 if self._release(execution_id, run):
-                    self._release_key(execution_id)
+                    self._keys.release(execution_id)
                     self._interruptions.pop(execution_id, None)
                     self._cancels.pop(execution_id, None)
             case Parked(execution_id, wake_at, run, watched):
@@ -334,28 +331,27 @@ class ExecutionPool(TrackedActor):
             return
         while self._queue and len(self._running) < self._slots:
             self._start(self._queue.pop())
-        if self._shared and self._more and len(self._running) < self._slots:
+        if self._more and len(self._running) < self._slots:
             self._pull()
 
-    # -- shared mode: claim from the store --------------------------------------------------------
+    # -- the store as a queue: claim what nobody holds --------------------------------------------
 
     def _pull(self) -> None:
-        """Claim as many due executions as there are free slots, and start them. When fewer
-        came than asked, the store holds no more due now: remember that, and set a timer for
-        the soonest parked wait nobody holds, whichever replica parked it (``UNHELD_GRACE``
-        after it)."""
+        """Claim as many due executions as there are free slots, and start them (a single
+        process has none to claim: actors/cluster.py). When fewer came than asked, the store
+        holds no more due now: remember that, and set a timer for the soonest parked wait
+        nobody holds, whichever replica parked it (``UNHELD_GRACE`` after it)."""
         deps = self._deps
         free = self._slots - len(self._running)
         now = deps.clock.now()
         try:
-            claimed = deps.store.executions.claim_due(
-                deps.owner, free, now=now, expires_at=now + deps.config.leases.duration,
-                woken_before=now - UNHELD_GRACE)
-            self._more = len(claimed) == free
-            soonest = None if self._more else deps.store.executions.next_wake(now)
+            claim = deps.cluster.claim_executions(
+                deps.store, deps.owner, free, now=now,
+                expires_at=now + deps.config.leases.duration, woken_before=now - UNHELD_GRACE)
         except StoreUnavailable:
             return  # the store's health reports the outage; the heartbeat pulls again
-        for execution_id in claimed:
+        self._more, soonest = claim.more, claim.next_wake
+        for execution_id in claim.ids:
             self._parked.pop(execution_id, None)
             self._retrying.pop(execution_id, None)
             if execution_id not in self._running:  # else started here, its claim not yet made
@@ -372,7 +368,7 @@ class ExecutionPool(TrackedActor):
         now, run = self._deps.clock.now(), next(self._runs)
         hold = Hold(now)
         worker = self._hand(RunExecution(execution_id, hold, run,
-                                         first_read=self._first_reads.pop(execution_id, None),
+                                         first_read=self._first_reads.take(execution_id),
                                          cancel=self._cancels.get(execution_id)))
         self._running[execution_id] = Running(worker, since=now, hold=hold, run=run)
 
@@ -429,14 +425,11 @@ class ExecutionPool(TrackedActor):
         for execution_id in held:
             # Not renewed (ended meanwhile, or taken over): its validity simply runs out.
             alive[execution_id].valid_until = now + duration
-        for execution_id in stale:
-            if self._shared and execution_id not in self._running:
-                continue  # not in hand here: whichever replica has a free slot claims it
+        for execution_id in deps.cluster.resumes(stale, self._running):
             self._sweep(execution_id, now, duration)
         self._sweeps.last_at = now
-        if self._shared:
-            self._more = True
-            self._fill_slots()
+        self._more = True  # what nobody holds now is claimed, by whoever has room
+        self._fill_slots()
 
     def _sweep(self, execution_id: int, now: datetime, duration: timedelta) -> None:
         """Resume an execution the store says nobody holds, unless it is in hand here."""
@@ -499,16 +492,16 @@ class ExecutionPool(TrackedActor):
     def _create(self, request: CreateExecutions) -> CreationResult:
         """Create the trigger's executions as the admission rule decides.
 
-        Shared mode: in one transaction in which one replica at a time checks and takes an
-        issue's live locks. Single mode: this actor is the one writer of executions and hears
-        of every end, so it knows which lock keys are held; when none of the trigger's is, the
-        insert is the one round trip (the UNIQUE index of the keys backs that up: when it
-        refuses one, the keys are read as in shared mode). A key ends held only after its
+        When the lock keys known here say none of the trigger's is held, the insert is the one
+        round trip (a single process, the one writer of executions, hears of every end; the
+        UNIQUE index of the keys backs that up: when it refuses one, the keys are read).
+        Otherwise the held keys are read in the creating unit of work, which on replicas one
+        at a time takes for an issue (actors/cluster.py). A key ends held only after its
         execution's end is saved, so an execution is never stamped created before the one
         whose key it took had ended."""
         store = self._deps.store
         keys = [e.live_lock_key for e in request.executions if e.live_lock_key]
-        if not self._shared and not any(key in self._held_keys for key in keys):
+        if self._keys.known_free(keys):
             try:
                 with unit_of_work(store.db):
                     result, here = self._admit(request, busy=set())
@@ -516,9 +509,7 @@ class ExecutionPool(TrackedActor):
                 pass
             else:
                 return self._start_created(request, result, here)
-        with (write_lock if self._shared else unit_of_work)(store.db):
-            if self._shared:
-                lock_issue(store.db, request.trigger.issue_key)
+        with self._keys.creating(store, request.trigger.issue_key):
             busy = store.executions.busy_lock_keys(keys)
             try:
                 result, here = self._admit(request, busy)
@@ -556,47 +547,25 @@ class ExecutionPool(TrackedActor):
         ids = store.executions.create(trigger.id, idle, issue_key=trigger.issue_key,
                                       ensure_context=bool(idle) and trigger.dryrun is None,
                                       now=now, reason=admission.reason, lease=lease)
-        # Shared mode: what this replica has free slots for starts here at once, as in
-        # single mode; the rest is announced (at commit) to a replica with a free slot.
-        here = ids[:self._free_slots()] if self._shared else ids
+        # What starts here at once; the rest is announced (at commit) to a replica with a
+        # free slot.
+        here = self._deps.cluster.runs_here(ids, self._free_slots())
         if len(here) < len(ids):
             notify_work(store.db)
         for execution in idle:
-            self._hold_key(execution.id, execution.live_lock_key)
+            self._keys.hold(execution.id, execution.live_lock_key)
         return CreationResult(execution_ids=ids, reason=admission.reason), here
-
-    def _hold_key(self, execution_id: int, key: str | None) -> None:
-        if key and not self._shared:
-            self._held_keys[key], self._key_of[execution_id] = execution_id, key
-
-    def _release_key(self, execution_id: int) -> None:
-        """The execution ended (its end saved): its lock key is free."""
-        key = self._key_of.pop(execution_id, None)
-        if key is not None and self._held_keys.get(key) == execution_id:
-            del self._held_keys[key]
 
     def _start_created(self, request: CreateExecutions, result: CreationResult,
                       here: list[int]) -> CreationResult:
         """After the commit: queue the executions to start here, in creation order, each
-        with its trigger's read of the issue for its first run (single mode: no other
-        replica's execution of the issue can have written to it unseen)."""
+        with its trigger's read of the issue for its first run, where one is kept."""
         lane = lane_of(request.trigger.source)
-        if request.read is not None and not self._shared:
-            self._forget_stale_reads()
-            self._first_reads.update(dict.fromkeys(here, request.read))
+        if request.read is not None:
+            self._first_reads.keep(here, request.read, self._deps.clock.monotonic())
         for execution_id in here:
             self._enqueue(execution_id, lane=lane)
         return result
-
-    def _forget_stale_reads(self) -> None:
-        """Drop the reads of executions still queued past ``FRESH_READ``: their run reads
-        the live issue anyway, and a backlog keeps no issue in memory."""
-        oldest = self._deps.clock.monotonic() - FRESH_READ.total_seconds()
-        while self._first_reads:
-            execution_id, read = next(iter(self._first_reads.items()))
-            if read.began.at >= oldest:
-                return
-            del self._first_reads[execution_id]
 
     # -- cancel and status ------------------------------------------------------------------------
 
@@ -616,7 +585,7 @@ class ExecutionPool(TrackedActor):
             if execution.status.terminal:
                 return CancelOutcome.FINISHED
             self._deps.behavior().abort(execution, FailureCode.CANCELLED, reason)
-        self._release_key(execution_id)
+        self._keys.release(execution_id)
         self._parked.pop(execution_id, None)  # its heap entry is dropped as stale
         self._retrying.pop(execution_id, None)
         return CancelOutcome.APPLIED

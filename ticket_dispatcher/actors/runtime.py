@@ -12,6 +12,7 @@ import pykka
 
 from ticket_dispatcher.actors.activity import Activity
 from ticket_dispatcher.actors.client_pool import ClientPool
+from ticket_dispatcher.actors.cluster import Cluster, for_mode
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.intake import IntakePriority
 from ticket_dispatcher.actors.messages import (
@@ -44,7 +45,6 @@ from ticket_dispatcher.errors import Conflict, NotFound, RuntimeUnavailable, Sto
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.cluster import notify_work
-from ticket_dispatcher.store.database import unit_of_work, write_lock
 from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
@@ -68,10 +68,13 @@ def stop_remaining_actors(deadline: Deadline) -> None:
 
 class Runtime:
     def __init__(self, config: Config, store: Store, clock: TimerClock, *, ports: Ports,
-                 registry: ActionRegistry, metrics: Metrics | None = None):
+                 registry: ActionRegistry, metrics: Metrics | None = None,
+                 cluster: Cluster | None = None):
         """``ports``: the integrations (a client pool each, or ``NotConfigured``) and the
         store's repositories; ``registry``: the actions it runs. Calls nobody counts
-        (``UncountedCalls``) are counted in ``metrics`` (docs/operations.md, "Metrics")."""
+        (``UncountedCalls``) are counted in ``metrics`` (docs/operations.md, "Metrics").
+        ``cluster``: the strategy of ``cluster.mode`` (actors/cluster.py), built from the
+        configuration when not given."""
         self.activity = Activity()
         self.scheduler = Scheduler(clock)
         metrics = metrics or Metrics()
@@ -80,7 +83,7 @@ class Runtime:
         self.deps = RuntimeDeps(config=config, store=store, clock=clock,
                                 registry=registry, ports=ports,
                                 scheduler=self.scheduler, activity=self.activity,
-                                metrics=metrics,
+                                cluster=cluster or for_mode(config.cluster), metrics=metrics,
                                 intake=IntakePriority(config.intake_priority.total_seconds(),
                                                       on_held=metrics.trigger_held))
         self._supervisor: pykka.ActorRef | None = None
@@ -138,8 +141,7 @@ class Runtime:
             futures.append(self._pool.stop(block=False))
         futures.append(supervisor.stop(block=False))
         stopped = await_stopped(futures, deadline)
-        if self.deps.config.cluster.shared:
-            self._give_back()
+        self.deps.cluster.give_back(self.deps.store, self.deps.owner)  # a replica's leases
         return stopped
 
     def drain(self) -> None:
@@ -151,26 +153,8 @@ class Runtime:
         log.info("draining: readiness is false; the steps under way finish, then every lease "
                  "held here is given back to the other replicas")
 
-    def _give_back(self) -> None:
-        """Release every lease this replica holds and wake the others, so they resume its
-        work now rather than when the leases expire. When the database cannot be reached,
-        the leases simply expire."""
-        store, owner = self.deps.store, self.deps.owner
-        try:
-            with write_lock(store.db):
-                executions = store.executions.release_owner(owner)
-                triggers = store.triggers.release_owner(owner)
-                store.replicas.gave_back(owner)
-                notify_work(store.db)
-        except StoreUnavailable:
-            log.warning("leases not given back: the database cannot be reached; the other "
-                        "replicas resume this work when they expire")
-            return
-        log.info("leases given back to the other replicas", extra={
-            "reason": f"{executions} executions, {triggers} triggers"})
-
     def work_arrived(self) -> None:
-        """Shared mode: a notification says there may be work to claim (from any thread)."""
+        """A notification says there may be work to claim (from any thread)."""
         if self._pool is None or self._triggers is None or self.deps.stopping.is_set():
             return
         self.activity.tell(self._pool, Pull())
@@ -205,23 +189,19 @@ class Runtime:
     def _accept(self, insert: Callable[[Store, datetime], list[Trigger] | None], *,
                 statements: int) -> list[Trigger] | None:
         """Run ``insert`` (of that many ``statements``) atomically, committed before the
-        triggers it made are handed on: to a trigger actor here, or in shared mode to
-        whichever replica claims them first when none is idle here. One statement in single
-        mode needs no transaction around it."""
-        store, now = self.deps.store, self.deps.clock.now()
-        shared = self.deps.config.cluster.shared
+        triggers it made are handed on: to a trigger actor here, or to whichever replica
+        claims them first when the cluster strategy leaves them to the store (actors/cluster.py:
+        a replica with no idle trigger actor)."""
+        store, now, cluster = self.deps.store, self.deps.clock.now(), self.deps.cluster
         with self.deps.intake.accepting():  # new triggers wait for it (actors/intake.py)
-            # Shared mode: an idle trigger actor here takes them at once; else the others are
-            # told.
-            here = not shared or (self._router().has_idle() and not self.deps.stopping.is_set())
-            atomic = write_lock if shared or statements > 1 else unit_of_work
-            with atomic(store.db):
+            idle = self._router().has_idle() and not self.deps.stopping.is_set()
+            with cluster.intake_unit(store, statements):
                 made = insert(store, now)
-                if made and not here:
-                    notify_work(store.db)
-        if made and here:
-            for trigger in made:
-                self._router().submit(trigger.id, source=trigger.source)
+                here = cluster.runs_here(made or [], len(made or ()) if idle else 0)
+                if made and len(here) < len(made):
+                    notify_work(store.db)  # sent at the commit
+        for trigger in here:
+            self._router().submit(trigger.id, source=trigger.source)
         return made
 
     def cancel(self, execution_id: int, reason: str) -> CancelOutcome:

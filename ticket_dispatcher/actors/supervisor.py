@@ -7,11 +7,12 @@ children in reverse, under one deadline. A crashed execution is re-enqueued from
 checkpoint at most ``actor_restarts`` times, then failed with ``internal_error``; when the
 database cannot record the crash, the restart is tried again after a backoff, never dropped.
 
-In single mode this process is the only one serving its database, so boot recovery gives
-back every lease the previous process held: its work resumes at once instead of after its
-leases expire. In shared mode other replicas may hold leases this very moment: a replica
-recovers nothing by itself, it claims from the store what is due and unheld, like any pull
-(docs/operations.md, "High availability").
+What boot takes back is the cluster strategy's (actors/cluster.py). A single process is the
+only one serving its database, so boot recovery gives back every lease the previous process
+held: its work resumes at once instead of after its leases expire. In shared mode other
+replicas may hold leases this very moment: a replica recovers nothing by itself, it claims
+from the store what is due and unheld, like any pull (docs/operations.md, "High
+availability").
 """
 
 from __future__ import annotations
@@ -95,25 +96,15 @@ class Supervisor(TrackedActor):
         self.pool = ExecutionPool.start(deps, self.actor_ref)
         deps.shadows = ShadowLane(deps, ShadowActor.start(deps))
         self.triggers = TriggerRouter(deps, self.pool, deps.config.trigger_actors)
-        if deps.config.cluster.shared:
-            deps.activity.tell(self.pool, Pull())
-            self.triggers.pull()
-            log.info("joined the replicas; claiming due work from the store")
-            self._schedule_poll()
-            self._schedule_heartbeat()
-            self._schedule_backlog(BACKLOG_FIRST)
-            return self.pool, self.triggers
-        with unit_of_work(deps.store.db):
-            released = deps.store.executions.release_leases()  # raises: the start fails
-            executions = deps.store.executions.recoverable()
-            triggers = deps.store.triggers.recoverable()
+        recovery = deps.cluster.take_back(deps.store)  # raises: the start fails
+        executions = recovery.executions
         for start in range(0, len(executions), RECOVER_BATCH):
             deps.activity.tell(self.pool, Recover(tuple(executions[start:start + RECOVER_BATCH])))
-        for trigger_id, source in triggers:
+        for trigger_id, source in recovery.triggers:
             self.triggers.submit(trigger_id, recovering=True, source=source)
-        log.info("boot recovery done", extra={
-            "reason": f"{len(executions)} executions ({released} leases given back), "
-                      f"{len(triggers)} triggers"})
+        # Then claim what is due and nobody holds (nothing, for a single process).
+        deps.activity.tell(self.pool, Pull())
+        self.triggers.pull()
         self._schedule_poll()
         self._schedule_heartbeat()
         self._schedule_backlog(BACKLOG_FIRST)
@@ -165,14 +156,15 @@ class Supervisor(TrackedActor):
             self._schedule_backlog(BACKLOG_EVERY)
 
     def _poll(self) -> None:
-        """Pick up pending triggers whose ``available_at`` has come (deferred ones included)."""
+        """Pick up pending triggers whose ``available_at`` has come (deferred ones included):
+        the ones the cluster strategy hands this process, then a claim of as many as actors
+        are idle (actors/cluster.py)."""
         try:
             _, triggers = self._booted()
-            if self._deps.config.cluster.shared:
-                triggers.work_arrived()  # claim as many as actors are idle
-                return
-            for trigger_id, source in self._deps.store.triggers.due(self._deps.clock.now()):
+            deps = self._deps
+            for trigger_id, source in deps.cluster.due_triggers(deps.store, deps.clock.now()):
                 triggers.submit(trigger_id, source=source)
+            triggers.work_arrived()
         finally:
             self._schedule_poll()
 

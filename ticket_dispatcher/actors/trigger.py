@@ -201,7 +201,7 @@ class TriggerProcessor:
                 block=True, timeout=CREATE_TIMEOUT_SECONDS)
             created = result.execution_ids
         finally:  # the executions not created have no end to wait for
-            self._deps.unshadowed.difference_update(
+            self._deps.cluster.unshadowed.forget(
                 key for key, execution in unshadowed.items() if execution.id not in created)
         if trigger.dryrun is None and result.execution_ids:
             self._offer_shadows(trigger, issue, context, executions, result.execution_ids, now,
@@ -264,14 +264,15 @@ class TriggerProcessor:
 
     def _unshadowed(self, trigger: Trigger, executions: list[Execution],
                     shadows: dict[str, int] | None) -> dict[tuple[int, str], Execution]:
-        """Single mode: note the live executions about to be created whose family has no
-        shadow version, so that their end need not look for decisions (``RuntimeDeps``).
-        Noted before the creation: an execution may end before the pool answers."""
-        if shadows is None or trigger.dryrun is not None or self._deps.config.cluster.shared:
+        """Note the live executions about to be created whose family has no shadow version,
+        so that their end need not look for decisions (a single process's memory: on
+        replicas every end looks, actors/cluster.py). Noted before the creation: an execution
+        may end before the pool answers."""
+        if shadows is None or trigger.dryrun is not None:
             return {}
         unshadowed = {(trigger.id, e.policy_family_id): e for e in executions
                       if e.policy_family_id not in shadows}
-        self._deps.unshadowed.update(unshadowed)
+        self._deps.cluster.unshadowed.note(unshadowed)
         return unshadowed
 
     def _offer_shadows(self, trigger: Trigger, issue: Issue, context: DispatchContext | None,
@@ -317,7 +318,7 @@ class TriggerActor(TrackedActor):
             # Told before this message's activity ends, so a queued trigger is never idle time.
             if (following := self._router.next_for(self.actor_ref)) is not None:
                 self._deps.activity.tell(self.actor_ref, following)
-            elif self._deps.config.cluster.shared:
+            else:
                 self._router.pull()  # idle now: take what waits in the store, if anything
 
 
@@ -340,8 +341,8 @@ class TriggerRouter:
         self._actors = [TriggerActor.start(deps, pool, self) for _ in range(size)]
         self._idle: list[pykka.ActorRef] = list(self._actors)
         self.reclaimed_total = 0
-        # Shared mode: actors a pull is claiming for right now, and whether the store may
-        # hold more due triggers than the last pull took.
+        # The store as a queue: actors a pull is claiming for right now, and whether the store
+        # may hold more due triggers than the last pull took.
         self._reserved = 0
         self._more = True
         self._pulls = 0  # pulls since the last that took ordinary triggers first
@@ -367,13 +368,14 @@ class TriggerRouter:
             return len(self._idle) > len(self._queue) + self._reserved
 
     def work_arrived(self) -> None:
-        """Shared mode: another replica (or this one) says there may be triggers to claim."""
+        """Another replica (or this one) says there may be triggers to claim."""
         self._more = True
         self.pull()
 
     def pull(self) -> None:
-        """Shared mode: claim as many due triggers as there are idle trigger actors here, so
-        a busy replica leaves the rest to the others (``TriggerRepository.claim_due``)."""
+        """Claim as many due triggers as there are idle trigger actors here, so a busy
+        replica leaves the rest to the others (``TriggerRepository.claim_due``; a single
+        process has none to claim: actors/cluster.py)."""
         deps = self._deps
         if deps.stopping.is_set() or not self._more:
             return
@@ -386,9 +388,9 @@ class TriggerRouter:
         claimed = []
         try:
             now = deps.clock.now()
-            claimed = deps.store.triggers.claim_due(
-                deps.owner, free, now=now, expires_at=now + deps.config.leases.duration,
-                first=first)
+            claimed = deps.cluster.claim_triggers(
+                deps.store, deps.owner, free, now=now,
+                expires_at=now + deps.config.leases.duration, first=first)
             self._more = len(claimed) == free
         except StoreUnavailable:
             pass  # the store's health reports the outage; the poll comes again
@@ -399,7 +401,7 @@ class TriggerRouter:
             self.submit(trigger.id, claimed=trigger)
 
     def _lane_first(self) -> str | None:
-        """Shared mode: the lane a pull claims from first (under the lock). Notifications, but
+        """The lane a pull claims from first (under the lock). Notifications, but
         one pull in ``notification_share + 1`` takes ordinary triggers first, so they always
         move."""
         share = self._queue.share
@@ -463,13 +465,10 @@ class TriggerRouter:
         for trigger_id, work in alive.items():
             if trigger_id in held:
                 work.hold.valid_until = now + duration
-        shared = deps.config.cluster.shared
-        for trigger_id in deps.store.triggers.stale(now):
-            if shared and trigger_id not in self._in_hand:
-                continue  # nobody's here: the pull below claims it, if a trigger actor is idle
+        # What no process has in hand is left to the claim below, on replicas.
+        for trigger_id in deps.cluster.resumes(deps.store.triggers.stale(now), self._in_hand):
             self._resume(trigger_id, now, duration)
-        if shared:
-            self.work_arrived()
+        self.work_arrived()
 
     def _resume(self, trigger_id: int, now: datetime, duration: timedelta) -> None:
         with self._lock:

@@ -103,11 +103,10 @@ class AckWatcher(TrackedActor):
         rate = deps.config.ack_watch.looks_per_second
         self._turn = timedelta(seconds=1 / rate) if rate else None  # None: no pacing
         self._next_turn: datetime | None = None  # the schedule's next free turn
-        self._shared = deps.config.cluster.shared
 
     def on_start(self) -> None:
-        if self._shared:
-            self._adopt_later()
+        # Replicas look for the waits one of them left; a single process leaves none.
+        self._deps.cluster.adopt_left_waits(self._adopt_later)
 
     def handle(self, message: object) -> None:
         if isinstance(message, Watch):
@@ -322,7 +321,7 @@ class AckWatcher(TrackedActor):
     def _wake(self, execution_id: int, wait: _Wait) -> None:
         self._deps.activity.tell(self._pool, WatchedWake(execution_id, wait.adopted))
 
-    # -- shared mode: the waits another replica left ------------------------------------------
+    # -- the waits another replica left -------------------------------------------------------
 
     def _adopt_later(self) -> None:
         self._deps.tell_at(self._deps.clock.now() + ADOPT_EVERY, self.actor_ref, Adopt(),

@@ -27,6 +27,7 @@ import jinja2
 import markupsafe
 
 from ticket_dispatcher import __version__
+from ticket_dispatcher.actors.cluster import Cluster, for_mode
 from ticket_dispatcher.config import AccessRole
 from ticket_dispatcher.console.session import COOKIE, OPEN, Sessions, Viewer
 from ticket_dispatcher.errors import InvalidInput, Problem, StoreUnavailable
@@ -84,14 +85,17 @@ class Page:
 class Console:
     """What every console page shares: the services, the templates and the sessions."""
 
-    def __init__(self, services: Services, *, auth_enabled: bool) -> None:
+    def __init__(self, services: Services, *, auth_enabled: bool,
+                 cluster: Cluster | None = None) -> None:
+        """``cluster``: the strategy of ``cluster.mode`` (actors/cluster.py), built from the
+        configuration when not given."""
         self.services = services
         self.auth_enabled = auth_enabled
         self.config = services.config.console
         self.sessions = Sessions(self.config, services.config.auth)
-        if auth_enabled and services.config.cluster.shared and not self.config.session_secret:
-            log.warning("console.session_secret is not set: each replica signs its own console "
-                        "sessions, so a sign-in holds only on the replica that took it")
+        cluster = cluster or for_mode(services.config.cluster)
+        if auth_enabled and (warning := cluster.console_warning(self.config)) is not None:
+            log.warning(warning)
         # Every value a template prints passes the logs' redactor first: configured secrets,
         # tokens and phone numbers show as ***, wherever they hide (a Lark answer, a summary).
         redactor = Redactor(services.config.secrets())

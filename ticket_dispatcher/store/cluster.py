@@ -25,7 +25,7 @@ import logging
 import threading
 import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import peewee
 
@@ -65,14 +65,54 @@ def lock_issue(db: peewee.Database, issue_key: str) -> None:
         db.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (_ISSUE_LOCK_CLASS, key))
 
 
+class ModeLock(Protocol):
+    """How a process holds its database on the cluster link's connection (actors/cluster.py
+    picks one by ``cluster.mode``)."""
+
+    def take(self, cursor: psycopg.Cursor) -> None:
+        """Take the mode lock, and whatever else the link holds; ``ConfigError`` when the
+        lock is refused."""
+
+
+class SoleProcessLock:
+    """Single mode: the exclusive mode lock. Nobody tells a sole process of work, so it
+    listens to nothing."""
+
+    def take(self, cursor: psycopg.Cursor) -> None:
+        _try_lock(cursor, "pg_try_advisory_lock", (
+            "cluster.mode: another ticket-dispatcher process already serves this "
+            "PostgreSQL database; in single mode only one may (set cluster.mode = "
+            "\"shared\" on every process to run several)"))
+
+
+class ReplicaLock:
+    """Shared mode: the shared mode lock, and ``LISTEN`` on the work channel."""
+
+    def take(self, cursor: psycopg.Cursor) -> None:
+        _try_lock(cursor, "pg_try_advisory_lock_shared", (
+            "cluster.mode: a ticket-dispatcher process in single mode serves this "
+            "PostgreSQL database; stop it, or set cluster.mode = \"shared\" on it too"))
+        cursor.execute(f"SELECT {_CHANNEL}")
+        cursor.execute(f'LISTEN "{_answer(cursor)}"')
+
+
+SOLE_PROCESS_LOCK, REPLICA_LOCK = SoleProcessLock(), ReplicaLock()
+
+
+def _try_lock(cursor: psycopg.Cursor, function: str, refusal: str) -> None:
+    cursor.execute(f"SELECT {function}(%s, {_MODE_LOCK_OBJECT})", (_LOCK_CLASS,))
+    if not _answer(cursor):
+        raise ConfigError(refusal)
+
+
 class ClusterLink:
-    """This process's own PostgreSQL connection: the mode lock and, for a replica, the work
+    """This process's own PostgreSQL connection: the mode ``lock`` and, for a replica, the work
     channel. ``on_work`` is called from the listening thread for each batch of notifications
     and after every reconnect; it must not block for long."""
 
-    def __init__(self, db: peewee.Database, *, shared: bool, on_work: Callable[[], None]):
+    def __init__(self, db: peewee.Database, *, lock: ModeLock, on_work: Callable[[], None]):
         self._db = cast("PostgresPool", _real(db))
-        self._shared = shared
+        self._lock = lock
         self._on_work = on_work
         self._conn: psycopg.Connection | None = None
         self._stop = threading.Event()
@@ -88,25 +128,11 @@ class ClusterLink:
         conn = self._db.open_connection()  # a new one, outside the pool, in autocommit
         try:
             with conn.cursor() as cursor:
-                take = "pg_try_advisory_lock_shared" if self._shared else "pg_try_advisory_lock"
-                cursor.execute(f"SELECT {take}(%s, {_MODE_LOCK_OBJECT})", (_LOCK_CLASS,))
-                if not _answer(cursor):
-                    raise ConfigError(self._refusal())
-                if self._shared:
-                    cursor.execute(f"SELECT {_CHANNEL}")
-                    cursor.execute(f'LISTEN "{_answer(cursor)}"')
+                self._lock.take(cursor)
         except BaseException:
             conn.close()
             raise
         return conn
-
-    def _refusal(self) -> str:
-        if self._shared:
-            return ("cluster.mode: a ticket-dispatcher process in single mode serves this "
-                    "PostgreSQL database; stop it, or set cluster.mode = \"shared\" on it too")
-        return ("cluster.mode: another ticket-dispatcher process already serves this "
-                "PostgreSQL database; in single mode only one may (set cluster.mode = "
-                "\"shared\" on every process to run several)")
 
     def _run(self) -> None:
         backoff = RECONNECT_FIRST
