@@ -13,24 +13,26 @@ from ticket_dispatcher.errors import RuntimeUnavailable
 WAIT = 10  # seconds: the bound on every wait for the other thread
 
 
-class SignallingEvent(threading.Event):
-    """The runtime's ``stopping`` flag, telling the test when the stop has set it."""
+def signalling(stopping: threading.Event, monkeypatch) -> threading.Event:
+    """The runtime's ``stopping`` flag, made to tell the test (the event returned) when the
+    stop has set it."""
+    was_set, set_flag = threading.Event(), stopping.set
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.was_set = threading.Event()
+    def set_and_signal() -> None:
+        set_flag()
+        was_set.set()
 
-    def set(self) -> None:
-        super().set()
-        self.was_set.set()
+    monkeypatch.setattr(stopping, "set", set_and_signal)
+    return was_set
 
 
-def test_a_status_asked_while_the_runtime_stops_answers_or_says_unavailable(make_harness):
+def test_a_status_asked_while_the_runtime_stops_answers_or_says_unavailable(make_harness,
+                                                                            monkeypatch):
     h = make_harness(RecordingAction())
     h.policy(rule("test_noop"))
     h.post_trigger()
     runtime, deps = h.runtime, h.runtime.deps
-    deps.stopping = stopping = SignallingEvent()
+    stopped = signalling(deps.stopping, monkeypatch)
     # Hold the execution pool inside its answer to the status, so the stop begins (and takes
     # the supervisor away) while ``status`` is between its pool answer and its reply.
     answering, resume = threading.Event(), threading.Event()
@@ -56,7 +58,7 @@ def test_a_status_asked_while_the_runtime_stops_answers_or_says_unavailable(make
     assert answering.wait(WAIT)
     stopping_thread = threading.Thread(target=runtime.stop)
     stopping_thread.start()
-    assert stopping.was_set.wait(WAIT)  # the supervisor is gone by now
+    assert stopped.wait(WAIT)  # the supervisor is gone by now
     resume.set()
     asking.join(WAIT)
     stopping_thread.join(WAIT)

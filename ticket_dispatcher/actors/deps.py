@@ -1,4 +1,9 @@
-"""What the actors are built from: handed down at start-up, never looked up globally."""
+"""What the actors are built from: handed down at start-up, never looked up globally.
+
+``RuntimeDeps`` is frozen: what changes while the runtime runs is owned by an object it holds
+(the ``stopping`` event, the intake's turn, the cluster strategy's memory), or handed to its
+writer and its reader when they are built (the free slots, the ACK watcher's figures, the
+shadow lane: actors/runtime.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import pykka
 
@@ -49,7 +53,7 @@ class PolicyNames:
         return self.get.cache_info().currsize
 
 
-@dataclass
+@dataclass(frozen=True)
 class RuntimeDeps:
     config: Config
     store: Store
@@ -66,24 +70,20 @@ class RuntimeDeps:
     # Set once the shutdown begins: no new step, claim or execution actor starts after it.
     stopping: threading.Event = field(default_factory=threading.Event)
     policy_names: PolicyNames = field(init=False, repr=False)
-    # Execution slots free and nothing queued, as the pool last saw (shadows run only then).
-    pool_free: int = 0
-    # The way in to the shadow evaluations (actors/shadow.py), set at boot.
-    shadows: Any = None
     # Trigger requests before the start of new triggers (actors/intake.py); the runtime
     # gives one bounded by ``intake_priority``.
     intake: IntakePriority = field(default_factory=lambda: IntakePriority(0))
-    # The ACK watcher as it last saw itself (actors/watcher.py): waits watched, its round.
-    ack_watch: dict = field(default_factory=lambda: {"watched": 0, "round_seconds": 0.0})
     # The issues the execution actors are at work on, for the freshness rule of a trigger's
     # read (actors/first_read.py).
     issue_activity: IssueActivity = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.policy_names = PolicyNames(lambda policy_id: self.store.policies.get(policy_id).name)
-        self.issue_activity = IssueActivity(lambda: self.clock.monotonic())
+        # Built from the fields above; set once here, as a frozen dataclass sets its own.
+        object.__setattr__(self, "policy_names", PolicyNames(
+            lambda policy_id: self.store.policies.get(policy_id).name))
+        object.__setattr__(self, "issue_activity", IssueActivity(lambda: self.clock.monotonic()))
 
-    def tell_at(self, when: datetime, ref: pykka.ActorRef, message: Any, label: str) -> None:
+    def tell_at(self, when: datetime, ref: pykka.ActorRef, message: object, label: str) -> None:
         """Tell ``message`` to ``ref`` at ``when`` (the scheduler's timer only tells)."""
         self.scheduler.call_at(when, lambda: self.activity.tell(ref, message), label=label)
 

@@ -75,7 +75,7 @@ from ticket_dispatcher.actors.messages import (
     Watch,
     WatchedWake,
 )
-from ticket_dispatcher.actors.watcher import AckWatcher
+from ticket_dispatcher.actors.watcher import AckWatcher, WatchFigures
 from ticket_dispatcher.domain.admission import AdmissionOutcome, admit
 from ticket_dispatcher.domain.execution import Execution, ExecutionMode, FailureCode
 from ticket_dispatcher.domain.matching import ORDINARY_LANE, lane_of
@@ -175,13 +175,24 @@ class SlotQueue:
                                   now)}
 
 
+class SlotsFree:
+    """Execution slots free with nothing queued, as the pool last counted them: the pool
+    writes it after every message, the shadow lane reads it (a shadow runs only then)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 # What the pool answers an ask (CreateExecutions, CancelExecution, PoolStatus,
 # ExecutionWorkers); None to a told message.
 PoolAnswer = CreationResult | CancelOutcome | PoolView | list[pykka.ActorRef] | None
 
 
 class ExecutionPool(TrackedActor):
-    def __init__(self, deps: RuntimeDeps, supervisor: pykka.ActorRef):
+    def __init__(self, deps: RuntimeDeps, supervisor: pykka.ActorRef, free: SlotsFree,
+                 ack_watch: WatchFigures):
+        """``free``: where the pool says how many slots are free; ``ack_watch``: where its
+        ACK watcher says what it watches."""
         super().__init__(deps.activity)
         self._deps = deps
         self._slots = deps.config.execution_slots
@@ -206,15 +217,17 @@ class ExecutionPool(TrackedActor):
         self._sweeps = SweepRecord()
         # The store as a queue: whether it may hold more due executions than the last claim
         # took, and when a timer tells the next Pull for a parked wait.
-        deps.pool_free = self._slots
+        self._free = free
+        self._free.count = self._slots
         self._more = True
         self._pull_at: datetime | None = None
+        self._ack_watch = ack_watch
         self._watcher: pykka.ActorRef | None = None  # started with the pool
         self._wakes: list[tuple[datetime, int]] = []  # (wake_at, id) of _parked; stale entries
         self._wake_at: datetime | None = None  # when the armed WakeDue timer fires
 
     def on_start(self) -> None:
-        self._watcher = AckWatcher.start(self._deps, self.actor_ref)
+        self._watcher = AckWatcher.start(self._deps, self.actor_ref, self._ack_watch)
 
     def on_stop(self) -> None:
         if self._watcher is not None:
@@ -233,8 +246,7 @@ class ExecutionPool(TrackedActor):
             self._deps.metrics.pool(slots=self._slots, busy=len(self._running),
                                     queued=len(self._queue), parked=len(self._parked))
             self._deps.metrics.lanes("executions", self._queue.lengths())
-            self._deps.pool_free = (0 if self._queue
-                                    else self._slots - len(self._running))
+            self._free.count = 0 if self._queue else self._slots - len(self._running)
 
     def _handle(self, message: object) -> PoolAnswer:
         match message:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import overload
 
@@ -24,11 +24,13 @@ from ticket_dispatcher.actors.messages import (
     PoolView,
     Pull,
 )
-from ticket_dispatcher.actors.pool import PoolAnswer
+from ticket_dispatcher.actors.pool import PoolAnswer, SlotsFree
 from ticket_dispatcher.actors.scheduler import Scheduler
+from ticket_dispatcher.actors.shadow import ShadowLane
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.actors.supervisor import Supervisor
 from ticket_dispatcher.actors.trigger import TriggerRouter
+from ticket_dispatcher.actors.watcher import WatchFigures
 from ticket_dispatcher.clock import TimerClock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
@@ -86,6 +88,10 @@ class Runtime:
                                 cluster=cluster or for_mode(config.cluster), metrics=metrics,
                                 intake=IntakePriority(config.intake_priority.total_seconds(),
                                                       on_held=metrics.trigger_held))
+        # Figures one actor leaves and another (or the admin view) reads.
+        self._free = SlotsFree()  # the pool's free slots, for the shadow lane
+        self._ack_watch = WatchFigures()  # the ACK watcher's round, for the admin view
+        self._shadows: ShadowLane | None = None
         self._supervisor: pykka.ActorRef | None = None
         self._pool: pykka.ActorRef | None = None
         self._triggers: TriggerRouter | None = None
@@ -94,7 +100,9 @@ class Runtime:
 
     def start(self) -> None:
         """Start every actor and run boot recovery; raises if recovery cannot be read."""
-        self._supervisor = Supervisor.start(self.deps)
+        self._shadows = ShadowLane(self.deps, self._free)
+        self._supervisor = Supervisor.start(self.deps, self._shadows, self._free,
+                                            self._ack_watch)
         try:
             booted: tuple[pykka.ActorRef, TriggerRouter] = self._supervisor.ask(
                 Boot(), block=True, timeout=ASK_TIMEOUT)
@@ -129,8 +137,8 @@ class Runtime:
         for pool in client_pools(self.deps.ports).values():
             pool.abandon()  # wake every caller still waiting on an integration (CallAbandoned)
         futures = self._triggers.stop() if self._triggers is not None else []
-        if self.deps.shadows is not None:
-            futures.append(self.deps.shadows.stop())
+        if self._shadows is not None:
+            futures.append(self._shadows.stop())
         if self._pool is not None:
             try:
                 workers: list[pykka.ActorRef] = self._pool.ask(
@@ -256,7 +264,7 @@ class Runtime:
             "pool": pool.figures,
             "executions": pool.running,
             "parked_executions": self._parked_views(pool.parked),
-            "ack_watch": {**self.deps.ack_watch,
+            "ack_watch": {**asdict(self._ack_watch.last),
                           "looks_per_second": self.deps.config.ack_watch.looks_per_second},
             "cluster": {"mode": self.deps.config.cluster.mode, "draining": self.draining},
             "replicas": self._replica_views(),

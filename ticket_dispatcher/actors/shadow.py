@@ -25,6 +25,7 @@ import pykka
 
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
+from ticket_dispatcher.actors.pool import SlotsFree
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.behavior import Behavior, StepKind
 from ticket_dispatcher.domain.execution import Execution, RuleExecution, Trigger
@@ -68,19 +69,21 @@ class ShadowRequest:
 
 
 class ShadowLane:
-    """The bounded, low-priority way in to the shadow actor (one per process)."""
+    """The bounded, low-priority way in to the shadow actor (one per process), which it
+    starts; ``free``: the execution pool's free slots."""
 
-    def __init__(self, deps: RuntimeDeps, actor: pykka.ActorRef, capacity: int = CAPACITY):
+    def __init__(self, deps: RuntimeDeps, free: SlotsFree, capacity: int = CAPACITY):
         self._deps = deps
-        self._actor = actor
+        self._free = free
         self._capacity = capacity
         self._lock = threading.Lock()
         self._pending = 0
+        self._actor = ShadowActor.start(deps, self)
 
     def offer(self, request: ShadowRequest) -> bool:
         """Take the evaluation, or drop it (counted) when the service is busy."""
         with self._lock:
-            taken = self._pending < self._capacity and self._deps.pool_free > 0
+            taken = self._pending < self._capacity and self._free.count > 0
             if taken:
                 self._pending += 1
         if taken:
@@ -146,9 +149,10 @@ def dry_run(request: ShadowRequest, policy: Policy, registry: ActionRegistry, po
 
 
 class ShadowActor(TrackedActor):
-    def __init__(self, deps: RuntimeDeps):
+    def __init__(self, deps: RuntimeDeps, lane: ShadowLane):
         super().__init__(deps.activity)
         self._deps = deps
+        self._lane = lane
 
     def handle(self, message: object) -> None:
         if not isinstance(message, ShadowRequest):
@@ -159,7 +163,7 @@ class ShadowActor(TrackedActor):
             log.exception("shadow evaluation failed", extra={
                 "trigger_id": message.trigger.id, "policy_id": message.policy_id})
         finally:
-            self._deps.shadows.done()
+            self._lane.done()
 
     def _evaluate(self, request: ShadowRequest) -> None:
         deps = self._deps

@@ -35,9 +35,10 @@ from ticket_dispatcher.actors.messages import (
     Pull,
     Recover,
 )
-from ticket_dispatcher.actors.pool import ExecutionPool
-from ticket_dispatcher.actors.shadow import ShadowActor, ShadowLane
+from ticket_dispatcher.actors.pool import ExecutionPool, SlotsFree
+from ticket_dispatcher.actors.shadow import ShadowLane
 from ticket_dispatcher.actors.trigger import TriggerRouter
+from ticket_dispatcher.actors.watcher import WatchFigures
 from ticket_dispatcher.domain.execution import FailureCode
 from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.metrics import Backlog
@@ -52,9 +53,15 @@ BACKLOG_EVERY = timedelta(seconds=60)
 
 
 class Supervisor(TrackedActor):
-    def __init__(self, deps: RuntimeDeps):
+    def __init__(self, deps: RuntimeDeps, shadows: ShadowLane, free: SlotsFree,
+                 ack_watch: WatchFigures):
+        """``shadows``: the shadow lane the trigger actors offer evaluations to; ``free`` and
+        ``ack_watch``: where the pool and its ACK watcher leave their figures."""
         super().__init__(deps.activity)
         self._deps = deps
+        self._shadows = shadows
+        self._free = free
+        self._ack_watch = ack_watch
         self.pool: pykka.ActorRef | None = None
         self.triggers: TriggerRouter | None = None
 
@@ -93,9 +100,9 @@ class Supervisor(TrackedActor):
     def _boot(self) -> tuple[pykka.ActorRef, TriggerRouter]:
         deps = self._deps
         deps.scheduler.start()
-        self.pool = ExecutionPool.start(deps, self.actor_ref)
-        deps.shadows = ShadowLane(deps, ShadowActor.start(deps))
-        self.triggers = TriggerRouter(deps, self.pool, deps.config.trigger_actors)
+        self.pool = ExecutionPool.start(deps, self.actor_ref, self._free, self._ack_watch)
+        self.triggers = TriggerRouter(deps, self.pool, deps.config.trigger_actors,
+                                      self._shadows)
         recovery = deps.cluster.take_back(deps.store)  # raises: the start fails
         executions = recovery.executions
         for start in range(0, len(executions), RECOVER_BATCH):

@@ -38,7 +38,7 @@ from ticket_dispatcher.actors.messages import (
     ProcessTrigger,
     TriggerOutcome,
 )
-from ticket_dispatcher.actors.shadow import ShadowRequest
+from ticket_dispatcher.actors.shadow import ShadowLane, ShadowRequest
 from ticket_dispatcher.domain.execution import Execution, Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
 from ticket_dispatcher.domain.matching import (
@@ -85,9 +85,10 @@ class TriggerWork:
 
 
 class TriggerProcessor:
-    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef):
+    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, shadows: ShadowLane):
         self._deps = deps
         self._pool = pool
+        self._shadows = shadows
 
     def process(self, work: TriggerWork) -> TriggerOutcome | None:
         """Process the trigger of ``work``; its outcome, ``INTERRUPTED`` when a database failure
@@ -290,16 +291,16 @@ class TriggerProcessor:
                 return  # the live work is done; the store's health reports the outage
         shadows = {family: policy_id for family, policy_id in shadows.items() if family in live}
         for family, policy_id in shadows.items():
-            self._deps.shadows.offer(ShadowRequest(
+            self._shadows.offer(ShadowRequest(
                 trigger=trigger, issue=issue, context=context, now=now,
                 live_execution_id=live[family], family_id=family, policy_id=policy_id))
 
 
 class TriggerActor(TrackedActor):
-    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, router: TriggerRouter):
+    def __init__(self, deps: RuntimeDeps, processor: TriggerProcessor, router: TriggerRouter):
         super().__init__(deps.activity)
         self._deps = deps
-        self._processor = TriggerProcessor(deps, pool)
+        self._processor = processor
         self._router = router
 
     def handle(self, message: object) -> None:
@@ -331,14 +332,16 @@ class TriggerRouter:
     retry), so submitting one already in hand does nothing, and the heartbeat can renew the
     leases of the ones being processed (``heartbeat``)."""
 
-    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, size: int):
+    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, size: int,
+                 shadows: ShadowLane):
         self._deps = deps
         self._lock = threading.Lock()
         self._queue: Lanes[ProcessTrigger] = Lanes(deps.config.lanes.notification_share)
         deps.metrics.lanes("triggers", self._queue.lengths())  # each lane's series from the start
         self._in_hand: dict[int, TriggerWork] = {}
         self._tokens = itertools.count(1)
-        self._actors = [TriggerActor.start(deps, pool, self) for _ in range(size)]
+        self._actors = [TriggerActor.start(deps, TriggerProcessor(deps, pool, shadows), self)
+                        for _ in range(size)]
         self._idle: list[pykka.ActorRef] = list(self._actors)
         self.reclaimed_total = 0
         # The store as a queue: actors a pull is claiming for right now, and whether the store

@@ -76,6 +76,23 @@ ADOPT_EVERY = timedelta(seconds=1)
 _RUNNING = (ExecutionStatus.CREATED, ExecutionStatus.EXECUTING)
 
 
+@dataclass(frozen=True)
+class WatchRound:
+    """The ACK watcher as it last saw itself: the waits it watches, and how long one round of
+    looks at them all lasts at the paced rate."""
+
+    watched: int = 0
+    round_seconds: float = 0.0
+
+
+class WatchFigures:
+    """Where the watcher leaves its latest ``WatchRound`` (one reference, replaced whole) for
+    the admin view to read."""
+
+    def __init__(self) -> None:
+        self.last = WatchRound()
+
+
 @dataclass(slots=True)
 class _Wait:
     """A watched wait between two looks: its ``wake_at`` as stored, and whether it is only to
@@ -87,10 +104,11 @@ class _Wait:
 
 
 class AckWatcher(TrackedActor):
-    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef):
+    def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, figures: WatchFigures):
         super().__init__(deps.activity)
         self._deps = deps
         self._pool = pool
+        self._figures = figures
         self._waits: dict[int, _Wait] = {}
         self._looks: dict[int, datetime] = {}  # each wait's next look (its wake_at, mostly)
         # (next look, execution id) of the waits to look at, and of the plain ones (their
@@ -124,7 +142,7 @@ class AckWatcher(TrackedActor):
         watched = len(self._waits)
         round_ = self._round(watched)
         self._deps.metrics.ack_watch(watched, round_)
-        self._deps.ack_watch = {"watched": watched, "round_seconds": round_.total_seconds()}
+        self._figures.last = WatchRound(watched, round_.total_seconds())
 
     def _round(self, watched: int) -> timedelta:
         """How long one look at each of ``watched`` waits takes at the paced rate."""
