@@ -257,7 +257,7 @@ class LabelStep:
     ends: str = ""
 
 
-def role_label_step(issue: Issue, trigger_input: dict,
+def role_label_step(issue: Issue, trigger_input: TriggerInput,
                     started_since: Callable[[datetime], bool]) -> LabelStep:
     """A role trigger adds the role's label to the live ``issue`` first, as the Automation
     rule did, while the issue still shows what the delivery saw (else a later change took
@@ -278,7 +278,7 @@ def role_label_step(issue: Issue, trigger_input: dict,
     return LabelStep(label=label)
 
 
-def required_label(issue: Issue, trigger_input: dict, source: str,
+def required_label(issue: Issue, trigger_input: TriggerInput, source: str,
                    active: Sequence[Policy]) -> str | None:
     """A created issue's trigger that no ``active`` policy matched: the auto-assign label to
     add, as the Automation rule did, when an active policy takes the issue only with it and
