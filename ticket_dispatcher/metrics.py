@@ -58,8 +58,8 @@ TRIGGER_STATUSES = ("pending", "processing")
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 WORKFLOW_BUCKETS = (1, 10, 60, 300, 600, 1200, 1800, 3600, 7200, 14400)
 CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-# The kinds of StoreUnavailable (store/faults.py FaultKind; a test keeps the two equal): metrics
-# may not import the store, and every series exists from the first scrape.
+# The kinds of StoreUnavailable (StoreFaultKind in store/faults.py; a test keeps the two
+# equal): metrics may not import the store, and every series exists from the first scrape.
 STORE_ERROR_KINDS = ("connection", "locked", "timeout", "serialization", "too_many_connections",
                      "pool_exhausted", "other")
 # assignment_calls_total: the calls counted as they happen, and their results.

@@ -25,7 +25,7 @@ from ticket_dispatcher import metrics as metrics_module
 from ticket_dispatcher.config import DatabaseConfig
 from ticket_dispatcher.errors import Conflict, StoreUnavailable
 from ticket_dispatcher.metrics import Metrics
-from ticket_dispatcher.store import FaultKind, Store, StoreHealth, unit_of_work, write_lock
+from ticket_dispatcher.store import Store, StoreFaultKind, StoreHealth, unit_of_work, write_lock
 from ticket_dispatcher.store import health as health_module
 from ticket_dispatcher.store import migrations as migrations_module
 from ticket_dispatcher.store import postgres as postgres_module
@@ -721,7 +721,7 @@ def test_a_success_while_the_database_answers_takes_no_lock(health):
 
 
 def test_metrics_know_every_kind_of_store_failure():
-    assert metrics_module.STORE_ERROR_KINDS == tuple(kind.value for kind in FaultKind)
+    assert metrics_module.STORE_ERROR_KINDS == tuple(kind.value for kind in StoreFaultKind)
 
 
 @pytest.mark.postgres

@@ -58,7 +58,7 @@ STOPPING = "not refreshed: the service is stopping"
 UNEXPECTED = "the refresh failed unexpectedly (the service's log has the details)"
 
 
-class Timers(Protocol):
+class RoundTimers(Protocol):
     """Where the next round's timer is set: the runtime's scheduler (actors/scheduler.py), so
     a test's manual clock drives the rounds."""
 
@@ -78,7 +78,7 @@ class FeedRefresh:
 
 class CalendarRefresher:
     def __init__(self, settings: AvailabilityConfig, *, store: Store, clock: Clock,
-                 scheduler: Timers, fetcher: FeedFetcher, metrics: Metrics | None = None):
+                 scheduler: RoundTimers, fetcher: FeedFetcher, metrics: Metrics | None = None):
         """``scheduler``: where the timer of the next round is set (the runtime's).
         ``metrics``: told of each refresh, and asked at each scrape for the feeds' ages."""
         self.settings = settings

@@ -20,7 +20,7 @@ REQUEST_LOG_SIZE = 500
 
 
 @dataclass
-class Fault:
+class InjectedFault:
     id: int
     service: str
     path_contains: str = ""
@@ -49,22 +49,22 @@ class Traffic:
         self.sleep = sleep
         self._lock = threading.Lock()
         self._counter = 0
-        self._faults: list[Fault] = []
+        self._faults: list[InjectedFault] = []
         self._requests: deque[dict] = deque(maxlen=REQUEST_LOG_SIZE)
 
     def add_fault(self, service: str, *, path_contains: str = "", status: int | None = None,
                   retry_after: int | None = None, latency_ms: int | None = None,
-                  times: int = 1) -> Fault:
+                  times: int = 1) -> InjectedFault:
         if service not in SERVICES:
             raise ValueError(f"unknown service {service}")
         with self._lock:
             self._counter += 1
-            fault = Fault(self._counter, service, path_contains, status, retry_after, latency_ms,
-                          times)
+            fault = InjectedFault(self._counter, service, path_contains, status, retry_after,
+                                  latency_ms, times)
             self._faults.append(fault)
             return replace(fault)
 
-    def take_fault(self, service: str, path: str) -> Fault | None:
+    def take_fault(self, service: str, path: str) -> InjectedFault | None:
         """The first fault for this request, used up by one; None when none applies."""
         with self._lock:
             for fault in self._faults:
@@ -75,7 +75,7 @@ class Traffic:
                     return replace(fault)
             return None
 
-    def faults(self) -> list[Fault]:
+    def faults(self) -> list[InjectedFault]:
         with self._lock:
             return [replace(fault) for fault in self._faults]
 

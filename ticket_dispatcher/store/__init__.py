@@ -51,7 +51,7 @@ from ticket_dispatcher.store.deliveries import DeliveryRepository
 from ticket_dispatcher.store.engine import Engine, ServingClaim
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.executions import ExecutionRepository
-from ticket_dispatcher.store.faults import FaultKind, driver_detail
+from ticket_dispatcher.store.faults import StoreFaultKind, driver_detail
 from ticket_dispatcher.store.health import StoreHealth, StoreHealthListener
 from ticket_dispatcher.store.policies import PolicyRepository
 from ticket_dispatcher.store.replicas import ReplicaRepository
@@ -72,7 +72,7 @@ __all__ = [
     "ContextRepository",
     "EngineerRepository",
     "ExecutionRepository",
-    "FaultKind",
+    "StoreFaultKind",
     "PolicyRepository",
     "Store",
     "StoreHealth",

@@ -44,7 +44,7 @@ from playhouse.pool import PooledDatabase
 from ticket_dispatcher.config import Config, DatabaseConfig
 from ticket_dispatcher.errors import ConfigError, StoreUnavailable
 from ticket_dispatcher.store.engine import Engine, SelectT
-from ticket_dispatcher.store.faults import FaultKind, store_error
+from ticket_dispatcher.store.faults import StoreFaultKind, store_error
 from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.timeutil import to_utc
 
@@ -315,7 +315,7 @@ def _wrote(db: peewee.Database, health: StoreHealth | None, changes: int | None)
 def _connection_failed(db: peewee.Database, exc: BaseException) -> bool:
     """Whether ``exc`` (raw or already typed) lost this thread's connection."""
     typed = exc if isinstance(exc, StoreUnavailable) else store_error(exc)
-    lost = isinstance(typed, StoreUnavailable) and typed.kind == FaultKind.CONNECTION
+    lost = isinstance(typed, StoreUnavailable) and typed.kind == StoreFaultKind.CONNECTION
     return lost or _driver_lost(db)
 
 

@@ -21,7 +21,7 @@ from enum import StrEnum
 from ticket_dispatcher.errors import Conflict, StoreUnavailable
 
 
-class FaultKind(StrEnum):
+class StoreFaultKind(StrEnum):
     """Why the database could not do its part (the ``kind`` of ``StoreUnavailable``)."""
 
     CONNECTION = "connection"  # refused, lost or shut down by the server
@@ -34,41 +34,41 @@ class FaultKind(StrEnum):
 
 
 MESSAGES = {
-    FaultKind.CONNECTION: "the database cannot be reached; retry later",
-    FaultKind.LOCKED: "the database is locked by another writer; retry later",
-    FaultKind.TIMEOUT: "the database did not answer in time; retry later",
-    FaultKind.SERIALIZATION: "the database refused a concurrent change; retry",
-    FaultKind.TOO_MANY_CONNECTIONS: "the database has no connection to spare; retry later",
-    FaultKind.POOL_EXHAUSTED: "every database connection of this service is busy; retry later",
-    FaultKind.OTHER: "the database failed; retry later",
+    StoreFaultKind.CONNECTION: "the database cannot be reached; retry later",
+    StoreFaultKind.LOCKED: "the database is locked by another writer; retry later",
+    StoreFaultKind.TIMEOUT: "the database did not answer in time; retry later",
+    StoreFaultKind.SERIALIZATION: "the database refused a concurrent change; retry",
+    StoreFaultKind.TOO_MANY_CONNECTIONS: "the database has no connection to spare; retry later",
+    StoreFaultKind.POOL_EXHAUSTED: "every database connection of this service is busy; retry later",
+    StoreFaultKind.OTHER: "the database failed; retry later",
 }
 CONFLICT_MESSAGE = "the change conflicts with data already stored"
 
 # PostgreSQL error codes (Appendix A of its manual) that say the database is unavailable.
 _SQLSTATES = {
-    "25P03": FaultKind.CONNECTION,  # idle_in_transaction_session_timeout: the server hung up
-    "55P03": FaultKind.LOCKED,  # lock_not_available (lock_timeout)
-    "57014": FaultKind.TIMEOUT,  # query_canceled (statement_timeout)
-    "40001": FaultKind.SERIALIZATION,  # serialization_failure
-    "40P01": FaultKind.SERIALIZATION,  # deadlock_detected
-    "53300": FaultKind.TOO_MANY_CONNECTIONS,
+    "25P03": StoreFaultKind.CONNECTION,  # idle_in_transaction_session_timeout: the server hung up
+    "55P03": StoreFaultKind.LOCKED,  # lock_not_available (lock_timeout)
+    "57014": StoreFaultKind.TIMEOUT,  # query_canceled (statement_timeout)
+    "40001": StoreFaultKind.SERIALIZATION,  # serialization_failure
+    "40P01": StoreFaultKind.SERIALIZATION,  # deadlock_detected
+    "53300": StoreFaultKind.TOO_MANY_CONNECTIONS,
 }
 _SQLSTATE_CLASSES = {
-    "08": FaultKind.CONNECTION,  # connection exception
-    "57": FaultKind.CONNECTION,  # operator intervention: admin/crash shutdown, cannot connect now
-    "53": FaultKind.OTHER,  # insufficient resources: disk full, out of memory
-    "58": FaultKind.OTHER,  # system error: I/O
+    "08": StoreFaultKind.CONNECTION,  # connection exception
+    "57": StoreFaultKind.CONNECTION,  # operator intervention: shutdown, cannot connect now
+    "53": StoreFaultKind.OTHER,  # insufficient resources: disk full, out of memory
+    "58": StoreFaultKind.OTHER,  # system error: I/O
 }
 # When no SQLSTATE came (a failed connect, a connection lost mid-query), the message says it.
 # Checked in this order: "connection to server ... failed: too many clients" is not a network
 # failure.
 _MESSAGES = (
-    (FaultKind.TOO_MANY_CONNECTIONS, ("too many clients", "too many connections",
+    (StoreFaultKind.TOO_MANY_CONNECTIONS, ("too many clients", "too many connections",
                                       "remaining connection slots are reserved")),
-    (FaultKind.LOCKED, ("database is locked", "database table is locked", "lock timeout")),
-    (FaultKind.TIMEOUT, ("statement timeout", "canceling statement")),
-    (FaultKind.SERIALIZATION, ("could not serialize access", "deadlock detected")),
-    (FaultKind.CONNECTION, (
+    (StoreFaultKind.LOCKED, ("database is locked", "database table is locked", "lock timeout")),
+    (StoreFaultKind.TIMEOUT, ("statement timeout", "canceling statement")),
+    (StoreFaultKind.SERIALIZATION, ("could not serialize access", "deadlock detected")),
+    (StoreFaultKind.CONNECTION, (
         "server closed the connection", "connection already closed", "connection to server",
         "could not connect", "connection refused", "terminating connection",
         "timeout expired", "ssl syscall error", "eof detected", "could not receive data",
@@ -79,9 +79,9 @@ _MESSAGES = (
     )),
 )
 _SQLITE_NAMES = {
-    "SQLITE_BUSY": FaultKind.LOCKED,
-    "SQLITE_LOCKED": FaultKind.LOCKED,
-    "SQLITE_CANTOPEN": FaultKind.CONNECTION,
+    "SQLITE_BUSY": StoreFaultKind.LOCKED,
+    "SQLITE_LOCKED": StoreFaultKind.LOCKED,
+    "SQLITE_CANTOPEN": StoreFaultKind.CONNECTION,
 }
 _DRIVER_MODULES = frozenset({"peewee", "playhouse", "sqlite3", "psycopg2", "psycopg"})
 # The DB-API exception classes (peewee repeats their names), most specific first.
@@ -97,20 +97,20 @@ def store_error(exc: BaseException) -> StoreUnavailable | Conflict | None:
     if category is None:
         return None
     if category == "MaxConnectionsExceeded":
-        return unavailable(FaultKind.POOL_EXHAUSTED)
+        return unavailable(StoreFaultKind.POOL_EXHAUSTED)
     if category == "IntegrityError":
         return Conflict(CONFLICT_MESSAGE)
     kind = fault_kind(exc)
     if kind is None and category in _OPERATIONAL:
-        kind = FaultKind.CONNECTION if category == "InterfaceError" else FaultKind.OTHER
+        kind = StoreFaultKind.CONNECTION if category == "InterfaceError" else StoreFaultKind.OTHER
     return unavailable(kind) if kind is not None else None
 
 
-def unavailable(kind: FaultKind) -> StoreUnavailable:
+def unavailable(kind: StoreFaultKind) -> StoreUnavailable:
     return StoreUnavailable(MESSAGES[kind], kind.value)
 
 
-def fault_kind(exc: BaseException) -> FaultKind | None:
+def fault_kind(exc: BaseException) -> StoreFaultKind | None:
     """The kind its SQLSTATE, SQLite error name or message names; None when none does."""
     driver = _driver_error(exc)
     sqlstate = getattr(driver, "pgcode", None) or getattr(driver, "sqlstate", None)

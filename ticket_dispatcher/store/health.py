@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ticket_dispatcher.store.faults import FaultKind
+from ticket_dispatcher.store.faults import StoreFaultKind
 
 log = logging.getLogger(__name__)
 # Where logging is not configured (``ticket-dispatcher migrate``), the outage is the command's
@@ -40,7 +40,7 @@ log.addHandler(logging.NullHandler())
 
 SUMMARY_SECONDS = 60.0
 # Counted, never an outage (see the module's docstring).
-NOT_OUTAGES = frozenset({FaultKind.SERIALIZATION.value, FaultKind.POOL_EXHAUSTED.value})
+NOT_OUTAGES = frozenset({StoreFaultKind.SERIALIZATION.value, StoreFaultKind.POOL_EXHAUSTED.value})
 
 
 class StoreHealthListener(Protocol):
@@ -105,7 +105,7 @@ class StoreHealth:
         outage = self._outage
         if outage is None:  # the hot path: no lock while the database answers
             return
-        if outage.latest_kind == FaultKind.LOCKED and not wrote:
+        if outage.latest_kind == StoreFaultKind.LOCKED and not wrote:
             return
         with self._lock:
             outage = self._outage

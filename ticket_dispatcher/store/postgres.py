@@ -64,7 +64,7 @@ from ticket_dispatcher.config import DatabaseConfig
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.store.database import Prepared, ServicePool, unit_of_work
 from ticket_dispatcher.store.engine import URL_USAGE, ColumnTypes, SelectT, ServerLimit
-from ticket_dispatcher.store.faults import FaultKind, unavailable
+from ticket_dispatcher.store.faults import StoreFaultKind, unavailable
 from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.store.models import array_literal
 
@@ -187,7 +187,7 @@ class PostgresPool(ServicePool, PooledPostgresqlDatabase):  # type: ignore[misc]
                 raise
             self.connections.retired.add(conn)
             if self.in_transaction():  # the transaction is lost: its caller does it again
-                raise unavailable(FaultKind.SERIALIZATION) from None
+                raise unavailable(StoreFaultKind.SERIALIZATION) from None
             return self._run(conn, str(sql), params, wait_for_disk)
 
     def _run(self, conn: psycopg.Connection, sql: str, params: Any,

@@ -42,7 +42,7 @@ from ticket_dispatcher.config import DatabaseConfig
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.store.database import ServicePool, health_of, write_lock
 from ticket_dispatcher.store.engine import URL_USAGE, ColumnTypes, SelectT, ServerLimit
-from ticket_dispatcher.store.faults import FaultKind, unavailable
+from ticket_dispatcher.store.faults import StoreFaultKind, unavailable
 from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.store.models import placeholders
 
@@ -206,7 +206,7 @@ class WritersTurn:
         ``StoreUnavailable`` of kind ``locked`` when it does not come within busy_timeout."""
         budget, asked = self.busy_timeout, time.monotonic()
         if not self._lock.acquire(timeout=budget):
-            typed = unavailable(FaultKind.LOCKED)
+            typed = unavailable(StoreFaultKind.LOCKED)
             health = health_of(db)
             if health is not None:
                 health.failed(typed.kind)
