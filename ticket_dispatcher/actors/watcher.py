@@ -46,7 +46,6 @@ never paced: the execution's own wake at its deadline is exact.
 
 from __future__ import annotations
 
-import heapq
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -56,6 +55,13 @@ import pykka
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
 from ticket_dispatcher.actors.messages import Adopt, Look, Rescheduled, Watch, WatchedWake
+from ticket_dispatcher.actors.watch_schedule import (
+    ADOPT_EVERY,
+    BATCH,
+    WINDOW,
+    WatchedWait,
+    WatchSchedule,
+)
 from ticket_dispatcher.domain.actions.notification_watch import AckWatch, ack_watch
 from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.domain.model import Issue
@@ -64,15 +70,10 @@ from ticket_dispatcher.errors import DispatcherError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-BATCH = 100  # waits per Jira search (its key list) and per saved batch of looks
 # Lark read lists in flight at once: the watcher's reads run beside every live execution's
 # Lark calls, on the same client pool and the same peer, and must not crowd them out.
 READS_AT_ONCE = 4
-WINDOW = timedelta(milliseconds=250)  # a look may come this early, so looks share batches
 STORE_RETRY = timedelta(seconds=1)  # the next try when the looks could not be saved
-# Shared mode: how often the watcher takes the due waits nobody looked at. Each replica's own
-# are looked at before they are due, so a due one is another's that is gone or behind.
-ADOPT_EVERY = timedelta(seconds=1)
 _RUNNING = (ExecutionStatus.CREATED, ExecutionStatus.EXECUTING)
 
 
@@ -93,126 +94,53 @@ class WatchFigures:
         self.last = WatchRound()
 
 
-@dataclass(slots=True)
-class _Wait:
-    """A watched wait between two looks: its ``wake_at`` as stored, and whether it is only to
-    be handed back to the pool then (``plain``: no look; its execution runs at its time)."""
-
-    wake_at: datetime
-    plain: bool = False
-    adopted: bool = False  # taken from the store (shared mode), not handed in by the pool
-
-
 class AckWatcher(TrackedActor):
+    """The actor around ``WatchSchedule`` (actors/watch_schedule.py), which says which waits
+    are due and when each is looked at again: this shell reads the store, Jira and Lark for
+    the waits due, asks the guard, and tells the pool what to run."""
+
     def __init__(self, deps: RuntimeDeps, pool: pykka.ActorRef, figures: WatchFigures):
         super().__init__(deps.activity)
         self._deps = deps
         self._pool = pool
         self._figures = figures
-        self._waits: dict[int, _Wait] = {}
-        self._looks: dict[int, datetime] = {}  # each wait's next look (its wake_at, mostly)
-        # (next look, execution id) of the waits to look at, and of the plain ones (their
-        # wake); both with stale entries, which ``_looks`` tells apart
-        self._due: list[tuple[datetime, int]] = []
-        self._wakes: list[tuple[datetime, int]] = []
-        self._look_at: datetime | None = None  # when the armed Look timer fires
-        self._looked_at: datetime | None = None  # the last look
+        self._schedule = WatchSchedule(deps.config.ack_watch.looks_per_second)
         self._failing = False  # the batched reads are failing (logged once per streak)
-        rate = deps.config.ack_watch.looks_per_second
-        self._turn = timedelta(seconds=1 / rate) if rate else None  # None: no pacing
-        self._next_turn: datetime | None = None  # the schedule's next free turn
 
     def on_start(self) -> None:
         # Replicas look for the waits one of them left; a single process leaves none.
         self._deps.cluster.adopt_left_waits(self._adopt_later)
 
     def handle(self, message: object) -> None:
+        schedule = self._schedule
         if isinstance(message, Watch):
             for execution_id, wake_at in message.waits:
-                self._keep(execution_id, _Wait(wake_at))
+                schedule.keep(execution_id, WatchedWait(wake_at))
         elif isinstance(message, Look):
-            self._look_at = None
+            schedule.fired()
             if not self._deps.stopping.is_set():
                 self._look()
         elif isinstance(message, Adopt):
             if not self._deps.stopping.is_set():
                 self._adopt()
                 self._adopt_later()
-        self._arm()
-        watched = len(self._waits)
-        round_ = self._round(watched)
+        if not self._deps.stopping.is_set() and (at := schedule.timer()) is not None:
+            self._deps.tell_at(at, self.actor_ref, Look(), label="ack-watch")
+        watched = len(schedule)
+        round_ = schedule.round_of(watched)
         self._deps.metrics.ack_watch(watched, round_)
         self._figures.last = WatchRound(watched, round_.total_seconds())
-
-    def _round(self, watched: int) -> timedelta:
-        """How long one look at each of ``watched`` waits takes at the paced rate."""
-        return self._turn * watched if self._turn is not None else timedelta(0)
-
-    def _next_look(self, watch: AckWatch, now: datetime, watched: int) -> datetime:
-        """When to look at ``watch`` again after a look at ``now``: its poll later, or the
-        schedule's next free turn when that is later (but never more than a round of the
-        ``watched`` waits past its poll, so the turns of waits that ended are given back)."""
-        soonest = now + watch.poll
-        if self._turn is None:
-            return soonest
-        turn = min(self._next_turn or soonest, soonest + self._round(watched))
-        look = max(soonest, turn)
-        if look < watch.deadline:  # the wake at its deadline takes no turn
-            self._take_turn(look)
-        return look
-
-    def _take_turn(self, look: datetime) -> None:
-        if self._turn is not None:
-            self._next_turn = max(self._next_turn or look, look + self._turn)
-
-    # -- the timer --------------------------------------------------------------------------
-
-    def _arm(self) -> None:
-        """One timer for the next ``Look``: at the soonest plain wake exactly, or ``WINDOW``
-        before the soonest look, but not sooner than ``WINDOW`` after the last look, so that
-        a steady stream of looks is taken in batches of ``WINDOW``'s worth."""
-        if self._deps.stopping.is_set():
-            return
-        times = []
-        if (wake := self._soonest(self._wakes)) is not None:
-            times.append(wake)
-        if (look := self._soonest(self._due)) is not None:
-            times.append(max(look - WINDOW, self._looked_at + WINDOW) if self._looked_at
-                         else look - WINDOW)
-        if not times:
-            return
-        soonest = min(times)
-        if self._look_at is None or soonest < self._look_at:
-            self._look_at = soonest
-            self._deps.tell_at(soonest, self.actor_ref, Look(), label="ack-watch")
-
-    def _soonest(self, heap: list[tuple[datetime, int]]) -> datetime | None:
-        while heap:
-            at, execution_id = heap[0]
-            if self._looks.get(execution_id) == at:
-                return at
-            heapq.heappop(heap)  # a superseded entry
-        return None
-
-    def _take(self, heap: list[tuple[datetime, int]], until: datetime) -> list[tuple[int, _Wait]]:
-        taken = []
-        while (soonest := self._soonest(heap)) is not None and soonest <= until:
-            _, execution_id = heapq.heappop(heap)
-            del self._looks[execution_id]
-            taken.append((execution_id, self._waits.pop(execution_id)))
-        return taken
 
     # -- a look -----------------------------------------------------------------------------
 
     def _look(self) -> None:
         now = self._deps.clock.now()
-        self._looked_at = now
-        plain = self._take(self._wakes, now)
-        for execution_id, wait in plain:
+        due = self._schedule.take_due(now)
+        for execution_id, wait in due.plain:
             self._wake(execution_id, wait)
-        self._deps.metrics.ack_looks_counted("deadline", len(plain))
-        looking = self._take(self._due, now + WINDOW)
-        watched = len(self._waits) + len(looking)
+        self._deps.metrics.ack_looks_counted("deadline", len(due.plain))
+        looking = due.looking
+        watched = len(self._schedule) + len(looking)
         for start in range(0, len(looking), BATCH):
             batch = dict(looking[start:start + BATCH])
             try:
@@ -222,10 +150,10 @@ class AckWatcher(TrackedActor):
                     return  # e.g. the store already closed; the next boot parks them again
                 log.exception("ACK watcher failed on a batch; waking its waits")
                 for execution_id, wait in batch.items():
-                    self._forget(execution_id)
+                    self._schedule.forget(execution_id)
                     self._wake(execution_id, wait)
 
-    def _look_at_batch(self, batch: dict[int, _Wait], now: datetime, watched: int) -> None:
+    def _look_at_batch(self, batch: dict[int, WatchedWait], now: datetime, watched: int) -> None:
         read = self._read_waits(batch, now)
         if read is None:
             return
@@ -247,8 +175,8 @@ class AckWatcher(TrackedActor):
                 woken.append((watch.execution_id, wait))
             else:
                 parked[watch.execution_id] = watch.wake_at
-                self._keep(watch.execution_id, _Wait(watch.wake_at, plain=watch.at_deadline,
-                                                     adopted=wait.adopted))
+                self._schedule.keep(watch.execution_id, WatchedWait(
+                    watch.wake_at, plain=watch.at_deadline, adopted=wait.adopted))
         for execution_id, wait in woken:
             self._wake(execution_id, wait)
         self._deps.metrics.ack_looks_counted("woken", len(woken))
@@ -257,7 +185,7 @@ class AckWatcher(TrackedActor):
             adopted = frozenset(i for i, wait in batch.items() if wait.adopted)
             self._deps.activity.tell(self._pool, Rescheduled(parked, adopted))
 
-    def _read_waits(self, batch: dict[int, _Wait],
+    def _read_waits(self, batch: dict[int, WatchedWait],
                     now: datetime) -> tuple[list[AckWatch], list[int]] | None:
         """The watches of the batch's waits as the store holds them, and the ids of those
         that moved on (ended, or parked again by a run elsewhere); one the watcher cannot keep
@@ -266,7 +194,7 @@ class AckWatcher(TrackedActor):
             executions = self._deps.store.executions.get_many(batch)
         except StoreUnavailable:
             for execution_id, wait in batch.items():
-                self._keep(execution_id, wait, at=now + STORE_RETRY)
+                self._schedule.keep(execution_id, wait, at=now + STORE_RETRY)
             return None
         watches, gone = [], []
         for execution_id, wait in batch.items():
@@ -277,7 +205,8 @@ class AckWatcher(TrackedActor):
             elif (watch := ack_watch(execution)) is not None:
                 watches.append(watch)
             else:
-                self._keep(execution_id, _Wait(wait.wake_at, plain=True, adopted=wait.adopted))
+                self._schedule.keep(execution_id, WatchedWait(wait.wake_at, plain=True,
+                                                              adopted=wait.adopted))
         return watches, gone
 
     def _save_looks(self, watches: list[AckWatch], now: datetime,
@@ -285,14 +214,15 @@ class AckWatcher(TrackedActor):
         """Count each look and park it until the next, in the store first; the waits saved.
         None when the store is away: each keeps its stored wake and is looked at again soon
         (the store's health logs the outage)."""
-        looks = [(watch.execution, watch.rule,
-                  watch.record_look(now, self._next_look(watch, now, watched)))
+        schedule = self._schedule
+        looks = [(watch.execution, watch.rule, watch.record_look(
+                     now, schedule.next_look(watch.poll, watch.deadline, now, watched)))
                  for watch in watches]
         try:
             saved = self._deps.store.executions.record_looks(looks)
         except StoreUnavailable:
             for watch, (_, _, previous) in zip(watches, looks, strict=True):
-                self._keep(watch.execution_id, _Wait(previous), at=now + STORE_RETRY)
+                self._schedule.keep(watch.execution_id, WatchedWait(previous), at=now + STORE_RETRY)
             return None
         return [watch for watch in watches if watch.execution_id in saved]
 
@@ -319,24 +249,7 @@ class AckWatcher(TrackedActor):
         return {watch.execution_id: answer.value if answer.ok else answer.error
                 for watch, answer in zip(asking, answers, strict=True)}
 
-    def _keep(self, execution_id: int, wait: _Wait, at: datetime | None = None) -> None:
-        """Hold a wait until its next look, at its ``wake_at`` (up to ``WINDOW`` sooner: the
-        looks due close together share a batch) or at ``at``; or, when it is only to be
-        handed back (``plain``), until its ``wake_at`` exactly."""
-        look = at or wait.wake_at
-        self._waits[execution_id] = wait
-        self._looks[execution_id] = look
-        if wait.plain and at is None:
-            heapq.heappush(self._wakes, (look, execution_id))
-            return
-        heapq.heappush(self._due, (look, execution_id))
-        self._take_turn(look)
-
-    def _forget(self, execution_id: int) -> None:
-        self._waits.pop(execution_id, None)
-        self._looks.pop(execution_id, None)
-
-    def _wake(self, execution_id: int, wait: _Wait) -> None:
+    def _wake(self, execution_id: int, wait: WatchedWait) -> None:
         self._deps.activity.tell(self._pool, WatchedWake(execution_id, wait.adopted))
 
     # -- the waits another replica left -------------------------------------------------------
@@ -350,15 +263,14 @@ class AckWatcher(TrackedActor):
         look at them as this replica's own: at most what the pace allows in ``ADOPT_EVERY``,
         twice over. Taking one parks it until ``WINDOW`` from now, so no other replica takes it
         too, and it is looked at by then (a wait that is not is due again)."""
-        limit = (max(1, round(2 * ADOPT_EVERY / self._turn)) if self._turn is not None
-                 else 5 * BATCH)
+        limit = self._schedule.adopt_limit()
         now = self._deps.clock.now()
         try:
             taken = self._deps.store.executions.adopt_due(now, now + WINDOW, limit)
         except StoreUnavailable:
             return  # the store's health reports the outage; the next round tries again
         for execution_id, wake_at in taken:
-            self._keep(execution_id, _Wait(wake_at, adopted=True))
+            self._schedule.keep(execution_id, WatchedWait(wake_at, adopted=True))
 
     def _reads_work(self) -> None:
         if self._failing:
