@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from ticket_dispatcher.actors.lanes import Lanes
-from ticket_dispatcher.actors.pool import SlotQueue
+from ticket_dispatcher.actors.slots import SlotQueue
 from ticket_dispatcher.domain.matching import NOTIFICATION_LANE, ORDINARY_LANE, lane_of
 from ticket_dispatcher.metrics import PREFIX, Metrics
 

@@ -13,8 +13,9 @@ from tests.clocks import ManualClock
 from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import Harness, rule
 from ticket_dispatcher.actors.messages import Enqueue, Pull
-from ticket_dispatcher.actors.pool import ExecutionPool, SlotQueue, _created_now
+from ticket_dispatcher.actors.pool import ExecutionPool, _created_now
 from ticket_dispatcher.actors.runtime import Runtime
+from ticket_dispatcher.actors.slots import SlotQueue
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.execution import (
     Execution,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, TypedDict, TypeVar
 
 from ticket_dispatcher.domain.matching import NOTIFICATION_LANE, ORDINARY_LANE
 
@@ -28,7 +28,14 @@ LANES = (NOTIFICATION_LANE, ORDINARY_LANE)
 T = TypeVar("T")
 
 
-def lane_view(count: int, oldest: datetime | None, now: datetime) -> dict:
+class LaneView(TypedDict):
+    """One lane as the admin view shows it."""
+
+    queued: int
+    oldest_queued_age_seconds: float | None
+
+
+def lane_view(count: int, oldest: datetime | None, now: datetime) -> LaneView:
     """One lane as the admin view shows it: how many wait, and the oldest's age."""
     return {"queued": count, "oldest_queued_age_seconds": None if oldest is None
             else round((now - oldest).total_seconds(), 3)}
@@ -65,7 +72,7 @@ class Lanes(Generic[T]):
     def lengths(self) -> dict[str, int]:
         return {lane: len(items) for lane, items in self._lanes.items()}
 
-    def views(self, now: datetime) -> dict[str, dict]:
+    def views(self, now: datetime) -> dict[str, LaneView]:
         """Every lane as the admin view shows it (``lane_view``)."""
         return {lane: lane_view(len(items), self.oldest(lane), now)
                 for lane, items in self._lanes.items()}

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ticket_dispatcher.actors.first_read import IssueRead
+from ticket_dispatcher.actors.lanes import LaneView
 from ticket_dispatcher.domain.execution import Execution, Lease, Trigger
 
 if TYPE_CHECKING:
@@ -84,15 +85,71 @@ class PoolStatus:  # ask; answers a PoolView for GET /admin/actors
     pass
 
 
+class ReclaimView(TypedDict):
+    """One of the sweeper's latest reclaims."""
+
+    execution_id: int
+    reason: str
+    at: str | None
+
+
+class SweeperView(TypedDict):
+    last_at: str | None
+    reclaimed_total: int
+    recent: list[ReclaimView]
+
+
+class PoolFigures(TypedDict):
+    """The pool's slots, queue, lanes, parked count and sweeps."""
+
+    slots: int
+    busy: int
+    queue_length: int
+    oldest_queued_age_seconds: float | None
+    lanes: dict[str, LaneView]
+    parked: int
+    next_wake_at: str | None
+    retrying: int
+    sweeper: SweeperView
+
+
+class LeaseView(TypedDict):
+    """The lease a running execution works under, as this process last renewed it."""
+
+    owner: str
+    epoch: int
+    expires_at: str | None
+    lost: bool
+
+
+class RunningView(TypedDict):
+    """A running execution and where it is."""
+
+    execution_id: int
+    issue_key: str
+    policy_id: int | None
+    rule: str
+    action: str
+    since: str | None
+    lease: LeaseView | None
+
+
+class ParkedView(TypedDict):
+    """A parked execution as the pool knows it: its id and when it wakes."""
+
+    execution_id: int
+    wake_at: str | None
+
+
 @dataclass(frozen=True)
 class PoolView:
     """The pool's answer to ``PoolStatus``, as the admin view shows it: its slots, queue,
     lanes, parked count and sweeps (``figures``), the executions it runs, and the parked
     ones that wake soonest."""
 
-    figures: dict[str, Any]
-    running: list[dict[str, Any]]
-    parked: list[dict[str, Any]]
+    figures: PoolFigures
+    running: list[RunningView]
+    parked: list[ParkedView]
 
 
 @dataclass(frozen=True)

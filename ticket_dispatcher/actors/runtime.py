@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import overload
 
@@ -20,6 +20,7 @@ from ticket_dispatcher.actors.messages import (
     CancelExecution,
     CancelOutcome,
     ExecutionWorkers,
+    ParkedView,
     PoolStatus,
     PoolView,
     Pull,
@@ -27,6 +28,14 @@ from ticket_dispatcher.actors.messages import (
 from ticket_dispatcher.actors.pool import PoolAnswer, SlotsFree
 from ticket_dispatcher.actors.scheduler import Scheduler
 from ticket_dispatcher.actors.shadow import ShadowLane
+from ticket_dispatcher.actors.status import (
+    ClientView,
+    ParkedExecutionView,
+    ReplicaView,
+    RuntimeStatus,
+    StoreUnreadable,
+    WaitingIn,
+)
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.actors.supervisor import Supervisor
 from ticket_dispatcher.actors.trigger import TriggerRouter
@@ -245,7 +254,7 @@ class Runtime:
     def wait_idle(self, timeout: float = 10) -> bool:
         return self.activity.wait_idle(timeout)
 
-    def status(self) -> dict:
+    def status(self) -> RuntimeStatus:
         supervisor = self._supervisor  # read once: ``stop`` may clear it meanwhile
         triggers = self._triggers  # set by ``start`` just after the supervisor
         if supervisor is None or triggers is None:
@@ -253,7 +262,7 @@ class Runtime:
         timers, next_timer = self.scheduler.pending()
         pool = self._ask_pool(PoolStatus())
         assert isinstance(pool, PoolView), "the pool answers a status so"
-        leases = self.deps.config.leases
+        leases, watch = self.deps.config.leases, self._ack_watch.last
         return {
             "supervisor": {"alive": supervisor.is_alive(), "recovered": self.recovered,
                            "in_flight": self.activity.in_flight},
@@ -264,7 +273,7 @@ class Runtime:
             "pool": pool.figures,
             "executions": pool.running,
             "parked_executions": self._parked_views(pool.parked),
-            "ack_watch": {**asdict(self._ack_watch.last),
+            "ack_watch": {"watched": watch.watched, "round_seconds": watch.round_seconds,
                           "looks_per_second": self.deps.config.ack_watch.looks_per_second},
             "cluster": {"mode": self.deps.config.cluster.mode, "draining": self.draining},
             "replicas": self._replica_views(),
@@ -272,7 +281,7 @@ class Runtime:
             "clients": self._client_status(),
         }
 
-    def _replica_views(self) -> list[dict] | dict:
+    def _replica_views(self) -> list[ReplicaView] | StoreUnreadable:
         """Every process serving this database as its heartbeats left it: this one (``self``)
         and any other; ``alive`` while its last heartbeat is younger than a lease. From the
         store, so during an outage only a note that it cannot be read."""
@@ -287,7 +296,7 @@ class Runtime:
                  "alive": now - r.heartbeat_at <= duration,
                  "slots": r.slots, "busy": r.busy, "parked": r.parked} for r in replicas]
 
-    def _parked_views(self, parked: list[dict]) -> list[dict]:
+    def _parked_views(self, parked: list[ParkedView]) -> list[ParkedExecutionView]:
         """Parked executions as an operator wants them: what each waits in, and for what (the
         ACK wait's attempt and absolute deadline, or the issue load it retries); read from the
         store in one go. While the database cannot be read, each keeps what the pool knows (its
@@ -298,10 +307,11 @@ class Runtime:
         try:
             executions = self.deps.store.executions.get_many(p["execution_id"] for p in parked)
         except StoreUnavailable:  # the store's health logs the outage, once
-            return [dict(entry, details=DETAILS_UNAVAILABLE) for entry in parked]
-        views = []
+            return [{**entry, "details": DETAILS_UNAVAILABLE} for entry in parked]
+        views: list[ParkedExecutionView] = []
         for entry in parked:
-            view = dict(entry, issue_key="", action="", attempt=None, deadline=None)
+            view: ParkedExecutionView = {**entry, "issue_key": "", "action": "", "attempt": None,
+                                         "deadline": None}
             execution = executions.get(entry["execution_id"])
             if execution is not None:
                 view["issue_key"] = execution.issue_key
@@ -309,11 +319,11 @@ class Runtime:
             views.append(view)
         return views
 
-    def _client_status(self) -> dict:
+    def _client_status(self) -> dict[str, ClientView]:
         """Each integration's pool statistics; ``configured: False`` for a ``NotConfigured``
         port; ``configured: True`` for any other port (a test fake)."""
         ports, pools = self.deps.ports, client_pools(self.deps.ports)
-        clients: dict[str, Mapping[str, object]] = {}
+        clients: dict[str, ClientView] = {}
         for name in INTEGRATIONS:
             if name in pools:
                 clients[name] = pools[name].stats()
@@ -330,7 +340,7 @@ def client_pools(ports: Ports) -> dict[str, ClientPool]:
             if isinstance(port := getattr(ports, name), ClientPool)}
 
 
-def _waiting_in(execution: Execution) -> dict:
+def _waiting_in(execution: Execution) -> WaitingIn:
     """The action an execution is parked in, with its ACK wait's attempt and deadline; or,
     parked after a failed issue (or policy) load, the load it retries and how many loads have
     failed so far (actors/execution.py ``_load_failed``), whatever action it is in."""
