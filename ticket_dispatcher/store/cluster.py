@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import peewee
 
 from ticket_dispatcher.errors import ConfigError
-from ticket_dispatcher.store.connect import is_postgres
-from ticket_dispatcher.store.database import _real
+from ticket_dispatcher.store.database import _real, engine_of
+from ticket_dispatcher.store.engine import WORK_CHANNEL
 
 if TYPE_CHECKING:
     import psycopg
@@ -42,27 +41,23 @@ log = logging.getLogger(__name__)
 
 # Advisory lock keys are two int4: a class that is this service's, and an object.
 _LOCK_CLASS = 0x7464_6973  # "tdis"
-_ISSUE_LOCK_CLASS = 0x7464_6972  # "tdir": one object per issue key (its CRC-32)
 _MODE_LOCK_OBJECT = "hashtext(current_schema())"
-_CHANNEL = "'ticket_dispatcher_work_' || md5(current_schema())"  # 55 characters, below 63
 WAIT_SECONDS = 1.0  # how often the listening thread looks at its stop flag
 RECONNECT_FIRST, RECONNECT_MAX = 0.5, 10.0
 
 
 def notify_work(db: peewee.Database) -> None:
     """Tell every replica there may be work to claim. Inside a transaction the notification
-    is sent when it commits (and never if it rolls back). Nothing on SQLite."""
-    if is_postgres(db):
-        db.execute_sql(f"SELECT pg_notify({_CHANNEL}, '')")
+    is sent when it commits (and never if it rolls back). The engine says how (nothing on
+    SQLite: engine.py)."""
+    engine_of(db).notify_work(db)
 
 
 def lock_issue(db: peewee.Database, issue_key: str) -> None:
     """Serialize, across replicas, the transactions that create executions for ``issue_key``:
-    the lock lasts until the current transaction ends. On SQLite the write lock already
-    serializes every writer."""
-    if is_postgres(db):
-        key = zlib.crc32(issue_key.encode()) - 2**31  # an int4
-        db.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (_ISSUE_LOCK_CLASS, key))
+    the lock lasts until the current transaction ends. The engine says how (on SQLite the
+    write lock already serializes every writer)."""
+    engine_of(db).lock_issue(db, issue_key)
 
 
 class ModeLock(Protocol):
@@ -92,7 +87,7 @@ class ReplicaLock:
         _try_lock(cursor, "pg_try_advisory_lock_shared", (
             "cluster.mode: a ticket-dispatcher process in single mode serves this "
             "PostgreSQL database; stop it, or set cluster.mode = \"shared\" on it too"))
-        cursor.execute(f"SELECT {_CHANNEL}")
+        cursor.execute(f"SELECT {WORK_CHANNEL}")
         cursor.execute(f'LISTEN "{_answer(cursor)}"')
 
 

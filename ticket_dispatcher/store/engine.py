@@ -24,6 +24,12 @@ SelectT = TypeVar("SelectT", bound=peewee.Select)
 
 URL_USAGE = "use sqlite:///PATH or postgresql://USER[:PASSWORD]@HOST[:PORT]/DBNAME"
 
+# Where several processes serve one PostgreSQL database (cluster.py): the channel they wake
+# each other on, and the class of the advisory locks on an issue (one object per issue key,
+# its CRC-32). Both belong to the schema the tables live in, computed by the server.
+WORK_CHANNEL = "'ticket_dispatcher_work_' || md5(current_schema())"  # 55 characters, below 63
+ISSUE_LOCK_CLASS = 0x7464_6972  # "tdir"
+
 
 @dataclass(frozen=True)
 class ColumnTypes:
@@ -152,6 +158,20 @@ class Engine(Protocol):
 
     def server_limit(self, db: peewee.Database) -> ServerLimit | None:
         """The server's connection limit; None where there is no server."""
+        ...
+
+    # -- several processes on one database (cluster.py) ----------------------------------------
+
+    def notify_work(self, db: peewee.Database) -> None:
+        """Tell every process serving the database there may be work to claim; inside a
+        transaction, when it commits (never if it rolls back). Nothing where one process
+        serves the database."""
+        ...
+
+    def lock_issue(self, db: peewee.Database, issue_key: str) -> None:
+        """Serialize, across processes, the transactions that create executions for
+        ``issue_key``, until the current transaction ends. Nothing where the write lock
+        already serializes every writer."""
         ...
 
     def process_lock(self) -> ServingClaim | None:

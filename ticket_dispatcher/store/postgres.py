@@ -50,6 +50,7 @@ import functools
 import math
 import time
 import weakref
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
@@ -63,7 +64,14 @@ from playhouse.pool import PooledPostgresqlDatabase
 from ticket_dispatcher.config import DatabaseConfig
 from ticket_dispatcher.errors import ConfigError
 from ticket_dispatcher.store.database import Prepared, ServicePool, unit_of_work
-from ticket_dispatcher.store.engine import URL_USAGE, ColumnTypes, SelectT, ServerLimit
+from ticket_dispatcher.store.engine import (
+    ISSUE_LOCK_CLASS,
+    URL_USAGE,
+    WORK_CHANNEL,
+    ColumnTypes,
+    SelectT,
+    ServerLimit,
+)
 from ticket_dispatcher.store.faults import StoreFaultKind, unavailable
 from ticket_dispatcher.store.health import StoreHealth
 from ticket_dispatcher.store.models import array_literal
@@ -302,6 +310,13 @@ class PostgresEngine:
                 " current_setting('autovacuum') = 'on'"
             ).fetchone()
         return ServerLimit(max_connections=row[0], reserved=row[1] + row[2], autovacuum=row[3])
+
+    def notify_work(self, db: peewee.Database) -> None:
+        db.execute_sql(f"SELECT pg_notify({WORK_CHANNEL}, '')")
+
+    def lock_issue(self, db: peewee.Database, issue_key: str) -> None:
+        key = zlib.crc32(issue_key.encode()) - 2**31  # an int4
+        db.execute_sql("SELECT pg_advisory_xact_lock(%s, %s)", (ISSUE_LOCK_CLASS, key))
 
     def process_lock(self) -> None:
         return None  # the mode lock of ``cluster.py`` says which processes may serve

@@ -177,6 +177,12 @@ class SqliteEngine:
     def server_limit(self, db: peewee.Database) -> ServerLimit | None:
         return None
 
+    def notify_work(self, db: peewee.Database) -> None:
+        """Nothing: one process serves a file, and it knows its own work."""
+
+    def lock_issue(self, db: peewee.Database, issue_key: str) -> None:
+        """Nothing: the write lock already serializes every writer."""
+
     def process_lock(self) -> ProcessLock:
         # The file's write lock and this process's pool, queue and leases assume one process.
         return ProcessLock(Path(f"{self._pool.database}.serve.lock"))
