@@ -68,6 +68,9 @@ class ServerWakeUp(Protocol):
     def pull_trigger(self, thunk: Callable[[], None] | None = None) -> None:
         """Wake the loop, which runs ``thunk`` in its thread."""
 
+    def del_channel(self) -> None:
+        """Leave the loop's socket map, the pipe still open."""
+
 
 class ListeningServer(Protocol):
     """What the service uses of waitress's server of one listening socket (types-waitress
@@ -280,9 +283,11 @@ class Service:
         with self._serving_lock:  # the wake-up pipe is one of them: no pull after this
             self._server_closed = True
             for channel in list(self._sockets.values()):
-                if channel is self.server:
-                    # Out of the loop's map but still bound: the port is released last, by
-                    # ``close``, so no second instance starts beside one still stopping.
+                if channel is self.server or channel is self.server.trigger:
+                    # Out of the loop's map but still open. The port is released last, by
+                    # ``close``, so no second instance starts beside one still stopping; the
+                    # wake-up pipe closes with it, since a request still in a worker thread
+                    # pulls it when its answer is ready.
                     channel.del_channel()
                 else:
                     channel.close()  # the loop runs while its map holds a socket
