@@ -31,8 +31,8 @@ from tests.actors.test_notification_faults import (
 )
 from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT
 from tests.harness import rule
+from ticket_dispatcher.domain.actions.notification_state import CALL_RESULTS
 from ticket_dispatcher.domain.execution import ExecutionStatus
-from ticket_dispatcher.domain.observations import CALL_RESULTS
 from ticket_dispatcher.domain.ports import PageOutcome, PageResult
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.metrics import PREFIX

@@ -213,11 +213,18 @@ class Behavior:
             execution.wake_at = result.until
             self._save(execution, [rule], parked=True)
             return StepOutcome(StepKind.PARKED, result.until)
-        return self._complete_action(execution, rule, action, result.kind)
+        return self._complete_action(execution, rule, action, result.kind, result.status,
+                                     result.error)
 
     def _complete_action(self, execution: Execution, rule: RuleExecution,
-                         action: ActionExecution, kind: ResultKind) -> StepOutcome:
-        action.status = ActionStatus.SUCCEEDED
+                         action: ActionExecution, kind: ResultKind,
+                         status: ActionStatus = ActionStatus.SUCCEEDED,
+                         error: str = "") -> StepOutcome:
+        """The action done: ``status`` is how it ended (a business failure such as a page
+        that was not sent is ``failed`` with its ``error``, and the execution goes on by
+        ``kind`` all the same); only an ``ActionError`` fails the execution."""
+        action.status = status
+        action.error = error
         action.result = kind.value
         action.finished_at = self._now()
         execution.wake_at = None

@@ -33,7 +33,6 @@ from ticket_dispatcher.domain.actions.notification_state import (
     UrgentState,
     notification_state,
 )
-from ticket_dispatcher.domain.actions.state import CallRecord
 from ticket_dispatcher.domain.execution import (
     ActionExecution,
     ActionStatus,
@@ -42,9 +41,6 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.timeutil import parse_duration
 
-# A call's saved status as a metric result; shared with the counters of notification_common.py.
-CALL_RESULTS = {"sent": "succeeded", "accepted": "succeeded", "failed": "failed",
-                "unknown": "unknown"}
 _ACK_OUTCOMES = {"read": "message_read", "status": "status_changed",
                  "target changed": "target_changed", "urgency downgraded": "urgency_downgraded",
                  "project changed": "project_changed"}
@@ -127,35 +123,14 @@ def _attempt(step: _Step) -> str:
         else ""
 
 
-def _call(state: NotificationState) -> CallRecord | None:
-    """The external call an action is about; the escalation has none of its own."""
-    if isinstance(state, CardState):
-        return state.card
-    if isinstance(state, UrgentState):
-        return state.urgent
-    if isinstance(state, PageState):
-        return state.page
-    return None
-
-
 def _action_result(step: _Step) -> str:
-    """The external call's own result when it was made (a page accepted and then cancelled
-    in its wait still paged someone), else the action's."""
-    action, state = step.action, step.state
-    call = _call(state)
-    if call is not None and (call.status or "") in CALL_RESULTS:
-        return CALL_RESULTS[call.status or ""]
-    if action.status is ActionStatus.FAILED:
-        return "failed"
-    if action.status in (ActionStatus.SKIPPED, ActionStatus.PENDING):
-        return "skipped"
-    if call is None:  # the escalation
-        outcome = state.outcome if isinstance(state, GuardedState) else None
-        if outcome is Outcome.ESCALATED:
-            return "succeeded"
-        if outcome in (Outcome.FAILED, Outcome.LEADER_LOOKUP_FAILED):
-            return "failed"
-    return "skipped"  # succeeded without a call: no card to mark urgent, an ACK first
+    """The action's own judgement of how it ended (``NotificationState.result``, the one
+    its status in the API was completed with); an action that never got that far is
+    ``failed`` by a technical error, else ``skipped`` (cancelled, never run)."""
+    result = step.state.result()
+    if result is not None:
+        return result.value
+    return "failed" if step.action.status is ActionStatus.FAILED else "skipped"
 
 
 def _wait_start(step: _Step, card_done: datetime | None) -> datetime | None:

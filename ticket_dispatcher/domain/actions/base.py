@@ -11,13 +11,13 @@ outcomes are results and context fields; only a technical error raises ``ActionE
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
 from ticket_dispatcher.domain.checks import Problems, check_config_object
-from ticket_dispatcher.domain.execution import Execution, FailureCode
+from ticket_dispatcher.domain.execution import ActionStatus, Execution, FailureCode
 from ticket_dispatcher.domain.model import DispatchContext, Issue
 from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.errors import DispatcherError, Problem
@@ -31,8 +31,19 @@ class ResultKind(StrEnum):
 
 @dataclass(frozen=True)
 class ActionResult:
+    """What ``execute`` came to. ``kind``: whether the execution goes on, ends or waits.
+    ``status`` and ``error``: how the action itself ended, which is separate: a page that
+    could not be sent is ``failed`` while the workflow goes on to the next attempt (the
+    notification actions judge it from their saved state, ``NotificationState.result``)."""
+
     kind: ResultKind
     until: datetime | None = None  # for PARK: when to look again (an absolute time)
+    status: ActionStatus = ActionStatus.SUCCEEDED
+    error: str = ""
+
+    def ended(self, status: ActionStatus, error: str = "") -> ActionResult:
+        """This result with the action's own status and, when it did not succeed, why."""
+        return replace(self, status=status, error=error)
 
     @classmethod
     def proceed(cls) -> ActionResult:

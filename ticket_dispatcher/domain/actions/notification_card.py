@@ -21,6 +21,7 @@ from ticket_dispatcher.domain.actions.escalation_slot import settle_slot
 from ticket_dispatcher.domain.actions.notification import validate_send_config
 from ticket_dispatcher.domain.actions.notification_common import (
     call_at_most_once,
+    completed,
     count_call,
     idempotency_key,
     notification_comment,
@@ -89,7 +90,7 @@ class SendAssignmentNotification:
     def execute(self, run: ActionRun) -> ActionResult:
         with CardState.editing(run) as card:
             try:
-                return self._execute(run, card)
+                return completed(self._execute(run, card), card)
             except PassingFault as fault:  # raised only while ``card.may_retry``
                 return park_for_next_try(run, card, fault.error, fault.what, self.retry_budget)
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ticket_dispatcher.domain.actions.base import ActionRun
+from ticket_dispatcher.domain.actions.base import ActionResult, ActionRun, ResultKind
 from ticket_dispatcher.domain.actions.notification_state import (
+    CALL_RESULTS,
     NotificationState,
     Target,
     Urgency,
@@ -24,7 +25,6 @@ from ticket_dispatcher.domain.catalog import URGENCY_FIELDS, ActionType
 from ticket_dispatcher.domain.conditions import ConditionError, evaluate
 from ticket_dispatcher.domain.execution import ActionExecution, Execution, RuleExecution
 from ticket_dispatcher.domain.model import Issue
-from ticket_dispatcher.domain.observations import CALL_RESULTS
 from ticket_dispatcher.errors import DispatcherError, fault_of
 
 log = logging.getLogger("ticket_dispatcher.notification")
@@ -232,12 +232,25 @@ def count_call(run: ActionRun, state: NotificationState, call: CallRecord) -> No
     restart counts once, as ``unknown``. A process that dies between that checkpoint and this
     call loses the count; it never counts twice. Live executions only: a dry run never calls
     out, and is never counted."""
-    result = CALL_RESULTS.get(call.status or "")
+    result = CALL_RESULTS.get(call.status) if call.status is not None else None
     if result is None or run.execution.dry_run:
         return
     role = state.role.value if state.role else ""
     attempt = state.metric_attempt if call.name == "page" else ""
-    run.ports.calls.call_settled(call.name, result, role, attempt)
+    run.ports.calls.call_settled(call.name, result.value, role, attempt)
+
+
+# -- how the action ended ------------------------------------------------------------------------
+
+
+def completed(result: ActionResult, state: NotificationState) -> ActionResult:
+    """``result`` with the action's own status, judged from its saved state the way its
+    metrics judge it (``NotificationState.result``): a page that was not sent completes
+    ``failed`` though the workflow goes on; a step with no call to make, ``skipped``. A park
+    is not an end."""
+    if result.kind is ResultKind.PARK:
+        return result
+    return result.ended(*state.action_status())
 
 
 # -- logs -----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
 from ticket_dispatcher.domain.actions.notification_common import (
     ack_comment,
+    completed,
     fresh_issue,
     log_step,
     urgency,
@@ -85,7 +86,7 @@ class GuardedAction:
     def execute(self, run: ActionRun) -> ActionResult:
         with self.state_type.editing(run) as state:
             try:
-                return self.execute_state(run, state)
+                return completed(self.execute_state(run, state), state)
             except PassingFault as fault:  # raised only while ``state.may_retry``
                 return park_for_next_try(run, state, fault.error, fault.what, self.retry_budget)
 

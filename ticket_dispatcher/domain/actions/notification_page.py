@@ -18,7 +18,9 @@ fourth page. ``plan`` copies the expected target and the card's message from the
    next attempt or the escalation (``outcome`` ``timeout``).
 
 Every page result (no phone number, another ``call_error``, a timeout) uses up the attempt and
-still waits. ``polls`` counts the guard's looks during the wait.
+still waits. ``polls`` counts the guard's looks during the wait. A page that was not accepted
+completes the action ``failed`` all the same (``NotificationState.result``): the workflow going
+on is not the page succeeding.
 """
 
 from __future__ import annotations

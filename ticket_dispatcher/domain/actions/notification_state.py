@@ -24,12 +24,18 @@ from ticket_dispatcher.domain.actions.base import ActionError
 from ticket_dispatcher.domain.actions.retrying import RetryingState
 from ticket_dispatcher.domain.actions.state import (
     CallRecord,
+    CallStatus,
     call_record,
     omit_empty,
     stored,
 )
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, ActionType
-from ticket_dispatcher.domain.execution import ActionExecution, Execution, FailureCode
+from ticket_dispatcher.domain.execution import (
+    ActionExecution,
+    ActionStatus,
+    Execution,
+    FailureCode,
+)
 from ticket_dispatcher.domain.model import Issue, JiraUser
 from ticket_dispatcher.timeutil import format_time
 
@@ -296,6 +302,29 @@ class Outcome(StrEnum):
 WORKFLOW_ENDING = (Outcome.ACK, Outcome.INVALIDATED)
 
 
+class StepResult(StrEnum):
+    """How a notification action ended: the ``result`` label of its metrics, and, through
+    ``ACTION_STATUS``, its status in the API and on the console's timeline."""
+
+    SUCCEEDED = "succeeded"  # card sent, urgent sent, page accepted, leader written
+    FAILED = "failed"  # its call was refused; an escalation's lookup or Jira write failed
+    UNKNOWN = "unknown"  # its call's outcome was lost: it may or may not have happened
+    SKIPPED = "skipped"  # no call: an ACK or invalidation first, no card, time off, blocked
+
+
+# A call's saved status as a result (the live call counter uses it too).
+CALL_RESULTS = {CallStatus.SENT: StepResult.SUCCEEDED, CallStatus.ACCEPTED: StepResult.SUCCEEDED,
+                CallStatus.FAILED: StepResult.FAILED, CallStatus.UNKNOWN: StepResult.UNKNOWN}
+# The action's status for each result. The status set has no "unknown": a call whose outcome
+# was lost is not a success either, so it is ``failed`` and its error says "outcome unknown".
+ACTION_STATUS = {StepResult.SUCCEEDED: ActionStatus.SUCCEEDED,
+                 StepResult.FAILED: ActionStatus.FAILED,
+                 StepResult.UNKNOWN: ActionStatus.FAILED,
+                 StepResult.SKIPPED: ActionStatus.SKIPPED}
+# What each action's call is, as an action's error names it.
+_CALL_NAMES = {"card": "Lark card", "urgent": "Lark App-urgent", "page": "Oncall page"}
+
+
 # -- the states -----------------------------------------------------------------------------------
 
 
@@ -326,6 +355,43 @@ class NotificationState(RetryingState):
     @property
     def metric_attempt(self) -> str:
         """The ``attempt`` label of this action's counted calls (a page's only)."""
+        return ""
+
+    # -- how the action ended: one judgement for its status, its timeline and its metrics --
+
+    @property
+    def main_call(self) -> CallRecord | None:
+        """The external call this action is about; the escalation has none of its own."""
+        return None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the action saved how it ended (its outcome)."""
+        raise NotImplementedError
+
+    def result(self) -> StepResult | None:
+        """How the action ended, read from its saved state only; None while it has not.
+        The call's own result when it was made (a page accepted and then cancelled in its
+        wait still paged someone), else ``skipped`` (the escalation: by its outcome)."""
+        call = self.main_call
+        if call is not None and call.status in CALL_RESULTS:
+            return CALL_RESULTS[call.status]
+        return StepResult.SKIPPED if self.ended else None
+
+    def action_status(self) -> tuple[ActionStatus, str]:
+        """The status the action completes with, and its error when it did not succeed (a
+        failed step the workflow goes on from is still ``failed``)."""
+        result = self.result() or StepResult.SUCCEEDED
+        return ACTION_STATUS[result], self.failure(result)
+
+    def failure(self, result: StepResult) -> str:
+        """Why the action did not succeed, in a few words (its warnings say more)."""
+        call = self.main_call
+        what = _CALL_NAMES.get(call.name, call.name) if call is not None else ""
+        if result is StepResult.UNKNOWN:
+            return f"{what}: outcome unknown (it may have been sent)"
+        if result is StepResult.FAILED:
+            return f"{what} not sent"
         return ""
 
 
@@ -363,6 +429,14 @@ class CardState(NotificationState):
         return not self.planned_snapshot.urgency.urgent and self.may_retry(now)
 
     @property
+    def main_call(self) -> CallRecord | None:
+        return self.card
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome is not None
+
+    @property
     def role(self) -> Role | None:
         return self.snapshot.role if self.snapshot else self.configured_role
 
@@ -389,6 +463,10 @@ class GuardedState(NotificationState):
         return self.expected.target if self.expected else None
 
     @property
+    def ended(self) -> bool:
+        return self.outcome is not None
+
+    @property
     def ended_workflow(self) -> bool:
         """An earlier step's guard saved an ACK or an invalidation."""
         return self.outcome in WORKFLOW_ENDING
@@ -400,6 +478,10 @@ class UrgentState(GuardedState):
 
     urgent: CallRecord = call_record("urgent")
     invalid_user_ids: list[str] | None = None
+
+    @property
+    def main_call(self) -> CallRecord | None:
+        return self.urgent
 
 
 @dataclass
@@ -424,6 +506,16 @@ class PageState(GuardedState):
     def metric_attempt(self) -> str:
         return str(self.attempt)
 
+    @property
+    def main_call(self) -> CallRecord | None:
+        return self.page
+
+    def failure(self, result: StepResult) -> str:
+        if result is StepResult.FAILED:
+            return f"Oncall page attempt {self.attempt} not sent" + (
+                f" ({self.call_error})" if self.call_error else "")
+        return super().failure(result)
+
 
 @dataclass
 class EscalationState(GuardedState):
@@ -432,6 +524,18 @@ class EscalationState(GuardedState):
     leader: Leader | None = None
     intent: Intent | None = None  # what this action stored in the slot, and what became of it
     wakeup: Wakeup | None = stored(**ESCALATION_WAKEUP)
+
+    def result(self) -> StepResult | None:
+        if self.outcome is Outcome.ESCALATED:
+            return StepResult.SUCCEEDED
+        if self.outcome in (Outcome.FAILED, Outcome.LEADER_LOOKUP_FAILED):
+            return StepResult.FAILED
+        return super().result()
+
+    def failure(self, result: StepResult) -> str:
+        if result is StepResult.FAILED:
+            return f"escalation {self.outcome}" + (f": {self.reason}" if self.reason else "")
+        return ""
 
 
 STATE_OF_TYPE: dict[str, type[NotificationState]] = {
