@@ -110,7 +110,11 @@ def test_time_off_of_an_unknown_engineer_or_id_fails_plainly(capsys, database):
     backwards = run(capsys, "engineer", "time-off", "add", ALICE, "--start",
                     "2026-12-02T00:00:00Z", "--end", "2026-12-01T00:00:00Z")
 
-    assert (code, err.strip()) == (1, "ticket-dispatcher: engineer nobody@example.com not found")
+    assert (code, err.strip()) == (
+        1, "ticket-dispatcher: engineer nobody@example.com not found; create it with PUT "
+           "/api/v1/ticketmanager/engineers/nobody@example.com (body "
+           '{"dispatch_enabled": true}) or '
+           "`ticket-dispatcher engineer set nobody@example.com --dispatch-enabled true`")
     assert missing[0] == 1 and "not found" in missing[2]
     assert backwards[0] == 1 and backwards[2].startswith("--end: ")
 

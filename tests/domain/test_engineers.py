@@ -46,9 +46,27 @@ def test_a_change_sets_only_the_keys_given_read_with_the_stored_zone():
                                          "thu": [], "fri": [], "sat": [], "sun": []}}
 
 
-def test_working_hours_on_an_engineer_without_a_zone_need_one():
+def test_working_hours_on_an_engineer_shown_in_utc_are_read_in_utc_which_is_then_stored():
+    """An engineer whose zone was never set shows ``"timezone": "UTC"``: their working hours
+    are read in that zone, and it is stored as chosen, so the record keeps saying it."""
+    never_set = Engineer("a@x.com")
+    assert shown_engineer(never_set, [], NOW)["timezone"] == "UTC"
+
+    changes = availability_changes(never_set, {"working_hours": {"mon": ["09:00-18:00"]}})
+
+    assert changes["timezone"] == "UTC"
+    assert changes["working_hours"]["mon"] == ["09:00-18:00"]
+    # a change that sets no working hours leaves the zone as it is, and "any time" needs none
+    assert availability_changes(never_set, {"max_open_issues": 2}) == {"max_open_issues": 2}
+    assert availability_changes(never_set, {"working_hours": None}) == {"working_hours": None}
+    # a zone chosen before is kept
+    chosen = Engineer("a@x.com", timezone="Europe/Paris")
+    assert "timezone" not in availability_changes(chosen, {"working_hours": {"mon": []}})
+
+
+def test_working_hours_on_a_new_engineer_need_a_zone_in_the_same_change():
     with pytest.raises(InvalidInput) as raised:
-        availability_changes(Engineer("a@x.com"), {"working_hours": {"mon": ["09:00-18:00"]}})
+        availability_changes(None, {"working_hours": {"mon": ["09:00-18:00"]}})
 
     assert [p.path for p in raised.value.problems] == ["timezone"]
     assert availability_changes(None, {"max_open_issues": 2}) == {"max_open_issues": 2}

@@ -96,22 +96,27 @@ def test_bad_availability_is_a_400_naming_the_field_and_quoting_the_value(api, b
     assert api.get(ALICE).json["timezone"] == "Asia/Shanghai"  # nothing written
 
 
-def test_working_hours_need_a_zone_someone_set_on_a_new_engineer_and_an_old_one_alike(api):
+def test_working_hours_are_read_in_the_zone_the_record_shows(api):
+    """An engineer whose zone was never set shows ``"timezone": "UTC"``; working hours set on
+    them are read in UTC, which is stored as chosen. A new engineer shows no zone yet: their
+    working hours need one in the same request."""
     hours = {"mon": ["09:00-18:00"]}
-    api.put("/engineers/old@example.com", json={"dispatch_enabled": True})
+    shown = api.put("/engineers/old@example.com", json={"dispatch_enabled": True})
 
     new = api.put(ALICE, json={"dispatch_enabled": True, "working_hours": hours})
     old = api.put("/engineers/old@example.com",
                   json={"dispatch_enabled": True, "working_hours": hours})
-    chosen = api.put("/engineers/old@example.com",
-                     json={"dispatch_enabled": True, "working_hours": hours, "timezone": "UTC"})
-    capped = api.put("/engineers/old@example.com",
-                     json={"dispatch_enabled": True, "max_open_issues": 3})
+    moved = api.put("/engineers/old@example.com",
+                    json={"dispatch_enabled": True, "timezone": "Europe/Paris"})
 
-    assert new.status_code == old.status_code == 400
-    assert [p["path"] for p in old.json["errors"]] == ["timezone"]
-    assert chosen.status_code == 200 and chosen.json["working_hours"]["mon"] == ["09:00-18:00"]
-    assert capped.status_code == 200  # the zone is set now; other changes never need it
+    assert shown.json["timezone"] == "UTC"
+    assert new.status_code == 400 and [p["path"] for p in new.json["errors"]] == ["timezone"]
+    assert old.status_code == 200
+    assert (old.json["timezone"], old.json["working_hours"]["mon"]) == ("UTC", ["09:00-18:00"])
+    # the hours stay where they were put, local to the zone set later
+    assert moved.status_code == 200
+    assert (moved.json["timezone"], moved.json["working_hours"]["mon"]) == (
+        "Europe/Paris", ["09:00-18:00"])
 
 
 def test_working_hours_are_answered_monday_first_on_either_engine(api):

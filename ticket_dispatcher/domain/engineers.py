@@ -13,10 +13,22 @@ from ticket_dispatcher.domain.availability import TimeOff, availability_at
 from ticket_dispatcher.domain.availability_parsing import parse_availability_settings, settings_of
 from ticket_dispatcher.domain.catalog import ENGINEER_EMAIL
 from ticket_dispatcher.domain.model import Engineer, EngineerJson
-from ticket_dispatcher.errors import InvalidInput
+from ticket_dispatcher.errors import InvalidInput, NotFound
 from ticket_dispatcher.timeutil import format_time
 
 AVAILABILITY_KEYS = ("timezone", "working_hours", "max_open_issues")
+# The API's engineer path and the command that create one, as a "not found" names them.
+ENGINEER_PATH = "/api/v1/ticketmanager/engineers/{email}"
+ENGINEER_SET = "ticket-dispatcher engineer set {email} --dispatch-enabled true"
+
+
+def engineer_not_found(email: str) -> NotFound:
+    """The 404 for an engineer with no record, saying how to create one (the API's ``PUT``
+    and ``engineer set`` both create the engineer they name)."""
+    return NotFound(f"engineer {email} not found; create it with PUT "
+                    f"{ENGINEER_PATH.format(email=email)} "
+                    f'(body {{"dispatch_enabled": true}}) or '
+                    f"`{ENGINEER_SET.format(email=email)}`")
 
 
 def engineer_email(text: str) -> str | None:
@@ -66,18 +78,19 @@ def availability_changes(stored: Engineer | None,
     None for an engineer not created yet."""
     current: dict[str, object] = {}
     if stored is not None:
+        # Working hours are read in the zone the engineer's record shows: the one set, else
+        # UTC, which is then stored as chosen, so the record and the rule say the same.
+        # A new engineer shows no zone yet: working hours need one in the same change.
         current = {"working_hours": stored.working_hours,
-                   "max_open_issues": stored.max_open_issues}
-        # Working hours are read in a zone someone chose: set on an engineer whose zone was
-        # never set, they need one, as on a new engineer; other changes read it as UTC.
-        if stored.timezone or "working_hours" not in given:
-            current["timezone"] = stored.timezone or "UTC"
+                   "max_open_issues": stored.max_open_issues,
+                   "timezone": stored.timezone or "UTC"}
     settings, problems = parse_availability_settings({**current, **given})
     if settings is None:
         raise InvalidInput("body is not valid", list(problems))
     parsed = settings.to_json()
     changes: AvailabilityChanges = {}
-    if "timezone" in given:
+    if "timezone" in given or (stored is not None and not stored.timezone
+                               and given.get("working_hours") is not None):
         changes["timezone"] = parsed["timezone"]
     if "working_hours" in given:
         changes["working_hours"] = parsed["working_hours"]

@@ -18,11 +18,11 @@ from typing import Any
 import peewee
 
 from ticket_dispatcher.domain.availability import TimeOff
-from ticket_dispatcher.domain.engineers import AvailabilityChanges
+from ticket_dispatcher.domain.engineers import AvailabilityChanges, engineer_not_found
 from ticket_dispatcher.domain.model import Engineer
 from ticket_dispatcher.domain.ports import Turn
 from ticket_dispatcher.domain.rotation import next_in_turn
-from ticket_dispatcher.errors import InvalidInput, NotFound
+from ticket_dispatcher.errors import InvalidInput
 from ticket_dispatcher.store.database import (
     Prepared,
     engine_of,
@@ -97,7 +97,7 @@ class EngineerRepository:
         with unit_of_work(self.db):
             row = EngineerRow.get_or_none(EngineerRow.email == email)
         if row is None:
-            raise NotFound(f"engineer {email} not found")
+            raise engineer_not_found(email)
         return _engineer(row)
 
     def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]:
@@ -243,7 +243,7 @@ class EngineerRepository:
             # calendar feed that names them brings theirs back at its next refresh).
             delete_where(TimeOffRow, TimeOffRow.email == email)
         if not deleted:
-            raise NotFound(f"engineer {email} not found")
+            raise engineer_not_found(email)
 
     def take_turn(
         self, emails_in_order: Iterable[str], *, issue_key: str, now: datetime

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import peewee
 
 from ticket_dispatcher.domain.availability import TimeOff, covering
+from ticket_dispatcher.domain.engineers import engineer_not_found
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.models import EngineerRow, TimeOffRow, delete_where
@@ -38,7 +39,7 @@ class TimeOffRepository:
             engineer = EngineerRow.select(EngineerRow.email).where(
                 EngineerRow.email == entry.email)
             if lock_rows(engineer, self.db).first() is None:
-                raise NotFound(f"engineer {entry.email} not found")
+                raise engineer_not_found(entry.email)
             row_id = TimeOffRow.insert(
                 email=entry.email, start_at=to_utc(entry.start), end_at=to_utc(entry.end),
                 reason=entry.reason, source=entry.source, created_at=to_utc(now),
