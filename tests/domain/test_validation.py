@@ -936,3 +936,30 @@ def test_a_body_as_the_api_returns_it_is_still_refused_by_the_validator():
 
     assert {p.message for p in problems} == {"is assigned by the server"}
     assert len(problems) == 7 + len(ordinary()["rules"])
+
+
+def test_receiver_warnings_name_each_email_that_is_no_dispatch_enabled_engineer_at_its_path():
+    from ticket_dispatcher.domain.validation import receiver_warnings
+
+    policy = {"rules": [{"then": [
+        {"type": "triage", "triage": {"labels_add": ["x"]}},
+        {"type": "assign_l2", "assign_l2": {
+            "receiver": {"type": "users", "users": ["a@x.com", "typo@x.com", "off@x.com"]},
+            "fallback": {"type": "user", "user": "A@X.com"}}},
+        {"type": "assign", "assign": {"receiver": {"type": "core_group", "core_group": "g"}}},
+    ]}]}
+    asked: list[list[str]] = []
+
+    def switches(emails: list[str]) -> dict[str, bool]:
+        asked.append(emails)
+        return {"a@x.com": True, "off@x.com": False}
+
+    warnings = receiver_warnings(policy, switches)
+
+    where = "rules[0].then[1].assign_l2.receiver.users"
+    assert [(w.path, w.kind) for w in warnings] == [(f"{where}[1]", "warning"),
+                                                    (f"{where}[2]", "warning")]
+    assert "no engineer has this email" in warnings[0].message
+    assert "dispatch is disabled" in warnings[1].message
+    assert asked == [["a@x.com", "typo@x.com", "off@x.com", "A@X.com"]]  # one look for all
+    assert receiver_warnings({"rules": []}, switches) == [] and len(asked) == 1

@@ -28,11 +28,13 @@ def test_create_draft_answers_201_with_the_full_policy_and_location(api):
 
 def test_read_returns_what_was_created(api):
     created = create(api)
+    warnings = created.pop("warnings")  # of the answer to the write, not of the policy
 
     result = api.get(f"/dispatch/policies/{created['id']}")
 
     assert result.status_code == 200
     assert result.json == created
+    assert len(warnings) == 2  # the two users are no engineers in this store
 
 
 def test_list_filters_by_status_and_family_and_pages(api):
@@ -153,11 +155,19 @@ def test_activating_an_active_policy_is_a_conflict(api):
     assert result.status_code == 409
 
 
+def staff(api, *emails: str, enabled: bool = True) -> None:
+    for email in emails:
+        assert api.put(f"/engineers/{email}",
+                       json={"dispatch_enabled": enabled}).status_code in (200, 201)
+
+
 def test_validate_reports_without_saving(api):
+    staff(api, "a@example.com", "b@example.com")
     good = api.post("/dispatch/policies/validate", json=policy_body())
     bad = api.post("/dispatch/policies/validate", json=policy_body(rules=[]))
 
-    assert good.status_code == 200 and good.json == {"valid": True, "errors": []}
+    assert good.status_code == 200
+    assert good.json == {"valid": True, "errors": [], "warnings": []}
     assert bad.status_code == 200 and bad.json["valid"] is False
     assert bad.json["errors"][0]["path"].startswith("rules")
     assert api.get("/dispatch/policies").json["total"] == 0
@@ -185,3 +195,46 @@ def test_server_assigned_fields_in_a_body_are_refused(api):
 
     assert result.status_code == 400
     assert {"id", "status"} <= {problem["path"] for problem in result.json["errors"]}
+
+
+def test_a_receiver_naming_no_dispatch_enabled_engineer_is_a_warning_on_every_write(api):
+    """A misspelt or disabled engineer in a ``users`` receiver will never be assigned: each
+    write and the validation warn about it at its path, and none refuses the policy."""
+    staff(api, "alice@example.com", "bob@example.com")
+    staff(api, "carol@example.com", enabled=False)
+    body = policy_body()
+    body["rules"][0]["then"][0]["assign"]["receiver"]["users"] = [
+        "alice@example.com", "alcie@example.com", "carol@example.com"]
+    body["rules"][0]["then"][0]["assign"]["fallback"] = {"type": "user",
+                                                          "user": "Bob@Example.com"}
+    where = "rules[0].then[0].assign.receiver.users"
+    expected = [
+        {"path": f"{where}[1]", "message": '"alcie@example.com" is not a dispatch-enabled '
+         "engineer: no engineer has this email (a typo, or one to create); an assignment "
+         "passes over them"},
+        {"path": f"{where}[2]", "message": '"carol@example.com" is not a dispatch-enabled '
+         "engineer: dispatch is disabled for this engineer; an assignment passes over them"}]
+
+    validated = api.post("/dispatch/policies/validate", json=body)
+    created = api.post("/dispatch/policies", json=body)
+    replaced = api.post(f"/dispatch/policies/{created.json['id']}/replacements", json=body)
+    edited = api.put(f"/dispatch/policies/{replaced.json['id']}", json=body)
+
+    assert validated.status_code == 200
+    assert validated.json == {"valid": True, "errors": [], "warnings": expected}
+    assert (created.status_code, created.json["warnings"]) == (201, expected)
+    assert (replaced.status_code, replaced.json["warnings"]) == (201, expected)
+    assert (edited.status_code, edited.json["warnings"]) == (200, expected)
+    assert api.post(f"/dispatch/policies/{created.json['id']}/activate").status_code == 200
+
+
+def test_an_email_that_is_already_an_error_is_not_warned_about_again(api):
+    body = policy_body()
+    body["rules"][0]["then"][0]["assign"]["receiver"]["users"] = ["alice", "a@example.com"]
+
+    validated = api.post("/dispatch/policies/validate", json=body).json
+
+    assert [e["path"] for e in validated["errors"]] == [
+        "rules[0].then[0].assign.receiver.users[0]"]
+    assert [w["path"] for w in validated["warnings"]] == [
+        "rules[0].then[0].assign.receiver.users[1]"]

@@ -97,7 +97,8 @@ def test_such_a_draft_is_stored_but_activation_answers_422_with_every_name(api):
 
 
 def test_a_policy_as_get_returns_it_is_refused_by_create_and_by_validate(api):
-    created = api.post("/dispatch/policies", json=policy_body()).json
+    written = api.post("/dispatch/policies", json=policy_body()).json
+    created = api.get(f"/dispatch/policies/{written['id']}").json
 
     refused = api.post("/dispatch/policies", json=created)
     judged = api.post("/dispatch/policies/validate", json=created)

@@ -446,3 +446,13 @@ def test_a_list_parameter_reaches_the_database_as_it_was_given(store):
     turn = store.engineers.take_turn(list(reversed(awkward)), issue_key="TCID-1", now=T0)
     assert turn.chosen.email == awkward[-1]
     assert [e.email for e in turn.candidates] == [e.lower() for e in reversed(awkward)]
+
+
+def test_dispatch_switches_name_the_engineers_among_the_emails(store):
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    store.engineers.put("on@x.com", dispatch_enabled=True, now=now)
+    store.engineers.put("off@x.com", dispatch_enabled=False, now=now)
+
+    assert store.engineers.dispatch_switches(["ON@x.com", "off@x.com", "none@x.com"]) == {
+        "on@x.com": True, "off@x.com": False}
+    assert store.engineers.dispatch_switches([]) == {}

@@ -35,7 +35,7 @@ choices where the design leaves room:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ticket_dispatcher.domain.actions.base import ActionRegistry
@@ -103,6 +103,62 @@ def validate_policy(raw: Any, registry: ActionRegistry) -> list[Problem]:
     if is_notification_policy(raw):
         _check_notification_family(raw, registry, problems)
     return problems
+
+
+# Who a policy's receivers name: each email -> its dispatch switch, for those who are engineers.
+EngineerSwitches = Callable[[list[str]], Mapping[str, bool]]
+_ASSIGN_TYPES = (ActionType.ASSIGN.value, ActionType.ASSIGN_L2.value)
+
+
+def receiver_warnings(raw: Any, switches: EngineerSwitches,
+                      errors: Sequence[Problem] = ()) -> list[Problem]:
+    """What will fail, though it is no error: each email a ``user`` or ``users`` receiver (or
+    fallback) of an ``assign``/``assign_l2`` names that is not a dispatch-enabled engineer
+    today, at its path (``rules[0].then[0].assign.receiver.users[1]``). Not an error, since
+    the engineer may be added or enabled before the policy runs; until then the assignment
+    passes over them. An email already at an error's path is not warned about again."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("rules"), list):
+        return []
+    erred = {problem.path for problem in errors}
+    named = [(path, email) for path, email in _listed_receivers(raw["rules"])
+             if path not in erred]
+    if not named:
+        return []
+    known = switches([email for _, email in named])
+    warnings = []
+    for path, email in named:
+        enabled = known.get(email.strip().lower())
+        if enabled is None:
+            why = "no engineer has this email (a typo, or one to create)"
+        elif not enabled:
+            why = "dispatch is disabled for this engineer"
+        else:
+            continue
+        warnings.append(Problem(path, f"{quote(email)} is not a dispatch-enabled engineer: "
+                                      f"{why}; an assignment passes over them", "warning"))
+    return warnings
+
+
+def _listed_receivers(rules: list) -> Iterator[tuple[str, str]]:
+    """(path, email) of every email a ``user``/``users`` receiver or fallback of an assign
+    action names, in document order."""
+    for path, action in _actions_with_paths(rules):
+        kind = action.get("type")
+        config = action.get(kind) if kind in _ASSIGN_TYPES else None
+        if not isinstance(config, dict):
+            continue
+        for key in ("receiver", "fallback"):
+            receiver = config.get(key)
+            if not isinstance(receiver, dict):
+                continue
+            where = f"{path}.{kind}.{key}"
+            if receiver.get("type") == "user" and isinstance(receiver.get("user"), str) \
+                    and receiver["user"].strip():
+                yield f"{where}.user", receiver["user"]
+            elif receiver.get("type") == "users" and isinstance(receiver.get("users"), list):
+                for index, email in enumerate(receiver["users"]):
+                    if isinstance(email, str) and email.strip():
+                        yield f"{where}.users[{index}]", email
 
 
 def without_server_fields(raw: Any) -> tuple[Any, list[str]]:

@@ -230,7 +230,8 @@ def _service_paths() -> dict:
 
 def _policy_paths() -> dict:
     policy = {"200": _json(_ref("Policy"))}
-    created = {"201": _json(_ref("Policy"), "Created", _LOCATION)}
+    edited = {"200": _json(_ref("PolicyWritten"))}
+    created = {"201": _json(_ref("PolicyWritten"), "Created", _LOCATION)}
     return {
         f"{API_BASE}/dispatch/policies": {
             "get": _op("List policies (by id)", {"200": _json(_page_of("Policy"))},
@@ -244,7 +245,7 @@ def _policy_paths() -> dict:
             {"200": _json(_ref("ValidationResult"))}, body="PolicyBody")},
         f"{API_BASE}/dispatch/policies/{{policy_id}}": {
             "get": _op("Read a policy", policy, params=_POLICY_ID, errors=("404",)),
-            "put": _op("Edit a draft policy", policy, body="PolicyBody", params=_POLICY_ID,
+            "put": _op("Edit a draft policy", edited, body="PolicyBody", params=_POLICY_ID,
                        errors=("404", "409")),
             "delete": _op("Delete a draft policy", {"204": {"description": "Deleted"}},
                           params=_POLICY_ID, errors=("404", "409")),
@@ -542,6 +543,18 @@ def _policy_schemas() -> dict:
                            "items": {"type": "string", "pattern": PROJECT_KEY_PATTERN}},
         "issue_label_all": {"type": "array", "items": TEXT},
     }
+    policy = {
+        "id": ID, "family_id": {"type": "string", "maxLength": 20},
+        "version": {"type": "integer", "minimum": 1}, "status": _enum(PolicyStatus),
+        "name": {"type": "string"}, "description": {"type": "string"},
+        "trigger": _ref("PolicyTrigger"),
+        "rules": {"type": "array", "items": _ref("Rule"),
+                  "description": "In run order: (priority, id)"},
+        "created_at": TIME, "updated_at": TIME, "activated_at": MAYBE_TIME}
+    warnings = {"type": "array", "items": _ref("Problem"),
+                "description": "What will fail though it is no error, each at its path: an "
+                               "email a user or users receiver names that is not a "
+                               "dispatch-enabled engineer now (one may be added later)"}
     return {
         "PolicyTriggerBody": _object({"enable": {"type": "boolean"}, **trigger_lists}, ()),
         "RuleBody": _object({
@@ -564,16 +577,13 @@ def _policy_schemas() -> dict:
                                                        closed=False)},
             "transition": _object({"on_success": _enum(catalog.OnSuccess)})},
             description="A stored rule; a draft's rule may hold problems that block activation"),
-        "Policy": _object({
-            "id": ID, "family_id": {"type": "string", "maxLength": 20},
-            "version": {"type": "integer", "minimum": 1}, "status": _enum(PolicyStatus),
-            "name": {"type": "string"}, "description": {"type": "string"},
-            "trigger": _ref("PolicyTrigger"),
-            "rules": {"type": "array", "items": _ref("Rule"),
-                      "description": "In run order: (priority, id)"},
-            "created_at": TIME, "updated_at": TIME, "activated_at": MAYBE_TIME}),
+        "Policy": _object(policy),
+        "PolicyWritten": _object({**policy, "warnings": warnings},
+                                 description="The policy as stored, with what will fail in it "
+                                             "though it is no error"),
         "ValidationResult": _object({"valid": {"type": "boolean"},
-                                     "errors": {"type": "array", "items": _ref("Problem")}}),
+                                     "errors": {"type": "array", "items": _ref("Problem")},
+                                     "warnings": warnings}),
         **_shadow_schemas(),
     }
 

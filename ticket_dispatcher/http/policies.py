@@ -10,6 +10,7 @@ import falcon
 
 from ticket_dispatcher.domain import validation
 from ticket_dispatcher.domain.model import Policy, PolicyStatus
+from ticket_dispatcher.errors import Problem, StoreUnavailable
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import page, paging, query_choice, read_json
@@ -30,6 +31,21 @@ def _status(text: str) -> PolicyStatus:
     return PolicyStatus(text)
 
 
+def _warnings(raw: Any, services: Services, errors: list[Problem] | None = None) -> list[dict]:
+    """What will fail though it is no error (``validation.receiver_warnings``): the emails a
+    ``users`` receiver names that are no dispatch-enabled engineer, checked in the store. A
+    store that cannot answer is one warning saying so, never a failed validation."""
+    if errors is None:
+        errors = validation.validate_policy(raw, services.registry)
+    try:
+        warnings = validation.receiver_warnings(
+            raw, services.store.engineers.dispatch_switches, errors)
+    except StoreUnavailable:
+        warnings = [Problem("", "the engineers the receivers name were not checked: the "
+                                "database is unavailable", "warning")]
+    return [warning.to_json() for warning in warnings]
+
+
 class PolicyCollection:
     roles = {"GET": VIEWER, "POST": OPERATOR}
 
@@ -45,10 +61,10 @@ class PolicyCollection:
         resp.media = page(items, total)
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        spec = validation.parse_policy_spec(_read_policy(req, self._services),
-                                            self._services.registry)
+        raw = _read_policy(req, self._services)
+        spec = validation.parse_policy_spec(raw, self._services.registry)
         policy = self._services.store.policies.create(spec, now=self._services.clock.now())
-        _created(req, resp, policy)
+        _created(req, resp, policy, _warnings(raw, self._services))
 
 
 class PolicyItem:
@@ -61,12 +77,12 @@ class PolicyItem:
         resp.media = self._services.store.policies.get(policy_id).to_json()
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
-        spec = validation.parse_policy_spec(_read_policy(req, self._services),
-                                            self._services.registry)
+        raw = _read_policy(req, self._services)
+        spec = validation.parse_policy_spec(raw, self._services.registry)
         policy = self._services.store.policies.update_draft(
             policy_id, spec, now=self._services.clock.now()
         )
-        resp.media = policy.to_json()
+        resp.media = {**policy.to_json(), "warnings": _warnings(raw, self._services)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         self._services.store.policies.delete_draft(policy_id)
@@ -105,12 +121,12 @@ class PolicyReplacements:
         self._services = services
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
-        spec = validation.parse_policy_spec(_read_policy(req, self._services),
-                                            self._services.registry)
+        raw = _read_policy(req, self._services)
+        spec = validation.parse_policy_spec(raw, self._services.registry)
         policy = self._services.store.policies.create_replacement(
             policy_id, spec, now=self._services.clock.now()
         )
-        _created(req, resp, policy)
+        _created(req, resp, policy, _warnings(raw, self._services))
 
 
 class PolicyValidation:
@@ -120,9 +136,11 @@ class PolicyValidation:
         self._services = services
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        problems = validation.validate_policy(_read_policy(req, self._services),
-                                              self._services.registry)
-        resp.media = {"valid": not problems, "errors": [p.to_json() for p in problems]}
+        raw = _read_policy(req, self._services)
+        problems = validation.validate_policy(raw, self._services.registry)
+        # Warnings do not make a policy invalid: an engineer may be added before it runs.
+        resp.media = {"valid": not problems, "errors": [p.to_json() for p in problems],
+                      "warnings": _warnings(raw, self._services, problems)}
 
 
 class PolicyShadow:
@@ -153,7 +171,8 @@ def _shadow_path(policy_id: int) -> str:
     return f"{API_BASE}/dispatch/policies/{policy_id}/shadow"
 
 
-def _created(req: falcon.Request, resp: falcon.Response, policy: Policy) -> None:
+def _created(req: falcon.Request, resp: falcon.Response, policy: Policy,
+             warnings: list[dict]) -> None:
     resp.status = falcon.HTTP_201
     resp.location = f"{API_BASE}/dispatch/policies/{policy.id}"
-    resp.media = policy.to_json()
+    resp.media = {**policy.to_json(), "warnings": warnings}

@@ -109,6 +109,18 @@ class EngineerRepository:
         with unit_of_work(self.db):
             return [_engineer(row) for row in self._enabled(wanted)]
 
+    def dispatch_switches(self, emails: Iterable[str]) -> dict[str, bool]:
+        """Each of ``emails`` that is an engineer (normalized), with its dispatch switch; one
+        query. What a policy's validation warns about: a ``users`` receiver naming someone
+        who is no engineer, or one dispatch is disabled for."""
+        wanted = sorted({email_key(email) for email in emails})
+        if not wanted:
+            return {}
+        query = (EngineerRow.select(EngineerRow.email, EngineerRow.dispatch_enabled)
+                 .where(EngineerRow.email.in_(wanted)))
+        with unit_of_work(self.db):
+            return {row.email: bool(row.dispatch_enabled) for row in query}
+
     def hindered(self, emails: Iterable[str], at: datetime, until: datetime, *, hours: bool,
                  returned_since: datetime | None = None,
                  ) -> tuple[list[Engineer], dict[str, list[TimeOff]]]:
