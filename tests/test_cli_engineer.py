@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.factories import policy_body
 from tests.test_cli import run
 
 ALICE = "alice@example.com"
@@ -157,3 +158,20 @@ def test_policy_test_without_availability_reads_no_database(capsys, tmp_path, mo
     assert run(capsys, "policy", "test", ASSIGN_TCID, "--issue", str(issue))[0] == 0
     assert run(capsys, "policy", "test", ASSIGN_TCID, "--issue", str(issue),
                "--availability")[0] == 2  # its directory does not exist: a configuration error
+
+
+def test_policy_validate_with_engineers_warns_about_a_receiver_naming_no_engineer(
+        capsys, database, tmp_path):
+    run(capsys, "engineer", "set", "a@example.com", "--timezone", "UTC")
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(policy_body()))  # users a@example.com and b@example.com
+    path = str(path)
+
+    offline = run(capsys, "policy", "validate", path)
+    checked = run(capsys, "policy", "validate", path, "--engineers")
+
+    assert offline == (0, "valid\n", "")
+    assert checked == (0, 'warning: rules[0].then[0].assign.receiver.users[1]: '
+                          '"b@example.com" is not a dispatch-enabled engineer: no engineer has '
+                          'this email (a typo, or one to create); an assignment passes over '
+                          'them\nvalid\n', "")

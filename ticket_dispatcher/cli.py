@@ -148,6 +148,10 @@ def _build_parser() -> argparse.ArgumentParser:
     policy_commands = policy.add_subparsers(metavar="COMMAND", parser_class=_Parser)
     validate = _add(policy_commands, common, "validate", "validate a policy file", _run_validate)
     validate.add_argument("file", metavar="FILE", help="policy JSON")
+    validate.add_argument("--engineers", action="store_true",
+                          help="also warn about each email a user or users receiver names "
+                               "that is not a dispatch-enabled engineer in the configured "
+                               "database")
     _add_policy_test(policy_commands, common)
     _add_shadow_report(policy_commands, common)
     _add_engineer(commands, common)
@@ -431,14 +435,26 @@ def _database_errors(config: Config) -> Iterator[None]:
 
 def _run_validate(args: argparse.Namespace) -> int:
     # Against the actions this build runs: what activation on the server will decide.
-    problems = validate_policy(_read_policy(args.file), product_registry())
+    raw = _read_policy(args.file)
+    problems = validate_policy(raw, product_registry())
+    warnings = _engineer_warnings(_config(args), raw, problems) if args.engineers else []
+    for problem in problems:
+        print(_problem_line(problem))
+    for warning in warnings:  # as POST /dispatch/policies/validate warns: never invalid
+        print(f"warning: {_problem_line(warning)}")
     if not problems:
         print("valid")
         return EXIT_OK
-    for problem in problems:
-        print(_problem_line(problem))
     print(f"{args.file}: {_count(len(problems), 'problem')}", file=sys.stderr)
     return EXIT_INVALID
+
+
+def _engineer_warnings(config: Config, raw: Any, problems: list[Problem]) -> list[Problem]:
+    """``receiver_warnings`` against the configured database's engineers."""
+    from ticket_dispatcher.domain.validation import receiver_warnings
+
+    with _configured_store(config) as store:
+        return receiver_warnings(raw, store.engineers.dispatch_switches, problems)
 
 
 def _problem_line(problem: Problem) -> str:
