@@ -29,7 +29,8 @@ def viewer(store) -> Api:
 
 @pytest.fixture
 def triggers(store) -> list[int]:
-    """Five triggers a minute apart from T0, oldest first; the second and fourth failed."""
+    """Five triggers a minute apart from T0, oldest first; the second and fourth failed, the
+    third waits for its next try after a passing fault."""
     ids = [store.triggers.create(source, key, policy_id=None, dryrun=None,
                                  now=T0 + timedelta(minutes=minute)).id
            for minute, (source, key) in enumerate([
@@ -38,6 +39,9 @@ def triggers(store) -> list[int]:
                ("jira_automation", "TCID-3")])]
     for failed in (ids[1], ids[3]):
         store.triggers.fail(failed, "issue load failed: HTTP 404", T0 + timedelta(hours=1))
+    assert store.triggers.claim(ids[2], T0 + timedelta(minutes=5), owner="me") is not None
+    store.triggers.retry(ids[2], T0 + timedelta(minutes=6), "HTTP 503", T0 + timedelta(
+        minutes=5), since=T0 + timedelta(minutes=5))  # waits for its next try
     return ids
 
 
@@ -76,6 +80,9 @@ def test_the_list_is_for_viewers_and_operators_not_automation(viewer, triggers):
      [2, 1]),
     ({"created_after": "2026-11-30T09:03:00+08:00"}, [4, 3]),
     ({"created_before": "2026-11-30T01:00:00.001Z"}, [0]),
+    ({"status": "retrying"}, [2]),
+    ({"execution_failed": "false", "status": "failed"}, [3, 1]),
+    ({"execution_failed": "true"}, []),
 ])
 def test_filters(viewer, triggers, params, expected):
     assert listed(viewer.get("/dispatch/triggers", params=params)) == [
@@ -130,6 +137,8 @@ def b64(text: str) -> str:
 @pytest.mark.parametrize("params,path", [
     ({"status": "FAILED"}, "status"),
     ({"status": "done"}, "status"),
+    ({"status": "RETRYING"}, "status"),
+    ({"execution_failed": "yes"}, "execution_failed"),
     ({"source": "Jira Automation"}, "source"),
     ({"source": "1abc"}, "source"),
     ({"issue_key": "tcid-1"}, "issue_key"),

@@ -8,7 +8,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ticket_dispatcher.domain.execution import TriggerStatus
+from tests.fakes import issue
+from ticket_dispatcher.domain.actions.base import ActionRegistry
+from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
+from ticket_dispatcher.domain.fanout import new_execution
+from ticket_dispatcher.domain.model import PolicySpec, PolicyTrigger
 from ticket_dispatcher.store import unit_of_work
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
@@ -109,7 +113,7 @@ def test_a_filtered_page_follows_under_the_same_filter(store, history):
 def test_a_page_costs_one_query_whatever_the_filters(store, history, query_counter):
     with query_counter() as queries:
         store.triggers.page(status=TriggerStatus.FAILED, source="jira_automation",
-                            issue_key="TCID-1", created_after=T0,
+                            issue_key="TCID-1", created_after=T0, execution_failed=True,
                             created_before=T0 + timedelta(hours=1), before_id=99, limit=1)
 
     assert queries.count == 1
@@ -124,3 +128,53 @@ def test_listing_indexes_exist_after_migration(store):
     assert indexes["ix_dispatch_triggers_source_id"] == ["source", "id"]
     assert indexes["ix_dispatch_triggers_created"] == ["created_at"]
     assert indexes["ix_dispatch_triggers_issue_source"] == ["issue_key", "source"]
+
+
+def _ended(store, trigger_id: int, status: ExecutionStatus) -> int:
+    """An execution of ``trigger_id`` (which completes it), ended with ``status``."""
+    spec = PolicySpec(name="p", trigger=PolicyTrigger(project_key_in=("TCID",)), rules=())
+    policy = store.policies.create(spec, now=T0)
+    trigger = store.triggers.get(trigger_id)
+    execution = new_execution(trigger, policy, issue(key=trigger.issue_key), None,
+                              ActionRegistry(), T0)
+    [execution_id] = store.executions.create(trigger_id, [execution],
+                                             issue_key=trigger.issue_key,
+                                             ensure_context=False, now=T0)
+    execution.id, execution.status, execution.live_lock_key = execution_id, status, None
+    execution.completed_at = T0 + timedelta(minutes=5)
+    store.executions.save(execution, [])
+    return execution_id
+
+
+def test_a_trigger_one_of_whose_executions_failed_says_so_and_filters(store):
+    failed_one, succeeded_one, none_yet = (_create(store, f"TCID-{n}") for n in (1, 2, 3))
+    _ended(store, failed_one, ExecutionStatus.FAILED)
+    _ended(store, succeeded_one, ExecutionStatus.SUCCEEDED)
+
+    assert ids_of(store.triggers.page(execution_failed=True)) == [failed_one]
+    assert ids_of(store.triggers.page(execution_failed=False)) == [none_yet, succeeded_one]
+    failed = store.triggers.get(failed_one)
+    assert failed.status is TriggerStatus.COMPLETED and failed.to_json()["execution_failed"]
+    assert store.triggers.get(succeeded_one).to_json()["execution_failed"] is False
+    [listed] = store.triggers.page(execution_failed=True)[0]
+    assert listed.to_json() == failed.to_json()
+
+
+def test_retrying_lists_the_pending_triggers_waiting_for_their_next_try(store):
+    retrying, deferred, plain = (_create(store, f"TCID-{n}") for n in (1, 2, 3))
+    later = T0 + timedelta(minutes=1)
+    for trigger_id in (retrying, deferred):
+        store.triggers.claim(trigger_id, later, owner="me")
+        store.triggers.retry(trigger_id, later + timedelta(seconds=5), "HTTP 503", later,
+                             since=later)
+    store.triggers.claim(deferred, later + timedelta(seconds=5), owner="me")
+    store.triggers.defer(deferred, later + timedelta(minutes=1), later)  # loaded: no retry
+
+    [listed] = store.triggers.page(retrying=True)[0]
+
+    assert listed.id == retrying and listed.retrying
+    assert listed.to_json()["status"] == "pending"
+    assert listed.to_json()["retries"]["next_at"] == listed.to_json()["available_at"]
+    assert store.triggers.get(deferred).to_json()["retries"]["next_at"] is None
+    assert ids_of(store.triggers.page(status=TriggerStatus.PENDING)) == [plain, deferred,
+                                                                        retrying]

@@ -139,6 +139,13 @@ class Trigger:
     retry_reason: str = ""
     retry_since: datetime | None = None
     extra_input: TriggerInput = field(default_factory=lambda: TriggerInput())
+    execution_failed: bool = False  # one of its executions failed (read with the trigger)
+
+    @property
+    def retrying(self) -> bool:
+        """Waiting for its next try after a passing fault: ``pending``, due at
+        ``available_at``, with a retry in a row still open (a deferral closes it)."""
+        return self.status is TriggerStatus.PENDING and self.retry_since is not None
 
     @property
     def mode(self) -> ExecutionMode:
@@ -158,14 +165,13 @@ class Trigger:
             "created_at": format_time(self.created_at),
             "updated_at": format_time(self.updated_at),
             "completed_at": format_time(self.completed_at),
+            "execution_failed": self.execution_failed,
             "retries": {
                 "count": self.retry_count,
                 "last_reason": self.retry_reason,
                 "since": format_time(self.retry_since),
-                # a pending trigger that has retried is due again at ``available_at``
-                "next_at": (format_time(self.available_at)
-                            if self.retry_count and self.status is TriggerStatus.PENDING
-                            else None),
+                # a retrying trigger is due again at ``available_at``
+                "next_at": format_time(self.available_at) if self.retrying else None,
             },
         }
 

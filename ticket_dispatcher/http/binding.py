@@ -241,6 +241,16 @@ def query_choice(req: QueryParams, name: str, parse: Callable[[str], T],
                            [Problem(name, f"must be {allowed}")]) from None
 
 
+def flag(text: str) -> bool:
+    """A boolean query parameter's value (``query_choice``'s ``parse``): true, false, 1 or 0."""
+    lowered = text.lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise ValueError(text)
+
+
 def paging(req: QueryParams) -> tuple[int, int]:
     """``limit`` (1..200, default 50) and ``offset`` (>= 0) of a list endpoint."""
     return (query_int(req, "limit", default=50, minimum=1, maximum=200),

@@ -27,6 +27,7 @@ from ticket_dispatcher.http.binding import (
     MAX_ID,
     QueryParams,
     bind_object,
+    flag,
     page,
     paging,
     query_choice,
@@ -130,12 +131,20 @@ class TriggerFilters(TypedDict):
     """``TriggerRepository.page``'s keywords."""
 
     status: TriggerStatus | None
+    retrying: bool
     source: str | None
     issue_key: str | None
     created_after: datetime | None
     created_before: datetime | None
+    execution_failed: bool | None
     before_id: int | None
     limit: int
+
+
+# The list's ``status`` filter: a stored status, or ``retrying``, the ``pending`` triggers that
+# wait for their next try after a passing fault (their own status stays ``pending``).
+RETRYING = "retrying"
+STATUS_FILTERS = (*TriggerStatus, RETRYING)
 
 
 def trigger_filters(req: QueryParams) -> TriggerFilters:
@@ -153,12 +162,15 @@ def trigger_filters(req: QueryParams) -> TriggerFilters:
         raise InvalidInput("created_after must be earlier than created_before",
                            [Problem("created_before", "must be later than created_after")])
     cursor = req.get_param("cursor")
+    retrying = req.get_param("status") == RETRYING
     return {
-        "status": query_choice(req, "status", TriggerStatus,
-                               "one of " + ", ".join(TriggerStatus)),
+        "status": None if retrying else query_choice(
+            req, "status", TriggerStatus, "one of " + ", ".join(STATUS_FILTERS)),
+        "retrying": retrying,
         "source": source,
         "issue_key": checked_issue_key(issue_key) if issue_key is not None else None,
         "created_after": after, "created_before": before,
+        "execution_failed": query_choice(req, "execution_failed", flag, "true or false"),
         "before_id": decode_cursor(cursor) if cursor is not None else None,
         "limit": query_int(req, "limit", default=50, minimum=1, maximum=200),
     }

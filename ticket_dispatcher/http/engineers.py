@@ -20,6 +20,7 @@ from ticket_dispatcher.errors import InvalidInput, NotFound, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import (
     bind_object,
+    flag,
     page,
     paging,
     query_choice,
@@ -48,15 +49,6 @@ def _check_lengths(body: dict) -> None:
         raise InvalidInput("the engineer is not valid", problems)
 
 
-def _flag(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("true", "1"):
-        return True
-    if lowered in ("false", "0"):
-        return False
-    raise ValueError(text)
-
-
 class EngineerCollection:
     roles = {"GET": VIEWER}
 
@@ -65,7 +57,7 @@ class EngineerCollection:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit, offset = paging(req)
-        enabled = query_choice(req, "dispatch_enabled", _flag, "true or false")
+        enabled = query_choice(req, "dispatch_enabled", flag, "true or false")
         store = self._services.store
         items, total = store.engineers.page(limit=limit, offset=offset, dispatch_enabled=enabled)
         now = self._services.clock.now()
@@ -138,7 +130,7 @@ class TimeOffCollection:
     def on_get(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
         email = checked_email(email)
         limit, offset = paging(req)
-        past = query_choice(req, "past", _flag, "true or false") or False
+        past = query_choice(req, "past", flag, "true or false") or False
         store = self._services.store
         store.engineers.get(email)  # 404 for an unknown engineer, not an empty list
         items, total = store.time_off.page(email, now=self._services.clock.now(), past=past,

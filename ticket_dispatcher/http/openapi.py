@@ -187,11 +187,16 @@ _EMAIL = [_path_param("email", {"type": "string", "pattern": EMAIL_PATTERN, "max
                       "alice@example.com")]
 
 _TRIGGER_FILTERS = [
-    _query("status", _enum(TriggerStatus)),
+    _query("status", _enum([*TriggerStatus, "retrying"]),
+           "A trigger status; or retrying: the pending triggers waiting for their next try "
+           "after a passing fault of Jira (their status stays pending, retries.next_at says "
+           "when)"),
     _query("source", {"type": "string", "pattern": SOURCE_PATTERN}),
     _query("issue_key", {"type": "string", "pattern": ISSUE_KEY_PATTERN}),
     _query("created_after", TIME, "Created at or after this time (RFC 3339 with an offset)"),
     _query("created_before", TIME, "Created before this time; later than created_after"),
+    _query("execution_failed", {"type": "boolean"},
+           "true: only triggers one of whose executions failed; false: only those none did"),
     _query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}),
     _query("cursor", {"type": "string"}, "The next_cursor of the previous page, as given"),
 ]
@@ -654,6 +659,8 @@ def _dispatch_schemas() -> dict:
             "output": _object({"execution_ids": {"type": "array", "items": ID}}),
             "failure_reason": {"type": "string"},
             "created_at": TIME, "updated_at": TIME, "completed_at": MAYBE_TIME,
+            "execution_failed": {"type": "boolean", "description": "One of its executions "
+                                 "failed (the trigger itself may be completed)"},
             "retries": _object({
                 "count": {"type": "integer", "minimum": 0,
                           "description": "Issue loads put off for a passing fault of Jira "

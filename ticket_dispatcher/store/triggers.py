@@ -8,7 +8,14 @@ from typing import Any, cast
 import peewee
 
 from ticket_dispatcher.domain.catalog import RESERVED_SOURCES
-from ticket_dispatcher.domain.execution import DryRun, Lease, Trigger, TriggerInput, TriggerStatus
+from ticket_dispatcher.domain.execution import (
+    DryRun,
+    ExecutionStatus,
+    Lease,
+    Trigger,
+    TriggerInput,
+    TriggerStatus,
+)
 from ticket_dispatcher.domain.matching import NOTIFICATION_LANE
 from ticket_dispatcher.errors import LeaseLost, NotFound
 from ticket_dispatcher.store.database import (
@@ -25,6 +32,7 @@ from ticket_dispatcher.store.database import (
 from ticket_dispatcher.store.deliveries import DeliveryRepository, take_statement
 from ticket_dispatcher.store.models import (
     DriverTime,
+    ExecutionRow,
     TriggerRow,
     json_param,
     placeholders,
@@ -84,7 +92,18 @@ def _extra_input(stored: dict[str, Any] | None) -> TriggerInput:
     return cast(TriggerInput, {k: v for k, v in (stored or {}).items() if k != "issue_key"})
 
 
+def _execution_failed() -> peewee.ColumnBase:
+    """True where one of the trigger's executions failed: an EXISTS through the executions'
+    trigger index."""
+    failed = (ExecutionRow.select(ExecutionRow.id)
+              .where((ExecutionRow.trigger == TriggerRow.id)
+                     & (ExecutionRow.status == ExecutionStatus.FAILED.value)))
+    return peewee.fn.EXISTS(failed)
+
+
 def trigger_from_row(row: TriggerRow) -> Trigger:
+    """A trigger from its row; ``execution_failed`` from the row's column of that name when
+    the query selected it (``_execution_failed``), else False."""
     return Trigger(
         id=row.id, source=row.source, issue_key=row.issue_key, policy_id=row.policy_id,
         dryrun=row.dryrun_json, status=TriggerStatus(row.status), available_at=row.available_at,
@@ -93,6 +112,7 @@ def trigger_from_row(row: TriggerRow) -> Trigger:
         updated_at=row.updated_at, completed_at=row.completed_at,
         retry_count=row.retry_count, retry_reason=row.retry_reason,
         retry_since=row.retry_since, extra_input=_extra_input(row.input_json),
+        execution_failed=bool(getattr(row, "execution_failed", False)),
     )
 
 
@@ -237,20 +257,29 @@ class TriggerRepository:
 
     def get(self, trigger_id: int) -> Trigger:
         with unit_of_work(self.db):
-            row = TriggerRow.get_or_none(TriggerRow.id == trigger_id)
+            row = (TriggerRow.select(TriggerRow, _execution_failed().alias("execution_failed"))
+                   .where(TriggerRow.id == trigger_id).first())
         if row is None:
             raise NotFound(f"trigger {trigger_id} not found")
         return trigger_from_row(row)
 
     def page(self, *, status: TriggerStatus | None = None, source: str | None = None,
              issue_key: str | None = None, created_after: datetime | None = None,
-             created_before: datetime | None = None, before_id: int | None = None,
+             created_before: datetime | None = None, execution_failed: bool | None = None,
+             retrying: bool = False, before_id: int | None = None,
              limit: int = 50) -> tuple[list[Trigger], int | None]:
         """Newest first (by id): at most ``limit`` triggers with an id below ``before_id``
-        (all when None), ``created_at`` in [``created_after``, ``created_before``). Also the
-        ``before_id`` of the next page, None on the last one. One query: a row more than
-        ``limit`` says whether another page follows, so no COUNT is needed."""
-        query = TriggerRow.select()
+        (all when None), ``created_at`` in [``created_after``, ``created_before``).
+        ``execution_failed``: only those one of whose executions failed (True) or none did
+        (False). ``retrying``: only ``pending`` ones waiting for their next try after a
+        passing fault (``Trigger.retrying``). Also the ``before_id`` of the next page, None on
+        the last one. One query: a row more than ``limit`` says whether another page follows,
+        so no COUNT is needed."""
+        failed = _execution_failed()
+        query = TriggerRow.select(TriggerRow, failed.alias("execution_failed"))
+        if retrying:
+            status = TriggerStatus.PENDING
+            query = query.where(TriggerRow.retry_since.is_null(False))
         for column, value in ((TriggerRow.status, status and status.value),
                               (TriggerRow.source, source),
                               (TriggerRow.issue_key, issue_key)):
@@ -260,6 +289,8 @@ class TriggerRepository:
             query = query.where(TriggerRow.created_at >= to_utc(created_after))
         if created_before is not None:
             query = query.where(TriggerRow.created_at < to_utc(created_before))
+        if execution_failed is not None:
+            query = query.where(failed if execution_failed else ~failed)
         if before_id is not None:
             query = query.where(TriggerRow.id < before_id)
         with unit_of_work(self.db):
