@@ -433,3 +433,42 @@ def test_the_timeline_says_who_was_passed_over_and_why(open_console, harness):
     assert f"Chosen {ENGINEERS[1]}" in text
     assert (f"Passed over {ENGINEERS[0]}: not eligible: on time off until Wed 2026-12-02 "
             f"01:00 UTC (parental leave)") in text
+
+
+def test_replay_asks_then_posts_a_failed_executions_trigger_again(console, harness):
+    policy = harness.policy(rule("test_plan_fails"))
+    [execution_id] = harness.post_trigger().execution_ids
+    path = f"/console/executions/{execution_id}/replay"
+    console.sign_in("operator")
+    shown = console.get(f"/console/executions/{execution_id}")
+    assert f'action="{path}"' in shown.text
+    assert "completed: an execution failed" in main_text(shown.text)
+
+    asked = console.post(path)
+    before = len(harness.store.triggers.page()[0])
+    forged = console.post(path, {"confirmed": "yes"}, token="made-up")
+    done = console.post(path, {"confirmed": "yes"})
+    harness.wait_idle()
+
+    assert asked.status_code == 200 and "Yes, replay execution" in asked.text
+    assert (f"Post a new jira_automation trigger for TCID-1 (policy {policy.id} only)"
+            in main_text(asked.text))
+    assert forged.status_code == 403
+    assert before == 1 and done.status_code == 200
+    newest = harness.store.triggers.page()[0][0]
+    assert f"Trigger {newest.id} was posted for TCID-1 (a replay of execution {execution_id})" \
+        in main_text(done.text)
+    assert newest.policy_id == policy.id and len(newest.execution_ids) == 1
+
+
+def test_a_succeeded_execution_offers_no_replay_and_refuses_one(console, harness):
+    harness.policy(rule("test_noop"))
+    [execution_id] = harness.post_trigger().execution_ids
+    console.sign_in("operator")
+
+    shown = console.get(f"/console/executions/{execution_id}").text
+    refused = console.post(f"/console/executions/{execution_id}/replay")
+
+    assert "/replay" not in shown and "an execution failed" not in shown
+    assert refused.status_code == 409
+    assert "only a failed execution is replayed" in main_text(refused.text)

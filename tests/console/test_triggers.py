@@ -33,3 +33,17 @@ def test_a_trigger_retrying_a_rate_limit_shows_its_retries_and_next_try(console,
     assert harness.trigger(trigger.id).status is TriggerStatus.COMPLETED
     row = main_text(console.get("/console/triggers").text).split(f"{trigger.id} TCID-1", 1)[1]
     assert "2 retries since" in row and "next try" not in row.split("TCID", 1)[0]
+
+
+def test_a_trigger_whose_execution_failed_is_not_shown_green(console, harness):
+    console.sign_in("viewer")
+    harness.policy(rule("test_plan_fails"))
+    failed = harness.post_trigger("TCID-1")
+
+    page = console.get("/console/triggers", params={"execution_failed": "true"}).text
+    others = console.get("/console/triggers", params={"execution_failed": "false"}).text
+
+    assert failed.status is TriggerStatus.COMPLETED
+    assert 'class="status status-failed">completed: an execution failed<' in page
+    assert "status-completed" not in page and "TCID-1" in main_text(page)
+    assert "TCID-1" not in main_text(others)

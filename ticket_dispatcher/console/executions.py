@@ -19,6 +19,7 @@ import falcon
 
 from ticket_dispatcher.actors.messages import CancelOutcome
 from ticket_dispatcher.console.actions import Action, Done
+from ticket_dispatcher.console.triggers import replay_done, replay_question
 from ticket_dispatcher.console.web import Console, Page, Query, url
 from ticket_dispatcher.domain.catalog import ActionType
 from ticket_dispatcher.domain.conditions import MAX_CONDITION_DEPTH
@@ -30,9 +31,10 @@ from ticket_dispatcher.domain.execution import (
     ExecutionStatus,
     RuleExecution,
 )
+from ticket_dispatcher.domain.replay import Replay, replay_of_execution
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.http.binding import paging
-from ticket_dispatcher.http.dispatch import execution_filters
+from ticket_dispatcher.http.dispatch import execution_filters, post_replay
 
 FILTERS = ("issue_key", "status", "mode", "policy_id", "trigger_id", "limit")
 
@@ -67,6 +69,7 @@ def routes(console: Console, ID: str) -> list[tuple[str, Page]]:
         ("/executions", ExecutionList(console)),
         (item, ExecutionView(console)),
         (item + "/cancel", ExecutionCancelAction(console)),
+        (item + "/replay", ExecutionReplayAction(console)),
     ]
 
 
@@ -234,3 +237,22 @@ class ExecutionCancelAction(Action):
                        "it was running, and its actor was told to stop at its next step.")
         return Done(message, url(f"/executions/{execution_id}"),
                     f"See execution {execution_id}")
+
+
+class ExecutionReplayAction(Action):
+    title = "Replay execution"
+
+    def _replay(self, execution_id: int) -> Replay:
+        store = self.services.store
+        execution = store.executions.get(execution_id)
+        return replay_of_execution(execution, store.triggers.get(execution.trigger_id))
+
+    def back(self, req: falcon.Request, execution_id: int) -> str:
+        return url(f"/executions/{execution_id}")
+
+    def question(self, req: falcon.Request, execution_id: int) -> str:
+        return replay_question(self._replay(execution_id))
+
+    def apply(self, req: falcon.Request, execution_id: int) -> Done:
+        trigger = post_replay(self.services, self._replay(execution_id))
+        return replay_done(trigger, f"execution {execution_id}")

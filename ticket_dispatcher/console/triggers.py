@@ -8,14 +8,19 @@ import falcon
 
 from ticket_dispatcher.console.actions import Action, Done
 from ticket_dispatcher.console.web import Page, Query, url
-from ticket_dispatcher.domain.catalog import SOURCE
-from ticket_dispatcher.domain.execution import Trigger, TriggerStatus
-from ticket_dispatcher.domain.fanout import reserved_role
-from ticket_dispatcher.errors import Conflict, InvalidInput, Problem
-from ticket_dispatcher.http.dispatch import encode_cursor, trigger_filters
+from ticket_dispatcher.domain.execution import Trigger
+from ticket_dispatcher.domain.replay import Replay, replay_of_trigger
+from ticket_dispatcher.errors import InvalidInput, Problem
+from ticket_dispatcher.http.dispatch import (
+    STATUS_FILTERS,
+    encode_cursor,
+    post_replay,
+    trigger_filters,
+)
 from ticket_dispatcher.timeutil import format_time
 
-FILTERS = ("status", "source", "issue_key", "created_after", "created_before", "limit")
+FILTERS = ("status", "execution_failed", "source", "issue_key", "created_after",
+           "created_before", "limit")
 # The "since" shortcut of the form: created in the last …
 SINCE = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1), "24h": timedelta(hours=24),
          "7d": timedelta(days=7)}
@@ -36,7 +41,7 @@ class TriggerList(Page):
         self.console.render(
             req, resp, "triggers.html", items=items, since=since,
             filters=dict.fromkeys(FILTERS, "") | filters,
-            since_choices=SINCE, statuses=list(TriggerStatus),
+            since_choices=SINCE, statuses=STATUS_FILTERS,
             next_page=(url("/triggers", **dict(filters, since=since,  # the same filters
                                               cursor=encode_cursor(following)))
                        if following else None),
@@ -47,32 +52,34 @@ class TriggerList(Page):
 class TriggerReplay(Action):
     title = "Replay trigger"
 
-    def _failed(self, trigger_id: int) -> Trigger:
-        trigger = self.services.store.triggers.get(trigger_id)
-        if trigger.status is not TriggerStatus.FAILED:
-            raise Conflict(f"trigger {trigger_id} is {trigger.status.value}; only a failed "
-                           "trigger is replayed")
-        return trigger
+    def _replay(self, trigger_id: int) -> Replay:
+        return replay_of_trigger(self.services.store.triggers.get(trigger_id))
 
     def back(self, req: falcon.Request, trigger_id: int) -> str:
-        return url("/triggers", issue_key=self._failed(trigger_id).issue_key)
+        return url("/triggers", issue_key=self._replay(trigger_id).issue_key)
 
     def question(self, req: falcon.Request, trigger_id: int) -> str:
-        trigger = self._failed(trigger_id)
-        text = (f"Post a new {trigger.source} trigger for {trigger.issue_key}, as Jira "
-                f"Automation would. It reads the issue as it is now")
-        if reserved_role(trigger.source):
-            text += ("; a notification runs only if the issue still carries its role label "
-                     "(re-add it in Jira first if the workflow took it off)")
-        return text + "."
+        return replay_question(self._replay(trigger_id))
 
     def apply(self, req: falcon.Request, trigger_id: int) -> Done:
-        trigger = self._failed(trigger_id)
-        assert SOURCE(trigger.source)
-        replay = self.services.running().accept_trigger(
-            trigger.source, trigger.issue_key, policy_id=trigger.policy_id,
-            dryrun=trigger.dryrun)
-        return Done(f"Trigger {replay.id} was posted for {trigger.issue_key} "
-                    f"(a replay of trigger {trigger.id}); it is {replay.status.value}.",
-                    url("/executions", trigger_id=replay.id),
-                    f"Follow trigger {replay.id}'s executions")
+        replay = post_replay(self.services, self._replay(trigger_id))
+        return replay_done(replay, f"trigger {trigger_id}")
+
+
+def replay_question(replay: Replay) -> str:
+    """A replay's confirmation text: what it posts, and what it reads."""
+    text = (f"Post a new {replay.source} trigger for {replay.issue_key}"
+            f"{f' (policy {replay.policy_id} only)' if replay.policy_id else ''}, as Jira "
+            "Automation would. It reads the issue as it is now")
+    if replay.needs_role_label:
+        text += ("; a notification runs only if the issue still carries its role label "
+                 "(re-add it in Jira first if the workflow took it off)")
+    return text + "."
+
+
+def replay_done(trigger: Trigger, replayed: str) -> Done:
+    """A replay's result page: the new trigger, and where to follow it."""
+    return Done(f"Trigger {trigger.id} was posted for {trigger.issue_key} (a replay of "
+                f"{replayed}); it is {trigger.status.value}.",
+                url("/executions", trigger_id=trigger.id),
+                f"Follow trigger {trigger.id}'s executions")

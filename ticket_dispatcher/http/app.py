@@ -13,6 +13,7 @@ from ticket_dispatcher.http.contexts import ContextItem
 from ticket_dispatcher.http.dispatch import (
     ExecutionCollection,
     ExecutionItem,
+    ExecutionReplay,
     TriggerCollection,
     TriggerItem,
 )
@@ -72,6 +73,8 @@ def create_app(services: Services, *, auth_enabled: bool = True,
     app.add_route(f"{api}/dispatch/triggers/{{trigger_id:{ID}}}", TriggerItem(services))
     app.add_route(f"{api}/dispatch/executions", ExecutionCollection(services))
     app.add_route(f"{api}/dispatch/executions/{{execution_id:{ID}}}", ExecutionItem(services))
+    app.add_route(f"{api}/dispatch/executions/{{execution_id:{ID}}}/replay",
+                  ExecutionReplay(services))
     app.add_route(f"{api}/dispatch/policies", PolicyCollection(services))
     app.add_route(f"{api}/dispatch/policies/validate", PolicyValidation(services))
     app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}", PolicyItem(services))

@@ -16,13 +16,15 @@ from ticket_dispatcher.domain.execution import (
     DryRun,
     ExecutionMode,
     ExecutionStatus,
+    Trigger,
     TriggerStatus,
 )
 from ticket_dispatcher.domain.fanout import reserved_role
 from ticket_dispatcher.domain.matching import lock_key
+from ticket_dispatcher.domain.replay import Replay, replay_of_execution
 from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem, StoreUnavailable
 from ticket_dispatcher.http import API_BASE
-from ticket_dispatcher.http.auth import AUTOMATION, AUTOMATION_READ, VIEWER
+from ticket_dispatcher.http.auth import AUTOMATION, AUTOMATION_READ, OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import (
     MAX_ID,
     QueryParams,
@@ -38,6 +40,7 @@ from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
 from ticket_dispatcher.http.services import Services
+from ticket_dispatcher.store import Store
 from ticket_dispatcher.timeutil import parse_business_now, parse_rfc3339, to_utc
 
 TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB
@@ -176,6 +179,40 @@ def trigger_filters(req: QueryParams) -> TriggerFilters:
     }
 
 
+def check_explicit_policy(store: Store, policy_id: int, issue_key: str, *, live: bool) -> None:
+    """A trigger naming ``policy_id`` is refused before it is stored: 400 when the policy does
+    not exist, 409 when a live execution holds its lock key for the issue. The pool decides
+    again when it creates the execution; this answers early."""
+    try:
+        policy = store.policies.get(policy_id)
+    except NotFound:
+        raise InvalidInput(f"policy {policy_id} does not exist",
+                           [Problem("policy_id", "no such policy")]) from None
+    if not live:
+        return  # dry-runs are never excluded
+    live_lock_key = lock_key(policy, issue_key)
+    candidate = LockCandidate(policy_id, issue_key, live_lock_key)
+    admission = admit([candidate], store.executions.busy_lock_keys([live_lock_key]),
+                      explicit=True)
+    if admission.outcome is AdmissionOutcome.CONFLICT:
+        raise Conflict(admission.reason)
+
+
+def post_replay(services: Services, replay: Replay) -> Trigger:
+    """Post the trigger ``replay`` describes, as ``POST /dispatch/triggers`` would, checks
+    included; the console's replays and the API's go through here."""
+    store = services.store
+    with store.connection():
+        if replay.policy_id is not None:
+            if not store.policies.exists(replay.policy_id):
+                raise Conflict(f"policy {replay.policy_id} no longer exists; post a trigger "
+                               "for another policy instead")
+            check_explicit_policy(store, replay.policy_id, replay.issue_key,
+                                  live=replay.dryrun is None)
+        return services.running().accept_trigger(
+            replay.source, replay.issue_key, policy_id=replay.policy_id, dryrun=replay.dryrun)
+
+
 # The trigger intake counter's outcome of a refused request (docs/operations.md, "Metrics").
 _INTAKE_OUTCOMES = {429: "rate_limited", 503: "unavailable"}
 
@@ -236,30 +273,13 @@ class TriggerCollection:
         intake["source"] = source
         with self._services.store.connection():  # one check-out for the checks and the insert
             if policy_id is not None:
-                self._check_explicit_policy(policy_id, issue_key, live=dryrun is None)
+                check_explicit_policy(self._services.store, policy_id, issue_key,
+                                      live=dryrun is None)
             trigger = self._services.running().accept_trigger(
                 source, issue_key, policy_id=policy_id, dryrun=dryrun)
         resp.status = falcon.HTTP_202
         resp.location = f"{API_BASE}/dispatch/triggers/{trigger.id}"
         resp.media = trigger.to_json()
-
-    def _check_explicit_policy(self, policy_id: int, issue_key: str, live: bool) -> None:
-        store = self._services.store
-        try:
-            policy = store.policies.get(policy_id)
-        except NotFound:
-            raise InvalidInput(f"policy {policy_id} does not exist",
-                               [Problem("policy_id", "no such policy")]) from None
-        if not live:
-            return  # dry-runs are never excluded
-        # The pool decides again when it creates the execution; this answers 409 early.
-        live_lock_key = lock_key(policy, issue_key)
-        candidate = LockCandidate(policy_id, issue_key, live_lock_key)
-        admission = admit([candidate], store.executions.busy_lock_keys([live_lock_key]),
-                          explicit=True)
-        if admission.outcome is AdmissionOutcome.CONFLICT:
-            raise Conflict(admission.reason)
-
 
 class TriggerItem:
     roles = {"GET": AUTOMATION_READ}
@@ -316,4 +336,24 @@ class ExecutionItem:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, execution_id: int) -> None:
         resp.media = self._services.store.executions.get(execution_id).to_json()
+
+
+class ExecutionReplay:
+    """``POST /dispatch/executions/{id}/replay`` (operator): a failed execution's trigger
+    posted again on the live issue, for the execution's policy; 202 with the new trigger's id.
+    409 for an execution that did not fail."""
+
+    roles = {"POST": OPERATOR}
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, execution_id: int) -> None:
+        store = self._services.store
+        execution = store.executions.get(execution_id)
+        replay = replay_of_execution(execution, store.triggers.get(execution.trigger_id))
+        trigger = post_replay(self._services, replay)
+        resp.status = falcon.HTTP_202
+        resp.location = f"{API_BASE}/dispatch/triggers/{trigger.id}"
+        resp.media = {"trigger_id": trigger.id}
 

@@ -307,6 +307,14 @@ def _dispatch_paths() -> dict:
         f"{API_BASE}/dispatch/executions/{{execution_id}}": {"get": _op(
             "Read an execution with its rule and action snapshots",
             {"200": _json(_ref("Execution"))}, params=_EXECUTION_ID, errors=("404",))},
+        f"{API_BASE}/dispatch/executions/{{execution_id}}/replay": {"post": _op(
+            "Replay a failed execution (operator): its trigger's source posted again on the "
+            "live issue, for the execution's policy (a reserved source: matched again); "
+            "409 when the execution did not fail, or a live execution holds the policy's "
+            "lock on the issue", {"202": _json(_object({"trigger_id": ID}),
+                                               "Accepted; Location names the new trigger",
+                                               _LOCATION)},
+            params=_EXECUTION_ID, errors=("404", "409"))},
     }
 
 
