@@ -60,7 +60,7 @@ def test_each_number_says_what_waits_and_links_to_its_list(world):
     assert _card(page, "Database") == "up"
     assert _card(page, "Parked waits").startswith("1 next wake")  # parked for 60 s
     assert '<a href="/console/parked">1</a>' in page
-    assert _card(page, "Failed in the last hour") == "2 triggers"
+    assert _card(page, "Failed in the last hour") == "0 executions · 2 triggers"
     link = re.search(r'href="(/console/triggers\?status=failed&amp;created_after=[^"]+)"', page)
     listed = world.console.get(link[1].replace("&amp;", "&")).text
     assert "NOPE-1" in listed and "NOPE-2" in listed and "TCID-1" not in listed
@@ -73,7 +73,22 @@ def test_triggers_failed_before_the_hour_are_not_counted(world):
     failed_trigger(harness.store, harness.clock, "NOPE-1")
     harness.clock.advance(3601)
 
-    assert _card(world.console.get("/console/").text, "Failed in the last hour") == "0 triggers"
+    assert _card(world.console.get("/console/").text,
+                 "Failed in the last hour") == "0 executions · 0 triggers"
+
+
+def test_failed_executions_are_counted_beside_failed_triggers(world):
+    harness = world.harness
+    harness.runtime.cancel(world.execution_id, "cancelled by a test")  # it fails
+    harness.wait_idle()
+
+    page = world.console.get("/console/").text
+    harness.clock.advance(3601)
+    an_hour_later = world.console.get("/console/").text
+
+    assert _card(page, "Failed in the last hour") == "1 execution · 0 triggers"
+    assert 'class="big bad"><a href="/console/executions?status=failed">1</a>' in page
+    assert _card(an_hour_later, "Failed in the last hour") == "0 executions · 0 triggers"
 
 
 @pytest.mark.postgres

@@ -12,7 +12,8 @@ from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.timeutil import format_time
 
 FAILED_WINDOW = timedelta(hours=1)
-COUNT_CAP = 200  # failed triggers counted exactly up to this; beyond it the page says "200+"
+# failed triggers and executions counted exactly up to this; beyond it the page says "200+"
+COUNT_CAP = 200
 
 
 class Facts(TypedDict):
@@ -20,8 +21,10 @@ class Facts(TypedDict):
 
     triggers: dict[str, tuple[int, float]] | None  # status → (count, oldest's age in seconds)
     executions: dict[str, dict] | None  # "created"/"executing" → mode → (count, age)
-    failed: int | None  # failed in the window, counted up to COUNT_CAP
+    failed: int | None  # triggers failed in the window, counted up to COUNT_CAP
     failed_more: bool  # more than COUNT_CAP failed
+    failed_executions: int | None  # executions failed in the window, up to COUNT_CAP
+    failed_executions_more: bool
 
 
 class Overview(Page):
@@ -36,7 +39,8 @@ class Overview(Page):
         since = now - FAILED_WINDOW
         database_up = store.ping()
         facts: Facts = {"triggers": None, "executions": None, "failed": None,
-                        "failed_more": False}
+                        "failed_more": False, "failed_executions": None,
+                        "failed_executions_more": False}
         if database_up:
             try:
                 with store.connection():
@@ -46,6 +50,9 @@ class Overview(Page):
                     failed = store.triggers.failed_since(since, COUNT_CAP + 1)
                     facts["failed"] = min(failed, COUNT_CAP)
                     facts["failed_more"] = failed > COUNT_CAP
+                    failed = store.executions.failed_since(since, COUNT_CAP + 1)
+                    facts["failed_executions"] = min(failed, COUNT_CAP)
+                    facts["failed_executions_more"] = failed > COUNT_CAP
             except StoreUnavailable:
                 database_up = False
         self.console.render(req, resp, "overview.html", status_view=status,

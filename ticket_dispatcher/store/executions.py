@@ -458,6 +458,17 @@ class ExecutionRepository:
             rows, total = fetch_page(query.order_by(ExecutionRow.id.desc()), limit, offset)
             return self._with_rules(rows), total
 
+    def failed_since(self, since: datetime, cap: int) -> int:
+        """How many executions failed at or after ``since``, counted up to ``cap`` (the
+        overview's "failed in the last hour"), through the status index: failed executions
+        are the few."""
+        recent = (ExecutionRow.select(ExecutionRow.id)
+                  .where((ExecutionRow.status == ExecutionStatus.FAILED.value)
+                         & (ExecutionRow.completed_at >= to_utc(since)))
+                  .limit(cap))
+        with unit_of_work(self.db):
+            return recent.count()
+
     def backlog(self, now: datetime,
                 ) -> tuple[dict[str, tuple[int, float]], dict[str, tuple[int, float]]]:
         """(created, executing): mode → (count, age in seconds of the oldest), for the
