@@ -52,8 +52,9 @@ def test_context_keys_from_extra_are_kept(log_lines):
     context = {
         "issue_key": "TCID-12345", "trigger_id": 42, "execution_id": 7, "policy_id": 3,
         "source": "jira_assignment_assignee", "role": "assignee",
-        "target_account_id": "5b10ac8d82e05b22cc7d4ef5", "attempt": 2, "deadline": deadline,
-        "reason": "ack timeout", "escalation_from": "acc-1", "escalation_to": "acc-2",
+        "target_account_id": "5b10ac8d82e05b22cc7d4ef5", "attempt": 2,
+        "next_try": "2026-11-30T01:01:00.000Z", "deadline": deadline, "reason": "ack timeout",
+        "escalation_from": "acc-1", "escalation_to": "acc-2",
     }
 
     logging.getLogger("t").info("page sent", extra=context)

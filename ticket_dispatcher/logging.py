@@ -38,6 +38,7 @@ CONTEXT_KEYS = (
     "role",
     "target_account_id",
     "attempt",
+    "next_try",
     "deadline",
     "reason",
     "escalation_from",

@@ -4,6 +4,8 @@ fault longer than the budget fails it with the last reason."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from tests.fakes import RecordingAction
@@ -11,6 +13,7 @@ from tests.harness import rule
 from ticket_dispatcher.domain.execution import ExecutionStatus, TriggerStatus
 from ticket_dispatcher.errors import IntegrationError, OutcomeUnknown
 from ticket_dispatcher.integrations.http import IntegrationRejected, IntegrationTimeout
+from ticket_dispatcher.timeutil import format_time
 
 PASSING_FAULTS = {
     "429": lambda: IntegrationRejected("jira GET /issue failed: HTTP 429", status=429,
@@ -188,3 +191,22 @@ def test_assign_put_refused_by_a_rate_limit_is_retried_and_made_once(make_harnes
                   cause="rate_limited") == 3
     assert len(h.jira.calls("assign")) == 1
     assert h.jira.issues["TCID-1"].assignee.email == "a@example.com"
+
+
+def test_a_put_off_trigger_logs_its_next_try_and_the_budgets_end_apart(make_harness, caplog):
+    h = make_harness(RecordingAction())
+    h.policy(rule("test_noop"))
+    h.jira.fail_next("TCID-1", times=2, error=PASSING_FAULTS["503"])
+    start = h.clock.now()
+
+    with caplog.at_level("INFO", logger="ticket_dispatcher.actors.trigger"):
+        trigger = h.post_trigger()
+        h.advance(5)
+    put_off = [r for r in caplog.records if r.getMessage().startswith(
+        "trigger's issue load met a passing fault")]
+
+    assert [r.attempt for r in put_off] == [1, 2]
+    assert put_off[0].next_try == trigger.to_json()["available_at"]
+    assert put_off[1].next_try == format_time(start + timedelta(seconds=15))
+    budget_end = format_time(start + h.config.transient_retry_budget)
+    assert [r.deadline for r in put_off] == [budget_end, budget_end]

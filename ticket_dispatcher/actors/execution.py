@@ -67,6 +67,7 @@ from ticket_dispatcher.errors import (
     StoreUnavailable,
     fault_of,
 )
+from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
 
@@ -378,19 +379,23 @@ class ExecutionRun:
                 self._report(Finished(self.execution_id, self.run))
                 return False
             deps.metrics.passing_fault_retry("execution_load", fault.cause_label)
-            return self._park_load(execution, reason, attempts, due)
+            return self._park_load(execution, reason, attempts, due, (since or now) + budget)
         retries = deps.config.execution_load_retries
         if attempts > retries:
             self._behavior.abort(execution, code, f"{reason} (after {retries} retries)")
             self._report(Finished(self.execution_id, self.run))
             return False
-        return self._park_load(execution, reason, attempts, now + load_backoff(attempts))
+        return self._park_load(execution, reason, attempts, now + load_backoff(attempts), None)
 
     def _park_load(self, execution: Execution, reason: str, attempts: int,
-                   wake_at: datetime) -> bool:
-        log.warning("execution load failed; retrying", extra={
-            "execution_id": execution.id, "issue_key": execution.issue_key, "reason": reason,
-            "attempt": attempts, "deadline": wake_at.isoformat()})
+                   wake_at: datetime, deadline: datetime | None) -> bool:
+        """Park until ``wake_at``, the load's next try; ``deadline``: the end of the retry
+        budget (None: the retries are counted, not timed)."""
+        fields = {"execution_id": execution.id, "issue_key": execution.issue_key,
+                  "reason": reason, "attempt": attempts, "next_try": format_time(wake_at)}
+        if deadline is not None:
+            fields["deadline"] = format_time(deadline)
+        log.warning("execution load failed; retrying", extra=fields)
         execution.wake_at = wake_at
         self._checkpoints.save(execution, [], parked=True)
         self._report(Parked(self.execution_id, wake_at, self.run))

@@ -235,7 +235,7 @@ class ExecutionPool(TrackedActor):
         due, attempt = self._slots.retry_at(execution_id, self._deps.clock.now())
         log.info("execution interrupted; retrying from its last checkpoint", extra={
             "execution_id": execution_id, "attempt": attempt, "reason": message.reason,
-            "deadline": format_time(due)})
+            "next_try": format_time(due)})
         self._deps.tell_at(due, self.actor_ref, Retry(execution_id), label="retry")
 
     # -- queue and slots ----------------------------------------------------------------------

@@ -287,7 +287,8 @@ class TriggerProcessor:
         deps.metrics.passing_fault_retry("trigger", fault.cause_label)
         log.info("trigger's issue load met a passing fault; it is tried again", extra={
             "trigger_id": trigger.id, "issue_key": trigger.issue_key, "source": trigger.source,
-            "reason": reason, "attempt": attempts, "deadline": format_time(due)})
+            "reason": reason, "attempt": attempts, "next_try": format_time(due),
+            "deadline": format_time(since + budget)})
         return TriggerOutcome.RETRYING, reason
 
     def _unshadowed(self, trigger: Trigger, executions: list[Execution],

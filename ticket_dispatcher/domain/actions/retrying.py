@@ -79,5 +79,6 @@ def park_for_next_try(run: ActionRun, state: RetryingState, error: DispatcherErr
         run.ports.calls.passing_fault_retry("execution_write", fault.cause_label)
     log.warning("a write met a passing fault; it is tried again", extra={
         "issue_key": run.issue.key, "execution_id": run.execution.id, "reason": reason,
-        "attempt": attempts, "deadline": due.isoformat()})
+        "attempt": attempts, "next_try": due.isoformat(),
+        "deadline": state.retry_until.isoformat()})
     return ActionResult.park(due)
