@@ -466,7 +466,8 @@ def test_the_database_goes_away_and_comes_back_under_load_nothing_lost_nothing_r
     assert lease_owner(dispatcher) == owner
     assert dispatcher.log().count("serving on") == 1
     pool = dispatcher.call("GET", "/admin/actors")["pool"]
-    assert (pool["busy"], pool["queue_length"], pool["parked"], pool["retrying"]) == (0, 0, 0, 0)
+    assert (pool["busy"], pool["queue_length"], pool["parked"],
+            pool["database_waits"]) == (0, 0, 0, 0)
     [gone] = log_entries(dispatcher, "database unavailable")
     [back] = log_entries(dispatcher, "database available again")
     assert (gone["level"], back["level"]) == ("WARNING", "INFO")

@@ -14,6 +14,7 @@ from tests.harness import rule
 from ticket_dispatcher.actors.execution import load_backoff
 from ticket_dispatcher.actors.pool import ExecutionPool
 from ticket_dispatcher.errors import StoreUnavailable
+from ticket_dispatcher.integrations.http import IntegrationRejected
 from ticket_dispatcher.timeutil import format_time
 
 
@@ -48,6 +49,7 @@ def test_an_execution_retrying_its_issue_load_shows_the_load_not_its_page(world)
         "wake_at": format_time(world.clock.now() + load_backoff(2)),
         "action": "retrying the issue load", "attempt": 2, "deadline": None}
     assert world.execution(execution_id).load_attempts == 2
+    assert world.runtime.status()["retries"] == {"database_waits": 0, "jira_retries": 1}
 
     world.advance(load_backoff(2).total_seconds())  # the load succeeds: back in its ACK wait
     back = parked_entry(world, execution_id)
@@ -89,7 +91,6 @@ def test_with_nothing_parked_the_view_reads_nothing_from_the_database(make_harne
     assert harness.runtime.status()["parked_executions"] == []
 
 
-
 def test_a_running_execution_shows_where_it_is_and_tells_the_pool_only_its_end(
         make_harness, monkeypatch):
     """The admin view's running entry: the issue, the policy, and the rule and action the
@@ -119,3 +120,27 @@ def test_a_running_execution_shows_where_it_is_and_tells_the_pool_only_its_end(
     h.wait_idle()
     assert reports() == ["Finished"]
     assert h.runtime.status()["executions"] == []
+
+
+def test_jira_retries_are_counted_apart_from_database_waits(make_harness, monkeypatch):
+    harness = make_harness(RecordingAction())
+    harness.policy(rule("test_noop"))
+    harness.jira.fail_next("TCID-1", times=1, error=lambda: IntegrationRejected(
+        "jira GET /rest/api/2/issue/TCID-1 failed: HTTP 503", status=503, service="jira"))
+
+    harness.post_trigger()  # back to pending, due again in 5 s
+    retrying = harness.runtime.status()
+    harness.advance(5)
+    done = harness.runtime.status()
+
+    def unreadable():
+        raise StoreUnavailable("the database is locked", "locked")
+
+    monkeypatch.setattr(harness.store.triggers, "retrying_count", unreadable)
+    outage = harness.runtime.status()
+
+    assert retrying["retries"] == {"database_waits": 0, "jira_retries": 1}
+    assert retrying["pool"]["database_waits"] == 0
+    assert retrying["trigger_actors"]["database_waits"] == 0
+    assert done["retries"] == {"database_waits": 0, "jira_retries": 0}
+    assert outage["retries"] == {"database_waits": 0, "jira_retries": None}

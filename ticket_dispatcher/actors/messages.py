@@ -109,7 +109,7 @@ class PoolFigures(TypedDict):
     lanes: dict[str, LaneView]
     parked: int
     next_wake_at: str | None
-    retrying: int
+    database_waits: int
     sweeper: SweeperView
 
 

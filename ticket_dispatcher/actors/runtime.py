@@ -263,6 +263,7 @@ class Runtime:
         pool = self._ask_pool(PoolStatus())
         assert isinstance(pool, PoolView), "the pool answers a status so"
         leases, watch = self.deps.config.leases, self._ack_watch.last
+        trigger_actors = triggers.status()
         return {
             "supervisor": {"alive": supervisor.is_alive(), "recovered": self.recovered,
                            "in_flight": self.activity.in_flight},
@@ -277,9 +278,23 @@ class Runtime:
                           "looks_per_second": self.deps.config.ack_watch.looks_per_second},
             "cluster": {"mode": self.deps.config.cluster.mode, "draining": self.draining},
             "replicas": self._replica_views(),
-            "trigger_actors": triggers.status(),
+            "trigger_actors": trigger_actors,
+            "retries": {"database_waits": (pool.figures["database_waits"]
+                                           + trigger_actors["database_waits"]),
+                        "jira_retries": self._jira_retries()},
             "clients": self._client_status(),
         }
+
+    def _jira_retries(self) -> int | None:
+        """The triggers waiting for their next try after a passing fault of Jira, and the
+        executions parked to retry their issue load; None while the database cannot be read
+        (the admin view still answers)."""
+        store = self.deps.store
+        try:
+            with store.connection():
+                return store.triggers.retrying_count() + store.executions.retrying_load_count()
+        except StoreUnavailable:
+            return None
 
     def _replica_views(self) -> list[ReplicaView] | StoreUnreadable:
         """Every process serving this database as its heartbeats left it: this one (``self``)

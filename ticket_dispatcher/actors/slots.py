@@ -416,7 +416,7 @@ class ExecutionSlots(Generic[W]):
             "lanes": self.queue.lanes(now),
             "parked": len(self.parked),
             "next_wake_at": format_time(next_wake),
-            "retrying": len(self.retrying),
+            "database_waits": len(self.retrying),
             "sweeper": {"last_at": format_time(self.sweeps.last_at),
                         "reclaimed_total": self.sweeps.reclaimed_total,
                         "recent": list(self.sweeps.recent)},

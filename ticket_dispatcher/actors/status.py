@@ -97,7 +97,7 @@ class TriggerActorsView(TypedDict):
     busy: int
     queue_length: int
     lanes: dict[str, LaneView]
-    retrying: int
+    database_waits: int
     leases: list[TriggerLeaseView]
     reclaimed_total: int
     waiting_for_intake: int
@@ -115,6 +115,14 @@ ClientView = ClientStats | Unconfigured
 Integration = Literal["jira", "lark", "oncall", "core"]
 
 
+class RetriesView(TypedDict):
+    """Work waiting to be tried again: for the database (in this process's memory), and
+    for Jira (from the database: None while it cannot be read)."""
+
+    database_waits: int
+    jira_retries: int | None
+
+
 class RuntimeStatus(TypedDict):
     supervisor: SupervisorView
     scheduler: SchedulerView
@@ -126,4 +134,5 @@ class RuntimeStatus(TypedDict):
     cluster: ClusterView
     replicas: list[ReplicaView] | StoreUnreadable
     trigger_actors: TriggerActorsView
+    retries: RetriesView
     clients: dict[str, ClientView]

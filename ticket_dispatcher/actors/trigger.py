@@ -272,9 +272,10 @@ class TriggerRouter:
                 {"trigger_id": work.trigger_id, "epoch": work.hold.lease.epoch,
                  "expires_at": format_time(work.hold.valid_until)}
                 for work in self._in_hand.values() if work.hold.lease is not None]
-            retrying = sum(1 for work in self._in_hand.values() if work.attempts)
+            database_waits = sum(1 for work in self._in_hand.values() if work.attempts)
         return {"actors": len(self._actors), "busy": len(self._actors) - idle,
-                "queue_length": queued, "lanes": lanes, "retrying": retrying, "leases": leases,
+                "queue_length": queued, "lanes": lanes, "database_waits": database_waits,
+                "leases": leases,
                 "reclaimed_total": self.reclaimed_total,
                 "waiting_for_intake": self._deps.intake.waiting,
                 "alive": sum(1 for actor in self._actors if actor.is_alive())}

@@ -751,6 +751,14 @@ def _service_schemas() -> dict:
                 "details": {"type": "string", "description": "Only while the database "
                             "cannot be read: the entry then holds execution_id and wake_at"}},
                 ["execution_id", "wake_at"])},
+            "retries": _object({
+                "database_waits": {"type": "integer", "minimum": 0, "description": "This "
+                                   "process's executions and triggers waiting out a backoff "
+                                   "after a database failure"},
+                "jira_retries": {"type": "integer", "minimum": 0, "nullable": True,
+                                 "description": "Triggers waiting for their next try after a "
+                                 "passing fault of Jira, and executions parked to retry their "
+                                 "issue load; null while the database cannot be read"}}),
             "replicas": {
                 "description": "Every process serving this database, by its heartbeats (an "
                                "object saying it is unavailable while the database cannot be "

@@ -458,6 +458,15 @@ class ExecutionRepository:
             rows, total = fetch_page(query.order_by(ExecutionRow.id.desc()), limit, offset)
             return self._with_rules(rows), total
 
+    def retrying_load_count(self) -> int:
+        """How many executions are parked to retry their issue (or policy) load: the admin
+        view's Jira retries."""
+        with unit_of_work(self.db):
+            return (ExecutionRow.select(ExecutionRow.id)
+                    .where(ExecutionRow.status.in_(_RUNNING)
+                           & (ExecutionRow.load_attempts > 0))
+                    .count())
+
     def failed_since(self, since: datetime, cap: int) -> int:
         """How many executions failed at or after ``since``, counted up to ``cap`` (the
         overview's "failed in the last hour"), through the status index: failed executions

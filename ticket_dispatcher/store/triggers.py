@@ -298,6 +298,15 @@ class TriggerRepository:
         following = rows[limit - 1].id if len(rows) > limit else None
         return [trigger_from_row(row) for row in rows[:limit]], following
 
+    def retrying_count(self) -> int:
+        """How many triggers wait for their next try after a passing fault
+        (``Trigger.retrying``): the admin view's Jira retries."""
+        with unit_of_work(self.db):
+            return (TriggerRow.select(TriggerRow.id)
+                    .where((TriggerRow.status == TriggerStatus.PENDING.value)
+                           & TriggerRow.retry_since.is_null(False))
+                    .count())
+
     def failed_since(self, since: datetime, cap: int) -> int:
         """How many triggers created at or after ``since`` have failed, counted up to ``cap``
         (the overview's "failed in the last hour"): one query through the creation-time index.
