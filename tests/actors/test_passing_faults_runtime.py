@@ -199,7 +199,7 @@ def test_a_put_off_trigger_logs_its_next_try_and_the_budgets_end_apart(make_harn
     h.jira.fail_next("TCID-1", times=2, error=PASSING_FAULTS["503"])
     start = h.clock.now()
 
-    with caplog.at_level("INFO", logger="ticket_dispatcher.actors.trigger"):
+    with caplog.at_level("INFO", logger="ticket_dispatcher.actors.trigger_processor"):
         trigger = h.post_trigger()
         h.advance(5)
     put_off = [r for r in caplog.records if r.getMessage().startswith(
