@@ -3,6 +3,7 @@ turn under row locks."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections import Counter
@@ -456,3 +457,23 @@ def test_dispatch_switches_name_the_engineers_among_the_emails(store):
     assert store.engineers.dispatch_switches(["ON@x.com", "off@x.com", "none@x.com"]) == {
         "on@x.com": True, "off@x.com": False}
     assert store.engineers.dispatch_switches([]) == {}
+
+
+def test_time_off_is_counted_by_feed_for_one_engineer_in_one_query(store, query_counter):
+    for email in ("a@x.com", "b@x.com"):
+        store.engineers.put(email, dispatch_enabled=True, now=T0)
+    entry = functools.partial(TimeOff, None, start=T0, end=T0 + timedelta(days=1))
+    store.calendar_feeds.replace_feed("hr", None, [
+        entry(email="a@x.com", source="hr"), entry(email="b@x.com", source="hr"),
+        entry(email="b@x.com", source="hr")], T0)
+    store.calendar_feeds.replace_feed("b-own", "b@x.com", [
+        entry(email="b@x.com", source="b-own")], T0)
+    store.time_off.add(entry(email="a@x.com", source="api"), T0)
+
+    with query_counter() as counted:
+        counts = store.time_off.count_by_source("a@x.com", ["hr", "b-own"])
+
+    assert counts == {"hr": 1, "b-own": 0}
+    assert store.time_off.count_by_source("b@x.com", ["hr"]) == {"hr": 2}
+    assert store.time_off.count_by_source("a@x.com", []) == {}
+    assert counted.count == 1

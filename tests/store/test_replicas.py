@@ -46,3 +46,13 @@ def test_a_replica_that_gave_its_work_back_shows_none_busy_or_parked(store):
     assert (replicas["a:10:aaaaaa"].busy, replicas["a:10:aaaaaa"].parked) == (0, 0)
     assert replicas["a:10:aaaaaa"].heartbeat_at == NOW  # it stays as lost as it was
     assert replicas["b:20:bbbbbb"].busy == 2
+
+
+def test_a_replica_that_stopped_cleanly_is_forgotten_and_the_others_stay(store):
+    store.replicas.beat(beat("a:10:aaaaaa"), NOW)
+    store.replicas.beat(beat("b:20:bbbbbb"), NOW)
+
+    store.replicas.stopped("a:10:aaaaaa")
+    store.replicas.stopped("never:1:seen")  # nothing to forget: no error
+
+    assert [r.owner for r in store.replicas.known()] == ["b:20:bbbbbb"]

@@ -159,7 +159,16 @@ class Runtime:
         futures.append(supervisor.stop(block=False))
         stopped = await_stopped(futures, deadline)
         self.deps.cluster.give_back(self.deps.store, self.deps.owner)  # a replica's leases
+        if stopped:  # nothing of it beats any more: not a lost replica, a stopped one
+            self._forget_replica()
         return stopped
+
+    def _forget_replica(self) -> None:
+        try:
+            self.deps.store.replicas.stopped(self.deps.owner)
+        except StoreUnavailable:  # the others see its heartbeat stop, and it is shown lost
+            log.warning("this replica's heartbeat row was not removed: the database cannot "
+                        "be reached")
 
     def drain(self) -> None:
         """Shared mode, at SIGTERM: readiness turns false and no new step, claim or execution

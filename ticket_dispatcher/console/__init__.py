@@ -11,6 +11,7 @@ from __future__ import annotations
 import falcon
 
 from ticket_dispatcher.console import (
+    engineer_settings,
     engineers,
     executions,
     overview,
@@ -40,7 +41,7 @@ def mount(app: falcon.App, console: Console) -> None:
         ("/triggers", triggers.TriggerList(console)),
         (f"/triggers/{{trigger_id:{ID}}}/replay", triggers.TriggerReplay(console)),
     ]
-    for module in (executions, parked, engineers, policies, shadows):
+    for module in (executions, parked, engineers, engineer_settings, policies, shadows):
         routes += module.routes(console, ID)
     for path, resource in routes:
         app.add_route(BASE + path, resource)

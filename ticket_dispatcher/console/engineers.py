@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import quote
-from zoneinfo import ZoneInfo
 
 import falcon
 
@@ -51,6 +50,10 @@ from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.executions import LATEST_LOOKBACK
 
 FILTERS = ("dispatch_enabled", "limit")
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+# What the engineer's page says after a form of it was saved (``?saved=``).
+SAVED = {"availability": "Saved: the time zone, working hours and cap.",
+         "time-off": "The time off was added."}
 ASSIGN_TYPES = (ActionType.ASSIGN.value, ActionType.ASSIGN_L2.value)
 ROTATING = (Strategy.ROUND_ROBIN.value, Strategy.BALANCED.value)
 # Receivers whose engineers the policy names; a group's or a team's are known at run time only.
@@ -71,32 +74,17 @@ def engineer_url(email: str) -> str:
 
 @dataclass
 class Presence:
-    """An engineer as the pages show their availability now: available or not, why and until
-    when, their local time, and their open issues against their cap as last counted."""
+    """An engineer as the pages show their availability now: available or not and why (the
+    domain's sentences, whose times are in the engineer's zone and say so: they explain the
+    verdict), and their open issues against their cap as last counted."""
 
     engineer: Engineer
     availability: Availability
-    local_now: str  # "Mon 09:00 Asia/Shanghai"
     counted: int | None = None  # open issues, as the newest rotation run counted them
-
-    @property
-    def until_local(self) -> str:
-        until = self.availability.until
-        if until is None:
-            return ""
-        local = until.astimezone(_zone(self.engineer))
-        return f"{local:%a %Y-%m-%d %H:%M} {_zone(self.engineer).key}"
 
 
 def presence(engineer: Engineer, time_off: list[TimeOff], now: datetime) -> Presence:
-    settings = settings_of(engineer)
-    local = now.astimezone(settings.zone)
-    return Presence(engineer, availability_at(settings, time_off, now),
-                    f"{local:%a %H:%M} {settings.zone.key}")
-
-
-def _zone(engineer: Engineer) -> ZoneInfo:
-    return settings_of(engineer).zone
+    return Presence(engineer, availability_at(settings_of(engineer), time_off, now))
 
 
 def _flag(text: str) -> bool:
@@ -325,10 +313,20 @@ class EngineerList(Page):
 
 
 class EngineerPage(Page):
-    """One engineer: available now or not and until when, their zone, hours and cap, their
-    time off (what has ended too, with ``past=true``) and the calendar feeds it comes from."""
+    """One engineer: available now or not and why, their zone, hours and cap, their time off
+    (what has ended too, with ``past=true``) and the calendar feeds it comes from; for an
+    operator, the forms that change them (engineer_settings.py)."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
+        saved = req.get_param("saved")
+        self.show(req, resp, email, notice=SAVED.get(saved or ""))
+
+    def show(self, req: falcon.Request, resp: falcon.Response, email: str, *,
+             status: str = falcon.HTTP_200, notice: str | None = None,
+             failed: InvalidInput | None = None, form_name: str = "",
+             form: Mapping[str, str] | None = None) -> None:
+        """The page; after a refused form, with ``status`` 400, what was wrong (``failed``)
+        above the form ``form_name``, which keeps what was typed (``form``)."""
         query = Query(req)
         past = query_choice(query, "past", _flag, "true or false") or False
         limit, offset = paging(query)
@@ -337,18 +335,20 @@ class EngineerPage(Page):
         away = store.engineers.time_off([engineer.email], now, now + LOOKAHEAD)
         entries, total = store.time_off.page(engineer.email, now=now, past=past, limit=limit,
                                              offset=offset)
-        # the organisation's feeds, which may name anyone, and this engineer's own
-        feeds = [(feed, _age(feed.age_seconds(now))) for feed in store.calendar_feeds.feeds()
+        # the organisation's feeds, which may name anyone, and this engineer's own, each with
+        # the entries it holds for this engineer
+        feeds = [feed for feed in store.calendar_feeds.feeds()
                  if feed.email in (None, engineer.email)]
-        zone = _zone(engineer)
+        counts = store.time_off.count_by_source(engineer.email, (f.name for f in feeds))
+        page_path = f"/engineers/{quote(engineer.email, safe='@')}"
         self.console.render(
-            req, resp, "engineer.html", row=presence(engineer, away.get(engineer.email, []),
-                                                     now),
-            entries=entries, total=total, past=past, feeds=feeds, limit=limit, offset=offset,
-            query=query.values("past", "limit"),
-            page_path=f"/engineers/{quote(engineer.email, safe='@')}",
-            local=lambda moment: f"{moment.astimezone(zone):%a %Y-%m-%d %H:%M}",
-            dispatch_url=dispatch_url)
+            req, resp, "engineer.html", status=status,
+            row=presence(engineer, away.get(engineer.email, []), now),
+            entries=entries, total=total, past=past,
+            feeds=[(feed, _age(feed.age_seconds(now)), counts[feed.name]) for feed in feeds],
+            limit=limit, offset=offset, query=query.values("past", "limit"),
+            page_path=page_path, dispatch_url=dispatch_url, notice=notice, failed=failed,
+            form_name=form_name, form=form or {}, days=DAYS, now_utc=now)
 
 
 class _Switch(Action):

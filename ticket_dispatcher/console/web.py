@@ -18,9 +18,11 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
+from zoneinfo import ZoneInfo, available_timezones
 
 import falcon
 import jinja2
@@ -49,6 +51,9 @@ HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
 MAX_FORM_BYTES = 1_048_576
 SIGNED_OUT = "signed-out"  # the identity the sign-in form's CSRF token is bound to
+ZONE_COOKIE = "td_zone"  # the viewer's IANA time zone, which console.js sets from the browser
+SHOWN_TIME = "%Y-%m-%d %H:%M:%S"  # console.js writes the same
+UTC_ZONE = ZoneInfo("UTC")
 
 SECURITY_HEADERS = {
     # No inline script or style anywhere: every script and sheet is a file under /console/static.
@@ -111,6 +116,13 @@ class Console:
                                 static=static_url, mask=MASK)
         self.env.filters.update(when=when, ago=ago, jsonpretty=jsonpretty, masked=masked)
 
+    @staticmethod
+    def zone_of(req: falcon.Request) -> ZoneInfo:
+        """The viewer's time zone, which every time on the page is shown in: the browser's, as
+        console.js stores it in a cookie; UTC until it has (a first page, or no JavaScript)."""
+        name = req.cookies.get(ZONE_COOKIE, "")
+        return ZoneInfo(name) if name in _known_zones() else UTC_ZONE
+
     def render(self, req: falcon.Request, resp: falcon.Response, template: str, *,
                status: str | int = falcon.HTTP_200, **values: Any) -> None:
         viewer = getattr(req.context, "viewer", None)
@@ -121,7 +133,7 @@ class Console:
             # Markup: the token is base64url (nothing to escape) and must reach the form intact.
             csrf=markupsafe.Markup(self.sessions.csrf_token(
                 viewer.identity if viewer else SIGNED_OUT)),
-            now=self.services.clock.now(), **values)
+            now=self.services.clock.now(), zone=self.zone_of(req), **values)
 
     def viewer_of(self, req: falcon.Request) -> Viewer | None:
         if not self.auth_enabled:
@@ -307,17 +319,27 @@ def _as_time(value: object) -> datetime | None:
         return None
 
 
-def when(value: object) -> markupsafe.Markup:
-    """A ``<time>``: UTC in the page (readable without JavaScript), the viewer's local time
-    once console.js has run, UTC on hover either way."""
+@cache
+def _known_zones() -> frozenset[str]:
+    """The IANA names, read once: a cookie's value is looked up here before ZoneInfo opens a
+    file, so no cookie reaches the file system."""
+    return frozenset(available_timezones() - {"localtime"})
+
+
+@jinja2.pass_context
+def when(context: jinja2.runtime.Context, value: object) -> markupsafe.Markup:
+    """A ``<time>`` in the viewer's zone (``zone``, which the page names once), its ISO form
+    in ``datetime``. console.js writes it again in the browser's zone when the page was made
+    before the browser had told its zone (that is, in UTC)."""
     moment = _as_time(value)
     if moment is None:
         return markupsafe.Markup('<span class="muted">—</span>')
+    zone = context.get("zone") or UTC_ZONE
     # digits and separators only, nothing to escape: an f-string, not Markup.format, whose
     # escaping of each argument showed in a long list's rendering
     iso = format_time(moment)
-    shown = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
-    return markupsafe.Markup(f'<time datetime="{iso}" title="{shown}" data-local>{shown}</time>')
+    shown = moment.astimezone(zone).strftime(SHOWN_TIME)
+    return markupsafe.Markup(f'<time datetime="{iso}" data-local>{shown}</time>')
 
 
 def ago(value: object, now: datetime) -> str:

@@ -3,6 +3,8 @@ hours, cap on open issues) and time off (docs/policies.md, "Who can take a ticke
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import falcon
 
 from ticket_dispatcher.domain.availability import LOOKAHEAD
@@ -27,6 +29,7 @@ from ticket_dispatcher.http.binding import (
     read_json,
 )
 from ticket_dispatcher.http.services import Services
+from ticket_dispatcher.store import Store
 
 
 def checked_email(text: str) -> str:
@@ -98,18 +101,26 @@ class EngineerItem:
         resp.media = _shown_now(self._services, engineer)
 
     def _availability(self, email: str, body: dict) -> AvailabilityChanges:
-        given = {key: body[key] for key in AVAILABILITY_KEYS if key in body}
-        if not given:
-            return {}
-        try:
-            stored: Engineer | None = self._services.store.engineers.get(email)
-        except NotFound:
-            stored = None
-        return availability_changes(stored, given)
+        return availability_update(self._services.store, email, body)
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
         self._services.store.engineers.delete(checked_email(email))
         resp.status = falcon.HTTP_204
+
+
+def availability_update(store: Store, email: str,
+                        body: Mapping[str, object]) -> AvailabilityChanges:
+    """The availability settings of ``body`` (those of ``AVAILABILITY_KEYS`` it has), checked
+    with the stored engineer's that they leave as they are (``InvalidInput`` naming each
+    field): what the API's PUT and the console's form write."""
+    given = {key: body[key] for key in AVAILABILITY_KEYS if key in body}
+    if not given:
+        return {}
+    try:
+        stored: Engineer | None = store.engineers.get(email)
+    except NotFound:
+        stored = None
+    return availability_changes(stored, given)
 
 
 def _shown_now(services: Services, engineer: Engineer) -> ShownEngineer:

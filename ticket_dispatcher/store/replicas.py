@@ -1,6 +1,7 @@
 """The processes serving this database: one row each, keyed by its lease owner identity, written
-by its heartbeat. The admin view reads them to show the cluster; a row whose heartbeat is older
-than a lease is a process that stopped beating (lost, paused, or cut off from the database)."""
+by its heartbeat and deleted when it stops cleanly. The admin view reads them to show the
+cluster; a row whose heartbeat is older than a lease is a process that stopped beating without
+stopping (lost, paused, or cut off from the database)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,12 @@ class ReplicaRepository:
         any more, whatever its last heartbeat said (its heartbeat time is left as it was)."""
         with unit_of_work(self.db):
             ReplicaRow.update(busy=0, parked=0).where(ReplicaRow.owner == owner).execute()
+
+    def stopped(self, owner: str) -> None:
+        """The replica ``owner`` stopped cleanly: it is forgotten at once, so that nobody takes
+        it for one that was lost."""
+        with unit_of_work(self.db):
+            delete_where(ReplicaRow, ReplicaRow.owner == owner)
 
     def known(self) -> list[Replica]:
         """Every replica remembered, the most recently started first."""

@@ -17,7 +17,13 @@ import peewee
 from ticket_dispatcher.domain.availability import TimeOff, covering
 from ticket_dispatcher.domain.engineers import engineer_not_found
 from ticket_dispatcher.errors import NotFound
-from ticket_dispatcher.store.database import fetch_page, lock_rows, unit_of_work, write_lock
+from ticket_dispatcher.store.database import (
+    dict_rows,
+    fetch_page,
+    lock_rows,
+    unit_of_work,
+    write_lock,
+)
 from ticket_dispatcher.store.models import EngineerRow, TimeOffRow, delete_where
 from ticket_dispatcher.timeutil import to_utc
 
@@ -57,6 +63,22 @@ class TimeOffRepository:
             rows, total = fetch_page(query.order_by(TimeOffRow.start_at, TimeOffRow.id),
                                      limit, offset)
         return [_time_off(row) for row in rows], total
+
+    def count_by_source(self, email: str, sources: Iterable[str]) -> dict[str, int]:
+        """How many of ``email``'s entries each of ``sources`` (feed names) holds, in one
+        query; a source holding none of theirs is 0."""
+        wanted = list(dict.fromkeys(sources))
+        counts = dict.fromkeys(wanted, 0)
+        if not wanted:
+            return counts
+        query = (TimeOffRow.select(TimeOffRow.source,
+                                   peewee.fn.COUNT(TimeOffRow.id).alias("n"))
+                 .where((TimeOffRow.email == email) & TimeOffRow.source.in_(wanted))
+                 .group_by(TimeOffRow.source))
+        with unit_of_work(self.db):
+            for row in dict_rows(query):
+                counts[row["source"]] = int(row["n"])
+        return counts
 
     def delete(self, email: str, entry_id: int) -> None:
         """Delete one of an engineer's entries, the API's or a feed's (a feed's comes back at
