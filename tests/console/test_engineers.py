@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from html import unescape
 from urllib.parse import quote
 
 import pytest
@@ -378,3 +379,129 @@ def test_the_turn_skips_a_member_on_time_off_as_the_next_assignment_would(world)
     assert turn(page) == "b@example.com"  # a, never dispatched and first, is away
     assert "1 a@example.com enabled away skipped: on time off until" in rotation_text(page)
     assert harness.jira.issues["TCID-1"].assignee.email == "b@example.com"
+
+
+# -- the engineer's own settings and time off, from the console ----------------------------------
+
+ALICE = f"{PAGE}/a@example.com"
+
+
+def refusal(html: str) -> str:
+    """The text of the page's alert, as a reader sees it."""
+    alert = html.split('role="alert">', 1)[1].split("</div>", 1)[0]
+    return " ".join(unescape(re.sub(r"<[^>]+>", "", alert)).split())
+
+
+def settings_form(**changes: str) -> dict[str, str]:
+    form = {"timezone": "Asia/Shanghai", "hours_mon": "09:00-12:00, 13:00-18:00",
+            "hours_tue": "09:00-18:00", "max_open_issues": "8"}
+    return {**form, **changes}
+
+
+def test_an_operator_sets_zone_hours_and_cap_as_the_api_would(console, harness):
+    store, now = harness.store, harness.clock.now()
+    store.engineers.put("a@example.com", dispatch_enabled=False, display_name="Al", now=now)
+    console.sign_in("operator")
+
+    saved = console.post(f"{ALICE}/availability", settings_form())
+
+    assert saved.status_code == 303
+    assert saved.headers["Location"] == f"{ALICE}?saved=availability"
+    engineer = store.engineers.get("a@example.com")
+    assert engineer.timezone == "Asia/Shanghai" and engineer.max_open_issues == 8
+    assert {day: spans for day, spans in engineer.working_hours.items() if spans} == {
+        "mon": ["09:00-12:00", "13:00-18:00"], "tue": ["09:00-18:00"]}
+    assert (engineer.dispatch_enabled, engineer.display_name) == (False, "Al")
+    text = main_text(console.get(saved.headers["Location"]).text)
+    assert "Saved: the time zone, working hours and cap." in text
+    assert "Time zone Asia/Shanghai" in text and "Cap of open issues 8" in text
+
+    console.post(f"{ALICE}/availability", settings_form(any_time="yes", max_open_issues=""))
+    engineer = store.engineers.get("a@example.com")
+    assert (engineer.working_hours, engineer.max_open_issues) == (None, None)
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"timezone": "Mars/Olympus"}, 'timezone: unknown time zone "Mars/Olympus"'),
+    ({"hours_wed": "18:00-09:00"}, "working_hours.wed[0]:"),
+    ({"max_open_issues": "0"}, "max_open_issues: 0 is not at least 1"),
+    ({"max_open_issues": "lots"}, "max_open_issues: must be an integer"),
+])
+def test_a_bad_setting_is_shown_on_the_page_with_what_was_typed(console, harness, changes,
+                                                                 says):
+    harness.store.engineers.put("a@example.com", dispatch_enabled=True, now=harness.clock.now(),
+                                availability={"max_open_issues": 3})
+    console.sign_in("operator")
+
+    refused = console.post(f"{ALICE}/availability", settings_form(**changes))
+
+    assert refused.status_code == 400
+    assert refusal(refused.text).startswith("Not saved") and says in refusal(refused.text)
+    assert f'value="{next(iter(changes.values()))}"' in refused.text
+    assert harness.store.engineers.get("a@example.com").max_open_issues == 3
+
+
+def test_an_operator_adds_time_off_in_their_own_zone_then_ends_it(console, harness):
+    store, now = harness.store, harness.clock.now()  # Monday 2026-11-30 01:00 UTC
+    store.engineers.put("a@example.com", dispatch_enabled=True, now=now)
+    console.sign_in("operator")
+    console.cookies["td_zone"] = "Europe/Berlin"
+
+    added = console.post(f"{ALICE}/time-off", {"zone": "Europe/Berlin", "reason": "dentist",
+                                               "start": "2026-11-30T01:30",
+                                               "end": "2026-12-01T18:00"})
+
+    assert added.status_code == 303
+    [entry], _ = store.time_off.page("a@example.com", now=now)
+    assert (entry.start, entry.end) == (now.replace(hour=0, minute=30),
+                                        now.replace(day=1, month=12, hour=17, minute=0))
+    assert (entry.reason, entry.source) == ("dentist", "api")
+    page = main_text(console.get(added.headers["Location"]).text)
+    assert "The time off was added." in page
+    assert "2026-11-30 01:30:00 2026-12-01 18:00:00 dentist api" in page
+    assert "away on time off until Tue 2026-12-01 17:00 UTC (dentist)" in page
+
+    asked = console.post(f"{ALICE}/time-off/{entry.id}/end")
+    assert asked.status_code == 200 and "End time off" in asked.text
+    assert store.time_off.page("a@example.com", now=now)[1] == 1
+    ended = console.post(f"{ALICE}/time-off/{entry.id}/end", {"confirmed": "yes"})
+    assert "has ended" in main_text(ended.text)
+    assert store.time_off.page("a@example.com", now=now, past=True)[1] == 0
+    assert "Available now available" in main_text(console.get(ALICE).text)
+
+
+@pytest.mark.parametrize(("form", "says"), [
+    ({"start": "2026-12-02T09:00", "end": "2026-12-01T09:00"}, "end:"),
+    ({"start": "", "end": "2026-12-01T09:00"}, "start: missing key"),
+    ({"start": "next week", "end": "2026-12-01T09:00"}, "start:"),
+    ({"start": "2026-12-01T09:00", "end": "2026-12-02T09:00", "zone": "Nowhere/Land"},
+     "zone: is not a known time zone"),
+])
+def test_bad_time_off_is_shown_on_the_page_and_nothing_is_added(console, harness, form, says):
+    harness.store.engineers.put("a@example.com", dispatch_enabled=True, now=harness.clock.now())
+    console.sign_in("operator")
+
+    refused = console.post(f"{ALICE}/time-off", {"zone": "UTC", **form})
+
+    assert refused.status_code == 400
+    assert refusal(refused.text).startswith("Not saved") and says in refusal(refused.text)
+    assert harness.store.time_off.page("a@example.com", now=harness.clock.now())[1] == 0
+
+
+def test_a_viewer_sees_no_settings_form_and_a_forged_post_is_refused(console, harness):
+    harness.store.engineers.put("a@example.com", dispatch_enabled=True, now=harness.clock.now())
+    harness.store.time_off.add(TimeOff(None, "a@example.com", harness.clock.now(),
+                                       harness.clock.now() + timedelta(days=1), "", "api"),
+                               harness.clock.now())
+    console.sign_in("viewer")
+
+    page = console.get(ALICE).text
+    assert 'method="post"' not in page.split('<main id="main"', 1)[1]
+    for path, form in ((f"{ALICE}/availability", settings_form()),
+                       (f"{ALICE}/time-off", {"zone": "UTC", "start": "2026-12-01T09:00",
+                                              "end": "2026-12-02T09:00"}),
+                       (f"{ALICE}/time-off/1/end", {"confirmed": "yes"})):
+        assert console.post(path, form).status_code == 403
+        assert console.post(path, {**form, "csrf_token": "forged"}).status_code == 403
+    assert harness.store.engineers.get("a@example.com").timezone == ""
+    assert harness.store.time_off.page("a@example.com", now=harness.clock.now())[1] == 1

@@ -472,3 +472,28 @@ def test_a_succeeded_execution_offers_no_replay_and_refuses_one(console, harness
     assert "/replay" not in shown and "an execution failed" not in shown
     assert refused.status_code == 409
     assert "only a failed execution is replayed" in main_text(refused.text)
+
+
+def test_a_failure_is_told_once_and_the_policy_shows_its_own_creation(open_console, harness):
+    engineers(harness)
+    now = harness.clock.now()
+    for email in ENGINEERS:
+        harness.store.time_off.add(TimeOff(None, email, now - timedelta(hours=1),
+                                           now + timedelta(days=2), "offsite", "api"), now)
+    policy = harness.policy(rule(assign(*ENGINEERS), name="everyone"))
+    harness.clock.advance(3 * 3600)
+    [execution_id] = harness.post_trigger().execution_ids
+    execution = harness.store.executions.get(execution_id)
+    assert execution.failure_code == "no_eligible_candidate"
+
+    html = open_console.get(f"/console/executions/{execution_id}").text
+    # what the page says, without the records it also shows as stored, folded away
+    text = main_text(re.sub(r"<details>.*?</details>", "", html, flags=re.S))
+
+    assert text.count(execution.failure_reason) == 1
+    assert text.count("offsite") == len(ENGINEERS)  # in the failure only
+    assert "Passed over every candidate, each for the reason the execution's failure" in text
+    policy_step = section(text, f"Policy {policy.id}, version", "Rule 1:")
+    assert f"Created {policy.created_at:%Y-%m-%d %H:%M:%S}" in policy_step
+    assert f"{execution.created_at:%Y-%m-%d %H:%M:%S}" not in policy_step
+    assert re.search(r"\d{4}-\d\d-\d\dT", text) is None  # no ISO time among what is read

@@ -230,3 +230,15 @@ def test_static_files_are_served_to_anyone_and_nothing_else_is(console):
     assert script.headers["Cache-Control"] == "public, max-age=86400"
     for name in ("nothing.js", "..%2Fweb.py", ".hidden.css", "web.py"):
         assert console.get(f"/console/static/{name}").status_code == 404, name
+
+
+def test_a_signed_out_page_shows_only_the_sign_in(console):
+    form = console.get("/console/sign-in").text
+
+    assert 'aria-label="Console"' not in form and "/console/triggers" not in form
+    assert "Times in" not in form
+    assert 'action="/console/sign-in"' in form
+    console.sign_in("viewer")
+    signed_in = console.get("/console/").text
+    assert 'aria-label="Console"' in signed_in and "/console/triggers" in signed_in
+    assert "Times in <span data-zone-name>UTC</span>" in signed_in

@@ -48,8 +48,8 @@ def availability_body(form: Mapping[str, str]) -> dict[str, object]:
     the domain's rule to name."""
     cap = form.get("max_open_issues", "").strip()
     hours = None if form.get("any_time") == "yes" else {
-        day: [span.strip() for span in form.get(f"hours_{day}", "").split(",") if span.strip()]
-        for day in DAYS}
+        day: [span.strip() for span in typed.split(",") if span.strip()]
+        for day in DAYS if (typed := form.get(f"hours_{day}", "")).strip()}
     return {"timezone": form.get("timezone", "").strip(), "working_hours": hours,
             "max_open_issues": (None if not cap
                                 else int(cap) if WHOLE_NUMBER.fullmatch(cap) else cap)}
