@@ -70,3 +70,45 @@ def test_two_replicas_share_sessions_and_both_show_in_the_overview(processes, po
     assert "this needs the operator role" in forged.text
     assert browser.get(first.url + "/console/triggers", timeout=10).status_code == 200
     assert first.log_problems() == [] and second.log_problems() == []
+
+
+LOST = '<span class="status status-lost">lost</span>'
+
+
+def replica_rows(page: requests.Response) -> int:
+    return page.text.count('<td data-label="Replica">')
+
+
+@pytest.mark.parametrize("mode", ["single", "shared"])
+def test_a_clean_restart_leaves_no_lost_replica_but_a_killed_one_is_lost(processes,
+                                                                        postgres_url, jira,
+                                                                        mode):
+    settings = {**SETTINGS, "CLUSTER_MODE": mode, "LEASES_DURATION": "3s"}
+    first = processes.start(postgres_url, jira, **settings).wait_serving()
+    browser = sign_in(first, "viewer")
+    wait_until(lambda: "not written yet" not in browser.get(first.url + "/console/",
+                                                            timeout=10).text,
+               15, "the first replica's heartbeat is written")
+
+    first.terminate()
+    assert first.wait_exit(20) == 0
+    second = processes.start(postgres_url, jira, **settings).wait_serving()
+    browser = sign_in(second, "viewer")
+
+    def overview() -> requests.Response:
+        return browser.get(second.url + "/console/", timeout=10)
+
+    after = wait_until(lambda: (page := overview()).text.count(ALIVE) == 1 and page, 15,
+                       "the second replica's overview lists itself alive")
+    assert LOST not in after.text and replica_rows(after) == 1, after.text
+    assert first.log_problems() == []
+    if mode == "single":
+        return
+    third = processes.start(postgres_url, jira, **settings).wait_serving()
+    wait_until(lambda: overview().text.count(ALIVE) == 2, 15, "both replicas are alive")
+    third.process.kill()  # no goodbye: its heartbeat just stops
+    third.wait_exit(10)
+    lost = wait_until(lambda: LOST in (page := overview()).text and page, 15,
+                      "the killed replica shows as lost")
+    assert lost.text.count(LOST) == 1 and lost.text.count(ALIVE) == 1
+    assert second.log_problems() == []
