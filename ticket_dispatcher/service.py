@@ -167,7 +167,7 @@ class Service:
                 pool.abandon()
             await_stopped(self._stop_clients(), Deadline(5))
             self.server.close()
-            self._close_store()
+            self._close_store(forget_replica=False)
             raise
         self._shutdown: Deadline | None = None  # from the SIGTERM on
         # ``stop_serving`` may come (the drain's timer) after the serving loop closed its
@@ -299,14 +299,17 @@ class Service:
         refresher is told to stop (its download in flight is cut off) and awaited last. The
         actors stop first (callers blocked on an integration are woken), then the client
         actors, then whatever actor is left (the backstop). Nothing is marked failed: running
-        work stays ``executing`` and resumes at the next start. The store closes and the port
+        work stays ``executing`` and resumes at the next start. After a clean stop the process's
+        heartbeat row goes (it stopped, it was not lost). The store closes and the port
         is released last, so no second instance can start beside one still stopping.
         """
         deadline = self._shutdown or Deadline(self.config.shutdown_timeout.total_seconds())
         if self.calendars is not None:
             self.calendars.stop()  # never blocks
+        stopped = False
         try:
-            if not self._started().stop(deadline.remaining()):
+            stopped = self._started().stop(deadline.remaining())
+            if not stopped:
                 log.warning("the actor runtime did not stop within the shutdown deadline")
         finally:
             try:
@@ -316,25 +319,30 @@ class Service:
                     log.warning("the calendar refresher did not stop within the shutdown "
                                 "deadline; it writes nothing more")
             finally:
-                self._close_store_within(deadline)
+                self._close_store_within(deadline, forget_replica=stopped)
                 with self._serving_lock:
                     self._server_closed = True
                     self.server.close()  # what the loop did not close itself
 
-    def _close_store_within(self, deadline: Deadline) -> None:
+    def _close_store_within(self, deadline: Deadline, *, forget_replica: bool) -> None:
         """Close the store within what is left of ``deadline``. A connection another thread
         is still in (a request waiting for SQLite's write lock, a statement a dead server
         never answers) cannot close before that thread lets go; the process then exits
         without it, and the database rolls back what the connection held, as after a lost
         process."""
-        closing = threading.Thread(target=self._close_store, name="store-close", daemon=True)
+        closing = threading.Thread(target=self._close_store, args=(forget_replica,),
+                                   name="store-close", daemon=True)
         closing.start()
         closing.join(deadline.remaining())
         if closing.is_alive():
             log.warning("the store did not close within the shutdown deadline: a connection "
                         "is still in use; the process exits without it")
 
-    def _close_store(self) -> None:
+    def _close_store(self, forget_replica: bool) -> None:
+        """Close the store; first, after a clean stop, remove this process's heartbeat row
+        (a stopped replica, not a lost one)."""
+        if forget_replica:
+            self._started().forget_replica()
         if self.link is not None:
             self.link.close()  # gives the mode lock back
         self.store.close()

@@ -159,11 +159,12 @@ class Runtime:
         futures.append(supervisor.stop(block=False))
         stopped = await_stopped(futures, deadline)
         self.deps.cluster.give_back(self.deps.store, self.deps.owner)  # a replica's leases
-        if stopped:  # nothing of it beats any more: not a lost replica, a stopped one
-            self._forget_replica()
         return stopped
 
-    def _forget_replica(self) -> None:
+    def forget_replica(self) -> None:
+        """Once it stopped cleanly: remove this process's heartbeat row, so that nobody takes
+        it for a replica that was lost. Its owner (``close``) bounds the wait for the
+        database by the shutdown deadline."""
         try:
             self.deps.store.replicas.stopped(self.deps.owner)
         except StoreUnavailable:  # the others see its heartbeat stop, and it is shown lost
