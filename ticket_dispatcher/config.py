@@ -670,6 +670,15 @@ class AckWatchConfig:
 
 
 @dataclass(frozen=True)
+class AuditConfig:
+    """The audit trail of changes (docs/operations.md, "Audit trail"): a record is kept for
+    ``retention``, then pruned; nothing else removes one."""
+
+    retention: timedelta = setting(timedelta(days=400),
+                                   duration(timedelta(days=1), timedelta(days=3650)))
+
+
+@dataclass(frozen=True)
 class Config:
     database_url: str = setting("sqlite:///ticket-dispatcher.db", _database_url())
     execution_slots: int = setting(10, integer(1, 100))
@@ -708,6 +717,7 @@ class Config:
     core: CoreConfig = section(CoreConfig)
     integrations: IntegrationsConfig = section(IntegrationsConfig)
     availability: AvailabilityConfig = section(AvailabilityConfig)
+    audit: AuditConfig = section(AuditConfig)
 
     @property
     def client_actors(self) -> int:

@@ -105,7 +105,8 @@ class Service:
         # (docs/operations.md, "PostgreSQL connections").
         self.store = Store.for_url(config.database_url, registry=self.registry,
                                 max_connections=connection_budget(config),
-                                database=config.database)
+                                database=config.database,
+                                audit_retention=config.audit.retention)
         # A single process or one of several replicas: decided here, once (actors/cluster.py).
         self.cluster = for_mode(config.cluster)
         self.runtime: Runtime | None = None

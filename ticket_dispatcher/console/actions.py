@@ -17,6 +17,13 @@ import falcon
 
 from ticket_dispatcher.console.web import BASE, Page
 from ticket_dispatcher.http.auth import OPERATOR
+from ticket_dispatcher.store.audit import Author, Via
+
+
+def console_author(req: falcon.Request) -> Author:
+    """Who acts from the console: the signed-in key's name, or the proxy's email."""
+    viewer = req.context.viewer
+    return Author(viewer.name if viewer is not None else "anonymous", Via.CONSOLE)
 
 
 @dataclass(frozen=True)

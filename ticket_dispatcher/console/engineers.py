@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import falcon
 
-from ticket_dispatcher.console.actions import Action, Done
+from ticket_dispatcher.console.actions import Action, Done, console_author
 from ticket_dispatcher.console.web import Console, Page, Query, url
 from ticket_dispatcher.domain.actions.assign import AssignState, AvailabilityRules
 from ticket_dispatcher.domain.actions.state import StateError
@@ -374,9 +374,8 @@ class _Switch(Action):
     def apply(self, req: falcon.Request, email: str) -> Done:
         # 404 for an engineer deleted since the question: ``put`` would create them again
         engineer = self._engineer(email)
-        changed, _ = self.services.store.engineers.put(
-            engineer.email, dispatch_enabled=self.enabled, display_name=None,
-            jira_account_id=None, now=self.services.clock.now())
+        changed, _ = self.services.changes.put_engineer(
+            console_author(req), engineer.email, dispatch_enabled=self.enabled)
         state = "enabled" if changed.dispatch_enabled else "disabled"
         return Done(f"{_who(changed)} is now {state} for dispatch.", url("/engineers"),
                     "Back to the engineers and rotations")

@@ -18,7 +18,7 @@ from typing import Any
 import falcon
 
 from ticket_dispatcher.actors.messages import CancelOutcome
-from ticket_dispatcher.console.actions import Action, Done
+from ticket_dispatcher.console.actions import Action, Done, console_author
 from ticket_dispatcher.console.triggers import replay_done, replay_question
 from ticket_dispatcher.console.web import Console, Page, Query, url
 from ticket_dispatcher.domain.catalog import ActionType
@@ -229,6 +229,10 @@ class ExecutionCancelAction(Action):
         who = req.context.viewer.name if req.context.viewer else "an operator"
         outcome = self.services.running().cancel(
             execution_id, f"cancelled by {who} from the console")
+        if outcome in (CancelOutcome.APPLIED, CancelOutcome.SIGNALLED):
+            self.services.changes.record(console_author(req), "execution.cancelled",
+                                         "execution", execution_id,
+                                         after={"outcome": outcome.value})
         if outcome is CancelOutcome.APPLIED:
             message = (f"Execution {execution_id} of {execution.issue_key} is cancelled: it "
                        "was waiting (queued or parked), and it is failed now.")
@@ -254,5 +258,6 @@ class ExecutionReplayAction(Action):
         return replay_question(self._replay(execution_id))
 
     def apply(self, req: falcon.Request, execution_id: int) -> Done:
-        trigger = post_replay(self.services, self._replay(execution_id))
+        trigger = post_replay(self.services, self._replay(execution_id), console_author(req),
+                              ("execution", execution_id))
         return replay_done(trigger, f"execution {execution_id}")

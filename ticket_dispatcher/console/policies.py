@@ -18,7 +18,7 @@ from typing import Any
 
 import falcon
 
-from ticket_dispatcher.console.actions import Action, Done
+from ticket_dispatcher.console.actions import Action, Done, console_author
 from ticket_dispatcher.console.web import (
     Console,
     Page,
@@ -254,8 +254,7 @@ class PolicyActivate(Action):
 
     def apply(self, req: falcon.Request, policy_id: int) -> Done:
         policy, active = self._state(policy_id)
-        activated = self.services.store.policies.activate(policy_id,
-                                                          now=self.services.clock.now())
+        activated = self.services.changes.activate(console_author(req), policy_id)
         message = f"Version {activated.version} of “{activated.name}” (policy {activated.id}) " \
                   "is active now"
         if active is not None:
@@ -290,8 +289,7 @@ class PolicyDeactivate(Action):
                 "finish. Activating any version of the family later switches it on again.")
 
     def apply(self, req: falcon.Request, policy_id: int) -> Done:
-        policy = self.services.store.policies.deactivate(policy_id,
-                                                         now=self.services.clock.now())
+        policy = self.services.changes.deactivate(console_author(req), policy_id)
         return Done(f"Version {policy.version} of “{policy.name}” (policy {policy.id}) is "
                     "inactive; its family has no active version now.",
                     url(f"/policies/{policy_id}"), f"See version {policy.version}")

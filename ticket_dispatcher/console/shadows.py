@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 
 import falcon
 
-from ticket_dispatcher.console.actions import Action, Done
+from ticket_dispatcher.console.actions import Action, Done, console_author
 from ticket_dispatcher.console.web import Console, Page, url
 from ticket_dispatcher.domain.model import PolicyStatus
 from ticket_dispatcher.domain.shadow import DIFFERENCES, ShadowVerdict
@@ -102,7 +102,7 @@ class ShadowStart(Action):
                 "be edited until the shadow is stopped.")
 
     def apply(self, req: falcon.Request, policy_id: int) -> Done:
-        shadow = self.services.store.shadows.start(policy_id, now=self.services.clock.now())
+        shadow = self.services.changes.start_shadow(console_author(req), policy_id)
         return Done(f"Policy {shadow.policy_id} is in shadow for family {shadow.family_id}.",
                     url(f"/policies/{policy_id}/shadow"), "See its shadow report")
 
@@ -124,6 +124,6 @@ class ShadowStop(Action):
                 "and the draft can be edited again.")
 
     def apply(self, req: falcon.Request, policy_id: int) -> Done:
-        self.services.store.shadows.stop(policy_id)
+        self.services.changes.stop_shadow(console_author(req), policy_id)
         return Done(f"The shadow of policy {policy_id} is stopped; its report stays.",
                     url(f"/policies/{policy_id}/shadow"), "See its report")

@@ -10,6 +10,7 @@ from ticket_dispatcher.console.web import BASE, Console, Page, form_text, see_ot
 from ticket_dispatcher.http.auth import MAX_TRACKED_ADDRESSES, PUBLIC, authenticate
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
+from ticket_dispatcher.store.audit import Author, Via
 
 
 def _safe_next(target: str | None) -> str:
@@ -60,17 +61,27 @@ class SignIn(Page):
                 raise ApiError(falcon.HTTP_429, "too many failed sign-ins from this address; "
                                "wait before trying again",
                                headers={"Retry-After": retry_after_header(wait)})
+            self._audit(req, "console.sign_in_failed", "unknown")
             self._form(req, resp, target, "That API key is not valid.", falcon.HTTP_401)
             return
         if key.role is AccessRole.AUTOMATION:  # it may post triggers, and read nothing
+            self._audit(req, "console.sign_in_failed", key.name)
             self._form(req, resp, target, "That is an automation key, which may only post "
                        "triggers; sign in with a viewer or operator key.", falcon.HTTP_403)
             return
         value, lifetime = self.console.sessions.sign_in(key, self.services.clock.now())
+        self._audit(req, "console.signed_in", key.name)
         resp.set_cookie(COOKIE, value, max_age=lifetime, path=BASE,
                         secure=self.console.config.secure_cookie, http_only=True,
                         same_site="Strict")
         see_other(resp, target)
+
+
+    def _audit(self, req: falcon.Request, action: str, actor: str) -> None:
+        """A sign-in, or a failed one, by the key's name (``unknown`` for a key that matched
+        none) and the address it came from; never the key itself."""
+        self.services.changes.record(Author(actor, Via.CONSOLE), action, "console_session",
+                                     actor, after={"address": req.remote_addr or ""})
 
 
 class SignOut(Page):

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import falcon
 
-from ticket_dispatcher.console.actions import Action, Done
+from ticket_dispatcher.console.actions import Action, Done, console_author
 from ticket_dispatcher.console.web import Page, Query, url
 from ticket_dispatcher.domain.execution import Trigger
 from ticket_dispatcher.domain.replay import Replay, replay_of_trigger
@@ -62,7 +62,8 @@ class TriggerReplay(Action):
         return replay_question(self._replay(trigger_id))
 
     def apply(self, req: falcon.Request, trigger_id: int) -> Done:
-        replay = post_replay(self.services, self._replay(trigger_id))
+        replay = post_replay(self.services, self._replay(trigger_id), console_author(req),
+                             ("trigger", trigger_id))
         return replay_done(replay, f"trigger {trigger_id}")
 
 

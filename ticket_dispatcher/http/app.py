@@ -7,6 +7,7 @@ import falcon
 
 from ticket_dispatcher.http import API_BASE, errors
 from ticket_dispatcher.http.admin import ActorStatus, ExecutionCancel
+from ticket_dispatcher.http.audit import AuditTrail
 from ticket_dispatcher.http.auth import ApiKeyAuth
 from ticket_dispatcher.http.binding import MAX_ID, TextParameters
 from ticket_dispatcher.http.contexts import ContextItem
@@ -87,6 +88,7 @@ def create_app(services: Services, *, auth_enabled: bool = True,
     app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}/shadow", PolicyShadow(services))
     app.add_route(f"{api}/dispatch/contexts/{{issue_key}}", ContextItem(services))
     app.add_route(f"{api}/jira/webhooks", JiraWebhooks(services, keys))
+    app.add_route(f"{api}/audit", AuditTrail(services))
     app.add_route(f"{api}/engineers", EngineerCollection(services))
     app.add_route(f"{api}/engineers/{{email}}", EngineerItem(services))
     app.add_route(f"{api}/engineers/{{email}}/time-off", TimeOffCollection(services))

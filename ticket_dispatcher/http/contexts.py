@@ -8,6 +8,7 @@ import falcon
 from ticket_dispatcher.domain.issues import ISSUE_KEY
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
+from ticket_dispatcher.http.changes import author_of
 from ticket_dispatcher.http.services import Services
 
 
@@ -28,5 +29,5 @@ class ContextItem:
         resp.media = self._services.store.contexts.get(checked_issue_key(issue_key)).to_json()
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, issue_key: str) -> None:
-        self._services.store.contexts.delete(checked_issue_key(issue_key))
+        self._services.changes.delete_context(author_of(req), checked_issue_key(issue_key))
         resp.status = falcon.HTTP_204

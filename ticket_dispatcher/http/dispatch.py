@@ -36,11 +36,13 @@ from ticket_dispatcher.http.binding import (
     query_int,
     read_json,
 )
+from ticket_dispatcher.http.changes import author_of
 from ticket_dispatcher.http.contexts import checked_issue_key
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.http.ratelimit import TokenBuckets, retry_after_header
 from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.store import Store
+from ticket_dispatcher.store.audit import Author
 from ticket_dispatcher.timeutil import parse_business_now, parse_rfc3339, to_utc
 
 TRIGGER_BODY_LIMIT = 65536  # triggers are always capped at 64 KiB
@@ -116,7 +118,7 @@ def decode_cursor(text: str) -> int:
     return int(decoded[1])
 
 
-def _query_time(req: QueryParams, name: str) -> datetime | None:
+def query_time(req: QueryParams, name: str) -> datetime | None:
     text = req.get_param(name)
     if text is None:
         return None
@@ -160,7 +162,7 @@ def trigger_filters(req: QueryParams) -> TriggerFilters:
     if source is not None and not SOURCE(source):
         raise InvalidInput(f"query parameter source {_SOURCE_PROBLEM}",
                            [Problem("source", _SOURCE_PROBLEM)])
-    after, before = _query_time(req, "created_after"), _query_time(req, "created_before")
+    after, before = query_time(req, "created_after"), query_time(req, "created_before")
     if after is not None and before is not None and after >= before:
         raise InvalidInput("created_after must be earlier than created_before",
                            [Problem("created_before", "must be later than created_after")])
@@ -198,9 +200,18 @@ def check_explicit_policy(store: Store, policy_id: int, issue_key: str, *, live:
         raise Conflict(admission.reason)
 
 
-def post_replay(services: Services, replay: Replay) -> Trigger:
+def post_replay(services: Services, replay: Replay, by: Author, of: tuple[str, int]) -> Trigger:
     """Post the trigger ``replay`` describes, as ``POST /dispatch/triggers`` would, checks
-    included; the console's replays and the API's go through here."""
+    included, and record that ``by`` replayed ``of`` (``("execution", 7)``); the console's
+    replays and the API's go through here."""
+    trigger = _post_replay(services, replay)
+    object_type, object_id = of
+    services.changes.record(by, f"{object_type}.replayed", object_type, object_id,
+                            after={"replay_trigger_id": trigger.id})
+    return trigger
+
+
+def _post_replay(services: Services, replay: Replay) -> Trigger:
     store = services.store
     with store.connection():
         if replay.policy_id is not None:
@@ -352,7 +363,8 @@ class ExecutionReplay:
         store = self._services.store
         execution = store.executions.get(execution_id)
         replay = replay_of_execution(execution, store.triggers.get(execution.trigger_id))
-        trigger = post_replay(self._services, replay)
+        trigger = post_replay(self._services, replay, author_of(req),
+                              ("execution", execution_id))
         resp.status = falcon.HTTP_202
         resp.location = f"{API_BASE}/dispatch/triggers/{trigger.id}"
         resp.media = {"trigger_id": trigger.id}

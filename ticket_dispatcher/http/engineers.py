@@ -28,6 +28,7 @@ from ticket_dispatcher.http.binding import (
     query_choice,
     read_json,
 )
+from ticket_dispatcher.http.changes import author_of
 from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.store import Store
 
@@ -89,13 +90,12 @@ class EngineerItem:
                       "working_hours": dict, "max_open_issues": int},
         )
         _check_lengths(body)
-        engineer, created = self._services.store.engineers.put(
-            email,
+        engineer, created = self._services.changes.put_engineer(
+            author_of(req), email,
             dispatch_enabled=body["dispatch_enabled"],
             display_name=body.get("display_name"),
             jira_account_id=body.get("jira_account_id"),
             availability=self._availability(email, body),
-            now=self._services.clock.now(),
         )
         resp.status = falcon.HTTP_201 if created else falcon.HTTP_200
         resp.media = _shown_now(self._services, engineer)
@@ -104,7 +104,7 @@ class EngineerItem:
         return availability_update(self._services.store, email, body)
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
-        self._services.store.engineers.delete(checked_email(email))
+        self._services.changes.delete_engineer(author_of(req), checked_email(email))
         resp.status = falcon.HTTP_204
 
 
@@ -155,7 +155,7 @@ class TimeOffCollection:
         entry, problems = parse_time_off(raw, email)
         if entry is None:
             raise InvalidInput("body is not valid", list(problems))
-        stored = self._services.store.time_off.add(entry, self._services.clock.now())
+        stored = self._services.changes.add_time_off(author_of(req), entry)
         resp.status = falcon.HTTP_201
         resp.media = stored.to_json()
 
@@ -168,5 +168,5 @@ class TimeOffItem:
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, email: str,
                   entry_id: int) -> None:
-        self._services.store.time_off.delete(checked_email(email), entry_id)
+        self._services.changes.delete_time_off(author_of(req), checked_email(email), entry_id)
         resp.status = falcon.HTTP_204

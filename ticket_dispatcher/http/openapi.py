@@ -40,6 +40,8 @@ from ticket_dispatcher.domain.validation import MAX_POLICY_NAME
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import PUBLIC
 from ticket_dispatcher.http.binding import MAX_ID
+from ticket_dispatcher.store.audit import MAX_LIMIT as MAX_AUDIT_LIMIT
+from ticket_dispatcher.store.audit import Via
 
 # --- small builders -----------------------------------------------------------------------------
 
@@ -385,9 +387,34 @@ def _webhook_paths() -> dict:
     return {f"{API_BASE}/jira/webhooks": {"post": operation}}
 
 
+def _audit_paths() -> dict:
+    records = _object({"records": {"type": "array", "items": _ref("AuditRecord")},
+                       "next_cursor": {"type": "string", "nullable": True}})
+    return {f"{API_BASE}/audit": {"get": _op(
+        "The audit trail, newest first (operators only): who changed what, how, with its "
+        "values before and after; format=jsonl exports the same records as JSON lines, the "
+        "next page's cursor in X-Next-Cursor", {
+            "200": {"description": "OK", "content": {
+                "application/json": {"schema": records},
+                "application/x-ndjson": {"schema": {"type": "string"}}}}},
+        params=[_query("actor", {"type": "string"}, "An API key's name or a proxy's email"),
+                _query("object_type", {"type": "string"}, "policy, engineer, execution, "
+                       "trigger, context or console_session"),
+                _query("object_id", {"type": "string"}),
+                _query("action", {"type": "string"}, "e.g. policy.activated"),
+                _query("since", TIME, "At or after this time (RFC 3339 with an offset)"),
+                _query("until", TIME, "Before this time; later than since"),
+                _query("format", {"type": "string", "enum": ["json", "jsonl"],
+                                  "default": "json"}),
+                _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT_LIMIT,
+                                 "default": 100}),
+                _query("cursor", {"type": "string"},
+                       "The next_cursor of the previous page, as given")])}}
+
+
 def _paths() -> dict:
     return {**_service_paths(), **_policy_paths(), **_dispatch_paths(), **_operator_paths(),
-            **_webhook_paths()}
+            **_webhook_paths(), **_audit_paths()}
 
 
 # --- conditions: one leaf variant per operand shape, vocabularies from catalog -----------------
@@ -812,6 +839,15 @@ def _service_schemas() -> dict:
             "reason": {"type": "string", "maxLength": 500}}, ["start", "end"],
             example={"start": "2026-12-21T00:00:00+08:00", "end": "2027-01-04T00:00:00+08:00",
                      "reason": "vacation"}),
+        "AuditRecord": _object({
+            "id": ID, "at": TIME, "actor": {"type": "string"},
+            "via": {"type": "string", "enum": [via.value for via in Via]},
+            "action": {"type": "string"}, "object_type": {"type": "string"},
+            "object_id": {"type": "string"},
+            "before": {"description": "The object's values before (null: none); secrets "
+                                      "are [redacted]", "nullable": True},
+            "after": {"description": "The object's values after (null: deleted)",
+                      "nullable": True}}),
         "TimeOff": _object({
             "id": ID, "email": {"type": "string"}, "start": TIME, "end": TIME,
             "reason": {"type": "string"},

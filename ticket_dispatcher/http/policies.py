@@ -14,6 +14,7 @@ from ticket_dispatcher.errors import Problem, StoreUnavailable
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.auth import OPERATOR, VIEWER
 from ticket_dispatcher.http.binding import page, paging, query_choice, read_json
+from ticket_dispatcher.http.changes import author_of
 from ticket_dispatcher.http.services import Services
 
 # Multi-line free text in a policy body, where TAB, LF and CR are allowed (http/binding.py):
@@ -63,7 +64,7 @@ class PolicyCollection:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         raw = _read_policy(req, self._services)
         spec = validation.parse_policy_spec(raw, self._services.registry)
-        policy = self._services.store.policies.create(spec, now=self._services.clock.now())
+        policy = self._services.changes.create_policy(author_of(req), spec)
         _created(req, resp, policy, _warnings(raw, self._services))
 
 
@@ -79,13 +80,11 @@ class PolicyItem:
     def on_put(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         raw = _read_policy(req, self._services)
         spec = validation.parse_policy_spec(raw, self._services.registry)
-        policy = self._services.store.policies.update_draft(
-            policy_id, spec, now=self._services.clock.now()
-        )
+        policy = self._services.changes.update_draft(author_of(req), policy_id, spec)
         resp.media = {**policy.to_json(), "warnings": _warnings(raw, self._services)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
-        self._services.store.policies.delete_draft(policy_id)
+        self._services.changes.delete_draft(author_of(req), policy_id)
         resp.status = falcon.HTTP_204
 
 
@@ -97,7 +96,7 @@ class PolicyActivation:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         # The store validates inside the activation (422 with every problem).
-        policy = self._services.store.policies.activate(policy_id, now=self._services.clock.now())
+        policy = self._services.changes.activate(author_of(req), policy_id)
         resp.media = policy.to_json()
 
 
@@ -108,9 +107,7 @@ class PolicyDeactivation:
         self._services = services
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
-        policy = self._services.store.policies.deactivate(
-            policy_id, now=self._services.clock.now()
-        )
+        policy = self._services.changes.deactivate(author_of(req), policy_id)
         resp.media = policy.to_json()
 
 
@@ -123,9 +120,7 @@ class PolicyReplacements:
     def on_post(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         raw = _read_policy(req, self._services)
         spec = validation.parse_policy_spec(raw, self._services.registry)
-        policy = self._services.store.policies.create_replacement(
-            policy_id, spec, now=self._services.clock.now()
-        )
+        policy = self._services.changes.create_replacement(author_of(req), policy_id, spec)
         _created(req, resp, policy, _warnings(raw, self._services))
 
 
@@ -152,18 +147,17 @@ class PolicyShadow:
         self._services = services
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
-        shadows = self._services.store.shadows
-        shadows.start(policy_id, now=self._services.clock.now())
+        self._services.changes.start_shadow(author_of(req), policy_id)
         resp.status = falcon.HTTP_201
         resp.location = _shadow_path(policy_id)
-        resp.media = shadows.report(policy_id).to_json()
+        resp.media = self._services.store.shadows.report(policy_id).to_json()
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
         # A policy never shadowed answers 200 with shadowing false and zero counts.
         resp.media = self._services.store.shadows.report(policy_id).to_json()
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, policy_id: int) -> None:
-        self._services.store.shadows.stop(policy_id)
+        self._services.changes.stop_shadow(author_of(req), policy_id)
         resp.status = falcon.HTTP_204
 
 

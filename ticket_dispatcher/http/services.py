@@ -12,6 +12,7 @@ from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
+from ticket_dispatcher.http.changes import Changes
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
@@ -30,6 +31,8 @@ class Services:
     registry: ActionRegistry
     # The service's metrics (service.py hands the runtime the same object); a new one by default.
     metrics: Metrics
+    # Every operator change, made and audited in one transaction.
+    changes: Changes
 
     def __init__(self, store: Store, config: Config, clock: Clock, runtime: Runtime | None = None,
                  registry: ActionRegistry | None = None, metrics: Metrics | None = None) -> None:
@@ -39,6 +42,7 @@ class Services:
         self.runtime = runtime
         self.registry = registry if registry is not None else store.registry
         self.metrics = metrics if metrics is not None else Metrics()
+        self.changes = Changes(store, clock)
 
     def draining(self) -> bool:
         """The shutdown has begun (shared mode drains before it stops taking requests)."""

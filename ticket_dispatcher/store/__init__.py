@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import logging
 from contextlib import AbstractContextManager
+from datetime import timedelta
 
 import peewee
 
-from ticket_dispatcher.config import Config, DatabaseConfig
+from ticket_dispatcher.config import AuditConfig, Config, DatabaseConfig
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.store import migrations
+from ticket_dispatcher.store.audit import AuditRepository
 from ticket_dispatcher.store.calendar_feeds import CalendarFeedRepository
 from ticket_dispatcher.store.connect import open_database
 from ticket_dispatcher.store.console_sessions import ConsoleSessionRepository
@@ -87,9 +89,12 @@ __all__ = [
     "write_lock",
 ]
 
+DEFAULT_AUDIT_RETENTION = AuditConfig().retention
+
 
 class Store:
-    def __init__(self, db: peewee.Database, registry: ActionRegistry | None = None):
+    def __init__(self, db: peewee.Database, registry: ActionRegistry | None = None,
+                 audit_retention: timedelta = DEFAULT_AUDIT_RETENTION):
         # The models reach the database through the proxy; bind it here so a Store built
         # from any database is always the one its repositories query.
         bind(db)
@@ -111,20 +116,23 @@ class Store:
         self.replicas = ReplicaRepository(db)
         self.shadows = ShadowRepository(db, self.executions)
         self.console_sessions = ConsoleSessionRepository(db)
+        self.audit = AuditRepository(db, audit_retention)
         self._process_lock: ServingClaim | None = None  # held while serving a SQLite file
 
     @classmethod
     def for_url(cls, url: str, *, registry: ActionRegistry | None = None,
              max_connections: int = DEFAULT_MAX_CONNECTIONS,
-             database: DatabaseConfig = DEFAULT_DATABASE) -> Store:
+             database: DatabaseConfig = DEFAULT_DATABASE,
+             audit_retention: timedelta = DEFAULT_AUDIT_RETENTION) -> Store:
         """The store for ``url`` (``ConfigError`` when unusable); does not connect or migrate.
 
         ``registry``: the action types policies may use, the product's by default.
         ``max_connections`` sizes the connection pool: ``connection_budget(config)`` for the
         service; the default is the budget of the default configuration. ``database``: the
-        timeouts of every wait on the database (``config.database``).
+        timeouts of every wait on the database (``config.database``). ``audit_retention``: how long
+        audit records are kept (``config.audit.retention``).
         """
-        return cls(open_database(url, max_connections, database), registry)
+        return cls(open_database(url, max_connections, database), registry, audit_retention)
 
     def check_capacity(self, config: Config) -> None:
         """``ConfigError`` when ``config`` could need more connections than the PostgreSQL

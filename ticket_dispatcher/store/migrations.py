@@ -329,6 +329,29 @@ def _console_sign_outs(db: peewee.Database) -> None:
         db.execute_sql(statement)
 
 
+def _audit_records(db: peewee.Database) -> None:
+    """The audit trail: read newest first (by id), filtered by actor or object, pruned by
+    time."""
+    t = _types(db)
+    for statement in (
+        f"""CREATE TABLE IF NOT EXISTS audit_records (
+            id {t.pk},
+            at {t.time} NOT NULL,
+            actor TEXT NOT NULL,
+            via VARCHAR(16) NOT NULL,
+            action TEXT NOT NULL,
+            object_type TEXT NOT NULL,
+            object_id TEXT NOT NULL,
+            before_json {t.json},
+            after_json {t.json})""",
+        "CREATE INDEX IF NOT EXISTS ix_audit_records_at ON audit_records (at)",
+        """CREATE INDEX IF NOT EXISTS ix_audit_records_object
+            ON audit_records (object_type, object_id, id)""",
+        "CREATE INDEX IF NOT EXISTS ix_audit_records_actor ON audit_records (actor, id)",
+    ):
+        db.execute_sql(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
@@ -342,6 +365,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (9, "engineers' availability: hours, caps, time off and calendar feeds", _availability),
     (10, "jira_webhook_deliveries", _webhook_deliveries),
     (11, "console_sign_outs", _console_sign_outs),
+    (12, "audit_records", _audit_records),
 )
 
 

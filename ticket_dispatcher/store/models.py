@@ -271,6 +271,24 @@ class ConsoleSignOutRow(BaseModel):
         table_name = "console_sign_outs"
 
 
+class AuditRow(BaseModel):
+    """One change to the service's behaviour: who made it, how, to what, and its values
+    before and after (secrets redacted). Written in the change's own transaction."""
+
+    id = peewee.AutoField()
+    at = UTCDateTimeField()
+    actor = peewee.TextField()
+    via = peewee.CharField(max_length=16)
+    action = peewee.TextField()
+    object_type = peewee.TextField()
+    object_id = peewee.TextField()
+    before_json = peewee.JSONField(null=True)
+    after_json = peewee.JSONField(null=True)
+
+    class Meta:
+        table_name = "audit_records"
+
+
 class SchemaMigrationRow(BaseModel):
     version = peewee.IntegerField(primary_key=True)
     name = peewee.TextField()
