@@ -175,3 +175,23 @@ def test_policy_validate_with_engineers_warns_about_a_receiver_naming_no_enginee
                           '"b@example.com" is not a dispatch-enabled engineer: no engineer has '
                           'this email (a typo, or one to create); an assignment passes over '
                           'them\nvalid\n', "")
+
+
+def test_changes_from_the_command_line_are_audited_as_cli(capsys, database, db_url):
+    from ticket_dispatcher.store import Store
+    from ticket_dispatcher.store.audit import AuditFilter, Via
+
+    run(capsys, "engineer", "set", ALICE, "--timezone", "Asia/Shanghai")
+    start = datetime.now(UTC) + timedelta(days=1)
+    run(capsys, "engineer", "time-off", "add", ALICE, "--start", start.isoformat(),
+        "--end", (start + timedelta(days=1)).isoformat())
+
+    reader = Store.for_url(db_url)  # the command closed the connection it opened
+    try:
+        records, _ = reader.audit.page(AuditFilter(object_id=ALICE))
+    finally:
+        reader.close()
+    assert [(r.action, r.via) for r in records] == [("engineer.time_off_added", Via.CLI),
+                                                    ("engineer.changed", Via.CLI)]
+    assert records[1].before is None and records[1].after["timezone"] == "Asia/Shanghai"
+    assert records[0].actor == records[1].actor != ""

@@ -25,7 +25,9 @@ nor requests.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -57,12 +59,14 @@ from ticket_dispatcher.safejson import MAX_ID, read_json_file
 from ticket_dispatcher.timeutil import format_time, parse_business_now
 
 if TYPE_CHECKING:  # imported inside the commands that open it
+    from ticket_dispatcher.http.changes import Changes
     from ticket_dispatcher.integrations.jira_webhooks_admin import (
         AdminWebhook,
         JiraWebhookAdmin,
         WebhookRegistration,
     )
     from ticket_dispatcher.store import Store
+    from ticket_dispatcher.store.audit import Author
     from ticket_dispatcher.store.shadows import ShadowReportJson
 
 PROG = "ticket-dispatcher"
@@ -737,11 +741,31 @@ def _run_engineer_set(args: argparse.Namespace) -> int:
         enabled = stored.dispatch_enabled if stored is not None else True
         if args.dispatch_enabled is not None:
             enabled = args.dispatch_enabled
-        engineer, created = store.engineers.put(email, dispatch_enabled=enabled,
-                                                jira_account_id=args.jira_account_id,
-                                                availability=changes, now=datetime.now(UTC))
+        engineer, created = _changes(store).put_engineer(
+            _cli_author(), email, dispatch_enabled=enabled,
+            jira_account_id=args.jira_account_id, availability=changes)
     print(f"{'created' if created else 'updated'} {engineer.email}")
     return EXIT_OK
+
+
+def _changes(store: Store) -> Changes:
+    """Changes made from the command line, audited as ``cli`` (docs/operations.md, "Audit
+    trail")."""
+    from ticket_dispatcher.clock import SystemClock
+    from ticket_dispatcher.http.changes import Changes
+
+    return Changes(store, SystemClock())
+
+
+def _cli_author() -> Author:
+    """The command line's author: the local user who ran it."""
+    from ticket_dispatcher.store.audit import Author, Via
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        user = f"uid {os.getuid()}"
+    return Author(user, Via.CLI)
 
 
 def _json_option(name: str, text: str) -> Any:
@@ -777,7 +801,7 @@ def _run_time_off_add(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     with _configured_store(_config(args)) as store:
         try:
-            stored = store.time_off.add(entry, datetime.now(UTC))
+            stored = _changes(store).add_time_off(_cli_author(), entry)
         except NotFound as exc:
             return _fail(exc.message, EXIT_FAILURE)
     print(_time_off_line(stored.to_json()))
@@ -788,7 +812,7 @@ def _run_time_off_delete(args: argparse.Namespace) -> int:
     email = _email(args.email)
     with _configured_store(_config(args)) as store:
         try:
-            store.time_off.delete(email, args.id)
+            _changes(store).delete_time_off(_cli_author(), email, args.id)
         except NotFound as exc:
             return _fail(exc.message, EXIT_FAILURE)
     print(f"deleted time off {args.id} of {email}")
