@@ -521,7 +521,7 @@ def test_unreachable_postgres_is_one_line_without_the_password(capsys, monkeypat
 # --- a policy as the API returns it ------------------------------------------------------------
 
 SERVER_FIELDS_NOTE = ("ignored server-assigned fields: id, family_id, version, status, "
-                      "created_at, updated_at, activated_at, rules[].id")
+                      "created_at, updated_at, activated_at, origin, rules[].id")
 
 
 def as_the_api_returns_it(body: dict) -> dict:
@@ -529,7 +529,7 @@ def as_the_api_returns_it(body: dict) -> dict:
     return {"id": 7, "family_id": "pf_abc", "version": 2, "status": "active", **body,
             "rules": [{"id": 10 + index, **rule} for index, rule in enumerate(body["rules"])],
             "created_at": "2026-01-01T00:00:00.000Z", "updated_at": "2026-01-01T00:00:00.000Z",
-            "activated_at": None}
+            "activated_at": None, "origin": "api"}
 
 
 def test_policy_validate_reads_a_policy_as_the_api_returns_it_with_a_note(capsys, write_json):

@@ -343,7 +343,8 @@ def test_body_must_be_an_object(raw):
 
 
 @pytest.mark.parametrize(
-    "key", ["id", "family_id", "version", "status", "created_at", "updated_at", "activated_at"]
+    "key", ["id", "family_id", "version", "status", "created_at", "updated_at", "activated_at",
+            "origin"]
 )
 def test_server_assigned_policy_keys_are_rejected(key):
     body = ordinary()
@@ -913,7 +914,7 @@ def as_the_api_returns_it(body: dict) -> dict:
     return {"id": 7, "family_id": "pf_abc", "version": 2, "status": "active", **body,
             "rules": [{"id": 10 + index, **rule} for index, rule in enumerate(body["rules"])],
             "created_at": "2026-01-01T00:00:00.000Z", "updated_at": "2026-01-01T00:00:00.000Z",
-            "activated_at": None}
+            "activated_at": None, "origin": "api"}
 
 
 def test_without_server_fields_gives_back_the_body_and_names_what_it_dropped():
@@ -923,7 +924,7 @@ def test_without_server_fields_gives_back_the_body_and_names_what_it_dropped():
 
     assert stripped == body
     assert ignored == ["id", "family_id", "version", "status", "created_at", "updated_at",
-                       "activated_at", "rules[].id"]
+                       "activated_at", "origin", "rules[].id"]
 
 
 @pytest.mark.parametrize("raw", [ordinary(), [], "x", {"rules": ["not a rule"]}])
@@ -935,7 +936,7 @@ def test_a_body_as_the_api_returns_it_is_still_refused_by_the_validator():
     problems = validate(as_the_api_returns_it(ordinary()))
 
     assert {p.message for p in problems} == {"is assigned by the server"}
-    assert len(problems) == 7 + len(ordinary()["rules"])
+    assert len(problems) == 8 + len(ordinary()["rules"])
 
 
 def test_receiver_warnings_name_each_email_that_is_no_dispatch_enabled_engineer_at_its_path():

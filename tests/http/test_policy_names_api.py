@@ -108,7 +108,7 @@ def test_a_policy_as_get_returns_it_is_refused_by_create_and_by_validate(api):
     assert {e["message"] for e in judged.json["errors"]} == {"is assigned by the server"}
     assert {e["path"] for e in judged.json["errors"]} == {
         "id", "family_id", "version", "status", "created_at", "updated_at", "activated_at",
-        "rules[0].id"}
+        "origin", "rules[0].id"}
 
 
 def test_the_openapi_document_describes_source_and_project_names_by_the_same_rules():

@@ -195,6 +195,9 @@ class Policy:
     created_at: datetime
     updated_at: datetime
     activated_at: datetime | None = None
+    # How this version was made: "api", "console", "cli", or "apply" (``policy apply``);
+    # "" for a version made before the service kept it.
+    origin: str = ""
 
     @property
     def spec(self) -> PolicySpec:
@@ -225,6 +228,7 @@ class Policy:
             "created_at": format_time(self.created_at),
             "updated_at": format_time(self.updated_at),
             "activated_at": format_time(self.activated_at),
+            "origin": self.origin or None,
         }
 
 

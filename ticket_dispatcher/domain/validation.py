@@ -72,7 +72,8 @@ from ticket_dispatcher.domain.model import PolicySpec
 from ticket_dispatcher.errors import InvalidInput, Problem
 
 _SERVER_KEYS = frozenset(
-    {"id", "family_id", "version", "status", "created_at", "updated_at", "activated_at"}
+    {"id", "family_id", "version", "status", "created_at", "updated_at", "activated_at",
+     "origin"}
 )
 _POLICY_KEYS = ("name", "description", "trigger", "rules")
 _TRIGGER_KEYS = ("enable", "source_in", "project_key_in", "issue_label_all")

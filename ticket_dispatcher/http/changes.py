@@ -24,13 +24,17 @@ from ticket_dispatcher.store.shadows import Shadow
 # The header the command line sends, so that its changes through the API are told apart.
 CLIENT_HEADER = "X-Ticket-Dispatcher-Client"
 ANONYMOUS = "anonymous"  # authentication off (the sandbox, --insecure-no-auth)
+APPLY = "apply"  # the header's value from ``policy apply``
 
 
 def author_of(req: falcon.Request) -> Author:
-    """Who made an API request: the key's name, and ``cli`` when the command line sent it."""
+    """Who made an API request: the key's name, and ``cli`` when the command line sent it
+    (``apply`` from ``policy apply``)."""
     name = getattr(req.context, "api_key_name", None) or ANONYMOUS
-    via = Via.CLI if (req.get_header(CLIENT_HEADER) or "").lower() == "cli" else Via.API
-    return Author(name, via)
+    client = (req.get_header(CLIENT_HEADER) or "").lower()
+    if client in ("cli", APPLY):
+        return Author(name, Via.CLI, applying=client == APPLY)
+    return Author(name, Via.API)
 
 
 class Changes:
@@ -42,12 +46,13 @@ class Changes:
 
     def create_policy(self, by: Author, spec: PolicySpec) -> Policy:
         policies = self._store.policies
-        return self._policy(by, "policy.created", lambda: policies.create(spec, self._now()))
+        return self._policy(by, "policy.created",
+                            lambda: policies.create(spec, self._now(), by.origin))
 
     def create_replacement(self, by: Author, policy_id: int, spec: PolicySpec) -> Policy:
         policies = self._store.policies
         return self._policy(by, "policy.created", lambda: policies.create_replacement(
-            policy_id, spec, self._now()))
+            policy_id, spec, self._now(), by.origin))
 
     def update_draft(self, by: Author, policy_id: int, spec: PolicySpec) -> Policy:
         policies = self._store.policies

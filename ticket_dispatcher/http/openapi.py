@@ -590,7 +590,10 @@ def _policy_schemas() -> dict:
         "trigger": _ref("PolicyTrigger"),
         "rules": {"type": "array", "items": _ref("Rule"),
                   "description": "In run order: (priority, id)"},
-        "created_at": TIME, "updated_at": TIME, "activated_at": MAYBE_TIME}
+        "created_at": TIME, "updated_at": TIME, "activated_at": MAYBE_TIME,
+        "origin": {"type": "string", "enum": ["api", "console", "cli", "apply"],
+                   "nullable": True, "description": "How the version was made (apply: "
+                   "`ticket-dispatcher policy apply`); null before it was kept"}}
     warnings = {"type": "array", "items": _ref("Problem"),
                 "description": "What will fail though it is no error, each at its path: an "
                                "email a user or users receiver names that is not a "

@@ -48,6 +48,12 @@ class Author:
 
     actor: str
     via: Via
+    applying: bool = False  # ``policy apply`` (a ``cli`` change): the versions it makes say so
+
+    @property
+    def origin(self) -> str:
+        """What a policy version made by this author records as its ``origin``."""
+        return "apply" if self.applying else self.via.value
 
 
 @dataclass(frozen=True)

@@ -352,6 +352,14 @@ def _audit_records(db: peewee.Database) -> None:
         db.execute_sql(statement)
 
 
+def _policy_origin(db: peewee.Database) -> None:
+    """How each policy version was made, so that ``policy plan`` tells the versions it
+    applied from those made elsewhere; "" for the versions made before."""
+    if "origin" not in {column.name for column in db.get_columns("dispatch_policies")}:
+        db.execute_sql("ALTER TABLE dispatch_policies ADD COLUMN origin TEXT NOT NULL "
+                       "DEFAULT ''")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
@@ -366,6 +374,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (10, "jira_webhook_deliveries", _webhook_deliveries),
     (11, "console_sign_outs", _console_sign_outs),
     (12, "audit_records", _audit_records),
+    (13, "dispatch_policies.origin", _policy_origin),
 )
 
 

@@ -81,6 +81,7 @@ class PolicyRow(BaseModel):
     created_at = UTCDateTimeField()
     updated_at = UTCDateTimeField()
     activated_at = UTCDateTimeField(null=True)
+    origin = peewee.TextField(default="")  # how the version was made (Policy.origin)
 
     class Meta:
         table_name = "dispatch_policies"

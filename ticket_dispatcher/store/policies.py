@@ -133,11 +133,12 @@ class PolicyRepository:
 
     # -- drafts ------------------------------------------------------------------------------
 
-    def create(self, spec: PolicySpec, now: datetime) -> Policy:
-        """A new family: version 1, draft. Two statements (policy, rules)."""
+    def create(self, spec: PolicySpec, now: datetime, origin: str = "") -> Policy:
+        """A new family: version 1, draft. Two statements (policy, rules). ``origin``: how it
+        was made (``Policy.origin``)."""
         now = to_utc(now)
         with write_lock(self.db):
-            return self._insert(spec, new_family_id(), 1, now)
+            return self._insert(spec, new_family_id(), 1, now, origin)
 
     def update_draft(self, policy_id: int, spec: PolicySpec, now: datetime) -> Policy:
         """Replace a draft's body and rules; every other status is immutable."""
@@ -165,7 +166,8 @@ class PolicyRepository:
             # Rules go with it (ON DELETE CASCADE).
             delete_where(PolicyRow, PolicyRow.id == policy_id)
 
-    def create_replacement(self, policy_id: int, spec: PolicySpec, now: datetime) -> Policy:
+    def create_replacement(self, policy_id: int, spec: PolicySpec, now: datetime,
+                           origin: str = "") -> Policy:
         """A new draft in the source's family with the family's highest version + 1."""
         now = to_utc(now)
         with write_lock(self.db):
@@ -179,7 +181,7 @@ class PolicyRepository:
                 .where(PolicyRow.family_id == source.family_id)
                 .scalar()
             )
-            return self._insert(spec, source.family_id, int(version or 0) + 1, now)
+            return self._insert(spec, source.family_id, int(version or 0) + 1, now, origin)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -247,7 +249,8 @@ class PolicyRepository:
         if row.status != PolicyStatus.DRAFT.value:
             raise Conflict(f"policy {row.id} is {row.status}; only a draft can be {verb}")
 
-    def _insert(self, spec: PolicySpec, family_id: str, version: int, now: datetime) -> Policy:
+    def _insert(self, spec: PolicySpec, family_id: str, version: int, now: datetime,
+                origin: str) -> Policy:
         row = PolicyRow(
             family_id=family_id,
             version=version,
@@ -258,6 +261,7 @@ class PolicyRepository:
             created_at=now,
             updated_at=now,
             activated_at=None,
+            origin=origin,
         )
         row.save(force_insert=True)
         return _policy(row, self._insert_rules(row.id, spec))
@@ -339,6 +343,7 @@ class _PolicyFields(TypedDict):
     created_at: datetime
     updated_at: datetime
     activated_at: datetime | None
+    origin: str
 
 
 class _PolicyChanges(TypedDict, total=False):
@@ -365,6 +370,7 @@ def _policy(row: PolicyRow, rules: Iterable[Rule], **changes: Unpack[_PolicyChan
         "created_at": row.created_at,
         "updated_at": row.updated_at,
         "activated_at": row.activated_at,
+        "origin": row.origin,
         **changes,
     }
     return Policy(rules=tuple(rules), **fields)
