@@ -19,6 +19,7 @@ from ticket_dispatcher.config import load_config
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.ports import GroupMember
 from ticket_dispatcher.http.services import Services
+from ticket_dispatcher.store.audit import AuditFilter
 
 ENGINEERS = ("a@example.com", "b@example.com", "c@example.com")
 PAGE = "/console/engineers"
@@ -419,6 +420,11 @@ def test_an_operator_sets_zone_hours_and_cap_as_the_api_would(console, harness):
     console.post(f"{ALICE}/availability", settings_form(any_time="yes", max_open_issues=""))
     engineer = store.engineers.get("a@example.com")
     assert (engineer.working_hours, engineer.max_open_issues) == (None, None)
+    records, _ = store.audit.page(AuditFilter(object_id="a@example.com"))
+    assert [(r.actor, r.via.value, r.action) for r in records] == [
+        ("operator-key", "console", "engineer.changed")] * 2
+    assert records[1].before["timezone"] == "UTC"
+    assert records[1].after["timezone"] == "Asia/Shanghai"
 
 
 @pytest.mark.parametrize(("changes", "says"), [

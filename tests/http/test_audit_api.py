@@ -124,10 +124,12 @@ def _examples(api, harness) -> dict[tuple[str, str], object]:
     active = _make_policy(api, "Active")
     shadowed = _make_policy(api, "Shadowed")
     api.post(f"/dispatch/policies/{active}/activate")
-    harness.policy(rule("test_wait"))
+    waits = harness.policy(rule("test_wait"))
+    fails = harness.policy(rule("test_plan_fails"))
     post_trigger(api)
     harness.wait_idle()
-    execution_id = api.get("/dispatch/executions").json["items"][0]["id"]
+    ran = {e["policy_id"]: e["id"] for e in api.get("/dispatch/executions").json["items"]}
+    execution_id, failed_id = ran[waits.id], ran[fails.id]
     api.put("/engineers/carol@example.com", json={"dispatch_enabled": True})
     away = {"start": "2026-12-08T00:00:00Z", "end": "2026-12-09T00:00:00Z", "reason": "off"}
     return {
@@ -149,6 +151,8 @@ def _examples(api, harness) -> dict[tuple[str, str], object]:
             f"/dispatch/policies/{draft}"),
         ("post", "/admin/executions/{execution_id}/cancel"): lambda: api.post(
             f"/admin/executions/{execution_id}/cancel"),
+        ("post", "/dispatch/executions/{execution_id}/replay"): lambda: api.post(
+            f"/dispatch/executions/{failed_id}/replay"),
         ("put", "/engineers/{email}"): lambda: api.put(
             "/engineers/dave@example.com", json={"dispatch_enabled": True}),
         ("post", "/engineers/{email}/time-off"): lambda: api.post(

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import falcon
 
-from ticket_dispatcher.console.actions import Action, Done
+from ticket_dispatcher.console.actions import Action, Done, console_author
 from ticket_dispatcher.console.engineers import DAYS, EngineerPage, engineer_url
 from ticket_dispatcher.console.web import Console, Page, see_other, url
 from ticket_dispatcher.domain.availability_parsing import parse_time_off
@@ -90,14 +90,14 @@ class _EngineerForm(Page):
         super().__init__(console)
         self._page = page
 
-    def save(self, email: str, form: Mapping[str, str]) -> None:
+    def save(self, req: falcon.Request, email: str, form: Mapping[str, str]) -> None:
         raise NotImplementedError
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, email: str) -> None:
         email = checked_email(email)  # 400
         form = req.context.form
         try:
-            self.save(email, form)
+            self.save(req, email, form)
         except InvalidInput as exc:
             self._page.show(req, resp, email, status=falcon.HTTP_400, failed=exc,
                             form_name=self.name, form=form)
@@ -110,12 +110,13 @@ class AvailabilityForm(_EngineerForm):
 
     name = "availability"
 
-    def save(self, email: str, form: Mapping[str, str]) -> None:
+    def save(self, req: falcon.Request, email: str, form: Mapping[str, str]) -> None:
         store = self.services.store
         engineer = store.engineers.get(email)  # 404: ``put`` would create them
         changes = availability_update(store, email, availability_body(form))
-        store.engineers.put(email, dispatch_enabled=engineer.dispatch_enabled,
-                            availability=changes, now=self.services.clock.now())
+        self.services.changes.put_engineer(console_author(req), email,
+                                           dispatch_enabled=engineer.dispatch_enabled,
+                                           availability=changes)
 
 
 class TimeOffForm(_EngineerForm):
@@ -123,11 +124,11 @@ class TimeOffForm(_EngineerForm):
 
     name = "time-off"
 
-    def save(self, email: str, form: Mapping[str, str]) -> None:
+    def save(self, req: falcon.Request, email: str, form: Mapping[str, str]) -> None:
         entry, problems = parse_time_off(time_off_body(form), email)
         if entry is None:
             raise InvalidInput("the time off is not valid", list(problems))
-        self.services.store.time_off.add(entry, self.services.clock.now())  # 404
+        self.services.changes.add_time_off(console_author(req), entry)  # 404
 
 
 class EndTimeOff(Action):
@@ -148,6 +149,7 @@ class EndTimeOff(Action):
 
     def apply(self, req: falcon.Request, email: str, entry_id: int) -> Done:
         email = checked_email(email)
-        self.services.store.time_off.delete(email, entry_id)  # 404 when gone meanwhile
+        # 404 when gone meanwhile
+        self.services.changes.delete_time_off(console_author(req), email, entry_id)
         return Done(f"Time off {entry_id} of {email} has ended: the entry is removed.",
                     engineer_url(email), f"Back to {email}")
