@@ -11,6 +11,7 @@ from __future__ import annotations
 import falcon
 
 from ticket_dispatcher.console import (
+    audit,
     engineer_settings,
     engineers,
     executions,
@@ -40,6 +41,7 @@ def mount(app: falcon.App, console: Console) -> None:
         ("/static/{name}", StaticFile(console)),
         ("/triggers", triggers.TriggerList(console)),
         (f"/triggers/{{trigger_id:{ID}}}/replay", triggers.TriggerReplay(console)),
+        ("/audit", audit.AuditPage(console)),
     ]
     for module in (executions, parked, engineers, engineer_settings, policies, shadows):
         routes += module.routes(console, ID)

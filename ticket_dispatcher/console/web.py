@@ -74,7 +74,9 @@ NAV = (  # (path under BASE, label)
     ("/engineers", "Engineers"),
     ("/policies", "Policies"),
     ("/shadows", "Shadows"),
+    ("/audit", "Audit"),
 )
+OPERATOR_PAGES = frozenset({"/audit"})  # left out of a viewer's menu: they may not read them
 
 
 class Page:
@@ -112,8 +114,8 @@ class Console:
             undefined=jinja2.StrictUndefined,
             trim_blocks=True, lstrip_blocks=True,
         )
-        self.env.globals.update(base=BASE, nav=NAV, version=__version__, url=url,
-                                static=static_url, mask=MASK)
+        self.env.globals.update(base=BASE, nav=NAV, operator_pages=OPERATOR_PAGES,
+                                version=__version__, url=url, static=static_url, mask=MASK)
         self.env.filters.update(when=when, ago=ago, jsonpretty=jsonpretty, masked=masked)
 
     @staticmethod

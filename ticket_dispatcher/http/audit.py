@@ -9,7 +9,7 @@ import falcon
 
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.auth import OPERATOR
-from ticket_dispatcher.http.binding import query_choice, query_int
+from ticket_dispatcher.http.binding import QueryParams, query_choice, query_int
 from ticket_dispatcher.http.dispatch import decode_cursor, encode_cursor, query_time
 from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.store.audit import MAX_LIMIT, AuditFilter
@@ -17,7 +17,7 @@ from ticket_dispatcher.store.audit import MAX_LIMIT, AuditFilter
 FORMATS = ("json", "jsonl")
 
 
-def audit_filter(req: falcon.Request) -> AuditFilter:
+def audit_filter(req: QueryParams) -> AuditFilter:
     """The query's filters; a bad value is a 400 naming its parameter."""
     since, until = query_time(req, "since"), query_time(req, "until")
     if since is not None and until is not None and since >= until:
