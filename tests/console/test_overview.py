@@ -61,7 +61,7 @@ def test_each_number_says_what_waits_and_links_to_its_list(world):
     assert _card(page, "Parked waits").startswith("1 next wake")  # parked for 60 s
     assert '<a href="/console/parked">1</a>' in page
     assert _card(page, "Failed in the last hour") == "0 executions · 2 triggers"
-    link = re.search(r'href="(/console/triggers\?status=failed&amp;created_after=[^"]+)"', page)
+    link = re.search(r'href="(/console/triggers\?status=failed&amp;since=1h)"', page)
     listed = world.console.get(link[1].replace("&amp;", "&")).text
     assert "NOPE-1" in listed and "NOPE-2" in listed and "TCID-1" not in listed
     replica = main_text(page).split("Version", 1)[1]

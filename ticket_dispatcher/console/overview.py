@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TypedDict
 
 import falcon
 
+from ticket_dispatcher.console.triggers import SINCE
 from ticket_dispatcher.console.web import Page
 from ticket_dispatcher.errors import StoreUnavailable
-from ticket_dispatcher.timeutil import format_time
 
-FAILED_WINDOW = timedelta(hours=1)
+# The window of the failures counted, as the triggers page's "created in the last" choice that
+# lists them.
+FAILED_SINCE = "1h"
+FAILED_WINDOW = SINCE[FAILED_SINCE]
 # failed triggers and executions counted exactly up to this; beyond it the page says "200+"
 COUNT_CAP = 200
 
@@ -57,5 +59,5 @@ class Overview(Page):
                 database_up = False
         self.console.render(req, resp, "overview.html", status_view=status,
                             database_up=database_up, facts=facts,
-                            failed_since=format_time(since), count_cap=COUNT_CAP,
+                            failed_since=FAILED_SINCE, count_cap=COUNT_CAP,
                             mode=self.services.config.cluster.mode)
