@@ -14,6 +14,10 @@ answers it: the server-assigned fields are ignored, with a note on stderr. ``pol
 shadow-report`` reads the configured database, as ``migrate`` does (docs/policies.md, "Shadow:
 try a change on live traffic").
 
+``policy export``, ``plan`` and ``apply`` talk to a running service through its API, with the
+key in ``TICKET_DISPATCHER_API_KEY`` (policy_sync.py, docs/policies-as-code.md): 1 for any
+refusal or error, and ``plan`` exits 2 when there are changes to apply.
+
 ``jira webhook register`` and ``show`` manage the Jira admin webhook that feeds the service's
 webhook route, through Jira's admin-webhook REST API (integrations/jira_webhooks_admin.py).
 
@@ -32,11 +36,12 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 from ticket_dispatcher import __version__
-from ticket_dispatcher.config import Config, load_config, masked
+from ticket_dispatcher.config import API_KEY_ENV, Config, load_config, masked
 from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.domain.explain import explain_policy
 from ticket_dispatcher.domain.issues import issue_from_any
@@ -65,6 +70,7 @@ if TYPE_CHECKING:  # imported inside the commands that open it
         JiraWebhookAdmin,
         WebhookRegistration,
     )
+    from ticket_dispatcher.policy_sync import Reading, ServiceApi
     from ticket_dispatcher.store import Store
     from ticket_dispatcher.store.audit import Author
     from ticket_dispatcher.store.shadows import ShadowReportJson
@@ -74,6 +80,7 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_FAILURE = 1  # the service could not do its work (database unreachable, ...)
+EXIT_CHANGES = 2  # ``policy plan``: there are changes to apply
 # Policy and issue files nest deeper than request bodies may (a Jira issue's raw fields); the
 # cap only keeps a hostile file from reaching RecursionError.
 MAX_FILE_JSON_DEPTH = 256
@@ -113,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    except (DatabaseFailure, JiraFailure) as exc:
+    except (DatabaseFailure, JiraFailure, SyncFailure) as exc:
         return _fail(str(exc), EXIT_FAILURE)
     except DispatcherError as exc:
         return _fail(exc.message, EXIT_USAGE)
@@ -158,6 +165,7 @@ def _build_parser() -> argparse.ArgumentParser:
                                "database")
     _add_policy_test(policy_commands, common)
     _add_shadow_report(policy_commands, common)
+    _add_policy_sync(policy_commands, common)
     _add_engineer(commands, common)
     _add_jira(commands, common)
     return parser
@@ -287,6 +295,31 @@ def _add_shadow_report(commands: Any, common: argparse.ArgumentParser) -> None:
                         help="the report as GET /dispatch/policies/{id}/shadow answers it")
 
 
+def _add_policy_sync(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``policy export|plan|apply``: a directory of policy files kept in step with a running
+    service through its API, with the key in ``TICKET_DISPATCHER_API_KEY``
+    (docs/policies-as-code.md)."""
+    export = _add(commands, common, "export",
+                  "write each active policy of a running service to DIR/NAME.json (a "
+                  f"viewer's key in {API_KEY_ENV})", _run_export)
+    plan = _add(commands, common, "plan",
+                "show what apply would change: exit 0 no change, 2 changes, 1 an error (a "
+                f"viewer's key in {API_KEY_ENV})", _run_plan)
+    apply = _add(commands, common, "apply",
+                 "make a running service's active policies those of DIR's files (an "
+                 f"operator's key in {API_KEY_ENV})", _run_apply)
+    for command in (export, plan, apply):
+        command.add_argument("directory", metavar="DIR", help="the policy files, NAME.json")
+        command.add_argument("--server", required=True, type=_server_url, metavar="URL",
+                             help="the service's root, e.g. https://td.example.com:8080")
+    for command in (plan, apply):
+        command.add_argument("--prune", action="store_true",
+                             help="also deactivate each active policy that has no file")
+    apply.add_argument("--force", action="store_true",
+                       help="apply over drift: active versions made in the console or the "
+                            "API since the last apply")
+
+
 def _row_id(what: str) -> Callable[[str], int]:
     """An argument type for the id of a stored ``what``: ASCII digits, from 1 to the largest
     id a database holds."""
@@ -335,6 +368,24 @@ def _webhook_url(text: str) -> str:
     if parts.username is not None or parts.password is not None:
         raise argparse.ArgumentTypeError(
             "the URL must not carry credentials: Jira signs each delivery with the secret")
+    return text
+
+
+def _server_url(text: str) -> str:
+    """The service's root: an absolute http(s) URL with a host, no credentials (the key
+    comes from the environment), no query or fragment."""
+    refused = argparse.ArgumentTypeError(f"{text!r} is not an absolute http:// or https:// URL")
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError:
+        raise refused from None
+    if (parts.scheme not in ("http", "https") or not parts.hostname or parts.query
+            or parts.fragment or any(character.isspace() for character in text)):
+        raise refused
+    if parts.username is not None or parts.password is not None:
+        raise argparse.ArgumentTypeError(f"the URL must not carry credentials: the key comes "
+                                         f"from {API_KEY_ENV}")
     return text
 
 
@@ -667,6 +718,76 @@ def _decision_text(decision: dict) -> str:
     if decision["error"]:
         text += f"; error: {decision['error']}"
     return text
+
+
+# --- policy export, plan, apply ----------------------------------------------------------------
+
+
+class SyncFailure(Exception):
+    """A refusal or an error of ``policy export|plan|apply``: its lines on stderr, exit 1."""
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.policy_sync import export
+
+    with _service(args) as api:
+        written = export(api, Path(args.directory))
+    for path in written:
+        print(f"wrote {path}")
+    print(f"exported {_count(len(written), 'active policy file')} to {args.directory}")
+    return EXIT_OK
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.policy_sync import plan
+
+    with _service(args) as api:
+        steps = plan(api, _read_directory(api, args), prune=args.prune)
+    print("\n".join(steps.lines()))
+    return EXIT_CHANGES if steps.changed else EXIT_OK
+
+
+def _run_apply(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.http.changes import APPLY
+    from ticket_dispatcher.policy_sync import apply, plan
+
+    with _service(args, client=APPLY) as api:
+        steps = plan(api, _read_directory(api, args), prune=args.prune)
+        if not steps.changed:
+            print("no change")
+            return EXIT_OK
+        print("\n".join(steps.lines()))
+        done = apply(api, steps, force=args.force, say=print)
+    print(f"applied {_count(done, 'change')}")
+    return EXIT_OK
+
+
+def _read_directory(api: ServiceApi, args: argparse.Namespace) -> Reading:
+    from ticket_dispatcher.policy_sync import read_directory
+
+    reading = read_directory(api, Path(args.directory))
+    for note in reading.notes:
+        print(f"{PROG}: {note}", file=sys.stderr)
+    return reading
+
+
+@contextmanager
+def _service(args: argparse.Namespace, client: str = "cli") -> Iterator[ServiceApi]:
+    """The service at ``--server`` with the environment's key; a ``SyncError`` becomes a
+    ``SyncFailure`` (exit 1)."""
+    from ticket_dispatcher.policy_sync import ServiceApi, SyncError
+
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    if not key:
+        raise SyncFailure(f"{API_KEY_ENV} is not set: export and plan need a viewer's API "
+                          "key, apply an operator's")
+    api = ServiceApi(args.server, key, client=client)
+    try:
+        yield api
+    except SyncError as exc:
+        raise SyncFailure(str(exc)) from None
+    finally:
+        api.close()
 
 
 # --- engineer ----------------------------------------------------------------------------------

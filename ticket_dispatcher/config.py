@@ -67,6 +67,8 @@ from ticket_dispatcher.settings import masked as masked  # re-exported for ``con
 
 ENV_PREFIX = "TICKET_DISPATCHER_"
 CONFIG_ENV = "TICKET_DISPATCHER_CONFIG"
+# The key ``policy export|plan|apply`` send to a running service: a client's, not a setting.
+API_KEY_ENV = "TICKET_DISPATCHER_API_KEY"
 # Test-suite settings (e.g. TICKET_DISPATCHER_TEST_DATABASE_URL) share the prefix.
 _TEST_ENV_PREFIX = "TICKET_DISPATCHER_TEST_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -751,7 +753,7 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
 
 
 def _not_a_setting(name: str) -> bool:
-    return name == CONFIG_ENV or name.startswith(_TEST_ENV_PREFIX)
+    return name in (CONFIG_ENV, API_KEY_ENV) or name.startswith(_TEST_ENV_PREFIX)
 
 
 def _check_across_keys(config: Config, problems: SettingProblems) -> None:
