@@ -218,9 +218,10 @@ def test_plain_keys_are_not_kept_in_memory():
     assert SECRET not in repr(config.auth.api_keys[0].__dict__)
 
 
-def test_config_and_test_variables_are_not_settings():
+def test_config_test_and_client_key_variables_are_not_settings():
     environ = {
         "TICKET_DISPATCHER_CONFIG": "",
+        "TICKET_DISPATCHER_API_KEY": "the key `policy plan` sends, set beside the service",
         "TICKET_DISPATCHER_TEST_DATABASE_URL": "postgresql://postgres@127.0.0.1/test",
         "UNRELATED": "1",
     }
