@@ -187,6 +187,13 @@ def test_bad_input_is_one_clear_error_that_changes_nothing(processes, tmp_path, 
     assert KEYS["viewer"] not in err
     assert _policies(server) == []
 
+    unnamable = _active_policy(server, policy_body(name="ops/night"))
+    code, _, err = cli("viewer", "policy", "export", str(tmp_path / "out"), "--server",
+                       server.url)
+    assert code == 1 and "policy 'ops/night' (version 1" in err
+    assert "cannot be a file name" in err and not (tmp_path / "out").exists()
+    _call(server, "POST", f"/dispatch/policies/{unnamable['id']}/deactivate")
+
     _active_policy(server, policy_body(name="Twice"))
     _active_policy(server, policy_body(name="Twice"))
     for command in ("export", "plan", "apply"):
