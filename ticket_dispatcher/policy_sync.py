@@ -69,7 +69,11 @@ class ServiceApi:
         while True:
             answer = self._call("GET", POLICIES, params={"limit": PAGE, "offset": len(found)})
             items = answer.get("items") or []
-            found += [_stored(item) for item in items]
+            try:
+                found += [_stored(item) for item in items]
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise SyncError(f"GET {POLICIES}: the answer is not a list of policies; is "
+                                f"{self.server} the service?") from None
             if not items or len(found) >= int(answer.get("total") or 0):
                 return found
 
