@@ -109,12 +109,12 @@ def active_by_name(versions: Iterable[StoredVersion]) -> dict[str, StoredVersion
     for version in versions:
         if version.status == PolicyStatus.ACTIVE:
             by_name[version.name].append(version)
-    shared = [f"two active families share the name {name!r}: "
+    clashes = [f"two active families share the name {name!r}: "
               + ", ".join(f"family {v.family_id} ({v.label})" for v in found)
               + "; rename or deactivate all but one"
               for name, found in by_name.items() if len(found) > 1]
-    if shared:
-        raise PlanError(shared)
+    if clashes:
+        raise PlanError(clashes)
     return {name: found[0] for name, found in by_name.items()}
 
 
@@ -236,10 +236,10 @@ def _require_unique_names(files: Sequence[PolicyFile]) -> None:
     paths: dict[str, list[str]] = defaultdict(list)
     for file in files:
         paths[file.name].append(file.path)
-    shared = [f"{' and '.join(found)} hold the same policy name {name!r}; a name may be in "
+    clashes = [f"{' and '.join(found)} hold the same policy name {name!r}; a name may be in "
               "one file only" for name, found in paths.items() if len(found) > 1]
-    if shared:
-        raise PlanError(shared)
+    if clashes:
+        raise PlanError(clashes)
 
 
 # --- the diff ---------------------------------------------------------------------------------
