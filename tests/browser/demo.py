@@ -190,6 +190,7 @@ class World:
             "policy-validate": "/console/policies/validate",
             "shadows": "/console/shadows",
             "shadow": f"/console/policies/{self.balanced_policy_id}/shadow",
+            "audit": "/console/audit",
             "sign-in": "/console/sign-in",
             "error": "/console/triggers?since=yesterday",  # 400: a bad filter
             "not-found": "/console/executions/999999",
@@ -199,7 +200,7 @@ class World:
 # Every page of the console, in the order of its navigation bar; the error pages last.
 PAGES = ("overview", "triggers", "executions", "execution", "execution-notification", "parked",
          "engineers", "engineer", "policies", "policy", "policy-diff", "policy-validate",
-         "shadows", "shadow", "sign-in", "error", "not-found")
+         "shadows", "shadow", "audit", "sign-in", "error", "not-found")
 STATUS = {"error": 400, "not-found": 404}  # the rest answer 200
 
 
