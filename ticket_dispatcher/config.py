@@ -681,6 +681,15 @@ class AuditConfig:
 
 
 @dataclass(frozen=True)
+class MaintenanceConfig:
+    """Maintenance windows (docs/operations.md, "Maintenance windows"): none lasts longer than
+    ``max_duration``, and one current for longer than that raises an alert."""
+
+    max_duration: timedelta = setting(timedelta(hours=24),
+                                      duration(timedelta(minutes=1), timedelta(days=31)))
+
+
+@dataclass(frozen=True)
 class Config:
     database_url: str = setting("sqlite:///ticket-dispatcher.db", _database_url())
     execution_slots: int = setting(10, integer(1, 100))
@@ -720,6 +729,7 @@ class Config:
     integrations: IntegrationsConfig = section(IntegrationsConfig)
     availability: AvailabilityConfig = section(AvailabilityConfig)
     audit: AuditConfig = section(AuditConfig)
+    maintenance: MaintenanceConfig = section(MaintenanceConfig)
 
     @property
     def client_actors(self) -> int:

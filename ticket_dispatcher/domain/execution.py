@@ -140,6 +140,14 @@ class Trigger:
     retry_since: datetime | None = None
     extra_input: TriggerInput = field(default_factory=lambda: TriggerInput())
     execution_failed: bool = False  # one of its executions failed (read with the trigger)
+    # The maintenance window holding it (while ``pending``), or that last held it; a
+    # deferral or a retry for another cause clears it.
+    maintenance_window_id: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Waiting, ``pending``, for the end of the maintenance window that holds it."""
+        return self.status is TriggerStatus.PENDING and self.maintenance_window_id is not None
 
     @property
     def retrying(self) -> bool:
@@ -166,6 +174,7 @@ class Trigger:
             "updated_at": format_time(self.updated_at),
             "completed_at": format_time(self.completed_at),
             "execution_failed": self.execution_failed,
+            "maintenance_window_id": self.maintenance_window_id,
             "retries": {
                 "count": self.retry_count,
                 "last_reason": self.retry_reason,

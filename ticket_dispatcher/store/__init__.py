@@ -55,6 +55,7 @@ from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.executions import ExecutionRepository
 from ticket_dispatcher.store.faults import StoreFaultKind, driver_detail
 from ticket_dispatcher.store.health import StoreHealth, StoreHealthListener
+from ticket_dispatcher.store.maintenance import MaintenanceRepository
 from ticket_dispatcher.store.policies import PolicyRepository
 from ticket_dispatcher.store.replicas import ReplicaRepository
 from ticket_dispatcher.store.shadows import ShadowRepository
@@ -117,6 +118,7 @@ class Store:
         self.shadows = ShadowRepository(db, self.executions)
         self.console_sessions = ConsoleSessionRepository(db)
         self.audit = AuditRepository(db, audit_retention)
+        self.maintenance = MaintenanceRepository(db)
         self._process_lock: ServingClaim | None = None  # held while serving a SQLite file
 
     @classmethod

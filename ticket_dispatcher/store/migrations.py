@@ -360,6 +360,32 @@ def _policy_origin(db: peewee.Database) -> None:
                        "DEFAULT ''")
 
 
+def _maintenance_windows(db: peewee.Database) -> None:
+    """Maintenance windows, read by the time they end (the current ones, each trigger), and
+    the window that holds a trigger."""
+    t = _types(db)
+    for statement in (
+        f"""CREATE TABLE IF NOT EXISTS maintenance_windows (
+            id {t.pk},
+            scope_json {t.json} NOT NULL,
+            reason TEXT NOT NULL DEFAULT '',
+            start_at {t.time} NOT NULL,
+            end_at {t.time} NOT NULL,
+            recurrence VARCHAR(16) NOT NULL DEFAULT 'none',
+            until_at {t.time} NULL,
+            effect VARCHAR(16) NOT NULL,
+            last_end_at {t.time} NOT NULL,
+            ended_at {t.time} NULL,
+            created_at {t.time} NOT NULL)""",
+        """CREATE INDEX IF NOT EXISTS ix_maintenance_windows_last_end
+            ON maintenance_windows (last_end_at)""",
+    ):
+        db.execute_sql(statement)
+    if "maintenance_window_id" not in {c.name for c in db.get_columns("dispatch_triggers")}:
+        db.execute_sql("ALTER TABLE dispatch_triggers ADD COLUMN maintenance_window_id "
+                       "BIGINT NULL")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
@@ -375,6 +401,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (11, "console_sign_outs", _console_sign_outs),
     (12, "audit_records", _audit_records),
     (13, "dispatch_policies.origin", _policy_origin),
+    (14, "maintenance_windows", _maintenance_windows),
 )
 
 

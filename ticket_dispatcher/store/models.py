@@ -143,6 +143,8 @@ class TriggerRow(LeasedRow):
     retry_count = peewee.IntegerField(default=0)
     retry_reason = peewee.TextField(default="")
     retry_since = UTCDateTimeField(null=True)
+    # The maintenance window that holds it (or last held it); no FK: history.
+    maintenance_window_id = peewee.BigIntegerField(null=True)
 
     class Meta:
         table_name = "dispatch_triggers"
@@ -288,6 +290,26 @@ class AuditRow(BaseModel):
 
     class Meta:
         table_name = "audit_records"
+
+
+class MaintenanceWindowRow(BaseModel):
+    """A maintenance window (domain/maintenance.py); ``last_end_at``: when its last occurrence
+    ends, or when it was ended early, so that the current ones are read by one index."""
+
+    id = peewee.AutoField()
+    scope_json = peewee.JSONField()
+    reason = peewee.TextField(default="")
+    start_at = UTCDateTimeField()
+    end_at = UTCDateTimeField()
+    recurrence = peewee.CharField(max_length=16, default="none")  # none | daily | weekly
+    until_at = UTCDateTimeField(null=True)
+    effect = peewee.CharField(max_length=16)
+    last_end_at = UTCDateTimeField()
+    ended_at = UTCDateTimeField(null=True)
+    created_at = UTCDateTimeField()
+
+    class Meta:
+        table_name = "maintenance_windows"
 
 
 class SchemaMigrationRow(BaseModel):

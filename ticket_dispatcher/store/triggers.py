@@ -62,14 +62,16 @@ def _pending(source: str, issue_key: str) -> peewee.Select:
 # What ``_trigger_from_values`` takes, in its order.
 _TRIGGER_COLUMNS = ("id, source, issue_key, policy_id, dryrun_json, status, available_at, "
                     "output_json, failure_reason, created_at, updated_at, completed_at, "
-                    "retry_count, retry_reason, retry_since, input_json")
+                    "retry_count, retry_reason, retry_since, input_json, "
+                    "maintenance_window_id")
 
 
 def _trigger_from_values(trigger_id: int, source: str, issue_key: str, policy_id: int | None,
                          dryrun: object, status: str, available_at: DriverTime, output: object,
                          failure_reason: str, created_at: DriverTime, updated_at: DriverTime,
                          completed_at: DriverTime, retry_count: int, retry_reason: str,
-                         retry_since: DriverTime, input_value: object) -> Trigger:
+                         retry_since: DriverTime, input_value: object,
+                         maintenance_window_id: int | None) -> Trigger:
     """A trigger from the driver's values of ``_TRIGGER_COLUMNS``, converted as the model's
     fields convert them (no model object: a claim reads one per trigger). A JSON column's
     value is text or already decoded, as the driver has it."""
@@ -84,6 +86,7 @@ def _trigger_from_values(trigger_id: int, source: str, issue_key: str, policy_id
         updated_at=time(updated_at), completed_at=time(completed_at),
         retry_count=retry_count, retry_reason=retry_reason, retry_since=time(retry_since),
         extra_input=_extra_input(TriggerRow.input_json.python_value(input_value)),
+        maintenance_window_id=maintenance_window_id,
     )
 
 
@@ -113,6 +116,7 @@ def trigger_from_row(row: TriggerRow) -> Trigger:
         retry_count=row.retry_count, retry_reason=row.retry_reason,
         retry_since=row.retry_since, extra_input=_extra_input(row.input_json),
         execution_failed=bool(getattr(row, "execution_failed", False)),
+        maintenance_window_id=row.maintenance_window_id,
     )
 
 
@@ -417,7 +421,21 @@ class TriggerRepository:
         with unit_of_work(self.db):
             updated = (TriggerRow.update(status=TriggerStatus.PENDING.value,
                                          available_at=to_utc(until), updated_at=to_utc(now),
-                                         retry_since=None, **TriggerRow.RELEASED)
+                                         retry_since=None, maintenance_window_id=None,
+                                         **TriggerRow.RELEASED)
+                       .where(held(trigger_id, lease)).execute())
+        if lease is not None and not updated:
+            raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
+
+    def hold(self, trigger_id: int, window_id: int, until: datetime, now: datetime, *,
+             lease: Lease | None = None) -> None:
+        """Back to ``pending``, held by the maintenance window ``window_id``: due again at
+        ``until``, the end of its occurrence (or at once, when it is ended early)."""
+        with unit_of_work(self.db):
+            updated = (TriggerRow.update(status=TriggerStatus.PENDING.value,
+                                         available_at=to_utc(until), updated_at=to_utc(now),
+                                         maintenance_window_id=window_id,
+                                         **TriggerRow.RELEASED)
                        .where(held(trigger_id, lease)).execute())
         if lease is not None and not updated:
             raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
@@ -431,7 +449,7 @@ class TriggerRepository:
                                          available_at=to_utc(until), updated_at=to_utc(now),
                                          retry_count=TriggerRow.retry_count + 1,
                                          retry_reason=reason, retry_since=to_utc(since),
-                                         **TriggerRow.RELEASED)
+                                         maintenance_window_id=None, **TriggerRow.RELEASED)
                        .where(held(trigger_id, lease)).execute())
         if lease is not None and not updated:
             raise LeaseLost(f"trigger {trigger_id} is no longer held by this process")
