@@ -132,6 +132,8 @@ def _examples(api, harness) -> dict[tuple[str, str], object]:
     execution_id, failed_id = ran[waits.id], ran[fails.id]
     api.put("/engineers/carol@example.com", json={"dispatch_enabled": True})
     away = {"start": "2026-12-08T00:00:00Z", "end": "2026-12-09T00:00:00Z", "reason": "off"}
+    quiet = {"scope": {"projects": ["NONE"]}, "end": "2099-01-01T00:00:00Z", "effect": "quiet",
+             "start": "2098-12-31T12:00:00Z"}
     return {
         ("post", "/dispatch/policies"): lambda: api.post(
             "/dispatch/policies", json=policy_body(name="New")),
@@ -163,6 +165,10 @@ def _examples(api, harness) -> dict[tuple[str, str], object]:
         ("delete", "/engineers/{email}"): lambda: api.delete("/engineers/carol@example.com"),
         ("delete", "/dispatch/contexts/{issue_key}"): lambda: api.delete(
             "/dispatch/contexts/TCID-1"),
+        ("post", "/maintenance-windows"): lambda: api.post("/maintenance-windows", json=quiet),
+        ("post", "/maintenance-windows/{window_id}/end"): lambda: api.post(
+            f"/maintenance-windows/{api.get('/maintenance-windows').json['windows'][0]['id']}"
+            "/end"),
     }
 
 

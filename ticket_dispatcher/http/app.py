@@ -25,6 +25,7 @@ from ticket_dispatcher.http.engineers import (
     TimeOffItem,
 )
 from ticket_dispatcher.http.health import Liveness, MetricsExposition, Options, Readiness
+from ticket_dispatcher.http.maintenance import MaintenanceWindowCollection, MaintenanceWindowEnd
 from ticket_dispatcher.http.middleware import DatabaseConnection, PrivateAnswers
 from ticket_dispatcher.http.openapi import OpenApiDocument
 from ticket_dispatcher.http.policies import (
@@ -89,6 +90,9 @@ def create_app(services: Services, *, auth_enabled: bool = True,
     app.add_route(f"{api}/dispatch/contexts/{{issue_key}}", ContextItem(services))
     app.add_route(f"{api}/jira/webhooks", JiraWebhooks(services, keys))
     app.add_route(f"{api}/audit", AuditTrail(services))
+    app.add_route(f"{api}/maintenance-windows", MaintenanceWindowCollection(services))
+    app.add_route(f"{api}/maintenance-windows/{{window_id:{ID}}}/end",
+                  MaintenanceWindowEnd(services))
     app.add_route(f"{api}/engineers", EngineerCollection(services))
     app.add_route(f"{api}/engineers/{{email}}", EngineerItem(services))
     app.add_route(f"{api}/engineers/{{email}}/time-off", TimeOffCollection(services))

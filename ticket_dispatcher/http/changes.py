@@ -15,6 +15,7 @@ import falcon
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.engineers import AvailabilityChanges
+from ticket_dispatcher.domain.maintenance import MaintenanceWindow
 from ticket_dispatcher.domain.model import Engineer, Policy, PolicySpec, PolicyStatus
 from ticket_dispatcher.errors import NotFound
 from ticket_dispatcher.store import Store
@@ -144,6 +145,26 @@ class Changes:
                                   lambda: time_off.delete(email, entry_id),
                                   object_id=lambda _: email,
                                   after=lambda _: {"time_off_id": entry_id}, now=self._now())
+
+    # -- maintenance windows -------------------------------------------------------------
+
+    def add_window(self, by: Author, window: MaintenanceWindow) -> MaintenanceWindow:
+        windows, now = self._store.maintenance, self._now()
+        made: MaintenanceWindow = self._store.audit.changed(
+            by, "maintenance_window.created", "maintenance_window",
+            lambda: windows.add(window), object_id=lambda made: made.id,
+            after=lambda made: made.to_json(now), now=now)
+        return made
+
+    def end_window(self, by: Author, window_id: int) -> MaintenanceWindow:
+        """End a window early; the triggers it holds are due at once."""
+        windows, now = self._store.maintenance, self._now()
+        ended: MaintenanceWindow = self._store.audit.changed(
+            by, "maintenance_window.ended", "maintenance_window",
+            lambda: windows.end(window_id, now), object_id=lambda _: window_id,
+            after=lambda made: made.to_json(now),
+            before=lambda: windows.get(window_id).to_json(now), now=now)
+        return ended
 
     # -- stored state --------------------------------------------------------------------
 

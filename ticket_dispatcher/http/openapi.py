@@ -34,6 +34,8 @@ from ticket_dispatcher.domain.execution import (
     TriggerStatus,
 )
 from ticket_dispatcher.domain.issues import ISSUE_KEY
+from ticket_dispatcher.domain.maintenance import MAX_REASON as MAX_WINDOW_REASON
+from ticket_dispatcher.domain.maintenance import Effect, Every, WindowState
 from ticket_dispatcher.domain.model import MAX_ACCOUNT_ID, MAX_DISPLAY_NAME, PolicyStatus
 from ticket_dispatcher.domain.shadow import DIFFERENCES
 from ticket_dispatcher.domain.validation import MAX_POLICY_NAME
@@ -412,9 +414,29 @@ def _audit_paths() -> dict:
                        "The next_cursor of the previous page, as given")])}}
 
 
+def _maintenance_paths() -> dict:
+    window = _ref("MaintenanceWindow")
+    return {
+        f"{API_BASE}/maintenance-windows": {
+            "get": _op("Maintenance windows by start, newest first, those in a state alone "
+                       "with state", {"200": _json(_object({
+                           "windows": {"type": "array", "items": window}}))},
+                       params=[_query("state", _enum(WindowState))]),
+            "post": _op("Create a maintenance window (operator): hold or quiet the work of "
+                        "its scope from start (now when left out) to end, maybe every day or "
+                        "week until a time", {"201": _json(window, "Created", _LOCATION)},
+                        body="MaintenanceWindowBody"),
+        },
+        f"{API_BASE}/maintenance-windows/{{window_id}}/end": {"post": _op(
+            "End a window early (the series, for a recurring one); the triggers it holds "
+            "run at once (409: it has ended)", {"200": _json(window, "Ended")},
+            params=[_path_param("window_id", ID, 1)], errors=("404", "409"))},
+    }
+
+
 def _paths() -> dict:
     return {**_service_paths(), **_policy_paths(), **_dispatch_paths(), **_operator_paths(),
-            **_webhook_paths(), **_audit_paths()}
+            **_webhook_paths(), **_audit_paths(), **_maintenance_paths()}
 
 
 # --- conditions: one leaf variant per operand shape, vocabularies from catalog -----------------
@@ -707,7 +729,10 @@ def _dispatch_schemas() -> dict:
                 "since": {**MAYBE_TIME, "description": "When the first of them failed; the "
                                                        "retry budget counts from it"},
                 "next_at": {**MAYBE_TIME, "description": "The next try, while the trigger "
-                                                         "waits for it"}})}),
+                                                         "waits for it"}}),
+            "maintenance_window_id": {**ID, "nullable": True, "description": "The maintenance "
+                                      "window holding it while pending, or that last held "
+                                      "it"}}),
         "ActionExecution": _object({
             "index": {"type": "integer", "minimum": 0}, "type": {"type": "string"},
             "status": _enum(ActionStatus), "action": {"type": "object"},
@@ -851,10 +876,43 @@ def _service_schemas() -> dict:
                                       "are [redacted]", "nullable": True},
             "after": {"description": "The object's values after (null: deleted)",
                       "nullable": True}}),
+        **_maintenance_schemas(),
         "TimeOff": _object({
             "id": ID, "email": {"type": "string"}, "start": TIME, "end": TIME,
             "reason": {"type": "string"},
             "source": {"type": "string", "description": "api, or the calendar feed's name"}}),
+    }
+
+
+def _maintenance_schemas() -> dict:
+    names = {"type": "array", "items": {"type": "string", "minLength": 1, "pattern": r"\S"},
+             "uniqueItems": True, "maxItems": 100}
+    scope = {"type": "object", "additionalProperties": False,
+             "description": "Work of any of these projects, sources or policies (by name), "
+                            "or all: true",
+             "properties": {"projects": names, "policies": names, "sources": names,
+                            "all": {"type": "boolean"}}}
+    recurrence = _object({"every": _enum(Every), "until": TIME},
+                         description="Repeat every day or week; no occurrence starts after "
+                                     "until")
+    return {
+        "MaintenanceWindowBody": _object({
+            "scope": scope, "reason": {"type": "string", "maxLength": MAX_WINDOW_REASON},
+            "start": {**TIME, "description": "Now when left out"},
+            "end": {**TIME, "description": "After start, at most maintenance.max_duration "
+                                           "later"},
+            "recurrence": {**recurrence, "nullable": True}, "effect": _enum(Effect)},
+            ["scope", "end", "effect"],
+            example={"scope": {"projects": ["OPS"]}, "reason": "database migration",
+                     "end": "2099-01-01T00:00:00Z", "effect": "hold"}),
+        "MaintenanceWindow": _object({
+            "id": ID, "state": _enum(WindowState), "scope": scope,
+            "reason": {"type": "string"}, "effect": _enum(Effect), "start": TIME, "end": TIME,
+            "recurrence": {**recurrence, "nullable": True},
+            "current_until": {**MAYBE_TIME, "description": "The end of the occurrence it is "
+                                                           "in now"},
+            "ended_at": {**MAYBE_TIME, "description": "When an operator ended it early"},
+            "created_at": TIME}),
     }
 
 
