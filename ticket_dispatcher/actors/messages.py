@@ -56,6 +56,7 @@ class TriggerOutcome(StrEnum):
     DEFERRED = "deferred"  # a busy lock key: pending again, due later
     COALESCED = "coalesced"  # completed into a pending duplicate
     RETRYING = "retrying"  # a passing fault of Jira: pending again after a backoff
+    HELD = "held"  # a maintenance window holds it: pending again until the window ends
     # A database failure interrupted it: it keeps its claim and the same actor tries again.
     INTERRUPTED = "interrupted"
 

@@ -27,6 +27,7 @@ from ticket_dispatcher.actors.messages import CreateExecutions, CreationResult, 
 from ticket_dispatcher.actors.shadow import ShadowRequest
 from ticket_dispatcher.domain.execution import Execution, Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
+from ticket_dispatcher.domain.maintenance import Effect, in_effect, project_of
 from ticket_dispatcher.domain.matching import (
     ORDINARY_LANE,
     is_notification_policy,
@@ -171,8 +172,34 @@ class TriggerProcessor:
         if not matched.policies:
             store.triggers.complete(trigger.id, [], now, lease=lease)
             return TriggerOutcome.COMPLETED, ""
+        held = self._hold(trigger, matched, now)
+        if held is not None:
+            return held
         return self._create(trigger, matched, IssueRead(matched.issue, trigger.id, read_began),
                             now)
+
+    def _hold(self, trigger: Trigger, matched: Matched,
+              now: datetime) -> tuple[TriggerOutcome, str] | None:
+        """A live trigger in the scope of a current ``hold`` maintenance window goes back to
+        ``pending``, carrying the window's id, due again at the end of its occurrence (or at
+        once when an operator ends it): then it runs on the issue as it is. None when no
+        window holds it."""
+        if trigger.dryrun is not None:
+            return None  # a dry run writes nothing: nothing to hold back
+        windows = self._deps.store.maintenance.active(now)
+        ruling = in_effect(windows, project_of(trigger.issue_key), trigger.source,
+                           [policy.name for policy in matched.policies], now) \
+            if windows else None
+        if ruling is None or ruling.effect is not Effect.HOLD:
+            return None
+        self._deps.store.triggers.hold(trigger.id, ruling.window_id, ruling.until, now,
+                                       lease=trigger.lease)
+        reason = (f"held by maintenance window {ruling.window_id} until "
+                  f"{format_time(ruling.until)}")
+        log.info("trigger held by a maintenance window", extra={
+            "trigger_id": trigger.id, "issue_key": trigger.issue_key, "source": trigger.source,
+            "maintenance_window_id": ruling.window_id, "reason": reason})
+        return TriggerOutcome.HELD, reason
 
     def _policies(self, trigger: Trigger, issue: Issue,
                   now: datetime) -> Matched | tuple[TriggerOutcome, str]:
