@@ -16,6 +16,7 @@ from ticket_dispatcher.domain.model import Policy, PolicySpec, PolicyTrigger, Ru
 from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
+from ticket_dispatcher.store.maintenance import ExecutionWindows
 
 SETTLE_SECONDS = 20
 
@@ -52,7 +53,12 @@ class Harness:
         """The fakes for Jira, Core and Oncall, and the store's repositories."""
         return Ports(jira=self.jira, core=self.directory, oncall=self.oncall,
                      engineers=self.store.engineers, triggers=self.store.triggers,
-                     contexts=self.store.contexts)
+                     contexts=self.store.contexts, maintenance=self.maintenance())
+
+    def maintenance(self) -> ExecutionWindows:
+        """The maintenance windows' port over the harness's store, as the service wires it."""
+        return ExecutionWindows(self.store.maintenance, self.store.policies,
+                                self.store.triggers)
 
     def stop(self) -> None:
         if self.runtime is not None:

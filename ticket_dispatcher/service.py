@@ -55,6 +55,7 @@ from ticket_dispatcher.sandbox import (
 from ticket_dispatcher.seeding import seed_store
 from ticket_dispatcher.store import Store, connection_budget
 from ticket_dispatcher.store.cluster import ClusterLink
+from ticket_dispatcher.store.maintenance import ExecutionWindows
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,9 @@ class Service:
                             or NotConfiguredOnCall()),
                     core=configured_pool(clients, "core", CorePool) or NotConfiguredDirectory(),
                     engineers=self.store.engineers, triggers=self.store.triggers,
-                    contexts=self.store.contexts),
+                    contexts=self.store.contexts,
+                    maintenance=ExecutionWindows(self.store.maintenance, self.store.policies,
+                                                 self.store.triggers)),
                 registry=self.registry, metrics=self.metrics, cluster=self.cluster)
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails

@@ -29,7 +29,7 @@ class NotificationHarness(Harness):
     def start(self) -> NotificationHarness:
         ports = Ports(jira=self.jira, core=self.directory, oncall=self.oncall,
                       engineers=self.store.engineers, lark=self.lark, triggers=self.triggers,
-                      contexts=self.store.contexts)
+                      contexts=self.store.contexts, maintenance=self.maintenance())
         self.runtime = Runtime(self.config, self.store, self.clock, ports=ports,
                                registry=self.registry, metrics=self.metrics)
         self.runtime.start()

@@ -28,7 +28,9 @@ from ticket_dispatcher.domain.ports import (
     EngineerStore,
     EscalationSlots,
     Jira,
+    MaintenanceWindows,
     Messenger,
+    NoMaintenance,
     NotConfigured,
     NotConfiguredDirectory,
     NotConfiguredJira,
@@ -48,6 +50,7 @@ from ticket_dispatcher.integrations.oncall import OncallClient
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.engineers import EngineerRepository
+from ticket_dispatcher.store.maintenance import ExecutionWindows
 from ticket_dispatcher.store.triggers import TriggerRepository
 
 Shape = list[tuple[str, inspect._ParameterKind, bool]]
@@ -99,6 +102,7 @@ IMPLEMENTATIONS = [
     (FakeJira, Jira), (FakeDirectory, Directory), (FakeOnCall, OnCall),
     (Metrics, NotificationCalls), (UncountedCalls, NotificationCalls),
     (FakeCalls, NotificationCalls),
+    (ExecutionWindows, MaintenanceWindows), (NoMaintenance, MaintenanceWindows),
 ]
 POOLS = [(JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory)]
 NOT_CONFIGURED = [(NotConfiguredJira, Jira, "jira"), (NotConfiguredMessenger, Messenger, "lark"),
@@ -172,7 +176,8 @@ def test_integrations_left_out_are_not_configured_and_ports_cannot_grow():
 
     assert [type(getattr(ports, f.name)) for f in dataclasses.fields(Ports)] == [
         FakeJira, NotConfiguredMessenger, NotConfiguredOnCall, NotConfiguredDirectory,
-        NotConfiguredEngineers, NotConfiguredTriggers, FakeContexts, UncountedCalls]
+        NotConfiguredEngineers, NotConfiguredTriggers, FakeContexts, UncountedCalls,
+        NoMaintenance]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ports.jira = FakeJira()  # type: ignore[misc]
     with pytest.raises(TypeError):

@@ -166,12 +166,13 @@ class AckWatcher(TrackedActor):
         self._deps.metrics.ack_looks_counted("gone", len(gone))
         issues = self._read_issues(saved) if saved else {}
         readers = self._read_readers(saved) if saved else {}
+        quieted = self._quieted(saved, now)
         woken = []
         parked: dict[int, datetime | None] = dict.fromkeys(gone)  # the pool forgets these
         for watch in saved:
             wait = batch[watch.execution_id]
-            if watch.needs_execution(issues[watch.execution_id],
-                                     readers.get(watch.execution_id), now):
+            if watch.execution_id in quieted or watch.needs_execution(
+                    issues[watch.execution_id], readers.get(watch.execution_id), now):
                 woken.append((watch.execution_id, wait))
             else:
                 parked[watch.execution_id] = watch.wake_at
@@ -184,6 +185,16 @@ class AckWatcher(TrackedActor):
         if parked:
             adopted = frozenset(i for i, wait in batch.items() if wait.adopted)
             self._deps.activity.tell(self._pool, Rescheduled(parked, adopted))
+
+    def _quieted(self, watches: list[AckWatch], now: datetime) -> set[int]:
+        """The waits a maintenance window rules now: their executions end them without a
+        page (notification_guard.py, ``quiet_ending``). One read of the windows a batch."""
+        maintenance = self._deps.ports.maintenance
+        windows = maintenance.active(now) if watches else []
+        if not windows:
+            return set()
+        return {watch.execution_id for watch in watches
+                if maintenance.ruling(watch.execution, now, windows) is not None}
 
     def _read_waits(self, batch: dict[int, WatchedWait],
                     now: datetime) -> tuple[list[AckWatch], list[int]] | None:

@@ -64,6 +64,7 @@ class WindowState(StrEnum):
 
 _PERIOD = {Every.DAILY: timedelta(days=1), Every.WEEKLY: timedelta(days=7)}
 _STRICTNESS = {Effect.QUIET: 1, Effect.HOLD: 2}
+_EVERY_VALUES = frozenset(every.value for every in Every)
 
 
 def project_of(issue_key: str) -> str:
@@ -251,7 +252,7 @@ class _Reading:
         if every is not None:
             check_enum(every, at(path, "every"), Every, self.problems)
         until = self.moment(raw["until"], at(path, "until")) if "until" in raw else None
-        if until is None or every not in set(Every):
+        if until is None or not isinstance(every, str) or every not in _EVERY_VALUES:
             return None
         return Recurrence(Every(every), until)
 

@@ -26,6 +26,8 @@ from enum import StrEnum
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ticket_dispatcher.domain.availability import TimeOff
+from ticket_dispatcher.domain.execution import Execution
+from ticket_dispatcher.domain.maintenance import InEffect, MaintenanceWindow
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.errors import DispatcherError, IntegrationError, ServiceNotConfigured
 
@@ -392,6 +394,33 @@ class NotConfiguredMessenger(NotConfigured):
         raise self._refused("read_user_ids_each")
 
 
+class MaintenanceWindows(Protocol):
+    """The maintenance windows, as the notification steps and the ACK watcher need them
+    (domain/maintenance.py): ``store.maintenance.ExecutionWindows``."""
+
+    def active(self, now: datetime) -> list[MaintenanceWindow]:
+        """The windows that have started and not ended."""
+        ...
+
+    def ruling(self, execution: Execution, now: datetime,
+               windows: list[MaintenanceWindow] | None = None) -> InEffect | None:
+        """The window that rules ``execution``'s work now (by its issue's project, its
+        trigger's source and its policy's name), among ``windows`` when given (read
+        otherwise); None when none does."""
+        ...
+
+
+class NoMaintenance:
+    """No maintenance windows (a port left out: the runtime over a store passes its own)."""
+
+    def active(self, now: datetime) -> list[MaintenanceWindow]:
+        return []
+
+    def ruling(self, execution: Execution, now: datetime,
+               windows: list[MaintenanceWindow] | None = None) -> InEffect | None:
+        return None
+
+
 class UncountedCalls:
     """No counter wired: calls go uncounted (the runtime wires its metrics instead)."""
 
@@ -422,3 +451,4 @@ class Ports:
     triggers: TriggerIntake
     contexts: EscalationSlots
     calls: NotificationCalls = field(default_factory=UncountedCalls)
+    maintenance: MaintenanceWindows = field(default_factory=NoMaintenance)

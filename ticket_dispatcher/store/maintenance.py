@@ -7,19 +7,24 @@ from datetime import datetime
 
 import peewee
 
-from ticket_dispatcher.domain.execution import TriggerStatus
+from ticket_dispatcher.domain.execution import Execution, TriggerStatus
 from ticket_dispatcher.domain.maintenance import (
     Effect,
     Every,
+    InEffect,
     MaintenanceWindow,
     Recurrence,
     Scope,
     WindowState,
     ended_early,
+    in_effect,
+    project_of,
 )
 from ticket_dispatcher.errors import Conflict, NotFound
 from ticket_dispatcher.store.database import lock_rows, unit_of_work, write_lock
 from ticket_dispatcher.store.models import MaintenanceWindowRow, TriggerRow
+from ticket_dispatcher.store.policies import PolicyRepository
+from ticket_dispatcher.store.triggers import TriggerRepository
 from ticket_dispatcher.timeutil import to_utc
 
 NO_RECURRENCE = "none"
@@ -101,6 +106,35 @@ class MaintenanceRepository:
         """How many windows are current at ``now`` (the metric)."""
         return sum(1 for window in self.active(now)
                    if window.state(now) is WindowState.CURRENT)
+
+
+class ExecutionWindows:
+    """The windows as an execution's notification steps ask (``domain.ports.
+    MaintenanceWindows``): one read of the windows in effect; the execution's trigger and
+    policy are read only when there are any."""
+
+    def __init__(self, windows: MaintenanceRepository, policies: PolicyRepository,
+                 triggers: TriggerRepository) -> None:
+        self._windows = windows
+        self._policies = policies
+        self._triggers = triggers
+
+    def active(self, now: datetime) -> list[MaintenanceWindow]:
+        return self._windows.active(now)
+
+    def ruling(self, execution: Execution, now: datetime,
+               windows: list[MaintenanceWindow] | None = None) -> InEffect | None:
+        windows = self._windows.active(now) if windows is None else windows
+        if not windows:
+            return None
+        try:
+            policy = (self._policies.known(execution.policy_id)
+                      or self._policies.get(execution.policy_id))
+            names = [policy.name]
+        except NotFound:  # a deleted draft's dry run: no name to match
+            names = []
+        source = self._triggers.get(execution.trigger_id).source
+        return in_effect(windows, project_of(execution.issue_key), source, names, now)
 
 
 def _window(row: MaintenanceWindowRow) -> MaintenanceWindow:

@@ -85,6 +85,9 @@ class GuardedAction:
 
     def execute(self, run: ActionRun) -> ActionResult:
         with self.state_type.editing(run) as state:
+            quieted = quiet_ending(run, state)
+            if quieted is not None:
+                return completed(quieted, state)
             try:
                 return completed(self.execute_state(run, state), state)
             except PassingFault as fault:  # raised only while ``state.may_retry``
@@ -103,6 +106,24 @@ class GuardedAction:
         snapshot = card.snapshot
         return Issue(execution.issue_key, snapshot.project, summary=snapshot.summary,
                      status=snapshot.status)
+
+
+def quiet_ending(run: ActionRun, state: GuardedState) -> ActionResult | None:
+    """A live step not ended yet that a maintenance window rules now (``quiet``, or the
+    stricter ``hold``) sends nothing: no App-urgent, no page, no escalation, and a page's ACK
+    wait ends at its next look. Saved as ``skipped`` with the window's id, and the workflow
+    goes on to its next step, which skips alike. None when no window rules it."""
+    if run.execution.dry_run or state.outcome is not None:
+        return None
+    ruling = run.ports.maintenance.ruling(run.execution, run.now)
+    if ruling is None:
+        return None
+    state.outcome, state.reason = Outcome.SKIPPED, f"maintenance window {ruling.window_id}"
+    state.maintenance_window_id = ruling.window_id
+    state.save(run)
+    log_step(run, state, "notification step skipped: a maintenance window quiets it",
+             reason=state.reason, maintenance_window_id=ruling.window_id)
+    return ActionResult.proceed()
 
 
 @dataclass(frozen=True)

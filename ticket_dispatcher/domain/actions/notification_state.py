@@ -289,7 +289,8 @@ class Outcome(StrEnum):
     CONTINUED = "continued"  # urgent: marked (or warned) and on to paging
     TIMEOUT = "timeout"  # page: the ACK wait ran out
     # page: its target was on time off and the page says "when_unavailable": "escalate": no
-    # page, on to the next action at once (the next attempts skip alike: the escalation)
+    # page, on to the next action at once (the next attempts skip alike: the escalation);
+    # any of them: a maintenance window quiets it (``maintenance_window_id``)
     SKIPPED = "skipped"
     ESCALATED = "escalated"
     BLOCKED = "blocked"  # the slot forbids escalating (the reason is the slot's verdict)
@@ -453,6 +454,8 @@ class GuardedState(NotificationState):
     outcome: Outcome | None = None
     reason: str | None = None
     ack_comment: CallRecord = call_record("ack_comment")
+    # The maintenance window that skipped the step (outcome ``skipped``), or ended its wait.
+    maintenance_window_id: int | None = None
 
     @property
     def role(self) -> Role | None:
