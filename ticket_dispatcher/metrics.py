@@ -116,6 +116,8 @@ class Backlog:
     created: dict[str, tuple[int, float]]  # mode → (count, oldest age)
     executing: dict[str, tuple[int, float]]
     triggers: dict[str, tuple[int, float]]  # status → (count, oldest age)
+    # (current maintenance windows, those current for longer than maintenance.max_duration)
+    maintenance: tuple[int, int] = (0, 0)
 
 
 class Metrics:
@@ -161,6 +163,10 @@ class Metrics:
                                "parked)", ("mode",))
         self.executing_age = gauge("oldest_executing_execution_age_seconds", "Time since the "
                                    "oldest executing execution was last saved", ("mode",))
+        self.maintenance_windows = gauge("maintenance_windows", "Maintenance windows current "
+                                         "now")
+        self.maintenance_overdue = gauge("maintenance_windows_overdue", "Maintenance windows "
+                                         "current for longer than maintenance.max_duration")
         self.triggers = gauge("triggers", "Open triggers, deferred ones included", ("status",))
         self.trigger_age = gauge("oldest_trigger_age_seconds", "Age of the oldest open trigger",
                                  ("status",))
@@ -282,6 +288,8 @@ class Metrics:
             count, age = sample.executing.get(mode, (0, 0.0))
             self.executing.labels(mode=mode).set(count)
             self.executing_age.labels(mode=mode).set(age)
+        self.maintenance_windows.set(sample.maintenance[0])
+        self.maintenance_overdue.set(sample.maintenance[1])
         for status in TRIGGER_STATUSES:
             count, age = sample.triggers.get(status, (0, 0.0))
             self.triggers.labels(status=status).set(count)

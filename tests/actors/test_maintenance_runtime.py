@@ -9,9 +9,17 @@ from datetime import timedelta
 from tests.fakes import issue
 from tests.harness import assign, rule
 from ticket_dispatcher.domain.execution import TriggerStatus
-from ticket_dispatcher.domain.maintenance import Effect, MaintenanceWindow, Scope
+from ticket_dispatcher.domain.maintenance import (
+    Effect,
+    Every,
+    MaintenanceWindow,
+    Recurrence,
+    Scope,
+)
+from ticket_dispatcher.metrics import PREFIX
 
 ENGINEER = "a@example.com"
+DAY = timedelta(days=1)
 TCID = Scope(projects=("TCID",))
 
 
@@ -83,3 +91,23 @@ def test_a_dry_run_is_not_held(make_harness):
     trigger = harness.post_trigger(policy_id=policy.id, dryrun={"overwrite_data": {}})
 
     assert trigger.status is TriggerStatus.COMPLETED
+
+
+def test_the_backlog_job_counts_current_windows_and_leaves_held_triggers_out(make_harness):
+    harness = dispatching(make_harness)
+    open_window(harness, minutes=120)
+    harness.post_trigger()
+    daily = harness.store.maintenance.add(MaintenanceWindow(
+        None, Scope(projects=("OPS",)), "all day, every day", harness.clock.now() - DAY,
+        harness.clock.now(), Effect.QUIET,
+        Recurrence(Every.DAILY, harness.clock.now() + DAY), created_at=harness.clock.now()))
+    assert daily.current_since(harness.clock.now()) == daily.start
+
+    harness.advance(1)
+
+    def value(name, **labels):
+        return harness.metrics.registry.get_sample_value(PREFIX + name, labels)
+
+    assert value("maintenance_windows") == 2
+    assert value("maintenance_windows_overdue") == 1  # a day without a break: over 24 h
+    assert value("triggers", status="pending") == 0

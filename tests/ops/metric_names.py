@@ -54,6 +54,8 @@ PLANNED_METRICS: dict[str, str] = {
     "ticket_manager_dispatch_transient_retries_total": "counter",
     "ticket_manager_dispatch_calendar_feed_age_seconds": "gauge",
     "ticket_manager_dispatch_calendar_feed_refreshes_total": "counter",
+    "ticket_manager_dispatch_maintenance_windows": "gauge",
+    "ticket_manager_dispatch_maintenance_windows_overdue": "gauge",
 }
 
 # The alerts of the plan, in its order (group "ticket-dispatcher").
@@ -71,6 +73,7 @@ PLANNED_ALERTS: tuple[str, ...] = (
     "TicketDispatcherDatabaseUnavailable",
     "TicketDispatcherJiraRateLimited",
     "TicketDispatcherNoEligibleCandidate",
+    "TicketDispatcherMaintenanceWindowLong",
 )
 
 # A histogram is exported as NAME_bucket, NAME_sum and NAME_count; queries name those series.

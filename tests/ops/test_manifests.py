@@ -429,6 +429,9 @@ HEALTHY_SERIES = [
     (f"{P}database_up", "1x30"),
     # a 429 now and then: 30 s held back in the last 10 minutes
     (f'{P}integration_rate_limited_seconds_total{{client="jira"}}', "0+0.5x30"),
+    # a window current for a while, within maintenance.max_duration
+    (f"{P}maintenance_windows", "1x30"),
+    (f"{P}maintenance_windows_overdue", "0x30"),
 ]
 # For each alert: series that must fire it and series next to them that must not, and how many
 # alerts (one per firing series) the expression gives 20 minutes in.
@@ -517,6 +520,12 @@ FIRING_CASES = {
          f'failure_code="no_eligible_candidate",policy="q"}}', "0+1x30"),
         (f'{P}execution_outcomes_total{{mode="live",status="failed",failure_code="x",'
          f'policy="q"}}', "0+1x30"),
+    ], 1),
+    # Every replica exports the same count: one alert, not one per replica.
+    "TicketDispatcherMaintenanceWindowLong": ([
+        (f'{P}maintenance_windows_overdue{{instance="a"}}', "0x10 1x20"),
+        (f'{P}maintenance_windows_overdue{{instance="b"}}', "0x10 1x20"),
+        (f'{P}maintenance_windows{{instance="a"}}', "2x30"),
     ], 1),
 }
 

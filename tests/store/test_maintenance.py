@@ -50,7 +50,8 @@ def test_windows_are_listed_by_state(store):
     assert [w.id for w in listed(NOW, WindowState.CURRENT)] == [current.id]
     assert [w.id for w in listed(NOW, WindowState.ENDED)] == [ended.id]
     assert [w.id for w in store.maintenance.active(NOW)] == [current.id]
-    assert store.maintenance.current_count(NOW) == 1
+    assert store.maintenance.counts(NOW, HOUR) == (1, 0)
+    assert store.maintenance.counts(NOW, timedelta(minutes=30)) == (1, 1)
 
 
 def test_a_recurring_window_is_active_between_its_occurrences(store):

@@ -152,7 +152,9 @@ class Supervisor(TrackedActor):
             now = deps.clock.now()
             created, executing = deps.store.executions.backlog(now)
             sample = Backlog(created=created, executing=executing,
-                             triggers=deps.store.triggers.backlog(now))
+                             triggers=deps.store.triggers.backlog(now),
+                             maintenance=deps.store.maintenance.counts(
+                                 now, deps.config.maintenance.max_duration))
         except Exception as exc:
             deps.metrics.backlog_failed()
             log.warning("backlog metrics not refreshed; keeping the previous sample",

@@ -144,6 +144,16 @@ class MaintenanceWindow:
         end = min(start + self.duration, self.last_end)
         return (start, end) if now < end else None
 
+    def current_since(self, now: datetime) -> datetime | None:
+        """Since when the window has been current without a break (its occurrences may
+        follow one another with no gap), or None when it is not current."""
+        occurrence = self.occurrence(now)
+        if occurrence is None:
+            return None
+        if self.recurrence is not None and self.duration >= self.recurrence.period:
+            return self.start
+        return occurrence[0]
+
     def state(self, now: datetime) -> WindowState:
         if now >= self.last_end:
             return WindowState.ENDED

@@ -3,7 +3,7 @@ triggers a window holds, made due at once when it is ended early."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import peewee
 
@@ -102,10 +102,12 @@ class MaintenanceRepository:
                     & (TriggerRow.available_at > now)).execute())
         return ended
 
-    def current_count(self, now: datetime) -> int:
-        """How many windows are current at ``now`` (the metric)."""
-        return sum(1 for window in self.active(now)
-                   if window.state(now) is WindowState.CURRENT)
+    def counts(self, now: datetime, max_duration: timedelta) -> tuple[int, int]:
+        """How many windows are current at ``now``, and how many of them have been current
+        for longer than ``max_duration`` (the metrics)."""
+        since = [window.current_since(now) for window in self.active(now)]
+        current = [start for start in since if start is not None]
+        return len(current), sum(1 for start in current if now - start > max_duration)
 
 
 class ExecutionWindows:

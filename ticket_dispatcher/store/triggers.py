@@ -490,13 +490,17 @@ class TriggerRepository:
 
     def backlog(self, now: datetime) -> dict[str, tuple[int, float]]:
         """status → (count, age in seconds of the oldest) of open triggers, deferred ones
-        (not yet due) included."""
+        (not yet due) included; not those a maintenance window holds, which wait for its end
+        on purpose."""
+        held = ((TriggerRow.status == TriggerStatus.PENDING.value)
+                & TriggerRow.maintenance_window_id.is_null(False))
         with unit_of_work(self.db):
             rows = dict_rows(TriggerRow
                              .select(TriggerRow.status,
                                      peewee.fn.COUNT(TriggerRow.id).alias("count"),
                                      peewee.fn.MIN(TriggerRow.created_at).alias("oldest"))
-                             .where(TriggerRow.status.in_(_OPEN)).group_by(TriggerRow.status))
+                             .where(TriggerRow.status.in_(_OPEN) & ~held)
+                             .group_by(TriggerRow.status))
             return {row["status"]: (row["count"],
                                     seconds_since(now, row["oldest"], TriggerRow.created_at))
                     for row in rows}
