@@ -190,6 +190,7 @@ class World:
             "policy-validate": "/console/policies/validate",
             "shadows": "/console/shadows",
             "shadow": f"/console/policies/{self.balanced_policy_id}/shadow",
+            "maintenance": "/console/maintenance",
             "audit": "/console/audit",
             "sign-in": "/console/sign-in",
             "error": "/console/triggers?since=yesterday",  # 400: a bad filter
@@ -200,7 +201,7 @@ class World:
 # Every page of the console, in the order of its navigation bar; the error pages last.
 PAGES = ("overview", "triggers", "executions", "execution", "execution-notification", "parked",
          "engineers", "engineer", "policies", "policy", "policy-diff", "policy-validate",
-         "shadows", "shadow", "audit", "sign-in", "error", "not-found")
+         "shadows", "shadow", "maintenance", "audit", "sign-in", "error", "not-found")
 STATUS = {"error": 400, "not-found": 404}  # the rest answer 200
 
 

@@ -15,6 +15,7 @@ from ticket_dispatcher.console import (
     engineer_settings,
     engineers,
     executions,
+    maintenance,
     overview,
     parked,
     policies,
@@ -43,7 +44,8 @@ def mount(app: falcon.App, console: Console) -> None:
         (f"/triggers/{{trigger_id:{ID}}}/replay", triggers.TriggerReplay(console)),
         ("/audit", audit.AuditPage(console)),
     ]
-    for module in (executions, parked, engineers, engineer_settings, policies, shadows):
+    for module in (executions, parked, engineers, engineer_settings, policies, shadows,
+                   maintenance):
         routes += module.routes(console, ID)
     for path, resource in routes:
         app.add_route(BASE + path, resource)

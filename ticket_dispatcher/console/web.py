@@ -74,6 +74,7 @@ NAV = (  # (path under BASE, label)
     ("/engineers", "Engineers"),
     ("/policies", "Policies"),
     ("/shadows", "Shadows"),
+    ("/maintenance", "Maintenance"),
     ("/audit", "Audit"),
 )
 OPERATOR_PAGES = frozenset({"/audit"})  # left out of a viewer's menu: they may not read them
