@@ -10,6 +10,12 @@ from datetime import timedelta
 import pytest
 
 from tests.actors.test_notification_card_runtime import ASSIGNEE, put
+from tests.actors.test_notification_escalation_runtime import (
+    ESCALATION_INDEX,
+    EscalationHarness,
+    paged_three_times,
+    run_out,
+)
 from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT
 from ticket_dispatcher.domain.execution import ActionStatus, ExecutionStatus
 from ticket_dispatcher.domain.maintenance import Effect, MaintenanceWindow, Scope
@@ -73,3 +79,22 @@ def test_a_quiet_window_that_starts_ends_the_parked_page_wait_without_another_pa
     assert [step.context["page"]["outcome"] for step in others] == ["skipped", "skipped"]
     world.advance(3 * TIMEOUT)
     assert len(world.oncall.pages) == 1
+
+
+def test_a_quiet_window_skips_the_escalation_after_the_last_page(store):
+    harness = EscalationHarness(store).start()
+    try:
+        harness.workflow_policy()
+        execution_id = paged_three_times(harness)
+        window = quiet(harness, Scope(policies=("test policy",)))
+
+        execution = run_out(harness, execution_id)
+
+        assert execution.status is ExecutionStatus.SUCCEEDED
+        escalation = execution.rule_executions[1].action_executions[ESCALATION_INDEX]
+        assert escalation.status is ActionStatus.SKIPPED
+        assert escalation.context["escalation"]["maintenance_window_id"] == window.id
+        assert harness.directory.leader_lookups == []
+        assert len(harness.oncall.pages) == 3
+    finally:
+        harness.stop()

@@ -118,7 +118,7 @@ class EscalationHarness(Harness):
     def start(self) -> EscalationHarness:
         ports = Ports(jira=self.jira, core=self.directory, oncall=self.oncall,
                       engineers=self.store.engineers, lark=self.lark, triggers=self.triggers,
-                      contexts=self.slots)
+                      contexts=self.slots, maintenance=self.maintenance())
         self.runtime = Runtime(self.config, self.store, self.clock, ports=ports,
                                registry=self.registry)
         self.runtime.start()
