@@ -147,6 +147,8 @@ class FakeJira:
         self.open_issues: dict[str, int] = {}  # account id -> what its counts answer
         self.failing_counts: set[str] = set()  # account ids whose count answers 400
         self.counted: list[str] = []  # every JQL counted, in order
+        # Projects whose edit screen refuses the one edit of ``assign_and_label``.
+        self.screen_refusing: set[str] = set()
 
     def put(self, the_issue: Issue) -> Issue:
         self.issues[the_issue.key] = the_issue
@@ -217,6 +219,19 @@ class FakeJira:
         self.issues[key] = replace(self.issues[key], l2_assignee=self.users[account_id])
         self._answered("set_l2_assignee")
 
+    def assign_and_label(self, key: str, account_id: str, remove_labels=(), *,
+                         l2: bool = False) -> bool:
+        """The one edit; False, writing nothing, for a project in ``screen_refusing``."""
+        if key.rsplit("-", 1)[0] in self.screen_refusing:
+            return False
+        self._write("assign_and_label", key, account_id, tuple(remove_labels), l2)
+        user = self.users[account_id]
+        labels = tuple(label for label in self.issues[key].labels if label not in remove_labels)
+        self.issues[key] = (replace(self.issues[key], l2_assignee=user, labels=labels) if l2
+                            else replace(self.issues[key], assignee=user, labels=labels))
+        self._answered("assign_and_label")
+        return True
+
     def edit_labels(self, key: str, add=(), remove=()) -> None:
         self._write("edit_labels", key, tuple(add), tuple(remove))
         labels = [label for label in self.issues[key].labels if label not in remove]
@@ -275,6 +290,12 @@ class FakeJira:
 
     def calls(self, method: str) -> list[tuple]:
         return [w for w in self.writes if w[0] == method]
+
+    def assignments(self) -> list[tuple[str, str]]:
+        """The (issue key, account id) of every write of the Assignee: by its own endpoint,
+        or in the one edit with the labels."""
+        return [(w[1], w[2]) for w in self.writes
+                if w[0] == "assign" or (w[0] == "assign_and_label" and not w[4])]
 
 
 def first_jql_string(jql: str) -> str | None:

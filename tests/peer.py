@@ -60,6 +60,8 @@ class Route(StrEnum):
     """The Jira endpoints an assign dispatch and the assignment notification use."""
 
     GET_ISSUE = "GET /rest/api/2/issue/{key}"
+    # Every write of the Assignee: its own endpoint, or an issue edit whose ``fields`` set it
+    # (with the labels, in one edit); ``Call.path`` tells them apart.
     ASSIGN = "PUT /rest/api/2/issue/{key}/assignee"
     EDIT_ISSUE = "PUT /rest/api/2/issue/{key}"
     SEARCH_USERS = "GET /rest/api/2/user/search"
@@ -320,6 +322,7 @@ class FakeJira(Served):
         self._gates: list[Gate] = []
         self._barriers: list[Barrier] = []
         self._calls: list[Call] = []
+        self._screens_without: dict[str, set[str]] = {}  # project -> fields not on its screen
         self._concurrency: dict[Route, Concurrency] = {route: Concurrency() for route in Route}
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -346,6 +349,12 @@ class FakeJira(Served):
     def add_user(self, email: str, account_id: str, display_name: str | None = None) -> None:
         with self._condition:
             self._users[account_id] = _User(email, account_id, display_name or email)
+
+    def leave_off_edit_screen(self, project: str, *fields: str) -> None:
+        """The project's edit screen lacks ``fields``: an issue edit naming any of them is
+        refused with Jira's 400 and applies nothing (the assignee endpoint still answers)."""
+        with self._condition:
+            self._screens_without.setdefault(project, set()).update(fields)
 
     def assignee(self, key: str) -> str | None:
         with self._condition:
@@ -405,7 +414,10 @@ class FakeJira(Served):
     def _app(self, environ: dict, start_response: Callable) -> list[bytes]:
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
         route, key = _route(method, path)
-        call = Call(method, path, route, key, read_body(environ))
+        body = read_body(environ)
+        if route is Route.EDIT_ISSUE and _sets_assignee(body):
+            route = Route.ASSIGN
+        call = Call(method, path, route, key, body)
         with self._condition:
             self._calls.append(call)
             self._enter(route)
@@ -497,7 +509,7 @@ class FakeJira(Served):
                 call.applied = True
                 return 201, {"id": str(len(issue.comments)), "body": comment.body,
                              "public": comment.public}
-            if call.route is Route.ASSIGN:
+            if call.route is Route.ASSIGN and call.path.endswith("/assignee"):
                 issue.assignee = self._account(call.body, "assignee")
             else:
                 self._edit(issue, call.body)
@@ -550,7 +562,16 @@ class FakeJira(Served):
     def _edit(self, issue: _Issue, body: Any) -> None:
         if not isinstance(body, dict):
             raise _PeerError(400, "The request body must be a JSON object.")
+        named = {*(body.get("fields") or {}), *(body.get("update") or {})}
+        missing = sorted(named & self._screens_without.get(issue.project, set()))
+        if missing:  # as Jira: the whole edit is refused, nothing applied
+            raise _PeerError(400, errors={name: f"Field '{name}' cannot be set. It is not on "
+                                                f"the appropriate screen, or unknown."
+                                          for name in missing})
         for name, value in (body.get("fields") or {}).items():
+            if name == "assignee":
+                issue.assignee = self._account(value, name)
+                continue
             issue.fields[name] = (self._account(value, name) if name == L2_FIELD_ID
                                   and value is not None else value)
         for operation in (body.get("update") or {}).get("labels") or []:
@@ -604,6 +625,11 @@ class SlowJira(FakeJira):
         if self.routes is None or call.route in self.routes:
             time.sleep(self.latency)
         return super()._handle(call, query)
+
+
+def _sets_assignee(body: Any) -> bool:
+    fields = body.get("fields") if isinstance(body, dict) else None
+    return isinstance(fields, dict) and "assignee" in fields
 
 
 def _route(method: str, path: str) -> tuple[Route | None, str | None]:

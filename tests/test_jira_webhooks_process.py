@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -460,3 +461,68 @@ def test_a_database_that_does_not_answer_is_a_503_with_retry_after_and_the_retry
     assert webhook_count(dispatcher, "unavailable") == len(delivered.attempts) - 1
     assert webhook_count(dispatcher, "accepted") == 1
     assert dispatcher.log_problems() == []
+
+
+# --- the calls of a dispatch --------------------------------------------------------------------
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def routes_of(jira: FakeJira, key: str) -> list[tuple[Route | None, str]]:
+    return [(call.route, call.path.rsplit("/", 1)[1]) for call in jira.calls(key=key)]
+
+
+def test_a_fresh_delivery_is_the_snapshot_and_its_dispatch_makes_one_call_to_jira(
+        dispatcher, jira, sender):
+    fresh, stale = ISSUES[0], ISSUES[1]
+
+    for key, timestamp in ((fresh, now_ms()), (stale, now_ms() - 60_000)):
+        sent = sender.send(Delivery.of(jira_delivery(
+            "jira:issue_created", key=key, project=PROJECT, priority="P3",
+            timestamp=timestamp)))
+        assert sent.status == 202, sent.answer
+    wait_until(settled(dispatcher, CREATED, 2), 30, "both dispatches ended")
+
+    assert routes_of(jira, fresh) == [(Route.ASSIGN, "assignee")]  # no read: the delivery's
+    assert routes_of(jira, stale) == [(Route.GET_ISSUE, stale), (Route.ASSIGN, "assignee")]
+    assert jira.assignee(fresh) in ENGINEERS.values()
+    assert jira.assignee(stale) in ENGINEERS.values()
+
+
+def test_an_automation_dispatch_reads_once_and_writes_assignee_and_label_in_one_edit(
+        dispatcher, jira):
+    key = f"{PROJECT}-901"
+    jira.add_issue(key, labels=["auto-dispatch", "keep"])
+
+    dispatcher.post_trigger(key)
+    dispatcher.wait_status(key, "succeeded")
+
+    assert routes_of(jira, key) == [(Route.GET_ISSUE, key), (Route.ASSIGN, key)]
+    [edit] = jira.calls(Route.ASSIGN, key)
+    assert edit.body["update"] == {"labels": [{"remove": "auto-dispatch"}]}
+    assert jira.assignee(key) in ENGINEERS.values() and jira.labels(key) == ["keep"]
+
+
+def test_an_edit_screen_without_the_assignee_falls_back_and_is_remembered(dispatcher, jira):
+    first, second = f"{PROJECT}-902", f"{PROJECT}-903"
+    for key in (first, second):
+        jira.add_issue(key, labels=["auto-dispatch"])
+    jira.leave_off_edit_screen(PROJECT, "assignee")
+
+    for key in (first, second):
+        dispatcher.post_trigger(key)
+        dispatcher.wait_status(key, "succeeded")
+
+    # the refused edit wrote nothing; the assignee's endpoint, then the label's edit
+    assert [(c.status, c.applied) for c in jira.calls(Route.ASSIGN, first)] == [
+        (400, False), (204, True)]
+    assert routes_of(jira, first) == [(Route.GET_ISSUE, first), (Route.ASSIGN, first),
+                                      (Route.ASSIGN, "assignee"), (Route.EDIT_ISSUE, first)]
+    # the project's refusal remembered: the second ticket goes straight to the fallback
+    assert routes_of(jira, second) == [(Route.GET_ISSUE, second), (Route.ASSIGN, "assignee"),
+                                       (Route.EDIT_ISSUE, second)]
+    for key in (first, second):
+        assert [c.applied for c in jira.calls(key=key) if c.applied] == [True, True]
+        assert jira.assignee(key) in ENGINEERS.values() and jira.labels(key) == []

@@ -542,6 +542,11 @@ class JiraConfig:
     # secret can be rotated: every one is accepted. None: the webhook route refuses everything.
     webhook_secrets: tuple[str, ...] = setting((), secret_list())
     webhook_max_bytes: int = setting(2_097_152, integer(65_536, 16_777_216))
+    # A signed delivery that arrived within this of its event is the dispatch's snapshot of the
+    # issue, when it carries every field the active policies read (domain/webhooks.py); "0"
+    # reads every issue again.
+    webhook_snapshot_max_age: timedelta = setting(
+        timedelta(seconds=10), duration(timedelta(0), timedelta(minutes=10)))
 
     def basic_credential(self) -> str:
         """What HTTP Basic sends for ``email:api_token``; a Jira error may echo it back, and

@@ -51,7 +51,7 @@ def test_concurrent_dispatches_lose_no_engineer_state(make_harness):
 
     assert all(e.status is ExecutionStatus.SUCCEEDED for e in h.executions())
     assigned: dict[str, set[str]] = {}
-    for _, key, account_id in h.jira.calls("assign"):
+    for key, account_id in h.jira.assignments():
         assigned.setdefault(h.jira.users[account_id].email, set()).add(key)
     assert sum(len(keys) for keys in assigned.values()) == 10
     for email, issues in assigned.items():
@@ -129,7 +129,7 @@ def test_an_execution_whose_issue_lost_the_required_label_since_its_trigger_does
 
     [execution] = [h.execution(i) for i in h.trigger(first.id).execution_ids]
     assert execution.status is ExecutionStatus.SUCCEEDED
-    assert [key for _, key, _ in h.jira.calls("assign")] == ["TCID-7"]  # the second copy's
+    assert [key for key, _ in h.jira.assignments()] == ["TCID-7"]  # the second copy's
     [evaluated] = execution.rule_executions
     assert evaluated.outcome.value == "not_matched"
     assert "no longer has the label auto-dispatch" in evaluated.evaluation["reason"]

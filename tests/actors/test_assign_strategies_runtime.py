@@ -27,13 +27,13 @@ def context_of(execution) -> dict:
 
 def die_in_assign(h) -> None:
     """The next Jira assign is cut by a shutdown before it reaches Jira."""
-    original = h.jira.assign
+    original = h.jira.assign_and_label
 
-    def assign_(key, account_id):
-        h.jira.assign = original
+    def assign_(key, account_id, remove_labels=(), *, l2=False):
+        h.jira.assign_and_label = original
         raise CallAbandoned("jira assign: the service is shutting down")
 
-    h.jira.assign = assign_
+    h.jira.assign_and_label = assign_
 
 
 def test_a_resumed_random_assignment_keeps_the_person_it_drew(make_harness):
@@ -54,7 +54,7 @@ def test_a_resumed_random_assignment_keeps_the_person_it_drew(make_harness):
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert context_of(execution)["assignee"] == "b@example.com"
     assert rng.asked == [3]  # drawn once, never again on resume
-    assert h.jira.calls("assign") == [("assign", "TCID-1", "acc-b")]
+    assert h.jira.assignments() == [("TCID-1", "acc-b")]
     assert h.jira.issues["TCID-1"].assignee.email == "b@example.com"
 
 

@@ -21,13 +21,13 @@ def recorded(h) -> list[tuple]:
                     [a.planned_at is not None for a in actions]))
 
     h.store.executions.save = saving
-    assign_call = h.jira.assign
+    assign_call = h.jira.assign_and_label  # the assignee with the auto-assign label
 
-    def assigning(key, account_id):
+    def assigning(key, account_id, remove_labels=(), *, l2=False):
         log.append(("jira.assign", key))
-        return assign_call(key, account_id)
+        return assign_call(key, account_id, remove_labels, l2=l2)
 
-    h.jira.assign = assigning
+    h.jira.assign_and_label = assigning
     return log
 
 

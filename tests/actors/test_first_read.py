@@ -85,7 +85,8 @@ def test_an_ordinary_dispatch_reads_its_issue_once(make_harness):
     [execution] = [h.execution(i) for i in h.trigger(trigger.id).execution_ids]
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert h.jira.loads == ["TCID-1"]  # the trigger's read served its execution's first run
-    assert len(h.jira.calls("assign")) == 1
+    assert len(h.jira.assignments()) == 1
+    assert h.jira.calls("edit_labels") == []  # the label went in the one edit
 
 
 def test_a_second_dispatch_of_the_same_issue_reads_it_again(make_harness):

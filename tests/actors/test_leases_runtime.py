@@ -132,13 +132,13 @@ def test_a_hung_holder_is_replaced_and_only_one_of_the_two_reaches_jira(make_har
     # Its thread is stuck; time passes beyond its lease. The heartbeat does not renew a
     # holder that shows no progress, and the sweeper hands the execution to a new actor.
     h.clock.advance(beyond_lease(h))
-    h.wait_until(lambda: bool(jira.calls("assign")))
+    h.wait_until(lambda: bool(jira.assignments()))
     jira.release.set()  # the first holder wakes up and goes on from where it stalled
     h.wait_idle()
 
     [execution_id] = h.trigger(trigger.id).execution_ids
     assert h.execution(execution_id).status is ExecutionStatus.SUCCEEDED
-    assert len(jira.calls("assign")) == 1  # the woken holder never wrote to Jira
+    assert len(jira.assignments()) == 1  # the woken holder never wrote to Jira
     assert any(r.getMessage().startswith("execution lease lost") for r in caplog.records)
     assert h.runtime.status()["pool"]["sweeper"]["recent"][0]["reason"] == \
         "hung actor replaced"

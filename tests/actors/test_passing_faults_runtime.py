@@ -175,8 +175,8 @@ def test_assign_put_refused_by_a_rate_limit_is_retried_and_made_once(make_harnes
         "receiver": {"type": "users", "users": ["a@example.com"]}, "strategy": "first"}}))
     h.store.engineers.put("a@example.com", dispatch_enabled=True, now=h.clock.now())
     h.jira.add_user("a@example.com")
-    h.jira.fail_writes("assign", *[IntegrationRejected(
-        "jira PUT /assignee failed: HTTP 429", status=429, service="jira", retry_after=20)] * 3)
+    h.jira.fail_writes("assign_and_label", *[IntegrationRejected(
+        "jira PUT /issue failed: HTTP 429", status=429, service="jira", retry_after=20)] * 3)
 
     execution_id = h.post_trigger().execution_ids[0]
     parked = h.execution(execution_id)
@@ -189,7 +189,7 @@ def test_assign_put_refused_by_a_rate_limit_is_retried_and_made_once(make_harnes
     assert action.context["assign"]["retries"] == 3
     assert sample(h, "transient_retries_total", work="execution_write",
                   cause="rate_limited") == 3
-    assert len(h.jira.calls("assign")) == 1
+    assert len(h.jira.calls("assign_and_label")) == 1
     assert h.jira.issues["TCID-1"].assignee.email == "a@example.com"
 
 

@@ -49,7 +49,7 @@ def test_a_shadow_that_decides_alike_agrees_and_writes_nothing(make_harness):
     h.wait_idle()
 
     assert [e.status for e in h.executions()] == [ExecutionStatus.SUCCEEDED]  # the live one
-    assert len(h.jira.calls("assign")) == 1  # the live assignment only
+    assert len(h.jira.assignments()) == 1  # the live assignment only
     seen = report(h, draft)
     assert (seen["seen"], seen["agreed"], seen["differed"], seen["pending"]) == (1, 1, 0, 0)
     exposition = h.runtime.deps.metrics.exposition()[0].decode()
@@ -85,7 +85,7 @@ def test_each_kind_of_difference_is_reported_with_both_decisions(make_harness):
         assert case["live"]["matched_rules"] == ["everything"]
         assert case["live"]["assignee"] == "a@example.com"
         h.store.shadows.stop(draft.id)
-    assert len(h.jira.calls("assign")) == len(cases)  # one live assignment per trigger
+    assert len(h.jira.assignments()) == len(cases)  # one live assignment per trigger
     assert h.jira.calls("set_l2_assignee") == []  # the shadow's assign_l2 was only planned
 
 
@@ -127,13 +127,13 @@ def test_shadows_are_dropped_and_counted_when_the_pool_is_busy(make_harness):
     for n in range(1, 4):
         h.jira.put(issue(key=f"TCID-{n}"))
     gate = threading.Event()
-    assign_call = h.jira.assign
+    assign_call = h.jira.assign_and_label  # the assignee with the auto-assign label
 
-    def held_assign(key, account_id):
+    def held_assign(key, account_id, remove_labels=(), *, l2=False):
         gate.wait(10)
-        return assign_call(key, account_id)
+        return assign_call(key, account_id, remove_labels, l2=l2)
 
-    h.jira.assign = held_assign
+    h.jira.assign_and_label = held_assign
     for n in range(1, 4):  # the one slot is taken by the first: the others wait for it
         h.post_trigger(f"TCID-{n}", settle=False)
     h.wait_until(lambda: h.store.shadows.report(draft.id).dropped >= 1)

@@ -70,7 +70,7 @@ def test_a_claim_that_meets_an_outage_is_retried_and_the_trigger_completes(make_
     assert outage.remaining == 0
     assert h.trigger(trigger.id).status is TriggerStatus.COMPLETED
     assert only_execution(h).status is ExecutionStatus.SUCCEEDED
-    assert len(h.jira.calls("assign")) == 1
+    assert len(h.jira.assignments()) == 1
 
 
 def test_a_trigger_interrupted_mid_processing_keeps_its_claim_and_completes(make_harness):
@@ -96,14 +96,14 @@ def test_creation_committed_with_its_answer_lost_runs_each_execution_once(make_h
 
     assert h.trigger(trigger.id).status is TriggerStatus.COMPLETED
     assert only_execution(h).status is ExecutionStatus.SUCCEEDED
-    assert len(h.jira.calls("assign")) == 1
+    assert len(h.jira.assignments()) == 1
 
 
 def test_a_checkpoint_that_meets_an_outage_resumes_from_the_last_saved_one(make_harness):
     h = staffed(make_harness)
     # The save that records the finished assignment fails after the Jira write was made.
     Outage(h.store.executions, "save",
-           when=lambda execution, rules, **_: bool(h.jira.calls("assign")))
+           when=lambda execution, rules, **_: bool(h.jira.assignments()))
 
     h.post_trigger()
     execution = only_execution(h)
@@ -114,7 +114,7 @@ def test_a_checkpoint_that_meets_an_outage_resumes_from_the_last_saved_one(make_
     assert execution.status is ExecutionStatus.SUCCEEDED
     context = execution.rule_executions[0].action_executions[0].context["assign"]
     assert context["jira_outcome"] == "already assigned"  # re-read, never written again
-    assert len(h.jira.calls("assign")) == 1
+    assert len(h.jira.assignments()) == 1
 
 
 def test_the_finishing_save_is_retried_and_the_execution_finishes_once(make_harness, caplog):
@@ -128,7 +128,7 @@ def test_the_finishing_save_is_retried_and_the_execution_finishes_once(make_harn
         h.advance(RETRY_MAX.total_seconds())
 
     assert only_execution(h).status is ExecutionStatus.SUCCEEDED
-    assert len(h.jira.calls("assign")) == 1
+    assert len(h.jira.assignments()) == 1
     finished = [r for r in caplog.records if r.getMessage() == "execution finished"]
     assert len(finished) == 1  # counted and logged once, after the save that took
 
@@ -143,8 +143,8 @@ def test_an_engineer_update_that_meets_an_outage_is_not_a_failure(make_harness):
     execution = only_execution(h)
     assert execution.status is ExecutionStatus.SUCCEEDED
     assert execution.failure_code == ""
-    assert len(h.jira.calls("assign")) == 1
-    assert h.store.engineers.get(h.jira.calls("assign")[0][2].removeprefix("acc-")
+    assert len(h.jira.assignments()) == 1
+    assert h.store.engineers.get(h.jira.assignments()[0][1].removeprefix("acc-")
                                  + "@example.com").last_dispatched_at is not None
 
 
@@ -175,7 +175,7 @@ def test_an_outage_at_every_save_of_a_run_still_ends_in_one_success(make_harness
         h.advance(RETRY_MAX.total_seconds())
 
     assert only_execution(h).status is ExecutionStatus.SUCCEEDED
-    assert len(h.jira.calls("assign")) == 1
+    assert len(h.jira.assignments()) == 1
 
 
 def test_a_failed_issue_load_still_fails_the_trigger_for_its_own_reason(make_harness):
@@ -198,4 +198,4 @@ def test_issue_key_left_in_the_fake_world_is_untouched(make_harness):
     h.advance(BACKOFF)
 
     assert {h.trigger(t.id).status for t in (first, second)} == {TriggerStatus.COMPLETED}
-    assert len(h.jira.calls("assign")) == 2
+    assert len(h.jira.assignments()) == 2

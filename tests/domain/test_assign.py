@@ -23,6 +23,9 @@ NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 @pytest.fixture
 def world(sqlite_store):
     jira = FakeJira(issue(labels=("auto-dispatch", "keep")))
+    # The field's own write, then the label's: the project's edit screen refuses the one edit
+    # (``one_edit`` lifts that, for the tests of the one edit).
+    jira.screen_refusing.add("TCID")
     directory = FakeDirectory(groups={"payments": [
         GroupMember("Carol@example.com"), GroupMember("gone@example.com", False),
         GroupMember("a@example.com")]})
@@ -425,6 +428,89 @@ def test_no_jira_user_with_that_email_fails_the_action(world):
 
     with pytest.raises(ActionError, match="no Jira user"):
         executor.execute(run)
+
+
+# --- the one edit: the field and the label together -----------------------------------------
+
+
+def one_edit(ports) -> FakeJira:
+    """The project's edit screen has the field: the one edit is allowed."""
+    ports.jira.screen_refusing.clear()
+    return ports.jira
+
+
+@pytest.mark.parametrize("action_type,field,l2", [
+    (ActionType.ASSIGN, "assignee", False),
+    (ActionType.ASSIGN_L2, "l2_assignee", True),
+])
+def test_the_field_and_the_label_are_written_in_one_edit(world, action_type, field, l2):
+    jira = one_edit(world)
+    executor = AssignExecutor(action_type)
+    run, _ = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}),
+                    executor=executor)
+    executor.plan(run)
+
+    executor.execute(run)
+
+    assert jira.writes[1:] == [("assign_and_label", "TCID-1", "acc-a", ("auto-dispatch",), l2)]
+    assert getattr(jira.issues["TCID-1"], field).email == "a@example.com"
+    assert jira.issues["TCID-1"].labels == ("keep",)
+    assert run.context["assign"]["label_removed"] == "auto-dispatch"
+    assert world.engineers.get("a@example.com").last_dispatched_issue == "TCID-1"
+
+
+def test_without_the_label_the_field_is_written_by_its_own_endpoint(world):
+    jira = one_edit(world)
+    jira.put(replace(jira.issues["TCID-1"], labels=("keep",)))
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    executor.execute(run)
+
+    assert jira.writes[1:] == [("assign", "TCID-1", "acc-a")]
+
+
+def test_a_refusing_edit_screen_writes_the_field_then_the_label_each_once(world):
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    executor.execute(run)
+
+    assert world.jira.writes[1:] == [("assign", "TCID-1", "acc-a"),
+                                     ("edit_labels", "TCID-1", (), ("auto-dispatch",))]
+
+
+def test_a_one_edit_with_its_answer_lost_is_confirmed_and_never_made_again(world):
+    jira = one_edit(world)
+    jira.fail_writes("assign_and_label", OutcomeUnknown("jira PUT: no answer within 10 s",
+                                                        service="jira"), applied=True)
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    result = executor.execute(run)
+
+    assert result.kind.value == "continue"
+    assert jira.loads == ["TCID-1"]  # read before anything is written again
+    assert [w[0] for w in jira.writes[1:]] == ["assign_and_label"]  # and nothing was
+    assert run.context["assign"]["jira_outcome"] == "unknown; confirmed by re-reading the issue"
+    assert run.context["assign"]["label_removed"] == "auto-dispatch"
+
+
+def test_a_one_edit_refused_by_a_passing_fault_parks_and_its_wake_writes_once(world):
+    jira = one_edit(world)
+    jira.fail_writes("assign_and_label", IntegrationError("jira answered 503", status=503,
+                                                          service="jira"))
+    run, executor = run_of(world, receiver_config({"type": "user", "user": "a@example.com"}))
+    executor.plan(run)
+
+    assert executor.execute(run).kind.value == "park"
+    woken, _ = run_of(world, run.config, the_issue=jira.issues["TCID-1"], executor=executor,
+                      now=NOW + timedelta(minutes=1))
+    woken.context = run.context
+    executor.execute(woken)
+
+    assert [w[0] for w in jira.writes[1:]] == ["assign_and_label"]
+    assert jira.issues["TCID-1"].labels == ("keep",)
 
 
 # --- an unknown outcome is decided by re-reading the issue ---------------------------------

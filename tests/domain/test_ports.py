@@ -117,7 +117,8 @@ def test_the_protocols_declare_the_methods_of_each_role():
     assert {name: sorted(protocol_methods(p)) for name, p in [
         ("jira", Jira), ("lark", Messenger), ("oncall", OnCall), ("core", Directory),
         ("engineers", EngineerStore)]} == {
-        "jira": ["add_internal_comment", "apply_triage", "assign", "count_issues", "edit_labels",
+        "jira": ["add_internal_comment", "apply_triage", "assign", "assign_and_label",
+                 "count_issues", "edit_labels",
                  "find_user_by_email", "find_users_by_email", "load_issue", "load_issues",
                  "set_l2_assignee"],
         "lark": ["open_ids_by_email", "read_user_ids", "read_user_ids_each", "send_card",

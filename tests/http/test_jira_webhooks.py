@@ -434,7 +434,7 @@ def test_a_later_change_to_the_same_person_is_notified_again(world):
     harness.jira.put(replace(harness.jira.issues["TCOC-7"], labels=()))
     harness.clock.advance(600)
 
-    jira.send(assigned("TCOC-7", "TCOC", ALICE.account_id,
+    jira.send(assigned("TCOC-7", "TCOC", ALICE.account_id, priority="P3",
                        timestamp=int(harness.clock.now().timestamp() * 1000)))
     harness.wait_idle()
 

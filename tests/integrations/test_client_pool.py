@@ -863,7 +863,8 @@ def test_a_jira_pool_exposes_exactly_the_jira_protocols_methods():
     protocol = {name for name in dir(Jira) if not name.startswith("_")}
     own = {name for name in dir(JiraPool) if not name.startswith("_")} - set(dir(ClientPool))
 
-    assert own == protocol == {"load_issue", "assign", "set_l2_assignee", "edit_labels",
+    assert own == protocol == {"load_issue", "assign", "assign_and_label", "set_l2_assignee",
+                               "edit_labels",
                                "apply_triage", "find_user_by_email", "add_internal_comment",
                                "count_issues", "find_users_by_email", "load_issues"}
 

@@ -12,6 +12,7 @@ import pytest
 import requests
 from responses import matchers
 
+from tests.clocks import ManualClock
 from ticket_dispatcher.config import JiraConfig
 from ticket_dispatcher.domain.ports import TriageChange
 from ticket_dispatcher.errors import IntegrationError
@@ -192,6 +193,55 @@ def test_set_l2_assignee_writes_the_configured_field(mocked, jira):
         matchers.json_params_matcher({"fields": {"customfield_20001": {"accountId": "acc-9"}}})])
 
     jira.set_l2_assignee("TCOC-7", "acc-9")
+
+
+def test_assign_and_label_sets_the_assignee_and_removes_labels_in_one_edit(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=204, match=[
+        matchers.json_params_matcher({"fields": {"assignee": {"accountId": "acc-9"}},
+                                      "update": {"labels": [{"remove": "auto-dispatch"}]}})])
+
+    assert jira.assign_and_label("TCOC-7", "acc-9", ["auto-dispatch"]) is True
+
+
+def test_assign_and_label_with_l2_sets_the_configured_field(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=204, match=[
+        matchers.json_params_matcher({"fields": {"customfield_20001": {"accountId": "acc-9"}},
+                                      "update": {"labels": [{"remove": "auto-dispatch"}]}})])
+
+    assert jira.assign_and_label("TCOC-7", "acc-9", ["auto-dispatch"], l2=True) is True
+
+
+NOT_ON_SCREEN = {"errorMessages": [], "errors": {
+    "assignee": "Field 'assignee' cannot be set. It is not on the appropriate screen, or "
+                "unknown."}}
+
+
+def test_an_edit_screen_refusal_is_remembered_for_the_project_for_an_hour(mocked):
+    clock = ManualClock(datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
+    jira = JiraClient(CONFIG, connect_timeout=1, read_timeout=2, sleep=lambda _: None,
+                      clock=clock)
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=400, json=NOT_ON_SCREEN)
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-8", status=400, json=NOT_ON_SCREEN)
+    mocked.put(f"{BASE}/rest/api/2/issue/OTHER-1", status=204)
+
+    assert jira.assign_and_label("TCOC-7", "acc-9", ["auto-dispatch"]) is False
+    assert jira.assign_and_label("TCOC-8", "acc-9", ["auto-dispatch"]) is False  # no call
+    assert jira.assign_and_label("OTHER-1", "acc-9", ["auto-dispatch"]) is True
+    assert [call.request.url.rsplit("/", 1)[1] for call in mocked.calls] == [
+        "TCOC-7", "OTHER-1"]
+    clock.advance(hours=1)
+    assert jira.assign_and_label("TCOC-8", "acc-9", ["auto-dispatch"]) is False
+    assert len(mocked.calls) == 3  # asked again once the hour had passed
+    jira.close()
+
+
+def test_any_other_refusal_of_the_one_edit_is_raised(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=400, json={
+        "errorMessages": [], "errors": {"assignee": "User 'acc-9' cannot be assigned issues."}})
+
+    with pytest.raises(IntegrationError, match="cannot be assigned"):
+        jira.assign_and_label("TCOC-7", "acc-9", ["auto-dispatch"])
+    assert not jira.refusals.refused("TCOC")
 
 
 def test_edit_labels_adds_and_removes_in_one_update(mocked, jira):

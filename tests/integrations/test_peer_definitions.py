@@ -79,6 +79,10 @@ JIRA_CALLS = (
         "of type 'string'",)),
     Call("set_l2_assignee", lambda jira: jira.set_l2_assignee("TCOC-7", "acc-2"), "someone"),
     Call("set_l2_assignee", lambda jira: jira.set_l2_assignee("TCOC-7", None), "nobody"),
+    Call("assign_and_label", lambda jira: jira.assign_and_label("TCOC-7", "acc-1", ["b"]),
+         "assignee"),
+    Call("assign_and_label", lambda jira: jira.assign_and_label("TCOC-7", "acc-2", ["b"],
+                                                                l2=True), "l2"),
     Call("edit_labels", lambda jira: jira.edit_labels("TCOC-7", add=["a"], remove=["b"])),
     Call("apply_triage", lambda jira: jira.apply_triage("TCOC-7", TriageChange(
         priority="P1", components=("payments",), labels_add=("triaged",),

@@ -33,7 +33,7 @@ from ticket_dispatcher.domain.ports import (
 from ticket_dispatcher.errors import DispatcherError
 from ticket_dispatcher.integrations.call_policy import RateGate
 from ticket_dispatcher.integrations.core import CoreClient
-from ticket_dispatcher.integrations.jira import JiraClient
+from ticket_dispatcher.integrations.jira import JiraClient, ScreenRefusals
 from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient
 from ticket_dispatcher.metrics import Metrics
@@ -58,6 +58,11 @@ class JiraPool(ClientPool[JiraClient]):
 
     def set_l2_assignee(self, key: str, account_id: str | None) -> None:
         self.call(JiraClient.set_l2_assignee, key, account_id)
+
+    def assign_and_label(self, key: str, account_id: str, remove_labels: Iterable[str] = (),
+                         *, l2: bool = False) -> bool:
+        return self.call(JiraClient.assign_and_label, key, account_id, tuple(remove_labels),
+                         l2=l2)
 
     def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
         self.call(JiraClient.edit_labels, key, tuple(add), tuple(remove))
@@ -170,10 +175,13 @@ def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start:
     # One rate limit per Jira site, shared by every Jira client actor of the process.
     jira_gate = RateGate(clock, lambda seconds: metrics.integration_rate_limited("jira",
                                                                                   seconds))
+    # The projects whose edit screen refused the one edit, remembered by every Jira client.
+    refusals = ScreenRefusals(clock)
     # Lark's base_url has a default, so it counts as configured only with an app id.
     factories: dict[str, tuple[bool, type[ClientPool[Any]], Callable[[], object]]] = {
         "jira": (bool(config.jira.base_url), JiraPool,
-                 lambda: JiraClient(config.jira, gate=jira_gate, **timeouts)),
+                 lambda: JiraClient(config.jira, gate=jira_gate, refusals=refusals,
+                                    **timeouts)),
         "lark": (bool(config.lark.base_url and config.lark.app_id), LarkPool,
                  lambda: LarkClient(config.lark, **timeouts)),
         "oncall": (bool(config.oncall.base_url), OncallPool,

@@ -35,7 +35,7 @@ from ticket_dispatcher.domain.matching import (
 )
 from ticket_dispatcher.domain.model import DispatchContext, Issue, Policy
 from ticket_dispatcher.domain.retries import next_try, spent
-from ticket_dispatcher.domain.webhooks import required_label, role_label_step
+from ticket_dispatcher.domain.webhooks import fresh_snapshot, required_label, role_label_step
 from ticket_dispatcher.errors import (
     CallAbandoned,
     DispatcherError,
@@ -154,8 +154,10 @@ class TriggerProcessor:
                                     lease=lease)
             return TriggerOutcome.COMPLETED, NOTIFICATIONS_DISABLED
         try:
-            issue = self._deps.ports.jira.load_issue(trigger.issue_key)
-            read_began = self._deps.issue_activity.answered(read_began)
+            issue = self._snapshot(trigger)
+            if issue is None:
+                issue = self._deps.ports.jira.load_issue(trigger.issue_key)
+                read_began = self._deps.issue_activity.answered(read_began)
         except DispatcherError as exc:
             reason, fault = f"issue load failed: {exc.message}", fault_of(exc)
             if fault.passing:
@@ -200,6 +202,18 @@ class TriggerProcessor:
             "trigger_id": trigger.id, "issue_key": trigger.issue_key, "source": trigger.source,
             "maintenance_window_id": ruling.window_id, "reason": reason})
         return TriggerOutcome.HELD, reason
+
+    def _snapshot(self, trigger: Trigger) -> Issue | None:
+        """The issue of the trigger's webhook delivery, on the trigger's first try, when it is
+        fresh and carries every field the active policies read (domain/webhooks.py,
+        ``fresh_snapshot``); else None, and the issue is read."""
+        if "snapshot" not in trigger.extra_input or trigger.retry_count:
+            return None
+        config = self._deps.config.jira
+        return fresh_snapshot(trigger.extra_input, self._deps.store.policies.list_active(),
+                              self._deps.clock.now(), config.webhook_snapshot_max_age,
+                              l2_field_id=config.l2_field_id,
+                              severity_field_id=config.severity_field_id)
 
     def _policies(self, trigger: Trigger, issue: Issue,
                   now: datetime) -> Matched | tuple[TriggerOutcome, str]:

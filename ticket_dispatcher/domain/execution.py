@@ -116,6 +116,9 @@ class TriggerInput(TypedDict, total=False):
     issue_key: str
     webhook_delivery: str
     add_label: RoleLabel
+    # The delivery's issue, when it arrived fresh: {"at": the event's time, "issue": {"key",
+    # "fields"}} (domain/webhooks.py, ``snapshot_of``); not shown with the trigger.
+    snapshot: dict
 
 
 @dataclass
@@ -163,7 +166,8 @@ class Trigger:
         return {
             "id": self.id,
             "source": self.source,
-            "input": {**self.extra_input, "issue_key": self.issue_key},
+            "input": {**{k: v for k, v in self.extra_input.items() if k != "snapshot"},
+                      "issue_key": self.issue_key},
             "policy_id": self.policy_id,
             "dryrun": self.dryrun,
             "status": self.status.value,

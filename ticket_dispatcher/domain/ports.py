@@ -151,6 +151,13 @@ class JiraWriter(Protocol):
 
     def set_l2_assignee(self, key: str, account_id: str | None) -> None: ...
 
+    def assign_and_label(self, key: str, account_id: str, remove_labels: Iterable[str] = (),
+                         *, l2: bool = False) -> bool:
+        """The assignee (the L2 assignee with ``l2``) set and ``remove_labels`` removed in one
+        edit of the issue. False, with nothing written, where the project's edit screen
+        refuses that edit: the caller writes them one by one."""
+        ...
+
     def edit_labels(self, key: str, add: Iterable[str] = (),
                     remove: Iterable[str] = ()) -> None: ...
 
@@ -330,6 +337,10 @@ class NotConfiguredJira(NotConfigured):
 
     def set_l2_assignee(self, key: str, account_id: str | None) -> None:
         raise self._refused("set_l2_assignee")
+
+    def assign_and_label(self, key: str, account_id: str, remove_labels: Iterable[str] = (),
+                         *, l2: bool = False) -> bool:
+        raise self._refused("assign_and_label")
 
     def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
         raise self._refused("edit_labels")

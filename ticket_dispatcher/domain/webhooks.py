@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ROLES, URGENCY_FIELDS, NotificationRole
@@ -32,6 +32,20 @@ from ticket_dispatcher.domain.matching import match_policies, policy_matches
 from ticket_dispatcher.domain.model import Issue, JiraUser, Policy
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.timeutil import format_time, parse_rfc3339
+
+# The Jira fields behind each condition field of the catalog (domain/catalog.py); the
+# severity's is configured, and ``now`` reads no field.
+_CONDITION_FIELDS = {
+    "issue.project_key": "project", "issue.environment": "environment",
+    "issue.reporter_email": "reporter", "issue.summary": "summary",
+    "issue.primary_component": "components", "issue.components": "components",
+    "issue.component": "components", "issue.priority": "priority", "issue.status": "status",
+    "issue.labels": "labels", "issue.created_at": "created",
+}
+_SEVERITY_PATH = "issue.custom_fields.severity"
+# What a snapshot carries whatever the policies read: who holds the issue (the Assignee, the L2
+# Assignee), its project, its status and its labels.
+_ALWAYS_READ = ("project", "assignee", "status", "labels")
 
 ISSUE_CREATED = "jira:issue_created"
 ISSUE_UPDATED = "jira:issue_updated"
@@ -83,9 +97,13 @@ class WebhookTrigger:
     urgent: dict | None = None  # the urgent rule's condition, for a rise in urgency
     changed_at: datetime | None = None  # when Jira says the change happened
 
-    def to_input(self, issue_key: str, delivery_id: str) -> TriggerInput:
-        """The trigger's stored ``input``."""
+    def to_input(self, issue_key: str, delivery_id: str,
+                 snapshot: dict | None = None) -> TriggerInput:
+        """The trigger's stored ``input``; ``snapshot``: the delivery's issue, when it arrived
+        fresh (``snapshot_of``)."""
         shown: TriggerInput = {"issue_key": issue_key, "webhook_delivery": delivery_id}
+        if snapshot is not None:
+            shown["snapshot"] = snapshot
         if self.label is not None:
             shown["add_label"] = {"label": self.label, "role": self.role,
                                   "account_id": self.account_id}
@@ -289,3 +307,78 @@ def required_label(issue: Issue, trigger_input: TriggerInput, source: str,
         return None
     labelled = dataclasses.replace(issue, labels=(*issue.labels, label))
     return label if match_policies(active, source, labelled) else None
+
+
+# -- the delivery's issue as the dispatch's snapshot (docs/design.md, "The life of a trigger") --
+
+
+def snapshot_of(raw: Any, delivery: Delivery, received_at: datetime, max_age: timedelta, *,
+                l2_field_id: str, severity_field_id: str) -> dict | None:
+    """What a delivery's trigger carries of its issue: the key, the fields of the raw delivery
+    that a dispatch may read (no others: a delivery holds every field of the issue), and when
+    the event happened. None when the delivery did not arrive within ``max_age`` of its
+    event's timestamp, or has none."""
+    fields = {*_ALWAYS_READ, *_CONDITION_FIELDS.values(), l2_field_id, severity_field_id}
+    if delivery.at is None or abs(received_at - delivery.at) > max_age:
+        return None
+    issue = raw.get("issue") if isinstance(raw, dict) else None
+    carried = issue.get("fields") if isinstance(issue, dict) else None
+    if not isinstance(carried, dict):
+        return None
+    return {"at": format_time(delivery.at), "issue": {
+        "key": delivery.issue.key,
+        "fields": {name: carried[name] for name in sorted(fields) if name in carried}}}
+
+
+def fields_read(policies: Iterable[Policy], *, l2_field_id: str,
+                severity_field_id: str) -> set[str]:
+    """The Jira fields a dispatch reads of its snapshot under ``policies``: those their
+    conditions test, and always the project, the Assignee, the L2 Assignee, the status and
+    the labels."""
+    paths: set[str] = set()
+    for policy in policies:
+        for rule in policy.rules:
+            _condition_paths(rule.when, paths)
+    read = {_CONDITION_FIELDS[path] for path in paths if path in _CONDITION_FIELDS}
+    if _SEVERITY_PATH in paths:
+        read.add(severity_field_id)
+    return read | {*_ALWAYS_READ, l2_field_id}
+
+
+def _condition_paths(node: Any, paths: set[str]) -> None:
+    if isinstance(node, dict):
+        if isinstance(node.get("field"), str):
+            paths.add(node["field"])
+        for value in node.values():
+            _condition_paths(value, paths)
+    elif isinstance(node, list):
+        for value in node:
+            _condition_paths(value, paths)
+
+
+def fresh_snapshot(trigger_input: TriggerInput, policies: Iterable[Policy], now: datetime,
+                   max_age: timedelta, *, l2_field_id: str,
+                   severity_field_id: str) -> Issue | None:
+    """The issue a webhook's trigger matches without reading it, or None (it is read): the
+    trigger carries its delivery's issue (which arrived within ``max_age`` of the event), the
+    trigger is processed within ``max_age`` of the event too, and the snapshot has every
+    field ``fields_read`` names."""
+    snapshot = trigger_input.get("snapshot")
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("issue"), dict):
+        return None
+    stamp = snapshot.get("at")
+    try:
+        at = parse_rfc3339(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return None
+    if at is None or abs(now - at) > max_age:
+        return None
+    carried = snapshot["issue"].get("fields")
+    wanted = fields_read(policies, l2_field_id=l2_field_id, severity_field_id=severity_field_id)
+    if not isinstance(carried, dict) or not wanted <= carried.keys():
+        return None
+    try:
+        return issue_from_jira(snapshot["issue"], l2_field_id=l2_field_id,
+                               severity_field_id=severity_field_id)
+    except InvalidInput:
+        return None

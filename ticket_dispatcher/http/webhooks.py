@@ -21,6 +21,7 @@ from ticket_dispatcher.domain.webhooks import (
     Delivery,
     WebhookTrigger,
     parse_delivery,
+    snapshot_of,
     triggers_for,
 )
 from ticket_dispatcher.errors import (
@@ -104,14 +105,18 @@ class JiraWebhooks:
                        "configured secret")
             raise self._keys.failed(req, message, scheme=SIGNATURE_SCHEME)
         identifier = self._identifier(req, body)  # a malformed one is refused on any event
-        delivery = parse_delivery(parse_json(body, max_depth=MAX_DEPTH),
-                                  l2_field_id=config.l2_field_id,
+        received_at = self._services.clock.now()
+        raw = parse_json(body, max_depth=MAX_DEPTH)
+        delivery = parse_delivery(raw, l2_field_id=config.l2_field_id,
                                   severity_field_id=config.severity_field_id)
         if delivery is None:
             shown.update(event="other", outcome="ignored")
             self._answer(resp, falcon.HTTP_200, "ignored", "not an event this service takes")
             return
         shown["event"] = delivery.event
+        snapshot = snapshot_of(raw, delivery, received_at, config.webhook_snapshot_max_age,
+                               l2_field_id=config.l2_field_id,
+                               severity_field_id=config.severity_field_id)
         with self._services.store.connection():  # one check-out for the reads and the insert
             made = self._triggers(delivery)
             if not made:
@@ -120,7 +125,7 @@ class JiraWebhooks:
                 return
             triggers = self._services.running().accept_delivery(
                 identifier, delivery.issue.key,
-                [(made_one.source, made_one.to_input(delivery.issue.key, identifier))
+                [(made_one.source, made_one.to_input(delivery.issue.key, identifier, snapshot))
                  for made_one in made])
         if triggers is None:
             shown["outcome"] = "duplicate"

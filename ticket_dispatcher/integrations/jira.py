@@ -3,13 +3,15 @@ and the Service Desk comment API."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from requests.auth import HTTPBasicAuth
 
-from ticket_dispatcher.clock import Clock
+from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.config import JiraConfig
 from ticket_dispatcher.domain.issues import issue_from_jira
 from ticket_dispatcher.domain.jql import jql_string
@@ -32,6 +34,37 @@ APPROXIMATE_COUNT = "/rest/api/2/search/approximate-count"
 # waits' issues with it, up to ``SEARCH_KEYS`` keys per request.
 SEARCH = "/rest/api/2/search/jql"
 SEARCH_KEYS = 100
+# What Jira's 400 says of a field an edit names that the project's edit screen does not have:
+# "Field 'assignee' cannot be set. It is not on the appropriate screen, or unknown."
+NOT_ON_SCREEN = "not on the appropriate screen"
+# How long a project's refusal is remembered: its screens change seldom, and meanwhile each
+# ticket of it goes straight to the writes one by one instead of paying for the refusal.
+SCREEN_REFUSAL_MEMORY = timedelta(hours=1)
+
+
+class ScreenRefusals:
+    """The projects whose edit screen refused an edit of the assignee (or of the L2 field)
+    with the labels, each for ``SCREEN_REFUSAL_MEMORY``. Kept in this process's memory, shared
+    by its Jira clients (thread-safe): each replica learns it on its own, and a restart
+    forgets it."""
+
+    def __init__(self, clock: Clock, remember_for: timedelta = SCREEN_REFUSAL_MEMORY):
+        self._clock = clock
+        self._remember_for = remember_for
+        self._lock = threading.Lock()
+        self._until: dict[str, datetime] = {}  # project key -> when its refusal is forgotten
+
+    def refused(self, project: str) -> bool:
+        with self._lock:
+            until = self._until.get(project)
+            if until is not None and self._clock.now() >= until:
+                del self._until[project]
+                until = None
+            return until is not None
+
+    def note(self, project: str) -> None:
+        with self._lock:
+            self._until[project] = self._clock.now() + self._remember_for
 
 
 class JiraClient:
@@ -46,8 +79,12 @@ class JiraClient:
         sleep: Callable[[float], None] = time.sleep,
         clock: Clock | None = None,
         gate: RateGate | None = None,
+        refusals: ScreenRefusals | None = None,
     ):
+        """``refusals``: the projects whose edit screen refused the one edit, shared by the
+        process's clients (a client of its own keeps its own)."""
         self.l2_field_id = config.l2_field_id
+        self.refusals = refusals or ScreenRefusals(clock or SystemClock())
         self.severity_field_id = config.severity_field_id
         self.http = HttpClient(
             SERVICE, config.base_url, auth=HTTPBasicAuth(config.email, config.api_token),
@@ -130,6 +167,31 @@ class JiraClient:
         """Set the L2 single-user picker (``jira.l2_field_id``)."""
         value = None if account_id is None else {"accountId": account_id}
         self._edit(key, {"fields": {self.l2_field_id: value}})
+
+    def assign_and_label(self, key: str, account_id: str, remove_labels: Iterable[str] = (),
+                         *, l2: bool = False) -> bool:
+        """Set the Assignee (with ``l2`` the L2 user picker) and remove ``remove_labels`` in
+        one edit of the issue: ``fields`` sets the user, ``update.labels`` removes. Whether the
+        edit was made: False when the project's edit screen refuses the field (Jira's 400
+        says it "is not on the appropriate screen"), now or within the last hour
+        (``ScreenRefusals``); nothing was written then, and the caller writes them one by one
+        (``assign`` or ``set_l2_assignee``, then ``edit_labels``)."""
+        project = key.rsplit("-", 1)[0]
+        if self.refusals.refused(project):
+            return False
+        field = self.l2_field_id if l2 else "assignee"
+        body: dict[str, Any] = {"fields": {field: {"accountId": account_id}}}
+        labels = _label_operations((), remove_labels)
+        if labels:
+            body["update"] = {"labels": labels}
+        try:
+            self._edit(key, body)
+        except IntegrationRejected as exc:
+            if exc.status != 400 or NOT_ON_SCREEN not in exc.detail:
+                raise
+            self.refusals.note(project)
+            return False
+        return True
 
     def edit_labels(self, key: str, add: Iterable[str] = (), remove: Iterable[str] = ()) -> None:
         """Add and remove labels in one edit; the other labels stay untouched."""

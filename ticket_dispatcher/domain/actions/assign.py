@@ -12,7 +12,9 @@ resolves the Jira account, writes the assignee (or the L2 user picker), records 
 dispatch state with one UPDATE (unless a turn chose the engineer: taking it recorded the
 dispatch, and a record landing after the engineer's next turn would move them behind turns
 taken meanwhile), and finally removes the auto-assign label (a failure there is only
-logged). A write whose outcome is unknown (``errors.fault_of``) is decided by re-reading the
+logged). The field and the label are written in one edit of the issue (``assign_and_label``)
+where the project's edit screen allows it; else one by one, the field first. A write whose
+outcome is unknown (``errors.fault_of``) is decided by re-reading the
 issue; a field that already holds the account is not written again. Ports used
 (domain/ports.py): ``jira`` (``Jira``), ``core`` (``Directory.group_members``), ``oncall``
 (``OnCall.responders``), ``engineers`` (``EngineerStore``).
@@ -376,8 +378,12 @@ class AssignExecutor:
         # ``CallAbandoned`` (shutdown) is no DispatcherError and passes through untouched: the
         # action stays ``executing`` and resumes after the restart
         account_id = state.account_id or ""
+        label = self._label_to_remove(run, state)
         try:
-            if self._l2:
+            if label and run.ports.jira.assign_and_label(run.issue.key, account_id, [label],
+                                                         l2=self._l2):
+                state.label_removed = label  # one edit set the field and removed the label
+            elif self._l2:  # no label to remove, or the project's edit screen refuses the edit
                 run.ports.jira.set_l2_assignee(run.issue.key, account_id)
             else:
                 run.ports.jira.assign(run.issue.key, account_id)
@@ -406,6 +412,9 @@ class AssignExecutor:
                               f"{exc.message}") from None
         if self._holder(issue) == state.account_id:
             state.jira_outcome = "unknown; confirmed by re-reading the issue"
+            label = self._label_to_remove(run, state)
+            if label and label not in issue.labels:  # the one edit landed: label and all
+                state.label_removed = label
             return None
         if self._changed_by_someone(issue, state):
             raise ActionError(f"{first}; re-reading the issue found the {self._field} is "
@@ -455,13 +464,20 @@ class AssignExecutor:
         if not updated:
             raise ActionError(f"Jira assignment kept, but engineer {email} no longer exists")
 
+    def _label_to_remove(self, run: ActionRun, state: AssignState) -> str | None:
+        """The auto-assign label, while the issue carries it and it was not removed yet."""
+        label = self._auto_assign_label
+        if not label or label not in run.issue.labels or state.label_removed == label:
+            return None
+        return label
+
     def _remove_auto_assign_label(self, run: ActionRun,
                                   state: AssignState) -> ActionResult | None:
         """Remove the auto-assign label; a park when a passing fault refused it (the wake's
         fresh issue says whether it is still there). Any other failure is only logged: the
         assignment is done."""
-        label = self._auto_assign_label
-        if not label or label not in run.issue.labels:
+        label = self._label_to_remove(run, state)
+        if not label:
             return None
         try:
             run.ports.jira.edit_labels(run.issue.key, remove=[label])
