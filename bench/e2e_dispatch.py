@@ -43,6 +43,9 @@ the replay makes too. ``--repeat`` alternates service run, replay and least-call
 the medians. The defaults, 600 triggers and 3 runs, are the measurement bench/README.md
 reports.
 
+Then the Jira calls of 20 webhook-driven dispatches are counted, not timed: each started by a
+signed ``jira:issue_created`` delivery sent at once, so fresh, whose issue is the snapshot.
+
 Then the Jira calls of the assignment-notification workflow are counted, not timed: the
 service is stopped and a second one started on the same database with the notification on,
 its Lark, Oncall and Core in-process fakes (tests/process.py's ``notification_peers``) that
@@ -91,6 +94,7 @@ from floors import (
     wait_http,
 )
 
+from tests.factories import jira_delivery
 from tests.process import (
     BASE,
     Dispatcher,
@@ -99,6 +103,7 @@ from tests.process import (
     notification_settings,
 )
 from ticket_dispatcher.domain.issues import DEFAULT_AUTO_ASSIGN_LABEL
+from ticket_dispatcher.http.webhooks import signature
 from ticket_dispatcher.timeutil import parse_rfc3339
 
 THREADS = 10  # posting threads, and the floor's threads
@@ -106,7 +111,10 @@ WARM_UP = 10
 PROJECT = "BENCH"
 GOALS = {"SQLite": 0.8, "PostgreSQL": 0.75}  # service/least-call floor
 POLL_SECONDS = 0.2
-SETTINGS = {"LOG_LEVEL": "WARNING"}  # Dispatcher turns the trigger rate limit off
+WEBHOOK_SECRET = "bench-webhook-secret"
+WEBHOOK_DISPATCHES = 20  # dispatches started by a fresh signed delivery, counted not timed
+# Dispatcher turns the trigger rate limit off
+SETTINGS = {"LOG_LEVEL": "WARNING", "JIRA_WEBHOOK_SECRETS": WEBHOOK_SECRET}
 # the notification workflows whose Jira calls are counted
 NOTIFY_PROJECT, NOTIFY_WORKFLOWS = "NOTE", 20
 NOTIFY_SOURCE, NOTIFY_LABEL = "jira_assignment_assignee", "notify-assignee"
@@ -422,6 +430,32 @@ def report(engine: str, service: list[ServiceRun], three: list[FloorRun],
           f"{rate / own_rate:.3f}")
 
 
+# -- the webhook-driven dispatch's Jira calls -----------------------------------------------------
+
+
+def webhook_calls(service: Dispatcher, jira: JiraProcess, timeout: float) -> None:
+    """The Jira calls of dispatches a signed webhook delivery starts, sent at once (fresh):
+    the delivery is the snapshot, so the issue is not read."""
+    keys = new_issues(jira, PROJECT, 900_000, WEBHOOK_DISPATCHES)
+    _, since = jira.calls()
+    expected = terminal(service) + len(keys)
+
+    def deliver(session: requests.Session, key: object) -> None:
+        body = json.dumps(jira_delivery(
+            "jira:issue_created", key=str(key), project=PROJECT, priority="P3",
+            labels=(DEFAULT_AUTO_ASSIGN_LABEL,), timestamp=int(time.time() * 1000))).encode()
+        session.post(f"{service.url}{BASE}/jira/webhooks", data=body, timeout=30, headers={
+            "Content-Type": "application/json",
+            "X-Hub-Signature": signature(WEBHOOK_SECRET, body),
+            "X-Atlassian-Webhook-Identifier": f"bench-{key}"}).raise_for_status()
+
+    in_threads(deliver, keys)
+    wait_terminal(service, expected, timeout)
+    calls, _ = jira.calls(since)
+    print(f"\nJira calls per webhook-driven dispatch (a fresh signed delivery): "
+          f"{recipe(calls, len(keys))}")
+
+
 # -- the notification workflows' Jira calls -------------------------------------------------------
 
 
@@ -547,6 +581,7 @@ def main() -> None:
         service = start_service(database_url, jira, SETTINGS | given)
         try:
             runs = run_all(args, service, jira)
+            webhook_calls(service, jira, args.timeout)
         finally:
             service.kill()
         report(engine, *runs)
