@@ -440,3 +440,44 @@ def test_a_later_change_to_the_same_person_is_notified_again(world):
 
     assert triggers(harness)[-1].execution_ids
     assert ("edit_labels", "TCOC-7", ("notify-assignee",), ()) in harness.jira.writes
+
+
+# --- the delivery's issue as the snapshot ------------------------------------------------------
+
+
+def now_ms(harness: Harness) -> int:
+    return int(harness.clock.now().timestamp() * 1000)
+
+
+def test_a_fresh_delivery_is_matched_and_run_without_reading_the_issue(world):
+    harness, api, jira = world
+
+    assert jira.send(jira_delivery(key="TCID-1", timestamp=now_ms(harness))).status_code == 202
+    harness.wait_idle()
+
+    [trigger] = triggers(harness)
+    assert trigger.execution_ids and harness.jira.loads == []
+    assert "snapshot" not in trigger.to_json()["input"]  # kept, not shown
+
+
+def test_a_stale_delivery_reads_the_issue(world):
+    harness, api, jira = world
+
+    jira.send(jira_delivery(key="TCID-1", timestamp=now_ms(harness) - 11_000))
+    harness.wait_idle()
+
+    assert harness.jira.loads == ["TCID-1"]
+
+
+def test_a_delivery_older_than_an_execution_of_its_issue_reads_the_issue(world):
+    """The delivery cannot show what an execution wrote after its event: the issue is read."""
+    harness, api, jira = world
+    event = now_ms(harness)
+    harness.clock.advance(1)
+    harness.post_trigger("TCID-1")
+    harness.jira.loads.clear()
+
+    jira.send(jira_delivery(key="TCID-1", timestamp=event))
+    harness.wait_idle()
+
+    assert harness.jira.loads[:1] == ["TCID-1"]

@@ -35,7 +35,12 @@ from ticket_dispatcher.domain.matching import (
 )
 from ticket_dispatcher.domain.model import DispatchContext, Issue, Policy
 from ticket_dispatcher.domain.retries import next_try, spent
-from ticket_dispatcher.domain.webhooks import fresh_snapshot, required_label, role_label_step
+from ticket_dispatcher.domain.webhooks import (
+    fresh_snapshot,
+    required_label,
+    role_label_step,
+    snapshot_at,
+)
 from ticket_dispatcher.errors import (
     CallAbandoned,
     DispatcherError,
@@ -206,14 +211,19 @@ class TriggerProcessor:
     def _snapshot(self, trigger: Trigger) -> Issue | None:
         """The issue of the trigger's webhook delivery, on the trigger's first try, when it is
         fresh and carries every field the active policies read (domain/webhooks.py,
-        ``fresh_snapshot``); else None, and the issue is read."""
-        if "snapshot" not in trigger.extra_input or trigger.retry_count:
+        ``fresh_snapshot``), and no execution of the issue, of any replica, may have written
+        to it since the event; else None, and the issue is read."""
+        at = snapshot_at(trigger.extra_input)
+        if at is None or trigger.retry_count:
             return None
-        config = self._deps.config.jira
-        return fresh_snapshot(trigger.extra_input, self._deps.store.policies.list_active(),
-                              self._deps.clock.now(), config.webhook_snapshot_max_age,
-                              l2_field_id=config.l2_field_id,
-                              severity_field_id=config.severity_field_id)
+        store, config = self._deps.store, self._deps.config.jira
+        issue = fresh_snapshot(trigger.extra_input, store.policies.list_active(),
+                               self._deps.clock.now(), config.webhook_snapshot_max_age,
+                               l2_field_id=config.l2_field_id,
+                               severity_field_id=config.severity_field_id)
+        if issue is None or store.executions.worked_since(trigger.issue_key, at):
+            return None
+        return issue
 
     def _policies(self, trigger: Trigger, issue: Issue,
                   now: datetime) -> Matched | tuple[TriggerOutcome, str]:

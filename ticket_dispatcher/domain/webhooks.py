@@ -356,6 +356,16 @@ def _condition_paths(node: Any, paths: set[str]) -> None:
             _condition_paths(value, paths)
 
 
+def snapshot_at(trigger_input: TriggerInput) -> datetime | None:
+    """When the event of the trigger's snapshot happened; None without a snapshot."""
+    snapshot = trigger_input.get("snapshot")
+    stamp = snapshot.get("at") if isinstance(snapshot, dict) else None
+    try:
+        return parse_rfc3339(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return None
+
+
 def fresh_snapshot(trigger_input: TriggerInput, policies: Iterable[Policy], now: datetime,
                    max_age: timedelta, *, l2_field_id: str,
                    severity_field_id: str) -> Issue | None:
@@ -364,12 +374,8 @@ def fresh_snapshot(trigger_input: TriggerInput, policies: Iterable[Policy], now:
     trigger is processed within ``max_age`` of the event too, and the snapshot has every
     field ``fields_read`` names."""
     snapshot = trigger_input.get("snapshot")
+    at = snapshot_at(trigger_input)
     if not isinstance(snapshot, dict) or not isinstance(snapshot.get("issue"), dict):
-        return None
-    stamp = snapshot.get("at")
-    try:
-        at = parse_rfc3339(stamp) if isinstance(stamp, str) else None
-    except ValueError:
         return None
     if at is None or abs(now - at) > max_age:
         return None
