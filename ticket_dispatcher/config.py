@@ -547,6 +547,9 @@ class JiraConfig:
     # reads every issue again.
     webhook_snapshot_max_age: timedelta = setting(
         timedelta(seconds=10), duration(timedelta(0), timedelta(minutes=10)))
+    # Calls a second to the site never exceeded, divided among the live replicas in shared
+    # mode (integrations/call_policy.py, ``Pacer``); 0: no budget set.
+    max_calls_per_second: float = setting(0.0, number(0))
 
     def basic_credential(self) -> str:
         """What HTTP Basic sends for ``email:api_token``; a Jira error may echo it back, and

@@ -199,6 +199,10 @@ class Metrics:
         self.rate_limited = counter("integration_rate_limited_seconds", "Time each "
                                     "integration's calls were held back because the service "
                                     "answered 429 with Retry-After", ("client",))
+        self.calls_held = counter("integration_calls_held", "Integration calls held back by a "
+                                  "rate limit (waited, or refused unsent), by the limit's scope "
+                                  "(all, endpoint, issue) and RateLimit-Reason",
+                                  ("client", "scope", "reason"))
         self.retries = counter("transient_retries", "Work put off for a passing fault of a "
                                "service (no answer, a failed connection, 429, 5xx) and tried "
                                "again later: a trigger's issue load, an execution's load or "
@@ -343,6 +347,9 @@ class Metrics:
 
     def integration_rate_limited(self, client: str, seconds: float) -> None:
         self.rate_limited.labels(client=client).inc(seconds)
+
+    def integration_call_held(self, client: str, scope: str, reason: str) -> None:
+        self.calls_held.labels(client=client, scope=scope, reason=reason).inc()
 
     def passing_fault_retry(self, work: str, cause: str) -> None:
         """``work``: trigger, execution_load or execution_write; ``cause``: rate_limited,

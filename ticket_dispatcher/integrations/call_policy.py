@@ -1,6 +1,6 @@
-"""The call policy of the API clients: what one call is tried again after, inside itself, and
-how a service's rate limit holds back every call of the process (docs/design.md, "Passing
-faults").
+"""The call policy of the API clients: what one call is tried again after, inside itself, how
+a service's rate limit holds back the calls of its scope in the process, and how calls are
+paced below a budget (docs/design.md, "Passing faults").
 
 A call answered 429 (the service refused it: nothing was applied) is made again after the
 ``Retry-After`` it gave; one answered 503 too, when it only reads. A write answered 503 may
@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+from typing import Protocol
 
 import requests
 
@@ -36,37 +38,220 @@ READS = frozenset({"GET", "HEAD", "OPTIONS"})
 _SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # Retry-After's delta-seconds
 
 
-class RateGate:
-    """A service's rate limit, shared by every client of it in the process: once one call was
-    answered 429 with ``Retry-After``, every call waits until that time has passed instead of
-    spending more of a limit the service shares with every other tool that calls it.
-    ``on_limited`` is told the seconds each 429 adds to the time held back (a metric)."""
+# ``RateLimit-Reason`` values (Atlassian's "Rate limiting") that name a scope narrower than
+# every call: one endpoint and method, or the writes to one issue. Any other reason (a quota,
+# one this code does not know) or none holds every call.
+BURST = "jira-burst-based"
+PER_ISSUE_WRITE = "jira-per-issue-on-write"
+# The reasons a metric names; any other is counted as "other", none as "none".
+KNOWN_REASONS = frozenset({BURST, PER_ISSUE_WRITE, "jira-quota-global-based",
+                           "jira-quota-tenant-based", "jira-user-based", "jira-tenant-based"})
+NEAR_LIMIT_FOR = timedelta(minutes=1)  # how long X-RateLimit-NearLimit halves the budget
+LEARNED_OVER = timedelta(minutes=1)  # the calls a budget is learned from, without one set
+LEAST_LEARNED = 1.0  # calls a second: a budget learned from a quiet minute is no less
+# A path segment that names an issue: a key (ABC-12), or a numeric id after "issue".
+_ISSUE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*-[0-9]+")
+_ISSUE_PARENTS = frozenset({"issue", "request"})
+_ISSUE_PATH = re.compile(r"/(?:issue|request)/([^/?]+)")
 
-    def __init__(self, clock: Clock, on_limited: Callable[[float], None] | None = None):
+
+@dataclass(frozen=True)
+class Scope:
+    """What one rate limit holds: ``kind`` "all" (every call), "endpoint" (``key``: a method
+    and a path with its issue segments replaced) or "issue" (``key``: the issue's writes)."""
+
+    kind: str
+    key: str = ""
+
+    def covers(self, method: str, path: str) -> bool:
+        if self.kind == "endpoint":
+            return endpoint_of(method, path) == self.key
+        if self.kind == "issue":
+            return method.upper() not in READS and issue_of(path) == self.key
+        return True
+
+
+EVERY_CALL = Scope("all")
+
+
+def issue_of(path: str) -> str | None:
+    """The issue a path addresses (``/rest/api/2/issue/ABC-1/assignee``: ABC-1), if any."""
+    found = _ISSUE_PATH.search(path)
+    return found.group(1).upper() if found else None
+
+
+def endpoint_of(method: str, path: str) -> str:
+    """The method and path with each segment naming an issue replaced by ``{issue}``: one
+    endpoint whatever the issue."""
+    segments = path.split("?", 1)[0].split("/")
+    named = ["{issue}" if _ISSUE_KEY.fullmatch(part)
+             or (part.isdigit() and before in _ISSUE_PARENTS) else part
+             for before, part in zip(["", *segments], segments, strict=False)]
+    return f"{method.upper()} {'/'.join(named)}"
+
+
+def scope_of(reason: str | None, method: str, path: str) -> Scope:
+    """The scope a 429 with ``RateLimit-Reason`` ``reason`` holds, for a call to ``path``."""
+    reason = (reason or "").strip().lower()
+    issue = issue_of(path)
+    if reason == PER_ISSUE_WRITE and issue is not None and method.upper() not in READS:
+        return Scope("issue", issue)
+    if reason == BURST:
+        return Scope("endpoint", endpoint_of(method, path))
+    return EVERY_CALL
+
+
+def reason_label(reason: str | None) -> str:
+    """A reason as a metric names it: a known one, "other" or "none"."""
+    reason = (reason or "").strip().lower()
+    if not reason:
+        return "none"
+    return reason if reason in KNOWN_REASONS else "other"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A call held back: ``wait`` seconds more, by a limit of ``scope`` given for ``reason``."""
+
+    wait: float
+    scope: Scope
+    reason: str
+
+
+class SharedHolds(Protocol):
+    """Where a hold of every call is shared with the other replicas (the database, in shared
+    mode); ``until`` may answer from a cache of a second or so."""
+
+    def until(self) -> datetime | None: ...
+
+    def hold(self, until: datetime) -> None: ...
+
+
+class SiteLimits(SharedHolds, Protocol):
+    """A site's limits as the replicas share them: the holds of every call, and ``share``,
+    the live replicas a budget is divided among."""
+
+    def share(self) -> int: ...
+
+
+class Pacer:
+    """The budget of calls a second to a service, never exceeded in any sliding second and
+    with no burst allowance: each call takes the first free slot, in the order callers came.
+    ``budget``: the configured calls a second, or None; ``share``: the replicas it is divided
+    among (1 alone). ``near_limit`` halves it for ``NEAR_LIMIT_FOR``; with none set, it then
+    takes half the calls a second made over the last ``LEARNED_OVER``."""
+
+    def __init__(self, clock: Clock, budget: float | None = None,
+                 share: Callable[[], int] = lambda: 1):
+        self._clock = clock
+        self._budget = budget
+        self._share = share
+        self._lock = threading.Lock()
+        self._slots: deque[datetime] = deque()  # the calls' times, taken and reserved
+        self._halved: tuple[datetime, float | None] | None = None  # until, learned budget
+
+    def budget(self) -> float | None:
+        """The calls a second this replica may make now, or None: no limit."""
+        budget = self._budget / max(1, self._share()) if self._budget else None
+        halved = self._halved
+        if halved is not None and self._clock.now() < halved[0]:
+            return budget / 2 if budget is not None else halved[1]
+        return budget
+
+    def near_limit(self) -> None:
+        """The service warned that little of its budget remains."""
+        now = self._clock.now()
+        with self._lock:
+            if self._halved is not None and now < self._halved[0]:
+                return  # halved already: once a minute, not once a warning
+            made = sum(1 for t in self._slots if t > now - LEARNED_OVER)
+            learned = max(LEAST_LEARNED, made / LEARNED_OVER.total_seconds() / 2)
+            self._halved = (now + NEAR_LIMIT_FOR, learned)
+
+    def take(self, max_wait: float) -> float | None:
+        """A slot for one call: the seconds to wait before it goes (0: at once), or None when
+        the first free slot is more than ``max_wait`` away (nothing is taken then). A slot
+        is one of ``budget`` calls a second (rounded down), or with less than one a second,
+        one call every ``1 / budget`` seconds."""
+        budget = self.budget()
+        now = self._clock.now()
+        with self._lock:
+            while self._slots and self._slots[0] <= now - LEARNED_OVER:
+                self._slots.popleft()
+            at = now
+            if budget is not None:
+                calls, window = (int(budget), 1.0) if budget >= 1 else (1, 1 / budget)
+                if len(self._slots) >= calls:
+                    at = max(now, self._slots[-calls] + timedelta(seconds=window))
+            wait = (at - now).total_seconds()
+            if wait > max_wait:
+                return None
+            self._slots.append(at)
+        return wait
+
+
+class RateGate:
+    """A service's rate limits, shared by every client of it in the process: once a call was
+    answered 429 with ``Retry-After``, the calls of the scope its ``RateLimit-Reason`` names
+    (``scope_of``) wait until that time has passed instead of spending more of a limit the
+    service shares with every other tool that calls it; calls outside it go on. ``pacer``
+    spaces the calls out below a budget; ``shared`` shares a hold of every call with the other
+    replicas. ``on_limited`` is told the seconds each 429 adds to the time every call is held
+    back (a metric); ``on_held`` the scope kind and reason of each call held."""
+
+    def __init__(self, clock: Clock, on_limited: Callable[[float], None] | None = None, *,
+                 pacer: Pacer | None = None, shared: SharedHolds | None = None,
+                 on_held: Callable[[str, str], None] | None = None):
         self._clock = clock
         self._on_limited = on_limited
+        self._on_held = on_held
+        self.pacer = pacer
+        self._shared = shared
         self._lock = threading.Lock()
-        self._until: datetime | None = None
+        self._holds: dict[Scope, tuple[datetime, str]] = {}
 
-    def limit(self, seconds: float) -> None:
-        """The service asked to wait ``seconds`` from now."""
+    def limit(self, seconds: float, *, method: str = "", path: str = "",
+              reason: str | None = None) -> None:
+        """The service asked to wait ``seconds`` from now, for the scope ``reason`` names."""
+        scope = scope_of(reason, method, path)
         now: datetime = self._clock.now()
         until = now + timedelta(seconds=seconds)
         with self._lock:
-            start = max(now, self._until) if self._until is not None else now
+            self._holds = {s: h for s, h in self._holds.items() if h[0] > now}
+            held = self._holds.get(scope)
+            start = max(now, held[0]) if held is not None else now
             added = (until - start).total_seconds()
             if added > 0:
-                self._until = until
-        if added > 0 and self._on_limited is not None:
-            self._on_limited(added)
+                self._holds[scope] = (until, reason_label(reason))
+        if added > 0 and scope == EVERY_CALL:
+            if self._shared is not None:
+                self._shared.hold(until)
+            if self._on_limited is not None:
+                self._on_limited(added)
 
-    def remaining(self) -> float:
-        """Seconds until calls may go again; 0 when they may now."""
+    def hold_of(self, method: str = "", path: str = "") -> Hold | None:
+        """The longest hold on a call of ``method`` to ``path``; None when it may go now."""
+        now = self._clock.now()
         with self._lock:
-            until = self._until
-        if until is None:
-            return 0.0
-        return max(0.0, (until - self._clock.now()).total_seconds())
+            holds = [(until, scope, reason) for scope, (until, reason) in self._holds.items()
+                     if until > now and scope.covers(method, path)]
+        shared = self._shared.until() if self._shared is not None else None
+        if shared is not None and shared > now:
+            holds.append((shared, EVERY_CALL, "shared"))
+        if not holds:
+            return None
+        until, scope, reason = max(holds, key=lambda hold: hold[0])
+        return Hold((until - now).total_seconds(), scope, reason)
+
+    def remaining(self, method: str = "", path: str = "") -> float:
+        """Seconds until a call of ``method`` to ``path`` may go; 0 when it may now."""
+        hold = self.hold_of(method, path)
+        return hold.wait if hold is not None else 0.0
+
+    def held(self, hold: Hold) -> None:
+        """A call was held back by ``hold`` (waited, or refused unsent): counted."""
+        if self._on_held is not None:
+            self._on_held(hold.scope.kind, hold.reason)
 
 
 def retry_after(value: str | None, now: datetime) -> float | None:
@@ -116,31 +301,50 @@ class CallPolicy:
         self._gate = gate
 
     def run(self, send: Callable[[], requests.Response], *, expected: tuple[int, ...],
-            repeatable: bool, name: str) -> Answered | HeldBack:
+            repeatable: bool, name: str, method: str = "", path: str = "",
+            ) -> Answered | HeldBack:
         """``send`` until it answers an ``expected`` status or the policy stops trying:
         again after a 429, or when the call is ``repeatable`` (it only reads) after a 503,
-        each with an acceptable ``Retry-After``. While the rate limit holds, the call waits it
-        out first when the wait is short, and is held back unsent when it is not. ``name``
-        stands for the call in the log."""
+        each with an acceptable ``Retry-After``. While a rate limit holds the call's scope
+        (``method`` and ``path``), the call waits it out first when the wait is short, and is
+        held back unsent when it is not; so it is when the budget's next free slot is further
+        than the call waits. ``name`` stands for the call in the log."""
         retries = 0
         asked = False  # this call's own 429 closed the gate: its wait is that retry's
+        counted = False
         while True:
-            held = self._gate.remaining() if self._gate is not None else 0.0
-            if held > 0:
-                if held > self.max_retry_wait or (retries >= self.max_retries and not asked):
-                    return HeldBack(held)
+            hold = self._gate.hold_of(method, path) if self._gate is not None else None
+            if hold is not None:
+                if not counted and self._gate is not None:
+                    self._gate.held(hold)
+                    counted = True
+                if hold.wait > self.max_retry_wait or (retries >= self.max_retries
+                                                       and not asked):
+                    return HeldBack(hold.wait)
                 retries += 0 if asked else 1
                 asked = False
-                self._sleep(held)
+                self._sleep(hold.wait)
                 continue
             asked = False
+            if self._gate is not None and self._gate.pacer is not None:
+                slot = self._gate.pacer.take(self.max_retry_wait)
+                if slot is None:  # the budget is spent for longer than the call waits
+                    return HeldBack(self.max_retry_wait)
+                if slot > 0:
+                    self._sleep(slot)
+                    if self._gate.hold_of(method, path) is not None:
+                        continue  # a hold came while it waited for its slot
             response = send()
+            if response.headers.get("X-RateLimit-NearLimit", "").strip().lower() == "true" \
+                    and self._gate is not None and self._gate.pacer is not None:
+                self._gate.pacer.near_limit()
             if response.status_code in expected:
                 return Answered(response)
             wait = retry_after(response.headers.get("Retry-After"), self._clock.now()) \
                 if response.status_code in RETRY_STATUSES else None
             if response.status_code == 429 and wait is not None and self._gate is not None:
-                self._gate.limit(wait)
+                self._gate.limit(wait, method=method, path=path,
+                                 reason=response.headers.get("RateLimit-Reason"))
             if (wait is None or wait > self.max_retry_wait or retries >= self.max_retries
                     or (response.status_code != 429 and not repeatable)):
                 return Answered(response, wait)

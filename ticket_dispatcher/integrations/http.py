@@ -172,7 +172,7 @@ class HttpClient:
         tried = self._policy.run(
             lambda: self._send(method, path, params, json, authenticate), expected=expected,
             repeatable=method in READS if repeatable is None else repeatable,
-            name=f"{self.service} {method} {path}")
+            name=f"{self.service} {method} {path}", method=method, path=path)
         if isinstance(tried, HeldBack):
             raise self.held_unsent(method, path, tried.wait)
         if tried.response.status_code in expected:
