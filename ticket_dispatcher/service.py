@@ -149,8 +149,10 @@ class Service:
             self.config = (self._sandboxed(config, self.sandbox) if self.sandbox is not None
                            else config)
             self.services.config = self.config  # the HTTP app reads what the service runs with
-            self.clients = clients = build_client_pools(self.config, self.clock,
-                                                        metrics=self.metrics)
+            self.clients = clients = build_client_pools(
+                self.config, self.clock, metrics=self.metrics,
+                site_limits=self.cluster.site_limits(self.store, self.clock, "jira",
+                                                     self.config.leases.duration))
             self.runtime = Runtime(
                 self.config, self.store, self.clock, ports=Ports(
                     jira=configured_pool(clients, "jira", JiraPool) or NotConfiguredJira(),

@@ -115,6 +115,9 @@ class Shared:
     def hold(self, until: datetime) -> None:
         self.until_ = until
 
+    def share(self) -> int:
+        return 1
+
 
 def test_a_hold_of_every_call_is_shared_and_a_shared_one_holds_here(mocked):
     clock = ManualClock(NOW)
@@ -122,17 +125,17 @@ def test_a_hold_of_every_call_is_shared_and_a_shared_one_holds_here(mocked):
     limited(mocked, "PUT", "ABC-1", None)
     limited(mocked, "PUT", "ABC-2", "jira-per-issue-on-write")
     with pytest.raises(IntegrationRejected):
-        client(clock=clock, gate=RateGate(clock, shared=shared)).request(
+        client(clock=clock, gate=RateGate(clock, site=shared)).request(
             "PUT", ASSIGNEE.format(key="ABC-1"), json={}, expected=(204,))
     assert shared.until_ == NOW + timedelta(seconds=30)
 
     other = Shared()
     with pytest.raises(IntegrationRejected):  # a scoped hold stays with the replica
-        client(clock=clock, gate=RateGate(clock, shared=other)).request(
+        client(clock=clock, gate=RateGate(clock, site=other)).request(
             "PUT", ASSIGNEE.format(key="ABC-2"), json={}, expected=(204,))
     assert other.until_ is None
 
-    elsewhere = RateGate(clock, shared=shared)  # another replica: holds without a 429
+    elsewhere = RateGate(clock, site=shared)  # another replica: holds without a 429
     with pytest.raises(IntegrationRejected) as held:
         client(clock=clock, gate=elsewhere).request("GET", "/rest/api/2/myself")
     assert held.value.retry_after == 30.0 and len(mocked.calls) == 2

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from ticket_dispatcher.store.replicas import FORGET_AFTER, ReplicaBeat
+from tests.clocks import ManualClock
+from ticket_dispatcher.store.replicas import FORGET_AFTER, ReplicaBeat, StoredSiteLimits
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 
@@ -56,3 +57,38 @@ def test_a_replica_that_stopped_cleanly_is_forgotten_and_the_others_stay(store):
     store.replicas.stopped("never:1:seen")  # nothing to forget: no error
 
     assert [r.owner for r in store.replicas.known()] == ["b:20:bbbbbb"]
+
+
+def test_the_live_replicas_are_those_with_a_heartbeat_within_a_lease(store):
+    store.replicas.beat(beat("a:10:aaaaaa"), NOW - timedelta(seconds=50))
+    store.replicas.beat(beat("b:20:bbbbbb"), NOW - timedelta(seconds=5))
+    store.replicas.beat(beat("c:30:cccccc"), NOW)
+
+    assert store.replicas.alive(NOW, timedelta(seconds=30)) == 2
+
+
+def test_a_sites_hold_is_shared_and_only_ever_lengthened(store):
+    assert store.replicas.site_held_until("jira") is None
+
+    store.replicas.hold_site("jira", NOW + timedelta(seconds=30))
+    store.replicas.hold_site("jira", NOW + timedelta(seconds=10))  # a shorter one, later
+
+    assert store.replicas.site_held_until("jira") == NOW + timedelta(seconds=30)
+    store.replicas.hold_site("jira", NOW + timedelta(seconds=40))
+    assert store.replicas.site_held_until("jira") == NOW + timedelta(seconds=40)
+
+
+def test_stored_site_limits_read_the_hold_at_most_once_a_second(store):
+    clock = ManualClock(NOW)
+    here = StoredSiteLimits(store.replicas, clock, "jira", timedelta(seconds=30))
+    there = StoredSiteLimits(store.replicas, clock, "jira", timedelta(seconds=30))
+    assert here.until() is None
+
+    there.hold(NOW + timedelta(seconds=20))
+
+    assert here.until() is None  # its last reading still stands
+    clock.advance(1)
+    assert here.until() == NOW + timedelta(seconds=20)
+    store.replicas.beat(beat("a:10:aaaaaa"), clock.now())
+    store.replicas.beat(beat("b:20:bbbbbb"), clock.now())
+    assert here.share() == 2

@@ -31,7 +31,7 @@ from ticket_dispatcher.domain.ports import (
     TriageChange,
 )
 from ticket_dispatcher.errors import DispatcherError
-from ticket_dispatcher.integrations.call_policy import Pacer, RateGate, SiteLimits
+from ticket_dispatcher.integrations.call_policy import ALONE, Pacer, RateGate, SiteLimits
 from ticket_dispatcher.integrations.core import CoreClient
 from ticket_dispatcher.integrations.jira import JiraClient, ScreenRefusals
 from ticket_dispatcher.integrations.lark import LarkClient
@@ -164,12 +164,12 @@ class _ClientTimings(TypedDict):
 
 def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start: bool = True,
                        sleep: Callable[[float], None] = time.sleep,
-                       site_limits: SiteLimits | None = None,
+                       site_limits: SiteLimits = ALONE,
                        ) -> dict[str, ClientPool[Any]]:
     """A typed pool per configured integration (``JiraPool``, ``LarkPool``, ``OncallPool``,
     ``CorePool``; a service with an empty ``base_url``, or Lark without an ``app_id``, is left
     out), started unless ``start`` is False. ``site_limits``: the Jira site's limits as
-    the replicas share them (actors/cluster.py); None: this process's own."""
+    the processes serving the database share them (actors/cluster.py)."""
     timeouts: _ClientTimings = {
         "connect_timeout": _seconds(config.integrations.connect_timeout),
         "read_timeout": _seconds(config.integrations.read_timeout),
@@ -177,9 +177,8 @@ def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start:
     # One rate gate and budget per Jira site, shared by every Jira client actor of the process.
     jira_gate = RateGate(
         clock, lambda seconds: metrics.integration_rate_limited("jira", seconds),
-        pacer=Pacer(clock, config.jira.max_calls_per_second or None,
-                    site_limits.share if site_limits is not None else lambda: 1),
-        shared=site_limits,
+        pacer=Pacer(clock, config.jira.max_calls_per_second or None, site_limits.share),
+        site=site_limits,
         on_held=lambda scope, reason: metrics.integration_call_held("jira", scope, reason))
     # The projects whose edit screen refused the one edit, remembered by every Jira client.
     refusals = ScreenRefusals(clock)

@@ -12,6 +12,8 @@ differences docs/design.md lists under "What single mode still does its own way"
   claims the rest from the store, with the others;
 - **boot and shutdown**: a single process takes back every lease at boot; a replica takes back
   nothing, and at SIGTERM drains and gives its leases back;
+- **a service's rate limits**: a single process holds and paces its calls alone; replicas
+  share a hold of every call through the database, and divide a budget among the live ones;
 - **what a single process remembers**, being the only writer: the lock keys its executions
   hold, its triggers' reads of their issues, and the executions no shadow decision waits for.
   A replica reads each of these from the store, or from the live issue.
@@ -28,9 +30,11 @@ from typing import Protocol, TypeVar
 
 from ticket_dispatcher.actors.first_read import FRESH_READ, IssueRead
 from ticket_dispatcher.actors.stopping import Deadline
+from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import ClusterConfig, ConsoleConfig
 from ticket_dispatcher.domain.execution import Trigger
 from ticket_dispatcher.errors import StoreUnavailable
+from ticket_dispatcher.integrations.call_policy import ALONE, SiteLimits
 from ticket_dispatcher.store import Store
 from ticket_dispatcher.store.cluster import (
     REPLICA_LOCK,
@@ -40,6 +44,7 @@ from ticket_dispatcher.store.cluster import (
     notify_work,
 )
 from ticket_dispatcher.store.database import unit_of_work, write_lock
+from ticket_dispatcher.store.replicas import StoredSiteLimits
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +170,10 @@ class Cluster(Protocol):
 
     def console_warning(self, console: ConsoleConfig) -> str | None:
         """What an operator must hear about the console's sign-ins at start, if anything."""
+
+    def site_limits(self, store: Store, clock: Clock, site: str,
+                    lease: timedelta) -> SiteLimits:
+        """A service's rate limits as the processes serving the database share them."""
 
 
 def for_mode(config: ClusterConfig) -> Cluster:
@@ -304,6 +313,10 @@ class SingleProcess:
     def console_warning(self, console: ConsoleConfig) -> str | None:
         return None  # a sign-in holds wherever this process serves it
 
+    def site_limits(self, store: Store, clock: Clock, site: str,
+                    lease: timedelta) -> SiteLimits:
+        return ALONE  # nobody to share them with: the rate gate's own holds are all there is
+
 
 # -- shared replicas ----------------------------------------------------------------------------
 
@@ -429,6 +442,10 @@ class SharedReplicas:
             return
         log.info("leases given back to the other replicas", extra={
             "reason": f"{executions} executions, {triggers} triggers"})
+
+    def site_limits(self, store: Store, clock: Clock, site: str,
+                    lease: timedelta) -> SiteLimits:
+        return StoredSiteLimits(store.replicas, clock, site, lease)
 
     def console_warning(self, console: ConsoleConfig) -> str | None:
         if console.session_secret:

@@ -118,20 +118,33 @@ class Hold:
     reason: str
 
 
-class SharedHolds(Protocol):
-    """Where a hold of every call is shared with the other replicas (the database, in shared
-    mode); ``until`` may answer from a cache of a second or so."""
+class SiteLimits(Protocol):
+    """A service's limits as the processes serving one database share them (actors/cluster.py):
+    ``hold`` tells the others that every call is held until a time, ``until`` says until when
+    one of them was told so (it may answer from a cache of a second or so), and ``share`` is
+    how many live processes a budget is divided among."""
 
     def until(self) -> datetime | None: ...
 
     def hold(self, until: datetime) -> None: ...
 
-
-class SiteLimits(SharedHolds, Protocol):
-    """A site's limits as the replicas share them: the holds of every call, and ``share``,
-    the live replicas a budget is divided among."""
-
     def share(self) -> int: ...
+
+
+class Alone:
+    """The limits of a process that serves its database alone: nothing to share."""
+
+    def until(self) -> datetime | None:
+        return None
+
+    def hold(self, until: datetime) -> None:
+        pass
+
+    def share(self) -> int:
+        return 1
+
+
+ALONE = Alone()
 
 
 class Pacer:
@@ -195,18 +208,19 @@ class RateGate:
     answered 429 with ``Retry-After``, the calls of the scope its ``RateLimit-Reason`` names
     (``scope_of``) wait until that time has passed instead of spending more of a limit the
     service shares with every other tool that calls it; calls outside it go on. ``pacer``
-    spaces the calls out below a budget; ``shared`` shares a hold of every call with the other
-    replicas. ``on_limited`` is told the seconds each 429 adds to the time every call is held
-    back (a metric); ``on_held`` the scope kind and reason of each call held."""
+    spaces the calls out below a budget; ``site`` shares a hold of every call with the other
+    replicas (``SiteLimits``). ``on_limited`` is told the seconds each 429 adds to the time
+    every call is held back (a metric); ``on_held`` the scope kind and reason of each call
+    held."""
 
     def __init__(self, clock: Clock, on_limited: Callable[[float], None] | None = None, *,
-                 pacer: Pacer | None = None, shared: SharedHolds | None = None,
+                 pacer: Pacer | None = None, site: SiteLimits = ALONE,
                  on_held: Callable[[str, str], None] | None = None):
         self._clock = clock
         self._on_limited = on_limited
         self._on_held = on_held
         self.pacer = pacer
-        self._shared = shared
+        self._site = site
         self._lock = threading.Lock()
         self._holds: dict[Scope, tuple[datetime, str]] = {}
 
@@ -224,8 +238,7 @@ class RateGate:
             if added > 0:
                 self._holds[scope] = (until, reason_label(reason))
         if added > 0 and scope == EVERY_CALL:
-            if self._shared is not None:
-                self._shared.hold(until)
+            self._site.hold(until)
             if self._on_limited is not None:
                 self._on_limited(added)
 
@@ -235,9 +248,9 @@ class RateGate:
         with self._lock:
             holds = [(until, scope, reason) for scope, (until, reason) in self._holds.items()
                      if until > now and scope.covers(method, path)]
-        shared = self._shared.until() if self._shared is not None else None
-        if shared is not None and shared > now:
-            holds.append((shared, EVERY_CALL, "shared"))
+        elsewhere = self._site.until()
+        if elsewhere is not None and elsewhere > now:
+            holds.append((elsewhere, EVERY_CALL, "replica"))
         if not holds:
             return None
         until, scope, reason = max(holds, key=lambda hold: hold[0])

@@ -230,6 +230,14 @@ def _shadows(db: peewee.Database) -> None:
         db.execute_sql(statement)
 
 
+def _site_holds(db: peewee.Database) -> None:
+    """Until when a service's rate limit holds every call, shared by the replicas: written on
+    a 429 that holds every call, read before calls (``store/replicas.py``)."""
+    db.execute_sql(f"""CREATE TABLE IF NOT EXISTS dispatch_site_holds (
+        site TEXT PRIMARY KEY,
+        held_until {_types(db).time} NOT NULL)""")
+
+
 Migration = tuple[int, str, Callable[[peewee.Database], None]]
 
 def _wake_index(db: peewee.Database) -> None:
@@ -402,6 +410,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (12, "audit_records", _audit_records),
     (13, "dispatch_policies.origin", _policy_origin),
     (14, "maintenance_windows", _maintenance_windows),
+    (15, "dispatch_site_holds", _site_holds),
 )
 
 

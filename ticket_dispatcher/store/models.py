@@ -348,6 +348,14 @@ class ReplicaRow(BaseModel):
         table_name = "dispatch_replicas"
 
 
+class SiteHoldRow(BaseModel):
+    site = peewee.TextField(primary_key=True)  # the service: "jira"
+    held_until = UTCDateTimeField()
+
+    class Meta:
+        table_name = "dispatch_site_holds"
+
+
 class ShadowRow(BaseModel):
     family_id = peewee.CharField(max_length=20, primary_key=True)
     policy_id = peewee.BigIntegerField(unique=True)

@@ -5,14 +5,20 @@ stopping (lost, paused, or cut off from the database)."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import peewee
 
+from ticket_dispatcher.clock import Clock
+from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.store.database import unit_of_work
-from ticket_dispatcher.store.models import ReplicaRow, delete_where
+from ticket_dispatcher.store.models import ReplicaRow, SiteHoldRow, delete_where
 from ticket_dispatcher.timeutil import to_utc
+
+log = logging.getLogger(__name__)
 
 # A silent replica is forgotten this long after its last heartbeat.
 FORGET_AFTER = timedelta(days=1)
@@ -69,6 +75,28 @@ class ReplicaRepository:
         with unit_of_work(self.db):
             delete_where(ReplicaRow, ReplicaRow.owner == owner)
 
+    def alive(self, now: datetime, within: timedelta) -> int:
+        """The replicas whose last heartbeat is at most ``within`` old."""
+        with unit_of_work(self.db):
+            return (ReplicaRow.select()
+                    .where(ReplicaRow.heartbeat_at >= to_utc(now) - within).count())
+
+    def hold_site(self, site: str, until: datetime) -> None:
+        """A rate limit of ``site`` holds every call until ``until``, or later if it did."""
+        until = to_utc(until)
+        with unit_of_work(self.db):
+            (SiteHoldRow.insert(site=site, held_until=until)
+             .on_conflict(conflict_target=[SiteHoldRow.site],
+                          update={SiteHoldRow.held_until: until},
+                          where=SiteHoldRow.held_until < until)
+             .execute())
+
+    def site_held_until(self, site: str) -> datetime | None:
+        """Until when a rate limit of ``site`` holds every call, as last written."""
+        with unit_of_work(self.db):
+            row = SiteHoldRow.get_or_none(SiteHoldRow.site == site)
+        return row.held_until if row is not None else None
+
     def known(self) -> list[Replica]:
         """Every replica remembered, the most recently started first."""
         with unit_of_work(self.db):
@@ -77,3 +105,62 @@ class ReplicaRepository:
         return [Replica(owner=row.owner, host=row.host, pid=row.pid, version=row.version,
                         started_at=row.started_at, heartbeat_at=row.heartbeat_at,
                         slots=row.slots, busy=row.busy, parked=row.parked) for row in rows]
+
+
+# How long a replica goes by what it last read of the shared hold and of the live replicas.
+HOLD_READ_EVERY = timedelta(seconds=1)
+ALIVE_READ_EVERY = timedelta(seconds=10)
+
+
+class StoredSiteLimits:
+    """A service's limits as the replicas share them through the database: a hold of every
+    call (``hold``, ``until``: read at most every ``HOLD_READ_EVERY``), and the live replicas
+    a budget is divided among (``share``: heartbeats younger than ``lease``). When the
+    database cannot be read, the last reading stands: a call is never failed for it."""
+
+    def __init__(self, replicas: ReplicaRepository, clock: Clock, site: str,
+                 lease: timedelta):
+        self._replicas = replicas
+        self._clock = clock
+        self._site = site
+        self._lease = lease
+        self._lock = threading.Lock()
+        self._until: tuple[datetime, datetime | None] | None = None  # (read at, until)
+        self._alive: tuple[datetime, int] | None = None  # (read at, replicas)
+
+    def until(self) -> datetime | None:
+        now = self._clock.now()
+        with self._lock:
+            read = self._until
+        if read is not None and now - read[0] < HOLD_READ_EVERY:
+            return read[1]
+        try:
+            until = self._replicas.site_held_until(self._site)
+        except StoreUnavailable:
+            return read[1] if read is not None else None
+        with self._lock:
+            self._until = (now, until)
+        return until
+
+    def hold(self, until: datetime) -> None:
+        try:
+            self._replicas.hold_site(self._site, until)
+        except StoreUnavailable:
+            log.warning("%s rate limit not shared: the database cannot be reached", self._site)
+            return
+        with self._lock:
+            self._until = (self._clock.now(), until)
+
+    def share(self) -> int:
+        now = self._clock.now()
+        with self._lock:
+            read = self._alive
+        if read is not None and now - read[0] < ALIVE_READ_EVERY:
+            return read[1]
+        try:
+            alive = max(1, self._replicas.alive(now, self._lease))
+        except StoreUnavailable:
+            return read[1] if read is not None else 1
+        with self._lock:
+            self._alive = (now, alive)
+        return alive
