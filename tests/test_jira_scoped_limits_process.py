@@ -14,6 +14,7 @@ states by polling (``wait_until``).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import requests
 
 from tests import process
 from tests.peer import Call, FakeJira, Route
@@ -239,3 +241,10 @@ def test_a_budget_of_five_calls_a_second_is_never_exceeded(db_url, jira):
         assert len(times) > 2 * BUDGET  # the budget was put to the test
         for key in ISSUES:
             assigned_once(jira, dispatcher, key)
+
+        # The calls of the last hour, as the admin view and the console overview show them.
+        clients = dispatcher.call("GET", "/admin/actors")["clients"]
+        assert clients["jira"]["last_hour"] == {"calls": len(times), "held_seconds": 0}
+        overview = requests.get(f"{dispatcher.url}/console/", timeout=10).text
+        card = overview.split("<h2>Jira calls in the last hour</h2>", 1)[1]
+        assert re.search(rf'<p class="big">{len(times)}</p>', card.split("</div>", 1)[0])

@@ -220,3 +220,19 @@ def test_a_call_waits_for_its_slot_under_the_budget(mocked):
         http.request("GET", "/x")
 
     assert waits == [1.0, 1.0] and len(mocked.calls) == 5
+
+
+def test_the_last_hour_counts_the_calls_sent_and_the_time_every_call_was_held(mocked):
+    clock = ManualClock(NOW)
+    gate = RateGate(clock)
+    mocked.get(f"{BASE}/x", json={})
+    http = client(clock=clock, gate=gate)
+    http.request("GET", "/x")
+    http.request("GET", "/x")
+
+    gate.limit(30)  # every call
+    gate.limit(50, method="PUT", path=ASSIGNEE.format(key="ABC-1"), reason="jira-burst-based")
+    clock.advance(59 * 60)
+    assert gate.last_hour.totals() == (2, 30.0)
+    clock.advance(60)
+    assert gate.last_hour.totals() == (0, 0.0)

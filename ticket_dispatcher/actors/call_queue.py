@@ -32,7 +32,17 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, Protocol, TypedDict, TypeVar
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    NamedTuple,
+    NotRequired,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+)
 
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown, fault_of
 from ticket_dispatcher.integrations.transport import send_guard
@@ -94,6 +104,14 @@ class LatencyStats(TypedDict):
     max_latency_ms: float | None
 
 
+class SiteStats(TypedDict):
+    """A service's calls over the last hour, and the seconds every call was held by its rate
+    limit (integrations/call_policy.py ``LastHour``)."""
+
+    calls: int
+    held_seconds: float
+
+
 class ClientStats(LatencyStats):
     """One client pool as ``GET /admin/actors`` shows it."""
 
@@ -107,6 +125,7 @@ class ClientStats(LatencyStats):
     gave_up_queued: int  # calls never made: their callers stopped waiting first
     unknown_outcomes: int
     abandoned: bool
+    last_hour: NotRequired[SiteStats]  # a client with a rate gate (Jira)
 
 
 class _State(enum.Enum):

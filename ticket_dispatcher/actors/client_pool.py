@@ -43,6 +43,7 @@ from ticket_dispatcher.actors.call_queue import (
     Guard,
     PooledCall,
     Settled,
+    SiteStats,
 )
 from ticket_dispatcher.actors.stopping import Deadline, await_stopped
 from ticket_dispatcher.metrics import Metrics
@@ -118,12 +119,16 @@ class ClientPool(Generic[ClientT]):
     """
 
     def __init__(self, name: str, factory: Callable[[], ClientT], size: int, *,
-                 call_timeout: float, queue_timeout: float, metrics: Metrics):
+                 call_timeout: float, queue_timeout: float, metrics: Metrics,
+                 last_hour: Callable[[], SiteStats] | None = None):
+        """``last_hour``: the service's calls over the last hour, for ``stats``, when its
+        clients share a rate gate (Jira)."""
         if size < 1:
             raise ValueError("a client pool needs at least one actor")
         self.name = name
         self.size = size
         self._factory = factory
+        self._last_hour = last_hour
         self._calls: CallQueue[pykka.ActorRef[Any]] = CallQueue(
             name, _hand_over, call_timeout=call_timeout, queue_timeout=queue_timeout,
             metrics=metrics)
@@ -194,8 +199,12 @@ class ClientPool(Generic[ClientT]):
     # -- admin view ---------------------------------------------------------------------------
 
     def stats(self) -> ClientStats:
-        """What ``GET /admin/actors`` shows for this client (``CallQueue.stats``)."""
-        return self._calls.stats()
+        """What ``GET /admin/actors`` shows for this client (``CallQueue.stats``), with its
+        last hour when it has one."""
+        stats = self._calls.stats()
+        if self._last_hour is not None:
+            stats["last_hour"] = self._last_hour()
+        return stats
 
 
 def _stop_without_waiting(actor: pykka.ActorRef[Any]) -> pykka.Future[bool]:

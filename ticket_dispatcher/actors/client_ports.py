@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict, TypeVar
 
-from ticket_dispatcher.actors.call_queue import Call, Settled
+from ticket_dispatcher.actors.call_queue import Call, Settled, SiteStats
 from ticket_dispatcher.actors.client_pool import ClientPool
 from ticket_dispatcher.clock import Clock
 from ticket_dispatcher.config import Config
@@ -199,8 +199,13 @@ def build_client_pools(config: Config, clock: Clock, *, metrics: Metrics, start:
     # trigger actor) nobody queues; with a smaller configured pool, a caller still queued after
     # the longest time a call may take is behind something truly stuck, and giving up then is
     # safe: a queued call was never made.
+    def jira_last_hour() -> SiteStats:
+        calls, held = jira_gate.last_hour.totals()
+        return {"calls": calls, "held_seconds": round(held, 1)}
+
     pools = {name: pool_class(name, factory, config.client_actors, call_timeout=call_timeout,
-                              queue_timeout=call_timeout, metrics=metrics)
+                              queue_timeout=call_timeout, metrics=metrics,
+                              last_hour=jira_last_hour if name == "jira" else None)
              for name, (configured, pool_class, factory) in factories.items() if configured}
     if start:
         for pool in pools.values():

@@ -203,6 +203,32 @@ class Pacer:
         return wait
 
 
+class LastHour:
+    """Calls sent and seconds every call was held, by the minute, over the last hour."""
+
+    def __init__(self, clock: Clock):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._minutes: deque[list] = deque()  # [minute, calls, held seconds]
+
+    def add(self, calls: int = 0, held: float = 0.0) -> None:
+        minute = self._clock.now().replace(second=0, microsecond=0)
+        with self._lock:
+            if not self._minutes or self._minutes[-1][0] != minute:
+                self._minutes.append([minute, 0, 0.0])
+            self._minutes[-1][1] += calls
+            self._minutes[-1][2] += held
+            while self._minutes[0][0] <= minute - timedelta(hours=1):
+                self._minutes.popleft()
+
+    def totals(self) -> tuple[int, float]:
+        """(calls, held seconds) within the last hour."""
+        since = self._clock.now() - timedelta(hours=1)
+        with self._lock:
+            kept = [m for m in self._minutes if m[0] > since]
+        return sum(m[1] for m in kept), sum(m[2] for m in kept)
+
+
 class RateGate:
     """A service's rate limits, shared by every client of it in the process: once a call was
     answered 429 with ``Retry-After``, the calls of the scope its ``RateLimit-Reason`` names
@@ -223,6 +249,7 @@ class RateGate:
         self._site = site
         self._lock = threading.Lock()
         self._holds: dict[Scope, tuple[datetime, str]] = {}
+        self.last_hour = LastHour(clock)  # what the console overview shows
 
     def limit(self, seconds: float, *, method: str = "", path: str = "",
               reason: str | None = None) -> None:
@@ -238,6 +265,7 @@ class RateGate:
             if added > 0:
                 self._holds[scope] = (until, reason_label(reason))
         if added > 0 and scope == EVERY_CALL:
+            self.last_hour.add(held=added)
             self._site.hold(until)
             if self._on_limited is not None:
                 self._on_limited(added)
@@ -347,6 +375,8 @@ class CallPolicy:
                     self._sleep(slot)
                     if self._gate.hold_of(method, path) is not None:
                         continue  # a hold came while it waited for its slot
+            if self._gate is not None:
+                self._gate.last_hour.add(calls=1)
             response = send()
             if response.headers.get("X-RateLimit-NearLimit", "").strip().lower() == "true" \
                     and self._gate is not None and self._gate.pacer is not None:
