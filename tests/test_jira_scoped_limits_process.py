@@ -7,8 +7,10 @@
   read meanwhile, and each is assigned once when the limit ends.
 - With ``[jira] max_calls_per_second = 5``, no sliding second at the fake holds more than five
   calls.
+- Two replicas in shared mode (PostgreSQL): a 429 for a quota given to one holds the other's
+  calls too, through the database.
 
-Both run on each engine (``db_url``); the limits are real time, everything else waits for
+Each runs on each engine (``db_url``) but the replicas' one; the limits are real time, everything else waits for
 states by polling (``wait_until``).
 """
 
@@ -248,3 +250,48 @@ def test_a_budget_of_five_calls_a_second_is_never_exceeded(db_url, jira):
         overview = requests.get(f"{dispatcher.url}/console/", timeout=10).text
         card = overview.split("<h2>Jira calls in the last hour</h2>", 1)[1]
         assert re.search(rf'<p class="big">{len(times)}</p>', card.split("</div>", 1)[0])
+
+
+SHARED = {"CLUSTER_MODE": "shared", "LEASES_HEARTBEAT": "1s", "LEASES_DURATION": "4s",
+          "HTTP_THREADS": "4", "TRIGGER_ACTORS": "2", "EXECUTION_SLOTS": "4"}
+QUOTA_RETRY_AFTER = 10
+SHARED_READ = 1.0  # a replica reads the shared hold at most this often
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(150)
+def test_replicas_wait_out_a_hold_of_every_call_that_one_of_them_was_given(postgres_url, jira):
+    picked: list[Call] = []
+
+    def first_call(call: Call) -> bool:
+        picked.append(call)
+        return picked[0] is call
+
+    started = process.Processes(Dispatcher)
+    try:
+        replicas = [started.start(postgres_url, jira, **SETTINGS, **SHARED).wait_serving()
+                    for _ in range(2)]
+        replicas[0].configure_dispatch()
+        jira.limit(first_call, "jira-quota-global-based", 60, QUOTA_RETRY_AFTER)
+        trigger_ids = [replicas[0].post_trigger(ISSUES[0])["id"]]
+        assert jira.wait_until(lambda j: any(c.status == 429 for c in j.calls()), 20)
+        trigger_ids += [replicas[n % 2].post_trigger(key)["id"]
+                        for n, key in enumerate(ISSUES[1:])]
+
+        wait_until(settled(replicas[0], trigger_ids), 60, "every issue is assigned")
+
+        arrivals = jira.arrivals()
+        [no] = [a for a in arrivals if a.status == 429]
+        assert no.answered is not None
+        during = [f"{a.call.method} {a.call.path} {a.arrived - no.answered:.2f} s after"
+                  for a in arrivals if no.answered + SHARED_READ + SENT_ALREADY < a.arrived
+                  < no.answered + QUOTA_RETRY_AFTER - CLOCKS]
+        assert not during, during
+        for key in ISSUES:
+            assigned_once(jira, replicas[0], key)
+        held_elsewhere = sum(metric(r.metrics(), HELD_METRIC, client="jira", scope="all",
+                                    reason="replica") for r in replicas)
+        assert held_elsewhere >= 1
+    finally:
+        started.stop_all()

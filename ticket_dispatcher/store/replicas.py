@@ -116,7 +116,9 @@ class StoredSiteLimits:
     """A service's limits as the replicas share them through the database: a hold of every
     call (``hold``, ``until``: read at most every ``HOLD_READ_EVERY``), and the live replicas
     a budget is divided among (``share``: heartbeats younger than ``lease``). When the
-    database cannot be read, the last reading stands: a call is never failed for it."""
+    database cannot be read, the last reading stands: a call is never failed for it. One
+    thread at a time reads or writes (the others go by the last reading meanwhile), so the
+    Jira clients take at most one of the pool's connections (its margin) for it."""
 
     def __init__(self, replicas: ReplicaRepository, clock: Clock, site: str,
                  lease: timedelta):
@@ -125,6 +127,7 @@ class StoredSiteLimits:
         self._site = site
         self._lease = lease
         self._lock = threading.Lock()
+        self._database = threading.Lock()  # the one thread reading or writing
         self._until: tuple[datetime, datetime | None] | None = None  # (read at, until)
         self._alive: tuple[datetime, int] | None = None  # (read at, replicas)
 
@@ -134,17 +137,22 @@ class StoredSiteLimits:
             read = self._until
         if read is not None and now - read[0] < HOLD_READ_EVERY:
             return read[1]
+        if not self._database.acquire(blocking=False):
+            return read[1] if read is not None else None
         try:
             until = self._replicas.site_held_until(self._site)
         except StoreUnavailable:
             return read[1] if read is not None else None
+        finally:
+            self._database.release()
         with self._lock:
             self._until = (now, until)
         return until
 
     def hold(self, until: datetime) -> None:
         try:
-            self._replicas.hold_site(self._site, until)
+            with self._database:
+                self._replicas.hold_site(self._site, until)
         except StoreUnavailable:
             log.warning("%s rate limit not shared: the database cannot be reached", self._site)
             return
@@ -157,10 +165,14 @@ class StoredSiteLimits:
             read = self._alive
         if read is not None and now - read[0] < ALIVE_READ_EVERY:
             return read[1]
+        if not self._database.acquire(blocking=False):
+            return read[1] if read is not None else 1
         try:
             alive = max(1, self._replicas.alive(now, self._lease))
         except StoreUnavailable:
             return read[1] if read is not None else 1
+        finally:
+            self._database.release()
         with self._lock:
             self._alive = (now, alive)
         return alive
