@@ -10,8 +10,8 @@
 - Two replicas in shared mode (PostgreSQL): a 429 for a quota given to one holds the other's
   calls too, through the database.
 
-Each runs on each engine (``db_url``) but the replicas' one; the limits are real time, everything else waits for
-states by polling (``wait_until``).
+Each runs on each engine (``db_url``) but the replicas' one; the limits are real time,
+everything else waits for states by polling (``wait_until``).
 """
 
 from __future__ import annotations

@@ -236,3 +236,20 @@ def test_the_last_hour_counts_the_calls_sent_and_the_time_every_call_was_held(mo
     assert gate.last_hour.totals() == (2, 30.0)
     clock.advance(60)
     assert gate.last_hour.totals() == (0, 0.0)
+
+
+def test_a_call_the_budget_has_no_slot_for_soon_is_held_back_unsent(mocked):
+    clock = ManualClock(NOW)
+    held: list[tuple[str, str]] = []
+    pacer = Pacer(clock, budget=0.05)  # one call every 20 s
+    gate = RateGate(clock, pacer=pacer, on_held=lambda scope, reason: held.append((scope, reason)))
+    mocked.get(f"{BASE}/x", json={})
+    http = client(clock=clock, gate=gate)
+    http.request("GET", "/x")
+
+    with pytest.raises(IntegrationRejected) as caught:
+        http.request("GET", "/x")
+
+    assert len(mocked.calls) == 1 and "budget" in caught.value.message
+    assert fault_of(caught.value).kind is FaultKind.HELD
+    assert held == [("budget", "budget")]

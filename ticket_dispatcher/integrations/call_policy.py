@@ -58,7 +58,8 @@ _ISSUE_PATH = re.compile(r"/(?:issue|request)/([^/?]+)")
 @dataclass(frozen=True)
 class Scope:
     """What one rate limit holds: ``kind`` "all" (every call), "endpoint" (``key``: a method
-    and a path with its issue segments replaced) or "issue" (``key``: the issue's writes)."""
+    and a path with its issue segments replaced) or "issue" (``key``: the issue's writes);
+    "budget" is what a metric names a call the budget held back."""
 
     kind: str
     key: str = ""
@@ -72,6 +73,7 @@ class Scope:
 
 
 EVERY_CALL = Scope("all")
+BUDGET_SCOPE = Scope("budget")  # a call the budget of calls a second had no slot for
 
 
 def issue_of(path: str) -> str | None:
@@ -323,9 +325,11 @@ class Answered:
 
 @dataclass(frozen=True)
 class HeldBack:
-    """The call was not sent: the service's rate limit holds for ``wait`` seconds more."""
+    """The call was not sent: the service's rate limit holds for ``wait`` seconds more, or,
+    ``budget``, the budget of calls a second has no slot for it sooner."""
 
     wait: float
+    budget: bool = False
 
 
 class CallPolicy:
@@ -370,7 +374,8 @@ class CallPolicy:
             if self._gate is not None and self._gate.pacer is not None:
                 slot = self._gate.pacer.take(self.max_retry_wait)
                 if slot is None:  # the budget is spent for longer than the call waits
-                    return HeldBack(self.max_retry_wait)
+                    self._gate.held(Hold(self.max_retry_wait, BUDGET_SCOPE, "budget"))
+                    return HeldBack(self.max_retry_wait, budget=True)
                 if slot > 0:
                     self._sleep(slot)
                     if self._gate.hold_of(method, path) is not None:

@@ -174,7 +174,7 @@ class HttpClient:
             repeatable=method in READS if repeatable is None else repeatable,
             name=f"{self.service} {method} {path}", method=method, path=path)
         if isinstance(tried, HeldBack):
-            raise self.held_unsent(method, path, tried.wait)
+            raise self.held_unsent(method, path, tried.wait, budget=tried.budget)
         if tried.response.status_code in expected:
             return tried.response
         raise self.rejected(method, path, tried.response, retry_after=tried.retry_after)
@@ -239,13 +239,16 @@ class HttpClient:
         return self.failure(method, path, response.status_code, detail, code,
                             retry_after=retry_after)
 
-    def held_unsent(self, method: str, path: str, wait: float) -> IntegrationRejected:
-        """The call was not sent: the service's rate limit holds for ``wait`` seconds more. A
-        429 of its own (``errors.fault_of``: held by a limit), though no request left."""
+    def held_unsent(self, method: str, path: str, wait: float, *,
+                    budget: bool = False) -> IntegrationRejected:
+        """The call was not sent: the service's rate limit holds for ``wait`` seconds more, or
+        (``budget``) the budget of calls a second has no slot for it within ``wait``. A 429 of
+        its own (``errors.fault_of``: held by a limit), though no request left."""
+        why = (f"the budget of calls a second has no slot within {wait:.0f} s" if budget else
+               f"{wait:.0f} s left of the wait the service asked for")
         return IntegrationRejected(
-            f"{self.service} {method} {path} not sent: HTTP 429 rate limit, {wait:.0f} s "
-            f"left of the wait the service asked for", status=429, service=self.service,
-            retry_after=wait)
+            f"{self.service} {method} {path} not sent: HTTP 429 rate limit, {why}", status=429,
+            service=self.service, retry_after=wait)
 
     def failure(self, method: str, path: str, status: int | None, detail: str = "",
                 code: Any = None, *, retry_after: float | None = None) -> IntegrationRejected:
