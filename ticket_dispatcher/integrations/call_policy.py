@@ -112,7 +112,7 @@ def reason_label(reason: str | None) -> str:
 
 
 @dataclass(frozen=True)
-class Hold:
+class LimitHold:
     """A call held back: ``wait`` seconds more, by a limit of ``scope`` given for ``reason``."""
 
     wait: float
@@ -272,7 +272,7 @@ class RateGate:
             if self._on_limited is not None:
                 self._on_limited(added)
 
-    def hold_of(self, method: str = "", path: str = "") -> Hold | None:
+    def hold_of(self, method: str = "", path: str = "") -> LimitHold | None:
         """The longest hold on a call of ``method`` to ``path``; None when it may go now."""
         now = self._clock.now()
         with self._lock:
@@ -284,14 +284,14 @@ class RateGate:
         if not holds:
             return None
         until, scope, reason = max(holds, key=lambda hold: hold[0])
-        return Hold((until - now).total_seconds(), scope, reason)
+        return LimitHold((until - now).total_seconds(), scope, reason)
 
     def remaining(self, method: str = "", path: str = "") -> float:
         """Seconds until a call of ``method`` to ``path`` may go; 0 when it may now."""
         hold = self.hold_of(method, path)
         return hold.wait if hold is not None else 0.0
 
-    def held(self, hold: Hold) -> None:
+    def held(self, hold: LimitHold) -> None:
         """A call was held back by ``hold`` (waited, or refused unsent): counted."""
         if self._on_held is not None:
             self._on_held(hold.scope.kind, hold.reason)
@@ -374,7 +374,7 @@ class CallPolicy:
             if self._gate is not None and self._gate.pacer is not None:
                 slot = self._gate.pacer.take(self.max_retry_wait)
                 if slot is None:  # the budget is spent for longer than the call waits
-                    self._gate.held(Hold(self.max_retry_wait, BUDGET_SCOPE, "budget"))
+                    self._gate.held(LimitHold(self.max_retry_wait, BUDGET_SCOPE, "budget"))
                     return HeldBack(self.max_retry_wait, budget=True)
                 if slot > 0:
                     self._sleep(slot)

@@ -129,7 +129,7 @@ class HttpClient:
     ):
         """``max_retry_wait``, ``max_retries`` and ``gate``: the call policy (``CallPolicy``);
         ``gate`` is shared by the clients of one service in the process, so that a 429 one of
-        them was answered holds back the calls of all (``RateGate``)."""
+        them was answered holds back the calls of its scope in all (``RateGate``)."""
         self.service = service
         self.base_url = base_url.rstrip("/")
         self.timeout = (connect_timeout, read_timeout)
