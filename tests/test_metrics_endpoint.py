@@ -119,6 +119,6 @@ def test_a_dispatch_is_counted_without_any_issue_key_in_a_label(server):
     jira_calls = [s for s in samples(text)
                   if s.name == "ticket_manager_dispatch_integration_call_duration_seconds_count"
                   and s.labels["client"] == "jira"]
-    assert {s.labels["operation"] for s in jira_calls} >= {"load_issue", "assign"}
+    assert {s.labels["operation"] for s in jira_calls} >= {"load_issue", "assign_and_label"}
     labels = " ".join(str(s.labels) for s in samples(text))
     assert "TCID-2" not in labels, [s.labels for s in samples(text) if "TCID-2" in str(s.labels)]

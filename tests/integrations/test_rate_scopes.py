@@ -13,9 +13,9 @@ from tests.integrations.http_clients import BASE, client
 from ticket_dispatcher.errors import FaultKind, fault_of
 from ticket_dispatcher.integrations.call_policy import (
     EVERY_CALL,
+    LimitScope,
     Pacer,
     RateGate,
-    Scope,
     endpoint_of,
     scope_of,
 )
@@ -27,9 +27,9 @@ ASSIGNEE = "/rest/api/2/issue/{key}/assignee"
 
 def test_a_reason_names_the_scope_it_holds():
     assert scope_of("jira-per-issue-on-write", "PUT", "/rest/api/2/issue/ABC-1/assignee") \
-        == Scope("issue", "ABC-1")
+        == LimitScope("issue", "ABC-1")
     assert scope_of("jira-burst-based", "PUT", "/rest/api/2/issue/ABC-1/assignee") \
-        == Scope("endpoint", "PUT /rest/api/2/issue/{issue}/assignee")
+        == LimitScope("endpoint", "PUT /rest/api/2/issue/{issue}/assignee")
     for reason in ("jira-quota-tenant-based", "jira-something-new", "", None):
         assert scope_of(reason, "PUT", "/rest/api/2/issue/ABC-1") == EVERY_CALL
     # A per-issue limit on a call that names no issue, or only reads, holds everything.

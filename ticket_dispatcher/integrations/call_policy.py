@@ -56,7 +56,7 @@ _ISSUE_PATH = re.compile(r"/(?:issue|request)/([^/?]+)")
 
 
 @dataclass(frozen=True)
-class Scope:
+class LimitScope:
     """What one rate limit holds: ``kind`` "all" (every call), "endpoint" (``key``: a method
     and a path with its issue segments replaced) or "issue" (``key``: the issue's writes);
     "budget" is what a metric names a call the budget held back."""
@@ -72,8 +72,8 @@ class Scope:
         return True
 
 
-EVERY_CALL = Scope("all")
-BUDGET_SCOPE = Scope("budget")  # a call the budget of calls a second had no slot for
+EVERY_CALL = LimitScope("all")
+BUDGET_SCOPE = LimitScope("budget")  # a call the budget of calls a second had no slot for
 
 
 def issue_of(path: str) -> str | None:
@@ -92,14 +92,14 @@ def endpoint_of(method: str, path: str) -> str:
     return f"{method.upper()} {'/'.join(named)}"
 
 
-def scope_of(reason: str | None, method: str, path: str) -> Scope:
+def scope_of(reason: str | None, method: str, path: str) -> LimitScope:
     """The scope a 429 with ``RateLimit-Reason`` ``reason`` holds, for a call to ``path``."""
     reason = (reason or "").strip().lower()
     issue = issue_of(path)
     if reason == PER_ISSUE_WRITE and issue is not None and method.upper() not in READS:
-        return Scope("issue", issue)
+        return LimitScope("issue", issue)
     if reason == BURST:
-        return Scope("endpoint", endpoint_of(method, path))
+        return LimitScope("endpoint", endpoint_of(method, path))
     return EVERY_CALL
 
 
@@ -116,7 +116,7 @@ class LimitHold:
     """A call held back: ``wait`` seconds more, by a limit of ``scope`` given for ``reason``."""
 
     wait: float
-    scope: Scope
+    scope: LimitScope
     reason: str
 
 
@@ -250,7 +250,7 @@ class RateGate:
         self.pacer = pacer
         self._site = site
         self._lock = threading.Lock()
-        self._holds: dict[Scope, tuple[datetime, str]] = {}
+        self._holds: dict[LimitScope, tuple[datetime, str]] = {}
         self.last_hour = LastHour(clock)  # what the console overview shows
 
     def limit(self, seconds: float, *, method: str = "", path: str = "",
