@@ -42,7 +42,7 @@ LIMITED_SECONDS = 20.0
 RETRY_AFTER = 4  # seconds, in a 429 of the burst limit
 # Longer than the service waits within a call (10 s): were the per-issue limit held for every
 # call, nothing would go for that long.
-ISSUE_RETRY_AFTER = 18  # leaves a loaded machine 16 s to assign the others
+ISSUE_RETRY_AFTER = 12
 SENT_ALREADY = 0.25  # a call this soon after a 429 had left before the 429 was read
 CLOCKS = 0.2  # the two clocks' disagreement
 SETTINGS = {"TRIGGER_POLL_INTERVAL": "1s"}
