@@ -64,7 +64,8 @@ def test_a_per_issue_write_limit_holds_only_that_issues_writes(mocked):
     assert len(mocked.calls) == 3
     assert "not sent" in again.value.message and again.value.retry_after == 20.0
     assert fault_of(again.value).kind is FaultKind.HELD
-    assert held == [("issue", "jira-per-issue-on-write")]
+    # the write answered 429, then the one refused unsent
+    assert held == [("issue", "jira-per-issue-on-write")] * 2
     clock.advance(20)
     assert gate.remaining("PUT", ASSIGNEE.format(key="ABC-1")) == 0
 

@@ -239,7 +239,7 @@ class RateGate:
     spaces the calls out below a budget; ``site`` shares a hold of every call with the other
     replicas (``SiteLimits``). ``on_limited`` is told the seconds each 429 adds to the time
     every call is held back (a metric); ``on_held`` the scope kind and reason of each call
-    held."""
+    held: answered 429, waited, or refused unsent."""
 
     def __init__(self, clock: Clock, on_limited: Callable[[float], None] | None = None, *,
                  pacer: Pacer | None = None, site: SiteLimits = ALONE,
@@ -266,6 +266,8 @@ class RateGate:
             added = (until - start).total_seconds()
             if added > 0:
                 self._holds[scope] = (until, reason_label(reason))
+        if self._on_held is not None:  # the call answered 429 was held by its limit too
+            self._on_held(scope.kind, reason_label(reason))
         if added > 0 and scope == EVERY_CALL:
             self.last_hour.add(held=added)
             self._site.hold(until)
