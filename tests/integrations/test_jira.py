@@ -235,13 +235,21 @@ def test_an_edit_screen_refusal_is_remembered_for_the_project_for_an_hour(mocked
     jira.close()
 
 
-def test_any_other_refusal_of_the_one_edit_is_raised(mocked, jira):
+def test_another_400_of_the_one_edit_writes_one_by_one_without_remembering_it(mocked, jira):
+    """A label Jira refuses must not stop the assignment: the caller writes them apart."""
     mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=400, json={
-        "errorMessages": [], "errors": {"assignee": "User 'acc-9' cannot be assigned issues."}})
+        "errorMessages": [], "errors": {"labels": "The label 'auto-dispatch' is invalid."}})
 
-    with pytest.raises(IntegrationError, match="cannot be assigned"):
-        jira.assign_and_label("TCOC-7", "acc-9", ["auto-dispatch"])
+    assert jira.assign_and_label("TCOC-7", "acc-9", ["auto-dispatch"]) is False
     assert not jira.refusals.refused("TCOC")
+
+
+def test_a_server_error_of_the_one_edit_is_raised(mocked, jira):
+    mocked.put(f"{BASE}/rest/api/2/issue/TCOC-7", status=403, json={
+        "errorMessages": ["You do not have permission to edit issues in this project."]})
+
+    with pytest.raises(IntegrationError, match="permission"):
+        jira.assign_and_label("TCOC-7", "acc-9", ["auto-dispatch"])
 
 
 def test_edit_labels_adds_and_removes_in_one_update(mocked, jira):

@@ -172,9 +172,10 @@ class JiraClient:
                          *, l2: bool = False) -> bool:
         """Set the Assignee (with ``l2`` the L2 user picker) and remove ``remove_labels`` in
         one edit of the issue: ``fields`` sets the user, ``update.labels`` removes. Whether the
-        edit was made: False when the project's edit screen refuses the field (Jira's 400
-        says it "is not on the appropriate screen"), now or within the last hour
-        (``ScreenRefusals``); nothing was written then, and the caller writes them one by one
+        edit was made: False when Jira refused it (a 400: nothing was written), or when the
+        project's edit screen refused the field within the last hour (a 400 saying it "is not
+        on the appropriate screen", remembered in ``ScreenRefusals``); the caller then writes
+        them one by one
         (``assign`` or ``set_l2_assignee``, then ``edit_labels``)."""
         project = key.rsplit("-", 1)[0]
         if self.refusals.refused(project):
@@ -187,9 +188,12 @@ class JiraClient:
         try:
             self._edit(key, body)
         except IntegrationRejected as exc:
-            if exc.status != 400 or NOT_ON_SCREEN not in exc.detail:
+            if exc.status != 400 or not labels:
                 raise
-            self.refusals.note(project)
+            # Refused, so nothing was written. One by one, the user and the labels each meet
+            # their own answer: a label Jira refuses no longer stops the assignment.
+            if NOT_ON_SCREEN in exc.detail:
+                self.refusals.note(project)
             return False
         return True
 
