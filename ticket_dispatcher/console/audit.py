@@ -7,11 +7,11 @@ from typing import Any
 
 import falcon
 
-from ticket_dispatcher.console.web import Page, Query, url
+from ticket_dispatcher.console.web import Page, Query, cursor_pages, url
 from ticket_dispatcher.http.audit import audit_filter
 from ticket_dispatcher.http.auth import OPERATOR
 from ticket_dispatcher.http.binding import query_int
-from ticket_dispatcher.http.dispatch import decode_cursor, encode_cursor
+from ticket_dispatcher.http.dispatch import decode_cursor
 from ticket_dispatcher.store.audit import AuditRecord
 
 FILTERS = ("actor", "object_type", "object_id", "action", "since", "until")
@@ -43,6 +43,4 @@ class AuditPage(Page):
                                       for record in records]
         self.console.render(
             req, resp, "audit.html", rows=rows, filters=dict.fromkeys(FILTERS, "") | filters,
-            next_page=(url("/audit", **dict(filters, cursor=encode_cursor(following)))
-                       if following else None),
-            first_page=url("/audit", **filters) if cursor else None)
+            **cursor_pages("/audit", filters, following, paged=bool(cursor)))

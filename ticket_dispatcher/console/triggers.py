@@ -7,13 +7,12 @@ from datetime import timedelta
 import falcon
 
 from ticket_dispatcher.console.actions import Action, Done, console_author
-from ticket_dispatcher.console.web import Page, Query, url
+from ticket_dispatcher.console.web import Page, Query, cursor_pages, url
 from ticket_dispatcher.domain.execution import Trigger
 from ticket_dispatcher.domain.replay import Replay, replay_of_trigger
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.http.dispatch import (
     STATUS_FILTERS,
-    encode_cursor,
     post_replay,
     trigger_filters,
 )
@@ -42,11 +41,8 @@ class TriggerList(Page):
             req, resp, "triggers.html", items=items, since=since,
             filters=dict.fromkeys(FILTERS, "") | filters,
             since_choices=SINCE, statuses=STATUS_FILTERS,
-            next_page=(url("/triggers", **dict(filters, since=since,  # the same filters
-                                              cursor=encode_cursor(following)))
-                       if following else None),
-            first_page=url("/triggers", **dict(filters, since=since))
-            if req.get_param("cursor") else None)
+            **cursor_pages("/triggers", dict(filters, since=since), following,
+                           paged=bool(req.get_param("cursor"))))
 
 
 class TriggerReplay(Action):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote, urlencode, urlsplit
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -36,6 +36,7 @@ from ticket_dispatcher.errors import InvalidInput, Problem, StoreUnavailable
 from ticket_dispatcher.http import errors
 from ticket_dispatcher.http.auth import PUBLIC, VIEWER
 from ticket_dispatcher.http.binding import check_text
+from ticket_dispatcher.http.dispatch import encode_cursor
 from ticket_dispatcher.http.errors import ApiError
 from ticket_dispatcher.logging import Redactor
 from ticket_dispatcher.settings import MASK
@@ -284,6 +285,21 @@ def url(path: str = "", **query: object) -> str:
     """A console URL with the query parameters that are set (None and "" are left out)."""
     kept = {k: v for k, v in query.items() if v is not None and v != ""}
     return BASE + path + ("?" + urlencode(kept) if kept else "")
+
+
+class CursorPages(TypedDict):
+    next_page: str | None
+    first_page: str | None
+
+
+def cursor_pages(path: str, filters: Mapping[str, object], following: int | None,
+                 paged: bool) -> CursorPages:
+    """The links of a list paged by cursor, with its filters kept: ``next_page`` continues
+    below the id ``following`` (None on the last page); ``first_page`` goes back to the
+    newest once ``paged``."""
+    return {"next_page": url(path, **filters, cursor=encode_cursor(following))
+            if following is not None else None,
+            "first_page": url(path, **filters) if paged else None}
 
 
 _STATIC_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
