@@ -203,6 +203,8 @@ def test_target_reading_the_card_mid_wait_is_an_ack_written_once_and_ends_the_wo
 
     context = page_context(ex)
     assert (context["outcome"], context["reason"]) == ("ack", "read")
+    assert (context["ack_source"], context["ack_at"]) == ("card_read",
+                                                        format_time(world.clock.now()))
     assert context["ack_comment_status"] == "written"
     assert ex.status is ExecutionStatus.SUCCEEDED
     assert page_statuses(ex) == [ActionStatus.SUCCEEDED, ActionStatus.SKIPPED,

@@ -60,6 +60,7 @@ CALLS = {
 ACK_REASONS = {
     "read": "the target read the card in Lark",
     "status": "the issue left the ACK-pending statuses",
+    "button": "the target pressed Acknowledge on the card",
 }
 
 

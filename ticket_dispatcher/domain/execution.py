@@ -218,7 +218,14 @@ class ActionExecution:
             "started_at": format_time(self.started_at),
             "planned_at": format_time(self.planned_at),
             "finished_at": format_time(self.finished_at),
+            # a notification action that saw the ACK says what told it, and when
+            **{key: self.context[key] for key in _ACK_KEYS if key in self.context},
         }
+
+
+# The ACK's source and time, kept in a guarded notification action's state
+# (domain/actions/notification_state.py) and shown on the action itself.
+_ACK_KEYS = ("ack_source", "ack_at")
 
 
 @dataclass

@@ -41,7 +41,7 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.timeutil import parse_duration
 
-_ACK_OUTCOMES = {"read": "message_read", "status": "status_changed",
+_ACK_OUTCOMES = {"read": "message_read", "status": "status_changed", "button": "button",
                  "target changed": "target_changed", "urgency downgraded": "urgency_downgraded",
                  "project changed": "project_changed"}
 _FAILED_EVENT = {CardState: "card_failed", UrgentState: "urgent_failed",

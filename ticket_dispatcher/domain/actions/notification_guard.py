@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from ticket_dispatcher.domain.actions.base import ActionError, ActionResult, ActionRun
@@ -24,6 +24,7 @@ from ticket_dispatcher.domain.actions.notification_common import (
     write_comment_at_most_once,
 )
 from ticket_dispatcher.domain.actions.notification_state import (
+    AckSource,
     Expected,
     GuardedState,
     Outcome,
@@ -129,7 +130,17 @@ def quiet_ending(run: ActionRun, state: GuardedState) -> ActionResult | None:
 @dataclass(frozen=True)
 class GuardVerdict:
     invalidated: str = ""  # why the workflow is over without an ACK
-    ack: str = ""  # "read" or "status"
+    ack: AckSource | None = None
+    ack_at: datetime | None = None  # the ACK's own time where the peer gives it
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.invalidated or self.ack)
+
+
+# The saved ``reason`` of an ACK, in the words older releases stored (the source is new).
+ACK_REASON = {AckSource.CARD_READ: "read", AckSource.STATUS_CHANGE: "status",
+              AckSource.BUTTON: "button"}
 
 
 def expected_from_card(run: ActionRun, *, with_label: bool = False) -> Expected:
@@ -169,10 +180,13 @@ def _record_verdict(run: ActionRun, state: GuardedState,
                     pending_statuses: list[str] | None) -> bool:
     """Look; save an ACK or an invalidation (True)."""
     verdict = look_now(run, state, pending_statuses)
-    if not (verdict.invalidated or verdict.ack):
+    if not verdict.ended:
         return False
-    state.outcome = Outcome.ACK if verdict.ack else Outcome.INVALIDATED
-    state.reason = verdict.ack or verdict.invalidated
+    if verdict.ack is not None:
+        state.outcome, state.reason = Outcome.ACK, ACK_REASON[verdict.ack]
+        state.ack_source, state.ack_at = verdict.ack, verdict.ack_at or run.now
+    else:
+        state.outcome, state.reason = Outcome.INVALIDATED, verdict.invalidated
     state.save(run)
     log_step(run, state, "assignment acknowledged" if verdict.ack
              else "assignment notification invalidated", reason=state.reason)
@@ -200,9 +214,9 @@ def look_now(run: ActionRun, state: GuardedState,
         # a missing status is no ACK; only leaving the pending statuses is
         if pending_statuses is not None and issue.status and \
                 issue.status not in pending_statuses:
-            return GuardVerdict(ack="status")
+            return GuardVerdict(ack=AckSource.STATUS_CHANGE)
     if _read_by_target(run, state, expected):
-        return GuardVerdict(ack="read")
+        return GuardVerdict(ack=AckSource.CARD_READ)
     return GuardVerdict()
 
 

@@ -303,6 +303,14 @@ class Outcome(StrEnum):
 WORKFLOW_ENDING = (Outcome.ACK, Outcome.INVALIDATED)
 
 
+class AckSource(StrEnum):
+    """What told the service the target acknowledged (an ``ack`` outcome's ``ack_source``)."""
+
+    CARD_READ = "card_read"  # the target read this very card in Lark
+    STATUS_CHANGE = "status_change"  # the issue left its pending statuses
+    BUTTON = "button"  # the target pressed the card's Acknowledge button
+
+
 class StepResult(StrEnum):
     """How a notification action ended: the ``result`` label of its metrics, and, through
     ``ACTION_STATUS``, its status in the API and on the console's timeline."""
@@ -454,6 +462,10 @@ class GuardedState(NotificationState):
     outcome: Outcome | None = None
     reason: str | None = None
     ack_comment: CallRecord = call_record("ack_comment")
+    # An ``ack`` outcome's source, and the moment of the ACK itself (the read's or the status
+    # change's own time where the peer gives it, else when the guard saw it).
+    ack_source: AckSource | None = None
+    ack_at: datetime | None = None
     # The maintenance window that skipped the step (outcome ``skipped``), or ended its wait.
     maintenance_window_id: int | None = None
 

@@ -103,7 +103,7 @@ class AckWatch:
                         config=self.action.config, context=copy.deepcopy(self.action.context),
                         now=now, ports=ports, checkpoint=_never)
         verdict = look_now(run, state, list(self.action.config["ack_pending_statuses"]))
-        return bool(verdict.ack or verdict.invalidated or state.warnings)
+        return verdict.ended or bool(state.warnings)
 
     def _state(self) -> PageState:
         if self._page is None:
