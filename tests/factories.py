@@ -6,6 +6,8 @@ import copy
 import json
 from pathlib import Path
 
+from ticket_dispatcher.store.audit import Author, Via
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "ops" / "examples"
 
 
@@ -80,3 +82,7 @@ def jira_delivery(event: str = "jira:issue_created", *, key: str = "TCID-1",
              "to": after, "toString": after_text}
             for field_id, before, after, before_text, after_text in changes]}
     return body
+
+
+# The operator a test's cancel or replay is made by (its audit record names it).
+OPERATOR_AUTHOR = Author("ops", Via.API)

@@ -12,6 +12,7 @@ from tests.actors.conftest import urgent_harness
 from tests.actors.test_notification_card_runtime import ASSIGNEE, put
 from tests.actors.test_notification_page_runtime import page_context
 from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT
+from tests.factories import OPERATOR_AUTHOR
 from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.errors import IntegrationError
 
@@ -114,7 +115,8 @@ def test_the_deadline_is_the_executions_own_and_the_next_attempt_pages(world):
 def test_a_wait_cancelled_while_watched_is_dropped_at_its_next_look(world):
     [execution_id] = start_waits(world, KEYS[:1])
 
-    assert world.runtime.cancel(execution_id, "operator") in ("applied", "signalled")
+    assert world.runtime.cancel(execution_id, "operator",
+                                by=OPERATOR_AUTHOR) in ("applied", "signalled")
     world.wait_idle()
     world.advance(POLL)
 

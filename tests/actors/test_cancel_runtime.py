@@ -7,11 +7,13 @@ from datetime import timedelta
 
 import pytest
 
+from tests.factories import OPERATOR_AUTHOR
 from tests.fakes import GateAction, RecordingAction
 from tests.harness import rule
 from ticket_dispatcher.domain.actions.base import ActionResult, ActionRun
 from ticket_dispatcher.domain.execution import ActionStatus, ExecutionStatus, FailureCode
-from ticket_dispatcher.errors import RuntimeUnavailable
+from ticket_dispatcher.errors import Conflict, RuntimeUnavailable
+from ticket_dispatcher.store.audit import AuditFilter
 
 
 class GateThenWait(GateAction):
@@ -40,7 +42,7 @@ def inside_a_step_that_will_park(make_harness):
 def test_a_cancel_during_a_step_that_parks_ends_the_execution_at_once(make_harness):
     h, gate, noop, execution_id = inside_a_step_that_will_park(make_harness)
 
-    outcome = h.runtime.cancel(execution_id, "cancelled by test")
+    outcome = h.runtime.cancel(execution_id, "cancelled by test", by=OPERATOR_AUTHOR)
     gate.open()
     h.wait_idle()
 
@@ -60,7 +62,7 @@ def test_a_cancel_needs_no_issue_load(make_harness):
     h, gate, _, execution_id = inside_a_step_that_will_park(make_harness)
     h.jira.fail_next("TCID-1", times=10)  # Jira is down when the cancel is carried out
 
-    h.runtime.cancel(execution_id, "cancelled by test")
+    h.runtime.cancel(execution_id, "cancelled by test", by=OPERATOR_AUTHOR)
     gate.open()
     h.wait_idle()
 
@@ -77,4 +79,35 @@ def test_a_stopped_runtime_answers_unavailable_not_an_error(make_harness):
     with pytest.raises(RuntimeUnavailable):
         runtime.status()
     with pytest.raises(RuntimeUnavailable):
-        runtime.cancel(execution_id, "too late")
+        runtime.cancel(execution_id, "too late", by=OPERATOR_AUTHOR)
+
+
+def cancel_records(h, execution_id: int) -> list:
+    records, _ = h.store.audit.page(AuditFilter(object_type="execution",
+                                                object_id=str(execution_id)))
+    return [(r.actor, r.via.value, r.action, r.after) for r in records]
+
+
+def test_a_signalled_cancel_is_recorded_with_the_step_that_ends_the_execution(make_harness):
+    h, gate, _, execution_id = inside_a_step_that_will_park(make_harness)
+
+    h.runtime.cancel(execution_id, "cancelled by test", by=OPERATOR_AUTHOR)
+    # the execution still runs its step: nothing is cancelled yet, and nothing says so
+    assert cancel_records(h, execution_id) == []
+    gate.open()
+    h.wait_idle()
+
+    assert h.execution(execution_id).failure_code == FailureCode.CANCELLED
+    assert cancel_records(h, execution_id) == [
+        ("ops", "api", "execution.cancelled", {"outcome": "signalled"})]
+
+
+def test_a_cancel_of_a_finished_execution_records_nothing(make_harness):
+    h = make_harness(RecordingAction())
+    h.policy(rule("test_noop"))
+    execution_id = h.post_trigger().execution_ids[0]
+
+    with pytest.raises(Conflict):
+        h.runtime.cancel(execution_id, "too late", by=OPERATOR_AUTHOR)
+
+    assert cancel_records(h, execution_id) == []

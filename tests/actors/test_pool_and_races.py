@@ -10,6 +10,7 @@ import pykka
 import pytest
 
 from tests.clocks import ManualClock
+from tests.factories import OPERATOR_AUTHOR
 from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import Harness, rule
 from ticket_dispatcher.actors.messages import Enqueue, Pull
@@ -253,7 +254,7 @@ def test_cancel_a_parked_execution_fails_it_with_cancelled(make_harness):
     h.policy(rule("test_wait", "test_noop"))
     execution_id = h.post_trigger().execution_ids[0]
 
-    outcome = h.runtime.cancel(execution_id, "cancelled by test")
+    outcome = h.runtime.cancel(execution_id, "cancelled by test", by=OPERATOR_AUTHOR)
     h.advance(60)
 
     execution = h.execution(execution_id)
@@ -273,7 +274,7 @@ def test_cancel_a_running_execution_stops_it_at_its_next_step(make_harness):
     gate.wait_entered(1)
     execution_id = h.trigger(trigger.id).execution_ids[0]
 
-    outcome = h.runtime.cancel(execution_id, "cancelled by test")
+    outcome = h.runtime.cancel(execution_id, "cancelled by test", by=OPERATOR_AUTHOR)
     gate.open()
     h.wait_idle()
 
@@ -289,7 +290,7 @@ def test_cancel_a_finished_execution_is_a_conflict(make_harness):
     execution_id = h.post_trigger().execution_ids[0]
 
     with pytest.raises(Conflict):
-        h.runtime.cancel(execution_id, "too late")
+        h.runtime.cancel(execution_id, "too late", by=OPERATOR_AUTHOR)
 
 
 # -- the slot queue: new work and wakes take turns --------------------------------------------

@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tests.clocks import ManualClock
+from tests.factories import OPERATOR_AUTHOR
 from ticket_dispatcher.actors.leases import Hold, Position
+from ticket_dispatcher.actors.messages import Cancellation
 from ticket_dispatcher.actors.slots import AfterPark, ExecutionSlots
 from ticket_dispatcher.domain.execution import Lease
 from ticket_dispatcher.domain.matching import NOTIFICATION_LANE, ORDINARY_LANE
@@ -135,7 +137,7 @@ def test_a_wait_the_watcher_can_keep_is_left_to_it_and_a_cancelled_one_runs_to_e
 
     assert pool.parked_run(1, later, now, watched=True) is AfterPark.WATCHED
     assert pool.wake_timer() is None  # no timer here: the watcher wakes it
-    pool.cancels[2] = "operator"
+    pool.cancels[2] = Cancellation("operator", OPERATOR_AUTHOR)
     assert pool.parked_run(2, later, now, watched=True) is AfterPark.QUEUED
     assert 2 in pool.queue
 

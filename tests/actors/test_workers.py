@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pykka
 
+from tests.factories import OPERATOR_AUTHOR
 from tests.fakes import GateAction, RecordingAction, issue
 from tests.harness import rule
 from ticket_dispatcher.actors.execution import ExecutionRun, ExecutionWorker
@@ -147,7 +148,7 @@ def test_a_message_waiting_in_the_inbox_is_handled_before_the_run_s_next_step(ma
     h.wait_until(lambda: h.trigger(trigger.id).execution_ids)
     [execution_id] = h.trigger(trigger.id).execution_ids
 
-    h.runtime.cancel(execution_id, "an operator cancelled it")
+    h.runtime.cancel(execution_id, "an operator cancelled it", by=OPERATOR_AUTHOR)
     gate.open()
     h.wait_idle()
 

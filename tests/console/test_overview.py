@@ -9,6 +9,7 @@ import pytest
 from falcon import testing
 
 from tests.console.conftest import Console, build_app, failed_trigger, main_text
+from tests.factories import OPERATOR_AUTHOR
 from tests.fakes import RecordingAction
 from tests.harness import Harness, rule
 from tests.http.test_admin_outage import DATABASE
@@ -79,7 +80,8 @@ def test_triggers_failed_before_the_hour_are_not_counted(world):
 
 def test_failed_executions_are_counted_beside_failed_triggers(world):
     harness = world.harness
-    harness.runtime.cancel(world.execution_id, "cancelled by a test")  # it fails
+    # it fails
+    harness.runtime.cancel(world.execution_id, "cancelled by a test", by=OPERATOR_AUTHOR)
     harness.wait_idle()
 
     page = world.console.get("/console/").text

@@ -39,6 +39,8 @@ from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.actors.leases import FencedCheckpoints, Hold, Position, guarded_ports
 from ticket_dispatcher.actors.messages import (
     Cancel,
+    Cancellation,
+    CancelOutcome,
     Crashed,
     Finished,
     Interrupted,
@@ -47,7 +49,7 @@ from ticket_dispatcher.actors.messages import (
     RunExecution,
 )
 from ticket_dispatcher.domain.actions.notification_watch import ack_watch
-from ticket_dispatcher.domain.behavior import StepKind
+from ticket_dispatcher.domain.behavior import Behavior, StepKind
 from ticket_dispatcher.domain.execution import (
     ActionStatus,
     Execution,
@@ -67,6 +69,7 @@ from ticket_dispatcher.errors import (
     StoreUnavailable,
     fault_of,
 )
+from ticket_dispatcher.store.database import write_lock
 from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
@@ -102,7 +105,7 @@ class ExecutionWorker(TrackedActor):
         elif (current := self._current) is None or current.run != message.run:
             return  # about an earlier run, which has ended
         elif isinstance(message, Cancel):
-            current.cancel(message.reason)
+            current.cancel(message.cancellation)
         elif isinstance(message, NextStep):
             self._step(current)
 
@@ -162,7 +165,7 @@ class ExecutionRun:
                                        guarded_ports(deps.ports, self._hold, deps.clock.now))
         self._execution: Execution | None = None
         self._issue: Issue | None = None
-        self._cancel_reason: str | None = None
+        self._cancellation: Cancellation | None = None
         # what the load for the next step answered (every wake reloads the issue): the issue,
         # or the error it failed with when the step goes on with a stand-in
         self._loaded: Issue | DispatcherError | None = None
@@ -172,9 +175,9 @@ class ExecutionRun:
         self._first_read = first_read
         self._at_work_on: str | None = None
 
-    def cancel(self, reason: str) -> None:
+    def cancel(self, cancellation: Cancellation) -> None:
         """A flag for the next step."""
-        self._cancel_reason = reason
+        self._cancellation = cancellation
 
     def step(self) -> None:
         self.advanced = False
@@ -226,8 +229,8 @@ class ExecutionRun:
     def _step(self) -> None:
         if self._deps.stopping.is_set():
             return  # the shutdown stops the worker next; the store has the last checkpoint
-        if self._cancel_reason is not None:
-            return self._cancel(self._cancel_reason)
+        if self._cancellation is not None:
+            return self._cancel(self._cancellation)
         if self._execution is None and not self._load():
             return
         execution = self._execution
@@ -255,13 +258,14 @@ class ExecutionRun:
         else:
             self._report(Finished(self.execution_id, self.run))
 
-    def _cancel(self, reason: str) -> None:
+    def _cancel(self, cancellation: Cancellation) -> None:
         """End the execution as cancelled from its last checkpoint, without loading the issue:
         a cancel must work while Jira does not."""
         execution = self._execution or self._deps.store.executions.get(self.execution_id)
         if not execution.status.terminal:
             try:
-                self._behavior.abort(execution, FailureCode.CANCELLED, reason)
+                abort_cancelled(self._deps, self._behavior, execution, cancellation,
+                                CancelOutcome.SIGNALLED)
             except Conflict:
                 pass  # it ended elsewhere meanwhile
         self._report(Finished(self.execution_id, self.run))
@@ -419,3 +423,15 @@ def _position(execution: Execution) -> tuple[str, str]:
             if action.status in (ActionStatus.PENDING, ActionStatus.EXECUTING):
                 return rule.name, f"{action.index}:{action.type}"
     return "", ""
+
+
+def abort_cancelled(deps: RuntimeDeps, behavior: Behavior, execution: Execution,
+                    cancellation: Cancellation, outcome: CancelOutcome) -> None:
+    """End ``execution`` as cancelled and record who cancelled it, in one transaction: the
+    audit trail never shows a cancel that did not happen, nor misses one that did."""
+    store = deps.store
+    with write_lock(store.db):
+        behavior.abort(execution, FailureCode.CANCELLED, cancellation.reason)
+        store.audit.record(cancellation.by, "execution.cancelled", "execution",
+                           str(execution.id), after={"outcome": outcome.value},
+                           now=deps.clock.now())

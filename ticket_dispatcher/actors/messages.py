@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypedDict
 from ticket_dispatcher.actors.first_read import IssueRead
 from ticket_dispatcher.actors.lanes import LaneView
 from ticket_dispatcher.domain.execution import Execution, Lease, Trigger
+from ticket_dispatcher.store.audit import Author
 
 if TYPE_CHECKING:
     from ticket_dispatcher.actors.leases import Hold
@@ -76,9 +77,18 @@ class CancelOutcome(StrEnum):
 
 
 @dataclass(frozen=True)
-class CancelExecution:  # ask, from the admin API; answers a CancelOutcome
-    execution_id: int
+class Cancellation:
+    """An operator's cancel: the execution's failure reason, and who cancelled it, whose
+    audit record is written in the transaction that ends the execution."""
+
     reason: str
+    by: Author
+
+
+@dataclass(frozen=True)
+class CancelExecution:  # ask, from the admin API and the console; answers a CancelOutcome
+    execution_id: int
+    cancellation: Cancellation
 
 
 @dataclass(frozen=True)
@@ -257,7 +267,7 @@ class RunExecution:
     hold: Hold  # shared with the pool, whose heartbeat renews it
     run: int
     first_read: IssueRead | None = None  # the trigger's read, for a first run
-    cancel: str | None = None  # cancelled before it started: ended at its first step
+    cancel: Cancellation | None = None  # cancelled before it started: ended at its first step
 
 
 @dataclass(frozen=True)
@@ -267,7 +277,7 @@ class NextStep:  # take the run's next step (one ``Behavior.step``)
 
 @dataclass(frozen=True)
 class Cancel:  # from the pool: end the run at its next step
-    reason: str
+    cancellation: Cancellation
     run: int
 
 

@@ -42,10 +42,11 @@ import pykka
 from ticket_dispatcher import __version__
 from ticket_dispatcher.actors.activity import TrackedActor
 from ticket_dispatcher.actors.deps import RuntimeDeps
-from ticket_dispatcher.actors.execution import ExecutionWorker
+from ticket_dispatcher.actors.execution import ExecutionWorker, abort_cancelled
 from ticket_dispatcher.actors.messages import (
     Cancel,
     CancelExecution,
+    Cancellation,
     CancelOutcome,
     ChildCrashed,
     Crashed,
@@ -72,7 +73,7 @@ from ticket_dispatcher.actors.messages import (
 from ticket_dispatcher.actors.slots import AfterPark, ExecutionSlots
 from ticket_dispatcher.actors.watcher import AckWatcher, WatchFigures
 from ticket_dispatcher.domain.admission import AdmissionOutcome, admit
-from ticket_dispatcher.domain.execution import Execution, ExecutionMode, FailureCode
+from ticket_dispatcher.domain.execution import Execution, ExecutionMode
 from ticket_dispatcher.domain.matching import ORDINARY_LANE, lane_of
 from ticket_dispatcher.errors import Conflict, NotFound, StoreUnavailable
 from ticket_dispatcher.store.cluster import notify_work
@@ -184,8 +185,8 @@ class ExecutionPool(TrackedActor):
                 self._heartbeat()
             case CreateExecutions():
                 return self._create(message)
-            case CancelExecution(execution_id, reason):
-                return self._cancel(execution_id, reason)
+            case CancelExecution(execution_id, cancellation):
+                return self._cancel(execution_id, cancellation)
             case PoolStatus():
                 return self._slots.view(now)
             case ExecutionWorkers():  # for the shutdown, which stops them all under one deadline
@@ -422,13 +423,14 @@ class ExecutionPool(TrackedActor):
 
     # -- cancel and status ------------------------------------------------------------------------
 
-    def _cancel(self, execution_id: int, reason: str) -> CancelOutcome:
+    def _cancel(self, execution_id: int, cancellation: Cancellation) -> CancelOutcome:
         """An outcome, not an exception: expected answers must not read as actor failures."""
         if running := self._slots.running.get(execution_id):
             # A flag for its next step; False when its worker has just stopped, and the stored
             # state below decides.
-            if self._deps.activity.tell(running.worker, Cancel(reason, running.run)):
-                self._slots.cancels[execution_id] = reason  # and for the next run, if it parks
+            if self._deps.activity.tell(running.worker, Cancel(cancellation, running.run)):
+                # and for the next run, if it parks
+                self._slots.cancels[execution_id] = cancellation
                 return CancelOutcome.SIGNALLED
         with unit_of_work(self._deps.store.db):
             try:
@@ -437,7 +439,8 @@ class ExecutionPool(TrackedActor):
                 return CancelOutcome.MISSING
             if execution.status.terminal:
                 return CancelOutcome.FINISHED
-            self._deps.behavior().abort(execution, FailureCode.CANCELLED, reason)
+            abort_cancelled(self._deps, self._deps.behavior(), execution, cancellation,
+                            CancelOutcome.APPLIED)
         self._keys.release(execution_id)
         self._slots.cancelled(execution_id)
         return CancelOutcome.APPLIED

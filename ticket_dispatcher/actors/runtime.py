@@ -18,6 +18,7 @@ from ticket_dispatcher.actors.intake import IntakePriority
 from ticket_dispatcher.actors.messages import (
     Boot,
     CancelExecution,
+    Cancellation,
     CancelOutcome,
     ExecutionWorkers,
     ParkedView,
@@ -55,6 +56,7 @@ from ticket_dispatcher.domain.ports import NotConfigured, Ports, UncountedCalls
 from ticket_dispatcher.errors import Conflict, NotFound, RuntimeUnavailable, StoreUnavailable
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.store import Store
+from ticket_dispatcher.store.audit import Author
 from ticket_dispatcher.store.cluster import notify_work
 from ticket_dispatcher.timeutil import format_time
 
@@ -188,11 +190,19 @@ class Runtime:
         self._triggers.work_arrived()
 
     def accept_trigger(self, source: str, issue_key: str, *, policy_id: int | None = None,
-                       dryrun: DryRun | None = None) -> Trigger:
+                       dryrun: DryRun | None = None,
+                       audit: Callable[[Store, Trigger, datetime], None] | None = None) -> Trigger:
         """Persist a ``pending`` trigger in one short transaction and hand it to the trigger
-        actors without waiting for them."""
-        [trigger] = self._accept(lambda store, now: [store.triggers.create(
-            source, issue_key, policy_id=policy_id, dryrun=dryrun, now=now)], statements=1)
+        actors without waiting for them. ``audit`` records who posted it (a replay), in the
+        same transaction."""
+        def insert(store: Store, now: datetime) -> list[Trigger]:
+            trigger = store.triggers.create(source, issue_key, policy_id=policy_id,
+                                            dryrun=dryrun, now=now)
+            if audit is not None:
+                audit(store, trigger, now)
+            return [trigger]
+
+        [trigger] = self._accept(insert, statements=1 if audit is None else 2)
         return trigger
 
     def accept_delivery(self, identifier: str, issue_key: str,
@@ -231,10 +241,11 @@ class Runtime:
             self._router().submit(trigger.id, source=trigger.source)
         return made
 
-    def cancel(self, execution_id: int, reason: str) -> CancelOutcome:
+    def cancel(self, execution_id: int, reason: str, *, by: Author) -> CancelOutcome:
         """``APPLIED`` when it was not running, ``SIGNALLED`` when its actor stops at its next
-        step; ``NotFound`` or ``Conflict`` (already terminal) otherwise."""
-        outcome = self._ask_pool(CancelExecution(execution_id, reason))
+        step; ``NotFound`` or ``Conflict`` (already terminal) otherwise. The execution ends
+        with ``by``'s audit record, in its transaction."""
+        outcome = self._ask_pool(CancelExecution(execution_id, Cancellation(reason, by)))
         assert isinstance(outcome, CancelOutcome), "the pool answers a cancel so"
         if outcome is CancelOutcome.MISSING:
             raise NotFound(f"execution {execution_id} not found")

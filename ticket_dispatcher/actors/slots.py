@@ -25,6 +25,7 @@ from typing import Generic, Protocol, TypeVar
 from ticket_dispatcher.actors.lanes import Lanes, LaneView, lane_view
 from ticket_dispatcher.actors.leases import Hold, Position, store_fault_backoff
 from ticket_dispatcher.actors.messages import (
+    Cancellation,
     LeaseView,
     ParkedView,
     PoolFigures,
@@ -155,7 +156,7 @@ class ExecutionSlots(Generic[W]):
         self.retrying: dict[int, datetime] = {}  # interrupted: queued again at this time
         # Cancels told to a running execution, until it ends: a run that ends before its next
         # step (a park, an interruption) hands the cancel to the next one.
-        self.cancels: dict[int, str] = {}
+        self.cancels: dict[int, Cancellation] = {}
         self.interruptions: dict[int, int] = {}  # interrupted steps in a row
         self.sweeps = SweepRecord()
         # The store as a queue: whether it may hold more due executions than the last claim

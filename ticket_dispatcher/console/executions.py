@@ -229,11 +229,7 @@ class ExecutionCancelAction(Action):
         execution = self._running(execution_id)
         who = req.context.viewer.name if req.context.viewer else "an operator"
         outcome = self.services.running().cancel(
-            execution_id, f"cancelled by {who} from the console")
-        if outcome in (CancelOutcome.APPLIED, CancelOutcome.SIGNALLED):
-            self.services.changes.record(console_author(req), "execution.cancelled",
-                                         "execution", execution_id,
-                                         after={"outcome": outcome.value})
+            execution_id, f"cancelled by {who} from the console", by=console_author(req))
         if outcome is CancelOutcome.APPLIED:
             message = (f"Execution {execution_id} of {execution.issue_key} is cancelled: it "
                        "was waiting (queued or parked), and it is failed now.")

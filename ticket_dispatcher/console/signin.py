@@ -79,9 +79,11 @@ class SignIn(Page):
 
     def _audit(self, req: falcon.Request, action: str, actor: str) -> None:
         """A sign-in, or a failed one, by the key's name (``unknown`` for a key that matched
-        none) and the address it came from; never the key itself."""
-        self.services.changes.record(Author(actor, Via.CONSOLE), action, "console_session",
-                                     actor, after={"address": req.remote_addr or ""})
+        none) and the address it came from; never the key itself. Sessions are signed
+        cookies, not rows: the record is the only write a sign-in makes."""
+        self.services.store.audit.record(Author(actor, Via.CONSOLE), action, "console_session",
+                                         actor, after={"address": req.remote_addr or ""},
+                                         now=self.services.clock.now())
 
 
 class SignOut(Page):

@@ -38,10 +38,8 @@ class ExecutionCancel:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, execution_id: int) -> None:
         who = req.context.api_key_name or "an operator"
-        outcome = self._services.running().cancel(execution_id, f"cancelled by {who}")
-        if outcome in (CancelOutcome.APPLIED, CancelOutcome.SIGNALLED):
-            self._services.changes.record(author_of(req), "execution.cancelled", "execution",
-                                          execution_id, after={"outcome": outcome.value})
+        outcome = self._services.running().cancel(execution_id, f"cancelled by {who}",
+                                                  by=author_of(req))
         # The answer shows the state at this moment: failed, or still running until its next step.
         resp.status = falcon.HTTP_200 if outcome is CancelOutcome.APPLIED else falcon.HTTP_202
         resp.media = self._services.store.executions.get(execution_id).to_json()

@@ -176,13 +176,6 @@ class Changes:
                                   before=lambda: contexts.get(issue_key).to_json(),
                                   now=self._now())
 
-    def record(self, by: Author, action: str, object_type: str, object_id: object, *,
-               before: Any = None, after: Any = None) -> None:
-        """Record a change the actor runtime made in its own transaction (a replay, a
-        cancellation): just after it, since the runtime's threads commit it."""
-        self._store.audit.record(by, action, object_type, str(object_id), before=before,
-                                 after=after, now=self._now())
-
     def _now(self) -> Any:
         return self._clock.now()
 

@@ -202,16 +202,15 @@ def check_explicit_policy(store: Store, policy_id: int, issue_key: str, *, live:
 
 def post_replay(services: Services, replay: Replay, by: Author, of: tuple[str, int]) -> Trigger:
     """Post the trigger ``replay`` describes, as ``POST /dispatch/triggers`` would, checks
-    included, and record that ``by`` replayed ``of`` (``("execution", 7)``); the console's
-    replays and the API's go through here."""
-    trigger = _post_replay(services, replay)
+    included, and record that ``by`` replayed ``of`` (``("execution", 7)``) in the
+    transaction that stores the new trigger; the console's replays and the API's go through
+    here."""
     object_type, object_id = of
-    services.changes.record(by, f"{object_type}.replayed", object_type, object_id,
-                            after={"replay_trigger_id": trigger.id})
-    return trigger
 
+    def audit(store: Store, trigger: Trigger, now: datetime) -> None:
+        store.audit.record(by, f"{object_type}.replayed", object_type, str(object_id),
+                           after={"replay_trigger_id": trigger.id}, now=now)
 
-def _post_replay(services: Services, replay: Replay) -> Trigger:
     store = services.store
     with store.connection():
         if replay.policy_id is not None:
@@ -221,7 +220,8 @@ def _post_replay(services: Services, replay: Replay) -> Trigger:
             check_explicit_policy(store, replay.policy_id, replay.issue_key,
                                   live=replay.dryrun is None)
         return services.running().accept_trigger(
-            replay.source, replay.issue_key, policy_id=replay.policy_id, dryrun=replay.dryrun)
+            replay.source, replay.issue_key, policy_id=replay.policy_id, dryrun=replay.dryrun,
+            audit=audit)
 
 
 # The trigger intake counter's outcome of a refused request (docs/operations.md, "Metrics").
