@@ -491,6 +491,29 @@ def test_a_fresh_delivery_is_the_snapshot_and_its_dispatch_makes_one_call_to_jir
     assert jira.assignee(stale) in ENGINEERS.values()
 
 
+@pytest.mark.postgres
+@pytest.mark.timeout(90)
+def test_a_fresh_delivery_makes_one_call_to_jira_on_shared_replicas_too(postgres_url, jira,
+                                                                      started):
+    settings = {**SHARED_SETTINGS, **SETTINGS}
+    first = started.start(postgres_url, jira, **settings).wait_serving()
+    second = started.start(postgres_url, jira, **settings).wait_serving()
+    configure_assignment(first)
+    keys = ISSUES[:6]
+
+    for number, key in enumerate(keys):  # one at a time, to either replica
+        replica = (first, second)[number % 2]
+        sent = JiraWebhookSender(replica.webhook_url, SECRET).send(Delivery.of(jira_delivery(
+            "jira:issue_created", key=key, project=PROJECT, priority="P3",
+            timestamp=now_ms())))
+        assert sent.status == 202, sent.answer
+        wait_until(settled(first, CREATED, number + 1), 30, f"the dispatch of {key} ended")
+
+    # neither the trigger nor its execution read the issue: the delivery was its snapshot
+    assert {key: routes_of(jira, key) for key in keys} == {
+        key: [(Route.ASSIGN, "assignee")] for key in keys}
+
+
 def test_an_automation_dispatch_reads_once_and_writes_assignee_and_label_in_one_edit(
         dispatcher, jira):
     key = f"{PROJECT}-901"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.fakes import issue
+from ticket_dispatcher.actors.cluster import SharedReplicas, SingleProcess
+from ticket_dispatcher.actors.first_read import IssueRead, ReadBegan
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import (
@@ -274,3 +277,26 @@ def test_get_many_returns_the_existing_executions_by_id_with_their_rules(store):
     assert [found[i].issue_key for i in ids] == ["TCID-1", "TCID-2"]
     assert [e.to_json() for e in found.values()] == [
         store.executions.get(i).to_json() for i in ids]
+
+
+def test_a_replica_sees_its_peers_writes_to_an_issue_since_a_read_but_not_its_own(store):
+    policy = make_policy(store)
+    trigger, execution = new(store, policy)
+    [mine] = store.executions.create(trigger.id, [execution], issue_key="TCID-1",
+                                     ensure_context=False, now=NOW)
+    read = IssueRead(issue(key="TCID-1"), trigger.id, ReadBegan(at=0.0, stops=0),
+                     since=NOW - timedelta(seconds=5))
+    shared = SharedReplicas(drain=timedelta(seconds=5))
+
+    # the execution about to start is the only one of its issue: the trigger's read stands
+    assert not shared.written_unseen(store, read, mine)
+    assert not SingleProcess().written_unseen(store, read, mine)
+
+    other_trigger, other = new(store, make_policy(store))
+    [theirs] = store.executions.create(other_trigger.id, [other], issue_key="TCID-1",
+                                       ensure_context=False, now=NOW)
+    # another execution of the issue, not ended: it may have written since the read
+    assert shared.written_unseen(store, read, mine)
+    assert not shared.written_unseen(store, replace(read, issue=issue(key="TCID-2")), mine)
+    assert shared.written_unseen(store, replace(read, since=None), mine)
+    assert theirs != mine

@@ -52,6 +52,11 @@ Made = TypeVar("Made")
 ShadowKey = tuple[int, str]  # a live execution's (trigger id, policy family)
 
 
+# How much earlier than a trigger's read a replica looks for its peers' writes to the issue:
+# replicas' clocks agree closely, not exactly (NTP keeps them within milliseconds).
+CLOCK_MARGIN = timedelta(seconds=1)
+
+
 @dataclass(frozen=True)
 class Recovery:
     """What boot takes back: the running executions (id, ``wake_at``, lock key) and the
@@ -130,6 +135,11 @@ class Cluster(Protocol):
 
     def first_reads(self) -> FirstReads:
         """A new memory of the triggers' reads, for the execution pool."""
+
+    def written_unseen(self, store: Store, read: IssueRead, execution_id: int) -> bool:
+        """Whether an execution this process cannot see at work may have written to the
+        issue of ``read`` since it was read, so that the first run of ``execution_id`` must
+        read it again (actors/first_read.py)."""
 
     def runs_here(self, made: list[Made], room: int) -> list[Made]:
         """Of the triggers or executions just stored here, those this process runs itself;
@@ -271,6 +281,9 @@ class SingleProcess:
     def first_reads(self) -> FirstReads:
         return TriggerReads()
 
+    def written_unseen(self, store: Store, read: IssueRead, execution_id: int) -> bool:
+        return False  # every execution of the database is this process's: IssueActivity
+
     def runs_here(self, made: list[Made], room: int) -> list[Made]:
         return made  # nobody else would: the rest waits in this process's queues
 
@@ -342,17 +355,6 @@ class IssueLockedKeys:
         """Nothing: the store freed it."""
 
 
-class LiveReads:
-    """Nothing kept: another replica's execution of the issue may have written to it unseen,
-    so every run reads the live issue."""
-
-    def keep(self, execution_ids: Iterable[int], read: IssueRead, monotonic: float) -> None:
-        """Nothing."""
-
-    def take(self, execution_id: int) -> IssueRead | None:
-        return None
-
-
 class AlwaysLook:
     """Nothing noted: a shadow version may have been started on another replica meanwhile,
     so every live execution's end looks (one read)."""
@@ -381,7 +383,16 @@ class SharedReplicas:
         return IssueLockedKeys()
 
     def first_reads(self) -> FirstReads:
-        return LiveReads()
+        return TriggerReads()
+
+    def written_unseen(self, store: Store, read: IssueRead, execution_id: int) -> bool:
+        # Another replica's executions are seen through the store: one of the issue saved
+        # since the read (a margin earlier, for the replicas' clocks), or not ended, other
+        # than this one; its siblings of the same trigger count too.
+        if read.since is None:
+            return True
+        return store.executions.worked_since(read.issue.key, read.since - CLOCK_MARGIN,
+                                             excluding=execution_id)
 
     def runs_here(self, made: list[Made], room: int) -> list[Made]:
         return made[:room]

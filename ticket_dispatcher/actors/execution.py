@@ -305,6 +305,9 @@ class ExecutionRun:
         if read is not None and (execution.status is not ExecutionStatus.CREATED
                                  or execution.trigger_id != read.trigger_id):
             read = None  # not the first run of an execution that trigger created
+        if read is not None and self._deps.cluster.written_unseen(self._deps.store, read,
+                                                                   execution.id):
+            read = None
         self._at_work_on = execution.issue_key
         return self._deps.issue_activity.begin(execution.issue_key, read)
 

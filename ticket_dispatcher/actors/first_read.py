@@ -17,8 +17,9 @@ issues at work (at most one per running actor), and the stops of the last ``FRES
 older ones being of no use to a read the rule still accepts.
 
 Anything else reads the live issue, as every run did before: a restart, a resume, a retry, a
-woken wait, a run queued behind a backlog for longer than ``FRESH_READ``, and every run in
-shared mode, where another replica's executions of the issue are not seen here.
+woken wait, a run queued behind a backlog for longer than ``FRESH_READ``, and in shared mode a
+run another replica claimed, or one whose issue the store shows another execution may have
+written since the read (``Cluster.written_unseen``, actors/cluster.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from ticket_dispatcher.domain.model import Issue
 
@@ -52,6 +53,9 @@ class IssueRead:
     issue: Issue
     trigger_id: int
     began: ReadBegan
+    # Wall-clock time from which the issue is known as it is: the read's start, or a webhook
+    # snapshot's event. Replicas judge their peers' writes by it (actors/cluster.py).
+    since: datetime | None = None
 
 
 class IssueActivity:

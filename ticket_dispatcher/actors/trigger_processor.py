@@ -159,8 +159,9 @@ class TriggerProcessor:
                                     lease=lease)
             return TriggerOutcome.COMPLETED, NOTIFICATIONS_DISABLED
         try:
-            issue = self._snapshot(trigger)
+            issue, since = self._snapshot(trigger), snapshot_at(trigger.extra_input)
             if issue is None:
+                since = self._deps.clock.now()
                 issue = self._deps.ports.jira.load_issue(trigger.issue_key)
                 read_began = self._deps.issue_activity.answered(read_began)
         except DispatcherError as exc:
@@ -182,8 +183,8 @@ class TriggerProcessor:
         held = self._hold(trigger, matched, now)
         if held is not None:
             return held
-        return self._create(trigger, matched, IssueRead(matched.issue, trigger.id, read_began),
-                            now)
+        return self._create(trigger, matched,
+                            IssueRead(matched.issue, trigger.id, read_began, since), now)
 
     def _hold(self, trigger: Trigger, matched: Matched,
               now: datetime) -> tuple[TriggerOutcome, str] | None:

@@ -98,14 +98,18 @@ class ExecutionRepository:
         with unit_of_work(self.db):
             return query.exists()
 
-    def worked_since(self, issue_key: str, since: datetime) -> bool:
-        """Whether a live execution of ``issue_key`` may have written to the issue at or after
-        ``since``: one saved since then, or one not ended (it may wake and write)."""
+    def worked_since(self, issue_key: str, since: datetime, *,
+                     excluding: int | None = None) -> bool:
+        """Whether a live execution of ``issue_key`` (other than ``excluding``) may have
+        written to the issue at or after ``since``: one saved since then, or one not ended
+        (it may wake and write)."""
         query = (ExecutionRow.select(ExecutionRow.id)
                  .where((ExecutionRow.issue_key == issue_key)
                         & (ExecutionRow.mode == ExecutionMode.LIVE.value)
                         & ((ExecutionRow.updated_at >= to_utc(since))
                            | ExecutionRow.status.in_(_RUNNING))))
+        if excluding is not None:
+            query = query.where(ExecutionRow.id != excluding)
         with unit_of_work(self.db):
             return query.exists()
 
