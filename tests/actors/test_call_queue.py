@@ -16,6 +16,7 @@ import pytest
 
 from ticket_dispatcher.actors.call_queue import Call, CallQueue, PooledCall
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, LeaseLost, OutcomeUnknown
+from ticket_dispatcher.integrations.call_policy import calls_first, first_calls
 from ticket_dispatcher.metrics import Metrics
 
 WAIT = 5  # seconds: the bound on every wait for something that should happen at once
@@ -70,6 +71,11 @@ class Client:
     def fail(self, message: str) -> None:
         raise IntegrationError(message, status=502, service="echo")
 
+    def lane(self, tag: str) -> str:
+        """Logs whether the call is made as a notification's (first under a budget)."""
+        self.log.append(f"{tag} first={first_calls.get()}")
+        return tag
+
 
 class Caller(threading.Thread):
     """One caller in its own thread; keeps its answer or its exception."""
@@ -116,6 +122,10 @@ class QueueProbe(deque):
 
     def append(self, item) -> None:
         super().append(item)
+        self._joined.release()
+
+    def insert(self, index, item) -> None:
+        super().insert(index, item)
         self._joined.release()
 
     def wait_joined(self) -> None:
@@ -417,3 +427,27 @@ def test_abandon_ends_a_batch_and_its_unbegun_calls_never_begin(inbox, client):
     assert isinstance(batch.result()[1], CallAbandoned)
     queue.run(*first, client)  # skipped: its caller has left
     assert client.log == [] and len(inbox.sent) == 1
+
+
+def test_a_notifications_call_waits_ahead_of_ordinary_ones_and_is_made_as_its(inbox, client):
+    queue = queue_of("w1", inbox=inbox)
+    probe = probe_queue(queue)
+    running = start_caller(lambda: queue.call(Call.of(Client.lane, "running")))
+    busy = inbox.take()
+    ordinary = start_caller(lambda: queue.call(Call.of(Client.lane, "ordinary")))
+    probe.wait_joined()
+
+    def notification() -> str:
+        with calls_first():
+            return queue.call(Call.of(Client.lane, "notification"))
+
+    first = start_caller(notification)
+    probe.wait_joined()
+    queue.run(*busy, client)
+    queue.run(*inbox.take(), client)
+    queue.run(*inbox.take(), client)
+
+    assert [c.result() for c in (running, first, ordinary)] == [
+        ("running", None), ("notification", None), ("ordinary", None)]
+    assert client.log == ["running first=False", "notification first=True",
+                          "ordinary first=False"]

@@ -12,6 +12,7 @@ from tests.fakes import issue
 from tests.harness import assign, rule
 from ticket_dispatcher.actors.first_read import FRESH_READ, IssueActivity, IssueRead
 from ticket_dispatcher.domain.execution import ExecutionStatus
+from ticket_dispatcher.integrations.call_policy import first_calls
 
 
 class Ticking:
@@ -126,3 +127,21 @@ def test_shared_mode_reuses_the_read_unless_the_store_shows_another_execution_si
 
     [execution] = [h.execution(i) for i in h.trigger(first.id).execution_ids]
     assert execution.status is ExecutionStatus.SUCCEEDED
+
+
+def test_an_ordinary_dispatchs_jira_calls_do_not_go_first_under_a_budget(make_harness,
+                                                                       monkeypatch):
+    h = make_harness()
+    staff(h)
+    h.policy(rule(assign(*ENGINEERS)))
+    first: list[bool] = []
+    load = h.jira.load_issue
+
+    def loading(key):
+        first.append(first_calls.get())
+        return load(key)
+
+    monkeypatch.setattr(h.jira, "load_issue", loading)
+    h.post_trigger("TCID-1")
+
+    assert first == [False]

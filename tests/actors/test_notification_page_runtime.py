@@ -19,6 +19,7 @@ from ticket_dispatcher.domain.execution import (
     TriggerStatus,
 )
 from ticket_dispatcher.errors import IntegrationError
+from ticket_dispatcher.integrations.call_policy import first_calls
 from ticket_dispatcher.timeutil import format_time
 
 
@@ -268,3 +269,23 @@ def test_jira_refusing_the_issue_holds_the_page_on_the_load_retry(world):
     ex = world.execution(execution_id)
     assert len(world.oncall.pages) == 1 and ex.load_attempts >= 1
     assert page_context(ex, 1).get("outcome") is None
+
+
+def test_a_notifications_jira_calls_are_made_to_go_first_under_a_budget(world, monkeypatch):
+    first: list[bool] = []
+    load, search = world.jira.load_issue, world.jira.load_issues
+
+    def loading(key):
+        first.append(first_calls.get())
+        return load(key)
+
+    def searching(keys):
+        first.append(first_calls.get())
+        return search(keys)
+
+    monkeypatch.setattr(world.jira, "load_issue", loading)
+    monkeypatch.setattr(world.jira, "load_issues", searching)
+    start(world)  # the trigger's read and the workflow's steps up to the page's wait
+    world.advance(POLL)  # a look during the wait
+
+    assert len(first) >= 3 and all(first)

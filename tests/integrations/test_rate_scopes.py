@@ -16,6 +16,8 @@ from ticket_dispatcher.integrations.call_policy import (
     LimitScope,
     Pacer,
     RateGate,
+    Slot,
+    calls_first,
     endpoint_of,
     scope_of,
 )
@@ -151,9 +153,9 @@ def take_all(pacer: Pacer, clock: ManualClock, calls: int) -> list[datetime]:
     """The times ``calls`` calls go, one after another, each waiting its slot."""
     times = []
     for _ in range(calls):
-        wait = pacer.take(max_wait=10)
-        assert wait is not None
-        clock.advance(wait)
+        slot = pacer.take(max_wait=10)
+        assert slot is not None and slot.taken
+        clock.advance(slot.wait)
         times.append(clock.now())
     return times
 
@@ -254,3 +256,55 @@ def test_a_call_the_budget_has_no_slot_for_soon_is_held_back_unsent(mocked):
     assert len(mocked.calls) == 1 and "budget" in caught.value.message
     assert fault_of(caught.value).kind is FaultKind.HELD
     assert held == [("budget", "budget")]
+
+
+def test_under_a_budget_a_notification_takes_the_next_slot_before_an_ordinary_call_waiting():
+    clock = ManualClock(NOW)
+    pacer = Pacer(clock, budget=1)
+    take_all(pacer, clock, 1)  # this second's one call is made
+
+    ordinary = pacer.take(max_wait=10, first=False)
+    notification = pacer.take(max_wait=10, first=True)
+
+    assert ordinary == Slot(1.0, taken=False)  # nothing held: it looks again in a second
+    assert notification == Slot(1.0)  # holds that next slot
+    clock.advance(1.0)
+    assert pacer.take(max_wait=10, first=False) == Slot(1.0, taken=False)  # after it
+    clock.advance(1.0)
+    assert pacer.take(max_wait=10, first=False) == Slot(0.0)
+
+
+def test_an_ordinary_call_takes_a_free_slot_between_slots_held_ahead():
+    clock = ManualClock(NOW)
+    pacer = Pacer(clock, budget=3)
+    assert [pacer.take(max_wait=10, first=True) for _ in range(4)] == [
+        Slot(0.0), Slot(0.0), Slot(0.0), Slot(1.0)]
+
+    clock.advance(1.0)
+    # the held slot leaves room for two more in any second: no window ever holds four
+    assert pacer.take(max_wait=10, first=False) == Slot(0.0)
+    assert pacer.take(max_wait=10, first=False) == Slot(0.0)
+    assert pacer.take(max_wait=10, first=False) == Slot(1.0, taken=False)
+
+
+def test_an_ordinary_call_looks_again_until_a_slot_no_notification_holds_is_free(mocked):
+    clock = ManualClock(NOW)
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.advance(seconds)
+
+    mocked.get(f"{BASE}/x", json={})
+    pacer = Pacer(clock, budget=1)
+    http = client(clock=clock, gate=RateGate(clock, pacer=pacer), sleep=sleep)
+    http.request("GET", "/x")  # this second's call
+    assert pacer.take(max_wait=10, first=True) == Slot(1.0)  # a notification's, held
+
+    http.request("GET", "/x")  # an ordinary call: it goes after the notification's
+
+    # it looked, held nothing, and went when no slot was held: after the notification's
+    assert waits == [2.0] and clock.now() == NOW + timedelta(seconds=2)
+    with calls_first():  # a notification's call holds the first free slot at once
+        http.request("GET", "/x")
+    assert waits == [2.0, 1.0] and len(mocked.calls) == 3

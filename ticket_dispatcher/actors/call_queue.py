@@ -45,6 +45,7 @@ from typing import (
 )
 
 from ticket_dispatcher.errors import CallAbandoned, IntegrationError, OutcomeUnknown, fault_of
+from ticket_dispatcher.integrations.call_policy import first_calls
 from ticket_dispatcher.integrations.transport import send_guard
 from ticket_dispatcher.metrics import Metrics
 
@@ -142,6 +143,9 @@ class PooledCall:
     ready: threading.Condition  # a condition of the queue's lock, notified on every change
     queued_at: float
     guard: Guard | None = None  # the caller's
+    # the caller's work goes first (a notification's: integrations/call_policy.py
+    # ``first_calls``): queued ahead of the other calls, and first for a budget's slots
+    first: bool = field(default_factory=first_calls.get)
     sent_at: float | None = None  # handed to a worker (``call_timeout`` runs from here)
     state: _State = _State.QUEUED
     started: bool = False  # the worker began the client call: from here it may take effect
@@ -391,6 +395,7 @@ class CallQueue(Generic[W]):
         error: BaseException | None = None
         # checked again before each write to a socket
         guard = send_guard.set(functools.partial(self.check_sending, pooled.guard))
+        first = first_calls.set(pooled.first)
         try:
             result = _invoke(client, pooled.call)
         except Exception as exc:  # the caller's to raise, not the worker's
@@ -399,6 +404,7 @@ class CallQueue(Generic[W]):
             error = exc
             raise
         finally:
+            first_calls.reset(first)
             send_guard.reset(guard)
             self._finish(worker, pooled, result, error, time.monotonic() - started)
 
@@ -462,6 +468,10 @@ class CallQueue(Generic[W]):
             self._refuse_locked(pooled)
         elif front:
             self._queue.appendleft(pooled)
+        elif pooled.first:  # behind the other first calls, ahead of the rest
+            ahead = next((i for i, queued in enumerate(self._queue) if not queued.first),
+                         len(self._queue))
+            self._queue.insert(ahead, pooled)
         else:
             self._queue.append(pooled)
 

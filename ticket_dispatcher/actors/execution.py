@@ -57,7 +57,11 @@ from ticket_dispatcher.domain.execution import (
     FailureCode,
     RuleOutcome,
 )
-from ticket_dispatcher.domain.matching import is_notification_policy, outside_trigger
+from ticket_dispatcher.domain.matching import (
+    in_notification_lane,
+    is_notification_policy,
+    outside_trigger,
+)
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.domain.retries import backoff, next_try, spent
 from ticket_dispatcher.errors import (
@@ -69,6 +73,7 @@ from ticket_dispatcher.errors import (
     StoreUnavailable,
     fault_of,
 )
+from ticket_dispatcher.integrations.call_policy import calls_first, first_calls
 from ticket_dispatcher.store.database import write_lock
 from ticket_dispatcher.timeutil import format_time
 
@@ -181,7 +186,11 @@ class ExecutionRun:
 
     def step(self) -> None:
         self.advanced = False
-        self._guarded(self._step)
+        # a notification's calls go first under a Jira budget, its load's included (``_load``
+        # sets it once the execution is read)
+        with calls_first(self._execution is not None
+                         and in_notification_lane(self._execution)):
+            self._guarded(self._step)
 
     def done_with_issue(self) -> None:
         if self._at_work_on is not None:
@@ -284,6 +293,7 @@ class ExecutionRun:
             self._report(Finished(self.execution_id, self.run))
             return False
         lease, execution = claimed
+        first_calls.set(in_notification_lane(execution))  # for this step (``step``)
         self._hold.claimed(lease, now, deps.config.leases.duration)
         read = self._begin_work(execution)
         if not store.policies.exists(execution.policy_id):

@@ -29,8 +29,10 @@ from ticket_dispatcher.domain.execution import Execution, Trigger
 from ticket_dispatcher.domain.fanout import new_execution, reserved_role
 from ticket_dispatcher.domain.maintenance import Effect, in_effect, project_of
 from ticket_dispatcher.domain.matching import (
+    NOTIFICATION_LANE,
     ORDINARY_LANE,
     is_notification_policy,
+    lane_of,
     match_policies,
 )
 from ticket_dispatcher.domain.model import DispatchContext, Issue, Policy
@@ -50,6 +52,7 @@ from ticket_dispatcher.errors import (
     StoreUnavailable,
     fault_of,
 )
+from ticket_dispatcher.integrations.call_policy import calls_first
 from ticket_dispatcher.timeutil import format_time
 
 log = logging.getLogger(__name__)
@@ -120,7 +123,8 @@ class TriggerProcessor:
         assert trigger.lease is not None, "a claimed trigger carries the lease of its claim"
         work.hold.claimed(trigger.lease, now, deps.config.leases.duration)
         try:
-            outcome, reason = self._process(trigger)
+            with calls_first(lane_of(trigger.source) == NOTIFICATION_LANE):
+                outcome, reason = self._process(trigger)
         except CallAbandoned:  # shutdown: boot recovery takes it over
             log.info("trigger left processing for shutdown", extra={"trigger_id": trigger.id})
             return None

@@ -67,6 +67,7 @@ from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.domain.model import Issue
 from ticket_dispatcher.domain.ports import Answer
 from ticket_dispatcher.errors import DispatcherError, StoreUnavailable
+from ticket_dispatcher.integrations.call_policy import calls_first
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,8 @@ class AckWatcher(TrackedActor):
         for start in range(0, len(looking), BATCH):
             batch = dict(looking[start:start + BATCH])
             try:
-                self._look_at_batch(batch, now, watched)
+                with calls_first():  # a notification's: its lane goes first
+                    self._look_at_batch(batch, now, watched)
             except Exception:  # never lose a wait: its execution looks for itself
                 if self._deps.stopping.is_set():
                     return  # e.g. the store already closed; the next boot parks them again

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ticket_dispatcher.domain.catalog import NOTIFICATION_ACTION_TYPES, RESERVED_SOURCES
+from ticket_dispatcher.domain.execution import Execution
 from ticket_dispatcher.domain.model import Issue, Policy, PolicySpec, PolicyStatus
 
 
@@ -93,6 +94,13 @@ def lane_of(source: str | None) -> str:
 
 def is_notification_action_type(action_type: Any) -> bool:
     return isinstance(action_type, str) and action_type in NOTIFICATION_ACTION_TYPES
+
+
+def in_notification_lane(execution: Execution) -> bool:
+    """An execution of the notification lane: one that runs a notification action. Its
+    calls go first under a Jira budget (integrations/call_policy.py, ``first_calls``)."""
+    return any(is_notification_action_type(action.type) for rule in execution.rule_executions
+               for action in rule.action_executions)
 
 
 def _raw_actions(raw: Any) -> Iterable[Any]:

@@ -11,11 +11,15 @@ Work above the call puts off its next try (domain/retries.py).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import re
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -53,6 +57,21 @@ LEAST_LEARNED = 1.0  # calls a second: a budget learned from a quiet minute is n
 _ISSUE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]*-[0-9]+")
 _ISSUE_PARENTS = frozenset({"issue", "request"})
 _ISSUE_PATH = re.compile(r"/(?:issue|request)/([^/?]+)")
+
+# Whether the calls made in this context go first under a budget: a notification's, whose
+# lane goes first (docs/design.md, "Lanes"). Set around a notification's work by the actors;
+# the client pool carries it from the caller's thread to the worker that makes the call.
+first_calls: ContextVar[bool] = ContextVar("first_calls", default=False)
+
+
+@contextmanager
+def calls_first(first: bool = True) -> Iterator[None]:
+    """The calls made inside go first under a budget (``first``), or not."""
+    token = first_calls.set(first)
+    try:
+        yield
+    finally:
+        first_calls.reset(token)
 
 
 @dataclass(frozen=True)
@@ -149,12 +168,26 @@ class Alone:
 ALONE = Alone()
 
 
+@dataclass(frozen=True)
+class Slot:
+    """A pacer's answer: go after ``wait`` seconds (``taken``: the slot is held for this
+    call), or, not ``taken``, look again after ``wait``: the call comes after others."""
+
+    wait: float
+    taken: bool = True
+
+
 class Pacer:
     """The budget of calls a second to a service, never exceeded in any sliding second and
-    with no burst allowance: each call takes the first free slot, in the order callers came.
-    ``budget``: the configured calls a second, or None; ``share``: the replicas it is divided
-    among (1 alone). ``near_limit`` halves it for ``NEAR_LIMIT_FOR``; with none set, it then
-    takes half the calls a second made over the last ``LEARNED_OVER``."""
+    with no burst allowance. ``budget``: the configured calls a second, or None; ``share``:
+    the replicas it is divided among (1 alone). ``near_limit`` halves it for
+    ``NEAR_LIMIT_FOR``; with none set, it then takes half the calls a second made over the
+    last ``LEARNED_OVER``.
+
+    The lanes' order holds under a budget: a call made ``first`` (a notification's, see
+    ``first_calls``) holds the first free slot, in the order such callers came, even a slot a
+    while ahead; any other call takes a slot only when one is free now, so it never holds
+    back a notification that comes after it, and looks again when the next may be."""
 
     def __init__(self, clock: Clock, budget: float | None = None,
                  share: Callable[[], int] = lambda: 1):
@@ -162,7 +195,7 @@ class Pacer:
         self._budget = budget
         self._share = share
         self._lock = threading.Lock()
-        self._slots: deque[datetime] = deque()  # the calls' times, taken and reserved
+        self._slots: list[datetime] = []  # the calls' times, made and held, in order
         self._halved: tuple[datetime, float | None] | None = None  # until, learned budget
 
     def budget(self) -> float | None:
@@ -179,30 +212,42 @@ class Pacer:
         with self._lock:
             if self._halved is not None and now < self._halved[0]:
                 return  # halved already: once a minute, not once a warning
-            made = sum(1 for t in self._slots if t > now - LEARNED_OVER)
+            start = bisect.bisect_right(self._slots, now - LEARNED_OVER)
+            made = bisect.bisect_right(self._slots, now) - start
             learned = max(LEAST_LEARNED, made / LEARNED_OVER.total_seconds() / 2)
             self._halved = (now + NEAR_LIMIT_FOR, learned)
 
-    def take(self, max_wait: float) -> float | None:
-        """A slot for one call: the seconds to wait before it goes (0: at once), or None when
-        the first free slot is more than ``max_wait`` away (nothing is taken then). A slot
-        is one of ``budget`` calls a second (rounded down), or with less than one a second,
-        one call every ``1 / budget`` seconds."""
+    def take(self, max_wait: float, *, first: bool = True) -> Slot | None:
+        """A slot for one call, or None when the first free one is more than ``max_wait``
+        away (nothing is held then). A slot is one of ``budget`` calls a second (rounded
+        down), or with less than one a second, one call every ``1 / budget`` seconds."""
         budget = self.budget()
         now = self._clock.now()
         with self._lock:
-            while self._slots and self._slots[0] <= now - LEARNED_OVER:
-                self._slots.popleft()
-            at = now
-            if budget is not None:
-                calls, window = (int(budget), 1.0) if budget >= 1 else (1, 1 / budget)
-                if len(self._slots) >= calls:
-                    at = max(now, self._slots[-calls] + timedelta(seconds=window))
+            del self._slots[:bisect.bisect_right(self._slots, now - LEARNED_OVER)]
+            at = now if budget is None else self._first_free(now, budget)
             wait = (at - now).total_seconds()
             if wait > max_wait:
                 return None
-            self._slots.append(at)
-        return wait
+            if wait > 0 and not first:
+                return Slot(wait, taken=False)
+            bisect.insort(self._slots, at)
+        return Slot(wait)
+
+    def _first_free(self, now: datetime, budget: float) -> datetime:
+        """The first moment from ``now`` that a call fits the budget in every window of one
+        slot's length around it; the slots held ahead (``first`` calls') count too."""
+        calls, seconds = (int(budget), 1.0) if budget >= 1 else (1, 1 / budget)
+        window = timedelta(seconds=seconds)
+        slots = self._slots
+        candidates = itertools.chain([now], (slot + window for slot in
+                                             slots[bisect.bisect_right(slots, now - window):]))
+        for at in candidates:
+            around = (bisect.bisect_left(slots, at + window)
+                      - bisect.bisect_right(slots, at - window))
+            if at >= now and around < calls:
+                return at
+        return max(now, slots[-1] + window)  # (not reached: past the last slot all is free)
 
 
 class LastHour:
@@ -359,6 +404,7 @@ class CallPolicy:
         retries = 0
         asked = False  # this call's own 429 closed the gate: its wait is that retry's
         counted = False
+        paced = 0.0  # seconds waited for the budget's slots
         while True:
             hold = self._gate.hold_of(method, path) if self._gate is not None else None
             if hold is not None:
@@ -374,14 +420,16 @@ class CallPolicy:
                 continue
             asked = False
             if self._gate is not None and self._gate.pacer is not None:
-                slot = self._gate.pacer.take(self.max_retry_wait)
+                slot = self._gate.pacer.take(self.max_retry_wait - paced,
+                                             first=first_calls.get())
                 if slot is None:  # the budget is spent for longer than the call waits
                     self._gate.held(LimitHold(self.max_retry_wait, BUDGET_SCOPE, "budget"))
                     return HeldBack(self.max_retry_wait, budget=True)
-                if slot > 0:
-                    self._sleep(slot)
-                    if self._gate.hold_of(method, path) is not None:
-                        continue  # a hold came while it waited for its slot
+                if slot.wait > 0:
+                    self._sleep(slot.wait)
+                    paced += slot.wait
+                    if not slot.taken or self._gate.hold_of(method, path) is not None:
+                        continue  # its turn is still to come, or a hold came meanwhile
             if self._gate is not None:
                 self._gate.last_hour.add(calls=1)
             response = send()
