@@ -22,15 +22,18 @@ from tests.fakes import (
 )
 from ticket_dispatcher.actors.client_pool import ClientPool
 from ticket_dispatcher.actors.client_ports import CorePool, JiraPool, LarkPool, OncallPool
+from ticket_dispatcher.actors.recent_reads import RecentReads
 from ticket_dispatcher.domain import ports as ports_module
 from ticket_dispatcher.domain.ports import (
     Directory,
     EngineerStore,
     EscalationSlots,
     Jira,
+    KeptReads,
     MaintenanceWindows,
     Messenger,
     NoMaintenance,
+    NoReadsKept,
     NotConfigured,
     NotConfiguredDirectory,
     NotConfiguredJira,
@@ -103,6 +106,7 @@ IMPLEMENTATIONS = [
     (Metrics, NotificationCalls), (UncountedCalls, NotificationCalls),
     (FakeCalls, NotificationCalls),
     (ExecutionWindows, MaintenanceWindows), (NoMaintenance, MaintenanceWindows),
+    (RecentReads, KeptReads), (NoReadsKept, KeptReads),
 ]
 POOLS = [(JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory)]
 NOT_CONFIGURED = [(NotConfiguredJira, Jira, "jira"), (NotConfiguredMessenger, Messenger, "lark"),
@@ -178,7 +182,7 @@ def test_integrations_left_out_are_not_configured_and_ports_cannot_grow():
     assert [type(getattr(ports, f.name)) for f in dataclasses.fields(Ports)] == [
         FakeJira, NotConfiguredMessenger, NotConfiguredOnCall, NotConfiguredDirectory,
         NotConfiguredEngineers, NotConfiguredTriggers, FakeContexts, UncountedCalls,
-        NoMaintenance]
+        NoMaintenance, NoReadsKept]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ports.jira = FakeJira()  # type: ignore[misc]
     with pytest.raises(TypeError):

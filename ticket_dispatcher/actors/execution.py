@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,6 +49,7 @@ from ticket_dispatcher.actors.messages import (
     Parked,
     RunExecution,
 )
+from ticket_dispatcher.actors.recent_reads import RecentReads
 from ticket_dispatcher.domain.actions.notification_watch import ack_watch
 from ticket_dispatcher.domain.behavior import Behavior, StepKind
 from ticket_dispatcher.domain.execution import (
@@ -166,8 +168,14 @@ class ExecutionRun:
         self._pool = pool
         self._hold = hold  # shared with the pool, whose heartbeat renews it
         self._checkpoints = FencedCheckpoints(deps.store.executions, self._hold, deps.clock.now)
+        guarded = guarded_ports(deps.ports, self._hold, deps.clock.now)
+        # the run's reads of its issue, given again while nothing can have changed it
+        self._jira = RecentReads(
+            guarded.jira, deps.issue_activity, monotonic=deps.clock.monotonic,
+            now=deps.clock.now,
+            unseen=lambda read: deps.cluster.written_unseen(deps.store, read, execution_id))
         self._behavior = deps.behavior(self._checkpoints,
-                                       guarded_ports(deps.ports, self._hold, deps.clock.now))
+                                       replace(guarded, jira=self._jira, reads=self._jira))
         self._execution: Execution | None = None
         self._issue: Issue | None = None
         self._cancellation: Cancellation | None = None
@@ -360,7 +368,7 @@ class ExecutionRun:
         deps = self._deps
         try:
             self._hold.check(deps.clock.now())
-            issue = deps.ports.jira.load_issue(execution.issue_key)
+            issue = self._jira.load_issue(execution.issue_key)
         except (LeaseLost, StoreUnavailable):
             raise
         except DispatcherError as exc:

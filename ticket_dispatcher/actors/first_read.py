@@ -96,6 +96,14 @@ class IssueActivity:
             self._at_work[issue_key] += 1
         return read.issue if fresh and read is not None else None
 
+    def unchanged_since(self, issue_key: str, began: ReadBegan) -> bool:
+        """Whether no other execution actor of this process can have written to
+        ``issue_key`` since the read ``began``: at most one (the reader's own) is at work on it,
+        and none stopped since. A read older than ``FRESH_READ`` is not asked about."""
+        with self._lock:
+            return (self._at_work[issue_key] <= 1
+                    and self._last_stop.get(issue_key, 0) <= began.stops)
+
     def end(self, issue_key: str) -> None:
         """The actor that began work on ``issue_key`` stopped: every call it made has ended."""
         with self._lock:

@@ -421,6 +421,23 @@ class MaintenanceWindows(Protocol):
         ...
 
 
+class KeptReads(Protocol):
+    """What an execution run keeps of its reads of its issue: a read of moments ago answers
+    the next one while nothing can have changed the issue (actors/recent_reads.py)."""
+
+    def forget(self) -> None:
+        """The next read of the issue asks Jira: one that must be Jira's answer now, such as
+        the escalation's right before its guarded write."""
+        ...
+
+
+class NoReadsKept:
+    """Nothing kept: every read asks Jira (a port left out: the runtime passes its own)."""
+
+    def forget(self) -> None:
+        """Nothing to forget."""
+
+
 class NoMaintenance:
     """No maintenance windows (a port left out: the runtime over a store passes its own)."""
 
@@ -463,3 +480,4 @@ class Ports:
     contexts: EscalationSlots
     calls: NotificationCalls = field(default_factory=UncountedCalls)
     maintenance: MaintenanceWindows = field(default_factory=NoMaintenance)
+    reads: KeptReads = field(default_factory=NoReadsKept)

@@ -174,8 +174,10 @@ def _update_slot(run: ActionRun, role: Role, decide: Callable[[Slot], tuple[Slot
 
 
 def role_holder_now(run: ActionRun, role: Role) -> str:
-    """The role's account ID as Jira shows it now ("" when empty). Unreadable while an intent
+    """The role's account ID as Jira shows it now ("" when empty), never from a read kept from
+    moments ago: a person's change in between must stop the write. Unreadable while an intent
     may be pending is a technical failure: the intent stays and blocks (fail closed)."""
+    run.ports.reads.forget()
     try:
         issue = run.ports.jira.load_issue(run.issue.key)
     except DispatcherError as exc:

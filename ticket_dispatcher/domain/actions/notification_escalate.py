@@ -16,8 +16,8 @@ after the last page's wait ran out (docs/design.md, "The escalation slot").
    write, but a failed escalation (the metrics count it failed and
    ``TicketDispatcherLeaderEscalationFailed`` fires, docs/runbook.md);
 5. the intent is stored ``prepared`` (settling the slot again under the lock) before the
-   guarded write: re-read Jira, write the role only while it still shows ``from``, re-read to
-   reconcile;
+   guarded write: re-read Jira, write the role only while it still shows ``from``; a write
+   Jira answered is applied, one whose answer was lost is reconciled by a re-read;
 6. the intent applied with the marker, then the role label put back and a reserved-source
    trigger ensured, so the leader's own workflow runs (``restore_label_and_wake``).
 
@@ -162,9 +162,10 @@ class EscalateAssignmentToLeader(GuardedAction):
 
     def _guarded_write(self, run: ActionRun, escalation: EscalationState,
                        intent: Intent) -> ActionResult:
-        """Write the role only while Jira still shows ``from``; reconcile by a re-read. The
-        write itself is unconditional in Jira, so a manual change between the read and the
-        write can still be overwritten: an accepted risk.
+        """Write the role only while Jira still shows ``from``. The write itself is
+        unconditional in Jira, so a manual change between the read and the write can still be
+        overwritten: an accepted risk. A write Jira answered is applied; one whose answer was
+        lost is reconciled by a re-read.
 
         A read or a write kept from Jira by a passing fault, or a write the re-read shows did
         not land, is tried again within the retry budget (``PassingFault``): the intent stays
@@ -177,7 +178,6 @@ class EscalateAssignmentToLeader(GuardedAction):
         # an applied intent was written for sure: ``from`` again is a hand-made change back
         if current != intent.from_account_id or intent.state is IntentState.APPLIED:
             return self._superseded(run, escalation, intent, "someone else holds the role now")
-        unknown: DispatcherError | None = None
         try:
             _write_role(run, role, intent.to_account_id)
         except DispatcherError as exc:
@@ -187,14 +187,19 @@ class EscalateAssignmentToLeader(GuardedAction):
                                         f"the Jira write failed ({exc.message})",
                                         outcome=Outcome.FAILED)
             escalation.warn(f"escalation: the Jira write's outcome is unknown ({exc.message})")
-            unknown = exc  # the re-read below tells
-        current = _holder(run, escalation, role)
+            return self._reconcile(run, escalation, intent, exc)
+        # answered: written (a re-read would spend a call of the site's budget to say so)
+        return self._applied(run, escalation, intent)
+
+    def _reconcile(self, run: ActionRun, escalation: EscalationState, intent: Intent,
+                   unknown: DispatcherError) -> ActionResult:
+        """After a write whose answer was lost: what Jira shows now tells whether it landed."""
+        current = _holder(run, escalation, _expected(escalation).role)
         if current == intent.to_account_id:
             return self._applied(run, escalation, intent)
         if current == intent.from_account_id:
-            if unknown is not None:
-                hold_for_next_try(unknown, "escalation: the role write did not land",
-                                  escalation.may_retry(run.now))
+            hold_for_next_try(unknown, "escalation: the role write did not land",
+                              escalation.may_retry(run.now))
             return self._superseded(run, escalation, intent, "the Jira write did not apply",
                                     outcome=Outcome.FAILED)
         return self._superseded(run, escalation, intent, "someone else holds the role now")
