@@ -43,8 +43,22 @@ the replay makes too. ``--repeat`` alternates service run, replay and least-call
 the medians. The defaults, 600 triggers and 3 runs, are the measurement bench/README.md
 reports.
 
+The durable floor, timed in the same runs under the same placement: bench/durable_floor.py, a
+bare falcon + waitress app in a process of its own (on the service's CPU with
+``--split-cpus``), on the service's database, that takes the same trigger body, INSERTs one
+row, and has 10 worker threads make the least calls with ``requests`` (GET the issue, PUT the
+assignee and the label's removal in one edit) and UPDATE the row with the result. The bench
+posts as many fresh issues from its 10 threads and times it the same way: first POST to the
+last recorded result. Printed beside the service, with the ratio; no goal is set on it.
+
 Then the Jira calls of 20 webhook-driven dispatches are counted, not timed: each started by a
 signed ``jira:issue_created`` delivery sent at once, so fresh, whose issue is the snapshot.
+Then the fallback's: project ``SCREEN``'s edit screen lacks the assignee (the fake answers an
+edit naming it with Jira's 400 "... not on the appropriate screen"), so its first dispatch
+pays the refused edit and then writes the assignee through its endpoint and the labels in an
+edit of their own, and the 20 after it, the refusal remembered for an hour, make the two
+writes straight away (checked: one write of the assignee and one label edit per issue). Then
+20 dry runs (``"dryrun": {}``): they read and write nothing (checked).
 
 Then the Jira calls of the assignment-notification workflow are counted, not timed: the
 service is stopped and a second one started on the same database with the notification on,
@@ -54,7 +68,17 @@ attempt, pending status ``Todo``). 20 card-only workflows (P3 issues assigned to
 with the ``notify-assignee`` label, ``Todo``) and 20 urgent ones acknowledged before the page
 (P0, ``In Progress``: the guard finds the ACK, so no page) are triggered with the source
 ``jira_assignment_assignee``; the Jira calls per workflow are printed. Checks: every execution
-succeeded, one Lark card per issue, no page.
+succeeded, one Lark card per issue, no page. Then the full path: 10 P0 workflows of project
+``PATH`` nobody acknowledges (card, App-urgent, three pages each timing out after 2 s, then
+the escalation to engineer 0's direct leader, whom Core, Lark, Oncall and Jira know), whose
+calls are counted by step (``full_path_calls``): reads of the issue in the step, reads while
+its wait was parked (between steps), searches (the ACK watcher's batched looks, a share for
+each issue they name) and writes; the leader's own workflow that the escalation starts is
+counted apart. Checked: at most one read of the issue a step, none between steps.
+
+Last, one table: each path's reads of the issue, searches, writes and total Jira calls per
+dispatch (per workflow for the notification), with the goals (webhook-driven 1,
+Automation-driven 2).
 
 Placement. Unpinned, the service's threads hand the interpreter lock to each other across
 both CPUs and its figure drifts by a quarter from one sitting to the next. ``--split-cpus``

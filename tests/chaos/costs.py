@@ -96,12 +96,12 @@ def jira_costs(calls: Iterable[JiraCall], requests: Iterable[dict]) -> dict[str,
 
 def cost_lines(costs: dict[str, dict]) -> list[str]:
     """The costs as the checker's summary prints them."""
-    lines = [f"jira        per issue: {'kind of work':<46} {'issues':>6} {'reads':>6} "
+    lines = [f"jira        per issue: {'kind of work':<56} {'issues':>6} {'reads':>6} "
              f"{'searches':>8} {'writes':>6} {'faulted':>7}"]
     for kind, cost in costs.items():
         if kind == "about no issue":
             continue
-        lines.append(f"                       {kind:<46} {cost['issues']:6d} {cost['reads']:6.2f} "
+        lines.append(f"                       {kind:<56} {cost['issues']:6d} {cost['reads']:6.2f} "
                      f"{cost['searches']:8.2f} {cost['writes']:6.2f} {cost['faulted']:7.2f}")
     apart = costs.get("about no issue") or {"calls": 0, "faulted": 0}
     lines.append(f"                       about no issue (user searches, counts): "
