@@ -14,13 +14,12 @@ front end does not put on its clients; ``--peer-server wsgiref`` runs on it for 
 
 The world, seeded through the service's API and the fake's control API: ``--users`` engineers
 (default 10) known to Jira by email but without a cached account id, and one active policy
-that assigns every BENCH issue carrying the auto-assign label round robin over them. Each issue
-is P3, ``Todo``, unassigned, with the auto-assign label, so a dispatch reads the issue (once:
-the execution starts from its trigger's fresh read), searches the engineer's account on a
-cache miss, and PUTs the issue once: the assignee and the label's removal in one edit. 10
-warm-up dispatches
-(not counted) fill the account cache with the default 10 engineers, so the measured runs are
-the steady state.
+that assigns every BENCH (and SCREEN, the fallback's project) issue carrying the auto-assign
+label round robin over them. Each issue is P3, ``Todo``, unassigned, with the auto-assign
+label, so a dispatch reads the issue (once: the execution starts from its trigger's fresh
+read), searches the engineer's account on a cache miss, and PUTs the issue once: the assignee
+and the label's removal in one edit. 10 warm-up dispatches (not counted) fill the account
+cache with the default 10 engineers, so the measured runs are the steady state.
 
 A run posts ``--triggers`` triggers (default 600, distinct new issues) from 10 threads and
 polls ``GET /dispatch/executions`` until every execution is terminal (bounded by
