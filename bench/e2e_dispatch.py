@@ -14,13 +14,12 @@ front end does not put on its clients; ``--peer-server wsgiref`` runs on it for 
 
 The world, seeded through the service's API and the fake's control API: ``--users`` engineers
 (default 10) known to Jira by email but without a cached account id, and one active policy
-that assigns every BENCH issue carrying the auto-assign label round robin over them. Each issue
-is P3, ``Todo``, unassigned, with the auto-assign label, so a dispatch reads the issue (once:
-the execution starts from its trigger's fresh read), searches the engineer's account on a
-cache miss, and PUTs the issue once: the assignee and the label's removal in one edit. 10
-warm-up dispatches
-(not counted) fill the account cache with the default 10 engineers, so the measured runs are
-the steady state.
+that assigns every BENCH (and SCREEN, the fallback's project) issue carrying the auto-assign
+label round robin over them. Each issue is P3, ``Todo``, unassigned, with the auto-assign
+label, so a dispatch reads the issue (once: the execution starts from its trigger's fresh
+read), searches the engineer's account on a cache miss, and PUTs the issue once: the assignee
+and the label's removal in one edit. 10 warm-up dispatches (not counted) fill the account
+cache with the default 10 engineers, so the measured runs are the steady state.
 
 A run posts ``--triggers`` triggers (default 600, distinct new issues) from 10 threads and
 polls ``GET /dispatch/executions`` until every execution is terminal (bounded by
@@ -43,8 +42,22 @@ the replay makes too. ``--repeat`` alternates service run, replay and least-call
 the medians. The defaults, 600 triggers and 3 runs, are the measurement bench/README.md
 reports.
 
+The durable floor, timed in the same runs under the same placement: bench/durable_floor.py, a
+bare falcon + waitress app in a process of its own (on the service's CPU with
+``--split-cpus``), on the service's database, that takes the same trigger body, INSERTs one
+row, and has 10 worker threads make the least calls with ``requests`` (GET the issue, PUT the
+assignee and the label's removal in one edit) and UPDATE the row with the result. The bench
+posts as many fresh issues from its 10 threads and times it the same way: first POST to the
+last recorded result. Printed beside the service, with the ratio; no goal is set on it.
+
 Then the Jira calls of 20 webhook-driven dispatches are counted, not timed: each started by a
 signed ``jira:issue_created`` delivery sent at once, so fresh, whose issue is the snapshot.
+Then the fallback's: project ``SCREEN``'s edit screen lacks the assignee (the fake answers an
+edit naming it with Jira's 400 "... not on the appropriate screen"), so its first dispatch
+pays the refused edit and then writes the assignee through its endpoint and the labels in an
+edit of their own, and the 20 after it, the refusal remembered for an hour, make the two
+writes straight away (checked: one write of the assignee and one label edit per issue). Then
+20 dry runs (``"dryrun": {}``): they read and write nothing (checked).
 
 Then the Jira calls of the assignment-notification workflow are counted, not timed: the
 service is stopped and a second one started on the same database with the notification on,
@@ -54,7 +67,17 @@ attempt, pending status ``Todo``). 20 card-only workflows (P3 issues assigned to
 with the ``notify-assignee`` label, ``Todo``) and 20 urgent ones acknowledged before the page
 (P0, ``In Progress``: the guard finds the ACK, so no page) are triggered with the source
 ``jira_assignment_assignee``; the Jira calls per workflow are printed. Checks: every execution
-succeeded, one Lark card per issue, no page.
+succeeded, one Lark card per issue, no page. Then the full path: 10 P0 workflows of project
+``PATH`` nobody acknowledges (card, App-urgent, three pages each timing out after 2 s, then
+the escalation to engineer 0's direct leader, whom Core, Lark, Oncall and Jira know), whose
+calls are counted by step (``full_path_calls``): reads of the issue in the step, reads while
+its wait was parked (between steps), searches (the ACK watcher's batched looks, a share for
+each issue they name) and writes; the leader's own workflow that the escalation starts is
+counted apart. Checked: at most one read of the issue a step, none between steps.
+
+Last, one table: each path's reads of the issue, searches, writes and total Jira calls per
+dispatch (per workflow for the notification), with the goals (webhook-driven 1,
+Automation-driven 2).
 
 Placement. Unpinned, the service's threads hand the interpreter lock to each other across
 both CPUs and its figure drifts by a quarter from one sitting to the next. ``--split-cpus``
@@ -81,6 +104,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import requests
 from databases import fresh_database  # also puts the repository root on sys.path
@@ -91,10 +115,13 @@ from floors import (
     one_cpu,
     pin_process,
     split_cpus,
+    start_script,
+    stop,
     wait_http,
 )
 
 from tests.factories import jira_delivery
+from tests.peer_notify import FakeOncall
 from tests.process import (
     BASE,
     Dispatcher,
@@ -119,6 +146,16 @@ SETTINGS = {"LOG_LEVEL": "WARNING", "JIRA_WEBHOOK_SECRETS": WEBHOOK_SECRET}
 NOTIFY_PROJECT, NOTIFY_WORKFLOWS = "NOTE", 20
 NOTIFY_SOURCE, NOTIFY_LABEL = "jira_assignment_assignee", "notify-assignee"
 PENDING = "Todo"  # the policy's ack_pending_statuses
+# the fallback: a project whose edit screen lacks the assignee, so the one edit is refused
+SCREEN_PROJECT, FALLBACK_DISPATCHES = "SCREEN", 20
+DRY_RUNS = 20  # dry-run triggers whose calls are counted
+# the notification workflow on its full path: card, App-urgent, three pages each timing out,
+# the escalation to the direct leader; short waits, so it lasts seconds
+PATH_PROJECT, PATH_WORKFLOWS = "PATH", 10
+PATH_ACK_TIMEOUT, PATH_POLL = "2s", "500ms"
+LEADER_EMAIL, LEADER_ACCOUNT, LEADER_OPEN_ID = "lead0000@example.com", "acc-lead", "ou_lead"
+# the durable floor's process and its answer
+DURABLE_FLOOR = Path(__file__).resolve().parent / "durable_floor.py"
 
 
 @dataclass(frozen=True)
@@ -163,14 +200,15 @@ def account(n: int) -> str:
 
 
 def seed(service: Dispatcher, jira: JiraProcess, users: int) -> None:
-    """Engineers without a cached Jira account, and one active round-robin assign policy."""
+    """Engineers without a cached Jira account, and one active round-robin assign policy (for
+    ``PROJECT`` and the fallback's ``SCREEN_PROJECT``)."""
     emails = [engineer(n) for n in range(users)]
     jira.add_users([(email, account(n)) for n, email in enumerate(emails)])
     for email in emails:
         service.call("PUT", f"/engineers/{email}", (200, 201), json={"dispatch_enabled": True})
     policy = service.call("POST", "/dispatch/policies", (201,), json={
         "name": "bench round robin", "description": "every BENCH issue, round robin",
-        "trigger": {"enable": True, "source_in": [], "project_key_in": [PROJECT],
+        "trigger": {"enable": True, "source_in": [], "project_key_in": [PROJECT, SCREEN_PROJECT],
                     "issue_label_all": [DEFAULT_AUTO_ASSIGN_LABEL]},
         "rules": [{"name": "everything", "priority": 10, "when": {"always": True},
                    "then": [{"type": "assign", "assign": {
@@ -207,10 +245,13 @@ def in_threads(work: Callable[[requests.Session, object], None], items: list) ->
         list(pool.map(run, items))
 
 
-def post_all(service: Dispatcher, keys: list[str], source: str = "jira_automation") -> None:
+def post_all(service: Dispatcher, keys: list[str], source: str = "jira_automation",
+             dry_run: bool = False) -> None:
+    extra = {"dryrun": {}} if dry_run else {}
+
     def post(session: requests.Session, key: object) -> None:
         session.post(f"{service.url}{BASE}/dispatch/triggers", timeout=30, json={
-            "source": source, "input": {"issue_key": key}}).raise_for_status()
+            "source": source, "input": {"issue_key": key}, **extra}).raise_for_status()
 
     in_threads(post, keys)
 
@@ -369,6 +410,65 @@ def replay(jira: JiraProcess, plan: list[list[dict]]) -> FloorRun:
                     mismatched=len(mismatched))
 
 
+# -- the durable floor ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DurableRun:
+    rate: float
+    cpu_ms: float  # the durable floor's process CPU per dispatch
+    peer_cpu_ms: float
+    failed: int  # dispatches whose Jira calls were not answered as expected
+
+    def line(self, count: int) -> str:
+        return (f"{self.rate:8.1f} dispatches/s  floor CPU   {self.cpu_ms:5.1f} ms/dispatch  "
+                f"Jira CPU {self.peer_cpu_ms:4.1f} ms/dispatch  ({count - self.failed} of "
+                f"{count} ok)")
+
+
+class DurableFloor:
+    """bench/durable_floor.py in a process of its own, on the service's database."""
+
+    def __init__(self, database_url: str, jira: JiraProcess, users: int, cpu: int | None):
+        self.process, port = start_script(database_url, jira.base_url, "--users", str(users),
+                                          script=DURABLE_FLOOR)
+        if cpu is not None:
+            pin_process(self.process.pid, cpu)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def results(self) -> dict:
+        answer = requests.get(f"{self.url}/results", timeout=30)
+        answer.raise_for_status()
+        return answer.json()
+
+    def run(self, jira: JiraProcess, keys: list[str], timeout: float) -> DurableRun:
+        """Post every key from ``THREADS`` threads; first POST to the last recorded result."""
+        before = self.results()
+        ended = before["done"] + before["failed"] + len(keys)
+        cpu, peer_cpu = cpu_seconds(self.process.pid), cpu_seconds(jira.pid)
+        first_post = time.time()
+
+        def post(session: requests.Session, key: object) -> None:
+            session.post(f"{self.url}/triggers", timeout=30, json={
+                "source": "jira_automation", "input": {"issue_key": key}}).raise_for_status()
+
+        in_threads(post, keys)
+        deadline = time.monotonic() + timeout
+        while (now := self.results())["done"] + now["failed"] < ended:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the durable floor ended {now} of {ended} in {timeout:g} s")
+            time.sleep(POLL_SECONDS)
+        cpu = cpu_seconds(self.process.pid) - cpu
+        peer_cpu = cpu_seconds(jira.pid) - peer_cpu
+        n = len(keys)
+        return DurableRun(rate=n / (now["last"] - first_post), cpu_ms=1000 * cpu / n,
+                          peer_cpu_ms=1000 * peer_cpu / n,
+                          failed=now["failed"] - before["failed"])
+
+    def stop(self) -> None:
+        stop(self.process)
+
+
 # -- the bench ------------------------------------------------------------------------------------
 
 
@@ -383,15 +483,19 @@ def start_service(database_url: str, jira: JiraProcess,
     return service
 
 
-def run_all(args: argparse.Namespace, service: Dispatcher, jira: JiraProcess
-            ) -> tuple[list[ServiceRun], list[FloorRun], list[FloorRun]]:
-    """The measured runs: (service runs, least-call floors, replays of the service's calls)."""
+Runs = tuple[list[ServiceRun], list[FloorRun], list[FloorRun], list[DurableRun]]
+
+
+def run_all(args: argparse.Namespace, service: Dispatcher, jira: JiraProcess,
+            durable: DurableFloor) -> Runs:
+    """The measured runs: (service runs, least-call floors, replays of the service's calls,
+    durable floors)."""
     seed(service, jira, args.users)
     warm = new_issues(jira, PROJECT, 1, WARM_UP)
     post_all(service, warm)
     wait_terminal(service, WARM_UP, args.timeout)
     done = WARM_UP
-    runs: tuple[list[ServiceRun], list[FloorRun], list[FloorRun]] = ([], [], [])
+    runs: Runs = ([], [], [], [])
     for number in range(1, args.repeat + 1):
         first = number * 100_000
         keys = new_issues(jira, PROJECT, first, args.triggers)
@@ -410,11 +514,16 @@ def run_all(args: argparse.Namespace, service: Dispatcher, jira: JiraProcess
             print(f"run {number}  least-call floor         {runs[1][-1].line()}", flush=True)
             runs[2].append(replay(jira, same_calls(result.calls, keys, replay_keys)))
             print(f"run {number}  replay of its own calls  {runs[2][-1].line()}", flush=True)
+        # the floor's process has the service's CPU; the posting threads run as for the service
+        durable_keys = new_issues(jira, "DURABLE", first, args.triggers)
+        runs[3].append(durable.run(jira, durable_keys, args.timeout))
+        print(f"run {number}  durable floor            {runs[3][-1].line(args.triggers)}",
+              flush=True)
     return runs
 
 
 def report(engine: str, service: list[ServiceRun], three: list[FloorRun],
-           own: list[FloorRun]) -> None:
+           own: list[FloorRun], durable: list[DurableRun]) -> None:
     rate, three_rate = median(r.rate for r in service), median(r.rate for r in three)
     own_rate = median(r.rate for r in own)
     ratio, goal = rate / three_rate, GOALS[engine]
@@ -428,12 +537,17 @@ def report(engine: str, service: list[ServiceRun], three: list[FloorRun],
     print(f"  ratio service/least-call floor {ratio:.3f} (goal >= {goal}: "
           f"{'met' if ratio >= goal else 'not met'}); service/replay of its own calls "
           f"{rate / own_rate:.3f}")
+    durable_rate = median(r.rate for r in durable)
+    print(f"  durable floor            {durable_rate:8.1f} dispatches/s  floor CPU  "
+          f"{median(r.cpu_ms for r in durable):5.1f} ms/dispatch  (falcon + waitress: INSERT "
+          "a row, 10 threads GET issue and PUT issue, UPDATE the row)")
+    print(f"  ratio service/durable floor {rate / durable_rate:.3f} (no goal set)")
 
 
 # -- the webhook-driven dispatch's Jira calls -----------------------------------------------------
 
 
-def webhook_calls(service: Dispatcher, jira: JiraProcess, timeout: float) -> None:
+def webhook_calls(service: Dispatcher, jira: JiraProcess, timeout: float) -> PathCount:
     """The Jira calls of dispatches a signed webhook delivery starts, sent at once (fresh):
     the delivery is the snapshot, so the issue is not read."""
     keys = new_issues(jira, PROJECT, 900_000, WEBHOOK_DISPATCHES)
@@ -454,17 +568,124 @@ def webhook_calls(service: Dispatcher, jira: JiraProcess, timeout: float) -> Non
     calls, _ = jira.calls(since)
     print(f"\nJira calls per webhook-driven dispatch (a fresh signed delivery): "
           f"{recipe(calls, len(keys))}")
+    return counted("webhook-driven dispatch (fresh delivery)", calls, len(keys), goal="1")
+
+
+# -- the calls of each path, counted --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PathCount:
+    """The Jira calls of one path, per dispatch (per workflow for a notification)."""
+
+    path: str
+    reads: float  # GET of the issue
+    searches: float  # user searches, JQL searches (the ACK watcher's batched looks), counts
+    writes: float  # edits, the assignee endpoint, comments: whatever changes the issue
+    total: float  # every call, those of none of the three kinds included
+    goal: str = ""
+
+    def line(self) -> str:
+        return (f"  {self.path:<58} {self.reads:6.2f} {self.searches:8.2f} {self.writes:6.2f} "
+                f"{self.total:6.2f}  {self.goal}")
+
+
+def role(call: dict) -> str:
+    """``read`` (GET of the issue), ``search``, ``write`` (any other method on an issue), or
+    ``other``."""
+    if "/search" in call["path"]:
+        return "search"
+    if call["key"]:
+        if call["method"] != "GET":
+            return "write"
+        return "read" if kind(call) == "GET issue" else "other"
+    return "other"
+
+
+def counted(path: str, calls: list[dict], count: float, goal: str = "") -> PathCount:
+    roles = Counter(role(call) for call in calls)
+    return PathCount(path, roles["read"] / count, roles["search"] / count,
+                     roles["write"] / count, len(calls) / count, goal)
+
+
+def print_table(rows: list[PathCount]) -> None:
+    print("\nJira calls of each path, per dispatch (per workflow for a notification):")
+    print(f"  {'path':<58} {'reads':>6} {'searches':>8} {'writes':>6} {'total':>6}  goal")
+    for row in rows:
+        print(row.line())
+
+
+def triggered(service: Dispatcher, jira: JiraProcess, keys: list[str], timeout: float, *,
+              source: str = "jira_automation", dry_run: bool = False,
+              executions: int = 1) -> tuple[list[dict], list[dict]]:
+    """Trigger every key and wait until ``executions`` per key are terminal: (the Jira calls
+    meanwhile, the executions of the keys)."""
+    _, since = jira.calls()
+    expected = terminal(service) + executions * len(keys)
+    post_all(service, keys, source=source, dry_run=dry_run)
+    wait_terminal(service, expected, timeout)
+    calls, _ = jira.calls(since)
+    return calls, executions_of(service, set(keys))
+
+
+def fallback_calls(service: Dispatcher, jira: JiraProcess, timeout: float
+                   ) -> list[PathCount]:
+    """The dispatches of a project whose edit screen lacks the assignee: the first pays the
+    refused edit (a 400 "not on the appropriate screen"), then writes the assignee through its
+    endpoint and the labels in an edit of their own; the following ones, the refusal
+    remembered for an hour, go straight to the two writes."""
+    jira.leave_off_edit_screen(SCREEN_PROJECT, "assignee")
+    rows = []
+    print("\nthe fallback, a project whose edit screen lacks the assignee:")
+    for first, count, what in (
+            (1, 1, "fallback: first dispatch (pays the refusal)"),
+            (2, FALLBACK_DISPATCHES, "fallback: following ones (refusal remembered)")):
+        keys = new_issues(jira, SCREEN_PROJECT, first, count)
+        calls, ended = triggered(service, jira, keys, timeout)
+        print(f"  Jira calls per dispatch, {what}: {recipe(calls, count)}")
+        label_edits = Counter(c["key"] for c in calls if kind(c) == "PUT issue"
+                              and c["status"] == 204)
+        found = problems(keys, ended, calls)
+        found |= {key: f"{label_edits[key]} label edits" for key in keys
+                  if label_edits[key] != 1 and key not in found}
+        for key, problem in list(found.items())[:10]:
+            print(f"        NOT OK {key}: {problem}")
+        rows.append(counted(what, calls, count))
+    return rows
+
+
+def dry_run_calls(service: Dispatcher, jira: JiraProcess, timeout: float) -> PathCount:
+    """Dry-run triggers (``"dryrun": {}``) of issues the policy would assign: they read, and
+    write nothing."""
+    keys = new_issues(jira, PROJECT, 950_000, DRY_RUNS)
+    calls, ended = triggered(service, jira, keys, timeout, dry_run=True)
+    print(f"\nJira calls per dry run: {recipe(calls, len(keys))}")
+    not_ok = [e["issue_key"] for e in ended if e["status"] != "succeeded"]
+    if not_ok:
+        print(f"        NOT OK dry runs not succeeded: {not_ok[:10]}")
+    writes = [c for c in calls if role(c) == "write"]
+    if writes:
+        print(f"        NOT OK a dry run wrote to Jira: {kind(writes[0])} {writes[0]['key']}")
+    return counted("dry run", calls, len(keys))
 
 
 # -- the notification workflows' Jira calls -------------------------------------------------------
 
 
-def notification_calls(database_url: str, jira: JiraProcess, timeout: float) -> None:
+def notification_calls(database_url: str, jira: JiraProcess, timeout: float
+                       ) -> list[PathCount]:
     """A second service on the same database with the notification on and an assignee policy
     for ``NOTIFY_PROJECT``: the Jira calls of card-only workflows, then of urgent ones whose
-    issue is acknowledged (not in the pending status) before the page."""
+    issue is acknowledged (not in the pending status) before the page; then the full path
+    (``full_path_calls``), engineer 0's leader known to Core, Lark, Oncall and Jira."""
     email, assignee = engineer(0), account(0)
+    rows = []
     with notification_peers(email, "Engineer 0", "ou_eng0000") as (lark, oncall, core):
+        core.add_user(email, "Engineer 0", open_id="ou_eng0000", leader=LEADER_EMAIL)
+        core.add_user(LEADER_EMAIL, "Leader 0", open_id=LEADER_OPEN_ID)
+        lark.add_user(LEADER_EMAIL, LEADER_OPEN_ID)
+        oncall.add_phone(LEADER_EMAIL)
+        jira.add_users([(LEADER_EMAIL, LEADER_ACCOUNT)])
         service = start_service(database_url, jira,
                                 SETTINGS | notification_settings(lark, oncall, core))
         try:
@@ -489,10 +710,12 @@ def notification_calls(database_url: str, jira: JiraProcess, timeout: float) -> 
                 ended = executions_of(service, set(keys))
                 calls, _ = jira.calls(since)
                 print(f"  Jira calls per {what}: {recipe(calls, len(keys))}")
+                rows.append(counted(f"notification: {what}", calls, len(keys)))
                 sent = [m for m in lark.messages() if m.message_id not in cards]
                 for problem in workflow_problems(keys, ended, sent,
                                                  len(oncall.pages()) - pages)[:10]:
                     print(f"        NOT OK {problem}")
+            rows += full_path_calls(service, jira, oncall, timeout)
             logged = service.log_problems()
             for line in logged[:3]:
                 print(f"        NOT OK service log: {log_summary(line)}")
@@ -500,6 +723,117 @@ def notification_calls(database_url: str, jira: JiraProcess, timeout: float) -> 
                 print(f"        ... and {len(logged) - 3} more ERROR lines")
         finally:
             service.kill()
+    return rows
+
+
+STEPS = ("step 1: card, App-urgent, page 1", "step 2: page 2", "step 3: page 3",
+         "step 4: escalation")
+LEADER_STEP = "the leader's workflow"
+
+
+def full_path_calls(service: Dispatcher, jira: JiraProcess, oncall: FakeOncall,
+                    timeout: float) -> list[PathCount]:
+    """``PATH_WORKFLOWS`` urgent workflows that nobody acknowledges: card, App-urgent, three
+    pages each timing out, then the escalation to engineer 0's direct leader, whose own
+    workflow follows. The Jira calls are counted by step: a step runs from the wake at a
+    page's deadline (the first from the trigger) to the next, the last to the end of the
+    execution; the leader's workflow after it. A read of the issue after the ACK watcher's
+    first look at the step's wait is one between steps (the execution was parked). A search
+    the watcher makes for a batch of waits counts a share for each issue it names; a call
+    that names no issue (the leader's user search), a share for each workflow then in the
+    same step."""
+    policy = service.call("POST", "/dispatch/policies", (201,), json=assignee_notification_policy(
+        "bench full path", PATH_PROJECT, urgent=["P0"], attempts=3,
+        ack_timeout=PATH_ACK_TIMEOUT, poll_interval=PATH_POLL, pending=PENDING, escalate=True))
+    service.call("POST", f"/dispatch/policies/{policy['id']}/activate")
+    keys = new_issues(jira, PATH_PROJECT, 1, PATH_WORKFLOWS, labels=(NOTIFY_LABEL,),
+                      priority="P0", status=PENDING, assignee=account(0))
+    pages = len(oncall.pages())
+    calls, ended = triggered(service, jira, keys, timeout, source=NOTIFY_SOURCE, executions=2)
+    print(f"\nthe notification workflow on its full path ({PATH_WORKFLOWS} P0 workflows, "
+          f"ack_timeout {PATH_ACK_TIMEOUT}, poll {PATH_POLL}, nobody acknowledges; "
+          f"{len(oncall.pages()) - pages} pages sent in all):")
+    windows, not_ok = {}, []
+    for key in keys:
+        try:
+            windows[key] = step_windows(key, ended)
+        except (LookupError, TypeError) as exc:  # not the full path: say so, count the rest
+            not_ok.append(f"{key}: {exc}")
+    tallies: dict[str, Counter] = defaultdict(Counter)
+    reads: Counter = Counter()  # (step, key) -> reads of the issue in the step
+    looked: set[tuple[str, str]] = set()  # (step, key) whose wait the ACK watcher looked at
+    for call in sorted(calls, key=lambda c: c["at"]):
+        placed = [(key, step) for key in owners(call, keys)
+                  if key in windows and (step := step_of(windows[key], call["at"]))]
+        for key, step in placed:
+            what = role(call)
+            if what == "read" and step != LEADER_STEP and (step, key) in looked:
+                what = "read between steps"  # the execution was parked: the watcher looked
+            tallies[step][what] += 1 / len(placed)
+            tallies[step]["total"] += 1 / len(placed)
+            reads[step, key] += what == "read"
+            if what == "search" and call["key"] is None and call["path"].endswith("/jql"):
+                looked.add((step, key))
+    count = len(windows) or 1
+    print(f"  {'step':<38} {'reads (most)':>12} {'between':>7} {'searches':>8} {'writes':>6} "
+          f"{'total':>6}")
+    for step in (*STEPS, LEADER_STEP):
+        most = max((reads[step, key] for key in windows), default=0)
+        tally = tallies[step]
+        print(f"  {step:<38} {tally['read'] / count:7.2f} ({most:2d}) "
+              f"{tally['read between steps'] / count:7.2f} {tally['search'] / count:8.2f} "
+              f"{tally['write'] / count:6.2f} {tally['total'] / count:6.2f}")
+        if step != LEADER_STEP and most > 1:
+            not_ok.append(f"{step}: {most} reads of the issue in one workflow (at most 1)")
+        if step != LEADER_STEP and tally["read between steps"]:
+            not_ok.append(f"{step}: reads of the issue while the wait was parked")
+    for problem in not_ok[:10]:
+        print(f"        NOT OK {problem}")
+    names = (("read", "read between steps"), ("search",), ("write",), ("total",))
+    whole = [sum(tallies[step][name] for step in STEPS for name in group) / count
+             for group in names]
+    leader = [sum(tallies[LEADER_STEP][name] for name in group) / count for group in names]
+    return [PathCount("notification: full path, card to escalation", *whole,
+                      goal="<= 1 read a step, 0 between"),
+            PathCount("notification: then the leader's workflow", *leader)]
+
+
+def step_windows(key: str, ended: list[dict]) -> list[tuple[str, float, float]]:
+    """(step, from, to), epoch seconds, of the key's workflow and its leader's."""
+    first, _ = sorted((e for e in ended if e["issue_key"] == key), key=lambda e: e["id"])
+    escalation = [a["context"].get("escalation", {}).get("outcome") for a in actions(first)
+                  if a["type"] == "escalate_assignment_to_leader"]
+    if first["status"] != "succeeded" or not escalation or escalation[0] is None:
+        raise LookupError(f"execution {first['id']} {first['status']}, escalation "
+                          f"{escalation}")
+    deadlines = [parse_rfc3339(a["context"]["page"]["deadline"]).timestamp()
+                 for a in actions(first) if a["type"] == "page_assignment"]
+    # the leader's trigger is made within the escalation; its first read comes after
+    ended_at = parse_rfc3339(first["completed_at"]).timestamp()
+    bounds = [float("-inf"), *deadlines, ended_at, float("inf")]
+    names = (*STEPS, LEADER_STEP)
+    if len(bounds) != len(names) + 1:
+        raise LookupError(f"{len(deadlines)} page deadlines")
+    return [(name, bounds[n], bounds[n + 1]) for n, name in enumerate(names)]
+
+
+def actions(execution: dict) -> list[dict]:
+    return [a for rule in execution["rule_executions"] for a in rule["action_executions"]]
+
+
+def owners(call: dict, keys: list[str]) -> list[str]:
+    """The workflows' issues a call is about: its issue, the issues a JQL search names, or
+    (a call about no issue: a user search) all of them."""
+    if call["key"]:
+        return [call["key"]] if call["key"] in keys else []
+    jql = call["body"].get("jql") if isinstance(call.get("body"), dict) else None
+    if isinstance(jql, str):
+        return [key for key in re.findall(r'"([^"]+)"', jql) if key in keys]
+    return list(keys)
+
+
+def step_of(windows: list[tuple[str, float, float]], at: float) -> str | None:
+    return next((name for name, start, end in windows if start <= at < end), None)
 
 
 def workflow_problems(keys: list[str], ended: list[dict], sent: list, pages: int) -> list[str]:
@@ -579,13 +913,21 @@ def main() -> None:
         if peer_cpu is not None:
             pin_process(jira.pid, peer_cpu)
         service = start_service(database_url, jira, SETTINGS | given)
+        durable = DurableFloor(database_url, jira, args.users, args.floor_cpu)
         try:
-            runs = run_all(args, service, jira)
-            webhook_calls(service, jira, args.timeout)
+            runs = run_all(args, service, jira, durable)
+            automation = [call for run in runs[0] for call in run.calls]
+            rows = [counted("Automation-driven dispatch", automation,
+                            args.triggers * len(runs[0]), goal="2"),
+                    webhook_calls(service, jira, args.timeout),
+                    *fallback_calls(service, jira, args.timeout),
+                    dry_run_calls(service, jira, args.timeout)]
         finally:
+            durable.stop()
             service.kill()
         report(engine, *runs)
-        notification_calls(database_url, jira, args.timeout)
+        rows += notification_calls(database_url, jira, args.timeout)
+        print_table(rows)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ Run as a script, it serves one of two things in a process of its own, and prints
     request), kept for comparison. A middleware keeps a call log of its own (method, path,
     query, JSON body, status), because the fake's log has no query string, and adds a control
     API for the bench under ``/_bench/`` (users; issues with their labels, priority, status and
-    assignee; the call log), since the fake's Python API is out of reach in another process.
+    assignee; fields left off a project's edit screen; the call log), since the fake's Python
+    API is out of reach in another process.
 """
 
 from __future__ import annotations
@@ -115,16 +116,17 @@ def median(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
-def start_script(*arguments: str, env: dict[str, str] | None = None,
-                 stderr: Any = None) -> tuple[subprocess.Popen, int]:
-    """``python bench/floors.py ARGUMENTS``; its port, once it says it serves."""
-    process = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *arguments],
+def start_script(*arguments: str, env: dict[str, str] | None = None, stderr: Any = None,
+                 script: Path = Path(__file__)) -> tuple[subprocess.Popen, int]:
+    """``python bench/floors.py ARGUMENTS`` (or another ``script`` that prints ``serving on
+    PORT``); its port, once it says it serves."""
+    process = subprocess.Popen([sys.executable, str(script.resolve()), *arguments],
                                stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=ROOT,
                                env=env)
     line = process.stdout.readline()
     if not line.startswith("serving on "):
         stop(process)
-        raise SystemExit(f"floors.py {arguments[0]} did not start (said {line!r})")
+        raise SystemExit(f"{script.name} {arguments[0]} did not start (said {line!r})")
     return process, int(line.split()[-1])
 
 
@@ -305,6 +307,8 @@ class LoggedJira:
                                     assignee=body.get("assignee"),
                                     priority=body.get("priority", "P3"),
                                     status=body.get("status", "Open"))
+        elif path == "/_bench/screens":
+            self.jira.leave_off_edit_screen(body["project"], *body["fields"])
         elif path == "/_bench/calls":
             since = int(parse_qs(environ.get("QUERY_STRING", "")).get("since", ["0"])[0])
             with self._lock:
@@ -366,6 +370,11 @@ class JiraProcess:
         """``assignee``: the account ID of a user added before, or unassigned."""
         self._post("/_bench/issues", {"keys": keys, "labels": labels, "priority": priority,
                                       "status": status, "assignee": assignee})
+
+    def leave_off_edit_screen(self, project: str, *fields: str) -> None:
+        """The project's edit screen lacks ``fields``: an edit naming any of them is refused
+        with Jira's 400 "... is not on the appropriate screen" and applies nothing."""
+        self._post("/_bench/screens", {"project": project, "fields": list(fields)})
 
     def calls(self, since: int = 0) -> tuple[list[dict], int]:
         """The calls logged from index ``since`` on, and the index after the last."""

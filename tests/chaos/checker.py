@@ -1,5 +1,8 @@
 """Checks a chaos run's history against the promises the service makes under faults.
 
+Its summary also shows the Jira reads, searches and writes per issue for each kind of work
+(tests/chaos/costs.py), so that a fault's extra cost shows.
+
 The history is one run directory (run.json, requests.jsonl, faults.jsonl, calls.jsonl,
 logs/*.log, final.json; see the soak's contract). Nothing here talks to a process: the checker
 reads what the load generator sent, what each fake peer received, what the nemesis did, what
@@ -123,6 +126,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from tests.chaos.costs import cost_lines, jira_costs
 
 FAULT_CONTEXT_S = 30.0  # faults this close to a violation are printed with it
 ATTRIBUTION_SLACK_S = 1.0  # a call this far outside its execution's span still fits it
@@ -1276,6 +1281,7 @@ def _summary(history: History) -> dict:
             "by_status": dict(Counter(e.get("status") for e in history.executions.values())),
             "dry_runs": sum(1 for e in history.executions.values() if e.get("mode") != "live")},
         "calls": {service: dict(counts) for service, counts in sorted(calls.items())},
+        "jira_per_issue": jira_costs(history.calls, history.requests),
         "acks": dict(Counter(str(a.get("how")) for a in history.acks)),
         "faults": dict(Counter(f.kind for f in history.faults)),
         "logs": {"files": history.log_files, "lines": len(history.logs),
@@ -1341,6 +1347,7 @@ class _Printer:
             "calls       " + ("; ".join(
                 f"{service} {c.get('calls', 0)} (applied {c.get('applied', 0)}, faulted "
                 f"{c.get('faulted', 0)})" for service, c in s["calls"].items()) or "none"),
+            *cost_lines(s["jira_per_issue"]),
             f"acks        {counts(s['acks'])}",
             f"faults      {counts(s['faults'])}",
             f"logs        {s['logs']['files']} files, {s['logs']['lines']} lines, "
