@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.fakes import FakeJira, issue
-from ticket_dispatcher.actors.first_read import FRESH_READ, IssueActivity
+from ticket_dispatcher.actors.first_read import FRESH_READ, IssueActivity, IssueRead
 from ticket_dispatcher.actors.recent_reads import RecentReads
 from ticket_dispatcher.errors import OutcomeUnknown
 
@@ -111,3 +111,14 @@ def test_a_read_of_another_issue_is_not_given_for_this_one(world):
 
     assert world.reads.load_issue("TCID-2").key == "TCID-2"
     assert world.jira.loads == [KEY, "TCID-2"]
+
+
+def test_the_triggers_read_given_to_a_first_run_answers_its_next_read(world):
+    began = world.activity.mark()
+    world.reads.keep(IssueRead(issue(key=KEY), trigger_id=1, began=began))
+    world.reads.load_issue(KEY)
+    assert world.jira.loads == []
+
+    world.clock.now += FRESH_READ.total_seconds() + 0.001
+    world.reads.load_issue(KEY)
+    assert world.jira.loads == [KEY]

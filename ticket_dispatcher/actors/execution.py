@@ -327,7 +327,10 @@ class ExecutionRun:
                                                                    execution.id):
             read = None
         self._at_work_on = execution.issue_key
-        return self._deps.issue_activity.begin(execution.issue_key, read)
+        issue = self._deps.issue_activity.begin(execution.issue_key, read)
+        if issue is not None and read is not None:
+            self._jira.keep(read)  # and the run's next reads, while it stays fresh
+        return issue
 
     def _left_trigger(self, execution: Execution) -> bool:
         """An ordinary execution about to start whose issue fell outside its policy's trigger

@@ -64,6 +64,10 @@ class RecentReads:
                            self._monotonic())
         return issue
 
+    def keep(self, read: IssueRead) -> None:
+        """Start from ``read``: the trigger's, which the run's first step took as its issue."""
+        self._kept = _Kept(read, read.began.at)
+
     def forget(self) -> None:
         """The next read asks Jira."""
         self._kept = None
