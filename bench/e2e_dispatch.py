@@ -728,6 +728,8 @@ def notification_calls(database_url: str, jira: JiraProcess, timeout: float
 
 STEPS = ("step 1: card, App-urgent, page 1", "step 2: page 2", "step 3: page 3",
          "step 4: escalation")
+# The workflow's own steps in each: its actions, each allowed one read of the issue.
+STEP_ACTIONS = {STEPS[0]: 3, STEPS[1]: 1, STEPS[2]: 1, STEPS[3]: 1}
 LEADER_STEP = "the leader's workflow"
 
 
@@ -737,8 +739,11 @@ def full_path_calls(service: Dispatcher, jira: JiraProcess, oncall: FakeOncall,
     pages each timing out, then the escalation to engineer 0's direct leader, whose own
     workflow follows. The Jira calls are counted by step: a step runs from the wake at a
     page's deadline (the first from the trigger) to the next, the last to the end of the
-    execution; the leader's workflow after it. A read of the issue after the ACK watcher's
-    first look at the step's wait is one between steps (the execution was parked). A search
+    execution; the leader's workflow after it. The wake's read of the issue is the ending
+    page's last look for its ACK, so it is counted in the step before; each step may read the
+    issue once for each of its actions (the first: card, App-urgent and page 1). A read of the
+    issue after the ACK watcher's first look at the step's wait is one between steps (the
+    execution was parked). A search
     the watcher makes for a batch of waits counts a share for each issue it names; a call
     that names no issue (the leader's user search), a share for each workflow then in the
     same step."""
@@ -762,13 +767,17 @@ def full_path_calls(service: Dispatcher, jira: JiraProcess, oncall: FakeOncall,
     tallies: dict[str, Counter] = defaultdict(Counter)
     reads: Counter = Counter()  # (step, key) -> reads of the issue in the step
     looked: set[tuple[str, str]] = set()  # (step, key) whose wait the ACK watcher looked at
+    woken: set[tuple[str, str]] = set()  # (step, key) whose wake's read was counted
     for call in sorted(calls, key=lambda c: c["at"]):
         placed = [(key, step) for key in owners(call, keys)
                   if key in windows and (step := step_of(windows[key], call["at"]))]
-        for key, step in placed:
-            what = role(call)
+        for key, placed_in in placed:
+            what, step = role(call), placed_in
             if what == "read" and step != LEADER_STEP and (step, key) in looked:
                 what = "read between steps"  # the execution was parked: the watcher looked
+            if what == "read" and step in STEPS[1:] and (step, key) not in woken:
+                woken.add((step, key))  # the wake's read: the ending page's last look
+                step = STEPS[STEPS.index(step) - 1]
             tallies[step][what] += 1 / len(placed)
             tallies[step]["total"] += 1 / len(placed)
             reads[step, key] += what == "read"
@@ -776,15 +785,17 @@ def full_path_calls(service: Dispatcher, jira: JiraProcess, oncall: FakeOncall,
                 looked.add((step, key))
     count = len(windows) or 1
     print(f"  {'step':<38} {'reads (most)':>12} {'between':>7} {'searches':>8} {'writes':>6} "
-          f"{'total':>6}")
+          f"{'total':>6}  reads allowed")
     for step in (*STEPS, LEADER_STEP):
         most = max((reads[step, key] for key in windows), default=0)
         tally = tallies[step]
         print(f"  {step:<38} {tally['read'] / count:7.2f} ({most:2d}) "
               f"{tally['read between steps'] / count:7.2f} {tally['search'] / count:8.2f} "
-              f"{tally['write'] / count:6.2f} {tally['total'] / count:6.2f}")
-        if step != LEADER_STEP and most > 1:
-            not_ok.append(f"{step}: {most} reads of the issue in one workflow (at most 1)")
+              f"{tally['write'] / count:6.2f} {tally['total'] / count:6.2f}  "
+              f"{STEP_ACTIONS.get(step, '')}")
+        if step != LEADER_STEP and most > STEP_ACTIONS[step]:
+            not_ok.append(f"{step}: {most} reads of the issue in one workflow "
+                          f"(at most {STEP_ACTIONS[step]})")
         if step != LEADER_STEP and tally["read between steps"]:
             not_ok.append(f"{step}: reads of the issue while the wait was parked")
     for problem in not_ok[:10]:
