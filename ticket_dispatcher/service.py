@@ -54,6 +54,7 @@ from ticket_dispatcher.sandbox import (
 )
 from ticket_dispatcher.seeding import seed_store
 from ticket_dispatcher.store import Store, connection_budget
+from ticket_dispatcher.store.card_presses import ExecutionPresses
 from ticket_dispatcher.store.cluster import ClusterLink
 from ticket_dispatcher.store.maintenance import ExecutionWindows
 
@@ -163,7 +164,9 @@ class Service:
                     engineers=self.store.engineers, triggers=self.store.triggers,
                     contexts=self.store.contexts,
                     maintenance=ExecutionWindows(self.store.maintenance, self.store.policies,
-                                                 self.store.triggers)),
+                                                 self.store.triggers),
+                    presses=ExecutionPresses(self.store.card_presses,
+                                             buttons=self.config.lark.callbacks)),
                 registry=self.registry, metrics=self.metrics, cluster=self.cluster)
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails
