@@ -169,6 +169,8 @@ def test_escalate_now_hands_the_issue_to_the_leader_at_once(dispatchers, signer,
     answer, took = press(dispatcher, signer, execution_id, "escalate", card.message_id)
 
     assert answer.status_code == 200 and took < 1, (answer.text, took)
+    assert answer.json()["card"]["data"]["elements"][-1]["text"]["content"] == \
+        "Escalated to Bob Leader, your direct leader"
     wait_until(lambda: jira.assignee(KEY) == LEADER_ACCOUNT, 10,
                "the escalation makes the leader the assignee (the poll is 30 s)")
     done = wait_until(lambda: (ex := execution(dispatcher, execution_id))["status"] ==

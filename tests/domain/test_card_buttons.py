@@ -158,15 +158,16 @@ def test_the_target_acknowledging_gets_a_success_toast_and_the_card_without_butt
         f"Acknowledged by Alice at {world.clock.now():%Y-%m-%d %H:%M} UTC"
 
 
-def test_escalate_says_the_leader_gets_it():
+@pytest.mark.parametrize("leader,note", [
+    ("Bob", "Escalated to Bob, your direct leader"), ("", "Escalated to your direct leader")])
+def test_escalate_names_the_leader_when_known(leader, note):
     world = ButtonWorld()
     ex = world.run()
 
-    answer = judge_press(ex, press(PressAction.ESCALATE), world.clock.now())
+    answer = judge_press(ex, press(PressAction.ESCALATE), world.clock.now(), leader=leader)
 
     assert answer.outcome is PressOutcome.ESCALATED
-    assert answer.body["card"]["data"]["elements"][-1]["text"]["content"] == \
-        "Escalated to your direct leader"
+    assert answer.body["card"]["data"]["elements"][-1]["text"]["content"] == note
 
 
 def test_someone_else_pressing_is_told_whose_page_it_is_and_nothing_acts():

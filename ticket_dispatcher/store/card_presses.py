@@ -40,15 +40,17 @@ class CardPressRepository:
             f"operator_open_id, answer_json, pressed_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, "
             f"{p}, {p}) ON CONFLICT DO NOTHING RETURNING id")
 
-    def answer(self, press: CardAction, now: datetime) -> tuple[PressAnswer, bool]:
+    def answer(self, press: CardAction, now: datetime,
+               leader: str = "") -> tuple[PressAnswer, bool]:
         """Judge ``press`` and record it with its answer, in one transaction; the answer, and
         whether it is a repeat's (the event was answered before, and nothing is written).
-        ``InvalidInput`` when the button names no wait: nothing is written."""
+        ``InvalidInput`` when the button names no wait: nothing is written. ``leader``: the
+        name an Escalate now's card gives the leader, when known."""
         with write_lock(self.db):
             stored = self._answered(press.event_id)
             if stored is not None:
                 return stored, True
-            answer = self._judged(press, now)
+            answer = self._judged(press, now, leader)
             if self._record(press, answer, now):
                 return answer, False
             # Another press got in first: this same event (a repeat), or one that acted on
@@ -56,7 +58,7 @@ class CardPressRepository:
             stored = self._answered(press.event_id)
             if stored is not None:
                 return stored, True
-            answer = self._judged(press, now)
+            answer = self._judged(press, now, leader)
             if not self._record(press, answer, now):  # pragma: no cover - needs a third press
                 raise RuntimeError("a press could not be recorded")
             return answer, False
@@ -75,12 +77,12 @@ class CardPressRepository:
                 CardPressRow.acts_on.in_(list(execution_ids)))
             return {row.acts_on for row in rows if row.acts_on is not None}
 
-    def _judged(self, press: CardAction, now: datetime) -> PressAnswer:
+    def _judged(self, press: CardAction, now: datetime, leader: str) -> PressAnswer:
         try:
             execution = self._executions.get(press.execution_id)
         except NotFound:
             execution = None
-        return judge_press(execution, press, now, self.pressed(press.execution_id))
+        return judge_press(execution, press, now, self.pressed(press.execution_id), leader)
 
     def _record(self, press: CardAction, answer: PressAnswer, now: datetime) -> bool:
         params = (press.event_id, press.execution_id, press.action.value, answer.outcome.value,

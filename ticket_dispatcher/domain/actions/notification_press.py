@@ -57,8 +57,9 @@ class PressAnswer:
 
 
 def judge_press(execution: Execution | None, press: CardAction, now: datetime,
-                earlier: CardPress | None = None) -> PressAnswer:
-    """How to answer ``press``; ``earlier``: a press that acted on this wait before.
+                earlier: CardPress | None = None, leader: str = "") -> PressAnswer:
+    """How to answer ``press``; ``earlier``: a press that acted on this wait before;
+    ``leader``: the direct leader's name, when Core told it in time.
     ``InvalidInput`` (400) when the button names no wait with buttons, or another card's."""
     card = card_state_of(execution) if execution is not None else None
     if execution is None or card is None or not card.buttons or card.snapshot is None \
@@ -83,15 +84,11 @@ def judge_press(execution: Execution | None, press: CardAction, now: datetime,
         note = f"Acknowledged by {name} at {_clock(now)}"
         toast = _toast("success", f"Acknowledged: no more pages for {execution.issue_key}.")
     else:
-        note = "Escalated to your direct leader"
-        toast = _toast("success", f"Escalating {execution.issue_key} to your direct leader.")
+        to = f"{leader}, your direct leader" if leader else "your direct leader"
+        note = f"Escalated to {to}"
+        toast = _toast("success", f"Escalating {execution.issue_key} to {to}.")
     return PressAnswer(ACTED[press.action], {"toast": toast, "card": _card(execution, card,
                                                                              note)})
-
-
-def escalated_note(leader: str) -> str:
-    """The card's note once the leader's name is known."""
-    return f"Escalated to {leader}"
 
 
 def _ended(execution: Execution, earlier: CardPress | None) -> str:
