@@ -24,6 +24,7 @@ from ticket_dispatcher.actors.client_pool import ClientPool
 from ticket_dispatcher.actors.client_ports import CorePool, JiraPool, LarkPool, OncallPool
 from ticket_dispatcher.domain import ports as ports_module
 from ticket_dispatcher.domain.ports import (
+    CardPresses,
     Directory,
     EngineerStore,
     EscalationSlots,
@@ -31,6 +32,7 @@ from ticket_dispatcher.domain.ports import (
     MaintenanceWindows,
     Messenger,
     NoMaintenance,
+    NoPresses,
     NotConfigured,
     NotConfiguredDirectory,
     NotConfiguredJira,
@@ -48,6 +50,7 @@ from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient
 from ticket_dispatcher.metrics import Metrics
+from ticket_dispatcher.store.card_presses import ExecutionPresses
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.maintenance import ExecutionWindows
@@ -103,6 +106,7 @@ IMPLEMENTATIONS = [
     (Metrics, NotificationCalls), (UncountedCalls, NotificationCalls),
     (FakeCalls, NotificationCalls),
     (ExecutionWindows, MaintenanceWindows), (NoMaintenance, MaintenanceWindows),
+    (ExecutionPresses, CardPresses), (NoPresses, CardPresses),
 ]
 POOLS = [(JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory)]
 NOT_CONFIGURED = [(NotConfiguredJira, Jira, "jira"), (NotConfiguredMessenger, Messenger, "lark"),
@@ -178,7 +182,7 @@ def test_integrations_left_out_are_not_configured_and_ports_cannot_grow():
     assert [type(getattr(ports, f.name)) for f in dataclasses.fields(Ports)] == [
         FakeJira, NotConfiguredMessenger, NotConfiguredOnCall, NotConfiguredDirectory,
         NotConfiguredEngineers, NotConfiguredTriggers, FakeContexts, UncountedCalls,
-        NoMaintenance]
+        NoMaintenance, NoPresses]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ports.jira = FakeJira()  # type: ignore[misc]
     with pytest.raises(TypeError):
