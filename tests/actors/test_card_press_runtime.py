@@ -47,6 +47,15 @@ def test_a_press_woken_at_once_ends_the_wait_without_waiting_for_the_poll(world)
     assert len(acks(world)) == 1
 
 
+def test_the_watcher_reads_no_readers_of_a_card_with_buttons(world):
+    start_waits(world, ("TCID-1",))
+    reads_before = len(world.lark.reads)
+
+    world.advance(POLL)
+
+    assert len(world.lark.reads) == reads_before
+
+
 def test_the_watchers_look_finds_a_press_nobody_woke_for(world):
     [execution_id] = start_waits(world, ("TCID-1",))
     press(world, execution_id, PressAction.ESCALATE)
