@@ -1,6 +1,8 @@
 """The fresh guard of the urgent, page and escalation actions (docs/design.md, "The
 assignment-notification workflow"): invalidation first, then ACK; a verdict ends the workflow,
-and an ACK writes its comment exactly once, by the action that found it.
+and an ACK writes its comment exactly once, by the action that found it. A recorded press of
+the card's buttons (docs/lark-card-buttons.md) comes before both: Acknowledge is an ACK, and
+Escalate now skips every step but the escalation.
 
 ``Expected`` is what such an action copied from the card's state at plan
 (``expected_from_card``): the role, project and target to compare, and the card's message.
