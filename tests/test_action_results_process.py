@@ -62,11 +62,11 @@ def test_a_page_to_someone_without_a_phone_is_failed_everywhere(sandbox_service)
         return execution if page["context"]["page"].get("page_status") else None
 
     execution = wait_until(waiting_after_the_page, 30, "the first page answered")
-    # the page was refused, and the workflow still waits for an ACK: the card is read
+    # the page was refused, and the workflow still waits for an ACK: carol acknowledges
     messages = requests.get(f"{url}{CONTROL}/messages", timeout=10).json()["items"]
-    read = requests.post(f"{url}{CONTROL}/lark/messages/{messages[-1]['message_id']}/reads",
-                         timeout=10, json={"email": "carol@example.com"})
-    assert read.status_code in (200, 201, 204), read.text
+    read = requests.post(f"{url}{CONTROL}/lark/messages/{messages[-1]['message_id']}/press",
+                         timeout=10, json={"action": "ack"})
+    assert read.status_code == 200 and read.json()["status"] == 200, read.text
 
     def finished() -> dict | None:
         done = requests.get(f"{url}{BASE}/dispatch/executions/{execution['id']}",

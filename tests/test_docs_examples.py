@@ -449,9 +449,12 @@ def message_id_taken(result: Result, ctx: dict) -> None:
     assert ctx["vars"]["MESSAGE_ID"] == ctx["card"], result
 
 
-def card_read(result: Result, ctx: dict) -> None:
-    assert result.json() == {"message_id": ctx["card"], "open_id": "ou_sbx_alice",
-                             "newly_read": True}, result
+def card_pressed(result: Result, ctx: dict) -> None:
+    body = result.json()
+    assert (body["message_id"], body["status"]) == (ctx["card"], 200), result
+    assert body["answer"]["toast"]["type"] == "success", result
+    note = body["answer"]["card"]["data"]["elements"][-1]["text"]["content"]
+    assert note.startswith("Acknowledged by Alice Wang at "), result
 
 
 def acknowledged(result: Result, ctx: dict) -> None:
@@ -459,6 +462,7 @@ def acknowledged(result: Result, ctx: dict) -> None:
     assert execution["status"] == "succeeded", result
     first, *others = pages_of(execution)
     assert first["context"]["page"]["outcome"] == "ack", result
+    assert first["context"]["page"]["ack_source"] == "button", result
     assert [a["status"] for a in others] == ["skipped", "skipped"], result
     [escalation] = [a for a in actions(execution) if a["type"] == "escalate_assignment_to_leader"]
     assert escalation["status"] == "skipped", result
@@ -590,7 +594,7 @@ README_STEPS = [
     Expect("_control/pages", page_to_alice(accepted=True), poll=True),
     Expect("admin/actors", parked_on_its_first_page, poll=True),
     Expect("MESSAGE_ID=", message_id_taken),
-    Expect("$MESSAGE_ID/reads", card_read),
+    Expect("$MESSAGE_ID/press", card_pressed),
     Expect("executions?issue_key=GTOC-1", acknowledged, poll=True),
     Expect("_control/issues/GTOC-1", comments_of_each_run),
     Expect("issues/GTOC-1/rearm", gtoc1_rearmed),

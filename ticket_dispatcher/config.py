@@ -564,6 +564,16 @@ class LarkConfig:
     base_url: str = setting("https://open.feishu.cn", _http_url())
     app_id: str = setting("", text())
     app_secret: str = setting("", text(secret=True))
+    # What the app's "Events & Callbacks" page in Lark's developer console shows: the card
+    # callbacks (a button pressed on a card) are checked with them (http/lark_callbacks.py).
+    # With neither, cards carry no buttons and the callback route answers 404.
+    encrypt_key: str = setting("", text(secret=True))
+    verification_token: str = setting("", text(secret=True))
+
+    @property
+    def callbacks(self) -> bool:
+        """Whether card callbacks are taken (and cards carry buttons)."""
+        return bool(self.encrypt_key or self.verification_token)
 
 
 @dataclass(frozen=True)
@@ -747,7 +757,8 @@ class Config:
 
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for the log redactor."""
-        values = [self.jira.api_token, self.lark.app_secret, self.oncall.token, self.core.token,
+        values = [self.jira.api_token, self.lark.app_secret, self.lark.encrypt_key,
+                  self.lark.verification_token, self.oncall.token, self.core.token,
                   self.jira.basic_credential(), self.console.session_secret,
                   *self.jira.webhook_secrets]
         password = urlsplit(self.database_url).password or ""

@@ -176,6 +176,11 @@ class Metrics:
         self.webhooks = counter("jira_webhooks", "Jira webhook deliveries by event and outcome: "
                                 "accepted, duplicate, ignored, unauthorized, rate_limited, "
                                 "invalid, too_large, unavailable", ("event", "outcome"))
+        self.card_presses = counter("lark_card_presses", "Presses of the notification cards' "
+                                    "buttons by action (ack, escalate, unknown) and outcome: "
+                                    "acknowledged, escalated, not_yours, ended, duplicate, "
+                                    "unauthorized, invalid, too_large, rate_limited, "
+                                    "not_configured, unavailable", ("action", "outcome"))
         self.trigger_results = counter("trigger_results", "Triggers processed, by outcome",
                                        ("outcome",))
         self.intake_priority = counter("trigger_intake_priority_seconds", "Time trigger "
@@ -308,6 +313,10 @@ class Metrics:
     def webhook_received(self, event: str, outcome: str) -> None:
         """``event``: one this service takes, "other" or "unknown" (never the body's text)."""
         self.webhooks.labels(event=event, outcome=outcome).inc()
+
+    def card_press(self, action: str, outcome: str) -> None:
+        """``action``: ack, escalate, or unknown (never the body's text)."""
+        self.card_presses.labels(action=action, outcome=outcome).inc()
 
     def trigger_processed(self, outcome: str) -> None:
         self.trigger_results.labels(outcome=outcome).inc()

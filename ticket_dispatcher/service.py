@@ -32,6 +32,7 @@ from ticket_dispatcher.calendars.refresher import CalendarRefresher
 from ticket_dispatcher.clock import SystemClock, TimerClock
 from ticket_dispatcher.config import Config, HttpConfig
 from ticket_dispatcher.domain.actions.registry import product_registry
+from ticket_dispatcher.domain.lark_callbacks import CallbackKeys
 from ticket_dispatcher.domain.ports import (
     NotConfiguredDirectory,
     NotConfiguredJira,
@@ -40,20 +41,24 @@ from ticket_dispatcher.domain.ports import (
     Ports,
 )
 from ticket_dispatcher.errors import ConfigError
+from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.app import create_app
 from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.integrations.calendar_fetch import FeedFetcher
 from ticket_dispatcher.logging import configure_logging
 from ticket_dispatcher.metrics import Metrics
 from ticket_dispatcher.sandbox import (
+    LARK_VERIFICATION_TOKEN,
     WEBHOOK_SECRET,
     Sandbox,
     load_examples,
     mount_sandbox,
     service_urls,
 )
+from ticket_dispatcher.sandbox.lark import CardCallbacks
 from ticket_dispatcher.seeding import seed_store
 from ticket_dispatcher.store import Store, connection_budget
+from ticket_dispatcher.store.card_presses import ExecutionPresses
 from ticket_dispatcher.store.cluster import ClusterLink
 from ticket_dispatcher.store.maintenance import ExecutionWindows
 
@@ -163,7 +168,9 @@ class Service:
                     engineers=self.store.engineers, triggers=self.store.triggers,
                     contexts=self.store.contexts,
                     maintenance=ExecutionWindows(self.store.maintenance, self.store.policies,
-                                                 self.store.triggers)),
+                                                 self.store.triggers),
+                    presses=ExecutionPresses(self.store.card_presses,
+                                             buttons=self.config.lark.callbacks)),
                 registry=self.registry, metrics=self.metrics, cluster=self.cluster)
             self.services.runtime = self.runtime
             self.runtime.start()  # boot recovery; if it cannot run, the start fails
@@ -255,6 +262,12 @@ class Service:
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         urls = service_urls(f"http://{host}:{self.port}")
+        lark = replace(config.lark, base_url=urls["lark"], app_id="sandbox", app_secret="sandbox")
+        if not lark.callbacks:  # the sandbox's Lark presses buttons, signed with its token
+            lark = replace(lark, verification_token=LARK_VERIFICATION_TOKEN)
+        sandbox.lark.callbacks = CardCallbacks(
+            f"http://{host}:{self.port}{API_BASE}/lark/card-actions",
+            CallbackKeys(lark.encrypt_key, lark.verification_token))
         return replace(
             config,
             # the example notification families are active in the sandbox: let them run
@@ -262,8 +275,7 @@ class Service:
             jira=replace(config.jira, base_url=urls["jira"], email="sandbox@example.com",
                          api_token="sandbox",
                          webhook_secrets=config.jira.webhook_secrets or (WEBHOOK_SECRET,)),
-            lark=replace(config.lark, base_url=urls["lark"], app_id="sandbox",
-                         app_secret="sandbox"),
+            lark=lark,
             oncall=replace(config.oncall, base_url=urls["oncall"], token="sandbox"),
             core=replace(config.core, base_url=urls["core"], token="sandbox"),
         )

@@ -14,6 +14,7 @@ from ticket_dispatcher.actors.runtime import Runtime
 from ticket_dispatcher.domain.actions.notification import validate_page_config
 from ticket_dispatcher.domain.execution import ActionStatus, ExecutionStatus
 from ticket_dispatcher.domain.ports import Ports
+from ticket_dispatcher.store.card_presses import ExecutionPresses
 
 ASSIGNEE = "jira_assignment_assignee"
 
@@ -29,7 +30,9 @@ class NotificationHarness(Harness):
     def start(self) -> NotificationHarness:
         ports = Ports(jira=self.jira, core=self.directory, oncall=self.oncall,
                       engineers=self.store.engineers, lark=self.lark, triggers=self.triggers,
-                      contexts=self.store.contexts, maintenance=self.maintenance())
+                      contexts=self.store.contexts, maintenance=self.maintenance(),
+                      presses=ExecutionPresses(self.store.card_presses,
+                                               buttons=self.config.lark.callbacks))
         self.runtime = Runtime(self.config, self.store, self.clock, ports=ports,
                                registry=self.registry, metrics=self.metrics)
         self.runtime.start()

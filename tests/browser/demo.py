@@ -149,11 +149,12 @@ class SandboxServer(Dispatcher):
         assert cards, f"no Lark card about {issue_key}"
         return cards[-1]
 
-    def ack(self, issue_key: str, email: str = "alice@example.com") -> None:
-        """Someone reads the card about ``issue_key`` in Lark: an ACK."""
+    def ack(self, issue_key: str) -> None:
+        """The card's receiver presses Acknowledge on the card about ``issue_key`` (the
+        sandbox's cards carry buttons; reading one is no ACK)."""
         card = self.card_of(issue_key)
-        self.control("POST", f"/lark/messages/{card['message_id']}/reads",
-                     json={"email": email})
+        self.control("POST", f"/lark/messages/{card['message_id']}/press",
+                     json={"action": "ack"})
 
 
 # -- the demo world -----------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def test_a_parked_notification_counts_down_then_leaves_the_page_once_read(sandbo
     expect(countdown).not_to_have_text(shown, timeout=3_000)  # console.js ticks every second
 
     page.evaluate("window.__stillThisPage = true")
-    sandbox.ack("GTOC-1")  # alice reads the card in Lark
+    sandbox.ack("GTOC-1")  # alice presses Acknowledge on the card in Lark
 
     # Within a poll of the ACK watcher (5 s) and a refresh of the page, with no reload.
     expect(row).to_have_count(0, timeout=WAIT_SECONDS * 1000)

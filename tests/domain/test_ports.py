@@ -25,6 +25,7 @@ from ticket_dispatcher.actors.client_ports import CorePool, JiraPool, LarkPool, 
 from ticket_dispatcher.actors.recent_reads import RecentReads
 from ticket_dispatcher.domain import ports as ports_module
 from ticket_dispatcher.domain.ports import (
+    CardPresses,
     Directory,
     EngineerStore,
     EscalationSlots,
@@ -33,6 +34,7 @@ from ticket_dispatcher.domain.ports import (
     MaintenanceWindows,
     Messenger,
     NoMaintenance,
+    NoPresses,
     NoReadsKept,
     NotConfigured,
     NotConfiguredDirectory,
@@ -51,6 +53,7 @@ from ticket_dispatcher.integrations.jira import JiraClient
 from ticket_dispatcher.integrations.lark import LarkClient
 from ticket_dispatcher.integrations.oncall import OncallClient
 from ticket_dispatcher.metrics import Metrics
+from ticket_dispatcher.store.card_presses import ExecutionPresses
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.maintenance import ExecutionWindows
@@ -106,6 +109,7 @@ IMPLEMENTATIONS = [
     (Metrics, NotificationCalls), (UncountedCalls, NotificationCalls),
     (FakeCalls, NotificationCalls),
     (ExecutionWindows, MaintenanceWindows), (NoMaintenance, MaintenanceWindows),
+    (ExecutionPresses, CardPresses), (NoPresses, CardPresses),
     (RecentReads, KeptReads), (NoReadsKept, KeptReads),
 ]
 POOLS = [(JiraPool, Jira), (LarkPool, Messenger), (OncallPool, OnCall), (CorePool, Directory)]
@@ -182,7 +186,7 @@ def test_integrations_left_out_are_not_configured_and_ports_cannot_grow():
     assert [type(getattr(ports, f.name)) for f in dataclasses.fields(Ports)] == [
         FakeJira, NotConfiguredMessenger, NotConfiguredOnCall, NotConfiguredDirectory,
         NotConfiguredEngineers, NotConfiguredTriggers, FakeContexts, UncountedCalls,
-        NoMaintenance, NoReadsKept]
+        NoMaintenance, NoPresses, NoReadsKept]
     with pytest.raises(dataclasses.FrozenInstanceError):
         ports.jira = FakeJira()  # type: ignore[misc]
     with pytest.raises(TypeError):

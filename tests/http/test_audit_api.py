@@ -18,6 +18,8 @@ WRITES = {"post", "put", "delete", "patch"}
 NOT_CHANGES = {
     ("post", "/dispatch/triggers"): "a trigger is work to do, recorded as the trigger itself",
     ("post", "/jira/webhooks"): "a delivery is work to do, recorded as its triggers",
+    ("post", "/lark/card-actions"): "a press answers a page: recorded as the press itself "
+                                    "and on its execution's timeline",
     ("post", "/dispatch/policies/validate"): "validation stores nothing",
 }
 

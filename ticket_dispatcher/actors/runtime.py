@@ -25,6 +25,7 @@ from ticket_dispatcher.actors.messages import (
     PoolStatus,
     PoolView,
     Pull,
+    WatchedWake,
 )
 from ticket_dispatcher.actors.pool import PoolAnswer, SlotsFree
 from ticket_dispatcher.actors.scheduler import Scheduler
@@ -252,6 +253,13 @@ class Runtime:
         if outcome is CancelOutcome.FINISHED:
             raise Conflict(f"execution {execution_id} has already finished")
         return outcome
+
+    def wake(self, execution_id: int) -> None:
+        """Run a parked execution now rather than at its ``wake_at`` (a press of its card's
+        button was recorded); nothing when it is not parked here: its next look or its next
+        step reads the press."""
+        if self._pool is not None and not self.deps.stopping.is_set():
+            self.activity.tell(self._pool, WatchedWake(execution_id))
 
     def _router(self) -> TriggerRouter:
         """The trigger actors' router, which ``start`` sets before any trigger is accepted."""

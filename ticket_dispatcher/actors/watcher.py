@@ -168,7 +168,7 @@ class AckWatcher(TrackedActor):
         self._deps.metrics.ack_looks_counted("gone", len(gone))
         issues = self._read_issues(saved) if saved else {}
         readers = self._read_readers(saved) if saved else {}
-        quieted = self._quieted(saved, now)
+        quieted = self._quieted(saved, now) | self._pressed(saved)
         woken = []
         parked: dict[int, datetime | None] = dict.fromkeys(gone)  # the pool forgets these
         for watch in saved:
@@ -197,6 +197,14 @@ class AckWatcher(TrackedActor):
             return set()
         return {watch.execution_id for watch in watches
                 if maintenance.ruling(watch.execution, now, windows) is not None}
+
+    def _pressed(self, watches: list[AckWatch]) -> set[int]:
+        """The waits whose card's button was pressed: their executions act on the press
+        (notification_guard.py). One read a batch, and none while cards carry no buttons."""
+        presses = self._deps.ports.presses
+        if not presses.buttons or not watches:
+            return set()
+        return presses.pressed_among([watch.execution_id for watch in watches])
 
     def _read_waits(self, batch: dict[int, WatchedWait],
                     now: datetime) -> tuple[list[AckWatch], list[int]] | None:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ticket_dispatcher.domain.availability import TimeOff
 from ticket_dispatcher.domain.execution import Execution
+from ticket_dispatcher.domain.lark_callbacks import PressAction
 from ticket_dispatcher.domain.maintenance import InEffect, MaintenanceWindow
 from ticket_dispatcher.domain.model import DispatchContext, Engineer, Issue, JiraUser
 from ticket_dispatcher.errors import DispatcherError, IntegrationError, ServiceNotConfigured
@@ -449,6 +450,44 @@ class NoMaintenance:
         return None
 
 
+@dataclass(frozen=True)
+class CardPress:
+    """A press of a card's button that acts on its wait (notification_press.py)."""
+
+    action: PressAction
+    pressed_at: datetime
+
+
+class CardPresses(Protocol):
+    """The presses of the cards' buttons, as the guard and the ACK watcher read them:
+    ``store.card_presses.ExecutionPresses``. ``buttons``: whether cards carry buttons (Lark's
+    callbacks are configured)."""
+
+    @property
+    def buttons(self) -> bool:
+        ...
+
+    def pressed(self, execution_id: int) -> CardPress | None:
+        """The press that acts on the execution's wait, if any."""
+        ...
+
+    def pressed_among(self, execution_ids: Sequence[int]) -> set[int]:
+        """Which of the executions have a press that acts on their wait."""
+        ...
+
+
+class NoPresses:
+    """No callbacks configured: cards carry no buttons, and nothing was pressed."""
+
+    buttons = False
+
+    def pressed(self, execution_id: int) -> CardPress | None:
+        return None
+
+    def pressed_among(self, execution_ids: Sequence[int]) -> set[int]:
+        return set()
+
+
 class UncountedCalls:
     """No counter wired: calls go uncounted (the runtime wires its metrics instead)."""
 
@@ -480,4 +519,5 @@ class Ports:
     contexts: EscalationSlots
     calls: NotificationCalls = field(default_factory=UncountedCalls)
     maintenance: MaintenanceWindows = field(default_factory=NoMaintenance)
+    presses: CardPresses = field(default_factory=NoPresses)
     reads: KeptReads = field(default_factory=NoReadsKept)

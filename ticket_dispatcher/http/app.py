@@ -25,6 +25,7 @@ from ticket_dispatcher.http.engineers import (
     TimeOffItem,
 )
 from ticket_dispatcher.http.health import Liveness, MetricsExposition, Options, Readiness
+from ticket_dispatcher.http.lark_callbacks import LarkCardActions
 from ticket_dispatcher.http.maintenance import MaintenanceWindowCollection, MaintenanceWindowEnd
 from ticket_dispatcher.http.middleware import DatabaseConnection, PrivateAnswers
 from ticket_dispatcher.http.openapi import OpenApiDocument
@@ -89,6 +90,7 @@ def create_app(services: Services, *, auth_enabled: bool = True,
     app.add_route(f"{api}/dispatch/policies/{{policy_id:{ID}}}/shadow", PolicyShadow(services))
     app.add_route(f"{api}/dispatch/contexts/{{issue_key}}", ContextItem(services))
     app.add_route(f"{api}/jira/webhooks", JiraWebhooks(services, keys))
+    app.add_route(f"{api}/lark/card-actions", LarkCardActions(services, keys))
     app.add_route(f"{api}/audit", AuditTrail(services))
     app.add_route(f"{api}/maintenance-windows", MaintenanceWindowCollection(services))
     app.add_route(f"{api}/maintenance-windows/{{window_id:{ID}}}/end",

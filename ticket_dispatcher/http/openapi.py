@@ -389,6 +389,36 @@ def _webhook_paths() -> dict:
     return {f"{API_BASE}/jira/webhooks": {"post": operation}}
 
 
+def _card_action_paths() -> dict:
+    toast = _object({"type": {"type": "string", "enum": ["info", "success", "warning", "error"]},
+                     "content": {"type": "string"}}, required=("type", "content"))
+    answer = _object({
+        "challenge": {"type": "string", "description": "Lark's URL check, answered"},
+        "toast": toast,
+        "card": _object({"type": {"type": "string", "enum": ["raw"]},
+                         "data": {"type": "object", "description": "The card, its buttons "
+                                  "replaced by what the press did"}})})
+    header = [{"name": name, "in": "header", "required": False, "schema": {"type": "string"}}
+              for name in ("X-Lark-Signature", "X-Lark-Request-Timestamp",
+                           "X-Lark-Request-Nonce")]
+    operation = _op(
+        "Take Lark's callback of a button pressed on a notification card (card.action.trigger, "
+        "schema 2.0), or Lark's URL check; no API key: with lark.encrypt_key the body is "
+        "encrypted and X-Lark-Signature signs it, with lark.verification_token the body's token "
+        "must match; a timestamp more than 5 minutes from now is stale. 404 with neither "
+        "configured", {
+            "200": _json(answer, "The answer Lark shows: a toast, and for a press that acted "
+                                 "the card updated in place; a repeat of an event answers the "
+                                 "same")},
+        public=True, errors=("400", "401", "404", "413", "429", "503"), params=header)
+    operation["requestBody"] = {"required": True, "content": {"application/json": {
+        "schema": {"type": "object", "description": "{\"encrypt\": …}, or the callback: "
+                   "schema, header (event_id, event_type, token), event (operator.open_id, "
+                   "action.value {action: ack|escalate, execution_id}, "
+                   "context.open_message_id)"}}}}
+    return {f"{API_BASE}/lark/card-actions": {"post": operation}}
+
+
 def _audit_paths() -> dict:
     records = _object({"records": {"type": "array", "items": _ref("AuditRecord")},
                        "next_cursor": {"type": "string", "nullable": True}})
@@ -436,7 +466,7 @@ def _maintenance_paths() -> dict:
 
 def _paths() -> dict:
     return {**_service_paths(), **_policy_paths(), **_dispatch_paths(), **_operator_paths(),
-            **_webhook_paths(), **_audit_paths(), **_maintenance_paths()}
+            **_webhook_paths(), **_card_action_paths(), **_audit_paths(), **_maintenance_paths()}
 
 
 # --- conditions: one leaf variant per operand shape, vocabularies from catalog -----------------

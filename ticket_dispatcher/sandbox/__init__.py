@@ -29,13 +29,16 @@ from ticket_dispatcher.sandbox.examples import ExampleSummary, load_examples
 from ticket_dispatcher.sandbox.traffic import SERVICES
 from ticket_dispatcher.sandbox.world import Sandbox
 
-__all__ = ["WEBHOOK_SECRET", "ExampleSummary", "Sandbox", "load_examples", "mount_sandbox",
-           "service_urls"]
+__all__ = ["LARK_VERIFICATION_TOKEN", "WEBHOOK_SECRET", "ExampleSummary", "Sandbox",
+           "load_examples", "mount_sandbox", "service_urls"]
 
 PREFIX = "/sandbox"
 # What ``serve --sandbox`` signs Jira webhooks with when ``jira.webhook_secrets`` names none, so
 # a newcomer can post a signed delivery (README, "Try it"). Public: the sandbox is local.
 WEBHOOK_SECRET = "sandbox-webhook-secret"
+# The verification token the sandbox's Lark signs its card callbacks with, when the service
+# has none configured.
+LARK_VERIFICATION_TOKEN = "sandbox-lark-verification-token"
 
 
 def mount_sandbox(app: falcon.App, sandbox: Sandbox, prefix: str = PREFIX) -> None:

@@ -9,6 +9,7 @@ world and look at what the dispatcher did to it.
 | `PUT /groups/{group}` `{"members"}` | a Core group |
 | `PUT /teams/{team}` `{"responders"}` | an Oncall team, primary first |
 | `POST /lark/messages/{id}/reads` `{"email"|"open_id", "timestamp_ms"?}` | a card is read |
+| `POST /lark/messages/{id}/press` `{"action", "open_id"?}` | a card's button is pressed |
 | `DELETE /lark/tokens` | revoke every tenant token (clients must refresh) |
 | `GET /messages`, `/urgents`, `/pages`, `/comments?issue_key=`, `/requests` | what was sent |
 | `GET/POST/DELETE /faults` | list, inject, clear faults |
@@ -30,13 +31,14 @@ from collections.abc import Callable
 from typing import Any
 
 import falcon
+import requests
 
 from ticket_dispatcher.domain.issues import ISSUE_KEY
 from ticket_dispatcher.errors import Conflict, InvalidInput, NotFound, Problem
 from ticket_dispatcher.safejson import bind_object
 from ticket_dispatcher.sandbox.base import PUBLIC, read_json_body
 from ticket_dispatcher.sandbox.jira import SandboxIssue, UnknownIssue
-from ticket_dispatcher.sandbox.lark import UnknownMessage
+from ticket_dispatcher.sandbox.lark import NoButton, UnknownMessage, card_callback
 from ticket_dispatcher.sandbox.oncall import FORCED_OUTCOMES
 from ticket_dispatcher.sandbox.people import DuplicateId, People, UnknownUser
 from ticket_dispatcher.sandbox.traffic import SERVICES
@@ -365,6 +367,41 @@ class MessageReadsControl(ControlResource):
         return open_id
 
 
+class MessagePressControl(ControlResource):
+    """A person presses a card's button: the sandbox's Lark calls the service back, signed as
+    Lark signs it, and answers what the service answered (the card, updated in place when the
+    answer carries one)."""
+
+    roles = {"POST": PUBLIC}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, message_id: str) -> None:
+        body = bind_object(self.body(req), required={"action": str},
+                           optional={"open_id": str})
+        lark = self.sandbox.lark
+        if lark.callbacks is None:
+            raise Conflict("the service takes no card callbacks (lark.verification_token, "
+                           "lark.encrypt_key)")
+        try:
+            receiver, value = lark.button_value(message_id, body["action"])
+        except UnknownMessage as exc:
+            raise NotFound(exc.message) from None
+        except NoButton as exc:
+            raise _invalid("action", exc.message) from None
+        callback, headers = card_callback(lark.callbacks.keys, message_id,
+                                          body.get("open_id") or receiver, value, lark.now())
+        answer = requests.post(lark.callbacks.url, data=callback, headers=headers, timeout=10)
+        try:
+            answered = answer.json()
+        except ValueError:
+            answered = {"text": answer.text}
+        card = answered.get("card") if isinstance(answered, dict) else None
+        if answer.status_code == 200 and isinstance(card, dict) and \
+                isinstance(card.get("data"), dict):
+            lark.update_card(message_id, card["data"])
+        resp.media = {"message_id": message_id, "status": answer.status_code,
+                      "answer": answered}
+
+
 class LarkTokensControl(ControlResource):
     roles = {"DELETE": PUBLIC}
 
@@ -440,6 +477,7 @@ def routes(sandbox: Sandbox) -> list[tuple[str, object]]:
         ("/groups/{group}", GroupControl(sandbox)),
         ("/teams/{team}", TeamControl(sandbox)),
         ("/lark/messages/{message_id}/reads", MessageReadsControl(sandbox)),
+        ("/lark/messages/{message_id}/press", MessagePressControl(sandbox)),
         ("/lark/tokens", LarkTokensControl(sandbox)),
         ("/messages", ListControl(sandbox, lambda req: [m.to_json() for m in lark.messages()])),
         ("/urgents", ListControl(sandbox, lambda req: [u.to_json() for u in lark.urgents()])),

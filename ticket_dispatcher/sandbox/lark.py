@@ -20,6 +20,15 @@ from datetime import datetime, timedelta
 
 import falcon
 
+from ticket_dispatcher.domain.lark_callbacks import (
+    CARD_ACTION,
+    NONCE_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    CallbackKeys,
+    encrypt,
+    signature,
+)
 from ticket_dispatcher.sandbox.base import (
     PUBLIC,
     ServiceError,
@@ -36,6 +45,46 @@ TOKEN_TTL_SECONDS = 7200  # Lark tenant tokens live two hours
 
 class UnknownMessage(SandboxError):
     pass
+
+
+class NoButton(SandboxError):
+    pass
+
+
+@dataclass(frozen=True)
+class CardCallbacks:
+    """Where the sandbox's Lark calls the service back when a card's button is pressed, and
+    what it signs the callback with (the service's ``lark.encrypt_key`` and
+    ``lark.verification_token``)."""
+
+    url: str
+    keys: CallbackKeys
+
+
+def card_callback(keys: CallbackKeys, message_id: str, operator_open_id: str, value: dict,
+                  now: datetime) -> tuple[bytes, dict[str, str]]:
+    """A ``card.action.trigger`` callback (schema 2.0) as Lark sends it: the body, encrypted
+    when there is an encrypt key, and its headers, signed then."""
+    event = {
+        "schema": "2.0",
+        "header": {"event_id": secrets.token_hex(16), "token": keys.verification_token,
+                   "create_time": str(_epoch_ms(now) * 1000),
+                   "event_type": CARD_ACTION, "tenant_key": "sandbox", "app_id": "sandbox"},
+        "event": {"operator": {"tenant_key": "sandbox", "open_id": operator_open_id},
+                  "token": "c-" + secrets.token_hex(8),
+                  "action": {"value": value, "tag": "button"},
+                  "host": "im_message",
+                  "context": {"open_message_id": message_id, "open_chat_id": "oc_sandbox"}},
+    }
+    body = json.dumps(event).encode("utf-8")
+    timestamp, nonce = str(int(now.timestamp())), secrets.token_hex(8)
+    headers = {"Content-Type": "application/json", TIMESTAMP_HEADER: timestamp,
+               NONCE_HEADER: nonce}
+    if keys.encrypt_key:
+        body = json.dumps({"encrypt": encrypt(keys.encrypt_key, body,
+                                              secrets.token_bytes(16))}).encode("utf-8")
+        headers[SIGNATURE_HEADER] = signature(timestamp, nonce, keys.encrypt_key, body)
+    return body, headers
 
 
 @dataclass
@@ -91,6 +140,7 @@ class LarkState:
         self._message_by_uuid: dict[str, str] = {}
         self._urgents: list[Urgent] = []
         self._message_count = 0
+        self.callbacks: CardCallbacks | None = None  # the service wires them
 
     def issue_token(self) -> tuple[str, int]:
         with self._lock:
@@ -181,6 +231,27 @@ class LarkState:
     def urgents(self) -> list[Urgent]:
         with self._lock:
             return list(self._urgents)
+
+    def button_value(self, message_id: str, action: str) -> tuple[str, dict]:
+        """The receiver and the ``value`` of the card's button whose value's action is
+        ``action``; ``NoButton`` when the card has none."""
+        with self._lock:
+            message = self._message(message_id)
+            try:
+                card = json.loads(message.content)
+            except ValueError:
+                card = {}
+        for element in card.get("elements") or [] if isinstance(card, dict) else []:
+            for button in element.get("actions") or [] if isinstance(element, dict) else []:
+                value = button.get("value") if isinstance(button, dict) else None
+                if isinstance(value, dict) and value.get("action") == action:
+                    return message.receive_id, value
+        raise NoButton(f"message {message_id} has no {action!r} button")
+
+    def update_card(self, message_id: str, card: dict) -> None:
+        """The card a callback's answer put in place of the message's."""
+        with self._lock:
+            self._message(message_id).content = json.dumps(card, ensure_ascii=False)
 
 
 def _epoch_ms(moment: datetime) -> int:

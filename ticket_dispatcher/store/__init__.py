@@ -30,6 +30,7 @@ from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.store import migrations
 from ticket_dispatcher.store.audit import AuditRepository
 from ticket_dispatcher.store.calendar_feeds import CalendarFeedRepository
+from ticket_dispatcher.store.card_presses import CardPressRepository
 from ticket_dispatcher.store.connect import open_database
 from ticket_dispatcher.store.console_sessions import ConsoleSessionRepository
 from ticket_dispatcher.store.contexts import ContextRepository
@@ -119,6 +120,7 @@ class Store:
         self.console_sessions = ConsoleSessionRepository(db)
         self.audit = AuditRepository(db, audit_retention)
         self.maintenance = MaintenanceRepository(db)
+        self.card_presses = CardPressRepository(db, self.executions)
         self._process_lock: ServingClaim | None = None  # held while serving a SQLite file
 
     @classmethod

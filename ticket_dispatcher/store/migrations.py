@@ -238,6 +238,22 @@ def _site_holds(db: peewee.Database) -> None:
         held_until {_types(db).time} NOT NULL)""")
 
 
+def _card_presses(db: peewee.Database) -> None:
+    """The presses of the cards' buttons (store/card_presses.py): one row per Lark event, at
+    most one acting on each execution's wait."""
+    t = _types(db)
+    db.execute_sql(f"""CREATE TABLE IF NOT EXISTS lark_card_presses (
+        id {t.pk},
+        event_id TEXT NOT NULL UNIQUE,
+        execution_id BIGINT NOT NULL,
+        action VARCHAR(16) NOT NULL,
+        outcome VARCHAR(16) NOT NULL,
+        acts_on BIGINT NULL UNIQUE,
+        operator_open_id TEXT NOT NULL,
+        answer_json TEXT NOT NULL,
+        pressed_at {t.time} NOT NULL)""")
+
+
 Migration = tuple[int, str, Callable[[peewee.Database], None]]
 
 def _wake_index(db: peewee.Database) -> None:
@@ -411,6 +427,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (13, "dispatch_policies.origin", _policy_origin),
     (14, "maintenance_windows", _maintenance_windows),
     (15, "dispatch_site_holds", _site_holds),
+    (16, "lark_card_presses", _card_presses),
 )
 
 

@@ -264,6 +264,25 @@ class WebhookDeliveryRow(BaseModel):
         table_name = "jira_webhook_deliveries"
 
 
+class CardPressRow(BaseModel):
+    """A press of a card's button, answered: by Lark's event id, so that a repeat is answered
+    the same and acts once. ``acts_on`` is the execution a press acts on (unique: one per
+    wait), empty for one that changed nothing."""
+
+    id = peewee.AutoField()
+    event_id = peewee.TextField(unique=True)
+    execution_id = peewee.BigIntegerField()
+    action = peewee.CharField(max_length=16)
+    outcome = peewee.CharField(max_length=16)
+    acts_on = peewee.BigIntegerField(null=True, unique=True)
+    operator_open_id = peewee.TextField()
+    answer_json = peewee.TextField()
+    pressed_at = UTCDateTimeField()
+
+    class Meta:
+        table_name = "lark_card_presses"
+
+
 class ConsoleSignOutRow(BaseModel):
     """A console session signed out before it expired: refused on every replica until then."""
 

@@ -44,6 +44,7 @@ from ticket_dispatcher.domain.actions.retrying import (
 )
 from ticket_dispatcher.domain.actions.state import CallPhase, CallStatus
 from ticket_dispatcher.domain.catalog import ActionType
+from ticket_dispatcher.domain.lark_callbacks import PressAction
 from ticket_dispatcher.domain.model import DispatchContext, Issue, JiraUser
 from ticket_dispatcher.errors import DispatcherError, Problem
 
@@ -78,6 +79,10 @@ class SendAssignmentNotification:
                                      run.issue.status, run.issue.summary)
             card.card_uuid = idempotency_key(run)  # Lark sends one card per uuid
             card.label_phase = LabelPhase.PENDING
+            # Buttons while a wait is open: an urgent issue's, when Lark's callbacks come here
+            if card.snapshot.urgency.urgent and run.ports.presses.buttons \
+                    and not run.execution.dry_run:
+                card.buttons = True
             invalid = _invalid_target(target)
             if invalid:
                 card.target_invalid = invalid
@@ -128,7 +133,8 @@ class SendAssignmentNotification:
                 count_call(run, card, card.card)  # counted like a refused send
                 return
             card.target_lark_id = open_id
-        content = _card(run.issue, snapshot)
+        content = card_body(run.issue.key, run.issue.summary, snapshot,
+                            execution_id=run.execution.id if card.buttons else None)
 
         def keep_message_id(message_id: str) -> None:
             card.message_id = message_id
@@ -177,16 +183,34 @@ def _lark_id(run: ActionRun, card: CardState, email: str) -> str:
     return open_id
 
 
-def _card(issue: Issue, snapshot: Snapshot) -> dict:
+def card_body(issue_key: str, summary: str, snapshot: Snapshot, *,
+              execution_id: int | None = None, note: str = "") -> dict:
+    """The card: what the issue is, then the buttons while its wait is open (``execution_id``
+    names the wait in their values), or a ``note`` of how a press ended it (the card a
+    press's answer puts in its place; notification_press.py)."""
     urgency = snapshot.urgency
-    lines = [f"**{issue.key}** {issue.summary}", f"Project: {snapshot.project}",
+    lines = [f"**{issue_key}** {summary}", f"Project: {snapshot.project}",
              f"Status: {snapshot.status or '-'}"]
     if urgency.field:
         lines.append(f"{urgency.field.rsplit('.', 1)[-1].capitalize()}: "
                      f"{urgency.value or '-'}")
+    elements: list[dict] = [{"tag": "div", "text": {"tag": "lark_md",
+                                                    "content": "\n".join(lines)}}]
+    if execution_id is not None:
+        elements.append({"tag": "action", "actions": [
+            _button("Acknowledge", "primary", PressAction.ACK, execution_id),
+            _button("Escalate now", "danger", PressAction.ESCALATE, execution_id)]})
+    if note:
+        elements.append({"tag": "div", "text": {"tag": "lark_md", "content": note}})
     return {
-        "config": {"wide_screen_mode": True},
+        "config": {"wide_screen_mode": True, "update_multi": True},
         "header": {"title": {"tag": "plain_text", "content":
-                             f"You are the {snapshot.role.display_name} of {issue.key}"}},
-        "elements": [{"tag": "div", "text": {"tag": "lark_md", "content": "\n".join(lines)}}],
+                             f"You are the {snapshot.role.display_name} of {issue_key}"}},
+        "elements": elements,
     }
+
+
+def _button(text: str, kind: str, action: PressAction, execution_id: int) -> dict:
+    """A button whose press Lark calls back with ``value`` (domain/lark_callbacks.py)."""
+    return {"tag": "button", "text": {"tag": "plain_text", "content": text}, "type": kind,
+            "value": {"action": action.value, "execution_id": execution_id}}

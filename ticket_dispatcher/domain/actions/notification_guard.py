@@ -1,6 +1,8 @@
 """The fresh guard of the urgent, page and escalation actions (docs/design.md, "The
 assignment-notification workflow"): invalidation first, then ACK; a verdict ends the workflow,
-and an ACK writes its comment exactly once, by the action that found it.
+and an ACK writes its comment exactly once, by the action that found it. A recorded press of
+the card's buttons (docs/lark-card-buttons.md) comes before both: Acknowledge is an ACK, and
+Escalate now skips every step but the escalation.
 
 ``Expected`` is what such an action copied from the card's state at plan
 (``expected_from_card``): the role, project and target to compare, and the card's message.
@@ -25,6 +27,7 @@ from ticket_dispatcher.domain.actions.notification_common import (
 )
 from ticket_dispatcher.domain.actions.notification_state import (
     AckSource,
+    EscalationState,
     Expected,
     GuardedState,
     Outcome,
@@ -38,7 +41,9 @@ from ticket_dispatcher.domain.actions.retrying import (
 )
 from ticket_dispatcher.domain.actions.state import CallStatus
 from ticket_dispatcher.domain.execution import Execution, FailureCode
+from ticket_dispatcher.domain.lark_callbacks import PressAction
 from ticket_dispatcher.domain.model import DispatchContext, Issue
+from ticket_dispatcher.domain.ports import CardPress
 from ticket_dispatcher.errors import DispatcherError, Problem
 
 
@@ -138,6 +143,8 @@ class GuardVerdict:
         return bool(self.invalidated or self.ack)
 
 
+# The saved ``reason`` of a step skipped because the target pressed Escalate now.
+ESCALATE_PRESSED = "escalate pressed"
 # The saved ``reason`` of an ACK, in the words older releases stored (the source is new).
 ACK_REASON = {AckSource.CARD_READ: "read", AckSource.STATUS_CHANGE: "status",
               AckSource.BUTTON: "button"}
@@ -155,7 +162,7 @@ def expected_from_card(run: ActionRun, *, with_label: bool = False) -> Expected:
     sent = card.card.status is CallStatus.SENT
     return Expected(snapshot.role, snapshot.project, snapshot.target,
                     card.message_id or "" if sent else "", card.target_lark_id or "",
-                    snapshot.label if with_label else None)
+                    snapshot.label if with_label else None, bool(card.buttons) and sent)
 
 
 def guard_ending(run: ActionRun, state: GuardedState, pending_statuses: list[str] | None, *,
@@ -166,6 +173,10 @@ def guard_ending(run: ActionRun, state: GuardedState, pending_statuses: list[str
     without asking anyone. Else, with ``look``, the guard looks now: an ACK or an invalidation
     is saved as the action's ``outcome`` and ``reason`` and ends it. An ACK's comment is
     written once, by the action that found it."""
+    if state.outcome is Outcome.SKIPPED and state.reason == ESCALATE_PRESSED:
+        return ActionResult.proceed()  # resumed after the press was saved
+    if not state.ended_workflow and look and _escalate_pressed(run, state):
+        return ActionResult.proceed()
     if not state.ended_workflow and not (look and _record_verdict(run, state,
                                                                   pending_statuses)):
         return None
@@ -178,8 +189,13 @@ def guard_ending(run: ActionRun, state: GuardedState, pending_statuses: list[str
 
 def _record_verdict(run: ActionRun, state: GuardedState,
                     pending_statuses: list[str] | None) -> bool:
-    """Look; save an ACK or an invalidation (True)."""
-    verdict = look_now(run, state, pending_statuses)
+    """Look; save an ACK or an invalidation (True). A press of the card's Acknowledge is an
+    ACK before anything else is asked."""
+    press = _press(run, state)
+    if press is not None and press.action is PressAction.ACK:
+        verdict = GuardVerdict(ack=AckSource.BUTTON, ack_at=press.pressed_at)
+    else:
+        verdict = look_now(run, state, pending_statuses)
     if not verdict.ended:
         return False
     if verdict.ack is not None:
@@ -215,9 +231,32 @@ def look_now(run: ActionRun, state: GuardedState,
         if pending_statuses is not None and issue.status and \
                 issue.status not in pending_statuses:
             return GuardVerdict(ack=AckSource.STATUS_CHANGE)
-    if _read_by_target(run, state, expected):
+    # a card with buttons is acknowledged by a press, not by being read
+    if not expected.buttons and _read_by_target(run, state, expected):
         return GuardVerdict(ack=AckSource.CARD_READ)
     return GuardVerdict()
+
+
+def _press(run: ActionRun, state: GuardedState) -> CardPress | None:
+    """The press of the card's buttons that acts on this wait; None for a card without."""
+    if state.expected is None or not state.expected.buttons:
+        return None
+    return run.ports.presses.pressed(run.execution.id)
+
+
+def _escalate_pressed(run: ActionRun, state: GuardedState) -> bool:
+    """The target pressed Escalate now: App-urgent and every page are skipped (saved so, and
+    on to the next step), and the escalation, which goes on, comes at once."""
+    if isinstance(state, EscalationState):
+        return False
+    press = _press(run, state)
+    if press is None or press.action is not PressAction.ESCALATE:
+        return False
+    state.outcome, state.reason = Outcome.SKIPPED, ESCALATE_PRESSED
+    state.save(run)
+    log_step(run, state, "notification step skipped: the target pressed Escalate now",
+             reason=state.reason)
+    return True
 
 
 def _read_by_target(run: ActionRun, state: GuardedState, expected: Expected) -> bool:

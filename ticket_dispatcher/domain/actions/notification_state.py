@@ -163,6 +163,9 @@ class Expected:
     message_id: str
     target_lark_id: str
     label: str | None = None
+    # The card carried buttons: the target acknowledges by pressing one (or by the status
+    # change), and reading it is no ACK. A card sent without them keeps the read rule.
+    buttons: bool = False
 
     def to_json(self) -> dict:
         raw: dict[str, Any] = {
@@ -171,6 +174,8 @@ class Expected:
             "message_id": self.message_id, "target_lark_id": self.target_lark_id}
         if self.label is not None:
             raw["label"] = self.label
+        if self.buttons:
+            raw["buttons"] = True
         return raw
 
     @classmethod
@@ -179,7 +184,7 @@ class Expected:
         return cls(Role(raw["role"]), raw.get("project") or "",
                    Target.from_json(target) if target else None,
                    raw.get("message_id") or "", raw.get("target_lark_id") or "",
-                   raw.get("label"))
+                   raw.get("label"), bool(raw.get("buttons")))
 
 
 @dataclass(frozen=True)
@@ -417,6 +422,7 @@ class CardState(NotificationState):
     card: CallRecord = call_record("card")
     target_lark_id: str | None = None
     message_id: str | None = None
+    buttons: bool | None = None  # the card carries Acknowledge and Escalate now
     comment: CallRecord = call_record("notification_comment")
     label_phase: LabelPhase | None = None
     label_check: dict[str, str] | None = None  # what the label's guards saw

@@ -67,9 +67,10 @@ class AckWatch:
     @property
     def message_id(self) -> str:
         """The card whose readers the guard asks about; "" when it asks nobody (a card that
-        was not sent, or a target without a Lark id)."""
+        was not sent, a target without a Lark id, or a card with buttons: a press is its
+        ACK, not a read)."""
         expected = self._state().expected
-        if expected is None or not expected.target_lark_id:
+        if expected is None or not expected.target_lark_id or expected.buttons:
             return ""
         return expected.message_id
 
