@@ -378,7 +378,8 @@ def test_an_ack_ends_the_wait_and_says_what_counted_as_the_ack(notifications):
 
     html, text = notifications.text(execution_id)
     paging = section(text, "page_assignment", "Action 3:")
-    assert "Outcome ack acknowledged: the target read the card in Lark" in paging
+    assert re.search(r"Outcome ack acknowledged: the target read the card in Lark, at "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d", paging), paging
     assert "Jira ACK comment: written" in paging
     assert re.search(r"Looks for an ACK \d", paging)
     assert "waiting for an ACK" not in text and "data-countdown" not in html
