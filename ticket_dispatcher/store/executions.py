@@ -15,6 +15,7 @@ from typing import Any
 
 import peewee
 
+from ticket_dispatcher.domain.burden_events import BurdenEvent, events_of
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import (
     ActionExecution,
@@ -29,6 +30,7 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
 from ticket_dispatcher.safejson import MAX_ID
+from ticket_dispatcher.store.burden import BurdenRepository
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     Prepared,
@@ -66,10 +68,13 @@ PARKED_COUNTED = 10_000
 
 
 class ExecutionRepository:
-    def __init__(self, db: peewee.Database, contexts: ContextRepository):
+    def __init__(self, db: peewee.Database, contexts: ContextRepository,
+                 burden: BurdenRepository | None = None):
         self.db = db
         self.engine = engine_of(db)
         self._contexts = contexts  # creation writes the missing default context too
+        # a checkpoint that records an assignment or a notification writes its burden row
+        self._burden = burden
         self._closing = TriggerClosing(db)  # creation completes the trigger
         self._sql = _Statements(db.param, self._closing, self.engine)
 
@@ -206,6 +211,11 @@ class ExecutionRepository:
         if lease is not None:
             values += (lease.owner, lease.epoch)
         changes = [_rule_values(execution.id, rule) for rule in rules]
+        events = events_of(execution, rules) if self._burden is not None else []
+        if events:  # rare: the checkpoint that records a send, and those after it
+            self._save_with_events(execution, lease, values, changes, events,
+                                   released=released)
+            return
         if self.engine.one_statement_writes:
             statement = self._sql.save_in_one(released=released, fenced=fenced,
                                               rules=len(changes))
@@ -222,6 +232,20 @@ class ExecutionRepository:
                 raise self._refusal(execution.id, lease)
             for rule_values in changes:
                 self.db.execute_sql(self._sql.rule, rule_values)
+
+    def _save_with_events(self, execution: Execution, lease: Lease | None,
+                          values: tuple[object, ...], changes: list[tuple],
+                          events: list[BurdenEvent], *, released: bool) -> None:
+        """``save`` and the burden rows of its rules in one transaction: a row is written
+        only with the checkpoint that records its send (docs/burden-report.md)."""
+        move = self._sql.save(released=released, fenced=lease is not None)
+        assert self._burden is not None
+        with write_lock(self.db):
+            if not self.db.execute_sql(move, values).rowcount:
+                raise self._refusal(execution.id, lease)
+            for rule_values in changes:
+                self.db.execute_sql(self._sql.rule, rule_values)
+            self._burden.record(events)
 
     def record_looks(self, looks: Sequence[tuple[Execution, RuleExecution, datetime]],
                      ) -> set[int]:

@@ -1,0 +1,337 @@
+"""The burden report: who was given how much work, who was interrupted and when, how fast each
+person acknowledged, and whether each rotation shared its assignments evenly over the time its
+members could be given work (docs/burden-report.md).
+
+Pure: the store reads the rows (``BurdenRow``), the engineers' settings and time off, and this
+module counts. Interruption bands are judged in each person's own zone and hours.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from ticket_dispatcher.domain.actions.notification_state import AckSource
+from ticket_dispatcher.domain.availability import ANY_TIME, AvailabilitySettings, TimeOff
+from ticket_dispatcher.domain.burden_events import BurdenKind
+from ticket_dispatcher.errors import InvalidInput, Problem
+from ticket_dispatcher.timeutil import format_time, to_utc
+
+DEFAULT_PERIOD = timedelta(days=28)
+MAX_PERIOD = timedelta(days=400)
+SLEEP_FROM, SLEEP_UNTIL = 22, 8  # local hours: sleep is 22:00–08:00
+DEFAULT_DAY = (8, 18)  # business hours without working hours: 08:00–18:00, Monday to Friday
+ACK_SOURCES = (AckSource.CARD_READ, AckSource.STATUS_CHANGE, AckSource.BUTTON)
+
+
+class Band(StrEnum):
+    BUSINESS = "business"
+    OFF = "off"
+    SLEEP = "sleep"
+
+
+def band_of(moment: datetime, settings: AvailabilitySettings) -> Band:
+    """The band of ``moment`` for a person: their working hours (or 08:00–18:00 on weekdays
+    when none are set) are business, 22:00–08:00 outside them is sleep, the rest is off."""
+    local = to_utc(moment).astimezone(settings.zone)
+    hours = settings.working_hours
+    if hours is not None:
+        if hours.within(local):
+            return Band.BUSINESS
+    elif local.weekday() < 5 and DEFAULT_DAY[0] <= local.hour < DEFAULT_DAY[1]:
+        return Band.BUSINESS
+    if local.hour >= SLEEP_FROM or local.hour < SLEEP_UNTIL:
+        return Band.SLEEP
+    return Band.OFF
+
+
+class ScopeKind(StrEnum):
+    EVERYONE = "everyone"
+    POLICY = "policy"
+    PROJECT = "project"
+    ROTATION = "rotation"
+
+
+@dataclass(frozen=True)
+class BurdenQuery:
+    """A period ``[since, until)`` and a scope: a policy's name, a project, a rotation, or
+    everyone (``value`` empty)."""
+
+    since: datetime
+    until: datetime
+    scope: ScopeKind = ScopeKind.EVERYONE
+    value: str = ""
+
+    @classmethod
+    def of(cls, since: datetime | None, until: datetime | None, now: datetime, *,
+           policy: str | None = None, project: str | None = None,
+           rotation: str | None = None) -> BurdenQuery:
+        """The query asked for, the last ``DEFAULT_PERIOD`` by default; ``InvalidInput``
+        naming the parameter when the period is backwards or too long, or more than one
+        scope is given."""
+        until = to_utc(until) if until is not None else to_utc(now)
+        since = to_utc(since) if since is not None else until - DEFAULT_PERIOD
+        if since > until:
+            raise InvalidInput("from must not be after to", [Problem("from", "after to")])
+        if until - since > MAX_PERIOD:
+            raise InvalidInput(f"the period is longer than {MAX_PERIOD.days} days",
+                               [Problem("to", f"at most {MAX_PERIOD.days} days after from")])
+        given = [(kind, value) for kind, value in ((ScopeKind.POLICY, policy),
+                                                   (ScopeKind.PROJECT, project),
+                                                   (ScopeKind.ROTATION, rotation))
+                 if value is not None]
+        if len(given) > 1:
+            raise InvalidInput("give at most one of policy, project and rotation",
+                               [Problem(given[1][0].value, "only one scope at a time")])
+        for kind, value in given:
+            if not value.strip():
+                raise InvalidInput(f"{kind.value} must not be empty",
+                                   [Problem(kind.value, "empty")])
+            return cls(since, until, kind, value.strip())
+        return cls(since, until)
+
+
+@dataclass(frozen=True)
+class BurdenRow:
+    """One stored event as the report reads it (burden_events.BurdenEvent)."""
+
+    kind: BurdenKind
+    email: str
+    sent_at: datetime
+    policy_family_id: str = ""
+    rotation: str = ""
+    leader: str = ""
+    members: tuple[str, ...] = ()
+    hours_required: bool = False
+    open_counts: Mapping[str, int] = field(default_factory=dict)
+    ack_source: AckSource | None = None
+    ack_at: datetime | None = None
+    band: Band | None = None  # an interruption's, as judged when it was sent
+
+
+@dataclass(frozen=True)
+class People:
+    """What the report needs to know of the people it names: their settings (UTC, any time,
+    when they have none) and their time off within the period."""
+
+    settings: Mapping[str, AvailabilitySettings]
+    time_off: Mapping[str, Sequence[TimeOff]]
+
+    def of(self, email: str) -> AvailabilitySettings:
+        return self.settings.get(email, ANY_TIME)
+
+
+def percentiles(samples: Sequence[float]) -> dict[str, float | None]:
+    """p50 and p90 (linear between the closest ranks); null without a sample."""
+    if not samples:
+        return {"p50": None, "p90": None}
+    ordered = sorted(samples)
+    return {"p50": _rank(ordered, 0.5), "p90": _rank(ordered, 0.9)}
+
+
+def _rank(ordered: Sequence[float], q: float) -> float:
+    at = (len(ordered) - 1) * q
+    low, high = math.floor(at), math.ceil(at)
+    value = ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+    return round(value, 3)
+
+
+@dataclass
+class PersonBurden:
+    email: str
+    assigned_by_policy: Counter[str] = field(default_factory=Counter)
+    open_now: int | None = None
+    counts: Counter[BurdenKind] = field(default_factory=Counter)
+    escalations_received: int = 0
+    bands: Counter[Band] = field(default_factory=Counter)
+    ack: dict[AckSource, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def to_json(self) -> dict[str, Any]:
+        every = [seconds for samples in self.ack.values() for seconds in samples]
+        return {
+            "email": self.email,
+            "assigned": self.counts[BurdenKind.ASSIGNMENT],
+            "assigned_by_policy": dict(sorted(self.assigned_by_policy.items())),
+            "open_now": self.open_now,
+            "cards": self.counts[BurdenKind.CARD],
+            "urgent": self.counts[BurdenKind.URGENT],
+            "pages": self.counts[BurdenKind.PAGE],
+            "escalations_received": self.escalations_received,
+            "escalations_away": self.counts[BurdenKind.ESCALATION],
+            "interruptions": {band.value: self.bands[band] for band in Band},
+            "ack_seconds": {**percentiles(every), "by_source": {
+                source.value: percentiles(self.ack.get(source, [])) for source in ACK_SOURCES}},
+        }
+
+
+def build_report(query: BurdenQuery, rows: Iterable[BurdenRow], *, policy_names: Mapping[str, str],
+                 people: People, complete_from: datetime | None) -> dict[str, Any]:
+    """The report's JSON (docs/burden-report.md names every field)."""
+    persons: dict[str, PersonBurden] = {}
+    rotations: dict[str, RotationTally] = {}
+    weekly: Counter[datetime] = Counter()
+
+    def person(email: str) -> PersonBurden:
+        if email not in persons:
+            persons[email] = PersonBurden(email)
+        return persons[email]
+
+    latest_counts: dict[str, tuple[datetime, int]] = {}
+    for row in rows:
+        who = person(row.email)
+        who.counts[row.kind] += 1
+        if row.kind is BurdenKind.ASSIGNMENT:
+            who.assigned_by_policy[policy_names.get(row.policy_family_id,
+                                                    row.policy_family_id)] += 1
+            _count_rotation(rotations, row)
+            _note_counts(latest_counts, row)
+        elif row.kind.interrupts:
+            who.bands[row.band or band_of(row.sent_at, people.of(row.email))] += 1
+            if row.kind is BurdenKind.PAGE:
+                weekly[_week_of(row.sent_at)] += 1
+        elif row.kind is BurdenKind.ESCALATION and row.leader:
+            person(row.leader).escalations_received += 1
+        if row.kind is BurdenKind.CARD and row.ack_source is not None and row.ack_at:
+            seconds = max(0.0, (to_utc(row.ack_at) - to_utc(row.sent_at)).total_seconds())
+            who.ack[row.ack_source].append(seconds)
+    for tally in rotations.values():
+        for member in tally.members:
+            person(member)
+    for email, (_, count) in latest_counts.items():
+        if email in persons:
+            persons[email].open_now = count
+    return {
+        "from": format_time(query.since),
+        "to": format_time(query.until),
+        "complete_from": format_time(complete_from),
+        "scope": {"kind": query.scope.value, "value": query.value or None},
+        "people": [persons[email].to_json() for email in sorted(persons)],
+        "rotations": [tally.to_json(rotation, query, people, policy_names)
+                      for rotation, tally in sorted(rotations.items())],
+        "weekly_pages": [{"week": format_time(week), "pages": weekly[week]}
+                         for week in _weeks(query.since, query.until)],
+    }
+
+
+def _note_counts(latest: dict[str, tuple[datetime, int]], row: BurdenRow) -> None:
+    """The newest count of open issues read for each person; the assignee holds one more."""
+    for email, count in row.open_counts.items():
+        held = count + (1 if email == row.email else 0)
+        if email not in latest or latest[email][0] <= row.sent_at:
+            latest[email] = (row.sent_at, held)
+
+
+def _week_of(moment: datetime) -> datetime:
+    day = to_utc(moment).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day - timedelta(days=day.weekday())
+
+
+def _weeks(since: datetime, until: datetime) -> list[datetime]:
+    """The Monday (UTC) of every week the period touches."""
+    weeks, week = [], _week_of(since)
+    while week < until:
+        weeks.append(week)
+        week += timedelta(days=7)
+    return weeks
+
+
+@dataclass
+class RotationTally:
+    """A rotation's assignments by member, its members, and its policies."""
+
+    assigned: Counter[str] = field(default_factory=Counter)
+    members: set[str] = field(default_factory=set)
+    policies: Counter[str] = field(default_factory=Counter)
+    hours_required: bool = False
+
+    def to_json(self, rotation: str, query: BurdenQuery, people: People,
+                policy_names: Mapping[str, str]) -> dict[str, Any]:
+        hours = {email: eligible_hours(query.since, query.until, people.of(email),
+                                       people.time_off.get(email, ()),
+                                       within_hours=self.hours_required)
+                 for email in sorted(self.members)}
+        total_hours, total = sum(hours.values()), sum(self.assigned.values())
+        members, ratios = [], []
+        for email, eligible in hours.items():
+            fair = total * eligible / total_hours if total_hours else 0.0
+            members.append({"email": email, "assigned": self.assigned[email],
+                            "eligible_hours": round(eligible, 2), "fair_share": round(fair, 3)})
+            if fair > 0:
+                ratios.append(self.assigned[email] / fair)
+        family = self.policies.most_common(1)[0][0] if self.policies else ""
+        return {
+            "rotation": rotation,
+            "policy": policy_names.get(family, family),
+            "members": members,
+            "cv": round(statistics.pstdev(ratios) / statistics.fmean(ratios), 4)
+            if ratios and statistics.fmean(ratios) > 0 else None,
+            "max_over_fair": round(max(ratios), 4) if ratios else None,
+            "min_over_fair": round(min(ratios), 4) if ratios else None,
+        }
+
+
+def _count_rotation(rotations: dict[str, RotationTally], row: BurdenRow) -> None:
+    tally = rotations.setdefault(row.rotation, RotationTally())
+    tally.assigned[row.email] += 1
+    tally.members.update(row.members or (row.email,))
+    tally.members.add(row.email)
+    tally.policies[row.policy_family_id] += 1
+    tally.hours_required = tally.hours_required or row.hours_required
+
+
+def eligible_hours(since: datetime, until: datetime, settings: AvailabilitySettings,
+                   time_off: Iterable[TimeOff], *, within_hours: bool) -> float:
+    """The hours of ``[since, until)`` in which a person could be given work: not on time
+    off and, where the rotation requires working hours and they have set some, within them.
+    Walked in steps of a quarter hour, each judged at its start in the person's zone."""
+    step = timedelta(minutes=15)
+    away = sorted((to_utc(entry.start), to_utc(entry.end)) for entry in time_off)
+    hours = settings.working_hours if within_hours else None
+    if hours is None and not away:
+        return (until - since).total_seconds() / 3600
+    counted, moment, index = 0, to_utc(since), 0
+    until = to_utc(until)
+    while moment < until:
+        while index < len(away) and away[index][1] <= moment:
+            index += 1
+        off = any(start <= moment < end for start, end in away[index:index + 4])
+        if not off and (hours is None or hours.within(moment.astimezone(settings.zone))):
+            counted += 1
+        moment += step
+    return counted * step.total_seconds() / 3600
+
+
+def csv_rows(report: Mapping[str, Any]) -> list[list[Any]]:
+    """The people rows, one column per number and a header row first; a policy's
+    assignments are ``assigned[<policy>]``, a percentile is empty without a sample."""
+    policies = sorted({name for person in report["people"]
+                       for name in person["assigned_by_policy"]})
+    header = ["email", "assigned", *(f"assigned[{name}]" for name in policies), "open_now",
+              "cards", "urgent", "pages", "escalations_received", "escalations_away",
+              *(f"interruptions_{band.value}" for band in Band), "ack_p50_seconds",
+              "ack_p90_seconds", *(f"ack_{source.value}_{q}_seconds" for source in ACK_SOURCES
+                                   for q in ("p50", "p90"))]
+    rows: list[list[Any]] = [header]
+    for person in report["people"]:
+        ack = person["ack_seconds"]
+        rows.append([
+            person["email"], person["assigned"],
+            *(person["assigned_by_policy"].get(name, 0) for name in policies),
+            _blank(person["open_now"]), person["cards"], person["urgent"], person["pages"],
+            person["escalations_received"], person["escalations_away"],
+            *(person["interruptions"][band.value] for band in Band),
+            _blank(ack["p50"]), _blank(ack["p90"]),
+            *(_blank(ack["by_source"][source.value][q]) for source in ACK_SOURCES
+              for q in ("p50", "p90"))])
+    return rows
+
+
+def _blank(value: Any) -> Any:
+    return "" if value is None else value
+
