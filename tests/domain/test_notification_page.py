@@ -194,6 +194,18 @@ def test_no_phone_number_is_named_in_the_warning():
 # -- ACK and invalidation -----------------------------------------------------------------------
 
 
+def test_a_read_ack_is_timed_by_the_read_as_lark_reports_it():
+    world = PageWorld()
+    ex = world.run()
+    read = world.clock.now() + timedelta(seconds=3)
+    world.lark.readers[MESSAGE] = ["ou_alice"]
+    world.lark.read_at[MESSAGE] = {"ou_alice": read}
+
+    ex = world.advance(POLL)
+
+    assert page_context(ex)["ack_at"] == format_time(read)
+
+
 def test_target_reading_the_card_mid_wait_is_an_ack_written_once_and_ends_the_workflow():
     world = PageWorld()
     ex = world.run()
