@@ -335,3 +335,39 @@ def csv_rows(report: Mapping[str, Any]) -> list[list[Any]]:
 def _blank(value: Any) -> Any:
     return "" if value is None else value
 
+
+
+def table_lines(report: Mapping[str, Any]) -> list[str]:
+    """The report as a terminal reads it: the period, one line per person, one per rotation
+    member, and the rotations' spread."""
+    lines = [f"burden from {report['from']} to {report['to']} "
+             f"(data complete from {report['complete_from'] or 'unknown'})", ""]
+    header = ("email", "assigned", "open", "cards", "urgent", "pages", "esc in", "esc away",
+              "business", "off", "sleep", "ack p50 s", "ack p90 s")
+    rows = [header] + [(
+        person["email"], person["assigned"], _dash(person["open_now"]), person["cards"],
+        person["urgent"], person["pages"], person["escalations_received"],
+        person["escalations_away"], *(person["interruptions"][band.value] for band in Band),
+        _dash(person["ack_seconds"]["p50"]), _dash(person["ack_seconds"]["p90"]))
+        for person in report["people"]]
+    lines += _aligned(rows) if report["people"] else ["nobody was given work or paged"]
+    for rotation in report["rotations"]:
+        lines += ["", f"rotation {rotation['rotation']} ({rotation['policy']}): "
+                      f"cv {_dash(rotation['cv'])}, max/fair {_dash(rotation['max_over_fair'])}, "
+                      f"min/fair {_dash(rotation['min_over_fair'])}"]
+        lines += _aligned([("member", "assigned", "eligible h", "fair share")] + [
+            (m["email"], m["assigned"], m["eligible_hours"], m["fair_share"])
+            for m in rotation["members"]])
+    return lines
+
+
+def _dash(value: Any) -> Any:
+    return "-" if value is None else value
+
+
+def _aligned(rows: Sequence[Sequence[Any]]) -> list[str]:
+    texts = [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in texts) for i in range(len(texts[0]))]
+    return ["  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
+                      for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
+            for row in texts]
