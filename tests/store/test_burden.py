@@ -10,7 +10,7 @@ import pytest
 from tests.store.test_executions_and_triggers import make_policy, new
 from ticket_dispatcher.domain.burden import BurdenQuery
 from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus, RuleOutcome
-from ticket_dispatcher.errors import InvalidInput
+from ticket_dispatcher.errors import Conflict, InvalidInput
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)  # a Monday, 01:00 UTC
 TARGET = {"account_id": "acc-a", "email": "a@x.io", "display_name": "A", "active": True}
@@ -155,3 +155,31 @@ def test_a_notification_takes_the_rotation_of_the_persons_assignment(store):
     [a, _] = report(store, rotation="group:sre")["people"]
 
     assert (a["assigned"], a["pages"]) == (1, 1)
+
+
+def test_a_refused_checkpoint_writes_no_row(store):
+    _, execution, rule = _started(store)
+    ended = execution.copy()
+    ended.status, ended.live_lock_key = ExecutionStatus.FAILED, None
+    store.executions.save(ended, [])
+    rule.action_executions[0].context = {"assign": {"assignee": "a@x.io", "jira_updated": True}}
+
+    with pytest.raises(Conflict):
+        store.executions.save(execution, [rule])
+
+    assert report(store)["people"] == []
+
+
+def test_an_ack_is_added_once_and_the_sent_time_stays_the_first(store):
+    sent = NOW + timedelta(minutes=1)
+    execution = notify(store, at=sent, page_at=sent, ack=("status_change",
+                                                          sent + timedelta(minutes=2)))
+    [rule] = execution.rule_executions
+    rule.action_executions[1].context["page"]["ack_at"] = (sent + timedelta(hours=1)).isoformat()
+    execution.updated_at = sent + timedelta(hours=2)
+    store.executions.save(execution, [rule])
+
+    [a] = report(store)["people"]
+
+    assert a["cards"] == 1
+    assert a["ack_seconds"]["by_source"]["status_change"]["p50"] == 120.0

@@ -49,6 +49,10 @@ _COLUMNS = ("version, execution_id, rule_sequence, action_index, kind, email, le
             "open_counts_json, sent_at, band, ack_source, ack_at, rotation")
 _READ = ("kind, email, sent_at, policy_family_id, rotation, leader, members_json, "
          "hours_required, open_counts_json, ack_source, ack_at, band")
+# The PostgreSQL types of the columns before ``rotation``, in ``_COLUMNS`` order.
+_PG_TYPES = ("integer", "bigint", "integer", "integer", "text", "text", "text", "text", "text",
+             "bigint", "text", "jsonb", "boolean", "jsonb", "timestamp", "text", "text",
+             "timestamp")
 _SCOPE_COLUMN = {ScopeKind.POLICY: "policy_family_id", ScopeKind.PROJECT: "project",
                  ScopeKind.ROTATION: "rotation"}
 
@@ -59,24 +63,48 @@ class BurdenRepository:
         self.engine = engine_of(db)
         self._engineers = engineers
         p = db.param
-        values = placeholders(p, 18)
         # A notification's rotation is the one of the person's latest assignment of the issue.
         latest = (f"COALESCE((SELECT a.rotation FROM {TABLE} a WHERE a.issue_key = {p} "
                   f"AND a.email = {p} AND a.kind = 'assignment' "
                   f"ORDER BY a.sent_at DESC LIMIT 1), '')")
-        upsert = (" ON CONFLICT (execution_id, rule_sequence, action_index) DO UPDATE SET "
-                  "ack_source = excluded.ack_source, ack_at = excluded.ack_at "
-                  f"WHERE {TABLE}.ack_at IS NULL AND excluded.ack_at IS NOT NULL")
-        insert = f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES ({values}, "
-        self._insert_assignment = insert + f"{p})" + upsert
-        self._insert_notification = insert + f"{latest})" + upsert
+        self._upsert = (" ON CONFLICT (execution_id, rule_sequence, action_index) DO UPDATE SET "
+                        "ack_source = excluded.ack_source, ack_at = excluded.ack_at "
+                        f"WHERE {TABLE}.ack_at IS NULL AND excluded.ack_at IS NOT NULL")
+        insert = f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES ({placeholders(p, 18)}, "
+        self._insert = {True: insert + f"{p})" + self._upsert,
+                        False: insert + f"{latest})" + self._upsert}
+        # The same as one part of a PostgreSQL statement (``guarded``): selected, so typed.
+        typed = ", ".join(f"{p}::{kind}" for kind in _PG_TYPES)
+        self._select = {True: f"INSERT INTO {TABLE} ({_COLUMNS}) SELECT {typed}, {p}::text",
+                        False: (f"INSERT INTO {TABLE} ({_COLUMNS}) SELECT {typed}, "
+                                f"{latest.replace(f'{p} ', f'{p}::text ')}")}
 
-    # -- writing, inside the checkpoint's transaction ---------------------------------------
+    # -- writing, with the checkpoint ---------------------------------------------------------
 
     def record(self, events: Sequence[BurdenEvent]) -> None:
         """Write ``events`` in the caller's transaction: a new action's row, or an ACK added
         to a row that has none; nothing else of a row ever changes."""
+        for assignment, values in self._values(events):
+            self.db.execute_sql(self._insert[assignment], values)
+
+    def guarded(self, events: Sequence[BurdenEvent], guard: str, name: str,
+                ) -> tuple[list[str], list[Any]]:
+        """``record`` as parts of one PostgreSQL statement (``WITH`` queries named ``name``
+        and a number), each written only where ``guard`` holds (the checkpoint's UPDATE
+        matched); the parts and their parameters, in order."""
+        parts: list[str] = []
+        params: list[Any] = []
+        for n, (assignment, values) in enumerate(self._values(events)):
+            parts.append(f"{name}{n} AS ({self._select[assignment]} WHERE {guard}"
+                         f"{self._upsert})")
+            params += values
+        return parts, params
+
+    def _values(self, events: Sequence[BurdenEvent]) -> list[tuple[bool, tuple[Any, ...]]]:
+        """(is an assignment, the statement's parameters) of each event; an interruption's
+        band is judged now, in the person's hours."""
         settings = self._settings([e.email for e in events if e.kind.interrupts])
+        rows = []
         for event in events:
             band = (band_of(event.sent_at, settings[event.email]).value
                     if event.kind.interrupts else None)
@@ -88,11 +116,10 @@ class BurdenRepository:
                 event.hours_required, json_param(event.open_counts or None),
                 time_param(event.sent_at), band,
                 event.ack_source.value if event.ack_source else None, time_param(event.ack_at))
-            if event.kind is BurdenKind.ASSIGNMENT:
-                self.db.execute_sql(self._insert_assignment, (*values, event.rotation))
-            else:
-                self.db.execute_sql(self._insert_notification,
-                                    (*values, event.issue_key, event.email))
+            assignment = event.kind is BurdenKind.ASSIGNMENT
+            rows.append((assignment, (*values, event.rotation) if assignment
+                         else (*values, event.issue_key, event.email)))
+        return rows
 
     def _settings(self, emails: list[str]) -> dict[str, AvailabilitySettings]:
         if not emails:

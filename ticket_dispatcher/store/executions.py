@@ -211,20 +211,26 @@ class ExecutionRepository:
         if lease is not None:
             values += (lease.owner, lease.epoch)
         changes = [_rule_values(execution.id, rule) for rule in rules]
+        # What the checkpoint records for the burden report: written with it, or not at all.
         events = events_of(execution, rules) if self._burden is not None else []
-        if events:  # rare: the checkpoint that records a send, and those after it
-            self._save_with_events(execution, lease, values, changes, events,
-                                   released=released)
-            return
         if self.engine.one_statement_writes:
             statement = self._sql.save_in_one(released=released, fenced=fenced,
                                               rules=len(changes))
+            params = values + tuple(value for rule in changes for value in rule)
+            if events and self._burden is not None:
+                parts, more = self._burden.guarded(events, "EXISTS (SELECT 1 FROM moved)",
+                                                   "burden")
+                statement = self._sql.save_in_one(released=released, fenced=fenced,
+                                                  rules=len(changes), also=tuple(parts))
+                params += tuple(more)
             with one_statement_write(self.db):
-                [(matched,)] = self.db.execute_sql(
-                    statement, values + tuple(value for rule in changes for value in rule)
-                ).fetchall()
+                [(matched,)] = self.db.execute_sql(statement, params).fetchall()
                 if not matched:
                     raise self._refusal(execution.id, lease)
+            return
+        if events:  # rare: the checkpoint that records a send, and those after it
+            self._save_with_events(execution, lease, values, changes, events,
+                                   released=released)
             return
         move = self._sql.save(released=released, fenced=fenced)
         with write_lock(self.db):
@@ -729,20 +735,24 @@ class _Statements:
             f"WITH {', '.join(clauses)} SELECT {answer}{sources}")
         return statement
 
-    def save_in_one(self, *, released: bool, fenced: bool, rules: int) -> str:
+    def save_in_one(self, *, released: bool, fenced: bool, rules: int,
+                    also: tuple[str, ...] = ()) -> str:
         """``save`` and ``rules`` times ``rule`` as one PostgreSQL statement, atomic by itself
         (no ``BEGIN`` and ``COMMIT``: one round trip instead of ``rules`` + 3). Each rule is
         updated only when the execution's UPDATE matched; the statement answers how many
         execution rows it matched (0 or 1). The parameters are ``save``'s, then each rule's
-        as ``rule`` takes them."""
+        as ``rule`` takes them, then those of ``also``: more ``WITH`` queries written with
+        the checkpoint (the burden rows), whose own guard says so."""
         shape = (released, fenced, rules)
-        statement = self._saves_in_one.get(shape)
+        statement = self._saves_in_one.get(shape) if not also else None
         if statement is None:
             moved = f"moved AS ({self.save(released=released, fenced=fenced)} RETURNING id)"
             changed = [f"rule{n} AS ({self.rule} AND EXISTS (SELECT 1 FROM moved))"
                        for n in range(rules)]
-            statement = self._saves_in_one[shape] = Prepared(
-                f"WITH {', '.join([moved, *changed])} SELECT count(*) FROM moved")
+            statement = str(f"WITH {', '.join([moved, *changed, *also])} "
+                            "SELECT count(*) FROM moved")
+            if not also:  # the shapes of every step, planned once; a burden row's is rare
+                statement = self._saves_in_one[shape] = Prepared(statement)
         return statement
 
 
