@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import requests
 
 from tests.peer import FakeJira
 from tests.process import (
@@ -97,4 +98,10 @@ def test_the_report_counts_what_the_process_did_and_times_the_ack_by_the_read(
         (EMAIL, 1, 1.0), (BOB, 1, 1.0)]
     assert rotation["cv"] == 0.0
     assert report["complete_from"] is not None
+    # Counted for Grafana by band and rotation (the urgent issue was assigned by hand: none),
+    # no person named.
+    metrics = requests.get(f"{dispatcher.url}/metrics", timeout=10).text
+    assert ('ticket_manager_dispatch_interruptions_total{band="business",rotation="none"} 2.0'
+            in metrics)
+    assert EMAIL not in metrics
     assert dispatcher.log_problems() == []

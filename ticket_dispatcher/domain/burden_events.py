@@ -122,6 +122,15 @@ _NOTIFICATIONS = (ActionType.SEND_ASSIGNMENT_NOTIFICATION.value,
                   ActionType.ESCALATE_ASSIGNMENT_TO_LEADER.value)
 
 
+def interrupts(execution: Execution) -> bool:
+    """Whether the execution could have paged or App-urgent'ed someone."""
+    return any(action.type in _INTERRUPTING for action in _actions(execution))
+
+
+_INTERRUPTING = (ActionType.MARK_ASSIGNMENT_MESSAGE_URGENT.value,
+                 ActionType.PAGE_ASSIGNMENT.value)
+
+
 def _ack_of(execution: Execution) -> tuple[AckSource, datetime] | None:
     """The ACK a guarded step of the workflow saved: its source and its own time."""
     for action in _actions(execution):

@@ -121,6 +121,15 @@ class BurdenRepository:
                          else (*values, event.issue_key, event.email)))
         return rows
 
+    def interruptions_of(self, execution_id: int) -> list[tuple[str, str]]:
+        """(rotation, band) of each page and App-urgent message the execution recorded."""
+        p = self.db.param
+        with unit_of_work(self.db):
+            return [(rotation, band or "") for rotation, band in self.db.execute_sql(
+                f"SELECT rotation, band FROM {TABLE} WHERE execution_id = {p} "
+                f"AND kind IN ({p}, {p})", (execution_id, BurdenKind.PAGE.value,
+                                           BurdenKind.URGENT.value)).fetchall()]
+
     def _settings(self, emails: list[str]) -> dict[str, AvailabilitySettings]:
         if not emails:
             return {}
