@@ -13,12 +13,18 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from ticket_dispatcher.domain.actions.notification_state import AckSource
-from ticket_dispatcher.domain.availability import ANY_TIME, AvailabilitySettings, TimeOff
+from ticket_dispatcher.domain.availability import (
+    ANY_TIME,
+    AvailabilitySettings,
+    TimeOff,
+    WorkingHours,
+)
 from ticket_dispatcher.domain.burden_events import BurdenKind
 from ticket_dispatcher.errors import InvalidInput, Problem
 from ticket_dispatcher.timeutil import format_time, to_utc
@@ -98,21 +104,47 @@ class BurdenQuery:
 
 
 @dataclass(frozen=True)
-class BurdenRow:
-    """One stored event as the report reads it (burden_events.BurdenEvent)."""
+class Tally:
+    """How many stored events share these values (burden_events.BurdenEvent): the store
+    counts them, the report adds them up."""
 
     kind: BurdenKind
     email: str
-    sent_at: datetime
+    count: int
     policy_family_id: str = ""
     rotation: str = ""
     leader: str = ""
-    members: tuple[str, ...] = ()
-    hours_required: bool = False
-    open_counts: Mapping[str, int] = field(default_factory=dict)
-    ack_source: AckSource | None = None
-    ack_at: datetime | None = None
     band: Band | None = None  # an interruption's, as judged when it was sent
+
+
+@dataclass(frozen=True)
+class AckSample:
+    """One card's time to acknowledge: from its sending to the ACK's own time."""
+
+    email: str
+    source: AckSource
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Membership:
+    """Whom a rotation's receiver resolved to for one of its assignments, and whether that
+    assign action required working hours."""
+
+    rotation: str
+    members: tuple[str, ...]
+    hours_required: bool = False
+
+
+@dataclass
+class BurdenData:
+    """What the store read for one report."""
+
+    tallies: list[Tally] = field(default_factory=list)
+    acks: list[AckSample] = field(default_factory=list)
+    memberships: list[Membership] = field(default_factory=list)
+    open_counts: Mapping[str, int] = field(default_factory=dict)  # the latest read, by email
+    pages_by_day: dict[datetime, int] = field(default_factory=dict)  # UTC midnight: pages
 
 
 @dataclass(frozen=True)
@@ -170,42 +202,40 @@ class PersonBurden:
         }
 
 
-def build_report(query: BurdenQuery, rows: Iterable[BurdenRow], *, policy_names: Mapping[str, str],
+def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[str, str],
                  people: People, complete_from: datetime | None) -> dict[str, Any]:
     """The report's JSON (docs/burden-report.md names every field)."""
     persons: dict[str, PersonBurden] = {}
     rotations: dict[str, RotationTally] = {}
-    weekly: Counter[datetime] = Counter()
 
     def person(email: str) -> PersonBurden:
         if email not in persons:
             persons[email] = PersonBurden(email)
         return persons[email]
 
-    latest_counts: dict[str, tuple[datetime, int]] = {}
-    for row in rows:
-        who = person(row.email)
-        who.counts[row.kind] += 1
-        if row.kind is BurdenKind.ASSIGNMENT:
-            who.assigned_by_policy[policy_names.get(row.policy_family_id,
-                                                    row.policy_family_id)] += 1
-            _count_rotation(rotations, row)
-            _note_counts(latest_counts, row)
-        elif row.kind.interrupts:
-            who.bands[row.band or band_of(row.sent_at, people.of(row.email))] += 1
-            if row.kind is BurdenKind.PAGE:
-                weekly[_week_of(row.sent_at)] += 1
-        elif row.kind is BurdenKind.ESCALATION and row.leader:
-            person(row.leader).escalations_received += 1
-        if row.kind is BurdenKind.CARD and row.ack_source is not None and row.ack_at:
-            seconds = max(0.0, (to_utc(row.ack_at) - to_utc(row.sent_at)).total_seconds())
-            who.ack[row.ack_source].append(seconds)
-    for tally in rotations.values():
-        for member in tally.members:
+    for tally in data.tallies:
+        who = person(tally.email)
+        who.counts[tally.kind] += tally.count
+        if tally.kind is BurdenKind.ASSIGNMENT:
+            policy = policy_names.get(tally.policy_family_id, tally.policy_family_id)
+            who.assigned_by_policy[policy] += tally.count
+            rotations.setdefault(tally.rotation, RotationTally()).count(tally)
+        elif tally.kind.interrupts and tally.band is not None:
+            who.bands[tally.band] += tally.count
+        elif tally.kind is BurdenKind.ESCALATION and tally.leader:
+            person(tally.leader).escalations_received += tally.count
+    for sample in data.acks:
+        person(sample.email).ack[sample.source].append(sample.seconds)
+    for membership in data.memberships:
+        rotations.setdefault(membership.rotation, RotationTally()).join(membership)
+    for rotation in rotations.values():
+        for member in rotation.members:
             person(member)
-    for email, (_, count) in latest_counts.items():
-        if email in persons:
-            persons[email].open_now = count
+    for email, who in persons.items():
+        who.open_now = data.open_counts.get(email)
+    weekly: Counter[datetime] = Counter()
+    for day, count in data.pages_by_day.items():
+        weekly[_week_of(day)] += count
     return {
         "from": format_time(query.since),
         "to": format_time(query.until),
@@ -219,12 +249,14 @@ def build_report(query: BurdenQuery, rows: Iterable[BurdenRow], *, policy_names:
     }
 
 
-def _note_counts(latest: dict[str, tuple[datetime, int]], row: BurdenRow) -> None:
-    """The newest count of open issues read for each person; the assignee holds one more."""
-    for email, count in row.open_counts.items():
-        held = count + (1 if email == row.email else 0)
-        if email not in latest or latest[email][0] <= row.sent_at:
-            latest[email] = (row.sent_at, held)
+def latest_open_counts(reads: Iterable[tuple[str, Mapping[str, int]]]) -> dict[str, int]:
+    """Each person's newest count of open issues, from assignments newest first: (the
+    assignee, the counts that assignment read); the assignee holds one more since."""
+    latest: dict[str, int] = {}
+    for assignee, counts in reads:
+        for email, count in counts.items():
+            latest.setdefault(email, count + (1 if email == assignee else 0))
+    return latest
 
 
 def _week_of(moment: datetime) -> datetime:
@@ -249,6 +281,15 @@ class RotationTally:
     members: set[str] = field(default_factory=set)
     policies: Counter[str] = field(default_factory=Counter)
     hours_required: bool = False
+
+    def count(self, tally: Tally) -> None:
+        self.assigned[tally.email] += tally.count
+        self.members.add(tally.email)
+        self.policies[tally.policy_family_id] += tally.count
+
+    def join(self, membership: Membership) -> None:
+        self.members.update(membership.members)
+        self.hours_required = self.hours_required or membership.hours_required
 
     def to_json(self, rotation: str, query: BurdenQuery, people: People,
                 policy_names: Mapping[str, str]) -> dict[str, Any]:
@@ -276,35 +317,56 @@ class RotationTally:
         }
 
 
-def _count_rotation(rotations: dict[str, RotationTally], row: BurdenRow) -> None:
-    tally = rotations.setdefault(row.rotation, RotationTally())
-    tally.assigned[row.email] += 1
-    tally.members.update(row.members or (row.email,))
-    tally.members.add(row.email)
-    tally.policies[row.policy_family_id] += 1
-    tally.hours_required = tally.hours_required or row.hours_required
-
-
 def eligible_hours(since: datetime, until: datetime, settings: AvailabilitySettings,
                    time_off: Iterable[TimeOff], *, within_hours: bool) -> float:
     """The hours of ``[since, until)`` in which a person could be given work: not on time
-    off and, where the rotation requires working hours and they have set some, within them.
-    Walked in steps of a quarter hour, each judged at its start in the person's zone."""
-    step = timedelta(minutes=15)
-    away = sorted((to_utc(entry.start), to_utc(entry.end)) for entry in time_off)
+    off and, where the rotation requires working hours and they have set some, within them
+    (wall-clock spans in their zone, so a clock change moves them in UTC)."""
+    since, until = to_utc(since), to_utc(until)
     hours = settings.working_hours if within_hours else None
-    if hours is None and not away:
-        return (until - since).total_seconds() / 3600
-    counted, moment, index = 0, to_utc(since), 0
-    until = to_utc(until)
-    while moment < until:
-        while index < len(away) and away[index][1] <= moment:
-            index += 1
-        off = any(start <= moment < end for start, end in away[index:index + 4])
-        if not off and (hours is None or hours.within(moment.astimezone(settings.zone))):
-            counted += 1
-        moment += step
-    return counted * step.total_seconds() / 3600
+    spans = ([(since, until)] if hours is None
+             else _working_spans(since, until, hours, settings.zone))
+    away = _merged([(max(to_utc(e.start), since), min(to_utc(e.end), until))
+                    for e in time_off if to_utc(e.end) > since and to_utc(e.start) < until])
+    seconds = sum((end - start).total_seconds() for start, end in spans)
+    for start, end in spans:
+        for off_start, off_end in away:
+            overlap = (min(end, off_end) - max(start, off_start)).total_seconds()
+            seconds -= max(0.0, overlap)
+    return seconds / 3600
+
+
+def _working_spans(since: datetime, until: datetime, hours: WorkingHours,
+                   zone: ZoneInfo) -> list[tuple[datetime, datetime]]:
+    """The person's working spans within ``[since, until)``, in UTC, day by local day."""
+    spans = []
+    day, last = since.astimezone(zone).date(), until.astimezone(zone).date()
+    while day <= last:
+        for span in hours.days[day.weekday()]:
+            start = _local(day, span.start, zone)
+            end = _local(day, span.end, zone)
+            start, end = max(start, since), min(end, until)
+            if start < end:
+                spans.append((start, end))
+        day += timedelta(days=1)
+    return spans
+
+
+def _local(day: date, minutes: int, zone: ZoneInfo) -> datetime:
+    """``minutes`` after local midnight of ``day`` (1440: the next midnight), in UTC."""
+    # an aware datetime adds wall-clock time: 09:00 stays 09:00 across a clock change
+    return (datetime.combine(day, time(0), zone) + timedelta(minutes=minutes)).astimezone(UTC)
+
+
+def _merged(intervals: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """Overlapping intervals joined, in order."""
+    merged: list[tuple[datetime, datetime]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def csv_rows(report: Mapping[str, Any]) -> list[list[Any]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import peewee
@@ -20,13 +20,17 @@ from ticket_dispatcher.domain.actions.notification_state import AckSource
 from ticket_dispatcher.domain.availability import ANY_TIME, AvailabilitySettings
 from ticket_dispatcher.domain.availability_parsing import settings_of
 from ticket_dispatcher.domain.burden import (
+    AckSample,
     Band,
+    BurdenData,
     BurdenQuery,
-    BurdenRow,
+    Membership,
     People,
     ScopeKind,
+    Tally,
     band_of,
     build_report,
+    latest_open_counts,
 )
 from ticket_dispatcher.domain.burden_events import EVENT_VERSION, BurdenEvent, BurdenKind
 from ticket_dispatcher.errors import InvalidInput, Problem
@@ -47,8 +51,13 @@ RECORDING_SINCE_MIGRATION = 16
 _COLUMNS = ("version, execution_id, rule_sequence, action_index, kind, email, leader, "
             "issue_key, project, policy_id, policy_family_id, members_json, hours_required, "
             "open_counts_json, sent_at, band, ack_source, ack_at, rotation")
-_READ = ("kind, email, sent_at, policy_family_id, rotation, leader, members_json, "
-         "hours_required, open_counts_json, ack_source, ack_at, band")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The stored words, read back without an enum lookup per row (a year has a hundred thousand).
+_KINDS = {kind.value: kind for kind in BurdenKind}
+_BANDS: dict[str | None, Band | None] = {None: None, **{band.value: band for band in Band}}
+_SOURCES = {source.value: source for source in AckSource}
+# How many of the newest assignments the report reads for the people's counts of open issues.
+OPEN_COUNT_READS = 500
 # The PostgreSQL types of the columns before ``rotation``, in ``_COLUMNS`` order.
 _PG_TYPES = ("integer", "bigint", "integer", "integer", "text", "text", "text", "text", "text",
              "bigint", "text", "jsonb", "boolean", "jsonb", "timestamp", "text", "text",
@@ -140,17 +149,69 @@ class BurdenRepository:
     # -- the report ----------------------------------------------------------------------------
 
     def report(self, query: BurdenQuery) -> dict[str, Any]:
-        """The report for ``query`` (``InvalidInput`` when its scope names nothing)."""
+        """The report for ``query`` (``InvalidInput`` when its scope names nothing): the
+        period's rows counted by the database, read along the index of the scope."""
         with unit_of_work(self.db):
-            families = self._scope_values(query)
-            rows = self._rows(query, families)
-            names = self._policy_names({row.policy_family_id for row in rows})
-            emails = sorted({row.email for row in rows} | {row.leader for row in rows if row.leader}
-                            | {m for row in rows for m in row.members})
+            values = self._scope_values(query)
+            data = self._data(query, values)
+            names = self._policy_names({t.policy_family_id for t in data.tallies})
+            emails = sorted({t.email for t in data.tallies}
+                            | {t.leader for t in data.tallies if t.leader}
+                            | {m for ms in data.memberships for m in ms.members})
             people = self._people(emails, query)
             complete_from = self.complete_from()
-        return build_report(query, rows, policy_names=names, people=people,
+        return build_report(query, data, policy_names=names, people=people,
                             complete_from=complete_from)
+
+    def _data(self, query: BurdenQuery, values: list[str]) -> BurdenData:
+        """One pass over the period (in the scope), counted by the database: the events by
+        kind, person, policy, rotation and band, with what each kind adds (an assignment its
+        members, a card its time to acknowledge, a page its day). And the newest counts of
+        open issues."""
+        p, epoch = self.db.param, self.engine.epoch_seconds
+        params: list[Any] = [BurdenKind.ASSIGNMENT.value, BurdenKind.ASSIGNMENT.value,
+                             BurdenKind.CARD.value, BurdenKind.CARD.value,
+                             BurdenKind.PAGE.value, time_param(query.since),
+                             time_param(query.until)]
+        where = f"sent_at >= {p} AND sent_at < {p}"
+        if values:
+            where += f" AND {_SCOPE_COLUMN[query.scope]} IN ({placeholders(p, len(values))})"
+            params += values
+        extras = (f"CASE WHEN kind = {p} THEN members_json END, "
+                  f"CASE WHEN kind = {p} THEN hours_required END, "
+                  f"CASE WHEN kind = {p} THEN ack_source END, "
+                  f"CASE WHEN kind = {p} THEN {epoch('ack_at')} - {epoch('sent_at')} END, "
+                  f"CASE WHEN kind = {p} THEN {self.engine.epoch_days('sent_at')} END")
+        # grouped by position: PostgreSQL matches an expression with parameters to no other
+        rows = self.db.execute_sql(
+            f"SELECT kind, email, policy_family_id, rotation, leader, band, {extras}, COUNT(*) "
+            f"FROM {TABLE} WHERE {where} GROUP BY {', '.join(map(str, range(1, 12)))}",
+            params).fetchall()
+        data = BurdenData(open_counts=self._open_counts())
+        for (kind, email, family, rotation, leader, band, members, hours, source, seconds,
+             day, count) in rows:
+            data.tallies.append(Tally(_KINDS[kind], email, count, family, rotation, leader,
+                                      _BANDS[band]))
+            if members is not None:
+                data.memberships.append(Membership(rotation, tuple(_json(members)),
+                                                   bool(hours)))
+            if source is not None and seconds is not None:
+                # a read Lark dates before the card was sent counts as none
+                data.acks.extend([AckSample(email, _SOURCES[source],
+                                            max(0.0, float(seconds)))] * count)
+            if day is not None:
+                moment = EPOCH + timedelta(days=int(day))
+                data.pages_by_day[moment] = data.pages_by_day.get(moment, 0) + count
+        return data
+
+    def _open_counts(self) -> dict[str, int]:
+        """The newest counts of open issues that assignments read, along the time index."""
+        p = self.db.param
+        rows = self.db.execute_sql(
+            f"SELECT email, open_counts_json FROM {TABLE} WHERE kind = {p} "
+            f"AND open_counts_json IS NOT NULL ORDER BY sent_at DESC LIMIT {OPEN_COUNT_READS}",
+            (BurdenKind.ASSIGNMENT.value,)).fetchall()
+        return latest_open_counts((email, _json(counts)) for email, counts in rows)
 
     def complete_from(self) -> datetime | None:
         """When this table started recording: the report's data is complete from then."""
@@ -175,24 +236,6 @@ class BurdenRepository:
             raise InvalidInput(f"no {query.scope.value} {query.value!r} is known",
                                [Problem(query.scope.value, "names nothing")])
         return values
-
-    def _rows(self, query: BurdenQuery, values: list[str]) -> list[BurdenRow]:
-        p = self.db.param
-        sql = f"SELECT {_READ} FROM {TABLE} WHERE sent_at >= {p} AND sent_at < {p}"
-        params: list[Any] = [time_param(query.since), time_param(query.until)]
-        if values:
-            sql += f" AND {_SCOPE_COLUMN[query.scope]} IN ({placeholders(p, len(values))})"
-            params += values
-        as_time = BurdenEventRow.sent_at.python_value
-        rows = []
-        for (kind, email, sent_at, family, rotation, leader, members, hours, counts,
-             source, ack_at, band) in self.db.execute_sql(sql, params).fetchall():
-            rows.append(BurdenRow(
-                BurdenKind(kind), email, as_time(sent_at) or query.since, family, rotation, leader,
-                tuple(_json(members) or ()), bool(hours), _json(counts) or {},
-                AckSource(source) if source else None, as_time(ack_at) if ack_at else None,
-                Band(band) if band else None))
-        return rows
 
     def _policy_names(self, families: set[str]) -> dict[str, str]:
         """Each family's name, as its newest version has it."""

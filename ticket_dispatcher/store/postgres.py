@@ -286,6 +286,12 @@ class PostgresEngine:
     def unindexed_name(self, name: str) -> str:
         return name
 
+    def epoch_seconds(self, column: str) -> str:
+        return f"EXTRACT(EPOCH FROM {column})"  # a timestamp without time zone: taken as UTC
+
+    def epoch_days(self, column: str) -> str:
+        return f"CAST(FLOOR(EXTRACT(EPOCH FROM {column}) / 86400) AS INTEGER)"
+
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:
         """A lateral subquery, with OFFSET 0 to keep the planner from folding the lookup into
         a join that hashes every row of ``table`` the condition's values allow, whoever it is

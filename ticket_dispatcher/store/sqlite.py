@@ -164,6 +164,12 @@ class SqliteEngine:
     def unindexed_name(self, name: str) -> str:
         return f"+{name}"
 
+    def epoch_seconds(self, column: str) -> str:
+        return f"((julianday({column}) - 2440587.5) * 86400.0)"  # the epoch's Julian day
+
+    def epoch_days(self, column: str) -> str:
+        return f"CAST(julianday({column}) - 2440587.5 AS INTEGER)"  # toward 0: the floor
+
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:
         return f"LEFT JOIN {table} {alias} ON {condition(alias)}"
 
