@@ -239,6 +239,18 @@ def test_status_leaving_the_pending_statuses_mid_wait_is_an_ack():
     assert ex.status is ExecutionStatus.SUCCEEDED and len(world.oncall.pages) == 1
 
 
+def test_a_status_change_ack_is_timed_by_the_change_in_jiras_changelog():
+    world = PageWorld()
+    ex = world.run()
+    changed = world.clock.now() + timedelta(seconds=2)
+    set_issue(world, status="In Progress", status_changed_at=changed)
+
+    ex = world.advance(POLL)
+
+    assert (page_context(ex)["ack_source"], page_context(ex)["ack_at"]) == (
+        "status_change", format_time(changed))
+
+
 @pytest.mark.parametrize("change", [
     {"status": None}, {"status": PENDING}], ids=["missing status", "pending status"])
 def test_a_missing_or_pending_status_is_no_ack(change):

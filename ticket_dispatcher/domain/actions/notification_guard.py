@@ -215,7 +215,7 @@ def look_now(run: ActionRun, state: GuardedState,
         # a missing status is no ACK; only leaving the pending statuses is
         if pending_statuses is not None and issue.status and \
                 issue.status not in pending_statuses:
-            return GuardVerdict(ack=AckSource.STATUS_CHANGE)
+            return GuardVerdict(ack=AckSource.STATUS_CHANGE, ack_at=issue.status_changed_at)
     read, read_at = _read_by_target(run, state, expected)
     if read:
         return GuardVerdict(ack=AckSource.CARD_READ, ack_at=read_at)
