@@ -23,8 +23,9 @@ written.
 Printed per engine and report (the default 28 days; the whole year; the 28 days of one
 policy, one project and one rotation): the median and the slowest of ``--runs`` reports
 (``BurdenRepository.report``, the JSON the API answers, built in this process), PASS or FAIL
-against 300 ms, and the plan of the period's query (SQLite's ``EXPLAIN QUERY PLAN``,
-PostgreSQL's ``EXPLAIN``), which names the index it reads.
+against 300 ms, and the plan of the report's read of the period
+(``BurdenRepository.explain``: SQLite's ``EXPLAIN QUERY PLAN``, PostgreSQL's ``EXPLAIN``),
+which names the index it reads.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from ticket_dispatcher.domain.availability_parsing import settings_of  # noqa: E
 from ticket_dispatcher.domain.burden import BurdenQuery, band_of  # noqa: E402
 from ticket_dispatcher.domain.model import Engineer  # noqa: E402
 from ticket_dispatcher.store import Store  # noqa: E402
-from ticket_dispatcher.store.burden import TABLE  # noqa: E402
 from ticket_dispatcher.store.connect import is_postgres  # noqa: E402
 from ticket_dispatcher.store.database import write_lock  # noqa: E402
 from ticket_dispatcher.store.models import (  # noqa: E402
@@ -99,7 +99,7 @@ def bench(url: str, args: argparse.Namespace) -> None:
                   f"{sum(p['pages'] for p in report['people']):,} pages)")
         for name, query in (("28 days", queries()[0][1]), ("one rotation", queries()[4][1])):
             print(f"  plan of the period's query, {name}:")
-            for line in plan(store, query):
+            for line in store.burden.explain(query):
                 print(f"    {line}")
     finally:
         store.close()
@@ -121,21 +121,6 @@ def timed(store: Store, query: BurdenQuery, runs: int) -> tuple[list[float], dic
         report = store.burden.report(query)
         times.append((time.perf_counter() - started) * 1000)
     return times, report
-
-
-def plan(store: Store, query: BurdenQuery) -> list[str]:
-    """The plan of the report's main query for ``query``, as the engine explains it."""
-    p = store.db.param
-    sql = (f"SELECT kind, email, sent_at FROM {TABLE} WHERE sent_at >= {p} AND sent_at < {p}")
-    params: list = [BurdenEventRow.sent_at.db_value(query.since),
-                    BurdenEventRow.sent_at.db_value(query.until)]
-    if query.value:
-        sql += f" AND rotation IN ({p})"
-        params.append(query.value)
-    explain = "EXPLAIN" if is_postgres(store.db) else "EXPLAIN QUERY PLAN"
-    with store.connection():
-        rows = store.db.execute_sql(f"{explain} {sql}", params).fetchall()
-    return [str(row[-1]) for row in rows]
 
 
 def seed(store: Store, executions: int, pages: int, rng: random.Random) -> int:

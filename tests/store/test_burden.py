@@ -114,9 +114,12 @@ def test_a_page_counts_in_its_band_and_the_ack_runs_from_the_card_to_the_read(st
     notify(store, at=sent, page_at=sent + timedelta(minutes=5),
            ack=("card_read", sent + timedelta(minutes=7)))
 
-    [a, _] = report(store)["people"]
+    result = report(store)
+    [a, _] = result["people"]
 
     assert (a["cards"], a["pages"]) == (1, 1)
+    assert [(w["week"], w["pages"]) for w in result["weekly_pages"] if w["pages"]] == [
+        ("2026-11-30T00:00:00Z", 1)]  # the Monday of its week
     assert a["interruptions"] == {"business": 0, "off": 0, "sleep": 1}
     assert a["ack_seconds"]["p50"] == 420.0
     assert a["ack_seconds"]["by_source"]["card_read"] == {"p50": 420.0, "p90": 420.0}
@@ -183,3 +186,14 @@ def test_an_ack_is_added_once_and_the_sent_time_stays_the_first(store):
 
     assert a["cards"] == 1
     assert a["ack_seconds"]["by_source"]["status_change"]["p50"] == 120.0
+
+
+def test_the_reports_read_takes_the_index_of_its_scope(sqlite_store):
+    assign(sqlite_store)
+
+    everyone = " ".join(sqlite_store.burden.explain(BurdenQuery.of(None, None, NOW)))
+    rotation = " ".join(sqlite_store.burden.explain(
+        BurdenQuery.of(None, None, NOW, rotation="group:sre")))
+
+    assert "USING INDEX ix_burden_events_sent" in everyone
+    assert "USING INDEX ix_burden_events_rotation" in rotation

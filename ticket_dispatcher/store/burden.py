@@ -163,30 +163,18 @@ class BurdenRepository:
         return build_report(query, data, policy_names=names, people=people,
                             complete_from=complete_from)
 
+    def explain(self, query: BurdenQuery) -> list[str]:
+        """The engine's plan of the report's read of the period: which index it takes."""
+        with unit_of_work(self.db):
+            return self.engine.explain(self.db, *self._period(query,
+                                                              self._scope_values(query)))
+
     def _data(self, query: BurdenQuery, values: list[str]) -> BurdenData:
         """One pass over the period (in the scope), counted by the database: the events by
         kind, person, policy, rotation and band, with what each kind adds (an assignment its
         members, a card its time to acknowledge, a page its day). And the newest counts of
         open issues."""
-        p, epoch = self.db.param, self.engine.epoch_seconds
-        params: list[Any] = [BurdenKind.ASSIGNMENT.value, BurdenKind.ASSIGNMENT.value,
-                             BurdenKind.CARD.value, BurdenKind.CARD.value,
-                             BurdenKind.PAGE.value, time_param(query.since),
-                             time_param(query.until)]
-        where = f"sent_at >= {p} AND sent_at < {p}"
-        if values:
-            where += f" AND {_SCOPE_COLUMN[query.scope]} IN ({placeholders(p, len(values))})"
-            params += values
-        extras = (f"CASE WHEN kind = {p} THEN members_json END, "
-                  f"CASE WHEN kind = {p} THEN hours_required END, "
-                  f"CASE WHEN kind = {p} THEN ack_source END, "
-                  f"CASE WHEN kind = {p} THEN {epoch('ack_at')} - {epoch('sent_at')} END, "
-                  f"CASE WHEN kind = {p} THEN {self.engine.epoch_days('sent_at')} END")
-        # grouped by position: PostgreSQL matches an expression with parameters to no other
-        rows = self.db.execute_sql(
-            f"SELECT kind, email, policy_family_id, rotation, leader, band, {extras}, COUNT(*) "
-            f"FROM {TABLE} WHERE {where} GROUP BY {', '.join(map(str, range(1, 12)))}",
-            params).fetchall()
+        rows = self.db.execute_sql(*self._period(query, values)).fetchall()
         data = BurdenData(open_counts=self._open_counts())
         for (kind, email, family, rotation, leader, band, members, hours, source, seconds,
              day, count) in rows:
@@ -203,6 +191,27 @@ class BurdenRepository:
                 moment = EPOCH + timedelta(days=int(day))
                 data.pages_by_day[moment] = data.pages_by_day.get(moment, 0) + count
         return data
+
+    def _period(self, query: BurdenQuery, values: list[str]) -> tuple[str, list[Any]]:
+        """The read of ``_data``: the statement and its parameters."""
+        p, epoch = self.db.param, self.engine.epoch_seconds
+        params: list[Any] = [BurdenKind.ASSIGNMENT.value, BurdenKind.ASSIGNMENT.value,
+                             BurdenKind.CARD.value, BurdenKind.CARD.value,
+                             BurdenKind.PAGE.value, time_param(query.since),
+                             time_param(query.until)]
+        where = f"sent_at >= {p} AND sent_at < {p}"
+        if values:
+            where += f" AND {_SCOPE_COLUMN[query.scope]} IN ({placeholders(p, len(values))})"
+            params += values
+        extras = (f"CASE WHEN kind = {p} THEN members_json END, "
+                  f"CASE WHEN kind = {p} THEN hours_required END, "
+                  f"CASE WHEN kind = {p} THEN ack_source END, "
+                  f"CASE WHEN kind = {p} THEN {epoch('ack_at')} - {epoch('sent_at')} END, "
+                  f"CASE WHEN kind = {p} THEN {self.engine.epoch_days('sent_at')} END")
+        # grouped by position: PostgreSQL matches an expression with parameters to no other
+        return (f"SELECT kind, email, policy_family_id, rotation, leader, band, {extras}, "
+                f"COUNT(*) FROM {TABLE} WHERE {where} "
+                f"GROUP BY {', '.join(map(str, range(1, 12)))}", params)
 
     def _open_counts(self) -> dict[str, int]:
         """The newest counts of open issues that assignments read, along the time index."""

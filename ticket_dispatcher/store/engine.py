@@ -165,6 +165,11 @@ class Engine(Protocol):
         """Keep other processes from migrating until this transaction ends."""
         ...
 
+    def explain(self, db: peewee.Database, sql: str, params: Sequence[Any]) -> list[str]:
+        """The plan the engine would run ``sql`` with, one line a step (the indexes it
+        reads), for a bench or a test to show."""
+        ...
+
     def server_limit(self, db: peewee.Database) -> ServerLimit | None:
         """The server's connection limit; None where there is no server."""
         ...

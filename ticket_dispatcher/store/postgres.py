@@ -305,6 +305,9 @@ class PostgresEngine:
     def lock_migrations(self, db: peewee.Database) -> None:
         db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
 
+    def explain(self, db: peewee.Database, sql: str, params: Sequence[Any]) -> list[str]:
+        return [str(row[0]) for row in db.execute_sql(f"EXPLAIN {sql}", params).fetchall()]
+
     def server_limit(self, db: peewee.Database) -> ServerLimit:
         # current_setting(name, true) is NULL for a setting the server does not have
         # (reserved_connections is new in PostgreSQL 16).

@@ -183,6 +183,10 @@ class SqliteEngine:
     def server_limit(self, db: peewee.Database) -> ServerLimit | None:
         return None
 
+    def explain(self, db: peewee.Database, sql: str, params: Sequence[Any]) -> list[str]:
+        return [str(row[-1]) for row in
+                db.execute_sql(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()]
+
     def notify_work(self, db: peewee.Database) -> None:
         """Nothing: one process serves a file, and it knows its own work."""
 
