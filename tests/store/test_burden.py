@@ -119,7 +119,7 @@ def test_a_page_counts_in_its_band_and_the_ack_runs_from_the_card_to_the_read(st
 
     assert (a["cards"], a["pages"]) == (1, 1)
     assert [(w["week"], w["pages"]) for w in result["weekly_pages"] if w["pages"]] == [
-        ("2026-11-30T00:00:00Z", 1)]  # the Monday of its week
+        ("2026-11-30T00:00:00.000Z", 1)]  # the Monday of its week
     assert a["interruptions"] == {"business": 0, "off": 0, "sleep": 1}
     assert a["ack_seconds"]["p50"] == 420.0
     assert a["ack_seconds"]["by_source"]["card_read"] == {"p50": 420.0, "p90": 420.0}
