@@ -2,9 +2,9 @@
 records each assignment and notification, read by time for the report
 (docs/burden-report.md).
 
-The report reads this narrow table along its indexes, never the executions' JSON: one query
-for the period's rows, one for the policies' names, one for the people's settings and one
-for their time off.
+The report reads this narrow table along its indexes, never the executions' JSON: one read
+of the period grouped by the database, one of the newest counts of open issues, then the
+policies' names, the people's settings and their time off.
 """
 
 from __future__ import annotations
