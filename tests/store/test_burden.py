@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.conftest import QueryCounter
 from tests.store.test_executions_and_triggers import make_policy, new
 from ticket_dispatcher.domain.burden import BurdenQuery
 from ticket_dispatcher.domain.execution import ExecutionMode, ExecutionStatus, RuleOutcome
@@ -197,3 +198,15 @@ def test_the_reports_read_takes_the_index_of_its_scope(sqlite_store):
 
     assert "USING INDEX ix_burden_events_sent" in everyone
     assert "USING INDEX ix_burden_events_rotation" in rotation
+
+
+def test_a_checkpoint_after_the_send_writes_no_burden_row_again(store):
+    execution = notify(store, page_at=NOW)
+    execution.updated_at = NOW + timedelta(minutes=1)
+
+    with QueryCounter(store.db) as queries:
+        store.executions.save(execution, execution.rule_executions)
+
+    assert queries.statements and not any("burden_events" in s for s in queries.statements)
+    [a] = report(store)["people"]
+    assert (a["cards"], a["pages"]) == (1, 1)

@@ -10,6 +10,8 @@ policies' names, the people's settings and their time off.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -56,6 +58,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _KINDS = {kind.value: kind for kind in BurdenKind}
 _BANDS: dict[str | None, Band | None] = {None: None, **{band.value: band for band in Band}}
 _SOURCES = {source.value: source for source in AckSource}
+# How many written events a process remembers, so as not to write them again (a few hours of
+# a busy service's notifications).
+REMEMBERED_EVENTS = 20_000
 # How many of the newest assignments the report reads for the people's counts of open issues.
 OPEN_COUNT_READS = 500
 # The PostgreSQL types of the columns before ``rotation``, in ``_COLUMNS`` order.
@@ -71,6 +76,8 @@ class BurdenRepository:
         self.db = db
         self.engine = engine_of(db)
         self._engineers = engineers
+        self._lock = threading.Lock()
+        self._written: OrderedDict[tuple, None] = OrderedDict()  # oldest first
         p = db.param
         # A notification's rotation is the one of the person's latest assignment of the issue.
         latest = (f"COALESCE((SELECT a.rotation FROM {TABLE} a WHERE a.issue_key = {p} "
@@ -89,6 +96,21 @@ class BurdenRepository:
                                 f"{latest.replace(f'{p} ', f'{p}::text ')}")}
 
     # -- writing, with the checkpoint ---------------------------------------------------------
+
+    def unwritten(self, events: list[BurdenEvent]) -> list[BurdenEvent]:
+        """``events`` less those this process already wrote as they are: every checkpoint
+        after a send finds the send again, and only its first, or an ACK, writes. Another
+        process (a replica, a restart) writes them once more, which changes nothing."""
+        with self._lock:
+            return [event for event in events if _signature(event) not in self._written]
+
+    def written(self, events: list[BurdenEvent]) -> None:
+        """``events`` were committed with their checkpoint."""
+        with self._lock:
+            for event in events:
+                self._written[_signature(event)] = None
+            while len(self._written) > REMEMBERED_EVENTS:
+                self._written.popitem(last=False)
 
     def record(self, events: Sequence[BurdenEvent]) -> None:
         """Write ``events`` in the caller's transaction: a new action's row, or an ACK added
@@ -261,6 +283,12 @@ class BurdenRepository:
         found, _ = self._engineers.page(limit=len(emails), email_in=emails)
         settings = {engineer.email: settings_of(engineer) for engineer in found}
         return People(settings, self._engineers.time_off(emails, query.since, query.until))
+
+
+def _signature(event: BurdenEvent) -> tuple:
+    """What makes a write of ``event`` different from the one before: its action and ACK."""
+    return (event.execution_id, event.rule_sequence, event.action_index, event.ack_source,
+            event.ack_at)
 
 
 def _json(value: Any) -> Any:

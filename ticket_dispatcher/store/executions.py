@@ -212,7 +212,8 @@ class ExecutionRepository:
             values += (lease.owner, lease.epoch)
         changes = [_rule_values(execution.id, rule) for rule in rules]
         # What the checkpoint records for the burden report: written with it, or not at all.
-        events = events_of(execution, rules) if self._burden is not None else []
+        events = (self._burden.unwritten(events_of(execution, rules))
+                  if self._burden is not None else [])
         if self.engine.one_statement_writes:
             statement = self._sql.save_in_one(released=released, fenced=fenced,
                                               rules=len(changes))
@@ -227,8 +228,10 @@ class ExecutionRepository:
                 [(matched,)] = self.db.execute_sql(statement, params).fetchall()
                 if not matched:
                     raise self._refusal(execution.id, lease)
+            if events and self._burden is not None:
+                self._burden.written(events)
             return
-        if events:  # rare: the checkpoint that records a send, and those after it
+        if events:  # rare: the checkpoint that records a send or an ACK
             self._save_with_events(execution, lease, values, changes, events,
                                    released=released)
             return
@@ -252,6 +255,7 @@ class ExecutionRepository:
             for rule_values in changes:
                 self.db.execute_sql(self._sql.rule, rule_values)
             self._burden.record(events)
+        self._burden.written(events)
 
     def record_looks(self, looks: Sequence[tuple[Execution, RuleExecution, datetime]],
                      ) -> set[int]:
