@@ -25,6 +25,7 @@ from ticket_dispatcher.domain.ports import (
     PageOutcome,
     PageResult,
     Ports,
+    Readers,
     Responder,
     TriageChange,
     Turn,
@@ -411,6 +412,7 @@ class FakeLark:
         self.sends: list[tuple[str, dict, str]] = []  # (open_id, card, uuid)
         self.urgents: list[tuple[str, str]] = []  # (message_id, open_id)
         self.readers: dict[str, list[str]] = {}  # message_id -> open_ids who read it
+        self.read_at: dict[str, dict[str, datetime]] = {}  # message_id -> open_id -> read at
         self.reads: list[str] = []
         self.rejected: set[str] = set()  # open_ids urgent_app answers as invalid
         self.fail: dict[str, list[Exception]] = {}
@@ -436,7 +438,7 @@ class FakeLark:
     def read_user_ids(self, message_id: str) -> list[str]:
         self._script("read_user_ids")
         self.reads.append(message_id)
-        return list(self.readers.get(message_id, []))
+        return Readers(self.readers.get(message_id, []), self.read_at.get(message_id))
 
     def read_user_ids_each(self, message_ids: Sequence[str],
                            at_once: int | None = None) -> list[Answer[list[str]]]:

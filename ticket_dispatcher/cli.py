@@ -61,7 +61,7 @@ from ticket_dispatcher.errors import (
 )
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.safejson import MAX_ID, read_json_file
-from ticket_dispatcher.timeutil import format_time, parse_business_now
+from ticket_dispatcher.timeutil import format_time, parse_business_now, parse_rfc3339, to_utc
 
 if TYPE_CHECKING:  # imported inside the commands that open it
     from ticket_dispatcher.http.changes import Changes
@@ -168,7 +168,52 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_policy_sync(policy_commands, common)
     _add_engineer(commands, common)
     _add_jira(commands, common)
+    _add_report(commands, common)
     return parser
+
+
+def _add_report(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``report burden``: who carries the load, as ``GET /reports/burden`` answers it, read
+    from the configured database (docs/burden-report.md)."""
+    report = _add(commands, common, "report", "reports read from the configured database",
+                  _show_help)
+    report_commands = report.add_subparsers(metavar="COMMAND", parser_class=_Parser)
+    burden = _add(report_commands, common, "burden",
+                  "per person: assignments, notifications, interruptions by band and time to "
+                  "acknowledge; per rotation: the spread against a fair share",
+                  _run_report_burden)
+    burden.add_argument("--from", dest="since", type=_report_time, metavar="RFC3339",
+                        help="start (default: --to less 28 days)")
+    burden.add_argument("--to", dest="until", type=_report_time, metavar="RFC3339",
+                        help="end (default: now)")
+    scope = burden.add_mutually_exclusive_group()
+    scope.add_argument("--policy", help="a policy's name: every version of its family counts")
+    scope.add_argument("--project", help="a Jira project key")
+    scope.add_argument("--rotation", help="an assign action's receiver, e.g. group:sre")
+    burden.add_argument("--json", action="store_true", help="as GET /reports/burden answers")
+
+
+def _report_time(text: str) -> datetime:
+    try:
+        return to_utc(parse_rfc3339(text))
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an RFC 3339 time with an offset, like 2026-12-01T02:00:00Z"
+        ) from None
+
+
+def _run_report_burden(args: argparse.Namespace) -> int:
+    from ticket_dispatcher.domain.burden import BurdenQuery, table_lines
+
+    query = BurdenQuery.of(args.since, args.until, datetime.now(UTC), policy=args.policy,
+                           project=args.project, rotation=args.rotation)
+    with _configured_store(_config(args)) as store:
+        report = store.burden.report(query)
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(table_lines(report)))
+    return EXIT_OK
 
 
 def _add_engineer(commands: Any, common: argparse.ArgumentParser) -> None:

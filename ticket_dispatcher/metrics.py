@@ -7,6 +7,8 @@ that sees the fact happen:
 - ``execution_finished``: once, from the behavior, right after the save that made an execution
   terminal (a recovered terminal execution is never saved terminal again, so never counted
   twice); the notification action, ACK and workflow families count live executions only;
+- ``interrupted``: the pages and App-urgent messages of a finished live workflow, as its burden
+  rows hold them (store/burden.py), right after ``execution_finished``;
 - ``call_settled``: each card, App-urgent and page call of a live workflow, right after the
   checkpoint that saved its result (the ``NotificationCalls`` port, wired by the runtime), so
   the prompt alerts need not wait for the terminal families;
@@ -26,6 +28,7 @@ distinct values (later ones are ``other``), since any caller may name a source.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
@@ -80,6 +83,14 @@ def _call_series() -> list[tuple[str, str, str, str]]:
 
 FEED_AGE = PREFIX + "calendar_feed_age_seconds"
 FEED_RESULTS = ("ok", "failed")
+
+
+def rotation_label(rotation: str) -> str:
+    """A rotation as a metric's label: ``group:sre`` as it is, ``users:…`` (emails) as
+    ``users:`` and the first 8 hex digits of their SHA-256, "none" when there is none."""
+    if rotation.startswith("users:"):
+        return "users:" + hashlib.sha256(rotation.encode()).hexdigest()[:8]
+    return rotation or "none"
 
 
 class _FeedAges(Collector):
@@ -155,6 +166,11 @@ class Metrics:
         self.workflow = histogram("assignment_workflow_duration_seconds", "Notification "
                                   "execution from creation to terminal", ("outcome", "role"),
                                   WORKFLOW_BUCKETS)
+        self.interruptions = counter("interruptions", "Pages and App-urgent messages of "
+                                     "finished live notification workflows, by the rotation of "
+                                     "the person's assignment and the band of the moment each "
+                                     "was sent in their hours (business, off, sleep)",
+                                     ("rotation", "band"))
         self.created = gauge("created_executions", "Executions created, not yet executing",
                              ("mode",))
         self.created_age = gauge("oldest_created_execution_age_seconds", "Age of the oldest "
@@ -278,6 +294,12 @@ class Metrics:
         if summary.workflow_seconds is not None:
             self.workflow.labels(outcome=summary.workflow_outcome,
                                  role=role).observe(summary.workflow_seconds)
+
+    def interrupted(self, bands: Sequence[tuple[str, str]]) -> None:
+        """The interruptions of one finished workflow: (rotation, band) each. No label names
+        a person: a ``users`` receiver, which lists emails, is named by a digest of them."""
+        for rotation, band in bands:
+            self.interruptions.labels(rotation=rotation_label(rotation), band=band).inc()
 
     def call_settled(self, call: str, result: str, role: str, attempt: str) -> None:
         """The ``NotificationCalls`` port (domain/ports.py): one card, urgent or page call

@@ -11,7 +11,7 @@ from tests.actors.test_notification_page_runtime import page_context
 from tests.domain.test_notification_page import PENDING, POLL, TIMEOUT
 from ticket_dispatcher.domain.execution import ExecutionStatus
 from ticket_dispatcher.domain.ports import PageOutcome, PageResult
-from ticket_dispatcher.metrics import PREFIX
+from ticket_dispatcher.metrics import PREFIX, rotation_label
 
 CARD, URGENT, PAGE = ("send_assignment_notification", "mark_assignment_message_urgent",
                       "page_assignment")
@@ -220,3 +220,10 @@ def test_a_timed_out_wait_and_a_failed_page_log_warnings(world, caplog):
     assert warnings == [
         ("page failed", "page attempt 1: not accepted (no phone number)"),
         ("ACK wait timed out", "timeout")]
+
+
+def test_a_rotation_of_users_is_labelled_without_their_emails():
+    label = rotation_label("users:alice@example.com,bob@example.com")
+
+    assert label.startswith("users:") and "@" not in label and len(label) == 14
+    assert rotation_label("group:sre") == "group:sre" and rotation_label("") == "none"

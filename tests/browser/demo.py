@@ -192,6 +192,7 @@ class World:
             "shadows": "/console/shadows",
             "shadow": f"/console/policies/{self.balanced_policy_id}/shadow",
             "maintenance": "/console/maintenance",
+            "burden": "/console/reports/burden",
             "audit": "/console/audit",
             "sign-in": "/console/sign-in",
             "error": "/console/triggers?since=yesterday",  # 400: a bad filter
@@ -202,7 +203,8 @@ class World:
 # Every page of the console, in the order of its navigation bar; the error pages last.
 PAGES = ("overview", "triggers", "executions", "execution", "execution-notification", "parked",
          "engineers", "engineer", "policies", "policy", "policy-diff", "policy-validate",
-         "shadows", "shadow", "maintenance", "audit", "sign-in", "error", "not-found")
+         "shadows", "shadow", "maintenance", "burden", "audit", "sign-in", "error",
+         "not-found")
 STATUS = {"error": 400, "not-found": 404}  # the rest answer 200
 
 

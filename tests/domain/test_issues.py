@@ -61,6 +61,17 @@ def test_jira_issue_is_parsed_into_the_snapshot():
     )
 
 
+def test_the_newest_status_change_of_the_changelog_times_the_issues_status():
+    raw = {**jira_issue(), "changelog": {"histories": [
+        {"created": "2026-12-01T10:00:00.000+0000", "items": [{"field": "status"}]},
+        {"created": "2026-12-01T12:00:00.000+0000", "items": [{"field": "assignee"}]},
+        {"created": "2026-12-01T11:00:00.000+0100", "items": [{"field": "status"}]},
+        {"created": "not a time", "items": [{"field": "status"}]}]}}
+
+    assert issue_from_jira(raw).status_changed_at == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    assert issue_from_jira(jira_issue()).status_changed_at is None
+
+
 def test_jira_offset_without_colon_is_an_aware_time():
     issue = issue_from_jira(jira_issue(created="2021-01-17T20:34:00.000+0800"))
     assert issue.created_at.utcoffset() == timedelta(hours=8)

@@ -194,6 +194,18 @@ def test_no_phone_number_is_named_in_the_warning():
 # -- ACK and invalidation -----------------------------------------------------------------------
 
 
+def test_a_read_ack_is_timed_by_the_read_as_lark_reports_it():
+    world = PageWorld()
+    ex = world.run()
+    read = world.clock.now() + timedelta(seconds=3)
+    world.lark.readers[MESSAGE] = ["ou_alice"]
+    world.lark.read_at[MESSAGE] = {"ou_alice": read}
+
+    ex = world.advance(POLL)
+
+    assert page_context(ex)["ack_at"] == format_time(read)
+
+
 def test_target_reading_the_card_mid_wait_is_an_ack_written_once_and_ends_the_workflow():
     world = PageWorld()
     ex = world.run()
@@ -225,6 +237,18 @@ def test_status_leaving_the_pending_statuses_mid_wait_is_an_ack():
 
     assert (page_context(ex)["outcome"], page_context(ex)["reason"]) == ("ack", "status")
     assert ex.status is ExecutionStatus.SUCCEEDED and len(world.oncall.pages) == 1
+
+
+def test_a_status_change_ack_is_timed_by_the_change_in_jiras_changelog():
+    world = PageWorld()
+    ex = world.run()
+    changed = world.clock.now() + timedelta(seconds=2)
+    set_issue(world, status="In Progress", status_changed_at=changed)
+
+    ex = world.advance(POLL)
+
+    assert (page_context(ex)["ack_source"], page_context(ex)["ack_at"]) == (
+        "status_change", format_time(changed))
 
 
 @pytest.mark.parametrize("change", [

@@ -66,6 +66,24 @@ def test_load_issue_asks_for_every_snapshot_field_and_both_custom_fields(mocked,
         "labels", "priority", "status", "customfield_20001", "customfield_20002"]
 
 
+def test_an_issue_and_a_search_come_with_the_changelog_that_times_a_status_change(mocked,
+                                                                                   jira):
+    changelog = {"histories": [{"created": "2026-12-01T10:00:00.000+0000",
+                                "items": [{"field": "status", "toString": "In Progress"}]}]}
+    mocked.get(f"{BASE}/rest/api/2/issue/TCOC-7", json={**raw_issue(), "changelog": changelog})
+    mocked.post(f"{BASE}/rest/api/2/search/jql", json={
+        "issues": [{**raw_issue(), "changelog": changelog}], "isLast": True})
+
+    read = jira.load_issue("TCOC-7")
+    [searched] = jira.load_issues(["TCOC-7"]).values()
+
+    query = parse_qs(urlsplit(mocked.calls[0].request.url).query)
+    assert query["expand"] == ["changelog"]
+    assert json.loads(mocked.calls[1].request.body)["expand"] == "changelog"
+    changed = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    assert read.status_changed_at == searched.status_changed_at == changed
+
+
 def test_a_search_answered_in_pages_is_read_to_its_last_page(mocked, jira):
     # Jira may answer fewer issues a page than asked when many fields are asked for
     pages = {None: {"issues": [raw_issue()], "nextPageToken": "page-2", "isLast": False},

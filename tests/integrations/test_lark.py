@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -13,6 +14,7 @@ from responses import matchers
 
 from tests.clocks import ManualClock
 from ticket_dispatcher.config import LarkConfig
+from ticket_dispatcher.domain.ports import read_time
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import IntegrationRejected, IntegrationTimeout
 from ticket_dispatcher.integrations.lark import LarkClient
@@ -245,7 +247,9 @@ def test_read_user_ids_follows_every_page(mocked, lark):
         match=[matchers.query_param_matcher({"user_id_type": "open_id", "page_size": "100",
                                              "page_token": "p2"})])
 
-    assert lark.read_user_ids("om_1") == ["ou_1", "ou_2"]
+    readers = lark.read_user_ids("om_1")
+    assert readers == ["ou_1", "ou_2"]
+    assert read_time(readers, "ou_2") == datetime(1970, 1, 1, 0, 0, 0, 2000, tzinfo=UTC)
     pages = [parse_qs(urlsplit(c.request.url).query) for c in calls_to(mocked, READ_URL)]
     assert [p.get("page_token") for p in pages] == [None, ["p2"]]
 

@@ -56,6 +56,7 @@ PLANNED_METRICS: dict[str, str] = {
     "ticket_manager_dispatch_calendar_feed_refreshes_total": "counter",
     "ticket_manager_dispatch_maintenance_windows": "gauge",
     "ticket_manager_dispatch_maintenance_windows_overdue": "gauge",
+    "ticket_manager_dispatch_interruptions_total": "counter",
 }
 
 # The alerts of the plan, in its order (group "ticket-dispatcher").

@@ -640,7 +640,7 @@ def test_dashboard_has_a_row_for_each_part_of_the_dispatch_path():
     rows = {panel["title"] for panel in panels(dashboard()) if panel["type"] == "row"}
 
     assert {"Trigger intake", "Executions", "Execution pool saturation", "Parked waits",
-            "Notification funnel", "Integrations", "Backlog"} <= rows
+            "Notification funnel", "Integrations", "Backlog", "Burden"} <= rows
 
 
 def test_notification_funnel_follows_card_urgent_pages_ack_escalation():

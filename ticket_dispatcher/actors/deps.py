@@ -26,6 +26,7 @@ from ticket_dispatcher.clock import TimerClock
 from ticket_dispatcher.config import Config
 from ticket_dispatcher.domain.actions.base import ActionRegistry
 from ticket_dispatcher.domain.behavior import Behavior, Checkpoints
+from ticket_dispatcher.domain.burden_events import interrupts
 from ticket_dispatcher.domain.execution import Execution
 from ticket_dispatcher.domain.ports import Ports
 from ticket_dispatcher.errors import NotFound
@@ -105,6 +106,7 @@ class RuntimeDeps:
             log.exception("metrics of a finished execution failed",
                           extra={"execution_id": execution.id})
         if not execution.dry_run:
+            self._count_interruptions(execution)
             self._settle_shadows(execution)
         seconds = ((execution.completed_at - execution.created_at).total_seconds()
                    if execution.completed_at and execution.created_at else None)
@@ -115,6 +117,17 @@ class RuntimeDeps:
             "status": execution.status.value, "mode": execution.mode.value,
             "failure_code": execution.failure_code, "reason": execution.failure_reason,
             "duration_seconds": seconds})
+
+    def _count_interruptions(self, execution: Execution) -> None:
+        """The interruptions a finished workflow recorded, by rotation and band, from its
+        burden rows (one read, for a notification workflow only)."""
+        if not interrupts(execution):
+            return
+        try:
+            self.metrics.interrupted(self.store.burden.interruptions_of(execution.id))
+        except Exception:  # never let counting change how an execution ends
+            log.exception("counting the interruptions of a finished execution failed",
+                          extra={"execution_id": execution.id})
 
     def _settle_shadows(self, execution: Execution) -> None:
         """Judge the shadow decisions made beside this live execution, now that it ended."""

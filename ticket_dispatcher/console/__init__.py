@@ -12,6 +12,7 @@ import falcon
 
 from ticket_dispatcher.console import (
     audit,
+    burden,
     engineer_settings,
     engineers,
     executions,
@@ -43,6 +44,7 @@ def mount(app: falcon.App, console: Console) -> None:
         ("/triggers", triggers.TriggerList(console)),
         (f"/triggers/{{trigger_id:{ID}}}/replay", triggers.TriggerReplay(console)),
         ("/audit", audit.AuditPage(console)),
+        ("/reports/burden", burden.BurdenPage(console)),
     ]
     for module in (executions, parked, engineers, engineer_settings, policies, shadows,
                    maintenance):

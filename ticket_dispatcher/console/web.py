@@ -76,6 +76,7 @@ NAV = (  # (path under BASE, label)
     ("/policies", "Policies"),
     ("/shadows", "Shadows"),
     ("/maintenance", "Maintenance"),
+    ("/reports/burden", "Burden"),
     ("/audit", "Audit"),
 )
 OPERATOR_PAGES = frozenset({"/audit"})  # left out of a viewer's menu: they may not read them

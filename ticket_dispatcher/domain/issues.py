@@ -81,7 +81,26 @@ def issue_from_jira(
         priority=reader.named(fields, "priority", "name"),
         status=reader.named(fields, "status", "name"),
         severity=reader.named(fields, severity_field_id, "value"),
+        status_changed_at=status_changed_at(raw.get("changelog")),
     )
+
+
+def status_changed_at(changelog: Any) -> datetime | None:
+    """The newest time a history of ``changelog`` (an issue's ``expand=changelog``) changed
+    the status; None when there is none, or it does not read: it only times an ACK."""
+    histories = changelog.get("histories") if isinstance(changelog, dict) else None
+    newest: datetime | None = None
+    for history in histories if isinstance(histories, list) else ():
+        items = history.get("items") if isinstance(history, dict) else None
+        if not isinstance(items, list) or not any(
+                isinstance(item, dict) and item.get("field") == "status" for item in items):
+            continue
+        try:
+            moment = parse_rfc3339(str(history.get("created")))
+        except ValueError:
+            continue
+        newest = moment if newest is None or moment > newest else newest
+    return newest
 
 
 class _Reader:

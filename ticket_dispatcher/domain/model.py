@@ -61,6 +61,9 @@ class Issue:
     priority: str | None = None
     status: str | None = None
     severity: str | None = None  # custom_fields.severity
+    # When the status last changed, by the changelog Jira sent with the issue (None when it
+    # sent none): the time of a status-change ACK. Not part of the issue's JSON.
+    status_changed_at: datetime | None = field(default=None, compare=False)
 
     def to_json(self) -> dict:
         def user(value: JiraUser | None) -> dict | None:

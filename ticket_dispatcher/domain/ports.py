@@ -209,6 +209,21 @@ class OnCall(Protocol):
              dedup_key: str) -> PageResult: ...
 
 
+class Readers(list[str]):
+    """The open IDs of a message's readers, in read order, and when each read it where Lark
+    says (``read_at``): the moment of a read ACK is the read's own time."""
+
+    def __init__(self, open_ids: Iterable[str] = (),
+                 read_at: Mapping[str, datetime] | None = None):
+        super().__init__(open_ids)
+        self.read_at: dict[str, datetime] = dict(read_at or {})
+
+
+def read_time(readers: Sequence[str], open_id: str) -> datetime | None:
+    """When ``open_id`` read the message, where its readers carry the time."""
+    return readers.read_at.get(open_id) if isinstance(readers, Readers) else None
+
+
 class Messenger(Protocol):
     """Lark: user lookup, cards, App urgent, read receipts. ``LarkPool`` over
     ``integrations.lark.LarkClient``."""

@@ -38,6 +38,7 @@ from ticket_dispatcher.http.policies import (
     PolicyShadow,
     PolicyValidation,
 )
+from ticket_dispatcher.http.reports import BurdenReport
 from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.http.webhooks import JiraWebhooks
 
@@ -92,6 +93,7 @@ def create_app(services: Services, *, auth_enabled: bool = True,
     app.add_route(f"{api}/jira/webhooks", JiraWebhooks(services, keys))
     app.add_route(f"{api}/lark/card-actions", LarkCardActions(services, keys))
     app.add_route(f"{api}/audit", AuditTrail(services))
+    app.add_route(f"{api}/reports/burden", BurdenReport(services))
     app.add_route(f"{api}/maintenance-windows", MaintenanceWindowCollection(services))
     app.add_route(f"{api}/maintenance-windows/{{window_id:{ID}}}/end",
                   MaintenanceWindowEnd(services))

@@ -464,9 +464,59 @@ def _maintenance_paths() -> dict:
     }
 
 
+def _report_paths() -> dict:
+    percentiles = _object({"p50": {"type": "number", "nullable": True},
+                           "p90": {"type": "number", "nullable": True}})
+    person = _object({
+        "email": {"type": "string"}, "assigned": {"type": "integer"},
+        "assigned_by_policy": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "open_now": {"type": "integer", "nullable": True},
+        **{name: {"type": "integer"} for name in (
+            "cards", "urgent", "pages", "escalations_received", "escalations_away")},
+        "interruptions": _object({band: {"type": "integer"}
+                                  for band in ("business", "off", "sleep")}),
+        "ack_seconds": _object({"p50": {"type": "number", "nullable": True},
+                                "p90": {"type": "number", "nullable": True},
+                                "by_source": _object({source: percentiles for source in (
+                                    "card_read", "status_change", "button")})})})
+    member = _object({"email": {"type": "string"}, "assigned": {"type": "integer"},
+                      "eligible_hours": {"type": "number"}, "fair_share": {"type": "number"}})
+    ratio = {"type": "number", "nullable": True}
+    rotation = _object({"rotation": {"type": "string"}, "policy": {"type": "string"},
+                        "members": {"type": "array", "items": member}, "cv": ratio,
+                        "max_over_fair": ratio, "min_over_fair": ratio})
+    report = _object({
+        "from": TIME, "to": TIME, "complete_from": {**TIME, "nullable": True},
+        "scope": _object({"kind": {"type": "string"},
+                          "value": {"type": "string", "nullable": True}}),
+        "people": {"type": "array", "items": person},
+        "rotations": {"type": "array", "items": rotation},
+        "weekly_pages": {"type": "array", "items": _object({"week": TIME,
+                                                            "pages": {"type": "integer"}})}})
+    return {f"{API_BASE}/reports/burden": {"get": _op(
+        "Who carries the load (viewers and operators): per person the assignments, "
+        "notifications, interruptions by band and time to acknowledge; per rotation the "
+        "spread of assignments against an even share of eligible time (docs/burden-report.md). "
+        "400 when from is after to, the period is over 400 days, or the scope names nothing",
+        {"200": {"description": "OK", "content": {
+            "application/json": {"schema": report},
+            "text/csv": {"schema": {"type": "string"}}}}},
+        params=[_query("from", TIME, "Start (RFC 3339 with an offset); default: to less 28 "
+                       "days"),
+                _query("to", TIME, "End (RFC 3339 with an offset); default: now"),
+                _query("policy", {"type": "string"},
+                       "A policy's name: every version of its family counts"),
+                _query("project", {"type": "string"}, "A Jira project key"),
+                _query("rotation", {"type": "string"},
+                       "An assign action's receiver, as the report names it (group:sre)"),
+                _query("format", {"type": "string", "enum": ["json", "csv"],
+                                  "default": "json"})])}}
+
+
 def _paths() -> dict:
     return {**_service_paths(), **_policy_paths(), **_dispatch_paths(), **_operator_paths(),
-            **_webhook_paths(), **_card_action_paths(), **_audit_paths(), **_maintenance_paths()}
+            **_webhook_paths(), **_card_action_paths(), **_audit_paths(), **_maintenance_paths(),
+            **_report_paths()}
 
 
 # --- conditions: one leaf variant per operand shape, vocabularies from catalog -----------------

@@ -98,7 +98,9 @@ class JiraClient:
         """The live issue (a 404 is an ``IntegrationError`` with status 404)."""
         path = f"/rest/api/2/issue/{segment(key)}"
         fields = ",".join((*ISSUE_FIELDS, self.l2_field_id, self.severity_field_id))
-        raw = self.http.request_json("GET", path, params={"fields": fields})
+        # With its recent changelog: a status-change ACK is timed by the change itself.
+        raw = self.http.request_json("GET", path, params={"fields": fields,
+                                                          "expand": "changelog"})
         try:
             return issue_from_jira(raw, l2_field_id=self.l2_field_id,
                                    severity_field_id=self.severity_field_id)
@@ -134,7 +136,8 @@ class JiraClient:
     def _search_keys(self, keys: Sequence[str]) -> dict[str, Issue]:
         quoted = ", ".join(jql_string(key) for key in keys)
         body = {"jql": f"key in ({quoted})", "maxResults": len(keys),
-                "fields": [*ISSUE_FIELDS, self.l2_field_id, self.severity_field_id]}
+                "fields": [*ISSUE_FIELDS, self.l2_field_id, self.severity_field_id],
+                "expand": "changelog"}  # a comma-separated string on this endpoint
         wanted, issues = set(keys), dict[str, Issue]()
         for _ in keys:  # a page holds one issue at least: never more pages than keys
             found = self.http.request_json("POST", SEARCH, json=body, repeatable=True)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ticket_dispatcher.clock import Clock, SystemClock
 from ticket_dispatcher.config import LarkConfig
-from ticket_dispatcher.domain.ports import Answer, answer_each
+from ticket_dispatcher.domain.ports import Answer, Readers, answer_each
 from ticket_dispatcher.errors import IntegrationError
 from ticket_dispatcher.integrations.http import HttpClient, IntegrationRejected, segment
 
@@ -102,16 +102,21 @@ class LarkClient:
         target is an ACK)."""
         path = f"/open-apis/im/v1/messages/{segment(message_id)}/read_users"
         readers: list[str] = []
+        read_at: dict[str, datetime] = {}
         token = ""
         for _ in range(MAX_READ_USER_PAGES):
             params = {"user_id_type": "open_id", "page_size": READ_USERS_PAGE_SIZE}
             if token:
                 params["page_token"] = token
             data = self._call("GET", path, params=params)
-            readers.extend(item["user_id"] for item in _list(data, "items")
-                           if isinstance(item.get("user_id"), str))
+            for item in _list(data, "items"):
+                if isinstance(item.get("user_id"), str):
+                    readers.append(item["user_id"])
+                    moment = _read_moment(item.get("timestamp"))
+                    if moment is not None:
+                        read_at.setdefault(item["user_id"], moment)
             if not data.get("has_more"):
-                return list(dict.fromkeys(readers))
+                return Readers(dict.fromkeys(readers), read_at)
             token = data.get("page_token") or ""
             if not token:
                 raise IntegrationError(f"lark GET {path}: has_more without a page_token",
@@ -176,3 +181,12 @@ class LarkClient:
 def _list(data: dict, key: str) -> list[dict]:
     value = data.get(key)
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _read_moment(raw: Any) -> datetime | None:
+    """A read item's ``timestamp``: milliseconds since the epoch, as a string; None when it
+    is missing or does not read."""
+    try:
+        return datetime.fromtimestamp(int(raw) / 1000, UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None

@@ -29,6 +29,7 @@ from ticket_dispatcher.domain.actions.registry import product_registry
 from ticket_dispatcher.errors import StoreUnavailable
 from ticket_dispatcher.store import migrations
 from ticket_dispatcher.store.audit import AuditRepository
+from ticket_dispatcher.store.burden import BurdenRepository
 from ticket_dispatcher.store.calendar_feeds import CalendarFeedRepository
 from ticket_dispatcher.store.card_presses import CardPressRepository
 from ticket_dispatcher.store.connect import open_database
@@ -114,7 +115,8 @@ class Store:
         self.contexts = ContextRepository(db)
         self.triggers = TriggerRepository(db)
         self.deliveries = DeliveryRepository(db)
-        self.executions = ExecutionRepository(db, self.contexts)
+        self.burden = BurdenRepository(db, self.engineers)
+        self.executions = ExecutionRepository(db, self.contexts, self.burden)
         self.replicas = ReplicaRepository(db)
         self.shadows = ShadowRepository(db, self.executions)
         self.console_sessions = ConsoleSessionRepository(db)

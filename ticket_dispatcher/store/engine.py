@@ -140,6 +140,15 @@ class Engine(Protocol):
         """``unindexed`` for a statement written out: the column ``name`` as it is written."""
         ...
 
+    def epoch_seconds(self, column: str) -> str:
+        """The time ``column`` (as stored: UTC) as seconds since the Unix epoch, a number the
+        database computes, so that a report adds or groups times without reading them."""
+        ...
+
+    def epoch_days(self, column: str) -> str:
+        """The UTC day of the time ``column``, as whole days since the Unix epoch."""
+        ...
+
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:
         """A ``LEFT JOIN`` of ``table`` as ``alias`` on ``condition`` (written for the alias
         it is given), looked up for each row of the outer query along an index."""
@@ -154,6 +163,11 @@ class Engine(Protocol):
 
     def lock_migrations(self, db: peewee.Database) -> None:
         """Keep other processes from migrating until this transaction ends."""
+        ...
+
+    def explain(self, db: peewee.Database, sql: str, params: Sequence[Any]) -> list[str]:
+        """The plan the engine would run ``sql`` with, one line a step (the indexes it
+        reads), for a bench or a test to show."""
         ...
 
     def server_limit(self, db: peewee.Database) -> ServerLimit | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import peewee
 
+from ticket_dispatcher.domain.burden_events import BurdenEvent, events_of
 from ticket_dispatcher.domain.catalog import OnSuccess
 from ticket_dispatcher.domain.execution import (
     ActionExecution,
@@ -29,6 +30,7 @@ from ticket_dispatcher.domain.execution import (
 )
 from ticket_dispatcher.errors import Conflict, LeaseLost, NotFound
 from ticket_dispatcher.safejson import MAX_ID
+from ticket_dispatcher.store.burden import BurdenRepository
 from ticket_dispatcher.store.contexts import ContextRepository
 from ticket_dispatcher.store.database import (
     Prepared,
@@ -66,10 +68,13 @@ PARKED_COUNTED = 10_000
 
 
 class ExecutionRepository:
-    def __init__(self, db: peewee.Database, contexts: ContextRepository):
+    def __init__(self, db: peewee.Database, contexts: ContextRepository,
+                 burden: BurdenRepository | None = None):
         self.db = db
         self.engine = engine_of(db)
         self._contexts = contexts  # creation writes the missing default context too
+        # a checkpoint that records an assignment or a notification writes its burden row
+        self._burden = burden
         self._closing = TriggerClosing(db)  # creation completes the trigger
         self._sql = _Statements(db.param, self._closing, self.engine)
 
@@ -210,15 +215,29 @@ class ExecutionRepository:
         if lease is not None:
             values += (lease.owner, lease.epoch)
         changes = [_rule_values(execution.id, rule) for rule in rules]
+        # What the checkpoint records for the burden report: written with it, or not at all.
+        events = (self._burden.unwritten(events_of(execution, rules))
+                  if self._burden is not None else [])
         if self.engine.one_statement_writes:
             statement = self._sql.save_in_one(released=released, fenced=fenced,
                                               rules=len(changes))
+            params = values + tuple(value for rule in changes for value in rule)
+            if events and self._burden is not None:
+                parts, more = self._burden.guarded(events, "EXISTS (SELECT 1 FROM moved)",
+                                                   "burden")
+                statement = self._sql.save_in_one(released=released, fenced=fenced,
+                                                  rules=len(changes), also=tuple(parts))
+                params += tuple(more)
             with one_statement_write(self.db):
-                [(matched,)] = self.db.execute_sql(
-                    statement, values + tuple(value for rule in changes for value in rule)
-                ).fetchall()
+                [(matched,)] = self.db.execute_sql(statement, params).fetchall()
                 if not matched:
                     raise self._refusal(execution.id, lease)
+            if events and self._burden is not None:
+                self._burden.written(events)
+            return
+        if events:  # rare: the checkpoint that records a send or an ACK
+            self._save_with_events(execution, lease, values, changes, events,
+                                   released=released)
             return
         move = self._sql.save(released=released, fenced=fenced)
         with write_lock(self.db):
@@ -226,6 +245,21 @@ class ExecutionRepository:
                 raise self._refusal(execution.id, lease)
             for rule_values in changes:
                 self.db.execute_sql(self._sql.rule, rule_values)
+
+    def _save_with_events(self, execution: Execution, lease: Lease | None,
+                          values: tuple[object, ...], changes: list[tuple],
+                          events: list[BurdenEvent], *, released: bool) -> None:
+        """``save`` and the burden rows of its rules in one transaction: a row is written
+        only with the checkpoint that records its send (docs/burden-report.md)."""
+        move = self._sql.save(released=released, fenced=lease is not None)
+        assert self._burden is not None
+        with write_lock(self.db):
+            if not self.db.execute_sql(move, values).rowcount:
+                raise self._refusal(execution.id, lease)
+            for rule_values in changes:
+                self.db.execute_sql(self._sql.rule, rule_values)
+            self._burden.record(events)
+        self._burden.written(events)
 
     def record_looks(self, looks: Sequence[tuple[Execution, RuleExecution, datetime]],
                      ) -> set[int]:
@@ -709,20 +743,24 @@ class _Statements:
             f"WITH {', '.join(clauses)} SELECT {answer}{sources}")
         return statement
 
-    def save_in_one(self, *, released: bool, fenced: bool, rules: int) -> str:
+    def save_in_one(self, *, released: bool, fenced: bool, rules: int,
+                    also: tuple[str, ...] = ()) -> str:
         """``save`` and ``rules`` times ``rule`` as one PostgreSQL statement, atomic by itself
         (no ``BEGIN`` and ``COMMIT``: one round trip instead of ``rules`` + 3). Each rule is
         updated only when the execution's UPDATE matched; the statement answers how many
         execution rows it matched (0 or 1). The parameters are ``save``'s, then each rule's
-        as ``rule`` takes them."""
+        as ``rule`` takes them, then those of ``also``: more ``WITH`` queries written with
+        the checkpoint (the burden rows), whose own guard says so."""
         shape = (released, fenced, rules)
-        statement = self._saves_in_one.get(shape)
+        statement = self._saves_in_one.get(shape) if not also else None
         if statement is None:
             moved = f"moved AS ({self.save(released=released, fenced=fenced)} RETURNING id)"
             changed = [f"rule{n} AS ({self.rule} AND EXISTS (SELECT 1 FROM moved))"
                        for n in range(rules)]
-            statement = self._saves_in_one[shape] = Prepared(
-                f"WITH {', '.join([moved, *changed])} SELECT count(*) FROM moved")
+            statement = str(f"WITH {', '.join([moved, *changed, *also])} "
+                            "SELECT count(*) FROM moved")
+            if not also:  # the shapes of every step, planned once; a burden row's is rare
+                statement = self._saves_in_one[shape] = Prepared(statement)
         return statement
 
 

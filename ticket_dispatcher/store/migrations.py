@@ -410,6 +410,50 @@ def _maintenance_windows(db: peewee.Database) -> None:
                        "BIGINT NULL")
 
 
+def _burden_events(db: peewee.Database) -> None:
+    """What the burden report counts: each assignment, card, App-urgent, page and escalation,
+    one row per action, written with the checkpoint that records it (store/burden.py). Read
+    by time, alone or within a policy family, a project or a rotation; a notification finds
+    its rotation by the issue's latest assignment of the person. ``band``: an interruption's
+    band in the person's hours when it was sent."""
+    t = _types(db)
+    for statement in (
+        f"""CREATE TABLE IF NOT EXISTS burden_events (
+            id {t.pk},
+            version INTEGER NOT NULL,
+            execution_id {t.bigint} NOT NULL,
+            rule_sequence INTEGER NOT NULL,
+            action_index INTEGER NOT NULL,
+            kind VARCHAR(16) NOT NULL,
+            email TEXT NOT NULL,
+            leader TEXT NOT NULL DEFAULT '',
+            issue_key TEXT NOT NULL,
+            project TEXT NOT NULL,
+            policy_id {t.bigint} NOT NULL,
+            policy_family_id VARCHAR(20) NOT NULL,
+            rotation TEXT NOT NULL DEFAULT '',
+            members_json {t.json} NULL,
+            hours_required {t.bool} NOT NULL,
+            open_counts_json {t.json} NULL,
+            sent_at {t.time} NOT NULL,
+            band VARCHAR(8) NULL,
+            ack_source VARCHAR(16) NULL,
+            ack_at {t.time} NULL,
+            CONSTRAINT uq_burden_events_action
+                UNIQUE (execution_id, rule_sequence, action_index))""",
+        "CREATE INDEX IF NOT EXISTS ix_burden_events_sent ON burden_events (sent_at)",
+        """CREATE INDEX IF NOT EXISTS ix_burden_events_family
+            ON burden_events (policy_family_id, sent_at)""",
+        """CREATE INDEX IF NOT EXISTS ix_burden_events_project
+            ON burden_events (project, sent_at)""",
+        """CREATE INDEX IF NOT EXISTS ix_burden_events_rotation
+            ON burden_events (rotation, sent_at)""",
+        """CREATE INDEX IF NOT EXISTS ix_burden_events_issue
+            ON burden_events (issue_key, email, kind, sent_at)""",
+    ):
+        db.execute_sql(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     (1, "initial schema", _initial_schema),
     (2, "dispatch_contexts.assignment_notification_state_json", _notification_state),
@@ -428,6 +472,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     (14, "maintenance_windows", _maintenance_windows),
     (15, "dispatch_site_holds", _site_holds),
     (16, "lark_card_presses", _card_presses),
+    (17, "burden_events", _burden_events),
 )
 
 

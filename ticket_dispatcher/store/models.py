@@ -331,6 +331,35 @@ class MaintenanceWindowRow(BaseModel):
         table_name = "maintenance_windows"
 
 
+class BurdenEventRow(BaseModel):
+    """One thing done to a person, as the burden report counts it
+    (domain/burden_events.py); ``version``: the row's shape (``EVENT_VERSION``)."""
+
+    id = peewee.AutoField()
+    version = peewee.IntegerField()
+    execution_id = peewee.BigIntegerField()
+    rule_sequence = peewee.IntegerField()
+    action_index = peewee.IntegerField()
+    kind = peewee.CharField(max_length=16)
+    email = peewee.TextField()
+    leader = peewee.TextField(default="")
+    issue_key = peewee.TextField()
+    project = peewee.TextField()
+    policy_id = peewee.BigIntegerField()
+    policy_family_id = peewee.CharField(max_length=20)
+    rotation = peewee.TextField(default="")
+    members_json = peewee.JSONField(null=True)
+    hours_required = peewee.BooleanField()
+    open_counts_json = peewee.JSONField(null=True)
+    sent_at = UTCDateTimeField()
+    band = peewee.CharField(max_length=8, null=True)  # an interruption's, when it was sent
+    ack_source = peewee.CharField(max_length=16, null=True)
+    ack_at = UTCDateTimeField(null=True)
+
+    class Meta:
+        table_name = "burden_events"
+
+
 class SchemaMigrationRow(BaseModel):
     version = peewee.IntegerField(primary_key=True)
     name = peewee.TextField()

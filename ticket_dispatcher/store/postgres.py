@@ -286,6 +286,12 @@ class PostgresEngine:
     def unindexed_name(self, name: str) -> str:
         return name
 
+    def epoch_seconds(self, column: str) -> str:
+        return f"EXTRACT(EPOCH FROM {column})"  # a timestamp without time zone: taken as UTC
+
+    def epoch_days(self, column: str) -> str:
+        return f"CAST(FLOOR(EXTRACT(EPOCH FROM {column}) / 86400) AS INTEGER)"
+
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:
         """A lateral subquery, with OFFSET 0 to keep the planner from folding the lookup into
         a join that hashes every row of ``table`` the condition's values allow, whoever it is
@@ -298,6 +304,9 @@ class PostgresEngine:
 
     def lock_migrations(self, db: peewee.Database) -> None:
         db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+
+    def explain(self, db: peewee.Database, sql: str, params: Sequence[Any]) -> list[str]:
+        return [str(row[0]) for row in db.execute_sql(f"EXPLAIN {sql}", params).fetchall()]
 
     def server_limit(self, db: peewee.Database) -> ServerLimit:
         # current_setting(name, true) is NULL for a setting the server does not have

@@ -164,6 +164,12 @@ class SqliteEngine:
     def unindexed_name(self, name: str) -> str:
         return f"+{name}"
 
+    def epoch_seconds(self, column: str) -> str:
+        return f"((julianday({column}) - 2440587.5) * 86400.0)"  # the epoch's Julian day
+
+    def epoch_days(self, column: str) -> str:
+        return f"CAST(julianday({column}) - 2440587.5 AS INTEGER)"  # toward 0: the floor
+
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:
         return f"LEFT JOIN {table} {alias} ON {condition(alias)}"
 
@@ -176,6 +182,10 @@ class SqliteEngine:
 
     def server_limit(self, db: peewee.Database) -> ServerLimit | None:
         return None
+
+    def explain(self, db: peewee.Database, sql: str, params: Sequence[Any]) -> list[str]:
+        return [str(row[-1]) for row in
+                db.execute_sql(f"EXPLAIN QUERY PLAN {sql}", params).fetchall()]
 
     def notify_work(self, db: peewee.Database) -> None:
         """Nothing: one process serves a file, and it knows its own work."""

@@ -43,7 +43,7 @@ from ticket_dispatcher.domain.actions.state import CallStatus
 from ticket_dispatcher.domain.execution import Execution, FailureCode
 from ticket_dispatcher.domain.lark_callbacks import PressAction
 from ticket_dispatcher.domain.model import DispatchContext, Issue
-from ticket_dispatcher.domain.ports import CardPress
+from ticket_dispatcher.domain.ports import CardPress, read_time
 from ticket_dispatcher.errors import DispatcherError, Problem
 
 
@@ -230,10 +230,12 @@ def look_now(run: ActionRun, state: GuardedState,
         # a missing status is no ACK; only leaving the pending statuses is
         if pending_statuses is not None and issue.status and \
                 issue.status not in pending_statuses:
-            return GuardVerdict(ack=AckSource.STATUS_CHANGE)
+            return GuardVerdict(ack=AckSource.STATUS_CHANGE, ack_at=issue.status_changed_at)
     # a card with buttons is acknowledged by a press, not by being read
-    if not expected.buttons and _read_by_target(run, state, expected):
-        return GuardVerdict(ack=AckSource.CARD_READ)
+    if not expected.buttons:
+        read, read_at = _read_by_target(run, state, expected)
+        if read:
+            return GuardVerdict(ack=AckSource.CARD_READ, ack_at=read_at)
     return GuardVerdict()
 
 
@@ -259,13 +261,16 @@ def _escalate_pressed(run: ActionRun, state: GuardedState) -> bool:
     return True
 
 
-def _read_by_target(run: ActionRun, state: GuardedState, expected: Expected) -> bool:
-    """Only the expected target reading this very card counts."""
+def _read_by_target(run: ActionRun, state: GuardedState,
+                    expected: Expected) -> tuple[bool, datetime | None]:
+    """Only the expected target reading this very card counts; when, where Lark says."""
     if not expected.message_id or not expected.target_lark_id:
-        return False
+        return False, None
     try:
         readers = run.ports.lark.read_user_ids(expected.message_id)
     except DispatcherError as exc:
         state.warn(f"guard: the card's read users could not be read ({exc.message})")
-        return False
-    return expected.target_lark_id in readers
+        return False, None
+    if expected.target_lark_id not in readers:
+        return False, None
+    return True, read_time(readers, expected.target_lark_id)
