@@ -9,11 +9,11 @@ import pytest
 
 from ticket_dispatcher.domain.availability import AvailabilitySettings, Span, TimeOff, WorkingHours
 from ticket_dispatcher.domain.burden import (
+    Availabilities,
     Band,
     BurdenData,
     BurdenQuery,
     Membership,
-    People,
     Tally,
     band_of,
     build_report,
@@ -92,7 +92,7 @@ def test_a_rotation_with_a_member_never_eligible_gives_them_no_share():
                                Tally(BurdenKind.ASSIGNMENT, "c@x.io", 4, "pf_1", "group:sre")])
     data.memberships.append(Membership("group:sre", ("a@x.io", "b@x.io", "c@x.io")))
     report = build_report(query, data, policy_names={"pf_1": "Assign"},
-                          people=People({}, {"b@x.io": away}), complete_from=None)
+                          people=Availabilities({}, {"b@x.io": away}), complete_from=None)
 
     [rotation] = report["rotations"]
     assert [(m["email"], m["eligible_hours"], m["fair_share"]) for m in rotation["members"]] == [

@@ -148,7 +148,7 @@ class BurdenData:
 
 
 @dataclass(frozen=True)
-class People:
+class Availabilities:
     """What the report needs to know of the people it names: their settings (UTC, any time,
     when they have none) and their time off within the period."""
 
@@ -203,7 +203,7 @@ class PersonBurden:
 
 
 def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[str, str],
-                 people: People, complete_from: datetime | None) -> dict[str, Any]:
+                 people: Availabilities, complete_from: datetime | None) -> dict[str, Any]:
     """The report's JSON (docs/burden-report.md names every field)."""
     persons: dict[str, PersonBurden] = {}
     rotations: dict[str, RotationTally] = {}
@@ -291,7 +291,7 @@ class RotationTally:
         self.members.update(membership.members)
         self.hours_required = self.hours_required or membership.hours_required
 
-    def to_json(self, rotation: str, query: BurdenQuery, people: People,
+    def to_json(self, rotation: str, query: BurdenQuery, people: Availabilities,
                 policy_names: Mapping[str, str]) -> dict[str, Any]:
         hours = {email: eligible_hours(query.since, query.until, people.of(email),
                                        people.time_off.get(email, ()),

@@ -23,11 +23,11 @@ from ticket_dispatcher.domain.availability import ANY_TIME, AvailabilitySettings
 from ticket_dispatcher.domain.availability_parsing import settings_of
 from ticket_dispatcher.domain.burden import (
     AckSample,
+    Availabilities,
     Band,
     BurdenData,
     BurdenQuery,
     Membership,
-    People,
     ScopeKind,
     Tally,
     band_of,
@@ -277,12 +277,12 @@ class BurdenRepository:
                  .order_by(PolicyRow.family_id, PolicyRow.version))
         return {row.family_id: row.name for row in query}
 
-    def _people(self, emails: list[str], query: BurdenQuery) -> People:
+    def _people(self, emails: list[str], query: BurdenQuery) -> Availabilities:
         if not emails:
-            return People({}, {})
+            return Availabilities({}, {})
         found, _ = self._engineers.page(limit=len(emails), email_in=emails)
         settings = {engineer.email: settings_of(engineer) for engineer in found}
-        return People(settings, self._engineers.time_off(emails, query.since, query.until))
+        return Availabilities(settings, self._engineers.time_off(emails, query.since, query.until))
 
 
 def _signature(event: BurdenEvent) -> tuple:
