@@ -219,8 +219,15 @@ class ActionExecution:
             "planned_at": format_time(self.planned_at),
             "finished_at": format_time(self.finished_at),
             # a notification action that saw the ACK says what told it, and when
-            **{key: self.context[key] for key in _ACK_KEYS if key in self.context},
+            **self._ack(),
         }
+
+    def _ack(self) -> dict:
+        """``ack_source`` and ``ack_at`` from the action's state (``{"page": {...}}``)."""
+        for state in self.context.values():
+            if isinstance(state, dict) and "ack_source" in state:
+                return {key: state.get(key) for key in _ACK_KEYS}
+        return {}
 
 
 # The ACK's source and time, kept in a guarded notification action's state
