@@ -163,10 +163,11 @@ class TriggerProcessor:
                                     lease=lease)
             return TriggerOutcome.COMPLETED, NOTIFICATIONS_DISABLED
         try:
-            issue, since = self._snapshot(trigger), snapshot_at(trigger.extra_input)
-            if issue is None:
-                since = self._deps.clock.now()
-                issue = self._deps.ports.jira.load_issue(trigger.issue_key)
+            snapshot = self._snapshot(trigger)
+            if snapshot is not None:
+                issue, since = snapshot
+            else:  # known as it is from just before the read
+                issue, since = self._deps.ports.jira.load_issue(trigger.issue_key), now
                 read_began = self._deps.issue_activity.answered(read_began)
         except DispatcherError as exc:
             reason, fault = f"issue load failed: {exc.message}", fault_of(exc)
@@ -213,11 +214,11 @@ class TriggerProcessor:
             "maintenance_window_id": ruling.window_id, "reason": reason})
         return TriggerOutcome.HELD, reason
 
-    def _snapshot(self, trigger: Trigger) -> Issue | None:
-        """The issue of the trigger's webhook delivery, on the trigger's first try, when it is
-        fresh and carries every field the active policies read (domain/webhooks.py,
-        ``fresh_snapshot``), and no execution of the issue, of any replica, may have written
-        to it since the event; else None, and the issue is read."""
+    def _snapshot(self, trigger: Trigger) -> tuple[Issue, datetime] | None:
+        """The issue of the trigger's webhook delivery and its event's time, on the trigger's
+        first try, when it is fresh and carries every field the active policies read
+        (domain/webhooks.py, ``fresh_snapshot``), and no execution of the issue, of any
+        replica, may have written to it since the event; else None, and the issue is read."""
         at = snapshot_at(trigger.extra_input)
         if at is None or trigger.retry_count:
             return None
@@ -228,7 +229,7 @@ class TriggerProcessor:
                                severity_field_id=config.severity_field_id)
         if issue is None or store.executions.worked_since(trigger.issue_key, at):
             return None
-        return issue
+        return issue, at
 
     def _policies(self, trigger: Trigger, issue: Issue,
                   now: datetime) -> Matched | tuple[TriggerOutcome, str]:
