@@ -238,6 +238,12 @@ class Dispatcher:
                                                    response.text)
         return response.json() if response.content else None
 
+    def activate(self, document: dict) -> dict:
+        """Create the policy ``document`` describes and activate it; the created version."""
+        created = self.call("POST", "/dispatch/policies", (201,), json=document)
+        self.call("POST", f"/dispatch/policies/{created['id']}/activate")
+        return created
+
     def post_trigger(self, issue_key: str, source: str = "jira_automation") -> dict:
         return self.call("POST", "/dispatch/triggers", (202,),
                          json={"source": source, "input": {"issue_key": issue_key}})

@@ -37,10 +37,6 @@ class Dispatcher(process.Dispatcher):
             self.call("PUT", f"/engineers/{email}", (200, 201),
                       json={"dispatch_enabled": True, "jira_account_id": account_id})
 
-    def activate(self, document: dict) -> None:
-        created = self.call("POST", "/dispatch/policies", (201,), json=document)
-        self.call("POST", f"/dispatch/policies/{created['id']}/activate")
-
     def away(self, email: str, days: float = 7) -> dict:
         now = datetime.now(UTC)
         return self.call("POST", f"/engineers/{email}/time-off", (201,), json={

@@ -54,11 +54,6 @@ def dispatcher(db_url, jira, lark, oncall, core) -> Iterator[Dispatcher]:
     started.stop_all()
 
 
-def activate(dispatcher: Dispatcher, document: dict) -> None:
-    created = dispatcher.call("POST", "/dispatch/policies", (201,), json=document)
-    dispatcher.call("POST", f"/dispatch/policies/{created['id']}/activate")
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_the_report_counts_what_the_process_did_and_times_the_ack_by_the_read(
@@ -69,12 +64,12 @@ def test_the_report_counts_what_the_process_did_and_times_the_ack_by_the_read(
         "working_hours": ALWAYS})
     dispatcher.call("PUT", f"/engineers/{BOB}", (200, 201),
                     json={"dispatch_enabled": True, "jira_account_id": BOB_ACCOUNT})
-    activate(dispatcher, round_robin_policy("Assign LOAD", "round robin", PROJECT,
+    dispatcher.activate(round_robin_policy("Assign LOAD", "round robin", PROJECT,
                                             [EMAIL, BOB]))
     for key in ASSIGNED:
         dispatcher.post_trigger(key)
         dispatcher.wait_status(key, "succeeded")
-    activate(dispatcher, assignee_notification_policy(
+    dispatcher.activate(assignee_notification_policy(
         "Notify LOAD", PROJECT, urgent=["P0"], attempts=1, ack_timeout="20s",
         poll_interval="1s"))
     dispatcher.post_trigger(URGENT, source="jira_assignment_assignee")

@@ -76,11 +76,9 @@ def start(dispatchers, *, escalate: bool = False, poll: str = "30s") -> tuple[Di
     """A serving process with the family active, the trigger posted, and the execution parked
     in attempt 1's wait."""
     dispatcher = dispatchers().wait_serving()
-    policy = dispatcher.call("POST", "/dispatch/policies", (201,), json=(
-        assignee_notification_policy("Buttons", PROJECT, urgent=["P0"], attempts=2,
-                                     ack_timeout="60s", poll_interval=poll, pending=PENDING,
-                                     escalate=escalate)))
-    dispatcher.call("POST", f"/dispatch/policies/{policy['id']}/activate")
+    dispatcher.activate(assignee_notification_policy(
+        "Buttons", PROJECT, urgent=["P0"], attempts=2, ack_timeout="60s", poll_interval=poll,
+        pending=PENDING, escalate=escalate))
     dispatcher.post_trigger(KEY, source=SOURCE)
 
     def parked() -> dict | None:

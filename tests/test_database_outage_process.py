@@ -299,8 +299,7 @@ def configure(dispatcher: Dispatcher) -> None:
         dispatcher.call("PUT", f"/engineers/{email}", (200, 201),
                         json={"dispatch_enabled": True, "jira_account_id": account_id})
     for policy in (assign_policy(), notification_policy()):
-        created = dispatcher.call("POST", "/dispatch/policies", (201,), json=policy)
-        dispatcher.call("POST", f"/dispatch/policies/{created['id']}/activate")
+        dispatcher.activate(policy)
 
 
 def page_of(execution: dict, attempt: int) -> dict:

@@ -35,9 +35,8 @@ class Dispatcher(process.Dispatcher):
         for email, account_id in SQUAD.items():
             self.call("PUT", f"/engineers/{email}", (200, 201),
                       json={"dispatch_enabled": True, "jira_account_id": account_id})
-        policy = self.call("POST", "/dispatch/policies", (201,), json=process.round_robin_policy(
+        self.activate(process.round_robin_policy(
             "Assign AWAY tickets", "round robin over two", PROJECT, SQUAD))
-        self.call("POST", f"/dispatch/policies/{policy['id']}/activate")
 
     def away(self, email: str) -> int:
         now = datetime.now(UTC)

@@ -65,12 +65,9 @@ def dispatcher(db_url, jira, lark, oncall, core) -> Iterator[Dispatcher]:
             db_url, jira, **notification_settings(lark, oncall, core),
             JIRA_MAX_CALLS_PER_SECOND=str(BUDGET), TRIGGER_POLL_INTERVAL="1s").wait_serving()
         dispatcher.configure_dispatch()
-        policy = dispatcher.call("POST", "/dispatch/policies", (201,),
-                                 json=assignee_notification_policy(
-                                     "Notify PAGE assignees", NOTIFIED, urgent=["P0"],
-                                     attempts=1, ack_timeout="10m", poll_interval="1m",
-                                     pending=PENDING))
-        dispatcher.call("POST", f"/dispatch/policies/{policy['id']}/activate")
+        dispatcher.activate(assignee_notification_policy(
+            "Notify PAGE assignees", NOTIFIED, urgent=["P0"], attempts=1, ack_timeout="10m",
+            poll_interval="1m", pending=PENDING))
         yield dispatcher
     finally:
         started.stop_all()

@@ -153,9 +153,8 @@ class Dispatcher(process.Dispatcher):
         for email, account_id in ENGINEERS.items():
             self.call("PUT", f"/engineers/{email}", (200, 201),
                       json={"dispatch_enabled": True, "jira_account_id": account_id})
-        policy = self.call("POST", "/dispatch/policies", (201,), json=process.round_robin_policy(
+        self.activate(process.round_robin_policy(
             "Assign RATE tickets", "round robin over the RATE squad", PROJECT, ENGINEERS))
-        self.call("POST", f"/dispatch/policies/{policy['id']}/activate")
 
     def trigger(self, trigger_id: int) -> dict:
         return self.call("GET", f"/dispatch/triggers/{trigger_id}")

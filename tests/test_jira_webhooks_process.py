@@ -145,9 +145,8 @@ def configure_assignment(dispatcher: KeyedDispatcher) -> None:
     for email, account_id in ENGINEERS.items():
         dispatcher.call("PUT", f"/engineers/{email}", (200, 201),
                         json={"dispatch_enabled": True, "jira_account_id": account_id})
-    policy = dispatcher.call("POST", "/dispatch/policies", (201,), json=round_robin_policy(
+    dispatcher.activate(round_robin_policy(
         "Assign HOOK tickets", "round robin over the HOOK squad", PROJECT, ENGINEERS))
-    dispatcher.call("POST", f"/dispatch/policies/{policy['id']}/activate")
 
 
 # --- deliveries ---------------------------------------------------------------------------------
@@ -349,9 +348,7 @@ def test_an_assignee_change_labels_the_issue_before_the_workflow_and_a_late_one_
         db_url, jira, started, lark, oncall, core):
     dispatcher = started.start(db_url, jira, **SETTINGS,
                                **notification_settings(lark, oncall, core)).wait_serving()
-    policy = dispatcher.call("POST", "/dispatch/policies", (201,),
-                             json=example_policy("priority-assignee"))
-    dispatcher.call("POST", f"/dispatch/policies/{policy['id']}/activate")
+    dispatcher.activate(example_policy("priority-assignee"))
     sender = JiraWebhookSender(dispatcher.webhook_url, SECRET)
     cards = lark.hold(LarkRoute.SEND)
     # Dave was assigned first, then Carol; Jira delivers Carol's change first.

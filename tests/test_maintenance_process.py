@@ -34,9 +34,8 @@ def test_a_hold_window_holds_a_trigger_until_it_is_ended_early(processes, db_url
         server.call("PUT", f"/engineers/{email}", (201,),
                     json={"dispatch_enabled": True, "jira_account_id": account_id})
     for project in (PROJECT, OTHER):
-        created = server.call("POST", "/dispatch/policies", (201,), json=process.round_robin_policy(
+        server.activate(process.round_robin_policy(
             f"Assign {project}", "round robin", project, SQUAD))
-        server.call("POST", f"/dispatch/policies/{created['id']}/activate")
     end = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
     window = server.call("POST", "/maintenance-windows", (201,), json={
         "scope": {"projects": [PROJECT]}, "reason": "migration", "end": end, "effect": "hold"})

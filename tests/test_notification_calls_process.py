@@ -99,10 +99,9 @@ def moved(counts: dict) -> dict:
 def test_a_failed_page_moves_the_page_counter_while_the_workflow_still_waits(dispatchers, db_url,
                                                                              oncall):
     first = dispatchers().wait_serving()
-    policy = first.call("POST", "/dispatch/policies", (201,), json=assignee_notification_policy(
+    first.activate(assignee_notification_policy(
         "Assignment Notification - PAGE Assignee", PROJECT, urgent=["P0"], attempts=2,
         ack_timeout="20s", poll_interval="1s", pending=PENDING))
-    first.call("POST", f"/dispatch/policies/{policy['id']}/activate")
     first.post_trigger(KEY, source=SOURCE)
 
     execution, view = wait_until(lambda: waiting_for_ack(first, 1), 15,

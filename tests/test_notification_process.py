@@ -77,8 +77,7 @@ def dispatchers(db_url, jira, lark, oncall, core) -> Iterator[Callable[[], Dispa
 
 
 def activate_policy(dispatcher: Dispatcher) -> None:
-    policy = dispatcher.call("POST", "/dispatch/policies", (201,), json=notification_policy())
-    dispatcher.call("POST", f"/dispatch/policies/{policy['id']}/activate")
+    dispatcher.activate(notification_policy())
 
 
 def page_of(execution: dict, attempt: int) -> dict:

@@ -83,8 +83,7 @@ def configure(dispatcher: Dispatcher) -> None:
         "Assignment Notification - PAGE Assignee", PAGE_PROJECT, urgent=["P0"], attempts=2,
         ack_timeout=ACK_TIMEOUT, poll_interval=POLL, pending=PENDING)
     for policy in (assign_policy(), notification):
-        created = dispatcher.call("POST", "/dispatch/policies", (201,), json=policy)
-        dispatcher.call("POST", f"/dispatch/policies/{created['id']}/activate")
+        dispatcher.activate(policy)
 
 
 @pytest.fixture

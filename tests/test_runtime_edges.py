@@ -66,9 +66,7 @@ class Dispatcher(process.Dispatcher):
         for email, account_id in ENGINEERS.items():
             self.call("PUT", f"/engineers/{email}", (200, 201),
                       json={"dispatch_enabled": True, "jira_account_id": account_id})
-        policy = self.call("POST", "/dispatch/policies", (201,), json=assign_policy())
-        self.call("POST", f"/dispatch/policies/{policy['id']}/activate")
-        return policy["id"]
+        return self.activate(assign_policy())["id"]
 
 
 @pytest.fixture

@@ -762,8 +762,7 @@ def configure(dispatcher: KeyedDispatcher, plan: Plan) -> None:
         body = {"dispatch_enabled": True, **({"jira_account_id": account} if account else {})}
         dispatcher.call("PUT", f"/engineers/{email}", (200, 201), json=body)
     for policy in (assign_policy(plan.rules), notification_policy()):
-        created = dispatcher.call("POST", "/dispatch/policies", (201,), json=policy)
-        dispatcher.call("POST", f"/dispatch/policies/{created['id']}/activate")
+        dispatcher.activate(policy)
 
 
 def settled(dispatcher: KeyedDispatcher, plan: Plan, trigger_ids: list[int]) -> bool:

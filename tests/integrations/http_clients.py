@@ -9,10 +9,17 @@ TOKEN = "s3cr3t-token-value"
 
 
 class Waits(list):
-    """A fake ``sleep`` that records each wait instead of sleeping."""
+    """A fake ``sleep`` that records each wait instead of sleeping; given a manual clock, it
+    also moves the clock on by each wait, as sleeping would."""
+
+    def __init__(self, clock=None) -> None:
+        super().__init__()
+        self._clock = clock
 
     def __call__(self, seconds: float) -> None:
         self.append(seconds)
+        if self._clock is not None:
+            self._clock.advance(seconds)
 
 
 def client(**overrides) -> HttpClient:

@@ -164,14 +164,10 @@ def test_a_short_hold_is_waited_out_before_the_call_goes(mocked):
     clock = ManualClock(NOW)
     gate = RateGate(clock)
     gate.limit(3)
-    waits = Waits()
+    waits = Waits(clock)
     mocked.get(f"{BASE}/x", json={"ok": True})
 
-    def sleep(seconds: float) -> None:
-        waits(seconds)
-        clock.advance(seconds)
-
-    answer = client(clock=clock, gate=gate, sleep=sleep).request_json("GET", "/x")
+    answer = client(clock=clock, gate=gate, sleep=waits).request_json("GET", "/x")
 
     assert answer == {"ok": True} and waits == [3.0]
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.clocks import ManualClock
-from tests.integrations.http_clients import BASE, client
+from tests.integrations.http_clients import BASE, Waits, client
 from ticket_dispatcher.errors import FaultKind, fault_of
 from ticket_dispatcher.integrations.call_policy import (
     EVERY_CALL,
@@ -211,14 +211,9 @@ def test_without_a_budget_a_near_limit_takes_half_the_rate_of_the_last_minute():
 
 def test_a_call_waits_for_its_slot_under_the_budget(mocked):
     clock = ManualClock(NOW)
-    waits: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        clock.advance(seconds)
-
+    waits = Waits(clock)
     mocked.get(f"{BASE}/x", json={})
-    http = client(clock=clock, gate=RateGate(clock, pacer=Pacer(clock, budget=2)), sleep=sleep)
+    http = client(clock=clock, gate=RateGate(clock, pacer=Pacer(clock, budget=2)), sleep=waits)
     for _ in range(5):
         http.request("GET", "/x")
 
@@ -289,15 +284,10 @@ def test_an_ordinary_call_takes_a_free_slot_between_slots_held_ahead():
 
 def test_an_ordinary_call_looks_again_until_a_slot_no_notification_holds_is_free(mocked):
     clock = ManualClock(NOW)
-    waits: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        clock.advance(seconds)
-
+    waits = Waits(clock)
     mocked.get(f"{BASE}/x", json={})
     pacer = Pacer(clock, budget=1)
-    http = client(clock=clock, gate=RateGate(clock, pacer=pacer), sleep=sleep)
+    http = client(clock=clock, gate=RateGate(clock, pacer=pacer), sleep=waits)
     http.request("GET", "/x")  # this second's call
     assert pacer.take(max_wait=10, first=True) == Slot(1.0)  # a notification's, held
 
