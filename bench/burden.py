@@ -10,14 +10,15 @@ checkpoints would have, the ``burden_events`` rows of a year (multi-row INSERTs 
 
 - ``--executions`` executions, ``--pages`` of them notification workflows: each a card, an
   App-urgent message and a page (a tenth of them escalated to a leader), three in four with
-  an ACK (read or status change); the rest assignments by 20 rotations (``group:team-N``, 10
-  members each, their candidates and counts of open issues kept) of 20 policy families in 5
-  projects;
+  an ACK (read or status change); the rest assignments in 5 projects by 40 rotations
+  (``group:team-N``, 10 members each, their candidates and counts of open issues kept), two
+  for each of 20 policy families: a rotation is the receiver of its policy's assign action,
+  and each person is in two rotations, so works for one or two policies;
 - the 200 engineers they name, in 6 time zones, half with working hours, and 2,000 time-off
   entries over the year;
 
-then ``ANALYZE`` (PostgreSQL's autovacuum would after such a load; SQLite is left as the
-service leaves it). The report reads this table alone, never the executions, so none are
+then ``VACUUM ANALYZE`` (PostgreSQL's autovacuum would after such a load; SQLite is left
+as the service leaves it). The report reads this table alone, never the executions, so none are
 written.
 
 Printed per engine and report (the default 28 days; the whole year; the 28 days of one
@@ -132,7 +133,9 @@ def seed(store: Store, executions: int, pages: int, rng: random.Random) -> int:
                  for n, email in enumerate(people)]
     settings = {e.email: settings_of(e) for e in engineers}
     families = [f"pf_bench{n:07d}" for n in range(20)]
-    rotations = [(f"group:team-{n}", people[n * 10:(n + 1) * 10]) for n in range(20)]
+    rotations = [(f"group:team-{n}", families[n // 2], [people[(n * 5 + k) % len(people)]
+                                                        for k in range(10)])
+                 for n in range(40)]
     write(store, EngineerRow, [{
         "email": e.email, "display_name": e.email.split("@")[0], "jira_account_id": "",
         "dispatch_enabled": True, "last_dispatched_issue": "", "timezone": e.timezone,
@@ -152,14 +155,14 @@ def seed(store: Store, executions: int, pages: int, rng: random.Random) -> int:
     rows: list[dict] = []
     for execution_id in range(1, executions + 1):
         sent = NOW - YEAR + timedelta(seconds=rng.randrange(int(YEAR.total_seconds())))
-        family, (rotation, members) = rng.choice(families), rng.choice(rotations)
+        rotation, family, members = rng.choice(rotations)
         project = PROJECTS[execution_id % len(PROJECTS)]
         key, person = f"{project}-{execution_id}", rng.choice(members)
         base = {"version": 1, "execution_id": execution_id, "issue_key": key,
                 "project": project, "policy_id": 1, "policy_family_id": family,
                 "rotation": rotation, "leader": "", "members_json": None,
                 "hours_required": False, "open_counts_json": None, "band": None,
-                "ack_source": None, "ack_at": None, "email": person}
+                "ack_source": None, "ack_at": None, "ack_seconds": None, "email": person}
         if execution_id > pages:
             rows.append({**base, "rule_sequence": 0, "action_index": 0, "kind": "assignment",
                          "sent_at": sent, "members_json": members,
@@ -167,8 +170,10 @@ def seed(store: Store, executions: int, pages: int, rng: random.Random) -> int:
             continue
         band = band_of(sent, settings.get(person, ANY_TIME)).value
         acked = rng.random() < 0.75
+        seconds = rng.randrange(30, 1800)
         ack = ({"ack_source": rng.choice(("card_read", "status_change")),
-                "ack_at": sent + timedelta(seconds=rng.randrange(30, 1800))} if acked else {})
+                "ack_at": sent + timedelta(seconds=seconds), "ack_seconds": seconds}
+               if acked else {})
         rows.append({**base, **ack, "rule_sequence": 0, "action_index": 0, "kind": "card",
                      "sent_at": sent})
         rows.append({**base, "rule_sequence": 1, "action_index": 0, "kind": "urgent",
@@ -181,8 +186,8 @@ def seed(store: Store, executions: int, pages: int, rng: random.Random) -> int:
                          "leader": rng.choice(leaders)})
     write(store, BurdenEventRow, rows)
     if is_postgres(store.db):
-        with store.connection():
-            store.db.execute_sql("ANALYZE")
+        with store.db.open_connection() as conn:  # autocommit: VACUUM takes no transaction
+            conn.execute("VACUUM ANALYZE")
     return len(rows)
 
 

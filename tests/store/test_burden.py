@@ -196,8 +196,14 @@ def test_the_reports_read_takes_the_index_of_its_scope(sqlite_store):
     rotation = " ".join(sqlite_store.burden.explain(
         BurdenQuery.of(None, None, NOW, rotation="group:sre")))
 
-    assert "USING INDEX ix_burden_events_sent" in everyone
+    year = " ".join(sqlite_store.burden.explain(BurdenQuery.of(NOW - timedelta(days=365), NOW,
+                                                               NOW)))
+
+    assert "USING COVERING INDEX ix_burden_events_tallies" in everyone
     assert "USING INDEX ix_burden_events_rotation" in rotation
+    assert "SEARCH burden_months USING PRIMARY KEY (scope=? AND scope_value=? AND month>? " \
+           "AND month<?)" in year
+    assert "USING COVERING INDEX ix_burden_events_acks" in year
 
 
 def test_a_checkpoint_after_the_send_writes_no_burden_row_again(store):
@@ -210,3 +216,57 @@ def test_a_checkpoint_after_the_send_writes_no_burden_row_again(store):
     assert queries.statements and not any("burden_events" in s for s in queries.statements)
     [a] = report(store)["people"]
     assert (a["cards"], a["pages"]) == (1, 1)
+
+
+def test_whole_months_count_from_their_tallies_and_the_ends_from_the_rows(store):
+    """A period of one whole month (November) and parts of October and December: every event
+    inside counts once, whichever read it comes from, and none outside."""
+    since, until = datetime(2026, 10, 20, 12, tzinfo=UTC), datetime(2026, 12, 2, 12, tzinfo=UTC)
+    for n, at in enumerate((since - timedelta(seconds=1), since, datetime(2026, 11, 1, tzinfo=UTC),
+                            datetime(2026, 11, 30, 23, 59, tzinfo=UTC), until - timedelta(hours=1),
+                            until)):
+        key = f"TCID-{n}"
+        assign(store, key, at=at)
+        notify(store, key, at=at, page_at=at, ack=("card_read", at + timedelta(minutes=n)))
+
+    def between(**scope):
+        return store.burden.report(BurdenQuery.of(since, until, until, **scope))
+
+    [a, b] = between()["people"]
+    assert (a["assigned"], a["cards"], a["pages"], sum(a["interruptions"].values())) == (
+        4, 4, 4, 4)
+    assert sum(a["assigned_by_policy"].values()) == 4
+    assert a["ack_seconds"]["by_source"]["card_read"]["p50"] == 150.0  # of 1, 2, 3, 4 minutes
+    assert b["email"] == "b@x.io" and b["assigned"] == 0
+    assert sum(w["pages"] for w in between()["weekly_pages"]) == 4
+    [rotation] = between(rotation="group:sre")["rotations"]
+    assert [(m["email"], m["assigned"]) for m in rotation["members"]] == [
+        ("a@x.io", 4), ("b@x.io", 0)]
+    assert [p["pages"] for p in between(project="TCID")["people"]] == [4, 0]
+    assert [p["assigned"] for p in between(policy="p")["people"]] == [4, 0]
+
+
+def test_the_tallies_of_events_recorded_before_them_are_filled_when_made(db_url):
+    from ticket_dispatcher.store import Store
+    from ticket_dispatcher.store.migrations import migrate
+    from ticket_dispatcher.store.models import BurdenEventRow
+
+    store = Store.for_url(db_url)
+    try:
+        migrate(store.db, upto=17)
+        sent = datetime(2026, 10, 10, 3, tzinfo=UTC)
+        with store.connection():
+            BurdenEventRow.insert(
+                version=1, execution_id=1, rule_sequence=0, action_index=0, kind="card",
+                email="a@x.io", issue_key="TCID-1", project="TCID", policy_id=1,
+                policy_family_id="pf_1", hours_required=False, sent_at=sent,
+                ack_source="status_change", ack_at=sent + timedelta(minutes=3)).execute()
+        store.migrate()
+
+        [a] = store.burden.report(BurdenQuery.of(datetime(2026, 10, 1, tzinfo=UTC),
+                                                 datetime(2026, 11, 1, tzinfo=UTC),
+                                                 NOW))["people"]
+        assert a["cards"] == 1
+        assert a["ack_seconds"]["by_source"]["status_change"]["p50"] == 180.0
+    finally:
+        store.close()

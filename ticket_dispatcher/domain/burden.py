@@ -118,15 +118,6 @@ class Tally:
 
 
 @dataclass(frozen=True)
-class AckSample:
-    """One card's time to acknowledge: from its sending to the ACK's own time."""
-
-    email: str
-    source: AckSource
-    seconds: float
-
-
-@dataclass(frozen=True)
 class Membership:
     """Whom a rotation's receiver resolved to for one of its assignments, and whether that
     assign action required working hours."""
@@ -141,7 +132,8 @@ class BurdenData:
     """What the store read for one report."""
 
     tallies: list[Tally] = field(default_factory=list)
-    acks: list[AckSample] = field(default_factory=list)
+    # each card's time to acknowledge, in seconds from its sending to the ACK's own time
+    acks: dict[tuple[str, AckSource], list[float]] = field(default_factory=dict)
     memberships: list[Membership] = field(default_factory=list)
     open_counts: Mapping[str, int] = field(default_factory=dict)  # the latest read, by email
     pages_by_day: dict[datetime, int] = field(default_factory=dict)  # UTC midnight: pages
@@ -213,21 +205,26 @@ def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[
             persons[email] = PersonBurden(email)
         return persons[email]
 
+    def rotation_named(name: str) -> RotationTally:
+        if name not in rotations:
+            rotations[name] = RotationTally()
+        return rotations[name]
+
     for tally in data.tallies:
         who = person(tally.email)
         who.counts[tally.kind] += tally.count
         if tally.kind is BurdenKind.ASSIGNMENT:
             policy = policy_names.get(tally.policy_family_id, tally.policy_family_id)
             who.assigned_by_policy[policy] += tally.count
-            rotations.setdefault(tally.rotation, RotationTally()).count(tally)
+            rotation_named(tally.rotation).count(tally)
         elif tally.kind.interrupts and tally.band is not None:
             who.bands[tally.band] += tally.count
         elif tally.kind is BurdenKind.ESCALATION and tally.leader:
             person(tally.leader).escalations_received += tally.count
-    for sample in data.acks:
-        person(sample.email).ack[sample.source].append(sample.seconds)
+    for (email, source), seconds in data.acks.items():
+        person(email).ack[source].extend(seconds)
     for membership in data.memberships:
-        rotations.setdefault(membership.rotation, RotationTally()).join(membership)
+        rotation_named(membership.rotation).join(membership)
     for rotation in rotations.values():
         for member in rotation.members:
             person(member)
@@ -247,6 +244,25 @@ def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[
         "weekly_pages": [{"week": format_time(week), "pages": weekly[week]}
                          for week in _weeks(query.since, query.until)],
     }
+
+
+def whole_months(since: datetime, until: datetime,
+                 ) -> tuple[tuple[datetime, datetime] | None, list[tuple[datetime, datetime]]]:
+    """``[since, until)`` split at UTC month starts: its whole months as ``[first, end)``
+    (None when it holds none), and the parts before and after them."""
+    since, until = to_utc(since), to_utc(until)
+    first = _month_start(since)
+    if first < since:
+        first = _month_start(first + timedelta(days=32))
+    end = _month_start(until)
+    if first >= end:
+        return None, [(since, until)] if since < until else []
+    ends = [(start, stop) for start, stop in ((since, first), (end, until)) if start < stop]
+    return (first, end), ends
+
+
+def _month_start(moment: datetime) -> datetime:
+    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 def latest_open_counts(reads: Iterable[tuple[str, Mapping[str, int]]]) -> dict[str, int]:

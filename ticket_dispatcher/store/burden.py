@@ -2,9 +2,11 @@
 records each assignment and notification, read by time for the report
 (docs/burden-report.md).
 
-The report reads this narrow table along its indexes, never the executions' JSON: one read
-of the period grouped by the database, one of the newest counts of open issues, then the
-policies' names, the people's settings and their time off.
+The report never reads the executions' JSON. It adds up the monthly tallies the database
+keeps of these rows (burden_months.py) for the period's whole months, counts the rows of the
+parts of months at its ends alike, reads every ACKed card's time to acknowledge along an
+index of those alone, and the newest counts of open issues; then the policies' names, the
+people's settings and their time off.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import peewee
@@ -22,7 +24,6 @@ from ticket_dispatcher.domain.actions.notification_state import AckSource
 from ticket_dispatcher.domain.availability import ANY_TIME, AvailabilitySettings
 from ticket_dispatcher.domain.availability_parsing import settings_of
 from ticket_dispatcher.domain.burden import (
-    AckSample,
     Availabilities,
     Band,
     BurdenData,
@@ -33,9 +34,11 @@ from ticket_dispatcher.domain.burden import (
     band_of,
     build_report,
     latest_open_counts,
+    whole_months,
 )
 from ticket_dispatcher.domain.burden_events import EVENT_VERSION, BurdenEvent, BurdenKind
 from ticket_dispatcher.errors import InvalidInput, Problem
+from ticket_dispatcher.store import burden_months
 from ticket_dispatcher.store.database import engine_of, unit_of_work
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.models import (
@@ -52,8 +55,7 @@ TABLE = BurdenEventRow._meta.table_name
 RECORDING_SINCE_MIGRATION = 17
 _COLUMNS = ("version, execution_id, rule_sequence, action_index, kind, email, leader, "
             "issue_key, project, policy_id, policy_family_id, members_json, hours_required, "
-            "open_counts_json, sent_at, band, ack_source, ack_at, rotation")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+            "open_counts_json, sent_at, band, ack_source, ack_at, ack_seconds, rotation")
 # The stored words, read back without an enum lookup per row (a year has a hundred thousand).
 _KINDS = {kind.value: kind for kind in BurdenKind}
 _BANDS: dict[str | None, Band | None] = {None: None, **{band.value: band for band in Band}}
@@ -66,7 +68,7 @@ OPEN_COUNT_READS = 500
 # The PostgreSQL types of the columns before ``rotation``, in ``_COLUMNS`` order.
 _PG_TYPES = ("integer", "bigint", "integer", "integer", "text", "text", "text", "text", "text",
              "bigint", "text", "jsonb", "boolean", "jsonb", "timestamp", "text", "text",
-             "timestamp")
+             "timestamp", "double precision")
 _SCOPE_COLUMN = {ScopeKind.POLICY: "policy_family_id", ScopeKind.PROJECT: "project",
                  ScopeKind.ROTATION: "rotation"}
 
@@ -78,15 +80,16 @@ class BurdenRepository:
         self._engineers = engineers
         self._lock = threading.Lock()
         self._written: OrderedDict[tuple, None] = OrderedDict()  # oldest first
-        p = db.param
+        p, epoch = db.param, self.engine.epoch_seconds
         # A notification's rotation is the one of the person's latest assignment of the issue.
         latest = (f"COALESCE((SELECT a.rotation FROM {TABLE} a WHERE a.issue_key = {p} "
                   f"AND a.email = {p} AND a.kind = 'assignment' "
                   f"ORDER BY a.sent_at DESC LIMIT 1), '')")
         self._upsert = (" ON CONFLICT (execution_id, rule_sequence, action_index) DO UPDATE SET "
-                        "ack_source = excluded.ack_source, ack_at = excluded.ack_at "
+                        "ack_source = excluded.ack_source, ack_at = excluded.ack_at, "
+                        f"ack_seconds = {epoch('excluded.ack_at')} - {epoch(f'{TABLE}.sent_at')} "
                         f"WHERE {TABLE}.ack_at IS NULL AND excluded.ack_at IS NOT NULL")
-        insert = f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES ({placeholders(p, 18)}, "
+        insert = f"INSERT INTO {TABLE} ({_COLUMNS}) VALUES ({placeholders(p, 19)}, "
         self._insert = {True: insert + f"{p})" + self._upsert,
                         False: insert + f"{latest})" + self._upsert}
         # The same as one part of a PostgreSQL statement (``guarded``): selected, so typed.
@@ -146,7 +149,8 @@ class BurdenRepository:
                 json_param(list(event.members)) if event.members else None,
                 event.hours_required, json_param(event.open_counts or None),
                 time_param(event.sent_at), band,
-                event.ack_source.value if event.ack_source else None, time_param(event.ack_at))
+                event.ack_source.value if event.ack_source else None, time_param(event.ack_at),
+                (event.ack_at - event.sent_at).total_seconds() if event.ack_at else None)
             assignment = event.kind is BurdenKind.ASSIGNMENT
             rows.append((assignment, (*values, event.rotation) if assignment
                          else (*values, event.issue_key, event.email)))
@@ -186,54 +190,73 @@ class BurdenRepository:
                             complete_from=complete_from)
 
     def explain(self, query: BurdenQuery) -> list[str]:
-        """The engine's plan of the report's read of the period: which index it takes."""
+        """The engine's plans of the report's reads (the months' tallies, the events at the
+        period's ends, the ACKs): which index each takes."""
+        lines = []
         with unit_of_work(self.db):
-            return self.engine.explain(self.db, *self._period(query,
-                                                              self._scope_values(query)))
+            for name, (sql, params) in self._reads(query, self._scope_values(query)).items():
+                lines.append(f"{name}:")
+                lines += [f"  {line}" for line in self.engine.explain(self.db, sql, params)]
+        return lines
 
     def _data(self, query: BurdenQuery, values: list[str]) -> BurdenData:
-        """One pass over the period (in the scope), counted by the database: the events by
-        kind, person, policy, rotation and band, with what each kind adds (an assignment its
-        members, a card its time to acknowledge, a page its day). And the newest counts of
-        open issues."""
-        rows = self.db.execute_sql(*self._period(query, values)).fetchall()
+        """The period (in the scope) as the database counted it: its whole months' tallies,
+        the parts of months at its ends counted from the events alike, the rotations' members
+        there, every card's time to acknowledge; and the newest counts of open issues."""
         data = BurdenData(open_counts=self._open_counts())
-        for (kind, email, family, rotation, leader, band, members, hours, source, seconds,
-             day, count) in rows:
-            data.tallies.append(Tally(_KINDS[kind], email, count, family, rotation, leader,
-                                      _BANDS[band]))
-            if members is not None:
-                data.memberships.append(Membership(rotation, tuple(_json(members)),
-                                                   bool(hours)))
-            if source is not None and seconds is not None:
-                # a read Lark dates before the card was sent counts as none
-                data.acks.extend([AckSample(email, _SOURCES[source],
-                                            max(0.0, float(seconds)))] * count)
-            if day is not None:
-                moment = EPOCH + timedelta(days=int(day))
-                data.pages_by_day[moment] = data.pages_by_day.get(moment, 0) + count
+        for name, (sql, params) in self._reads(query, values).items():
+            rows = self.db.execute_sql(sql, params).fetchall()
+            if name == "acks":
+                for email, source, seconds in rows:
+                    # a read Lark dates before the card was sent counts as none
+                    data.acks.setdefault((email, _SOURCES[source]), []).append(
+                        max(0.0, float(seconds)))
+            elif name == "members":
+                data.memberships += [Membership(rotation, tuple(_json(members)), bool(hours))
+                                     for rotation, members, hours in rows]
+            else:
+                for fact, email, d1, d2, count in rows:
+                    _add_tally(data, fact, email, d1, d2, int(count))
         return data
 
-    def _period(self, query: BurdenQuery, values: list[str]) -> tuple[str, list[Any]]:
-        """The read of ``_data``: the statement and its parameters."""
-        p, epoch = self.db.param, self.engine.epoch_seconds
-        params: list[Any] = [BurdenKind.ASSIGNMENT.value, BurdenKind.ASSIGNMENT.value,
-                             BurdenKind.CARD.value, BurdenKind.CARD.value,
-                             BurdenKind.PAGE.value, time_param(query.since),
-                             time_param(query.until)]
-        where = f"sent_at >= {p} AND sent_at < {p}"
+    def _reads(self, query: BurdenQuery, values: list[str]) -> dict[str, tuple[str, list[Any]]]:
+        """The statements ``_data`` runs and their parameters, by what they read."""
+        p = self.db.param
+        months, ends = whole_months(query.since, query.until)
+        reads: dict[str, tuple[str, list[Any]]] = {}
+        if months is not None:
+            scope = query.scope.value
+            within = (f"scope_value IN ({placeholders(p, len(values))})" if values
+                      else f"scope_value = {p}")
+            reads["months"] = (
+                f"SELECT fact, email, d1, d2, SUM(n) FROM {burden_months.TABLE} "
+                f"WHERE scope = {p} AND {within} AND month >= {p} AND month < {p} "
+                "GROUP BY fact, email, d1, d2",
+                [scope, *(values or [""]), *(_month_number(month) for month in months)])
+        if ends:
+            where, params = self._where(query, values, ends)
+            reads["events"] = burden_months.tallies_of(self.engine, where, params)
+            reads["members"] = (
+                f"SELECT DISTINCT e.rotation, e.members_json, e.hours_required FROM {TABLE} e "
+                f"WHERE e.kind = {p} AND e.members_json IS NOT NULL AND {where}",
+                [BurdenKind.ASSIGNMENT.value, *params])
+        where, params = self._where(query, values, [(query.since, query.until)])
+        reads["acks"] = (f"SELECT e.email, e.ack_source, e.ack_seconds FROM {TABLE} e "
+                         f"WHERE e.ack_seconds IS NOT NULL AND {where}", params)
+        return reads
+
+    def _where(self, query: BurdenQuery, values: list[str],
+               spans: list[tuple[datetime, datetime]]) -> tuple[str, list[Any]]:
+        """The condition on events ``e`` sent within ``spans`` in the scope, and its
+        parameters."""
+        p = self.db.param
+        where = " OR ".join([f"(e.sent_at >= {p} AND e.sent_at < {p})"] * len(spans))
+        params: list[Any] = [time_param(moment) for span in spans for moment in span]
         if values:
-            where += f" AND {_SCOPE_COLUMN[query.scope]} IN ({placeholders(p, len(values))})"
+            column = burden_months.SCOPE_COLUMN[query.scope]
+            where = f"({where}) AND e.{column} IN ({placeholders(p, len(values))})"
             params += values
-        extras = (f"CASE WHEN kind = {p} THEN members_json END, "
-                  f"CASE WHEN kind = {p} THEN hours_required END, "
-                  f"CASE WHEN kind = {p} THEN ack_source END, "
-                  f"CASE WHEN kind = {p} THEN {epoch('ack_at')} - {epoch('sent_at')} END, "
-                  f"CASE WHEN kind = {p} THEN {self.engine.epoch_days('sent_at')} END")
-        # grouped by position: PostgreSQL matches an expression with parameters to no other
-        return (f"SELECT kind, email, policy_family_id, rotation, leader, band, {extras}, "
-                f"COUNT(*) FROM {TABLE} WHERE {where} "
-                f"GROUP BY {', '.join(map(str, range(1, 12)))}", params)
+        return f"({where})", params
 
     def _open_counts(self) -> dict[str, int]:
         """The newest counts of open issues that assignments read, along the time index."""
@@ -283,6 +306,27 @@ class BurdenRepository:
         found, _ = self._engineers.page(limit=len(emails), email_in=emails)
         settings = {engineer.email: settings_of(engineer) for engineer in found}
         return Availabilities(settings, self._engineers.time_off(emails, query.since, query.until))
+
+
+def _add_tally(data: BurdenData, fact: str, email: str, d1: str, d2: str, count: int) -> None:
+    """A tally read (burden_months.py names its facts) into ``data``."""
+    if fact == burden_months.PAGE_DAY:
+        day = datetime.strptime(d1, "%Y-%m-%d").replace(tzinfo=UTC)
+        data.pages_by_day[day] = data.pages_by_day.get(day, 0) + count
+    elif fact == burden_months.MEMBER:
+        data.memberships.append(Membership(d1, (email,), d2 == "1"))
+    else:
+        kind = _KINDS[fact]
+        if kind is BurdenKind.ASSIGNMENT:
+            data.tallies.append(Tally(kind, email, count, policy_family_id=d1, rotation=d2))
+        elif kind is BurdenKind.ESCALATION:
+            data.tallies.append(Tally(kind, email, count, leader=d1))
+        else:
+            data.tallies.append(Tally(kind, email, count, band=_BANDS[d1 or None]))
+
+
+def _month_number(moment: datetime) -> int:
+    return moment.year * 100 + moment.month
 
 
 def _signature(event: BurdenEvent) -> tuple:

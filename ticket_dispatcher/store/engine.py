@@ -78,6 +78,9 @@ class Engine(Protocol):
     # Appended to a written-out ``SELECT`` whose rows a claim takes: rows another transaction
     # is claiming are left to it ("" where the write lock already serializes every claim).
     skip_locked_clause: str
+    # Ends a CREATE TABLE whose rows are read in their key's order: SQLite keeps them in it
+    # (no row lookups); PostgreSQL keeps a heap whatever is said.
+    key_ordered_clause: str
 
     # -- connections and transactions --------------------------------------------------------
 
@@ -147,6 +150,24 @@ class Engine(Protocol):
 
     def epoch_days(self, column: str) -> str:
         """The UTC day of the time ``column``, as whole days since the Unix epoch."""
+        ...
+
+    def month_number(self, column: str) -> str:
+        """The UTC month of the time ``column`` as an integer ``yyyymm``."""
+        ...
+
+    def day_text(self, column: str) -> str:
+        """The UTC day of the time ``column`` as ``yyyy-mm-dd``."""
+        ...
+
+    def json_elements(self, column: str, alias: str) -> str:
+        """A ``FROM`` item of one row per element of the JSON array ``column`` (text), its
+        text in ``alias.value``; joined to the row that holds the array."""
+        ...
+
+    def after_insert(self, name: str, table: str, statement: str) -> list[str]:
+        """The DDL that runs ``statement`` (which reads ``NEW``) after each row inserted into
+        ``table``, in the inserting transaction; run again, it replaces what it made."""
         ...
 
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:

@@ -355,6 +355,7 @@ class BurdenEventRow(BaseModel):
     band = peewee.CharField(max_length=8, null=True)  # an interruption's, when it was sent
     ack_source = peewee.CharField(max_length=16, null=True)
     ack_at = UTCDateTimeField(null=True)
+    ack_seconds = peewee.FloatField(null=True)  # from sent_at to ack_at
 
     class Meta:
         table_name = "burden_events"

@@ -223,6 +223,7 @@ class PostgresEngine:
     one_statement_writes = True
     column_types = COLUMN_TYPES
     skip_locked_clause = " FOR UPDATE SKIP LOCKED"
+    key_ordered_clause = ""
 
     def __init__(self, pool: PostgresPool):
         self._pool = pool
@@ -291,6 +292,24 @@ class PostgresEngine:
 
     def epoch_days(self, column: str) -> str:
         return f"CAST(FLOOR(EXTRACT(EPOCH FROM {column}) / 86400) AS INTEGER)"
+
+    def month_number(self, column: str) -> str:
+        return (f"CAST(EXTRACT(YEAR FROM {column}) * 100 + EXTRACT(MONTH FROM {column}) "
+                "AS INTEGER)")
+
+    def day_text(self, column: str) -> str:
+        return f"to_char({column}, 'YYYY-MM-DD')"
+
+    def json_elements(self, column: str, alias: str) -> str:
+        return f"jsonb_array_elements_text({column}) AS {alias}(value)"
+
+    def after_insert(self, name: str, table: str, statement: str) -> list[str]:
+        """A row trigger calling a PL/pgSQL function of the same name."""
+        return [f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
+                f"$$ BEGIN {statement}; RETURN NULL; END $$",
+                f"DROP TRIGGER IF EXISTS {name} ON {table}",
+                f"CREATE TRIGGER {name} AFTER INSERT ON {table} FOR EACH ROW "
+                f"EXECUTE FUNCTION {name}()"]
 
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:
         """A lateral subquery, with OFFSET 0 to keep the planner from folding the lookup into

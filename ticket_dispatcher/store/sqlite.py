@@ -114,6 +114,7 @@ class SqliteEngine:
     one_statement_writes = False  # SQLite has no data-modifying WITH
     column_types = COLUMN_TYPES
     skip_locked_clause = ""
+    key_ordered_clause = " WITHOUT ROWID"
 
     def __init__(self, pool: SqlitePool):
         self._pool = pool
@@ -169,6 +170,20 @@ class SqliteEngine:
 
     def epoch_days(self, column: str) -> str:
         return f"CAST(julianday({column}) - 2440587.5 AS INTEGER)"  # toward 0: the floor
+
+    def month_number(self, column: str) -> str:
+        # stored as text, 'yyyy-mm-dd hh:mm:ss.ffffff'
+        return f"CAST(substr({column}, 1, 4) || substr({column}, 6, 2) AS INTEGER)"
+
+    def day_text(self, column: str) -> str:
+        return f"substr({column}, 1, 10)"
+
+    def json_elements(self, column: str, alias: str) -> str:
+        return f"json_each({column}) {alias}"
+
+    def after_insert(self, name: str, table: str, statement: str) -> list[str]:
+        return [f"DROP TRIGGER IF EXISTS {name}",
+                f"CREATE TRIGGER {name} AFTER INSERT ON {table} BEGIN {statement}; END"]
 
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:
         return f"LEFT JOIN {table} {alias} ON {condition(alias)}"

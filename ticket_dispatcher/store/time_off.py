@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import Any, cast
 
 import peewee
 
@@ -122,12 +123,14 @@ class TimeOffRepository:
 
     def _read_into(self, found: dict[str, list[TimeOff]], emails: list[str],
                    condition: peewee.Expression) -> None:
-        query = (TimeOffRow.select()
+        query = (TimeOffRow.select(TimeOffRow.id, TimeOffRow.email, TimeOffRow.start_at,
+                                   TimeOffRow.end_at, TimeOffRow.reason, TimeOffRow.source)
                  .where(TimeOffRow.email.in_(emails) & condition)
                  .order_by(TimeOffRow.email, TimeOffRow.start_at, TimeOffRow.id))
         with unit_of_work(self.db):
-            for row in query:
-                found.setdefault(row.email, []).append(_time_off(row))
+            # tuples: a year's entries for a report, and no model object made for each
+            for row in cast(Iterable[tuple[Any, ...]], query.tuples()):
+                found.setdefault(row[1], []).append(TimeOff(*row))
 
 
 def replace_source(source: str, entries: Sequence[TimeOff], now: datetime) -> int:
