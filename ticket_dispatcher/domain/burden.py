@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
@@ -40,6 +40,9 @@ class Band(StrEnum):
     BUSINESS = "business"
     OFF = "off"
     SLEEP = "sleep"
+
+
+_BAND_NAMES = tuple((band, band.value) for band in Band)
 
 
 def band_of(moment: datetime, settings: AvailabilitySettings) -> Band:
@@ -188,7 +191,7 @@ class PersonBurden:
             "pages": self.counts[BurdenKind.PAGE],
             "escalations_received": self.escalations_received,
             "escalations_away": self.counts[BurdenKind.ESCALATION],
-            "interruptions": {band.value: self.bands[band] for band in Band},
+            "interruptions": {name: self.bands[band] for band, name in _BAND_NAMES},
             "ack_seconds": {**percentiles(every), "by_source": {
                 source.value: percentiles(self.ack.get(source, [])) for source in ACK_SOURCES}},
         }
@@ -230,6 +233,15 @@ def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[
             person(member)
     for email, who in persons.items():
         who.open_now = data.open_counts.get(email)
+    eligible: dict[tuple[str, bool], float] = {}  # a person in several rotations: once
+
+    def hours_of(email: str, within_hours: bool) -> float:
+        if (email, within_hours) not in eligible:
+            eligible[email, within_hours] = eligible_hours(
+                query.since, query.until, people.of(email), people.time_off.get(email, ()),
+                within_hours=within_hours)
+        return eligible[email, within_hours]
+
     weekly: Counter[datetime] = Counter()
     for day, count in data.pages_by_day.items():
         weekly[_week_of(day)] += count
@@ -239,7 +251,7 @@ def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[
         "complete_from": format_time(complete_from),
         "scope": {"kind": query.scope.value, "value": query.value or None},
         "people": [persons[email].to_json() for email in sorted(persons)],
-        "rotations": [tally.to_json(rotation, query, people, policy_names)
+        "rotations": [tally.to_json(rotation, hours_of, policy_names)
                       for rotation, tally in sorted(rotations.items())],
         "weekly_pages": [{"week": format_time(week), "pages": weekly[week]}
                          for week in _weeks(query.since, query.until)],
@@ -307,12 +319,10 @@ class RotationTally:
         self.members.update(membership.members)
         self.hours_required = self.hours_required or membership.hours_required
 
-    def to_json(self, rotation: str, query: BurdenQuery, people: Availabilities,
+    def to_json(self, rotation: str, hours_of: Callable[[str, bool], float],
                 policy_names: Mapping[str, str]) -> dict[str, Any]:
-        hours = {email: eligible_hours(query.since, query.until, people.of(email),
-                                       people.time_off.get(email, ()),
-                                       within_hours=self.hours_required)
-                 for email in sorted(self.members)}
+        """``hours_of(email, within_hours)``: a member's eligible hours in the period."""
+        hours = {email: hours_of(email, self.hours_required) for email in sorted(self.members)}
         total_hours, total = sum(hours.values()), sum(self.assigned.values())
         members, ratios = [], []
         for email, eligible in hours.items():
@@ -342,8 +352,9 @@ def eligible_hours(since: datetime, until: datetime, settings: AvailabilitySetti
     hours = settings.working_hours if within_hours else None
     spans = ([(since, until)] if hours is None
              else _working_spans(since, until, hours, settings.zone))
-    away = _merged([(max(to_utc(e.start), since), min(to_utc(e.end), until))
-                    for e in time_off if to_utc(e.end) > since and to_utc(e.start) < until])
+    entries = [(to_utc(e.start), to_utc(e.end)) for e in time_off]
+    away = _merged([(max(start, since), min(end, until)) for start, end in entries
+                    if end > since and start < until])
     seconds = sum((end - start).total_seconds() for start, end in spans)
     for start, end in spans:
         for off_start, off_end in away:

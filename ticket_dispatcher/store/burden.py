@@ -207,10 +207,10 @@ class BurdenRepository:
         for name, (sql, params) in self._reads(query, values).items():
             rows = self.db.execute_sql(sql, params).fetchall()
             if name == "acks":
-                for email, source, seconds in rows:
+                for email, source, joined in rows:
                     # a read Lark dates before the card was sent counts as none
-                    data.acks.setdefault((email, _SOURCES[source]), []).append(
-                        max(0.0, float(seconds)))
+                    data.acks[email, _SOURCES[source]] = [
+                        max(0.0, seconds) for seconds in map(float, joined.split(","))]
             elif name == "members":
                 data.memberships += [Membership(rotation, tuple(_json(members)), bool(hours))
                                      for rotation, members, hours in rows]
@@ -234,29 +234,37 @@ class BurdenRepository:
                 "GROUP BY fact, email, d1, d2",
                 [scope, *(values or [""]), *(_month_number(month) for month in months)])
         if ends:
-            where, params = self._where(query, values, ends)
-            reads["events"] = burden_months.tallies_of(self.engine, where, params)
+            spans = [self._where(query, values, span) for span in ends]
+            reads["events"] = burden_months.tallies_of(self.engine, spans)
+            assigned = " UNION ALL ".join(
+                f"SELECT e.rotation, e.members_json, e.hours_required FROM {TABLE} e "
+                f"WHERE e.kind = {p} AND e.members_json IS NOT NULL AND {where}"
+                for where, _ in spans)
             reads["members"] = (
-                f"SELECT DISTINCT e.rotation, e.members_json, e.hours_required FROM {TABLE} e "
-                f"WHERE e.kind = {p} AND e.members_json IS NOT NULL AND {where}",
-                [BurdenKind.ASSIGNMENT.value, *params])
-        where, params = self._where(query, values, [(query.since, query.until)])
-        reads["acks"] = (f"SELECT e.email, e.ack_source, e.ack_seconds FROM {TABLE} e "
-                         f"WHERE e.ack_seconds IS NOT NULL AND {where}", params)
+                f"SELECT DISTINCT rotation, members_json, hours_required FROM ({assigned}) f",
+                [param for _, params in spans
+                 for param in (BurdenKind.ASSIGNMENT.value, *params)])
+        where, params = self._where(query, values, (query.since, query.until))
+        # a few hundred rows, not a row for each card: one text of the seconds per person
+        # and source
+        reads["acks"] = (f"SELECT e.email, e.ack_source, "
+                         f"{self.engine.joined_numbers('e.ack_seconds')} FROM {TABLE} e "
+                         f"WHERE e.ack_seconds IS NOT NULL AND {where} "
+                         "GROUP BY e.email, e.ack_source", params)
         return reads
 
     def _where(self, query: BurdenQuery, values: list[str],
-               spans: list[tuple[datetime, datetime]]) -> tuple[str, list[Any]]:
-        """The condition on events ``e`` sent within ``spans`` in the scope, and its
+               span: tuple[datetime, datetime]) -> tuple[str, list[Any]]:
+        """The condition on events ``e`` sent within ``span`` in the scope, and its
         parameters."""
         p = self.db.param
-        where = " OR ".join([f"(e.sent_at >= {p} AND e.sent_at < {p})"] * len(spans))
-        params: list[Any] = [time_param(moment) for span in spans for moment in span]
+        where = f"e.sent_at >= {p} AND e.sent_at < {p}"
+        params: list[Any] = [time_param(moment) for moment in span]
         if values:
             column = burden_months.SCOPE_COLUMN[query.scope]
-            where = f"({where}) AND e.{column} IN ({placeholders(p, len(values))})"
+            where += f" AND e.{column} IN ({placeholders(p, len(values))})"
             params += values
-        return f"({where})", params
+        return where, params
 
     def _open_counts(self) -> dict[str, int]:
         """The newest counts of open issues that assignments read, along the time index."""
@@ -311,7 +319,7 @@ class BurdenRepository:
 def _add_tally(data: BurdenData, fact: str, email: str, d1: str, d2: str, count: int) -> None:
     """A tally read (burden_months.py names its facts) into ``data``."""
     if fact == burden_months.PAGE_DAY:
-        day = datetime.strptime(d1, "%Y-%m-%d").replace(tzinfo=UTC)
+        day = datetime.fromisoformat(d1).replace(tzinfo=UTC)
         data.pages_by_day[day] = data.pages_by_day.get(day, 0) + count
     elif fact == burden_months.MEMBER:
         data.memberships.append(Membership(d1, (email,), d2 == "1"))

@@ -66,14 +66,18 @@ def facts(engine: Engine, *, members: bool) -> list[Fact]:
     return counted
 
 
-def tallies_of(engine: Engine, where: str, params: list[Any]) -> tuple[str, list[Any]]:
-    """The events ``e`` where ``where`` (with ``params``) holds, counted as tallies: (fact,
-    email, d1, d2, count); the statement and its parameters."""
-    counted = facts(engine, members=False)
-    parts = [f"SELECT {fact.columns} FROM {EVENTS} e{fact.joins} "
-             f"WHERE {fact.only} AND {where}" for fact in counted]
+def tallies_of(engine: Engine, spans: list[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:
+    """The events ``e`` that each of ``spans`` (a condition and its parameters) takes,
+    counted as tallies: (fact, email, d1, d2, count); the statement and its parameters. A
+    part for each span, so that each reads one range of an index."""
+    parts, params = [], []
+    for fact in facts(engine, members=False):
+        for where, values in spans:
+            parts.append(f"SELECT {fact.columns} FROM {EVENTS} e{fact.joins} "
+                         f"WHERE {fact.only} AND {where}")
+            params += values
     return (f"SELECT fact, email, d1, d2, COUNT(*) FROM ({' UNION ALL '.join(parts)}) f "
-            "GROUP BY fact, email, d1, d2", params * len(counted))
+            "GROUP BY fact, email, d1, d2", params)
 
 
 def add_events(engine: Engine, where: str) -> str:
@@ -98,6 +102,7 @@ def add_events(engine: Engine, where: str) -> str:
 def install(engine: Engine) -> list[str]:
     """The DDL of the table and of its trigger, and the statement counting the events
     already recorded: the migration that makes the table runs them once."""
+    key, ending = engine.covering_key(KEY, "n")
     return [
         f"""CREATE TABLE IF NOT EXISTS {TABLE} (
             scope VARCHAR(16) NOT NULL,
@@ -108,7 +113,7 @@ def install(engine: Engine) -> list[str]:
             d1 TEXT NOT NULL,
             d2 TEXT NOT NULL,
             n BIGINT NOT NULL,
-            PRIMARY KEY ({KEY})){engine.key_ordered_clause}""",
+            {key}){ending}""",
         *engine.after_insert(TRIGGER, EVENTS, add_events(engine, "e.id = NEW.id")),
         f"DELETE FROM {TABLE}",
         add_events(engine, "TRUE"),

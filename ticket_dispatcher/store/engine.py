@@ -78,9 +78,6 @@ class Engine(Protocol):
     # Appended to a written-out ``SELECT`` whose rows a claim takes: rows another transaction
     # is claiming are left to it ("" where the write lock already serializes every claim).
     skip_locked_clause: str
-    # Ends a CREATE TABLE whose rows are read in their key's order: SQLite keeps them in it
-    # (no row lookups); PostgreSQL keeps a heap whatever is said.
-    key_ordered_clause: str
 
     # -- connections and transactions --------------------------------------------------------
 
@@ -160,6 +157,11 @@ class Engine(Protocol):
         """The UTC day of the time ``column`` as ``yyyy-mm-dd``."""
         ...
 
+    def joined_numbers(self, column: str) -> str:
+        """An aggregate: the group's values of the number ``column`` as one text, separated
+        by commas, in no order."""
+        ...
+
     def json_elements(self, column: str, alias: str) -> str:
         """A ``FROM`` item of one row per element of the JSON array ``column`` (text), its
         text in ``alias.value``; joined to the row that holds the array."""
@@ -168,6 +170,12 @@ class Engine(Protocol):
     def after_insert(self, name: str, table: str, statement: str) -> list[str]:
         """The DDL that runs ``statement`` (which reads ``NEW``) after each row inserted into
         ``table``, in the inserting transaction; run again, it replaces what it made."""
+        ...
+
+    def covering_key(self, key: str, values: str) -> tuple[str, str]:
+        """A table read along its primary key ``key`` for its ``values`` too: the PRIMARY
+        KEY constraint, and what ends the CREATE TABLE, so that such a read reads the key's
+        index alone."""
         ...
 
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:

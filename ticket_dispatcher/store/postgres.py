@@ -223,7 +223,6 @@ class PostgresEngine:
     one_statement_writes = True
     column_types = COLUMN_TYPES
     skip_locked_clause = " FOR UPDATE SKIP LOCKED"
-    key_ordered_clause = ""
 
     def __init__(self, pool: PostgresPool):
         self._pool = pool
@@ -300,6 +299,9 @@ class PostgresEngine:
     def day_text(self, column: str) -> str:
         return f"to_char({column}, 'YYYY-MM-DD')"
 
+    def joined_numbers(self, column: str) -> str:
+        return f"string_agg(CAST({column} AS text), ',')"
+
     def json_elements(self, column: str, alias: str) -> str:
         return f"jsonb_array_elements_text({column}) AS {alias}(value)"
 
@@ -310,6 +312,10 @@ class PostgresEngine:
                 f"DROP TRIGGER IF EXISTS {name} ON {table}",
                 f"CREATE TRIGGER {name} AFTER INSERT ON {table} FOR EACH ROW "
                 f"EXECUTE FUNCTION {name}()"]
+
+    def covering_key(self, key: str, values: str) -> tuple[str, str]:
+        """The values in the key's index as well (an index-only scan, once vacuumed)."""
+        return f"PRIMARY KEY ({key}) INCLUDE ({values})", ""
 
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:
         """A lateral subquery, with OFFSET 0 to keep the planner from folding the lookup into

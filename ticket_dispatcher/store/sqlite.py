@@ -114,7 +114,6 @@ class SqliteEngine:
     one_statement_writes = False  # SQLite has no data-modifying WITH
     column_types = COLUMN_TYPES
     skip_locked_clause = ""
-    key_ordered_clause = " WITHOUT ROWID"
 
     def __init__(self, pool: SqlitePool):
         self._pool = pool
@@ -178,12 +177,19 @@ class SqliteEngine:
     def day_text(self, column: str) -> str:
         return f"substr({column}, 1, 10)"
 
+    def joined_numbers(self, column: str) -> str:
+        return f"group_concat({column}, ',')"
+
     def json_elements(self, column: str, alias: str) -> str:
         return f"json_each({column}) {alias}"
 
     def after_insert(self, name: str, table: str, statement: str) -> list[str]:
         return [f"DROP TRIGGER IF EXISTS {name}",
                 f"CREATE TRIGGER {name} AFTER INSERT ON {table} BEGIN {statement}; END"]
+
+    def covering_key(self, key: str, values: str) -> tuple[str, str]:
+        """The rows kept in the key's order, in its b-tree, without a rowid."""
+        return f"PRIMARY KEY ({key})", " WITHOUT ROWID"
 
     def join_each(self, table: str, alias: str, condition: Callable[[str], str]) -> str:
         return f"LEFT JOIN {table} {alias} ON {condition(alias)}"
