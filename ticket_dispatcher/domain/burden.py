@@ -208,18 +208,15 @@ def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[
             persons[email] = PersonBurden(email)
         return persons[email]
 
-    def rotation_named(name: str) -> RotationTally:
-        if name not in rotations:
-            rotations[name] = RotationTally()
-        return rotations[name]
-
     for tally in data.tallies:
         who = person(tally.email)
         who.counts[tally.kind] += tally.count
         if tally.kind is BurdenKind.ASSIGNMENT:
             policy = policy_names.get(tally.policy_family_id, tally.policy_family_id)
             who.assigned_by_policy[policy] += tally.count
-            rotation_named(tally.rotation).count(tally)
+            if tally.rotation not in rotations:
+                rotations[tally.rotation] = RotationTally()
+            rotations[tally.rotation].count(tally)
         elif tally.kind.interrupts and tally.band is not None:
             who.bands[tally.band] += tally.count
         elif tally.kind is BurdenKind.ESCALATION and tally.leader:
@@ -227,7 +224,8 @@ def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[
     for (email, source), seconds in data.acks.items():
         person(email).ack[source].extend(seconds)
     for membership in data.memberships:
-        rotation_named(membership.rotation).join(membership)
+        if membership.rotation in rotations:  # one with work in the scope
+            rotations[membership.rotation].join(membership)
     for rotation in rotations.values():
         for member in rotation.members:
             person(member)

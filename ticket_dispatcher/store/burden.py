@@ -69,8 +69,6 @@ OPEN_COUNT_READS = 500
 _PG_TYPES = ("integer", "bigint", "integer", "integer", "text", "text", "text", "text", "text",
              "bigint", "text", "jsonb", "boolean", "jsonb", "timestamp", "text", "text",
              "timestamp", "double precision")
-_SCOPE_COLUMN = {ScopeKind.POLICY: "policy_family_id", ScopeKind.PROJECT: "project",
-                 ScopeKind.ROTATION: "rotation"}
 
 
 class BurdenRepository:
@@ -168,7 +166,7 @@ class BurdenRepository:
     def _settings(self, emails: list[str]) -> dict[str, AvailabilitySettings]:
         if not emails:
             return {}
-        found, _ = self._engineers.page(limit=len(emails), email_in=emails)
+        found = self._engineers.named(emails)
         by_email = {engineer.email: settings_of(engineer) for engineer in found}
         return {email: by_email.get(email, ANY_TIME) for email in emails}
 
@@ -220,22 +218,18 @@ class BurdenRepository:
         return data
 
     def _reads(self, query: BurdenQuery, values: list[str]) -> dict[str, tuple[str, list[Any]]]:
-        """The statements ``_data`` runs and their parameters, by what they read."""
+        """The statements ``_data`` runs and their parameters, by what they read: the
+        tallies of the whole months, those of the events at the ends and the rotations'
+        members there, the times to acknowledge."""
         p = self.db.param
         months, ends = whole_months(query.since, query.until)
+        spans = [self._where(query, values, span) for span in ends]
         reads: dict[str, tuple[str, list[Any]]] = {}
         if months is not None:
-            scope = query.scope.value
-            within = (f"scope_value IN ({placeholders(p, len(values))})" if values
-                      else f"scope_value = {p}")
-            reads["months"] = (
-                f"SELECT fact, email, d1, d2, SUM(n) FROM {burden_months.TABLE} "
-                f"WHERE scope = {p} AND {within} AND month >= {p} AND month < {p} "
-                "GROUP BY fact, email, d1, d2",
-                [scope, *(values or [""]), *(_month_number(month) for month in months)])
-        if ends:
-            spans = [self._where(query, values, span) for span in ends]
-            reads["events"] = burden_months.tallies_of(self.engine, spans)
+            reads["months"] = burden_months.month_tallies(
+                p, query.scope, values, (_month_number(months[0]), _month_number(months[1])))
+        if spans:
+            reads["events"] = burden_months.event_tallies(self.engine, spans)
             assigned = " UNION ALL ".join(
                 f"SELECT e.rotation, e.members_json, e.hours_required FROM {TABLE} e "
                 f"WHERE e.kind = {p} AND e.members_json IS NOT NULL AND {where}"
@@ -291,7 +285,7 @@ class BurdenRepository:
             values = sorted({row.family_id for row in PolicyRow.select(PolicyRow.family_id)
                              .where(PolicyRow.name == query.value)})
         else:
-            column = getattr(BurdenEventRow, _SCOPE_COLUMN[query.scope])
+            column = getattr(BurdenEventRow, burden_months.SCOPE_COLUMN[query.scope])
             found = BurdenEventRow.select(BurdenEventRow.id).where(column == query.value).first()
             values = [query.value] if found is not None else []
         if not values:
@@ -311,7 +305,7 @@ class BurdenRepository:
     def _people(self, emails: list[str], query: BurdenQuery) -> Availabilities:
         if not emails:
             return Availabilities({}, {})
-        found, _ = self._engineers.page(limit=len(emails), email_in=emails)
+        found = self._engineers.named(emails)
         settings = {engineer.email: settings_of(engineer) for engineer in found}
         return Availabilities(settings, self._engineers.time_off(emails, query.since, query.until))
 

@@ -11,7 +11,8 @@ A tally is (scope, scope_value, month, fact, email, d1, d2) → n:
 - ``fact``: an event's kind with what the report needs of it (an assignment's family in d1
   and rotation in d2, an interruption's band in d1, an escalation's leader in d1, a card
   nothing more); ``page_day``, a page on the UTC day d1 (email ''); ``member``, a member of
-  the rotation d1 when an assignment was made (d2 '1' where it required working hours).
+  the rotation d1 when an assignment was made (d2 '1' where it required working hours), kept
+  in the ``everyone`` scope alone: whoever's work it was, a receiver has the same members.
 
 ``facts`` writes these expressions once: the trigger, the filling of the table from the
 events already recorded, and the report's read of the parts of months at a period's ends all
@@ -46,6 +47,9 @@ class Fact:
     columns: str
     joins: str = ""
     only: str = "TRUE"
+    # the scopes it is kept in: a rotation's members are the receiver's, whoever's work it
+    # was, so they are kept once (and written once per assignment, not once per scope)
+    scopes: tuple[ScopeKind, ...] = tuple(ScopeKind)
 
 
 def facts(engine: Engine, *, members: bool) -> list[Fact]:
@@ -62,14 +66,33 @@ def facts(engine: Engine, *, members: bool) -> list[Fact]:
         counted.append(Fact(f"'{MEMBER}', j.value, e.rotation, "
                             "CASE WHEN e.hours_required THEN '1' ELSE '0' END",
                             joins=f", {engine.json_elements('e.members_json', 'j')}",
-                            only=f"e.kind = {assignment}"))
+                            only=f"e.kind = {assignment}", scopes=(ScopeKind.EVERYONE,)))
     return counted
 
 
-def tallies_of(engine: Engine, spans: list[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:
-    """The events ``e`` that each of ``spans`` (a condition and its parameters) takes,
-    counted as tallies: (fact, email, d1, d2, count); the statement and its parameters. A
-    part for each span, so that each reads one range of an index."""
+def month_tallies(param: str, scope: ScopeKind, values: list[str], months: tuple[int, int],
+                  ) -> tuple[str, list[Any]]:
+    """The read of the tallies of the whole ``months`` (``[first, end)``, ``yyyymm``) in the
+    scope (``values``: the scope's values, none for everyone): (fact, email, d1, d2, count),
+    the statement and its parameters. A scope takes its rotations' members from everyone's
+    tallies, where they are kept."""
+    within = f"month >= {param} AND month < {param}"
+    parts = [f"SELECT fact, email, d1, d2, n FROM {TABLE} WHERE scope = {param} AND "
+             f"scope_value IN ({', '.join([param] * len(values or ['']))}) AND {within}"]
+    params: list[Any] = [scope.value, *(values or [""]), *months]
+    if values:
+        parts.append(f"SELECT fact, email, d1, d2, n FROM {TABLE} WHERE scope = {param} "
+                     f"AND scope_value = '' AND fact = {param} AND {within}")
+        params += [ScopeKind.EVERYONE.value, MEMBER, *months]
+    return (f"SELECT fact, email, d1, d2, SUM(n) FROM ({' UNION ALL '.join(parts)}) t "
+            "GROUP BY fact, email, d1, d2", params)
+
+
+def event_tallies(engine: Engine, spans: list[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:
+    """The events ``e`` each of ``spans`` (a condition and its parameters) takes, counted as
+    the tallies count them: (fact, email, d1, d2, count), the statement and its parameters.
+    A part for each span, so that each reads one range of an index. (Read apart from the
+    months': one sort of both costs SQLite more than two.)"""
     parts, params = [], []
     for fact in facts(engine, members=False):
         for where, values in spans:
@@ -83,15 +106,13 @@ def tallies_of(engine: Engine, spans: list[tuple[str, list[Any]]]) -> tuple[str,
 def add_events(engine: Engine, where: str) -> str:
     """The statement adding the events ``e`` where ``where`` holds (no parameters) to their
     months' tallies, in every scope."""
-    scopes = " UNION ALL ".join(
-        f"SELECT '{scope.value}'" + (" AS scope" if n == 0 else "")
-        for n, scope in enumerate(ScopeKind))
     value = ("CASE s.scope " + " ".join(f"WHEN '{scope.value}' THEN e.{column}"
                                         for scope, column in SCOPE_COLUMN.items())
              + " ELSE '' END")
     month = engine.month_number("e.sent_at")
     parts = [f"SELECT s.scope, {value} AS scope_value, {month} AS month, {fact.columns} "
-             f"FROM {EVENTS} e{fact.joins}, ({scopes}) s WHERE {fact.only} AND {where} "
+             f"FROM {EVENTS} e{fact.joins}, ({_scopes(fact.scopes)}) s "
+             f"WHERE {fact.only} AND {where} "
              f"AND (s.scope = '{ScopeKind.EVERYONE.value}' OR {value} <> '')"
              for fact in facts(engine, members=True)]
     return (f"INSERT INTO {TABLE} ({KEY}, n) SELECT {KEY}, COUNT(*) "
@@ -118,6 +139,12 @@ def install(engine: Engine) -> list[str]:
         f"DELETE FROM {TABLE}",
         add_events(engine, "TRUE"),
     ]
+
+
+def _scopes(scopes: tuple[ScopeKind, ...]) -> str:
+    """``scopes`` as rows of a column ``scope``."""
+    return " UNION ALL ".join(f"SELECT '{scope.value}'" + (" AS scope" if n == 0 else "")
+                              for n, scope in enumerate(scopes))
 
 
 def _word(kind: BurdenKind) -> str:

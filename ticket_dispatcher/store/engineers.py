@@ -38,7 +38,7 @@ from ticket_dispatcher.store.models import (
     delete_where,
     time_param,
 )
-from ticket_dispatcher.store.time_off import TimeOffRepository
+from ticket_dispatcher.store.time_off import TimeOffRepository, as_time
 from ticket_dispatcher.timeutil import to_utc
 
 # The smallest step of a stored time (microseconds on both engines): a turn's mark is at least
@@ -99,6 +99,16 @@ class EngineerRepository:
         if row is None:
             raise engineer_not_found(email)
         return _engineer(row)
+
+    def named(self, emails: Iterable[str]) -> list[Engineer]:
+        """The engineers among ``emails``, ordered by email; one query (``page`` would count
+        them too)."""
+        wanted = sorted({email_key(email) for email in emails})
+        if not wanted:
+            return []
+        with unit_of_work(self.db):
+            return [_engineer(row) for row in EngineerRow.select()
+                    .where(EngineerRow.email.in_(wanted)).order_by(EngineerRow.email)]
 
     def enabled_by_email(self, emails: Iterable[str]) -> list[Engineer]:
         """The dispatch-enabled engineers among ``emails``, ordered by email; one query.
@@ -169,7 +179,7 @@ class EngineerRepository:
                     working_hours=row.working_hours_json, max_open_issues=row.max_open_issues)
             if row.off_id is not None:
                 time_off.setdefault(row.email, []).append(TimeOff(
-                    row.off_id, row.email, _as_time(row.off_start), _as_time(row.off_end),
+                    row.off_id, row.email, as_time(row.off_start), as_time(row.off_end),
                     row.off_reason, row.off_source))
         self._time_off.carry_on(time_off, at, until)
         return list(engineers.values()), time_off
@@ -413,11 +423,3 @@ def _engineer(row: EngineerRow | SimpleNamespace) -> Engineer:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
-
-
-
-def _as_time(value: str | datetime | None) -> datetime:
-    """A time column read beside another table's row, as its own field converts it."""
-    converted = TimeOffRow.start_at.python_value(value)
-    assert converted is not None, "time off has a start and an end"
-    return converted
