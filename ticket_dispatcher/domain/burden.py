@@ -106,7 +106,7 @@ class BurdenQuery:
         return cls(since, until)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Tally:
     """How many stored events share these values (burden_events.BurdenEvent): the store
     counts them, the report adds them up."""
@@ -120,7 +120,7 @@ class Tally:
     band: Band | None = None  # an interruption's, as judged when it was sent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Membership:
     """Whom a rotation's receiver resolved to for one of its assignments, and whether that
     assign action required working hours."""

@@ -115,8 +115,11 @@ def add_events(engine: Engine, where: str) -> str:
              f"WHERE {fact.only} AND {where} "
              f"AND (s.scope = '{ScopeKind.EVERYONE.value}' OR {value} <> '')"
              for fact in facts(engine, members=True)]
+    # In the key's order: two transactions counting into the same tallies (a day's pages,
+    # a rotation's members) lock them in one order, and so never wait on each other in a
+    # circle.
     return (f"INSERT INTO {TABLE} ({KEY}, n) SELECT {KEY}, COUNT(*) "
-            f"FROM ({' UNION ALL '.join(parts)}) f WHERE TRUE GROUP BY {KEY} "
+            f"FROM ({' UNION ALL '.join(parts)}) f WHERE TRUE GROUP BY {KEY} ORDER BY {KEY} "
             f"ON CONFLICT ({KEY}) DO UPDATE SET n = {TABLE}.n + excluded.n")
 
 
