@@ -145,10 +145,6 @@ class Engine(Protocol):
         database computes, so that a report adds or groups times without reading them."""
         ...
 
-    def epoch_days(self, column: str) -> str:
-        """The UTC day of the time ``column``, as whole days since the Unix epoch."""
-        ...
-
     def month_number(self, column: str) -> str:
         """The UTC month of the time ``column`` as an integer ``yyyymm``."""
         ...

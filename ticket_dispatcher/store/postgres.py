@@ -289,9 +289,6 @@ class PostgresEngine:
     def epoch_seconds(self, column: str) -> str:
         return f"EXTRACT(EPOCH FROM {column})"  # a timestamp without time zone: taken as UTC
 
-    def epoch_days(self, column: str) -> str:
-        return f"CAST(FLOOR(EXTRACT(EPOCH FROM {column}) / 86400) AS INTEGER)"
-
     def month_number(self, column: str) -> str:
         return (f"CAST(EXTRACT(YEAR FROM {column}) * 100 + EXTRACT(MONTH FROM {column}) "
                 "AS INTEGER)")

@@ -167,9 +167,6 @@ class SqliteEngine:
     def epoch_seconds(self, column: str) -> str:
         return f"((julianday({column}) - 2440587.5) * 86400.0)"  # the epoch's Julian day
 
-    def epoch_days(self, column: str) -> str:
-        return f"CAST(julianday({column}) - 2440587.5 AS INTEGER)"  # toward 0: the floor
-
     def month_number(self, column: str) -> str:
         # stored as text, 'yyyy-mm-dd hh:mm:ss.ffffff'
         return f"CAST(substr({column}, 1, 4) || substr({column}, 6, 2) AS INTEGER)"
