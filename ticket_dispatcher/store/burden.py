@@ -38,7 +38,13 @@ from ticket_dispatcher.domain.burden import (
 )
 from ticket_dispatcher.domain.burden_events import EVENT_VERSION, BurdenEvent, BurdenKind
 from ticket_dispatcher.errors import InvalidInput, Problem
-from ticket_dispatcher.store import burden_months
+from ticket_dispatcher.store.burden_months import (
+    MEMBER,
+    PAGE_DAY,
+    SCOPE_COLUMN,
+    event_tallies,
+    month_tallies,
+)
 from ticket_dispatcher.store.database import engine_of, unit_of_work
 from ticket_dispatcher.store.engineers import EngineerRepository
 from ticket_dispatcher.store.models import (
@@ -226,10 +232,10 @@ class BurdenRepository:
         spans = [self._where(query, values, span) for span in ends]
         reads: dict[str, tuple[str, list[Any]]] = {}
         if months is not None:
-            reads["months"] = burden_months.month_tallies(
+            reads["months"] = month_tallies(
                 p, query.scope, values, (_month_number(months[0]), _month_number(months[1])))
         if spans:
-            reads["events"] = burden_months.event_tallies(self.engine, spans)
+            reads["events"] = event_tallies(self.engine, spans)
             assigned = " UNION ALL ".join(
                 f"SELECT e.rotation, e.members_json, e.hours_required FROM {TABLE} e "
                 f"WHERE e.kind = {p} AND e.members_json IS NOT NULL AND {where}"
@@ -255,7 +261,7 @@ class BurdenRepository:
         where = f"e.sent_at >= {p} AND e.sent_at < {p}"
         params: list[Any] = [time_param(moment) for moment in span]
         if values:
-            column = burden_months.SCOPE_COLUMN[query.scope]
+            column = SCOPE_COLUMN[query.scope]
             where += f" AND e.{column} IN ({placeholders(p, len(values))})"
             params += values
         return where, params
@@ -285,7 +291,7 @@ class BurdenRepository:
             values = sorted({row.family_id for row in PolicyRow.select(PolicyRow.family_id)
                              .where(PolicyRow.name == query.value)})
         else:
-            column = getattr(BurdenEventRow, burden_months.SCOPE_COLUMN[query.scope])
+            column = getattr(BurdenEventRow, SCOPE_COLUMN[query.scope])
             found = BurdenEventRow.select(BurdenEventRow.id).where(column == query.value).first()
             values = [query.value] if found is not None else []
         if not values:
@@ -312,10 +318,10 @@ class BurdenRepository:
 
 def _add_tally(data: BurdenData, fact: str, email: str, d1: str, d2: str, count: int) -> None:
     """A tally read (burden_months.py names its facts) into ``data``."""
-    if fact == burden_months.PAGE_DAY:
+    if fact == PAGE_DAY:
         day = datetime.fromisoformat(d1).replace(tzinfo=UTC)
         data.pages_by_day[day] = data.pages_by_day.get(day, 0) + count
-    elif fact == burden_months.MEMBER:
+    elif fact == MEMBER:
         data.memberships.append(Membership(d1, (email,), d2 == "1"))
     else:
         kind = _KINDS[fact]

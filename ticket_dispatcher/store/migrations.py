@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 import peewee
 
-from ticket_dispatcher.store import burden_months
+from ticket_dispatcher.store.burden_months import install as install_burden_months
 from ticket_dispatcher.store.database import engine_of, unit_of_work, write_lock
 from ticket_dispatcher.store.engine import ColumnTypes
 
@@ -475,7 +475,7 @@ def _burden_months(db: peewee.Database) -> None:
         "DROP INDEX IF EXISTS ix_burden_events_sent",
     ):
         db.execute_sql(statement)
-    for statement in burden_months.install(engine):
+    for statement in install_burden_months(engine):
         db.execute_sql(statement)
 
 
