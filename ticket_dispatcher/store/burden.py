@@ -170,6 +170,7 @@ class BurdenRepository:
                                            BurdenKind.URGENT.value)).fetchall()]
 
     def _settings(self, emails: list[str]) -> dict[str, AvailabilitySettings]:
+        """Each person's settings, any time for one with no record."""
         if not emails:
             return {}
         found = self._engineers.named(emails)
@@ -311,9 +312,8 @@ class BurdenRepository:
     def _people(self, emails: list[str], query: BurdenQuery) -> Availabilities:
         if not emails:
             return Availabilities({}, {})
-        found = self._engineers.named(emails)
-        settings = {engineer.email: settings_of(engineer) for engineer in found}
-        return Availabilities(settings, self._engineers.time_off(emails, query.since, query.until))
+        return Availabilities(self._settings(emails),
+                              self._engineers.time_off(emails, query.since, query.until))
 
 
 def _add_tally(data: BurdenData, fact: str, email: str, d1: str, d2: str, count: int) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from ticket_dispatcher.domain.burden import ScopeKind
 from ticket_dispatcher.domain.burden_events import BurdenKind
 from ticket_dispatcher.store.engine import Engine
+from ticket_dispatcher.store.models import placeholders
 
 TABLE = "burden_months"
 EVENTS = "burden_events"
@@ -78,7 +79,7 @@ def month_tallies(param: str, scope: ScopeKind, values: list[str], months: tuple
     tallies, where they are kept."""
     within = f"month >= {param} AND month < {param}"
     parts = [f"SELECT fact, email, d1, d2, n FROM {TABLE} WHERE scope = {param} AND "
-             f"scope_value IN ({', '.join([param] * len(values or ['']))}) AND {within}"]
+             f"scope_value IN ({placeholders(param, len(values or ['']))}) AND {within}"]
     params: list[Any] = [scope.value, *(values or [""]), *months]
     if values:
         parts.append(f"SELECT fact, email, d1, d2, n FROM {TABLE} WHERE scope = {param} "
