@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -21,6 +22,7 @@ from tests.process import (
     round_robin_policy,
     wait_until,
 )
+from ticket_dispatcher.timeutil import format_time
 
 PROJECT = "LOAD"
 EMAIL, ACCOUNT, OPEN_ID, NAME = "alice@example.com", "acc-alice", "ou_alice", "Alice Example"
@@ -93,6 +95,15 @@ def test_the_report_counts_what_the_process_did_and_times_the_ack_by_the_read(
         (EMAIL, 1, 1.0), (BOB, 1, 1.0)]
     assert rotation["cv"] == 0.0
     assert report["complete_from"] is not None
+    # Whole months come from the tallies the database keeps, and count alike.
+    this_month = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    months = dispatcher.call("GET", "/reports/burden", params={
+        "from": format_time((this_month - timedelta(days=1)).replace(day=1)),
+        "to": format_time((this_month + timedelta(days=32)).replace(day=1))})
+    assert months["people"] == report["people"]
+    assert [(m["email"], m["assigned"], m["fair_share"]) for m in
+            months["rotations"][0]["members"]] == [(EMAIL, 1, 1.0), (BOB, 1, 1.0)]
+    assert sum(week["pages"] for week in months["weekly_pages"]) == 1
     # Counted for Grafana by band and rotation (the urgent issue was assigned by hand: none),
     # no person named.
     metrics = requests.get(f"{dispatcher.url}/metrics", timeout=10).text
