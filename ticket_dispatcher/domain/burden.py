@@ -9,7 +9,6 @@ module counts. Interruption bands are judged in each person's own zone and hours
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -334,11 +333,23 @@ class RotationTally:
             "rotation": rotation,
             "policy": policy_names.get(family, family),
             "members": members,
-            "cv": round(statistics.pstdev(ratios) / statistics.fmean(ratios), 4)
-            if ratios and statistics.fmean(ratios) > 0 else None,
+            "cv": _variation(ratios),
             "max_over_fair": round(max(ratios), 4) if ratios else None,
             "min_over_fair": round(min(ratios), 4) if ratios else None,
         }
+
+
+def _variation(ratios: Sequence[float]) -> float | None:
+    """The coefficient of variation (population standard deviation over mean) of
+    ``ratios``; none without a ratio or with a mean of 0. In floats: ``statistics.pstdev``
+    works in exact fractions, which cost a tenth of a millisecond a rotation."""
+    if not ratios:
+        return None
+    mean = math.fsum(ratios) / len(ratios)
+    if mean <= 0:
+        return None
+    spread = math.sqrt(math.fsum((ratio - mean) ** 2 for ratio in ratios) / len(ratios))
+    return round(spread / mean, 4)
 
 
 def eligible_hours(since: datetime, until: datetime, settings: AvailabilitySettings,
