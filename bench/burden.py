@@ -25,7 +25,9 @@ written.
 Printed per engine and report (the default 28 days; the whole year; the 28 days of one
 policy, one project and one rotation): the median and the slowest of ``--runs`` reports
 (``BurdenRepository.report``, the JSON the API answers, built in this process), PASS or FAIL
-against 300 ms, and the plans of the report's reads for the year and for one rotation
+against 300 ms; the same for the year answered by the falcon app (``create_app`` with the
+console mounted, as bench/console.py builds it, over a real actor runtime): the API's JSON
+and CSV with a viewer's key, and the console page signed in as a viewer; and the plans of the report's reads for the year and for one rotation
 (``BurdenRepository.explain``: SQLite's ``EXPLAIN QUERY PLAN``, PostgreSQL's ``EXPLAIN``),
 which name the indexes they read: the monthly tallies' key for the whole months, the time
 index (or the scope's) for the parts of months at the ends, the ACKed cards' index.
