@@ -25,12 +25,13 @@ written.
 Printed per engine and report (the default 28 days; the whole year; the 28 days of one
 policy, one project and one rotation): the median and the slowest of ``--runs`` reports
 (``BurdenRepository.report``, the JSON the API answers, built in this process), PASS or FAIL
-against 300 ms; the same for the year answered by the falcon app (``create_app`` with the
-console mounted, as bench/console.py builds it, over a real actor runtime): the API's JSON
-and CSV with a viewer's key, and the console page signed in as a viewer; and the plans of the report's reads for the year and for one rotation
-(``BurdenRepository.explain``: SQLite's ``EXPLAIN QUERY PLAN``, PostgreSQL's ``EXPLAIN``),
-which name the indexes they read: the monthly tallies' key for the whole months, the time
-index (or the scope's) for the parts of months at the ends, the ACKed cards' index.
+against 300 ms; the same for the year answered by the falcon app over a real actor runtime
+(bench/apps.py, as bench/console.py renders pages): the API's JSON and CSV with a viewer's
+key, and the console page signed in as a viewer; and the plans of the report's reads for the
+year and for one rotation (``BurdenRepository.explain``: SQLite's ``EXPLAIN QUERY PLAN``,
+PostgreSQL's ``EXPLAIN``), which name the indexes they read: the monthly tallies' key for the
+whole months, the time index (or the scope's) for the parts of months at the ends, the ACKed
+cards' index.
 """
 
 from __future__ import annotations
@@ -47,20 +48,15 @@ from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from apps import signed_in  # noqa: E402
 from databases import fresh_database  # noqa: E402
 from falcon import testing  # noqa: E402
 
-from tests.clocks import ManualClock  # noqa: E402
-from tests.console.conftest import Console, build_app  # noqa: E402
-from tests.harness import Harness  # noqa: E402
-from tests.http.conftest import API_KEYS, KEYS  # noqa: E402
-from ticket_dispatcher.config import load_config  # noqa: E402
 from ticket_dispatcher.domain.availability import ANY_TIME  # noqa: E402
 from ticket_dispatcher.domain.availability_parsing import settings_of  # noqa: E402
 from ticket_dispatcher.domain.burden import BurdenQuery, band_of  # noqa: E402
 from ticket_dispatcher.domain.model import Engineer  # noqa: E402
 from ticket_dispatcher.http import API_BASE  # noqa: E402
-from ticket_dispatcher.http.services import Services  # noqa: E402
 from ticket_dispatcher.store import Store  # noqa: E402
 from ticket_dispatcher.store.connect import is_postgres  # noqa: E402
 from ticket_dispatcher.store.database import write_lock  # noqa: E402
@@ -136,29 +132,17 @@ def queries() -> list[tuple[str, BurdenQuery]]:
 
 
 def rendered(store: Store, runs: int) -> dict[str, tuple[list[float], int]]:
-    """The year's report answered by the real falcon app (the API with a viewer's key, the
-    console signed in as a viewer) over a real actor runtime on ``store``, as bench/console.py
-    renders pages: each warmed, then timed ``runs`` times; the times and the status."""
+    """The year's report answered by the real falcon app over a real actor runtime on
+    ``store`` (bench/apps.py): the API with a viewer's key, the console signed in as a viewer;
+    each warmed, then timed ``runs`` times. The times and the status of each."""
     year = urlencode({"from": format_time(NOW - YEAR), "to": format_time(NOW)})
-    harness = Harness(store, clock=ManualClock(NOW)).start()
-    try:
-        config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": API_KEYS,
-                                            "TICKET_DISPATCHER_CONSOLE_SECURE_COOKIE": "false"})
-        services = Services(store=harness.store, config=config, clock=harness.clock,
-                            runtime=harness.runtime)
-        app = build_app(services)
-        console = Console(testing.TestClient(app), services)
-        if console.sign_in("viewer").status_code != 303:
-            raise SystemExit("could not sign in to the console")
-        api = testing.TestClient(app, headers={"X-API-KEY": KEYS["viewer"]})
+    with signed_in(store, NOW, "viewer") as (console, api):
         gets = {"a year, the API's JSON": lambda: api.simulate_get(
                     f"{API_BASE}/reports/burden", query_string=year),
                 "a year, the API's CSV": lambda: api.simulate_get(
                     f"{API_BASE}/reports/burden", query_string=f"{year}&format=csv"),
                 "a year, the console": lambda: console.get(f"/console/reports/burden?{year}")}
         return {name: _timed_get(get, runs) for name, get in gets.items()}
-    finally:
-        harness.stop()
 
 
 def _timed_get(get: Callable[[], testing.Result], runs: int) -> tuple[list[float], int]:

@@ -11,10 +11,11 @@ For each engine (a temporary SQLite file, or a throw-away PostgreSQL schema):
    examples, and runs the day's kinds of work, each to its end: a round-robin assignment
    (TCID-2), a trigger for an issue Jira does not know (failed, with Jira's 404 as its
    reason), a trigger no policy takes (OPS-1), a dry-run of the assign policy (TCID-1), an
-   urgent assignee notification that is ACKed (GTOC-1, its card read) and one left parked in
-   its first page's ACK wait (GTOC-1000), the balanced version of the assign policy put in
-   shadow beside the live one (TCID-3), and an assignment that fails because none of its
-   candidates is dispatch-enabled (TCID-2 again). Then it stops. Those rows are the templates;
+   urgent assignee notification that is ACKed (GTOC-1, its card's Acknowledge pressed) and
+   one left parked in its first page's ACK wait (GTOC-1000), the balanced version of the
+   assign policy put in shadow beside the live one (TCID-3), and an assignment that fails
+   because none of its candidates is dispatch-enabled (TCID-2 again). Then it stops. Those
+   rows are the templates;
 2. the bench deletes those triggers and executions and writes ``--triggers`` triggers over the
    last 30 days, ids in time order, from four sources over 6,000 issue keys of three projects
    (5 % of them for 20 lively issues of each): a fifth of them with one execution each
@@ -28,13 +29,13 @@ For each engine (a temporary SQLite file, or a throw-away PostgreSQL schema):
    (a quarter of those shadows stopped since). Multi-row INSERTs of 500 rows (the ``Insert``
    of ``recovery.py``), not the service's one-by-one path; then ``ANALYZE`` on PostgreSQL, as
    its autovacuum would after such a load (SQLite is left as the service leaves it);
-3. the console is rendered server-side in this process: the real falcon app (``create_app``
-   with the console mounted, as tests/console/conftest.py ``build_app`` does, authentication
-   on, signed in as an operator) over that store and a real actor runtime (tests/harness.py,
-   its clock stopped at the end of the seeded history, so boot recovery has parked every
-   waiting execution in the pool and nothing wakes meanwhile). Each page is requested twice to
-   warm up, then ``--runs`` times; the same data through the JSON API beside it where the API
-   has it.
+3. the console is rendered server-side in this process: the real falcon app (bench/apps.py:
+   ``create_app`` with the console mounted, as tests/console/conftest.py ``build_app`` does,
+   authentication on, signed in as an operator) over that store and a real actor runtime
+   (tests/harness.py, its clock stopped at the end of the seeded history, so boot recovery has
+   parked every waiting execution in the pool and nothing wakes meanwhile). Each page is
+   requested twice to warm up, then ``--runs`` times; the same data through the JSON API
+   beside it where the API has it.
 
 Printed per engine and page: the median and p95 of a render, the statements a render sent
 (peewee's query hooks, counted as tests/conftest.py ``QueryCounter`` counts them; "3-4" when
@@ -47,7 +48,7 @@ pyinstrument profile (``pip install pyinstrument``) of every page over budget (w
 ``--pages``, of every page chosen) to ``DIR/ENGINE-PAGE.txt``.
 
 At the defaults a run takes about half a minute per engine on a 2-core machine: the sandbox
-session a few seconds (its ACK is seen at the next 5 s poll), seeding 5 to 10 s, the pages
+session a few seconds, seeding 5 to 10 s, the pages
 the rest.
 
     python bench/console.py [--engine sqlite|postgres|both] [--triggers 100000]
@@ -73,19 +74,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import requests
+from apps import signed_in
 from databases import fresh_database  # also puts the repository root on sys.path
-from falcon import testing
 from recovery import TEMPLATE_ISSUE, Server, insert_all
 
-from tests.clocks import ManualClock
 from tests.conftest import PG_URL_ENV, QueryCounter
-from tests.console.conftest import Console, build_app
-from tests.harness import Harness
-from tests.http.conftest import API_KEYS, KEYS
-from ticket_dispatcher.config import load_config
+from tests.console.conftest import Console
 from ticket_dispatcher.http import API_BASE
 from ticket_dispatcher.http.dispatch import encode_cursor
-from ticket_dispatcher.http.services import Services
 from ticket_dispatcher.store import Store, write_lock
 from ticket_dispatcher.store.connect import is_postgres
 from ticket_dispatcher.store.database import unit_of_work, without_statement_timeouts
@@ -193,11 +189,12 @@ def sandbox_session(database_url: str, log: Path) -> None:
                                              "agent", "priority": "P3", "status": "Todo"})
         box.settled(box.trigger("jira_automation", "OPS-1"))
         box.settled(box.trigger("jira_automation", "TCID-1", policy_id=assign, dryrun={}))
-        # An urgent notification, ACKed once its first page waits: alice reads the card.
+        # An urgent notification, ACKed once its first page waits: alice presses the card's
+        # Acknowledge (a card with buttons is not acknowledged by being read).
         notified = box.trigger("jira_assignment_assignee", "GTOC-1")
         box.settled(notified, parked=True)
         card = box.control("GET", "/messages")["items"][-1]["message_id"]
-        box.control("POST", f"/lark/messages/{card}/reads", json={"email": "alice@example.com"})
+        box.control("POST", f"/lark/messages/{card}/press", json={"action": "ack"})
         box.settled(notified)
         # One more, left in its wait.
         box.control("POST", "/issues", json=TEMPLATE_ISSUE)
@@ -628,17 +625,7 @@ class Row:
 def bench_pages(store: Store, seeded: Seeded, now: datetime, args: argparse.Namespace,
                 engine: str) -> list[Row]:
     """Every page through the real app over a real runtime on the seeded store."""
-    harness = Harness(store, clock=ManualClock(now)).start()
-    try:
-        config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": API_KEYS,
-                                            "TICKET_DISPATCHER_CONSOLE_SECURE_COOKIE": "false"})
-        services = Services(store=harness.store, config=config, clock=harness.clock,
-                            runtime=harness.runtime)
-        app = build_app(services)
-        console = Console(testing.TestClient(app), services)
-        if console.sign_in("operator").status_code != 303:
-            raise SystemExit("could not sign in to the console")
-        api = testing.TestClient(app, headers={"X-API-KEY": KEYS["operator"]})
+    with signed_in(store, now, "operator") as (console, api):
         rows = []
         for page in pages(seeded, now):
             if args.pages and not any(text in page.name for text in args.pages):
@@ -655,8 +642,6 @@ def bench_pages(store: Store, seeded: Seeded, now: datetime, args: argparse.Name
                     args.pages or shown.median_ms >= BUDGET_MS):
                 profile(console, page, Path(args.profile) / f"{engine}-{slug(page.name)}.txt")
         return rows
-    finally:
-        harness.stop()
 
 
 def slug(name: str) -> str:
