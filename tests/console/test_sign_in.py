@@ -208,6 +208,22 @@ def test_hostile_text_is_escaped_and_phone_numbers_and_secrets_are_masked(open_c
     assert "Oncall answered for ***" in main_text(page)
 
 
+def test_texts_long_and_printed_again_are_masked_each_time(open_console, harness):
+    # A page prints short texts many times (they are redacted once, then remembered) and long
+    # ones (a peer's answer) once: a phone number is masked in either, on every render.
+    short = "paged +86 138 0013 8000"
+    long = "Oncall answered " + "x" * 400 + " for +86 139 0013 9000"
+    for reason in (short, short, long):
+        failed_trigger(harness.store, harness.clock, reason=reason)
+
+    for _ in range(2):
+        page = main_text(open_console.get("/console/triggers").text)
+
+        assert "138 0013 8000" not in page and "139 0013 9000" not in page
+        assert page.count("paged ***") == 2
+        assert "x" * 400 + " for ***" in page
+
+
 def test_sign_in_warns_when_a_secure_cookie_would_be_dropped_over_plain_http(harness):
     config = load_config(None, environ={"TICKET_DISPATCHER_AUTH_API_KEYS": API_KEYS})
     services = Services(store=harness.store, config=config, clock=harness.clock,

@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote, urlencode, urlsplit
@@ -56,6 +56,9 @@ ZONE_COOKIE = "td_zone"  # the viewer's IANA time zone, which console.js sets fr
 SHOWN_TIME = "%Y-%m-%d %H:%M:%S"  # console.js writes the same
 UTC_ZONE = ZoneInfo("UTC")
 
+# The short texts a page prints again and again (emails, names, statuses), redacted once each.
+REDACTED_TEXTS, SHORT_TEXT = 4096, 256
+
 SECURITY_HEADERS = {
     # No inline script or style anywhere: every script and sheet is a file under /console/static.
     "Content-Security-Policy": ("default-src 'self'; script-src 'self'; style-src 'self'; "
@@ -82,6 +85,20 @@ NAV = (  # (path under BASE, label)
 OPERATOR_PAGES = frozenset({"/audit"})  # left out of a viewer's menu: they may not read them
 
 
+def _redacting(redactor: Redactor) -> Callable[[Any], Any]:
+    """The templates' ``finalize``: every value a template prints passes the logs' redactor
+    first, so configured secrets, tokens and phone numbers show as ***, wherever they hide (a
+    Lark answer, a summary). A page prints the same short texts many times (the engineers'
+    page, an email in every rotation), so those are redacted once each."""
+    short = lru_cache(maxsize=REDACTED_TEXTS)(redactor.text)
+
+    def finalize(value: Any) -> Any:
+        if not isinstance(value, str) or isinstance(value, markupsafe.Markup):
+            return value
+        return short(value) if len(value) <= SHORT_TEXT else redactor.text(value)
+    return finalize
+
+
 class Page:
     """A console resource. ``console_roles``: method → roles (empty: anyone, signed in or not)."""
 
@@ -106,12 +123,8 @@ class Console:
         cluster = cluster or for_mode(services.config.cluster)
         if auth_enabled and (warning := cluster.console_warning(self.config)) is not None:
             log.warning(warning)
-        # Every value a template prints passes the logs' redactor first: configured secrets,
-        # tokens and phone numbers show as ***, wherever they hide (a Lark answer, a summary).
-        redactor = Redactor(services.config.secrets())
         self.env = jinja2.Environment(
-            finalize=lambda value: (redactor.text(value) if isinstance(value, str)
-                                    and not isinstance(value, markupsafe.Markup) else value),
+            finalize=_redacting(Redactor(services.config.secrets())),
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,  # every template, whatever its name
             undefined=jinja2.StrictUndefined,
