@@ -100,6 +100,21 @@ def test_a_rotation_with_a_member_never_eligible_gives_them_no_share():
     assert (rotation["cv"], rotation["policy"]) == (0.0, "Assign")
 
 
+def test_an_uneven_rotation_gives_the_spread_of_assigned_over_fair_share():
+    # three members, equally eligible: fair 4 each; ratios 2.0, 0.75, 0.25
+    query = BurdenQuery.of(MONDAY, MONDAY + timedelta(days=7), MONDAY)
+    data = BurdenData(tallies=[Tally(BurdenKind.ASSIGNMENT, email, count, "pf_1", "group:sre")
+                               for email, count in (("a@x.io", 8), ("b@x.io", 3),
+                                                    ("c@x.io", 1))])
+    report = build_report(query, data, policy_names={}, people=Availabilities({}, {}),
+                          complete_from=None)
+
+    [rotation] = report["rotations"]
+    # population standard deviation sqrt((1 + 0.0625 + 0.5625) / 3) = 0.736 over the mean 1.0
+    assert (rotation["cv"], rotation["max_over_fair"], rotation["min_over_fair"]) == (
+        0.736, 2.0, 0.25)
+
+
 def test_a_receiver_is_named_by_its_type_and_value():
     assert rotation_key({"type": "group", "group": "sre"}) == "group:sre"
     assert rotation_key({"type": "users", "users": ["a@x.io", "b@x.io"]}) == "users:a@x.io,b@x.io"
