@@ -200,7 +200,7 @@ def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[
                  people: Availabilities, complete_from: datetime | None) -> dict[str, Any]:
     """The report's JSON (docs/burden-report.md names every field)."""
     persons: dict[str, PersonBurden] = {}
-    rotations: dict[str, RotationTally] = {}
+    rotations: defaultdict[str, RotationTally] = defaultdict(RotationTally)
 
     def person(email: str) -> PersonBurden:
         if email not in persons:
@@ -213,8 +213,6 @@ def build_report(query: BurdenQuery, data: BurdenData, *, policy_names: Mapping[
         if tally.kind is BurdenKind.ASSIGNMENT:
             policy = policy_names.get(tally.policy_family_id, tally.policy_family_id)
             who.assigned_by_policy[policy] += tally.count
-            if tally.rotation not in rotations:
-                rotations[tally.rotation] = RotationTally()
             rotations[tally.rotation].count(tally)
         elif tally.kind.interrupts and tally.band is not None:
             who.bands[tally.band] += tally.count
