@@ -196,7 +196,7 @@ class CalendarRefresher:
         """The zone of each engineer the feed may name: its own engineer, or everyone."""
         engineers = self._store.engineers
         if feed.email is not None:
-            return {e.email: _zone(e) for e in engineers.page(email_in=[feed.email])[0]}
+            return {e.email: _zone(e) for e in engineers.named([feed.email])}
         zones: dict[str, ZoneInfo] = {}
         offset, total = 0, 1
         while offset < total:

@@ -250,8 +250,7 @@ def _read_engineers(store: Store, emails: set[str], now: datetime,
     """The engineers of ``emails`` who exist, by email, and their time off around ``now``."""
     if not emails:
         return {}, {}
-    found, _ = store.engineers.page(limit=len(emails), email_in=emails)
-    engineers = {e.email: e for e in found}
+    engineers = {e.email: e for e in store.engineers.named(emails)}
     return engineers, store.engineers.time_off(engineers, now, now + LOOKAHEAD)
 
 

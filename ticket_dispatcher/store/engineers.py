@@ -76,18 +76,12 @@ class EngineerRepository:
         limit: int = 50,
         offset: int = 0,
         dispatch_enabled: bool | None = None,
-        email_in: Iterable[str] | None = None,
     ) -> tuple[list[Engineer], int]:
-        """One page ordered by email and the total, filtered by ``email_in`` and
-        ``dispatch_enabled`` when given."""
+        """One page ordered by email and the total, filtered by ``dispatch_enabled`` when
+        given (``named`` reads given engineers)."""
         query = EngineerRow.select()
         if dispatch_enabled is not None:
             query = query.where(EngineerRow.dispatch_enabled == dispatch_enabled)
-        if email_in is not None:
-            emails = sorted({email_key(email) for email in email_in})
-            if not emails:
-                return [], 0
-            query = query.where(EngineerRow.email.in_(emails))
         with unit_of_work(self.db):
             rows, total = fetch_page(query.order_by(EngineerRow.email), limit, offset)
         return [_engineer(row) for row in rows], total
@@ -101,8 +95,7 @@ class EngineerRepository:
         return _engineer(row)
 
     def named(self, emails: Iterable[str]) -> list[Engineer]:
-        """The engineers among ``emails``, ordered by email; one query (``page`` would count
-        them too)."""
+        """The engineers among ``emails`` (any case), ordered by email; one query."""
         wanted = sorted({email_key(email) for email in emails})
         if not wanted:
             return []
